@@ -1,0 +1,12 @@
+"""attnviz: see what a transformer's self-attention does, from the command line.
+
+Data flows one way: text -> model (model.py) -> Capture (capture.py) -> metrics (metrics.py)
+-> renderers (render/) -> CLI (cli.py). Only model.py and scratch.py import torch/transformers.
+"""
+
+__version__ = "0.1.0"
+
+from attnviz.capture import Capture  # noqa: E402  (numpy-only, cheap)
+from attnviz.errors import AttnvizError  # noqa: E402
+
+__all__ = ["Capture", "AttnvizError", "__version__"]

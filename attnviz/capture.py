@@ -1,0 +1,253 @@
+"""The Capture: attention weights of one input, as plain numpy, plus what is needed to read them.
+
+    attentions  float32 (L, H, T, T)   [layer, head, query_pos, key_pos]; row i = where query i looks
+    tokens      str     (T,)           readable tokens, sub-word continuations prefixed with "##"
+    token_ids   int64   (T,)           ids from the tokenizer
+    special     bool    (T,)           token is a special token ([CLS], [SEP], <s>, <|endoftext|> ...)
+    special_kind str    (T,)           "" | "start" ([CLS]/BOS) | "end" ([SEP]/EOS) | "other"
+    subword     bool    (T,)           token continues the word of the token before it
+    meta        dict                   model, revision, device, dtype, causal, text, source, ...
+
+Saved as .npz with exactly these keys (meta as one JSON string); loading never unpickles.
+Nothing here imports torch or transformers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import zipfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Union
+
+import numpy as np
+
+from attnviz.errors import AttentionCheckError, CaptureFormatError, OutputError, SelectionError
+
+FORMAT_VERSION = 1
+ARRAY_KEYS = ("attentions", "tokens", "token_ids", "special", "special_kind", "subword")
+ROW_SUM_ATOL = 1e-4
+
+HeadSpec = Union[int, str]  # an index, "mean" or "max"
+
+
+@dataclass(frozen=True, eq=False)
+class Capture:
+    """Attention of one input. Index it like TransformerLens's cache: cap[layer] -> (H, T, T),
+    cap[layer, head] -> (T, T). Metrics and renderers read it and never change it."""
+
+    attentions: np.ndarray  # (L, H, T, T) float32
+    tokens: tuple[str, ...]  # (T,)
+    token_ids: np.ndarray  # (T,) int64
+    special: np.ndarray  # (T,) bool
+    special_kind: tuple[str, ...]  # (T,)
+    subword: np.ndarray  # (T,) bool
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "attentions", np.asarray(self.attentions, dtype=np.float32))
+        object.__setattr__(self, "tokens", tuple(str(t) for t in self.tokens))
+        object.__setattr__(self, "token_ids", np.asarray(self.token_ids, dtype=np.int64))
+        object.__setattr__(self, "special", np.asarray(self.special, dtype=bool))
+        object.__setattr__(self, "special_kind", tuple(str(k) for k in self.special_kind))
+        object.__setattr__(self, "subword", np.asarray(self.subword, dtype=bool))
+        self.attentions.setflags(write=False)
+
+    # --- shape -------------------------------------------------------------------------------
+    @property
+    def n_layers(self) -> int:
+        return self.attentions.shape[0]
+
+    @property
+    def n_heads(self) -> int:
+        return self.attentions.shape[1]
+
+    @property
+    def n_tokens(self) -> int:
+        return self.attentions.shape[2]
+
+    @property
+    def causal(self) -> bool:
+        return bool(self.meta.get("causal", False))
+
+    @property
+    def model(self) -> str:
+        return str(self.meta.get("model", "?"))
+
+    def __getitem__(self, index):
+        return self.attentions[index]
+
+    def __repr__(self) -> str:
+        L, H, T, _ = self.attentions.shape
+        preview = " ".join(self.tokens[:8]) + (" …" if T > 8 else "")
+        return (f"Capture(model={self.model!r}, layers={L}, heads={H}, tokens={T}, "
+                f"causal={self.causal}, source={self.meta.get('source', 'model')!r}: {preview})")
+
+    # --- selection ---------------------------------------------------------------------------
+    def layer_index(self, layer: int) -> int:
+        """Normalise a layer index (negative counts from the end); raise SelectionError if out of range."""
+        L = self.n_layers
+        if not -L <= layer < L:
+            raise SelectionError(f"layer {layer} is out of range: this model has {L} layers (0..{L - 1}, "
+                                 f"or -{L}..-1 from the end)")
+        return layer % L
+
+    def head_index(self, head: int) -> int:
+        H = self.n_heads
+        if not -H <= head < H:
+            raise SelectionError(f"head {head} is out of range: this model has {H} heads per layer "
+                                 f"(0..{H - 1}), or use 'mean' or 'max'")
+        return head % H
+
+    def head_matrix(self, layer: int, head: HeadSpec = "mean") -> np.ndarray:
+        """α of one head, or the mean / elementwise max over the heads of a layer. (T, T)"""
+        per_head = self.attentions[self.layer_index(layer)]  # (H, T, T)
+        if head == "mean":
+            return per_head.mean(axis=0)
+        if head == "max":
+            return per_head.max(axis=0)
+        if isinstance(head, str):
+            raise SelectionError(f"head must be an index, 'mean' or 'max', not {head!r}")
+        return per_head[self.head_index(head)]
+
+    def keep_mask(self, hide_special: bool = False) -> np.ndarray:
+        """Which token positions to show. (T,) bool"""
+        return ~self.special if hide_special else np.ones(self.n_tokens, dtype=bool)
+
+    # --- checks ------------------------------------------------------------------------------
+    def validate(self, atol: float = ROW_SUM_ATOL) -> "Capture":
+        """Raise AttentionCheckError unless α is (L, H, T, T), finite, in [0, 1], rows sum to 1,
+        and the per-token arrays line up with T. Causal captures must be lower-triangular."""
+        a = self.attentions
+        if a.ndim != 4 or a.shape[2] != a.shape[3] or 0 in a.shape:
+            raise AttentionCheckError(f"attention must be (layers, heads, T, T), got shape {a.shape}")
+        T = a.shape[2]
+        for name in ("tokens", "token_ids", "special", "special_kind", "subword"):
+            if len(getattr(self, name)) != T:
+                raise AttentionCheckError(f"{name} has {len(getattr(self, name))} entries but α has {T} tokens")
+        if not np.isfinite(a).all():
+            raise AttentionCheckError("attention weights contain NaN or infinity")
+        if a.min() < -atol or a.max() > 1 + atol:
+            raise AttentionCheckError(f"attention weights outside [0, 1]: min {a.min():.3g}, max {a.max():.3g}")
+        worst = float(np.abs(a.sum(axis=-1, dtype=np.float64) - 1.0).max())
+        if worst > atol:
+            raise AttentionCheckError(f"attention rows do not sum to 1 (worst deviation {worst:.3g} > {atol:g})")
+        if self.causal:
+            upper = np.triu(np.ones((T, T), dtype=bool), k=1)
+            leak = float(np.abs(a[..., upper]).max()) if upper.any() else 0.0
+            if leak > atol:
+                raise AttentionCheckError(f"causal model attends to future tokens (max weight {leak:.3g})")
+        return self
+
+    # --- persistence -------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the capture as .npz (plain arrays + JSON meta), atomically."""
+        path = check_suffix(path, (".npz",))
+        arrays = {
+            "attentions": self.attentions,
+            "tokens": np.array(self.tokens, dtype=np.str_),
+            "token_ids": self.token_ids,
+            "special": self.special,
+            "special_kind": np.array(self.special_kind, dtype=np.str_),
+            "subword": self.subword,
+            "meta": np.array(json.dumps({**self.meta, "format_version": FORMAT_VERSION}, sort_keys=True)),
+        }
+        with atomic_output(path) as tmp:
+            with open(tmp, "wb") as fh:
+                np.savez_compressed(fh, **arrays)
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Capture":
+        """Read a capture written by save(). Raises CaptureFormatError for anything else."""
+        path = Path(path)
+        if not path.is_file():
+            raise CaptureFormatError(f"capture file not found: {path}")
+        try:
+            with np.load(path, allow_pickle=False) as npz:
+                missing = [k for k in (*ARRAY_KEYS, "meta") if k not in npz.files]
+                if missing:
+                    raise CaptureFormatError(f"{path} is not an attnviz capture (missing {', '.join(missing)})")
+                data = {k: npz[k] for k in (*ARRAY_KEYS, "meta")}
+        except CaptureFormatError:
+            raise
+        except (OSError, ValueError, zipfile.BadZipFile, EOFError, KeyError) as exc:
+            why = "it holds pickled objects" if "pickle" in str(exc) else f"{type(exc).__name__}: {exc}"
+            raise CaptureFormatError(f"{path} is not an attnviz capture (.npz of plain arrays): {why}") from None
+        try:
+            meta = json.loads(str(data["meta"]))
+        except json.JSONDecodeError:
+            raise CaptureFormatError(f"{path}: metadata is not valid JSON") from None
+        if not isinstance(meta, dict):
+            raise CaptureFormatError(f"{path}: metadata is not a JSON object")
+        version = meta.pop("format_version", None)
+        if version != FORMAT_VERSION:
+            raise CaptureFormatError(f"{path}: capture format version {version!r} is not supported "
+                                     f"(this attnviz reads version {FORMAT_VERSION})")
+        if data["attentions"].dtype.kind != "f":
+            raise CaptureFormatError(f"{path}: attentions must be floating point, got {data['attentions'].dtype}")
+        capture = cls(
+            attentions=data["attentions"],
+            tokens=tuple(data["tokens"].tolist()),
+            token_ids=data["token_ids"],
+            special=data["special"],
+            special_kind=tuple(data["special_kind"].tolist()),
+            subword=data["subword"],
+            meta=meta,
+        )
+        try:
+            return capture.validate()
+        except AttentionCheckError as exc:
+            raise CaptureFormatError(f"{path}: {exc}") from None
+
+    def with_meta(self, **updates) -> "Capture":
+        return replace(self, meta={**self.meta, **updates})
+
+
+def check_suffix(path: str | os.PathLike, allowed: tuple[str, ...]) -> Path:
+    """Raise OutputError unless `path` ends in one of `allowed` (".png", ...). Returns it as a Path."""
+    path = Path(path)
+    if path.suffix.lower() not in allowed:
+        raise OutputError(f"unknown output format {path.suffix or '(no suffix)'!r} for {path}: use "
+                          f"{', '.join(allowed)}")
+    return path
+
+
+class atomic_output:
+    """Context manager yielding a temporary path beside `path`; on success it is renamed onto
+    `path`, on any error it is removed, so no half-written file is left behind.
+    Missing parent folders are created; permission problems become OutputError."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+
+    def __enter__(self) -> Path:
+        parent = self.path.parent
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".part", dir=parent)
+        except OSError as exc:
+            raise OutputError(f"cannot write to {parent}: {exc.strerror or exc}") from None
+        os.close(fd)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual mode
+        self.tmp = Path(tmp)
+        return self.tmp
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is None:
+            try:
+                os.replace(self.tmp, self.path)
+                return False
+            except OSError as err:
+                self.tmp.unlink(missing_ok=True)
+                raise OutputError(f"cannot write {self.path}: {err.strerror or err}") from None
+        self.tmp.unlink(missing_ok=True)
+        return False
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -1,0 +1,189 @@
+"""The `attnviz` command line. Commands stay thin: parse, call the library, print or save.
+Library errors (AttnvizError) become one line on stderr and exit code 1; usage errors keep exit 2.
+Heavy imports (torch, transformers, matplotlib) happen inside commands so `--help` stays quick."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import warnings
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from attnviz import __version__
+from attnviz.capture import check_suffix
+from attnviz.errors import AttnvizError, AttnvizWarning
+
+app = typer.Typer(help="See what a transformer's self-attention does: heatmaps, head statistics, and a "
+                       "from-scratch cross-check, from the command line.",
+                  no_args_is_help=True, rich_markup_mode="rich", pretty_exceptions_enable=False)
+out = Console()
+err = Console(stderr=True)
+
+# --- shared options -----------------------------------------------------------------------------
+TextArg = Annotated[Optional[str], typer.Argument(help="The text to look at.", show_default=False)]
+ModelOpt = Annotated[Optional[str], typer.Option(
+    "--model", "-m", help="Hugging Face id or local folder. Default: $ATTNVIZ_MODEL, else the bundled "
+                          "'minilm' (sentence-transformers/all-MiniLM-L6-v2, works offline).")]
+RevisionOpt = Annotated[Optional[str], typer.Option(help="Model revision (branch, tag or commit).")]
+DeviceOpt = Annotated[str, typer.Option(help="auto (CUDA, then MPS, then CPU), cpu, cuda or mps.")]
+DtypeOpt = Annotated[str, typer.Option(help="float32, float16 or bfloat16.")]
+RemoteOpt = Annotated[bool, typer.Option("--trust-remote-code", help="Run the model repository's own code "
+                                                                      "(only for repositories you trust).")]
+TruncateOpt = Annotated[bool, typer.Option("--truncate/--no-truncate",
+                                           help="Cut text longer than the model's maximum (with a warning), "
+                                                "or refuse it.")]
+FromOpt = Annotated[Optional[Path], typer.Option("--from", help="Read a saved capture (.npz) instead of running "
+                                                                "a model.", dir_okay=False)]
+LayerOpt = Annotated[str, typer.Option("--layer", "-l", help="Layer index (negative counts from the end) or "
+                                                             "'all'. Default: the last layer.")]
+HeadOpt = Annotated[str, typer.Option("--head", "-H", help="Head index, 'mean' or 'max' over the layer's heads.")]
+HideOpt = Annotated[bool, typer.Option("--hide-special", help="Leave out [CLS], [SEP], <s> and other special "
+                                                             "tokens (rows are not renormalised).")]
+CmapOpt = Annotated[str, typer.Option(help="Matplotlib colormap name.")]
+
+
+def _print_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    label = "Warning" if issubclass(category, AttnvizWarning) else category.__name__
+    err.print(f"[yellow]{label}:[/] {message}", highlight=False, soft_wrap=True)
+
+
+def cli_errors(func):
+    """Turn library errors into one line on stderr and exit 1; show warnings as one line each."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        previous = warnings.showwarning
+        warnings.showwarning = _print_warning
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("default", AttnvizWarning)
+                return func(*args, **kwargs)
+        except AttnvizError as exc:
+            err.print(f"[red]Error:[/] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(1) from None
+        except KeyboardInterrupt:
+            err.print("[red]Interrupted.[/]")
+            raise typer.Exit(130) from None
+        finally:
+            warnings.showwarning = previous
+
+    return wrapper
+
+
+def parse_layer(value: str) -> int | str:
+    if value.strip().lower() == "all":
+        return "all"
+    try:
+        return int(value)
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is not a layer index or 'all'", param_hint="--layer") from None
+
+
+def parse_head(value: str) -> int | str:
+    if value.strip().lower() in ("mean", "max"):
+        return value.strip().lower()
+    try:
+        return int(value)
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is not a head index, 'mean' or 'max'", param_hint="--head") from None
+
+
+def get_capture(text: str | None, source: Path | None, model: str | None, revision: str | None, device: str,
+                dtype: str, trust_remote_code: bool, truncate: bool = True):
+    """A Capture from --from, or by running the model on TEXT (with a spinner while it loads)."""
+    from attnviz.capture import Capture
+
+    if source is not None:
+        if text:
+            raise typer.BadParameter("give either TEXT or --from, not both")
+        return Capture.load(source)
+    if text is None:
+        raise typer.BadParameter("give the TEXT to look at, or --from CAPTURE.npz")
+    from attnviz.errors import InputError
+
+    if not text.strip():
+        raise InputError("the text is empty: give a sentence to look at, e.g. \"The cat sat on the mat\"")
+    loaded = load_model(model, revision, device, dtype, trust_remote_code)
+    from attnviz.model import capture_text
+
+    with err.status("Running the model…"):
+        return capture_text(text, loaded, truncate=truncate)
+
+
+def load_model(model, revision, device, dtype, trust_remote_code):
+    with err.status("Loading the model…"):
+        from attnviz.model import load
+
+        return load(model, revision=revision, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
+
+
+def version_callback(value: bool) -> None:
+    if value:
+        out.print(f"attnviz {__version__}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(version: Annotated[bool, typer.Option("--version", callback=version_callback, is_eager=True,
+                                                       help="Show the version and exit.")] = False) -> None:
+    """See what a transformer's self-attention does."""
+
+
+# --- commands -----------------------------------------------------------------------------------
+@app.command()
+@cli_errors
+def heatmap(text: TextArg = None, output: Annotated[Optional[Path], typer.Option(
+                "--output", "-o", help="Image file: .png, .svg or .pdf. Default: attnviz_<layer>_<head>.png")] = None,
+            terminal: Annotated[bool, typer.Option("--terminal", "-t", help="Draw in the terminal instead.")] = False,
+            layer: LayerOpt = "-1", head: HeadOpt = "mean", hide_special: HideOpt = False,
+            cmap: CmapOpt = "viridis",
+            start: Annotated[int, typer.Option(help="--terminal: first key column shown when the matrix is "
+                                                    "wider than the terminal.")] = 0,
+            source: FromOpt = None, model: ModelOpt = None, revision: RevisionOpt = None,
+            device: DeviceOpt = "auto", dtype: DtypeOpt = "float32", trust_remote_code: RemoteOpt = False,
+            truncate: TruncateOpt = True) -> None:
+    """Draw attention weights α as a heatmap: to an image file, or in the terminal with --terminal."""
+    which_layer, which_head = parse_layer(layer), parse_head(head)
+    if output is not None and not terminal:
+        check_suffix(output, (".png", ".svg", ".pdf"))
+    capture = get_capture(text, source, model, revision, device, dtype, trust_remote_code, truncate)
+    layers = list(range(capture.n_layers)) if which_layer == "all" else [capture.layer_index(which_layer)]
+    if terminal:
+        from attnviz.render.terminal import heatmap_renderable
+
+        color = out.color_system is not None and not out.no_color
+        for n in layers:
+            out.print(heatmap_renderable(capture, n, which_head, hide_special=hide_special, width=out.width,
+                                         color=color, cmap=cmap, start=start))
+        return
+    from attnviz.render.png import layers_figure, save_figure
+
+    path = output or Path(f"attnviz_{'all' if which_layer == 'all' else f'layer{layers[0]}'}_{which_head}.png")
+    fig = layers_figure(capture, layers, which_head, hide_special=hide_special, cmap=cmap)
+    out.print(str(save_figure(fig, path)), highlight=False, soft_wrap=True)
+
+
+@app.command()
+@cli_errors
+def capture(text: TextArg = None,
+            output: Annotated[Path, typer.Option("--output", "-o", help="Capture file (.npz).")] = Path("capture.npz"),
+            model: ModelOpt = None, revision: RevisionOpt = None, device: DeviceOpt = "auto",
+            dtype: DtypeOpt = "float32", trust_remote_code: RemoteOpt = False, truncate: TruncateOpt = True) -> None:
+    """Run the model and save α, tokens and metadata as a .npz capture for later --from use."""
+    check_suffix(output, (".npz",))
+    result = get_capture(text, None, model, revision, device, dtype, trust_remote_code, truncate)
+    path = result.save(output)
+    out.print(f"{path}  ({result.n_layers} layers × {result.n_heads} heads × {result.n_tokens} tokens)",
+              highlight=False, soft_wrap=True)
+
+
+def main() -> None:
+    app(prog_name="attnviz")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

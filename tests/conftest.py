@@ -1,0 +1,155 @@
+"""Fixtures: tiny random models of each family, built from configs and saved with a tokenizer to a
+temp folder (no downloads), and the real bundled MiniLM."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+CORPUS = ["The cat sat on the mat.", "A dog ran in the park!", "Attention is all you need, they said.",
+          "The quick brown fox jumps over the lazy dog", "tokenization of unbelievably long words"] * 4
+SENTENCE = "The cat sat on the mat"
+
+
+def _bpe_tokenizer(kind: str):
+    """A small BPE tokenizer trained on CORPUS: byte-level (GPT-2 style, Ġ) or metaspace (Llama style, ▁)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    if kind == "bytelevel":
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=500, special_tokens=["<|endoftext|>"],
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        tok.train_from_iterator(CORPUS, trainer)
+        return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
+                                       unk_token="<|endoftext|>")
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=False))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"])
+    tok.train_from_iterator(CORPUS, trainer)
+    bos = tok.token_to_id("<s>")
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", bos)])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+
+
+def _bert_tokenizer():
+    from transformers import AutoTokenizer
+
+    from attnviz.model import bundled_model_dir
+
+    return AutoTokenizer.from_pretrained(str(bundled_model_dir()))
+
+
+def build_tiny_model(kind: str, folder):
+    """Save a tiny random model of `kind` with a tokenizer into `folder`; return the folder."""
+    import torch
+    import transformers as tf
+
+    torch.manual_seed(0)
+    small = dict(num_hidden_layers=2, num_attention_heads=4, hidden_size=32, intermediate_size=64)
+    if kind in ("bert", "roberta", "electra", "distilbert"):
+        tokenizer = _bert_tokenizer()
+        vocab = tokenizer.vocab_size
+        if kind == "bert":
+            model = tf.BertModel(tf.BertConfig(vocab_size=vocab, **small))
+        elif kind == "roberta":
+            model = tf.RobertaModel(tf.RobertaConfig(vocab_size=vocab, pad_token_id=0, **small))
+        elif kind == "electra":
+            model = tf.ElectraModel(tf.ElectraConfig(vocab_size=vocab, embedding_size=16, **small))
+        else:
+            model = tf.DistilBertModel(tf.DistilBertConfig(vocab_size=vocab, n_layers=2, n_heads=4, dim=32,
+                                                           hidden_dim=64))
+    elif kind == "gpt2":
+        tokenizer = _bpe_tokenizer("bytelevel")
+        eot = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+        model = tf.GPT2Model(tf.GPT2Config(vocab_size=len(tokenizer), n_layer=2, n_head=4, n_embd=32,
+                                           n_positions=64, bos_token_id=eot, eos_token_id=eot))
+    elif kind in ("llama", "mistral", "qwen2"):
+        tokenizer = _bpe_tokenizer("metaspace")
+        cfg = dict(vocab_size=len(tokenizer), num_key_value_heads=2, bos_token_id=tokenizer.bos_token_id,
+                   eos_token_id=tokenizer.eos_token_id, pad_token_id=None, max_position_embeddings=128,
+                   rope_theta=10000.0, **small)
+        if kind == "llama":
+            model = tf.LlamaModel(tf.LlamaConfig(**cfg))
+        elif kind == "mistral":
+            model = tf.MistralModel(tf.MistralConfig(sliding_window=None, **cfg))
+        else:
+            model = tf.Qwen2Model(tf.Qwen2Config(**cfg))
+    else:
+        raise ValueError(kind)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """tiny_model_dir("gpt2") -> folder of a saved tiny random GPT-2 (built once per session)."""
+    built: dict[str, str] = {}
+
+    def get(kind: str) -> str:
+        if kind not in built:
+            built[kind] = str(build_tiny_model(kind, tmp_path_factory.mktemp(f"tiny-{kind}")))
+        return built[kind]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def load_tiny(tiny_model_dir):
+    from attnviz.model import load
+
+    loaded: dict = {}
+
+    def get(kind: str):
+        if kind not in loaded:
+            loaded[kind] = load(tiny_model_dir(kind), device="cpu")
+        return loaded[kind]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    """The real bundled all-MiniLM-L6-v2, loaded once."""
+    from attnviz.model import load
+
+    return load("minilm", device="cpu")
+
+
+@pytest.fixture(scope="session")
+def cat_capture(minilm):
+    from attnviz.model import capture_text
+
+    return capture_text(SENTENCE, minilm)
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    import sys
+
+    if "matplotlib.pyplot" in sys.modules:
+        sys.modules["matplotlib.pyplot"].close("all")
+
+
+def make_capture(alpha, tokens=None, *, causal=False, special=None, kinds=None):
+    """A Capture from a hand-made α (L, H, T, T) for metric and renderer tests."""
+    import numpy as np
+
+    from attnviz.capture import Capture
+
+    alpha = np.asarray(alpha, dtype=np.float32)
+    T = alpha.shape[-1]
+    tokens = tokens or [f"t{i}" for i in range(T)]
+    special = special if special is not None else [False] * T
+    kinds = kinds or ["" if not s else "other" for s in special]
+    return Capture(attentions=alpha, tokens=tokens, token_ids=list(range(T)), special=special,
+                   special_kind=kinds, subword=[False] * T, meta={"model": "hand-made", "causal": causal})

@@ -1,0 +1,129 @@
+"""The CLI through typer's CliRunner: every command, and every error a user can cause."""
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from attnviz import __version__
+from attnviz.capture import Capture
+from attnviz.cli import app
+from conftest import SENTENCE
+
+runner = CliRunner()
+
+
+def run(*args, **kwargs):
+    return runner.invoke(app, [str(a) for a in args], **kwargs)
+
+
+def one_line_error(result, code=1):
+    assert result.exit_code == code, result.output
+    assert "Traceback" not in result.output + result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error:"), result.stderr
+    return lines[0]
+
+
+def test_version_and_help():
+    assert run("--version").stdout.strip() == f"attnviz {__version__}"
+    result = run("--help")
+    assert result.exit_code == 0 and "heatmap" in result.stdout and "capture" in result.stdout
+
+
+@pytest.fixture(scope="module")
+def saved_capture(tmp_path_factory, tiny_model_dir):
+    path = tmp_path_factory.mktemp("cap") / "gpt2.npz"
+    result = run("capture", SENTENCE, "-m", tiny_model_dir("gpt2"), "-o", path, "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    assert str(path) in result.stdout and "2 layers × 4 heads" in result.stdout
+    return path
+
+
+def test_capture_then_heatmap_from_capture(saved_capture, tmp_path):
+    cap = Capture.load(saved_capture)
+    assert cap.causal and cap.n_layers == 2
+    png = tmp_path / "out" / "l0.png"
+    result = run("heatmap", "--from", saved_capture, "--layer", "0", "--head", "2", "-o", png)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == str(png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_heatmap_default_writes_png_in_cwd(saved_capture, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = run("heatmap", "--from", saved_capture)
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / result.stdout.strip()).is_file() and result.stdout.strip().endswith(".png")
+
+
+def test_heatmap_all_layers_svg_and_pdf(saved_capture, tmp_path):
+    for suffix in (".svg", ".pdf"):
+        result = run("heatmap", "--from", saved_capture, "--layer", "all", "-o", tmp_path / f"all{suffix}")
+        assert result.exit_code == 0, result.output
+        assert (tmp_path / f"all{suffix}").stat().st_size > 1000
+
+
+def test_heatmap_terminal(saved_capture):
+    result = run("heatmap", "--from", saved_capture, "--terminal", "--head", "max")
+    assert result.exit_code == 0, result.output
+    assert "cat" in result.stdout and "mat" in result.stdout and "layer 1" in result.stdout
+    assert "·" in result.stdout  # causal: future cells marked
+
+
+@pytest.mark.slow
+def test_heatmap_default_model_terminal_hide_special():
+    result = run("heatmap", SENTENCE, "--terminal", "--hide-special", "--layer", "0", "--head", "3")
+    assert result.exit_code == 0, result.output
+    assert "[CLS]" not in result.stdout and "cat" in result.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["heatmap", "   "], "empty"),
+    (["heatmap", "--from", "{cap}", "--layer", "7"], "layer 7 is out of range"),
+    (["heatmap", "--from", "{cap}", "--layer", "-3"], "0..1"),
+    (["heatmap", "--from", "{cap}", "--head", "4"], "0..3"),
+    (["heatmap", "--from", "{cap}", "-o", "x.bmp"], ".bmp"),
+    (["heatmap", "--from", "{cap}", "-o", "/proc/nope/x.png"], "cannot write"),
+    (["heatmap", "--from", "{cap}", "--cmap", "nocolormap"], "colormap"),
+    (["heatmap", "x", "-m", "some-org/not-cached-anywhere"], "works offline"),
+    (["heatmap", "x", "-m", "{tmp}"], "not a Hugging Face model"),
+    (["heatmap", "--from", "{bad}"], "not an attnviz capture"),
+    (["heatmap", "--from", "{missing}"], "not found"),
+    (["capture", "x", "-o", "x.txt"], ".npz"),
+])
+def test_user_errors_are_one_line(args, message, saved_capture, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"not a zip")
+    fill = dict(cap=saved_capture, tmp=tmp_path, bad=bad, missing=tmp_path / "missing.npz")
+    result = run(*[a.format(**fill) for a in args])
+    assert message in one_line_error(result)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.npz"]  # nothing half-written
+
+
+def test_usage_errors_keep_exit_2(saved_capture):
+    assert run("heatmap", "--from", saved_capture, "--layer", "seven").exit_code == 2
+    assert run("heatmap", "--from", saved_capture, "--head", "avg").exit_code == 2
+    assert run("heatmap").exit_code == 2  # neither TEXT nor --from
+    assert run("heatmap", "text", "--from", saved_capture).exit_code == 2
+
+
+def test_truncation_warning_is_one_line(tiny_model_dir, tmp_path):
+    long_text = " ".join(["The cat sat on the mat."] * 40)
+    result = run("capture", long_text, "-m", tiny_model_dir("gpt2"), "-o", tmp_path / "c.npz")
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("Warning:")]
+    assert len(warnings) == 1 and "dropped" in warnings[0]
+    assert Capture.load(tmp_path / "c.npz").n_tokens == 64
+    result = run("capture", long_text, "-m", tiny_model_dir("gpt2"), "-o", tmp_path / "d.npz", "--no-truncate")
+    assert "at most 64" in one_line_error(result)
+    assert not (tmp_path / "d.npz").exists()
+
+
+def test_python_dash_m_works(tmp_path):
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "attnviz", "--version"], capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.strip() == f"attnviz {__version__}"
