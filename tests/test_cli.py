@@ -127,3 +127,45 @@ def test_python_dash_m_works(tmp_path):
 
     result = subprocess.run([sys.executable, "-m", "attnviz", "--version"], capture_output=True, text=True)
     assert result.returncode == 0 and result.stdout.strip() == f"attnviz {__version__}"
+
+
+def test_verify_passes_with_table_and_json(tiny_model_dir):
+    result = run("verify", SENTENCE, "-m", tiny_model_dir("llama"))
+    assert result.exit_code == 0, result.output
+    assert "PASS" in result.stdout and "worst head" in result.stdout
+    import json
+
+    result = run("verify", SENTENCE, "-m", tiny_model_dir("gpt2"), "--json")
+    data = json.loads(result.stdout)
+    assert result.exit_code == 0 and data["passed"] is True and data["tolerance"] == 1e-5
+    assert len(data["layers"]) == 2 and data["max_abs_diff"] <= 1e-5
+
+
+def test_verify_fails_with_distinct_exit_code(tiny_model_dir):
+    result = run("verify", SENTENCE, "-m", tiny_model_dir("bert"), "--tolerance", "0")
+    assert result.exit_code == 3, result.output
+    assert "FAIL" in result.stdout
+
+
+def test_verify_unsupported_architecture_is_one_line(tmp_path):
+    import transformers as tf
+
+    tf.AlbertModel(tf.AlbertConfig(vocab_size=30522, hidden_size=16, num_attention_heads=2, intermediate_size=32,
+                                   num_hidden_layers=1, embedding_size=8)).save_pretrained(tmp_path)
+    from attnviz.model import bundled_model_dir
+    from transformers import AutoTokenizer
+
+    AutoTokenizer.from_pretrained(str(bundled_model_dir())).save_pretrained(tmp_path)
+    assert "supported:" in one_line_error(run("verify", SENTENCE, "-m", tmp_path))
+
+
+def test_scaling_table_json_and_plot(tiny_model_dir, tmp_path):
+    import json
+
+    result = run("scaling", SENTENCE, "-m", tiny_model_dir("bert"), "-o", tmp_path / "s.png")
+    assert result.exit_code == 0, result.output
+    assert "std QKᵀ" in result.stdout and "7.9" in result.stdout  # synthetic d_k=64 check ≈ 8
+    assert (tmp_path / "s.png").read_bytes()[:4] == b"\x89PNG"
+    data = json.loads(run("scaling", SENTENCE, "-m", tiny_model_dir("bert"), "--json").stdout)
+    assert data["d_k"] == 8 and len(data["layers"]) == 2
+    assert abs(data["synthetic_d64"]["std_scaled"] - 1.0) < 0.02

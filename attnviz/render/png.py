@@ -173,3 +173,22 @@ def _metadata(suffix: str) -> dict:
 
     software = f"attnviz {__version__}"
     return {"Software": software} if suffix == ".png" else {"Creator": software}
+
+
+def scaling_figure(rows, T: int, d_k: int, model: str):
+    """Mean softmax entropy per layer with raw logits Q·Kᵀ and with Q·Kᵀ/√d_k, beside ln T."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.4, 4.0), dpi=100, layout="constrained")
+    ax = fig.add_subplot()
+    layers = [r.layer for r in rows]
+    ax.plot(layers, [r.entropy_scaled for r in rows], "o-", label="softmax(QKᵀ/√d_k)  (what the model does)")
+    ax.plot(layers, [r.entropy_raw for r in rows], "s--", label="softmax(QKᵀ)  (no scaling)")
+    ax.axhline(math.log(T), color="grey", linestyle=":", label=f"uniform: ln T = {math.log(T):.2f}")
+    ax.set_xlabel("layer")
+    ax.set_ylabel("mean attention entropy (nats)")
+    ax.set_xticks(layers)
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"{model.split('/')[-1]}: why divide by √d_k (d_k = {d_k}, T = {T})", fontsize=10)
+    ax.legend(fontsize=8)
+    return fig

@@ -1,4 +1,4 @@
-"""The `attnviz` command line. Commands stay thin: parse, call the library, print or save.
+"""What every command shares: the Typer app, option types, error handling, getting a Capture.
 Library errors (AttnvizError) become one line on stderr and exit code 1; usage errors keep exit 2.
 Heavy imports (torch, transformers, matplotlib) happen inside commands so `--help` stays quick."""
 
@@ -103,15 +103,23 @@ def get_capture(text: str | None, source: Path | None, model: str | None, revisi
         return Capture.load(source)
     if text is None:
         raise typer.BadParameter("give the TEXT to look at, or --from CAPTURE.npz")
-    from attnviz.errors import InputError
-
-    if not text.strip():
-        raise InputError("the text is empty: give a sentence to look at, e.g. \"The cat sat on the mat\"")
+    text = require_text(text)
     loaded = load_model(model, revision, device, dtype, trust_remote_code)
     from attnviz.model import capture_text
 
     with err.status("Running the model…"):
         return capture_text(text, loaded, truncate=truncate)
+
+
+def require_text(text: str | None) -> str:
+    """TEXT is required (usage error if missing) and must not be blank (InputError)."""
+    if text is None:
+        raise typer.BadParameter("give the TEXT to look at")
+    if not text.strip():
+        from attnviz.errors import InputError
+
+        raise InputError("the text is empty: give a sentence to look at, e.g. \"The cat sat on the mat\"")
+    return text
 
 
 def load_model(model, revision, device, dtype, trust_remote_code):
@@ -133,57 +141,3 @@ def main_options(version: Annotated[bool, typer.Option("--version", callback=ver
     """See what a transformer's self-attention does."""
 
 
-# --- commands -----------------------------------------------------------------------------------
-@app.command()
-@cli_errors
-def heatmap(text: TextArg = None, output: Annotated[Optional[Path], typer.Option(
-                "--output", "-o", help="Image file: .png, .svg or .pdf. Default: attnviz_<layer>_<head>.png")] = None,
-            terminal: Annotated[bool, typer.Option("--terminal", "-t", help="Draw in the terminal instead.")] = False,
-            layer: LayerOpt = "-1", head: HeadOpt = "mean", hide_special: HideOpt = False,
-            cmap: CmapOpt = "viridis",
-            start: Annotated[int, typer.Option(help="--terminal: first key column shown when the matrix is "
-                                                    "wider than the terminal.")] = 0,
-            source: FromOpt = None, model: ModelOpt = None, revision: RevisionOpt = None,
-            device: DeviceOpt = "auto", dtype: DtypeOpt = "float32", trust_remote_code: RemoteOpt = False,
-            truncate: TruncateOpt = True) -> None:
-    """Draw attention weights α as a heatmap: to an image file, or in the terminal with --terminal."""
-    which_layer, which_head = parse_layer(layer), parse_head(head)
-    if output is not None and not terminal:
-        check_suffix(output, (".png", ".svg", ".pdf"))
-    capture = get_capture(text, source, model, revision, device, dtype, trust_remote_code, truncate)
-    layers = list(range(capture.n_layers)) if which_layer == "all" else [capture.layer_index(which_layer)]
-    if terminal:
-        from attnviz.render.terminal import heatmap_renderable
-
-        color = out.color_system is not None and not out.no_color
-        for n in layers:
-            out.print(heatmap_renderable(capture, n, which_head, hide_special=hide_special, width=out.width,
-                                         color=color, cmap=cmap, start=start))
-        return
-    from attnviz.render.png import layers_figure, save_figure
-
-    path = output or Path(f"attnviz_{'all' if which_layer == 'all' else f'layer{layers[0]}'}_{which_head}.png")
-    fig = layers_figure(capture, layers, which_head, hide_special=hide_special, cmap=cmap)
-    out.print(str(save_figure(fig, path)), highlight=False, soft_wrap=True)
-
-
-@app.command()
-@cli_errors
-def capture(text: TextArg = None,
-            output: Annotated[Path, typer.Option("--output", "-o", help="Capture file (.npz).")] = Path("capture.npz"),
-            model: ModelOpt = None, revision: RevisionOpt = None, device: DeviceOpt = "auto",
-            dtype: DtypeOpt = "float32", trust_remote_code: RemoteOpt = False, truncate: TruncateOpt = True) -> None:
-    """Run the model and save α, tokens and metadata as a .npz capture for later --from use."""
-    check_suffix(output, (".npz",))
-    result = get_capture(text, None, model, revision, device, dtype, trust_remote_code, truncate)
-    path = result.save(output)
-    out.print(f"{path}  ({result.n_layers} layers × {result.n_heads} heads × {result.n_tokens} tokens)",
-              highlight=False, soft_wrap=True)
-
-
-def main() -> None:
-    app(prog_name="attnviz")
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

@@ -1,0 +1,354 @@
+"""Attention from scratch: softmax(Q·Kᵀ/√d_k)·V, recomputed from a model's own weights.
+
+The core is `scaled_dot_product_attention`, written as the textbook writes it. For a real model, a
+forward pre-hook on each attention module records exactly what that module receives (the hidden states
+after any LayerNorm, and for rotary models the positions), then one small adapter per architecture
+projects them with the module's own Q/K/V weights, splits heads, applies what the architecture adds
+(rotary embeddings, grouped-query K/V sharing, the causal mask) and calls the core. The result is a
+second producer of the same Capture, so `attnviz verify` can compare it with what the model reports.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import numpy as np
+import torch
+
+from attnviz.errors import UnsupportedArchitectureError
+
+# --- the core -----------------------------------------------------------------------------------
+
+
+def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                                 mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """out, alpha = softmax(Q·Kᵀ/√d_k)·V, and alpha itself.
+
+    q: (..., T_q, d_k)   k: (..., T_k, d_k)   v: (..., T_k, d_v)
+    mask: bool, broadcastable to (..., T_q, T_k); True where query i may attend to key j.
+    A row whose keys are all masked attends to nothing: its alpha row is all zeros and its out is 0
+    (not NaN), and no NaN leaks into other rows."""
+    d_k = q.size(-1)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # (..., T_q, T_k)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))  # (..., T_q, T_k)
+    row_max = scores.amax(dim=-1, keepdim=True)  # (..., T_q, 1)
+    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))  # all-masked rows
+    weights = torch.exp(scores - row_max)  # (..., T_q, T_k); masked -> exp(-inf) = 0
+    total = weights.sum(dim=-1, keepdim=True)  # (..., T_q, 1)
+    alpha = torch.where(total > 0, weights / total.clamp_min(torch.finfo(weights.dtype).tiny),
+                        torch.zeros_like(weights))  # (..., T_q, T_k), rows sum to 1 (or 0 if all masked)
+    out = alpha @ v  # (..., T_q, d_v)
+    return out, alpha
+
+
+def attention_mask(key_mask: torch.Tensor, *, causal: bool, window: int | None = None) -> torch.Tensor:
+    """Which keys each query may see. key_mask: (B, T) 1 for real tokens, 0 for padding.
+    Returns bool (B, 1, T, T): padding keys hidden; for causal models also j > i (and j ≤ i - window)."""
+    B, T = key_mask.shape
+    allowed = key_mask.bool()[:, None, None, :].expand(B, 1, T, T)  # (B, 1, T, T)
+    if causal:
+        i = torch.arange(T, device=key_mask.device)[:, None]
+        j = torch.arange(T, device=key_mask.device)[None, :]
+        keep = j <= i  # (T, T)
+        if window is not None:
+            keep = keep & (i - j < window)
+        allowed = allowed & keep
+    return allowed
+
+
+# --- per-architecture adapters ------------------------------------------------------------------
+
+
+@dataclass
+class Seen:
+    """What one attention module received in the forward pass (recorded by a pre-hook)."""
+
+    hidden: torch.Tensor  # (B, T, D)
+    position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None  # rotary (cos, sin), (B, T, d)
+
+
+@dataclass
+class QKV:
+    q: torch.Tensor  # (B, H, T, d_k)
+    k: torch.Tensor  # (B, H, T, d_k)   (K/V heads already repeated for grouped-query attention)
+    v: torch.Tensor  # (B, H, T, d_v)
+
+
+def _split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
+    B, T, D = x.shape
+    return x.view(B, T, heads, D // heads).transpose(1, 2)  # (B, heads, T, d)
+
+
+class Adapter:
+    """How one family of models computes Q, K, V. Subclasses name the attention modules."""
+
+    families: tuple[str, ...] = ()
+    causal = False
+
+    def modules(self, model) -> list:
+        raise NotImplementedError
+
+    def qkv(self, module, seen: Seen, layer: int, config) -> QKV:
+        raise NotImplementedError
+
+    def window(self, config) -> int | None:
+        return None
+
+
+class BertAdapter(Adapter):
+    """BERT, RoBERTa, ELECTRA (and the bundled MiniLM): separate query/key/value Linear layers."""
+
+    families = ("bert", "roberta", "xlm-roberta", "electra", "camembert")
+
+    def modules(self, model):
+        if getattr(model.config, "position_embedding_type", "absolute") not in (None, "absolute"):
+            raise UnsupportedArchitectureError("relative position embeddings in BERT-family models are not "
+                                               "supported by the from-scratch path")
+        return [layer.attention.self for layer in model.encoder.layer]
+
+    def qkv(self, module, seen, layer, config):
+        heads = module.num_attention_heads
+        x = seen.hidden  # (B, T, D)
+        return QKV(_split_heads(module.query(x), heads), _split_heads(module.key(x), heads),
+                   _split_heads(module.value(x), heads))
+
+
+class DistilBertAdapter(Adapter):
+    """DistilBERT: q_lin / k_lin / v_lin."""
+
+    families = ("distilbert",)
+
+    def modules(self, model):
+        return [layer.attention for layer in model.transformer.layer]
+
+    def qkv(self, module, seen, layer, config):
+        heads = module.n_heads
+        x = seen.hidden
+        return QKV(_split_heads(module.q_lin(x), heads), _split_heads(module.k_lin(x), heads),
+                   _split_heads(module.v_lin(x), heads))
+
+
+class GPT2Adapter(Adapter):
+    """GPT-2: one fused Conv1D c_attn, x @ W + b with W of shape (D, 3D) (transposed vs. Linear); causal."""
+
+    families = ("gpt2",)
+    causal = True
+
+    def modules(self, model):
+        return [block.attn for block in model.h]
+
+    def qkv(self, module, seen, layer, config):
+        x = seen.hidden  # (B, T, D)
+        W, b = module.c_attn.weight, module.c_attn.bias  # (D, 3D), (3D,)
+        q, k, v = (x @ W + b).split(module.split_size, dim=-1)  # 3 x (B, T, D)
+        q, k, v = (_split_heads(t, module.num_heads) for t in (q, k, v))  # (B, H, T, d)
+        # the core divides by √d_k; undo or add what this GPT-2 variant does instead
+        if not module.scale_attn_weights:
+            q = q * math.sqrt(q.size(-1))
+        if module.scale_attn_by_inverse_layer_idx:
+            q = q / float(layer + 1)
+        return QKV(q, k, v)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.size(-1) // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def rotary_cos_sin(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """RoPE as in RoFormer / Llama: angle_{p,i} = p / theta^(2i/d), pairs (i, i + d/2). Returns (T, d) each."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))  # (d/2,)
+    angles = positions.double()[:, None] * inv_freq[None, :]  # (T, d/2)
+    angles = torch.cat((angles, angles), dim=-1)  # (T, d)
+    return angles.cos(), angles.sin()
+
+
+class LlamaAdapter(Adapter):
+    """Llama, Mistral, Qwen2: q/k/v_proj (Qwen2 with bias), rotary positions computed from the config,
+    grouped-query attention (each K/V head serves num_heads / num_kv_heads query heads), causal."""
+
+    families = ("llama", "mistral", "qwen2")
+    causal = True
+
+    def modules(self, model):
+        return [layer.self_attn for layer in model.layers]
+
+    def window(self, config):
+        window = getattr(config, "sliding_window", None)
+        if config.model_type == "qwen2" and not getattr(config, "use_sliding_window", False):
+            return None
+        return window
+
+    def qkv(self, module, seen, layer, config):
+        x = seen.hidden  # (B, T, D)
+        d = module.head_dim
+        q = _split_heads(module.q_proj(x), module.q_proj.out_features // d)  # (B, H, T, d)
+        k = _split_heads(module.k_proj(x), module.k_proj.out_features // d)  # (B, H_kv, T, d)
+        v = _split_heads(module.v_proj(x), module.v_proj.out_features // d)  # (B, H_kv, T, d)
+        cos, sin = self._cos_sin(config, d, x.shape[1], seen)  # (T, d) or (B, T, d)
+        cos, sin = cos.to(q.dtype), sin.to(q.dtype)
+        if cos.ndim == 3:
+            cos, sin = cos[:, None], sin[:, None]  # (B, 1, T, d)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        groups = q.size(1) // k.size(1)
+        k = k.repeat_interleave(groups, dim=1)  # (B, H, T, d)
+        v = v.repeat_interleave(groups, dim=1)
+        return QKV(q, k, v)
+
+    @staticmethod
+    def _cos_sin(config, head_dim: int, T: int, seen: Seen):
+        rope = getattr(config, "rope_parameters", None) or {}
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        theta = rope.get("rope_theta", getattr(config, "rope_theta", 10000.0))
+        if rope_type == "default":
+            return rotary_cos_sin(torch.arange(T), head_dim, theta)
+        if seen.position_embeddings is None:
+            raise UnsupportedArchitectureError(f"rotary scaling {rope_type!r} is not supported by the "
+                                               f"from-scratch path")
+        return seen.position_embeddings  # scaled RoPE: use the (cos, sin) the module itself received
+
+
+ADAPTERS: tuple[Adapter, ...] = (BertAdapter(), DistilBertAdapter(), GPT2Adapter(), LlamaAdapter())
+SUPPORTED = tuple(f for a in ADAPTERS for f in a.families)
+
+
+def adapter_for(model) -> Adapter:
+    model_type = getattr(model.config, "model_type", "?")
+    for adapter in ADAPTERS:
+        if model_type in adapter.families:
+            return adapter
+    raise UnsupportedArchitectureError(f"the from-scratch path does not support {model_type!r} models yet; "
+                                       f"supported: {', '.join(SUPPORTED)}")
+
+
+# --- running a real model -----------------------------------------------------------------------
+
+
+def _record_inputs(model, modules: list) -> tuple[list[Seen | None], Callable[[], None]]:
+    """Pre-hooks that store what each attention module receives. Returns (records, remove)."""
+    seen: list[Seen | None] = [None] * len(modules)
+
+    def make_hook(n: int):
+        def hook(module, args, kwargs):
+            hidden = args[0] if args else kwargs.get("hidden_states", kwargs.get("query"))
+            seen[n] = Seen(hidden.detach(), kwargs.get("position_embeddings"))
+
+        return hook
+
+    handles = [m.register_forward_pre_hook(make_hook(n), with_kwargs=True) for n, m in enumerate(modules)]
+    return seen, lambda: [h.remove() for h in handles]
+
+
+@dataclass
+class Recomputed:
+    """One forward pass of the model, and per layer the Q, K, V recomputed from what each attention
+    module received."""
+
+    output: object  # the model's own output (with .attentions)
+    layers: list[QKV]  # per layer, (B, H, T, d) each
+    mask: torch.Tensor  # (B, 1, T, T) bool, what the core applies
+
+
+def recompute(model, inputs: dict) -> Recomputed:
+    """Run `model` on `inputs` once (eager, output_attentions) and recompute every layer's Q, K, V
+    from its own weights, in float32 whatever the model's dtype."""
+    base = getattr(model, "base_model", model)
+    adapter = adapter_for(base)
+    modules = adapter.modules(base)
+    seen, remove = _record_inputs(base, modules)
+    try:
+        with torch.inference_mode():
+            output = model(**inputs, output_attentions=True)
+            layers = []
+            for n, (module, record) in enumerate(zip(modules, seen)):
+                if record is None:
+                    raise UnsupportedArchitectureError(f"the attention module of layer {n} was not called")
+                if next(module.parameters()).dtype != torch.float32:  # half precision: reference in fp32
+                    module = copy.deepcopy(module).float()
+                    record = Seen(record.hidden.float(), None if record.position_embeddings is None else
+                                  tuple(t.float() for t in record.position_embeddings))
+                layers.append(adapter.qkv(module, record, n, base.config))
+    finally:
+        remove()
+    key_mask = inputs.get("attention_mask")
+    if key_mask is None:
+        key_mask = torch.ones(inputs["input_ids"].shape, device=inputs["input_ids"].device)
+    mask = attention_mask(key_mask, causal=adapter.causal, window=adapter.window(base.config))
+    return Recomputed(output, layers, mask)
+
+
+def scratch_attentions(model, inputs: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(scratch α, model α), each float32 (L, B, H, T, T), from one forward pass."""
+    run = recompute(model, inputs)
+    with torch.inference_mode():
+        alphas = [scaled_dot_product_attention(qkv.q, qkv.k, qkv.v, run.mask)[1] for qkv in run.layers]
+    model_alpha = torch.stack([a.float() for a in run.output.attentions])  # (L, B, H, T, T)
+    return torch.stack(alphas).cpu().numpy(), model_alpha.cpu().numpy()
+
+
+def capture_both(loaded, text: str, *, truncate: bool = True):
+    """(model Capture, scratch Capture) for one text, from a single forward pass."""
+    from attnviz.model import encode, make_capture
+
+    encoded = encode(loaded, text, truncate=truncate)
+    scratch, reported = scratch_attentions(loaded.model, encoded.inputs)
+    return (make_capture(loaded, encoded, reported[:, 0], text),
+            make_capture(loaded, encoded, scratch[:, 0], text, source="scratch"))
+
+
+# --- the √d_k experiment ------------------------------------------------------------------------
+
+
+@dataclass
+class ScalingRow:
+    """One layer: raw logits Q·Kᵀ against scaled Q·Kᵀ/√d_k, over every head and allowed (i, j)."""
+
+    layer: int
+    std_raw: float
+    std_scaled: float
+    entropy_raw: float  # mean over heads and rows of the softmax entropy, nats
+    entropy_scaled: float
+    max_raw: float  # mean over heads and rows of the largest weight
+    max_scaled: float
+
+
+def _softmax_stats(logits: torch.Tensor, mask: torch.Tensor) -> tuple[float, float]:
+    alpha = torch.softmax(logits.masked_fill(~mask, float("-inf")), dim=-1)  # (B, H, T, T)
+    plogp = torch.where(alpha > 0, alpha * alpha.log(), torch.zeros_like(alpha))
+    entropy = -plogp.sum(-1)  # (B, H, T)
+    return float(entropy.mean()), float(alpha.amax(-1).mean())
+
+
+def scaling_rows(loaded, text: str, *, truncate: bool = True) -> tuple[list[ScalingRow], int, int]:
+    """Per layer of the real model: spread, entropy and peak of softmax(QKᵀ) vs softmax(QKᵀ/√d_k).
+    Returns (rows, T, d_k)."""
+    from attnviz.model import encode
+
+    encoded = encode(loaded, text, truncate=truncate)
+    run = recompute(loaded.model, encoded.inputs)
+    rows, d_k, mask = [], 0, run.mask
+    for n, qkv in enumerate(run.layers):
+        d_k = qkv.q.size(-1)
+        raw = qkv.q @ qkv.k.transpose(-2, -1)  # (B, H, T, T)
+        scaled = raw / math.sqrt(d_k)
+        allowed = mask.expand_as(raw)
+        e_raw, m_raw = _softmax_stats(raw, mask)
+        e_scaled, m_scaled = _softmax_stats(scaled, mask)
+        rows.append(ScalingRow(n, float(raw[allowed].std()), float(scaled[allowed].std()),
+                               e_raw, e_scaled, m_raw, m_scaled))
+    return rows, len(encoded.token_ids), d_k
+
+
+def synthetic_scaling(d_k: int = 64, n: int = 100_000, seed: int = 0) -> tuple[float, float]:
+    """The essay's check: for q, k with independent N(0, 1) entries, q·k has variance d_k, so its std is
+    √d_k (8 for d_k = 64) raw and 1 after dividing by √d_k. Returns (std raw, std scaled)."""
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(n, d_k, generator=gen, dtype=torch.float64)
+    k = torch.randn(n, d_k, generator=gen, dtype=torch.float64)
+    dots = (q * k).sum(-1)  # (n,)
+    return float(dots.std()), float((dots / math.sqrt(d_k)).std())

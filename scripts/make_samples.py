@@ -1,0 +1,84 @@
+"""Regenerate sample_outputs/ by running the real `attnviz` command, and list each file with the
+command that made it in sample_outputs/README.md.   Usage: python scripts/make_samples.py"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "sample_outputs"
+CAT = "The cat sat on the mat"
+
+# (file written, arguments to attnviz, what it shows). Files ending in .txt/.svg from a command that
+# prints to the terminal are that command's output (plain: NO_COLOR; .svg: the coloured terminal).
+SAMPLES: list[tuple[str, list[str], str]] = [
+    ("cat.npz", ["capture", CAT, "-o", "{out}"], "the capture the other samples re-use"),
+    ("cat_layer5_mean.png", ["heatmap", CAT, "-o", "{out}"], "the default: last layer, mean over heads"),
+    ("cat_layer0_head3.png", ["heatmap", "--from", "{dir}/cat.npz", "--layer", "0", "--head", "3", "-o", "{out}"],
+     "one head of layer 0"),
+    ("cat_all_layers.png", ["heatmap", "--from", "{dir}/cat.npz", "--layer", "all", "--hide-special", "-o", "{out}"],
+     "every layer, head mean, special tokens hidden"),
+    ("korean_layer0_head3.png", ["heatmap", "나는 사과를 먹었다", "--layer", "0", "--head", "3", "-o", "{out}"],
+     "Hangul labels (uncased BERT splits syllables into jamo; [UNK] for an unknown word)"),
+    ("long_layer0_head3.png", ["heatmap", " ".join(["The quick brown fox jumps over the lazy dog."] * 12),
+                               "--layer", "0", "--head", "3", "-o", "{out}"], "T=122: label sizing"),
+    ("cat_terminal.txt", ["heatmap", "--from", "{dir}/cat.npz", "--terminal", "--layer", "0", "--head", "3"],
+     "terminal heatmap with NO_COLOR (shaded glyphs)"),
+    ("cat_terminal.svg", ["heatmap", "--from", "{dir}/cat.npz", "--terminal", "--layer", "0", "--head", "3"],
+     "terminal heatmap in colour"),
+]
+
+
+def attnviz() -> list[str]:
+    exe = shutil.which("attnviz", path=str(Path(sys.executable).parent)) or shutil.which("attnviz")
+    return [exe] if exe else [sys.executable, "-m", "attnviz"]
+
+
+def run(args: list[str], *, color: bool, columns: int = 100) -> str:
+    env = {**os.environ, "COLUMNS": str(columns), "HF_HUB_OFFLINE": "1"}
+    env.pop("NO_COLOR" if color else "FORCE_COLOR", None)
+    env["FORCE_COLOR" if color else "NO_COLOR"] = "1"
+    done = subprocess.run(attnviz() + args, env=env, capture_output=True, text=True, cwd=ROOT)
+    if done.returncode != 0:
+        sys.exit(f"attnviz {shlex.join(args)} failed:\n{done.stderr}")
+    return done.stdout
+
+
+def ansi_to_svg(ansi: str, title: str) -> str:
+    from rich.console import Console
+    from rich.text import Text
+
+    console = Console(record=True, width=100, file=open(os.devnull, "w"), color_system="truecolor")
+    console.print(Text.from_ansi(ansi))
+    return console.export_svg(title=title)
+
+
+def main() -> None:
+    OUT.mkdir(exist_ok=True)
+    for old in OUT.iterdir():
+        old.unlink()
+    lines = ["# Sample outputs", "", "Made by `python scripts/make_samples.py` with the bundled model; each file "
+             "below is what the command beside it wrote or printed (run from the repository root).", "",
+             "| file | command | shows |", "|---|---|---|"]
+    for name, template, what in SAMPLES:
+        path = OUT / name
+        args = [a.replace("{out}", f"sample_outputs/{name}").replace("{dir}", "sample_outputs") for a in template]
+        text_output = "{out}" not in " ".join(template)
+        print(f"  {name}", flush=True)
+        stdout = run(args, color=name.endswith(".svg"))
+        if text_output and name.endswith(".svg"):
+            path.write_text(ansi_to_svg(stdout, "attnviz " + shlex.join(args)))
+        elif text_output:
+            path.write_text(stdout)
+        prefix = "NO_COLOR=1 " if name.endswith(".txt") else ""
+        lines.append(f"| [{name}]({name}) | `{prefix}attnviz {shlex.join(args)}` | {what} |")
+    (OUT / "README.md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
