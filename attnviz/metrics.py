@@ -182,6 +182,14 @@ def head_stats(capture: Capture) -> list[HeadStats]:
             for layer in range(L) for head in range(H)]
 
 
+def matrix_summary(alpha: np.ndarray, special: np.ndarray) -> tuple[float, float, float]:
+    """For one shown matrix (T, T): mean row entropy (nats), mean mass on special keys, mean distance."""
+    T = alpha.shape[-1]
+    distance = np.abs(np.arange(T)[:, None] - np.arange(T)[None, :])
+    return (float(row_entropy(alpha).mean()), float(alpha[:, special].sum(-1).mean()),
+            float((alpha * distance).sum(-1).mean()))
+
+
 # --- attention rollout (Abnar & Zuidema 2020) -----------------------------------------------------
 
 

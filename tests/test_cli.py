@@ -169,3 +169,87 @@ def test_scaling_table_json_and_plot(tiny_model_dir, tmp_path):
     data = json.loads(run("scaling", SENTENCE, "-m", tiny_model_dir("bert"), "--json").stdout)
     assert data["d_k"] == 8 and len(data["layers"]) == 2
     assert abs(data["synthetic_d64"]["std_scaled"] - 1.0) < 0.02
+
+
+@pytest.fixture(scope="module")
+def minilm_capture(tmp_path_factory):
+    path = tmp_path_factory.mktemp("mini") / "cat.npz"
+    assert run("capture", SENTENCE, "-o", path).exit_code == 0
+    return path
+
+
+@pytest.mark.slow
+def test_heads_json_filter_sort_top(minilm_capture):
+    import json
+
+    result = run("heads", "--from", minilm_capture, "--layer", "0", "--sort", "prev", "--desc", "--top", "3", "--json")
+    rows = json.loads(result.stdout)
+    assert result.exit_code == 0 and len(rows) == 3
+    assert rows[0]["layer"] == 0 and rows[0]["head"] == 2 and rows[0]["label"] == "previous-token"
+    assert rows[0]["prev"] >= rows[1]["prev"] >= rows[2]["prev"]
+    result = run("heads", "--from", minilm_capture, "--label", "previous-token", "--csv")
+    lines = result.stdout.strip().splitlines()
+    assert lines[0].startswith("layer,head,entropy") and all(line.endswith("previous-token") for line in lines[1:])
+    table = run("heads", "--from", minilm_capture, "--layer", "0-1")
+    assert table.exit_code == 0 and "previous-token" in table.stdout
+    assert run("heads", "--from", minilm_capture, "--sort", "nope").exit_code == 2
+    assert "layer 9" in one_line_error(run("heads", "--from", minilm_capture, "--layer", "9"))
+
+
+@pytest.mark.slow
+def test_entropy_table_json_and_png(minilm_capture, tmp_path):
+    import json
+    import math
+
+    result = run("entropy", "--from", minilm_capture, "-o", tmp_path / "e.png")
+    assert result.exit_code == 0 and "mean" in result.stdout and "2.079" in result.stdout
+    assert (tmp_path / "e.png").read_bytes()[:4] == b"\x89PNG"
+    rows = json.loads(run("entropy", "--from", minilm_capture, "--json").stdout)
+    assert len(rows) == 72 and rows[0]["uniform"] == pytest.approx(math.log(8))
+    assert min(r["entropy"] for r in rows) >= 0 and max(r["entropy"] for r in rows) <= math.log(8)
+    rows = json.loads(run("entropy", "--from", minilm_capture, "--json", "--normalised").stdout)
+    assert max(r["entropy"] for r in rows) <= 1.0
+
+
+@pytest.mark.slow
+def test_rollout_default_token_bars_and_png(minilm_capture, tmp_path):
+    import json
+
+    result = run("rollout", "--from", minilm_capture, "-o", tmp_path / "r.png")
+    assert result.exit_code == 0 and "'[CLS]'" in result.stdout and "█" in result.stdout
+    data = json.loads(run("rollout", "--from", minilm_capture, "--json", "--token", "cat").stdout)
+    assert data["token"] == 2 and sum(data["rollout"]) == pytest.approx(1.0)
+    assert "no token" in one_line_error(run("rollout", "--from", minilm_capture, "--token", "dog"))
+
+
+def test_rollout_causal_default_is_last_token(saved_capture):
+    import json
+
+    data = json.loads(run("rollout", "--from", saved_capture, "--json").stdout)
+    assert data["token"] == len(data["tokens"]) - 1
+
+
+@pytest.mark.slow
+def test_compare_fits_80_columns(minilm_capture):
+    result = run("compare", "--from", minilm_capture, "--layers", "0,3,5")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert all(f"layer {n}" in result.stdout for n in (0, 3, 5)) and "H=" in result.stdout
+
+
+def test_compare_long_input_stacks_panels(tiny_model_dir, tmp_path):
+    long_text = "The quick brown fox jumps over the lazy dog and the cat sat on the mat again"
+    path = tmp_path / "long.npz"
+    assert run("capture", long_text, "-m", tiny_model_dir("gpt2"), "-o", path).exit_code == 0
+    result = run("compare", "--from", path, "--layers", "0,1")
+    assert result.exit_code == 0, result.output
+    assert max(len(line) for line in result.stdout.splitlines()) <= 80
+
+
+def test_compare_two_models_needs_same_tokens(tiny_model_dir):
+    same = run("compare", SENTENCE, "--models", f"{tiny_model_dir('bert')},{tiny_model_dir('electra')}")
+    assert same.exit_code == 0, same.output
+    assert same.stdout.count("layer 0") == 2
+    different = run("compare", SENTENCE, "--models", f"{tiny_model_dir('bert')},{tiny_model_dir('gpt2')}")
+    assert "tokenise the text differently" in one_line_error(different)

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from attnviz.cli.common import (DeviceOpt, DtypeOpt, ModelOpt, RemoteOpt, RevisionOpt, TextArg, TruncateOpt, app,
+from attnviz.cli.common import (DeviceOpt, DtypeOpt, JsonOpt, ModelOpt, RemoteOpt, RevisionOpt, TextArg, TruncateOpt, app,
                                 check_suffix, cli_errors, err, load_model, out, require_text)
 
 MISMATCH_EXIT = 3
@@ -16,7 +16,6 @@ MISMATCH_EXIT = 3
 # carries rounding that the float32 recomputation does not (measured on MiniLM: 9.6e-4 in float16,
 # 9.0e-3 in bfloat16), so the defaults leave about 5x headroom.
 TOLERANCE = {"float32": 1e-5, "float16": 5e-3, "bfloat16": 5e-2}
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout instead of a table.")]
 
 
 @app.command()

@@ -44,6 +44,8 @@ HeadOpt = Annotated[str, typer.Option("--head", "-H", help="Head index, 'mean' o
 HideOpt = Annotated[bool, typer.Option("--hide-special", help="Leave out [CLS], [SEP], <s> and other special "
                                                              "tokens (rows are not renormalised).")]
 CmapOpt = Annotated[str, typer.Option(help="Matplotlib colormap name.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the data as JSON on stdout instead of a table.")]
+CsvOpt = Annotated[bool, typer.Option("--csv", help="Print the data as CSV on stdout instead of a table.")]
 
 
 def _print_warning(message, category, filename, lineno, file=None, line=None) -> None:
@@ -90,6 +92,48 @@ def parse_head(value: str) -> int | str:
         return int(value)
     except ValueError:
         raise typer.BadParameter(f"{value!r} is not a head index, 'mean' or 'max'", param_hint="--head") from None
+
+
+def parse_indices(spec: str | None, n: int, what: str) -> list[int]:
+    """"0,3,5", "0-2", "-1" or "all" -> sorted unique indices in range(n); SelectionError if out of range."""
+    from attnviz.errors import SelectionError
+
+    if spec is None or spec.strip().lower() == "all":
+        return list(range(n))
+    chosen: list[int] = []
+    for part in spec.split(","):
+        part = part.strip()
+        try:
+            if "-" in part[1:]:
+                lo, hi = part.split("-", 1) if not part.startswith("-") else part[1:].split("-", 1)
+                lo = -int(lo) if part.startswith("-") else int(lo)
+                values = list(range(int(lo), int(hi) + 1))
+            else:
+                values = [int(part)]
+        except ValueError:
+            raise typer.BadParameter(f"{spec!r}: use indices and ranges like 0,3,5 or 0-2", param_hint=what) from None
+        for v in values:
+            if not -n <= v < n:
+                raise SelectionError(f"{what} {v} is out of range: there are {n} ({what} 0..{n - 1})")
+            chosen.append(v % n)
+    return sorted(set(chosen))
+
+
+def emit_records(records: list[dict], as_json: bool, as_csv: bool) -> bool:
+    """Print records as JSON or CSV on stdout if asked; return whether it did."""
+    if as_json:
+        import json
+
+        print(json.dumps(records, indent=2, ensure_ascii=False))
+        return True
+    if as_csv:
+        import csv
+
+        writer = csv.DictWriter(sys.stdout, fieldnames=list(records[0]) if records else [], lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(records)
+        return True
+    return False
 
 
 def get_capture(text: str | None, source: Path | None, model: str | None, revision: str | None, device: str,

@@ -192,3 +192,42 @@ def scaling_figure(rows, T: int, d_k: int, model: str):
     ax.set_title(f"{model.split('/')[-1]}: why divide by √d_k (d_k = {d_k}, T = {T})", fontsize=10)
     ax.legend(fontsize=8)
     return fig
+
+
+def entropy_figure(values, uniform: float, model: str):
+    """Layers × heads of mean entropy (nats) as an annotated heatmap on [0, ln T]."""
+    from matplotlib.figure import Figure
+
+    L, H = values.shape
+    fig = Figure(figsize=(1.2 + 0.55 * H, 1.2 + 0.45 * L), dpi=100, layout="constrained")
+    ax = fig.add_subplot()
+    heatmap(values, [str(n) for n in range(L)], [str(n) for n in range(H)], ax=ax, vmax=uniform, fontsize=8)
+    ax.tick_params(axis="x", labelrotation=0)
+    for (layer, head), v in np.ndenumerate(values):
+        ax.text(head, layer, f"{v:.2f}", ha="center", va="center", fontsize=6.5,
+                color="white" if v < 0.6 * uniform else "black")
+    ax.set_xlabel("head")
+    ax.set_ylabel("layer")
+    bar = fig.colorbar(ax.images[0], ax=ax, shrink=0.9)
+    bar.set_label(f"entropy, nats (ln T = {uniform:.2f} is uniform)", fontsize=8)
+    ax.set_title(f"{model.split('/')[-1]}: mean attention entropy per head", fontsize=10)
+    return fig
+
+
+def rollout_figure(matrix, tokens: Sequence[str], model: str):
+    """Attention rollout (T, T) with token labels."""
+    from matplotlib.figure import Figure
+
+    T = len(tokens)
+    lay = LabelLayout.for_tokens(T)
+    families = families_for("".join(tokens))
+    label_in = lay.label_extent_in(tokens)
+    side = lay.cell_in * T
+    fig = Figure(figsize=(label_in + side + 1.6, label_in + side + 0.9), dpi=100, layout="constrained")
+    ax = fig.add_subplot()
+    heatmap(matrix, tokens, tokens, ax=ax, fontsize=lay.fontsize, step=lay.step, families=families)
+    ax.set_xlabel("input token")
+    ax.set_ylabel("position at the top layer")
+    fig.colorbar(ax.images[0], ax=ax, shrink=0.8).set_label("rolled-out attention", fontsize=8)
+    ax.set_title(f"{model.split('/')[-1]}: attention rollout (Abnar & Zuidema 2020)", fontsize=10)
+    return fig

@@ -98,14 +98,13 @@ def matrix_renderable(alpha: np.ndarray, row_labels: Sequence[str], col_labels: 
 
 
 def _legend(vmax: float, color: bool, cmap: str) -> Text:
-    legend = Text("α: 0 ")
+    legend = Text("α 0 ")
     if color:
         for r, g, b in _rgb(cmap, np.linspace(0, 1, 16)):
             legend.append(" ", style=Style(bgcolor=f"rgb({r},{g},{b})"))
-    else:
-        for n, ch in enumerate(SHADES):
-            legend.append(f"[{ch}]≥{vmax * n / len(SHADES):.2f} " if n else f"[{ch}]<{vmax / len(SHADES):.2f} ")
-    legend.append(f" {vmax:.2f}")
+        legend.append(f" {vmax:.2f}")
+    else:  # five equal steps of vmax / 5
+        legend.append(f"[{SHADES}] {vmax:.2f} (steps of {vmax / len(SHADES):.2f})")
     return legend
 
 
@@ -119,3 +118,62 @@ def heatmap_renderable(capture: Capture, layer: int = -1, head: HeadSpec = "mean
     title = f"{capture.model} · layer {capture.layer_index(layer)} · {which}"
     return matrix_renderable(alpha, tokens, tokens, width=width, color=color, cmap=cmap,
                              mask_upper=capture.causal, start=start, title=title)
+
+
+def bar_chart(labels: Sequence[str], values: Sequence[float], *, width: int = 80, title: str | None = None) -> Group:
+    """Horizontal bars, one per label, scaled to the largest value, with the value printed."""
+    label_width = min(max(len(s) for s in labels), MAX_ROW_LABEL) + len(str(len(labels) - 1)) + 2
+    bar_width = max(width - label_width - 8, 5)
+    top = max(max(values), 1e-12)
+    eighths = " ▏▎▍▌▋▊▉█"
+    lines = [Text(title, style="bold")] if title else []
+    index_width = len(str(len(labels) - 1))
+    for i, (label, value) in enumerate(zip(labels, values)):
+        length = value / top * bar_width
+        full, part = int(length), int((length - int(length)) * 8)
+        bar = "█" * full + (eighths[part] if part else "")
+        row = Text(f"{i:>{index_width}} {_fit(label, label_width - index_width - 2)}".ljust(label_width))
+        row.append(bar.ljust(bar_width), style="cyan")
+        row.append(f" {value:.3f}")
+        lines.append(row)
+    return Group(*lines)
+
+
+def compare_renderable(captures: Sequence[Capture], layers: Sequence[int], head: HeadSpec = "mean", *,
+                       width: int = 80, color: bool = True, cmap: str = "viridis") -> Group:
+    """The chosen layers (of one capture, or of two captures of the same text) side by side, each with a
+    stats line. Panels that do not fit side by side in `width` are stacked instead."""
+    from rich.table import Table
+
+    from attnviz.errors import InputError
+    from attnviz.metrics import matrix_summary
+
+    if len(captures) == 2 and captures[0].tokens != captures[1].tokens:
+        a, b = captures
+        raise InputError(f"the two models tokenise the text differently ({a.n_tokens} tokens: {' '.join(a.tokens)} "
+                         f"| {b.n_tokens} tokens: {' '.join(b.tokens)}), so their attention cannot be compared "
+                         f"cell by cell")
+    panels = [(cap, cap.layer_index(layer)) for layer in layers for cap in captures]
+    T = captures[0].n_tokens
+    mats = [cap.head_matrix(layer, head) for cap, layer in panels]
+    vmax = max(float(m.max()) for m in mats)  # one colour scale for every panel
+    label_width = TermLayout.fit(T, captures[0].tokens, 10**6).label_width
+    side_by_side = len(panels) * (label_width + 2 * T + 2) <= width
+    panel_width = width // len(panels) - 2 if side_by_side else width
+    which = head if isinstance(head, str) else f"head {head}"
+    rendered = []
+    for (cap, layer), alpha in zip(panels, mats):
+        name = f"{cap.model.split('/')[-1]} " if len(captures) == 2 else ""
+        entropy, special_mass, distance = matrix_summary(alpha, cap.special)
+        body = matrix_renderable(alpha, cap.tokens, cap.tokens, width=panel_width, color=color, cmap=cmap,
+                                 vmax=vmax, mask_upper=cap.causal, title=f"{name}layer {layer} · {which}")
+        stats = Text(f"H={entropy:.2f} sp={special_mass:.2f} d={distance:.1f}", style="cyan")
+        rendered.append(Group(body, stats))
+    key = Text("H: mean entropy (nats) · sp: mass on special tokens · d: mean distance (tokens)", style="dim")
+    if not side_by_side:
+        return Group(*rendered, key)
+    grid = Table.grid(padding=(0, 2))
+    for _ in rendered:
+        grid.add_column()
+    grid.add_row(*rendered)
+    return Group(grid, key)
