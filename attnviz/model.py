@@ -174,6 +174,9 @@ def load(name: str | None = None, *, revision: str | None = None, device: str = 
     except Exception as exc:  # transformers raises many kinds for a foreign folder
         raise ModelLoadError(f"could not load model '{shown}': {type(exc).__name__}: {_first_line(exc)}") from None
 
+    if getattr(config, "is_encoder_decoder", False):
+        raise ModelLoadError(f"{shown} is an encoder-decoder model ({config.model_type}); attnviz shows "
+                             f"self-attention of encoder-only (BERT-like) and decoder-only (GPT-like) models")
     model = model.to(device).eval()
     model_type = str(getattr(config, "model_type", ""))
     if getattr(config, "is_decoder", False) or model_type in CAUSAL_MODEL_TYPES:
@@ -270,8 +273,11 @@ def model_attentions(loaded: LoadedModel, encoded: Encoded) -> np.ndarray:
     """Run the model and return its α, checked, as float32 numpy. (L, H, T, T)"""
     import torch
 
-    with torch.inference_mode():
-        out = loaded.model(**encoded.inputs, output_attentions=True)
+    try:
+        with torch.inference_mode():
+            out = loaded.model(**encoded.inputs, output_attentions=True)
+    except (ValueError, TypeError, RuntimeError, IndexError) as exc:
+        raise AttentionCheckError(f"{loaded.name} could not run on this input: {_first_line(exc)}") from None
     attentions = getattr(out, "attentions", None)
     impl = getattr(loaded.model.config, "_attn_implementation", "?")
     if not attentions:

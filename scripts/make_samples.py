@@ -19,18 +19,30 @@ CAT = "The cat sat on the mat"
 SAMPLES: list[tuple[str, list[str], str]] = [
     ("cat.npz", ["capture", CAT, "-o", "{out}"], "the capture the other samples re-use"),
     ("cat_layer5_mean.png", ["heatmap", CAT, "-o", "{out}"], "the default: last layer, mean over heads"),
-    ("cat_layer0_head3.png", ["heatmap", "--from", "{dir}/cat.npz", "--layer", "0", "--head", "3", "-o", "{out}"],
-     "one head of layer 0"),
+    ("cat_layer0_head2.png", ["heatmap", "--from", "{dir}/cat.npz", "--layer", "0", "--head", "2", "-o", "{out}"],
+     "layer 0 head 2, a previous-token head"),
     ("cat_all_layers.png", ["heatmap", "--from", "{dir}/cat.npz", "--layer", "all", "--hide-special", "-o", "{out}"],
      "every layer, head mean, special tokens hidden"),
     ("korean_layer0_head3.png", ["heatmap", "나는 사과를 먹었다", "--layer", "0", "--head", "3", "-o", "{out}"],
      "Hangul labels (uncased BERT splits syllables into jamo; [UNK] for an unknown word)"),
-    ("long_layer0_head3.png", ["heatmap", " ".join(["The quick brown fox jumps over the lazy dog."] * 12),
-                               "--layer", "0", "--head", "3", "-o", "{out}"], "T=122: label sizing"),
-    ("cat_terminal.txt", ["heatmap", "--from", "{dir}/cat.npz", "--terminal", "--layer", "0", "--head", "3"],
+    ("long_layer0_head2.png", ["heatmap", " ".join(["The quick brown fox jumps over the lazy dog."] * 12),
+                               "--layer", "0", "--head", "2", "-o", "{out}"], "T=122: label sizing"),
+    ("cat_terminal.txt", ["heatmap", "--from", "{dir}/cat.npz", "--terminal", "--layer", "0", "--head", "2"],
      "terminal heatmap with NO_COLOR (shaded glyphs)"),
-    ("cat_terminal.svg", ["heatmap", "--from", "{dir}/cat.npz", "--terminal", "--layer", "0", "--head", "3"],
+    ("cat_terminal.svg", ["heatmap", "--from", "{dir}/cat.npz", "--terminal", "--layer", "0", "--head", "2"],
      "terminal heatmap in colour"),
+    ("verify.txt", ["verify", CAT], "from-scratch α against the model's, per layer"),
+    ("scaling.txt", ["scaling", CAT, "-o", "sample_outputs/scaling.png"], "the √d_k experiment on real weights"),
+    ("scaling.png", [], "written by the scaling command above"),
+    ("heads_layer0.txt", ["heads", "--from", "{dir}/cat.npz", "--layer", "0"], "head statistics and labels"),
+    ("entropy.svg", ["entropy", "--from", "{dir}/cat.npz", "-o", "sample_outputs/entropy.png"],
+     "entropy table in colour"),
+    ("entropy.png", [], "written by the entropy command above"),
+    ("compare.txt", ["compare", "--from", "{dir}/cat.npz", "--layers", "0,3,5"], "layers side by side, 80 columns"),
+    ("rollout.txt", ["rollout", "--from", "{dir}/cat.npz", "-o", "sample_outputs/rollout.png"], "attention rollout"),
+    ("rollout.png", [], "written by the rollout command above"),
+    ("export_cat/", ["export", "--from", "{dir}/cat.npz", "--out-dir", "{out}", "--layers", "0,5", "--heads", "0-3"],
+     "an export folder: open index.html"),
 ]
 
 
@@ -39,7 +51,7 @@ def attnviz() -> list[str]:
     return [exe] if exe else [sys.executable, "-m", "attnviz"]
 
 
-def run(args: list[str], *, color: bool, columns: int = 100) -> str:
+def run(args: list[str], *, color: bool, columns: int = 80) -> str:
     env = {**os.environ, "COLUMNS": str(columns), "HF_HUB_OFFLINE": "1"}
     env.pop("NO_COLOR" if color else "FORCE_COLOR", None)
     env["FORCE_COLOR" if color else "NO_COLOR"] = "1"
@@ -53,21 +65,25 @@ def ansi_to_svg(ansi: str, title: str) -> str:
     from rich.console import Console
     from rich.text import Text
 
-    console = Console(record=True, width=100, file=open(os.devnull, "w"), color_system="truecolor")
+    console = Console(record=True, width=80, file=open(os.devnull, "w"), color_system="truecolor")
     console.print(Text.from_ansi(ansi))
     return console.export_svg(title=title)
 
 
 def main() -> None:
-    OUT.mkdir(exist_ok=True)
-    for old in OUT.iterdir():
-        old.unlink()
+    shutil.rmtree(OUT, ignore_errors=True)
+    OUT.mkdir()
     lines = ["# Sample outputs", "", "Made by `python scripts/make_samples.py` with the bundled model; each file "
              "below is what the command beside it wrote or printed (run from the repository root).", "",
              "| file | command | shows |", "|---|---|---|"]
     for name, template, what in SAMPLES:
         path = OUT / name
-        args = [a.replace("{out}", f"sample_outputs/{name}").replace("{dir}", "sample_outputs") for a in template]
+        if not template:  # written by the command before it
+            assert path.exists(), f"{name} was not written"
+            lines.append(f"| [{name}]({name}) | (see the line above) | {what} |")
+            continue
+        args = [a.replace("{out}", f"sample_outputs/{name.rstrip('/')}").replace("{dir}", "sample_outputs")
+                for a in template]
         text_output = "{out}" not in " ".join(template)
         print(f"  {name}", flush=True)
         stdout = run(args, color=name.endswith(".svg"))

@@ -253,3 +253,40 @@ def test_compare_two_models_needs_same_tokens(tiny_model_dir):
     assert same.stdout.count("layer 0") == 2
     different = run("compare", SENTENCE, "--models", f"{tiny_model_dir('bert')},{tiny_model_dir('gpt2')}")
     assert "tokenise the text differently" in one_line_error(different)
+
+
+def test_export_command(saved_capture, tmp_path):
+    out_dir = tmp_path / "gallery"
+    result = run("export", "--from", saved_capture, "--out-dir", out_dir, "--layers", "0-1", "--heads", "0,3",
+                 "--workers", "2")
+    assert result.exit_code == 0, result.output
+    assert "6 images" in result.stdout
+    names = {p.name for p in out_dir.iterdir()}
+    assert {"layer00_head00.png", "layer01_head03.png", "layer01_mean.png", "grid.png", "index.html"} <= names
+    assert "layer00_head01.png" not in names
+    again = run("export", "--from", saved_capture, "--out-dir", out_dir)
+    assert "--force" in one_line_error(again)
+    assert run("export", "--from", saved_capture, "--out-dir", out_dir, "--format", "gif").exit_code == 2
+    assert "head 9" in one_line_error(run("export", "--from", saved_capture, "--out-dir", tmp_path / "x",
+                                          "--heads", "9"))
+    assert not (tmp_path / "x").exists()
+
+
+def test_heatmap_terminal_with_output_writes_both(saved_capture, tmp_path):
+    result = run("heatmap", "--from", saved_capture, "-t", "-o", tmp_path / "both.png")
+    assert result.exit_code == 0, result.output
+    assert "cat" in result.stdout and (tmp_path / "both.png").exists()
+
+
+@pytest.mark.parametrize("command", [["heatmap", "-o", "{tmp}/h.png"], ["heads", "--json"], ["entropy"],
+                                     ["rollout"], ["compare"], ["export", "--out-dir", "{tmp}/e", "--workers", "1"]])
+def test_commands_from_a_capture_never_import_torch(command, saved_capture, tmp_path):
+    """Re-rendering a saved capture needs neither torch nor transformers: importing either fails here."""
+    import subprocess
+    import sys
+
+    args = [a.format(tmp=tmp_path) for a in command] + ["--from", str(saved_capture)]
+    code = ("import sys; sys.modules['torch'] = None; sys.modules['transformers'] = None;"
+            f"sys.argv = ['attnviz'] + {args!r}; from attnviz.cli import main; main()")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr

@@ -100,3 +100,14 @@ def test_bad_device_and_dtype():
         load("minilm", device="tpu")
     with pytest.raises(InputError, match="dtype"):
         load("minilm", dtype="int8")
+
+
+def test_encoder_decoder_models_are_refused_clearly(tmp_path):
+    import transformers as tf
+
+    from attnviz.model import bundled_model_dir
+
+    tf.T5Model(tf.T5Config(vocab_size=30522, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=2)).save_pretrained(tmp_path)
+    tf.AutoTokenizer.from_pretrained(str(bundled_model_dir())).save_pretrained(tmp_path)
+    with pytest.raises(ModelLoadError, match="encoder-decoder"):
+        load(str(tmp_path), device="cpu")

@@ -15,7 +15,8 @@ from attnviz.cli.common import (CmapOpt, DeviceOpt, DtypeOpt, FromOpt, HeadOpt, 
 @cli_errors
 def heatmap(text: TextArg = None, output: Annotated[Optional[Path], typer.Option(
                 "--output", "-o", help="Image file: .png, .svg or .pdf. Default: attnviz_<layer>_<head>.png")] = None,
-            terminal: Annotated[bool, typer.Option("--terminal", "-t", help="Draw in the terminal instead.")] = False,
+            terminal: Annotated[bool, typer.Option("--terminal", "-t", help="Draw in the terminal (and write "
+                                                                              "an image only if -o is given).")] = False,
             layer: LayerOpt = "-1", head: HeadOpt = "mean", hide_special: HideOpt = False,
             cmap: CmapOpt = "viridis",
             start: Annotated[int, typer.Option(help="--terminal: first key column shown when the matrix is "
@@ -25,7 +26,7 @@ def heatmap(text: TextArg = None, output: Annotated[Optional[Path], typer.Option
             truncate: TruncateOpt = True) -> None:
     """Draw attention weights α as a heatmap: to an image file, or in the terminal with --terminal."""
     which_layer, which_head = parse_layer(layer), parse_head(head)
-    if output is not None and not terminal:
+    if output is not None:
         check_suffix(output, (".png", ".svg", ".pdf"))
     capture = get_capture(text, source, model, revision, device, dtype, trust_remote_code, truncate)
     layers = list(range(capture.n_layers)) if which_layer == "all" else [capture.layer_index(which_layer)]
@@ -36,7 +37,8 @@ def heatmap(text: TextArg = None, output: Annotated[Optional[Path], typer.Option
         for n in layers:
             out.print(heatmap_renderable(capture, n, which_head, hide_special=hide_special, width=out.width,
                                          color=color, cmap=cmap, start=start))
-        return
+        if output is None:  # --terminal alone draws only; with -o the image is written too
+            return
     from attnviz.render.png import layers_figure, save_figure
 
     path = output or Path(f"attnviz_{'all' if which_layer == 'all' else f'layer{layers[0]}'}_{which_head}.png")

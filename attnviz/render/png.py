@@ -231,3 +231,47 @@ def rollout_figure(matrix, tokens: Sequence[str], model: str):
     fig.colorbar(ax.images[0], ax=ax, shrink=0.8).set_label("rolled-out attention", fontsize=8)
     ax.set_title(f"{model.split('/')[-1]}: attention rollout (Abnar & Zuidema 2020)", fontsize=10)
     return fig
+
+
+def grid_figure(capture: Capture, layers: Sequence[int], heads: Sequence[int], *, cmap: str = DEFAULT_CMAP,
+                panel_px: int = 64, dpi: int = 100):
+    """Every selected layer × head as a small panel, one shared colour scale: the static counterpart of
+    bertviz's model view. The panels are composed as one image (fast for 144+ heads)."""
+    from matplotlib import cm, colors
+    from matplotlib.figure import Figure
+
+    T = capture.n_tokens
+    scale = max(1, math.ceil(panel_px / T))  # whole pixels per token
+    side, gap = T * scale, 4
+    vmax = max(float(capture.attentions[np.ix_(layers, heads)].max()), 1e-9)
+    norm, colormap = colors.Normalize(0.0, vmax), _cmap(cmap)
+    mask = np.triu(np.ones((T, T), bool), k=1) if capture.causal else np.zeros((T, T), bool)
+    nL, nH = len(layers), len(heads)
+    mosaic = np.full((nL * (side + gap) - gap, nH * (side + gap) - gap, 3), 255, np.uint8)
+    for r, layer in enumerate(layers):
+        shown = np.ma.masked_where(np.broadcast_to(mask, capture.attentions[layer].shape), capture.attentions[layer])
+        rgb = colormap(norm(shown), bytes=True)[..., :3]  # (H, T, T, 3)
+        for c, head in enumerate(heads):
+            panel = rgb[head].repeat(scale, axis=0).repeat(scale, axis=1)  # (side, side, 3)
+            y, x = r * (side + gap), c * (side + gap)
+            mosaic[y:y + side, x:x + side] = panel
+    height_px, width_px = mosaic.shape[:2]
+    left, bottom, top, right = 0.7, 0.55, 0.6, 1.0  # inches
+    fig_w, fig_h = width_px / dpi + left + right, height_px / dpi + bottom + top
+    fig = Figure(figsize=(fig_w, fig_h), dpi=dpi)
+    ax = fig.add_axes((left / fig_w, bottom / fig_h, width_px / dpi / fig_w, height_px / dpi / fig_h))
+    ax.imshow(mosaic, interpolation="nearest", aspect="auto")
+    centres = lambda n: [i * (side + gap) + side / 2 - 0.5 for i in range(n)]  # noqa: E731
+    ax.set_xticks(centres(nH), [str(h) for h in heads], fontsize=8)
+    ax.set_yticks(centres(nL), [str(layer) for layer in layers], fontsize=8)
+    ax.set_xlabel("head", fontsize=9)
+    ax.set_ylabel("layer", fontsize=9)
+    ax.tick_params(length=0)
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+    cax = fig.add_axes(((fig_w - right + 0.15) / fig_w, bottom / fig_h, 0.15 / fig_w, min(height_px / dpi, 4) / fig_h))
+    bar = fig.colorbar(cm.ScalarMappable(norm=norm, cmap=colormap), cax=cax)
+    bar.ax.tick_params(labelsize=7)
+    fig.suptitle(f"{_short_model(capture)} · every head · T = {T} · one colour scale (0–{vmax:.2f})",
+                 x=0.02, ha="left", y=1 - 0.12 / fig_h, va="top", fontsize=10)
+    return fig

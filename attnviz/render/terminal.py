@@ -103,8 +103,8 @@ def _legend(vmax: float, color: bool, cmap: str) -> Text:
         for r, g, b in _rgb(cmap, np.linspace(0, 1, 16)):
             legend.append(" ", style=Style(bgcolor=f"rgb({r},{g},{b})"))
         legend.append(f" {vmax:.2f}")
-    else:  # five equal steps of vmax / 5
-        legend.append(f"[{SHADES}] {vmax:.2f} (steps of {vmax / len(SHADES):.2f})")
+    else:  # five equal steps: " " below vmax/5, "█" from 4·vmax/5
+        legend.append(f"[{SHADES}] {vmax:.2f}")
     return legend
 
 

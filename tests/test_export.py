@@ -1,0 +1,172 @@
+"""The export folder: names, counts, sizes, pixels, atomicity, the offline gallery. Never its speed."""
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+from attnviz.capture import Capture
+from attnviz.errors import OutputError
+from attnviz.export import HeadImageWriter, Job, encode_png, export, head_filename, render_heads
+from attnviz.render.png import heatmap_figure
+from conftest import make_capture
+
+TOKENS = ["[CLS]", "the", "cat", "sat", "on", "the", "mat", "[SEP]"]
+
+
+def read_png(path):
+    from PIL import Image
+
+    with Image.open(path) as im:
+        return np.asarray(im.convert("RGB"))
+
+
+def one_hot_capture(L=2, H=3, T=8, hot=None):
+    """Uniform heads, except head (0, 1) where every query attends only to key `hot[i]`."""
+    alpha = np.full((L, H, T, T), 1.0 / T, np.float32)
+    hot = hot if hot is not None else [(i + 3) % T for i in range(T)]
+    alpha[0, 1] = 0.0
+    alpha[0, 1, np.arange(T), hot] = 1.0
+    return make_capture(alpha, TOKENS[:T] if T == 8 else None, special=[True] + [False] * (T - 2) + [True],
+                        kinds=["start"] + [""] * (T - 2) + ["end"]), hot
+
+
+def test_encode_png_round_trips():
+    rgb = np.random.default_rng(0).integers(0, 255, (17, 23, 3), dtype=np.uint8)
+    from io import BytesIO
+
+    from PIL import Image
+
+    back = np.asarray(Image.open(BytesIO(encode_png(rgb))))
+    np.testing.assert_array_equal(back, rgb)
+
+
+def test_export_folder_contents(tmp_path):
+    cap, _ = one_hot_capture()
+    target = export(cap, tmp_path / "out", layers=[0, 1], heads=[0, 1, 2])
+    names = sorted(p.name for p in target.iterdir())
+    heads = [head_filename(layer, head, "png") for layer in (0, 1) for head in (0, 1, 2)]
+    means = ["layer00_mean.png", "layer01_mean.png"]
+    assert names == sorted(heads + means + ["attention.npz", "grid.png", "heads.csv", "heads.json", "index.html"])
+    assert heads[0] == "layer00_head00.png"
+    sizes = {read_png(target / name).shape for name in heads + means}
+    reference = heatmap_figure(cap, 0, 0)
+    w, h = reference.get_size_inches() * 100
+    assert sizes == {(round(h), round(w), 3)}  # same size as `attnviz heatmap` draws at 100 dpi
+    stats = json.loads((target / "heads.json").read_text())
+    assert [(s["layer"], s["head"]) for s in stats] == [(layer, head) for layer in (0, 1) for head in (0, 1, 2)]
+    one_hot = stats[1]
+    assert one_hot["max_weight"] == pytest.approx(1.0) and one_hot["entropy"] == pytest.approx(0.0, abs=1e-6)
+    assert (target / "heads.csv").read_text().splitlines()[0].startswith("layer,head,entropy")
+    np.testing.assert_array_equal(Capture.load(target / "attention.npz").attentions, cap.attentions)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging folder left
+
+
+def test_one_hot_head_hottest_cells_land_where_they_should(tmp_path):
+    cap, hot = one_hot_capture()
+    target = export(cap, tmp_path / "out", layers=[0], heads=[1])
+    image = read_png(target / "layer00_head01.png").astype(int)
+    fig = heatmap_figure(cap, 0, 1)
+    fig.set_dpi(100)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig).draw()
+    box = fig.axes[0].get_window_extent()
+    height = image.shape[0]
+    T = cap.n_tokens
+    cell_w, cell_h = box.width / T, box.height / T
+    yellow = np.array([253, 231, 37])  # viridis at 1.0
+    purple = np.array([68, 1, 84])  # viridis at 0.0
+    for i in range(T):
+        y = int(height - box.y1 + (i + 0.5) * cell_h)
+        for j in range(T):
+            x = int(box.x0 + (j + 0.5) * cell_w)
+            expected = yellow if j == hot[i] else purple
+            assert np.abs(image[y, x] - expected).max() <= 2, (i, j, image[y, x])
+
+
+def test_fast_writer_matches_the_full_figure(tmp_path):
+    """Swapping α into the drawn layout gives the picture a fresh figure gives (cell edges may move 1 px)."""
+    cap, _ = one_hot_capture()
+    writer = HeadImageWriter(cap, vmaxes={"head": 1.0})
+    fast = writer.render(Job(0, 1))
+    fig = heatmap_figure(cap, 0, 1, vmax=1.0)
+    fig.savefig(tmp_path / "ref.png", dpi=100)
+    reference = read_png(tmp_path / "ref.png")
+    assert fast.shape == reference.shape
+    differs = np.abs(fast.astype(int) - reference).max(axis=-1) > 40
+    assert differs.mean() < 0.01
+    assert "layer 0 · head 1" in writer.title_text(Job(0, 1))
+
+
+def test_causal_upper_triangle_is_blank(tmp_path):
+    T = 6
+    tril = np.tril(np.ones((T, T), np.float32))
+    cap = make_capture(np.broadcast_to(tril / tril.sum(-1, keepdims=True), (1, 1, T, T)), causal=True)
+    writer = HeadImageWriter(cap, vmaxes={"head": 1.0})
+    frame = writer.render(Job(0, 0))
+    rows, cols = writer.rows, writer.cols
+    top_right = frame[rows.start + 3, cols.stop - 3]
+    assert tuple(top_right) == (242, 242, 242)  # the "bad" colour of masked cells
+
+
+def test_workers_give_identical_files(tmp_path):
+    rng = np.random.default_rng(0)
+    cap = make_capture(rng.dirichlet(np.ones(8), size=(2, 4, 8)), TOKENS)
+    jobs = [Job(layer, head) for layer in range(2) for head in [*range(4), "mean"]]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    render_heads(cap, jobs, tmp_path / "a", workers=1)
+    render_heads(cap, jobs, tmp_path / "b", workers=2)
+    for job in jobs:
+        name = head_filename(job.layer, job.head, "png")
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_refuses_non_empty_folder_unless_forced(tmp_path):
+    cap, _ = one_hot_capture()
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / "keep.txt").write_text("mine")
+    with pytest.raises(OutputError, match="--force"):
+        export(cap, target, layers=[0], heads=[0])
+    assert (target / "keep.txt").exists()
+    export(cap, target, layers=[0], heads=[0], force=True)
+    assert not (target / "keep.txt").exists() and (target / "index.html").exists()
+
+
+def test_error_midway_leaves_nothing(tmp_path, monkeypatch):
+    from attnviz import export as export_module
+
+    cap, _ = one_hot_capture()
+
+    def broken(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(export_module, "write_stats", broken)
+    with pytest.raises(KeyboardInterrupt):
+        export(cap, tmp_path / "out", layers=[0, 1], heads=[0, 1])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_svg_and_pdf_formats(tmp_path):
+    cap, _ = one_hot_capture()
+    for fmt, magic in (("svg", b"<?xml"), ("pdf", b"%PDF")):
+        target = export(cap, tmp_path / fmt, layers=[1], heads=[2], fmt=fmt)
+        assert (target / f"layer01_head02.{fmt}").read_bytes().startswith(magic)
+        assert (target / f"grid.{fmt}").exists()
+
+
+def test_gallery_is_offline_and_lists_everything(tmp_path):
+    cap, _ = one_hot_capture()
+    cap = cap.with_meta(text="The <cat> sat & stayed")
+    target = export(cap, tmp_path / "out", layers=[0, 1], heads=[0, 2])
+    html = (target / "index.html").read_text()
+    assert not re.search(r"(src|href)=\"(https?:)?//", html)  # nothing fetched from elsewhere
+    assert "<script" not in html and "@import" not in html
+    assert "The &lt;cat&gt; sat &amp; stayed" in html
+    for name in ("grid.png", "layer00_head00.png", "layer01_head02.png", "layer01_mean.png", "heads.csv",
+                 "attention.npz"):
+        assert f'"{name}"' in html and (target / name).exists()
+    assert "layer00_head01.png" not in html  # not exported, not linked
