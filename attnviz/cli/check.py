@@ -8,8 +8,9 @@ from typing import Annotated, Optional
 
 import typer
 
+from attnviz.capture import check_suffix
 from attnviz.cli.common import (DeviceOpt, DtypeOpt, JsonOpt, ModelOpt, RemoteOpt, RevisionOpt, TextArg, TruncateOpt, app,
-                                check_suffix, cli_errors, err, load_model, out, require_text)
+                                cli_errors, err, load_model, out, require_text)
 
 MISMATCH_EXIT = 3
 # Default tolerance on max |Δα| by dtype. float32 is the target; in half precision the model's own α

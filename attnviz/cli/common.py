@@ -14,7 +14,6 @@ import typer
 from rich.console import Console
 
 from attnviz import __version__
-from attnviz.capture import check_suffix
 from attnviz.errors import AttnvizError, AttnvizWarning
 
 app = typer.Typer(help="See what a transformer's self-attention does: heatmaps, head statistics, and a "

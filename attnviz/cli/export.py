@@ -33,13 +33,13 @@ def export_command(text: TextArg = None,
 
     from attnviz.errors import OutputError
     from attnviz.export import FORMATS, export
-    from attnviz.render.png import _cmap
+    from attnviz.render.png import colormap
 
     if fmt not in FORMATS:
         raise typer.BadParameter(f"{fmt!r}: choose one of {', '.join(FORMATS)}", param_hint="--format")
     if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
         raise OutputError(f"{out_dir} is not empty; pass --force to replace it")
-    _cmap(cmap)  # an unknown colormap fails now, not after the model ran
+    colormap(cmap)  # an unknown colormap fails now, not after the model ran
     capture = get_capture(text, source, model, revision, device, dtype, trust_remote_code, truncate)
     chosen_layers = parse_indices(layers, capture.n_layers, "layer")
     chosen_heads = parse_indices(heads, capture.n_heads, "head")

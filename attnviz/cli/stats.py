@@ -7,8 +7,9 @@ from typing import Annotated, List, Optional
 
 import typer
 
+from attnviz.capture import check_suffix
 from attnviz.cli.common import (CsvOpt, DeviceOpt, DtypeOpt, FromOpt, HeadOpt, JsonOpt, ModelOpt, RemoteOpt,
-                                RevisionOpt, TextArg, TruncateOpt, app, check_suffix, cli_errors, emit_records,
+                                RevisionOpt, TextArg, TruncateOpt, app, cli_errors, emit_records,
                                 err, get_capture, out, parse_head, parse_indices)
 
 IMAGE_FORMATS = (".png", ".svg", ".pdf")

@@ -7,8 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 
+from attnviz.capture import check_suffix
 from attnviz.cli.common import (CmapOpt, DeviceOpt, DtypeOpt, FromOpt, HeadOpt, HideOpt, LayerOpt, ModelOpt,
-                                RemoteOpt, RevisionOpt, TextArg, TruncateOpt, app, check_suffix, cli_errors,
+                                RemoteOpt, RevisionOpt, TextArg, TruncateOpt, app, cli_errors,
                                 get_capture, out, parse_head, parse_layer)
 
 @app.command()
@@ -28,6 +29,9 @@ def heatmap(text: TextArg = None, output: Annotated[Optional[Path], typer.Option
     which_layer, which_head = parse_layer(layer), parse_head(head)
     if output is not None:
         check_suffix(output, (".png", ".svg", ".pdf"))
+    from attnviz.render.png import colormap
+
+    colormap(cmap)  # an unknown colormap fails before any model work
     capture = get_capture(text, source, model, revision, device, dtype, trust_remote_code, truncate)
     layers = list(range(capture.n_layers)) if which_layer == "all" else [capture.layer_index(which_layer)]
     if terminal:

@@ -46,7 +46,7 @@ class LabelLayout:
         return min(longest, 14) * self.fontsize * 0.62 / 72 + 0.12
 
 
-def _cmap(name: str):
+def colormap(name: str):
     from matplotlib import colormaps
 
     try:
@@ -68,7 +68,7 @@ def heatmap(alpha: np.ndarray, row_labels: Sequence[str] | None = None, col_labe
     alpha = np.asarray(alpha, dtype=np.float32)
     shown = np.ma.masked_where(np.triu(np.ones(alpha.shape, bool), k=1), alpha) if mask_upper else alpha
     vmax = float(alpha.max()) if vmax is None else vmax
-    image = ax.imshow(shown, cmap=_cmap(cmap), vmin=vmin, vmax=max(vmax, vmin + 1e-9),
+    image = ax.imshow(shown, cmap=colormap(cmap), vmin=vmin, vmax=max(vmax, vmin + 1e-9),
                       interpolation="nearest", aspect="auto")
     _set_tick_labels(ax, row_labels, col_labels, fontsize=fontsize or 9.0, step=step, families=families)
     if cbar_ax is not None:
@@ -92,7 +92,7 @@ def _set_tick_labels(ax, row_labels, col_labels, *, fontsize: float, step: int, 
     ax.tick_params(axis="y", length=2, pad=2)
 
 
-def _head_name(capture: Capture, head: HeadSpec) -> str:
+def head_label(capture: Capture, head: HeadSpec) -> str:
     if head == "mean":
         return f"mean of {capture.n_heads} heads"
     if head == "max":
@@ -100,7 +100,7 @@ def _head_name(capture: Capture, head: HeadSpec) -> str:
     return f"head {capture.head_index(head)}"
 
 
-def _short_model(capture: Capture) -> str:
+def short_model(capture: Capture) -> str:
     return capture.model.rstrip("/").split("/")[-1]
 
 
@@ -152,7 +152,7 @@ def layers_figure(capture: Capture, layers: Sequence[int], head: HeadSpec = "mea
     bar = fig.colorbar(fig.axes[0].images[0], cax=cax)
     bar.ax.tick_params(labelsize=8)
     bar.set_label("attention weight α", fontsize=8)
-    title = f"{_short_model(capture)} · " + (f"layer {layers[0]} · " if not many else "") + _head_name(capture, head)
+    title = f"{short_model(capture)} · " + (f"layer {layers[0]} · " if not many else "") + head_label(capture, head)
     if hide_special:
         title += " · special tokens hidden"
     fig.suptitle(title, x=0.02, y=1 - 0.12 / fig_h, ha="left", va="top", fontsize=11, fontfamily=families)
@@ -244,13 +244,13 @@ def grid_figure(capture: Capture, layers: Sequence[int], heads: Sequence[int], *
     scale = max(1, math.ceil(panel_px / T))  # whole pixels per token
     side, gap = T * scale, 4
     vmax = max(float(capture.attentions[np.ix_(layers, heads)].max()), 1e-9)
-    norm, colormap = colors.Normalize(0.0, vmax), _cmap(cmap)
+    norm, mapping = colors.Normalize(0.0, vmax), colormap(cmap)
     mask = np.triu(np.ones((T, T), bool), k=1) if capture.causal else np.zeros((T, T), bool)
     nL, nH = len(layers), len(heads)
     mosaic = np.full((nL * (side + gap) - gap, nH * (side + gap) - gap, 3), 255, np.uint8)
     for r, layer in enumerate(layers):
         shown = np.ma.masked_where(np.broadcast_to(mask, capture.attentions[layer].shape), capture.attentions[layer])
-        rgb = colormap(norm(shown), bytes=True)[..., :3]  # (H, T, T, 3)
+        rgb = mapping(norm(shown), bytes=True)[..., :3]  # (H, T, T, 3)
         for c, head in enumerate(heads):
             panel = rgb[head].repeat(scale, axis=0).repeat(scale, axis=1)  # (side, side, 3)
             y, x = r * (side + gap), c * (side + gap)
@@ -270,8 +270,8 @@ def grid_figure(capture: Capture, layers: Sequence[int], heads: Sequence[int], *
     for spine in ax.spines.values():
         spine.set_visible(False)
     cax = fig.add_axes(((fig_w - right + 0.15) / fig_w, bottom / fig_h, 0.15 / fig_w, min(height_px / dpi, 4) / fig_h))
-    bar = fig.colorbar(cm.ScalarMappable(norm=norm, cmap=colormap), cax=cax)
+    bar = fig.colorbar(cm.ScalarMappable(norm=norm, cmap=mapping), cax=cax)
     bar.ax.tick_params(labelsize=7)
-    fig.suptitle(f"{_short_model(capture)} · every head · T = {T} · one colour scale (0–{vmax:.2f})",
+    fig.suptitle(f"{short_model(capture)} · every head · T = {T} · one colour scale (0–{vmax:.2f})",
                  x=0.02, ha="left", y=1 - 0.12 / fig_h, va="top", fontsize=10)
     return fig

@@ -41,9 +41,9 @@ class TermLayout:
 
 
 def _rgb(cmap_name: str, x: np.ndarray) -> np.ndarray:
-    from matplotlib import colormaps
+    from attnviz.render.png import colormap
 
-    return (np.asarray(colormaps[cmap_name](x))[..., :3] * 255).round().astype(int)  # (..., 3)
+    return np.asarray(colormap(cmap_name)(x, bytes=True))[..., :3].astype(int)  # (..., 3)
 
 
 def _shade(x: float) -> str:
