@@ -4,4 +4,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/attnviz heatmap "The cat sat on the mat" -o demo/cat_layer5_mean.png
-.venv/bin/attnviz heatmap "The cat sat on the mat" --terminal --layer 0 --head 3
+.venv/bin/attnviz heatmap "The cat sat on the mat" --terminal --layer 0 --head 2
