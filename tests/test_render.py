@@ -158,3 +158,11 @@ def test_renderers_and_capture_do_not_import_torch():
             "print('torch' in sys.modules, 'transformers' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.split() == ["False", "False"]
+
+
+def test_label_layout_thins_only_past_184_tokens():
+    from attnviz.render.png import LabelLayout
+
+    assert LabelLayout.for_tokens(128).step == 1 and LabelLayout.for_tokens(184).step == 1
+    assert LabelLayout.for_tokens(256).step == 2 and LabelLayout.for_tokens(256).fontsize == 5.0
+    assert LabelLayout.for_tokens(8).fontsize == 11.0
