@@ -190,7 +190,7 @@ class LlamaAdapter(Adapter):
         k = _split_heads(module.k_proj(x), module.k_proj.out_features // d)  # (B, H_kv, T, d)
         v = _split_heads(module.v_proj(x), module.v_proj.out_features // d)  # (B, H_kv, T, d)
         cos, sin = self._cos_sin(config, d, x.shape[1], seen)  # (T, d) or (B, T, d)
-        cos, sin = cos.to(q.dtype), sin.to(q.dtype)
+        cos, sin = cos.to(device=q.device, dtype=q.dtype), sin.to(device=q.device, dtype=q.dtype)
         if cos.ndim == 3:
             cos, sin = cos[:, None], sin[:, None]  # (B, 1, T, d)
         q = q * cos + rotate_half(q) * sin
