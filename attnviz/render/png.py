@@ -179,7 +179,7 @@ def scaling_figure(rows, T: int, d_k: int, model: str):
     """Mean softmax entropy per layer with raw logits Q·Kᵀ and with Q·Kᵀ/√d_k, beside ln T."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(6.4, 4.0), dpi=100, layout="constrained")
+    fig = Figure(figsize=(6.4, 4.6), dpi=100, layout="constrained")
     ax = fig.add_subplot()
     layers = [r.layer for r in rows]
     ax.plot(layers, [r.entropy_scaled for r in rows], "o-", label="softmax(QKᵀ/√d_k)  (what the model does)")
@@ -188,9 +188,9 @@ def scaling_figure(rows, T: int, d_k: int, model: str):
     ax.set_xlabel("layer")
     ax.set_ylabel("mean attention entropy (nats)")
     ax.set_xticks(layers)
-    ax.set_ylim(bottom=0)
+    ax.set_ylim(0, math.log(T) * 1.08)
     ax.set_title(f"{model.split('/')[-1]}: why divide by √d_k (d_k = {d_k}, T = {T})", fontsize=10)
-    ax.legend(fontsize=8)
+    fig.legend(fontsize=8, loc="outside lower center", ncols=2, frameon=False)
     return fig
 
 
