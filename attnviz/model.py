@@ -278,18 +278,23 @@ def model_attentions(loaded: LoadedModel, encoded: Encoded) -> np.ndarray:
             out = loaded.model(**encoded.inputs, output_attentions=True)
     except (ValueError, TypeError, RuntimeError, IndexError) as exc:
         raise AttentionCheckError(f"{loaded.name} could not run on this input: {_first_line(exc)}") from None
-    attentions = getattr(out, "attentions", None)
-    impl = getattr(loaded.model.config, "_attn_implementation", "?")
-    if not attentions:
-        raise AttentionCheckError(f"{loaded.name} returned no attention weights (attention implementation "
-                                  f"{impl!r}); attnviz needs a model that supports eager attention")
+    attentions = attentions_of(out, loaded.model, loaded.name)
     T = len(encoded.token_ids)
     for i, layer in enumerate(attentions):
-        if layer is None:
-            raise AttentionCheckError(f"{loaded.name} returned no attention weights for layer {i} ({impl!r})")
         if layer.ndim != 4 or layer.shape[0] != 1 or tuple(layer.shape[2:]) != (T, T):
             raise AttentionCheckError(f"layer {i} attention has shape {tuple(layer.shape)}, expected (1, H, {T}, {T})")
     return torch.stack([a[0].float() for a in attentions]).cpu().numpy()  # (L, H, T, T)
+
+
+def attentions_of(output, model, name: str) -> tuple:
+    """The per-layer attention weights of a forward pass with output_attentions=True, or AttentionCheckError
+    when there are none (SDPA and flash attention return an empty tuple or None)."""
+    attentions = getattr(output, "attentions", None)
+    impl = getattr(model.config, "_attn_implementation", "?")
+    if not attentions or any(layer is None for layer in attentions):
+        raise AttentionCheckError(f"{name} returned no attention weights (attention implementation {impl!r}); "
+                                  f"attnviz needs a model loaded with attn_implementation='eager'")
+    return tuple(attentions)
 
 
 def make_capture(loaded: LoadedModel, encoded: Encoded, attentions: np.ndarray, text: str, *,

@@ -287,7 +287,10 @@ def scratch_attentions(model, inputs: dict) -> tuple[np.ndarray, np.ndarray]:
     run = recompute(model, inputs)
     with torch.inference_mode():
         alphas = [scaled_dot_product_attention(qkv.q, qkv.k, qkv.v, run.mask)[1] for qkv in run.layers]
-    model_alpha = torch.stack([a.float() for a in run.output.attentions])  # (L, B, H, T, T)
+    from attnviz.model import attentions_of
+
+    reported = attentions_of(run.output, model, getattr(model, "name_or_path", "the model"))
+    model_alpha = torch.stack([a.float() for a in reported])  # (L, B, H, T, T)
     return torch.stack(alphas).cpu().numpy(), model_alpha.cpu().numpy()
 
 

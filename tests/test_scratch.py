@@ -175,3 +175,32 @@ def test_position_information_breaks_permutation_equivariance(tiny_model_dir):
     finally:
         with torch.no_grad():
             model.embeddings.position_embeddings.weight.copy_(saved)
+
+
+@pytest.mark.parametrize("flags", [{"scale_attn_by_inverse_layer_idx": True}, {"scale_attn_weights": False},
+                                   {"reorder_and_upcast_attn": True}])
+def test_gpt2_variants(flags, tiny_model_dir):
+    """GPT-2's optional scalings are applied by the adapter, not ignored."""
+    import transformers as tf
+
+    base = load(tiny_model_dir("gpt2"), device="cpu")
+    config = tf.GPT2Config.from_dict({**base.model.config.to_dict(), **flags})
+    config._attn_implementation = "eager"
+    model = tf.GPT2Model(config)
+    model.load_state_dict(base.model.state_dict())
+    model.eval()
+    encoded = encode(base, TEXT)
+    recomputed, reported = scratch_attentions(model, encoded.inputs)
+    assert np.abs(recomputed - reported).max() <= 1e-5
+
+
+def test_a_model_without_eager_attention_is_a_clear_error(load_tiny):
+    import transformers as tf
+
+    from attnviz.errors import AttentionCheckError
+
+    config = tf.BertConfig.from_dict(load_tiny("bert").model.config.to_dict())
+    config._attn_implementation = "sdpa"  # what transformers 5 picks by default: no weights come back
+    model = tf.BertModel(config).eval()
+    with pytest.raises(AttentionCheckError, match="eager"):
+        scratch_attentions(model, {"input_ids": torch.tensor([[101, 1996, 4937, 102]])})
