@@ -86,19 +86,21 @@ class HeadImageWriter:
             self.canvas.restore_region(common)
             self.image.set_clim(0.0, vmax)  # the colorbar follows its mappable
             self.fig.draw_artist(self.cax)
-            self.backgrounds[kind] = np.asarray(self.canvas.buffer_rgba())[..., :3].copy()  # (H_px, W_px, 3)
-        height, width = self.backgrounds[kind].shape[:2]
+            rgb = np.asarray(self.canvas.buffer_rgba())[..., :3]  # (H_px, W_px, 3)
+            self.backgrounds[kind] = scanlines(rgb)  # (H_px, 1 + 3 W_px), ready for the PNG encoder
+        height, width = rgb.shape[:2]
         box = self.ax.get_window_extent()
         # α goes inside the frame: from one pixel in from each spine (the spines stay as drawn)
         self.rows = slice(int(round(height - box.y1)) + 1, int(round(height - box.y0)) - 1)
         self.cols = slice(int(round(box.x0)) + 1, int(round(box.x1)) - 1)
         n_rows, n_cols = self.rows.stop - self.rows.start, self.cols.stop - self.cols.start
         T = self.capture.n_tokens
-        # pixels per cell along each axis, nearest (what imshow's "nearest" does), computed once
+        # nearest cell for each pixel (what imshow's "nearest" does), computed once: pixel rows per cell
+        # row, and for each byte of a pixel row the byte of the (T, 3T) colour-mapped matrix it copies
         self.row_repeats = np.bincount(np.minimum((np.arange(n_rows) + 0.5) * T / n_rows, T - 1).astype(np.intp),
                                        minlength=T)
-        self.col_repeats = np.bincount(np.minimum((np.arange(n_cols) + 0.5) * T / n_cols, T - 1).astype(np.intp),
-                                       minlength=T)
+        col_cell = np.minimum((np.arange(n_cols) + 0.5) * T / n_cols, T - 1).astype(np.intp)  # (n_cols,)
+        self.col_bytes = (col_cell[:, None] * 3 + np.arange(3)[None, :]).ravel()  # (3 n_cols,)
         # the title strip: from the top of the figure down to just above the axes (display coordinates)
         self.title_rows = slice(0, self.rows.start - 2)
         self.title_background = self.canvas.copy_from_bbox(
@@ -148,22 +150,28 @@ class HeadImageWriter:
     def scale(self, job: Job) -> str:
         return "mean" if job.head == "mean" and "mean" in self.vmaxes else "head"
 
-    def render(self, job: Job) -> np.ndarray:
-        """The finished image of one head as RGB uint8 (H_px, W_px, 3)."""
+    def render_scanlines(self, job: Job) -> np.ndarray:
+        """The finished image of one head as PNG scanlines: uint8 (H_px, 1 + 3 W_px), filter byte first."""
         from matplotlib import colors
 
         alpha = self.capture.head_matrix(job.layer, job.head)  # (T, T)
         shown = np.ma.masked_where(self.mask, alpha) if self.mask is not None else alpha
         norm = colors.Normalize(0.0, self.vmaxes[self.scale(job)])
         cells = self.image.cmap(norm(shown), bytes=True)[..., :3]  # (T, T, 3), matplotlib's own mapping
-        frame = self.backgrounds[self.scale(job)].copy()
-        frame[self.rows, self.cols] = np.repeat(np.repeat(cells, self.row_repeats, axis=0), self.col_repeats, axis=1)
+        lines = self.backgrounds[self.scale(job)].copy()
+        frame = rgb_view(lines)  # (H_px, W_px, 3) view
+        wide = cells.reshape(len(cells), -1)[:, self.col_bytes]  # (T, 3 n_cols): columns widened
+        frame[self.rows, self.cols] = np.repeat(wide, self.row_repeats, axis=0).reshape(frame[self.rows, self.cols].shape)
         frame[self.title_rows] = self.title_strip(job)
-        return frame
+        return lines
+
+    def render(self, job: Job) -> np.ndarray:
+        """The finished image of one head as RGB uint8 (H_px, W_px, 3)."""
+        return rgb_view(self.render_scanlines(job))
 
     def write(self, job: Job, path: Path) -> None:
         if self.fmt == "png":
-            Path(path).write_bytes(encode_png(self.render(job)))
+            Path(path).write_bytes(encode_scanlines(self.render_scanlines(job)))
             return
         alpha = self.capture.head_matrix(job.layer, job.head)
         self.image.set_data(np.ma.masked_where(self.mask, alpha) if self.mask is not None else alpha)
@@ -172,19 +180,34 @@ class HeadImageWriter:
         self.fig.savefig(path, format=self.fmt, dpi=self.dpi)
 
 
-def encode_png(rgb: np.ndarray, level: int = PNG_COMPRESS_LEVEL) -> bytes:
-    """A PNG file of an RGB uint8 image (H, W, 3): 8-bit truecolour, filter type 0 on every row."""
+def scanlines(rgb: np.ndarray) -> np.ndarray:
+    """RGB uint8 (H, W, 3) -> PNG scanlines (H, 1 + 3W): each row is filter byte 0 ("none"), then its pixels."""
     height, width, _ = rgb.shape
-    rows = np.empty((height, width * 3 + 1), np.uint8)  # each scanline: filter byte 0, then the pixels
-    rows[:, 0] = 0
-    rows[:, 1:] = rgb.reshape(height, width * 3)
+    lines = np.zeros((height, 1 + 3 * width), np.uint8)
+    lines[:, 1:] = rgb.reshape(height, 3 * width)
+    return lines
+
+
+def rgb_view(lines: np.ndarray) -> np.ndarray:
+    """The (H, W, 3) pixels of PNG scanlines, as a view: writing to it writes the scanlines."""
+    return lines[:, 1:].reshape(len(lines), -1, 3)
+
+
+def encode_scanlines(lines: np.ndarray, level: int = PNG_COMPRESS_LEVEL) -> bytes:
+    """A PNG file (8-bit truecolour, no interlace) from scanlines made by `scanlines`."""
+    height, width = len(lines), (lines.shape[1] - 1) // 3
 
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8 bits, RGB, deflate, no interlace
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows.tobytes(), level))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(lines, level))
             + chunk(b"IEND", b""))
+
+
+def encode_png(rgb: np.ndarray, level: int = PNG_COMPRESS_LEVEL) -> bytes:
+    """A PNG file of an RGB uint8 image (H, W, 3)."""
+    return encode_scanlines(scanlines(rgb), level)
 
 
 # --- worker processes ---------------------------------------------------------------------------------
