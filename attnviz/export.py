@@ -291,8 +291,7 @@ def export(capture: Capture, target: str | os.PathLike, *, layers: Sequence[int]
     target = Path(target)
     if target.exists() and not target.is_dir():
         raise OutputError(f"{target} exists and is not a folder")
-    if target.is_dir() and any(target.iterdir()) and not force:
-        raise OutputError(f"{target} is not empty; pass --force to replace it")
+    check_target(target, force)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent))
@@ -317,6 +316,18 @@ def export(capture: Capture, target: str | os.PathLike, *, layers: Sequence[int]
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return target
+
+
+def check_target(target: Path, force: bool) -> None:
+    """A non-empty target is refused; with force, only one that an earlier export made is replaced
+    (so --force never deletes a folder of the user's own)."""
+    if not target.is_dir() or not any(target.iterdir()):
+        return
+    if not force:
+        raise OutputError(f"{target} is not empty; pass --force to replace it")
+    if not ((target / "index.html").is_file() and (target / "attention.npz").is_file()):
+        raise OutputError(f"{target} is not an attnviz export (no index.html and attention.npz); "
+                          f"refusing to replace it even with --force")
 
 
 def write_stats(stats: list[dict], folder: Path) -> None:

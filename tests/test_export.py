@@ -132,8 +132,15 @@ def test_refuses_non_empty_folder_unless_forced(tmp_path):
     with pytest.raises(OutputError, match="--force"):
         export(cap, target, layers=[0], heads=[0])
     assert (target / "keep.txt").exists()
-    export(cap, target, layers=[0], heads=[0], force=True)
-    assert not (target / "keep.txt").exists() and (target / "index.html").exists()
+    with pytest.raises(OutputError, match="not an attnviz export"):  # --force never deletes the user's folder
+        export(cap, target, layers=[0], heads=[0], force=True)
+    assert (target / "keep.txt").exists()
+    (target / "keep.txt").unlink()
+    export(cap, target, layers=[0], heads=[0])  # empty folder: fine
+    (target / "extra.txt").write_text("left by an earlier export")
+    export(cap, target, layers=[1], heads=[1], force=True)  # an earlier export: replaced
+    assert not (target / "extra.txt").exists() and (target / "layer01_head01.png").exists()
+    assert not (target / "layer00_head00.png").exists()
 
 
 def test_error_midway_leaves_nothing(tmp_path, monkeypatch):

@@ -31,14 +31,12 @@ def export_command(text: TextArg = None,
     attention.npz, heads.csv/heads.json and an index.html that works offline."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from attnviz.errors import OutputError
-    from attnviz.export import FORMATS, export
+    from attnviz.export import FORMATS, check_target, export
     from attnviz.render.png import colormap
 
     if fmt not in FORMATS:
         raise typer.BadParameter(f"{fmt!r}: choose one of {', '.join(FORMATS)}", param_hint="--format")
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
-        raise OutputError(f"{out_dir} is not empty; pass --force to replace it")
+    check_target(out_dir, force)  # before any model work
     colormap(cmap)  # an unknown colormap fails now, not after the model ran
     capture = get_capture(text, source, model, revision, device, dtype, trust_remote_code, truncate)
     chosen_layers = parse_indices(layers, capture.n_layers, "layer")
