@@ -231,7 +231,7 @@ class atomic_output:
         except OSError as exc:
             raise OutputError(f"cannot write to {parent}: {exc.strerror or exc}") from None
         os.close(fd)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual mode
+        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600; give the file the usual mode
         self.tmp = Path(tmp)
         return self.tmp
 
@@ -247,7 +247,7 @@ class atomic_output:
         return False
 
 
-def _umask() -> int:
+def current_umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask

@@ -2,10 +2,11 @@
 the capture, head statistics (CSV, JSON) and an offline index.html — fast.
 
 Why it is fast: the naive way builds a new figure per head, and laying out ~2T tick labels is most of the
-cost. Here one figure is laid out and drawn once per worker with the image and title hidden (the static
-layer: axes, tick labels, colorbar); for each head only the colour-mapped α is written into the axes'
-pixel rectangle with numpy, the title strip is redrawn, and the frame is PNG-encoded. Heads are spread
-over worker processes. Vector formats (SVG, PDF) reuse one figure and swap the data, then savefig.
+cost. Here one figure is laid out and drawn once, with the image and title hidden (the static layer:
+axes, tick labels, colorbar; one colorbar per colour scale); for each head only the colour-mapped α is
+written into the axes' pixel rectangle with numpy, the title is pasted from cached pieces, and the frame
+is PNG-encoded. Heads are spread over worker processes, which inherit the drawn layout when they are
+forked. Vector formats (SVG, PDF) reuse one figure and swap the data, then savefig.
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ import struct
 import tempfile
 import zlib
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 
-from attnviz.capture import Capture
+from attnviz.capture import Capture, current_umask
 from attnviz.errors import OutputError
 
 FORMATS = ("png", "svg", "pdf")
@@ -264,15 +265,13 @@ def render_heads(capture: Capture, jobs: Sequence[Job], folder: Path, *, fmt: st
 
 
 def _capture_arrays(capture: Capture) -> dict:
-    return dict(attentions=capture.attentions, tokens=capture.tokens, token_ids=capture.token_ids,
-                special=capture.special, special_kind=capture.special_kind, subword=capture.subword,
-                meta=capture.meta)
+    return {field.name: getattr(capture, field.name) for field in fields(capture)}
 
 
 # --- the whole export -----------------------------------------------------------------------------------
 
 
-def plan(capture: Capture, layers: Sequence[int], heads: Sequence[int]) -> list[Job]:
+def plan(layers: Sequence[int], heads: Sequence[int]) -> list[Job]:
     """Per layer: its selected heads, then its head mean."""
     return [Job(layer, head) for layer in layers for head in [*heads, "mean"]]
 
@@ -298,7 +297,7 @@ def export(capture: Capture, target: str | os.PathLike, *, layers: Sequence[int]
     except OSError as exc:
         raise OutputError(f"cannot write to {target.parent}: {exc.strerror or exc}") from None
     try:
-        jobs = plan(capture, layers, heads)
+        jobs = plan(layers, heads)
         if on_total:
             on_total(len(jobs) + 1)
         render_heads(capture, jobs, staging, fmt=fmt, dpi=dpi, cmap=cmap, workers=workers, on_done=on_done)
@@ -359,6 +358,4 @@ def _replace(staging: Path, target: Path) -> None:
 
 def _chmod_folder(folder: Path) -> None:
     """mkdtemp makes the folder 0700; give it the usual mode."""
-    mask = os.umask(0)
-    os.umask(mask)
-    os.chmod(folder, 0o777 & ~mask)
+    os.chmod(folder, 0o777 & ~current_umask())
