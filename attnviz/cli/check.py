@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -42,10 +43,10 @@ def verify(text: TextArg = None,
     worst = max(diffs, key=lambda d: d.max_abs)
     ok = worst.max_abs <= tolerance
     if as_json:
-        out.print_json(json.dumps({
+        print(json.dumps({
             "model": reported.model, "dtype": loaded.dtype, "device": loaded.device, "tokens": list(reported.tokens),
             "tolerance": tolerance, "max_abs_diff": worst.max_abs, "passed": ok,
-            "layers": [d.__dict__ for d in diffs]}))
+            "layers": [d.__dict__ for d in diffs]}, indent=2, ensure_ascii=False))
     else:
         shape = f"{reported.n_layers} layers × {reported.n_heads} heads × {reported.n_tokens} tokens"
         out.print(verify_table(diffs, tolerance, f"{reported.model} ({loaded.dtype}, {loaded.device}): {shape}"))
@@ -77,9 +78,9 @@ def scaling(text: TextArg = None,
         rows, T, d_k = scaling_rows(loaded, text, truncate=truncate)
     raw64, scaled64 = synthetic_scaling(64)
     if as_json:
-        out.print_json(json.dumps({"model": loaded.name, "T": T, "d_k": d_k, "ln_T": float(__import__("math").log(T)),
-                                   "layers": [r.__dict__ for r in rows],
-                                   "synthetic_d64": {"std_raw": raw64, "std_scaled": scaled64}}))
+        print(json.dumps({"model": loaded.name, "T": T, "d_k": d_k, "ln_T": math.log(T),
+                          "layers": [r.__dict__ for r in rows],
+                          "synthetic_d64": {"std_raw": raw64, "std_scaled": scaled64}}, indent=2))
     else:
         out.print(scaling_table(rows, T, d_k, f"{loaded.name}: softmax(QKᵀ) vs softmax(QKᵀ/√d_k)"))
         out.print(f"Random q, k with N(0, 1) entries, d_k = 64: std of q·k = {raw64:.2f} (√64 = 8), "
