@@ -269,6 +269,7 @@ def test_export_command(saved_capture, tmp_path):
     assert "head 9" in one_line_error(run("export", "--from", saved_capture, "--out-dir", tmp_path / "x",
                                           "--heads", "9"))
     assert not (tmp_path / "x").exists()
+    assert "cannot write" in one_line_error(run("export", "--from", saved_capture, "--out-dir", "/proc/attnviz-x"))
 
 
 def test_heatmap_terminal_with_output_writes_both(saved_capture, tmp_path):

@@ -43,11 +43,19 @@ def export_command(text: TextArg = None,
     chosen_heads = parse_indices(heads, capture.n_heads, "head")
     columns = (TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
-    with Progress(*columns, console=err, transient=False) as progress:
-        task = progress.add_task("Exporting", total=None)
+    progress = Progress(*columns, console=err, transient=False)
+    tasks: list = []
+
+    def start(total: int) -> None:  # the bar appears once the export folder could be created
+        progress.start()
+        tasks.append(progress.add_task("Exporting", total=total))
+
+    try:
         target = export(capture, out_dir, layers=chosen_layers, heads=chosen_heads, fmt=fmt, dpi=dpi, cmap=cmap,
-                        workers=workers, force=force, on_total=lambda n: progress.update(task, total=n),
-                        on_done=lambda n: progress.advance(task, n))
+                        workers=workers, force=force, on_total=start,
+                        on_done=lambda n: progress.advance(tasks[0], n))
+    finally:
+        progress.stop()
     images = len(chosen_layers) * (len(chosen_heads) + 1)
     out.print(f"{target}  ({images} images, grid.{fmt}, attention.npz, heads.csv, heads.json, index.html)",
               highlight=False, soft_wrap=True)
