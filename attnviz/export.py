@@ -29,8 +29,9 @@ import numpy as np
 
 from attnviz.capture import Capture, current_umask
 from attnviz.errors import OutputError
+from attnviz.render.png import FORMATS as FIGURE_FORMATS
 
-FORMATS = ("png", "svg", "pdf")
+FORMATS = tuple(suffix.lstrip(".") for suffix in FIGURE_FORMATS)  # png, svg, pdf
 # PNG encoding: filter "none" + zlib level 3. Heatmaps are large flat blocks, so filtering buys little; on a
 # 1031x961 frame this takes 11 ms and 102 kB, against 34 ms and 75 kB for Pillow's default (level 6).
 PNG_COMPRESS_LEVEL = 3

@@ -60,14 +60,17 @@ def uniform_entropy(T: int) -> float:
     return float(np.log(T))
 
 
+def token_distance(T: int) -> np.ndarray:
+    """|i - j| for every query i and key j. (T, T)"""
+    return np.abs(np.arange(T)[:, None] - np.arange(T)[None, :])
+
+
 def max_weight(capture: Capture) -> np.ndarray:
     return capture.attentions.max(axis=-1).mean(axis=-1)  # (L, H)
 
 
 def mean_distance(capture: Capture) -> np.ndarray:
-    T = capture.n_tokens
-    distance = np.abs(np.arange(T)[:, None] - np.arange(T)[None, :])  # (T, T)
-    return (capture.attentions * distance).sum(axis=-1).mean(axis=-1)  # (L, H)
+    return (capture.attentions * token_distance(capture.n_tokens)).sum(axis=-1).mean(axis=-1)  # (L, H)
 
 
 def diagonal_score(capture: Capture, offset: int) -> np.ndarray:
@@ -184,10 +187,8 @@ def head_stats(capture: Capture) -> list[HeadStats]:
 
 def matrix_summary(alpha: np.ndarray, special: np.ndarray) -> tuple[float, float, float]:
     """For one shown matrix (T, T): mean row entropy (nats), mean mass on special keys, mean distance."""
-    T = alpha.shape[-1]
-    distance = np.abs(np.arange(T)[:, None] - np.arange(T)[None, :])
     return (float(row_entropy(alpha).mean()), float(alpha[:, special].sum(-1).mean()),
-            float((alpha * distance).sum(-1).mean()))
+            float((alpha * token_distance(alpha.shape[-1])).sum(-1).mean()))
 
 
 # --- attention rollout (Abnar & Zuidema 2020) -----------------------------------------------------

@@ -211,10 +211,16 @@ class Encoded:
     dropped: int  # tokens cut by truncation
 
 
-def encode(loaded: LoadedModel, text: str, *, truncate: bool = True) -> Encoded:
-    """Tokenise `text` for `loaded`; truncate (with a warning) past the model's maximum positions."""
+def check_text(text: str) -> str:
+    """Raise InputError for empty or whitespace-only text (cheap: callers use it before loading a model)."""
     if not isinstance(text, str) or not text.strip():
         raise InputError("the text is empty: give a sentence to look at, e.g. \"The cat sat on the mat\"")
+    return text
+
+
+def encode(loaded: LoadedModel, text: str, *, truncate: bool = True) -> Encoded:
+    """Tokenise `text` for `loaded`; truncate (with a warning) past the model's maximum positions."""
+    check_text(text)
     tok = loaded.tokenizer
     fast = bool(getattr(tok, "is_fast", False))
 

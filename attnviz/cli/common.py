@@ -158,11 +158,9 @@ def require_text(text: str | None) -> str:
     """TEXT is required (usage error if missing) and must not be blank (InputError)."""
     if text is None:
         raise typer.BadParameter("give the TEXT to look at")
-    if not text.strip():
-        from attnviz.errors import InputError
+    from attnviz.model import check_text  # model.py imports torch only inside its functions
 
-        raise InputError("the text is empty: give a sentence to look at, e.g. \"The cat sat on the mat\"")
-    return text
+    return check_text(text)
 
 
 def load_model(model, revision, device, dtype, trust_remote_code):

@@ -8,11 +8,11 @@ from typing import Annotated, List, Optional
 import typer
 
 from attnviz.capture import check_suffix
+from attnviz.render.png import FORMATS  # numpy-only at import; matplotlib loads on use
 from attnviz.cli.common import (CsvOpt, DeviceOpt, DtypeOpt, FromOpt, HeadOpt, JsonOpt, ModelOpt, RemoteOpt,
                                 RevisionOpt, TextArg, TruncateOpt, app, cli_errors, emit_records,
                                 err, get_capture, out, parse_head, parse_indices)
 
-IMAGE_FORMATS = (".png", ".svg", ".pdf")
 ImageOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Also write a figure (.png/.svg/.pdf).")]
 
 
@@ -60,7 +60,7 @@ def entropy(text: TextArg = None, output: ImageOpt = None,
     from attnviz.render.tables import entropy_table
 
     if output is not None:
-        check_suffix(output, IMAGE_FORMATS)
+        check_suffix(output, FORMATS)
     capture = get_capture(text, source, model, revision, device, dtype, trust_remote_code, truncate)
     values = metrics.normalised_entropy(capture) if normalised else metrics.entropy(capture)
     uniform = 1.0 if normalised else metrics.uniform_entropy(capture.n_tokens)
@@ -92,7 +92,7 @@ def rollout(text: TextArg = None,
     from attnviz.render.terminal import bar_chart
 
     if output is not None:
-        check_suffix(output, IMAGE_FORMATS)
+        check_suffix(output, FORMATS)
     capture = get_capture(text, source, model, revision, device, dtype, trust_remote_code, truncate)
     matrix = compute_rollout(capture)  # (T, T)
     i = pick_token(capture, token)

@@ -28,7 +28,9 @@ def heatmap(text: TextArg = None, output: Annotated[Optional[Path], typer.Option
     """Draw attention weights α as a heatmap: to an image file, or in the terminal with --terminal."""
     which_layer, which_head = parse_layer(layer), parse_head(head)
     if output is not None:
-        check_suffix(output, (".png", ".svg", ".pdf"))
+        from attnviz.render.png import FORMATS
+
+        check_suffix(output, FORMATS)
     from attnviz.render.png import colormap
 
     colormap(cmap)  # an unknown colormap fails before any model work
