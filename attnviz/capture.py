@@ -165,6 +165,10 @@ class Capture:
         path = Path(path)
         if not path.is_file():
             raise CaptureFormatError(f"capture file not found: {path}")
+        with open(path, "rb") as fh:
+            if fh.read(4) != b"PK\x03\x04":  # every .npz is a zip archive
+                raise CaptureFormatError(f"{path} is not an attnviz capture (.npz of plain arrays): "
+                                         f"it is not a zip archive")
         try:
             with np.load(path, allow_pickle=False) as npz:
                 missing = [k for k in (*ARRAY_KEYS, "meta") if k not in npz.files]
