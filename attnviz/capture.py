@@ -112,6 +112,11 @@ class Capture:
             raise SelectionError(f"head must be an index, 'mean' or 'max', not {head!r}")
         return per_head[self.head_index(head)]
 
+    @property
+    def future_mask(self) -> np.ndarray | None:
+        """Cells a causal model cannot attend to (key after query), or None for encoders. (T, T) bool"""
+        return causal_mask(self.n_tokens) if self.causal else None
+
     def keep_mask(self, hide_special: bool = False) -> np.ndarray:
         """Which token positions to show. (T,) bool"""
         return ~self.special if hide_special else np.ones(self.n_tokens, dtype=bool)
@@ -135,7 +140,7 @@ class Capture:
         if worst > atol:
             raise AttentionCheckError(f"attention rows do not sum to 1 (worst deviation {worst:.3g} > {atol:g})")
         if self.causal:
-            upper = np.triu(np.ones((T, T), dtype=bool), k=1)
+            upper = causal_mask(T)
             leak = float(np.abs(a[..., upper]).max()) if upper.any() else 0.0
             if leak > atol:
                 raise AttentionCheckError(f"causal model attends to future tokens (max weight {leak:.3g})")
@@ -208,6 +213,11 @@ class Capture:
 
     def with_meta(self, **updates) -> "Capture":
         return replace(self, meta={**self.meta, **updates})
+
+
+def causal_mask(T: int) -> np.ndarray:
+    """True where key j comes after query i (j > i): the cells a causal model never attends to. (T, T) bool"""
+    return np.triu(np.ones((T, T), dtype=bool), k=1)
 
 
 def check_suffix(path: str | os.PathLike, allowed: tuple[str, ...]) -> Path:

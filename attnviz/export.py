@@ -11,17 +11,16 @@ forked. Vector formats (SVG, PDF) reuse one figure and swap the data, then savef
 
 from __future__ import annotations
 
-import csv
-import io
+import errno
 import json
 import multiprocessing
 import os
 import shutil
+import signal
 import struct
 import tempfile
 import zlib
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -29,52 +28,52 @@ import numpy as np
 
 from attnviz.capture import Capture, current_umask
 from attnviz.errors import OutputError
+from attnviz.panels import Panel, attention_panels
 from attnviz.render.png import FORMATS as FIGURE_FORMATS
 
+try:  # ISA-L's deflate: 2.3 ms for a 1798x1728 frame at level 2, against 15.6 ms for zlib at level 3
+    from isal import isal_zlib as _deflate
+
+    PNG_COMPRESS_LEVEL = 2
+except ImportError:  # pragma: no cover - isal is a dependency; plain zlib keeps the output identical in kind
+    _deflate = zlib  # type: ignore[misc]
+    PNG_COMPRESS_LEVEL = 3
+
 FORMATS = tuple(suffix.lstrip(".") for suffix in FIGURE_FORMATS)  # png, svg, pdf
-# PNG encoding: filter "none" + zlib level 3. Heatmaps are large flat blocks, so filtering buys little; on a
-# 1031x961 frame this takes 11 ms and 102 kB, against 34 ms and 75 kB for Pillow's default (level 6).
-PNG_COMPRESS_LEVEL = 3
 DEFAULT_DPI = 100
 
 
-def head_filename(layer: int, head: int | str, fmt: str) -> str:
-    """layer03_head07.png, or layer03_mean.png for the head mean."""
-    return f"layer{layer:02d}_{'mean' if head == 'mean' else f'head{head:02d}'}.{fmt}"
-
-
-@dataclass(frozen=True)
-class Job:
-    layer: int
-    head: int | str  # an index, or "mean"
+def export_panels(capture: Capture, layers: Sequence[int], heads: Sequence[int]) -> list[Panel]:
+    """What the export draws: per layer its selected heads, then its head mean. Per-head panels share one
+    colour scale (the largest weight among them), head means another."""
+    per_head = attention_panels(capture, layers, heads)
+    means = attention_panels(capture, layers, ["mean"])
+    order = {(p.layer, p.head): p for p in per_head + means}
+    return [order[layer, head] for layer in dict.fromkeys(p.layer for p in means) for head in [*heads, "mean"]]
 
 
 class HeadImageWriter:
-    """One labelled heatmap layout, drawn once; writes one image per head by swapping only α and title.
+    """One labelled heatmap layout, drawn once; writes one image per panel by swapping only the matrix and
+    the title. Every image matches `render.png.panel_figure(panel)` in size, labels, colorbar and title;
+    the matrix is drawn with the same colormap and normalisation. Panels must share shape and labels."""
 
-    `vmaxes` names the colour scales in use ("head": per-head images, "mean": head means). Every image
-    matches `render.png.heatmap_figure(capture, layer, head, vmax=vmaxes[kind])` in size, labels, colorbar
-    and title; α is drawn with the same colormap and normalisation."""
-
-    def __init__(self, capture: Capture, *, vmaxes: dict[str, float], cmap: str = "viridis",
-                 dpi: int = DEFAULT_DPI, fmt: str = "png"):
+    def __init__(self, panels: Sequence[Panel], *, cmap: str = "viridis", dpi: int = DEFAULT_DPI, fmt: str = "png"):
         from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-        from attnviz.render.png import heatmap_figure
+        from attnviz.render.png import panel_figure
 
-        self.capture, self.fmt, self.dpi, self.vmaxes = capture, fmt, dpi, vmaxes
-        self.fig = heatmap_figure(capture, 0, 0, cmap=cmap, vmax=max(vmaxes.values()))
+        self.fmt, self.dpi = fmt, dpi
+        self.scales = list(dict.fromkeys(p.scale for p in panels))
+        self.handle = panel_figure(panels[0], cmap=cmap)
+        self.fig = self.handle.figure
         self.fig.set_dpi(dpi)
         self.canvas = FigureCanvasAgg(self.fig)
-        self.ax, self.cax = self.fig.axes[0], self.fig.axes[1]
-        self.image = self.ax.images[0]
-        self.title = self.fig._suptitle
-        T = capture.n_tokens
-        self.mask = np.triu(np.ones((T, T), bool), k=1) if capture.causal else None
+        self.ax, self.cax = self.handle.axes[0], self.handle.colorbar_axes
+        self.image, self.title = self.handle.images[0], self.handle.title
         if fmt == "png":
-            self._draw_static_layers()
+            self._draw_static_layers(panels[0])
 
-    def _draw_static_layers(self) -> None:
+    def _draw_static_layers(self, reference: Panel) -> None:
         """Draw tick labels, frame and axis titles once; then the colorbar once per colour scale."""
         from matplotlib.transforms import Bbox
 
@@ -84,24 +83,24 @@ class HeadImageWriter:
         common = self.canvas.copy_from_bbox(self.fig.bbox)
         self.cax.set_visible(True)
         self.backgrounds = {}
-        for kind, vmax in self.vmaxes.items():
+        for scale in self.scales:
             self.canvas.restore_region(common)
-            self.image.set_clim(0.0, vmax)  # the colorbar follows its mappable
+            self.image.set_clim(scale.vmin, scale.vmax)  # the colorbar follows its mappable
             self.fig.draw_artist(self.cax)
             rgb = np.asarray(self.canvas.buffer_rgba())[..., :3]  # (H_px, W_px, 3)
-            self.backgrounds[kind] = scanlines(rgb)  # (H_px, 1 + 3 W_px), ready for the PNG encoder
+            self.backgrounds[scale] = scanlines(rgb)  # (H_px, 1 + 3 W_px), ready for the PNG encoder
         height, width = rgb.shape[:2]
         box = self.ax.get_window_extent()
-        # α goes inside the frame: from one pixel in from each spine (the spines stay as drawn)
+        # the matrix goes inside the frame: from one pixel in from each spine (the spines stay as drawn)
         self.rows = slice(int(round(height - box.y1)) + 1, int(round(height - box.y0)) - 1)
         self.cols = slice(int(round(box.x0)) + 1, int(round(box.x1)) - 1)
         n_rows, n_cols = self.rows.stop - self.rows.start, self.cols.stop - self.cols.start
-        T = self.capture.n_tokens
+        R, C = reference.matrix.shape
         # nearest cell for each pixel (what imshow's "nearest" does), computed once: pixel rows per cell
-        # row, and for each byte of a pixel row the byte of the (T, 3T) colour-mapped matrix it copies
-        self.row_repeats = np.bincount(np.minimum((np.arange(n_rows) + 0.5) * T / n_rows, T - 1).astype(np.intp),
-                                       minlength=T)
-        col_cell = np.minimum((np.arange(n_cols) + 0.5) * T / n_cols, T - 1).astype(np.intp)  # (n_cols,)
+        # row, and for each byte of a pixel row the byte of the (R, 3C) colour-mapped matrix it copies
+        self.row_repeats = np.bincount(np.minimum((np.arange(n_rows) + 0.5) * R / n_rows, R - 1).astype(np.intp),
+                                       minlength=R)
+        col_cell = np.minimum((np.arange(n_cols) + 0.5) * C / n_cols, C - 1).astype(np.intp)  # (n_cols,)
         self.col_bytes = (col_cell[:, None] * 3 + np.arange(3)[None, :]).ravel()  # (3 n_cols,)
         # the title strip: from the top of the figure down to just above the axes (display coordinates)
         self.title_rows = slice(0, self.rows.start - 2)
@@ -114,19 +113,6 @@ class HeadImageWriter:
                                     ha="left", va=self.title.get_va(), transform=self.title.get_transform())
         self._strips: dict = {}
 
-    def title_text(self, job: Job) -> str:
-        return self.title_prefix(job.layer) + self.title_suffix(job.head)
-
-    def title_prefix(self, layer: int) -> str:
-        from attnviz.render.png import short_model
-
-        return f"{short_model(self.capture)} · layer {layer} · "
-
-    def title_suffix(self, head: int | str) -> str:
-        from attnviz.render.png import head_label
-
-        return head_label(self.capture, head)
-
     def _strip(self, artist, text: str, x: float | None = None) -> np.ndarray:
         """The title strip with only `text` drawn by `artist` (at figure-fraction x, if given)."""
         self.canvas.restore_region(self.title_background)
@@ -136,49 +122,43 @@ class HeadImageWriter:
         self.fig.draw_artist(artist)
         return np.asarray(self.canvas.buffer_rgba())[self.title_rows, :, :3].copy()
 
-    def title_strip(self, job: Job) -> np.ndarray:
-        prefix = self.title_prefix(job.layer)
+    def title_strip(self, panel: Panel) -> np.ndarray:
+        prefix, suffix = panel.title[0], "".join(panel.title[1:])
         if prefix not in self._strips:
             self.title.set_text(prefix)
             width_px = self.title.get_window_extent(self.canvas.get_renderer()).width
             self._strips[prefix] = (self._strip(self.title, prefix), width_px)
         strip, width_px = self._strips[prefix]
-        key = (width_px, job.head)
+        key = (width_px, suffix)
         if key not in self._strips:
             x = self.title.get_position()[0] + width_px / self.fig.bbox.width
-            self._strips[key] = self._strip(self.suffix, self.title_suffix(job.head), x)
+            self._strips[key] = self._strip(self.suffix, suffix, x)
         return np.minimum(strip, self._strips[key])  # dark text on white: the two pieces combine exactly
 
-    def scale(self, job: Job) -> str:
-        return "mean" if job.head == "mean" and "mean" in self.vmaxes else "head"
-
-    def render_scanlines(self, job: Job) -> np.ndarray:
-        """The finished image of one head as PNG scanlines: uint8 (H_px, 1 + 3 W_px), filter byte first."""
+    def render_scanlines(self, panel: Panel) -> np.ndarray:
+        """The finished image of one panel as PNG scanlines: uint8 (H_px, 1 + 3 W_px), filter byte first."""
         from matplotlib import colors
 
-        alpha = self.capture.head_matrix(job.layer, job.head)  # (T, T)
-        shown = np.ma.masked_where(self.mask, alpha) if self.mask is not None else alpha
-        norm = colors.Normalize(0.0, self.vmaxes[self.scale(job)])
-        cells = self.image.cmap(norm(shown), bytes=True)[..., :3]  # (T, T, 3), matplotlib's own mapping
-        lines = self.backgrounds[self.scale(job)].copy()
+        norm = colors.Normalize(panel.scale.vmin, panel.scale.vmax)
+        cells = self.image.cmap(norm(panel.shown), bytes=True)[..., :3]  # (R, C, 3), matplotlib's own mapping
+        lines = self.backgrounds[panel.scale].copy()
         frame = rgb_view(lines)  # (H_px, W_px, 3) view
-        wide = cells.reshape(len(cells), -1)[:, self.col_bytes]  # (T, 3 n_cols): columns widened
+        wide = cells.reshape(len(cells), -1)[:, self.col_bytes]  # (R, 3 n_cols): columns widened
         frame[self.rows, self.cols] = np.repeat(wide, self.row_repeats, axis=0).reshape(frame[self.rows, self.cols].shape)
-        frame[self.title_rows] = self.title_strip(job)
+        frame[self.title_rows] = self.title_strip(panel)
         return lines
 
-    def render(self, job: Job) -> np.ndarray:
-        """The finished image of one head as RGB uint8 (H_px, W_px, 3)."""
-        return rgb_view(self.render_scanlines(job))
+    def render(self, panel: Panel) -> np.ndarray:
+        """The finished image of one panel as RGB uint8 (H_px, W_px, 3)."""
+        return rgb_view(self.render_scanlines(panel))
 
-    def write(self, job: Job, path: Path) -> None:
+    def write(self, panel: Panel, path: Path) -> None:
         if self.fmt == "png":
-            Path(path).write_bytes(encode_scanlines(self.render_scanlines(job)))
+            Path(path).write_bytes(encode_scanlines(self.render_scanlines(panel)))
             return
-        alpha = self.capture.head_matrix(job.layer, job.head)
-        self.image.set_data(np.ma.masked_where(self.mask, alpha) if self.mask is not None else alpha)
-        self.image.set_clim(0.0, self.vmaxes[self.scale(job)])
-        self.title.set_text(self.title_text(job))
+        self.image.set_data(panel.shown)
+        self.image.set_clim(panel.scale.vmin, panel.scale.vmax)
+        self.title.set_text(panel.title_text)
         self.fig.savefig(path, format=self.fmt, dpi=self.dpi)
 
 
@@ -196,14 +176,15 @@ def rgb_view(lines: np.ndarray) -> np.ndarray:
 
 
 def encode_scanlines(lines: np.ndarray, level: int = PNG_COMPRESS_LEVEL) -> bytes:
-    """A PNG file (8-bit truecolour, no interlace) from scanlines made by `scanlines`."""
+    """A standard PNG file (8-bit truecolour, no interlace) from scanlines made by `scanlines`; the image
+    data is deflated by ISA-L (zlib-compatible: any PNG decoder reads it)."""
     height, width = len(lines), (lines.shape[1] - 1) // 3
 
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8 bits, RGB, deflate, no interlace
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(lines, level))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", _deflate.compress(lines, level))
             + chunk(b"IEND", b""))
 
 
@@ -215,54 +196,78 @@ def encode_png(rgb: np.ndarray, level: int = PNG_COMPRESS_LEVEL) -> bytes:
 # --- worker processes ---------------------------------------------------------------------------------
 
 _writer: HeadImageWriter | None = None  # set in the parent before forking, or by _init_worker when spawning
+_panels: list[Panel] = []
 
 
-def _init_worker(capture_arrays: dict | None, vmaxes: dict, cmap: str, dpi: int, fmt: str) -> None:
-    global _writer
-    if capture_arrays is not None:
-        _writer = HeadImageWriter(Capture(**capture_arrays), vmaxes=vmaxes, cmap=cmap, dpi=dpi, fmt=fmt)
+def _init_worker(spawned: tuple | None, cmap: str, dpi: int, fmt: str) -> None:
+    """In each worker: Ctrl-C is the parent's to handle; on Linux, die with the parent. A spawned worker
+    (no fork on this platform) lays out its own writer from the capture."""
+    global _writer, _panels
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _die_with_parent()
+    if spawned is not None:
+        arrays, layers, heads = spawned
+        _panels = export_panels(Capture(**arrays), layers, heads)
+        _writer = HeadImageWriter(_panels, cmap=cmap, dpi=dpi, fmt=fmt)
 
 
-def _write_chunk(jobs: Sequence[Job], folder: str, fmt: str) -> int:
-    for job in jobs:
-        _writer.write(job, Path(folder) / head_filename(job.layer, job.head, fmt))
-    return len(jobs)
+def _die_with_parent() -> None:
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: SIGTERM when the parent exits
+    except (OSError, AttributeError):  # not Linux: the parent's terminate() is the only guard
+        pass
 
 
-def render_heads(capture: Capture, jobs: Sequence[Job], folder: Path, *, fmt: str = "png", dpi: int = DEFAULT_DPI,
-                 cmap: str = "viridis", workers: int = 1, on_done: Callable[[int], None] | None = None) -> None:
-    """Write one image per job into `folder`. Per-head images share one colour scale (the largest weight
-    among them); head-mean images share another."""
-    global _writer
-    vmaxes = {}
-    for kind, selected in (("head", [j for j in jobs if j.head != "mean"]), ("mean", [j for j in jobs if j.head == "mean"])):
-        if selected:
-            vmaxes[kind] = max(float(capture.head_matrix(j.layer, j.head).max()) for j in selected)
-    chunk = max(1, min(16, len(jobs) // (4 * max(workers, 1))))
-    chunks = [jobs[i:i + chunk] for i in range(0, len(jobs), chunk)]
+def _write_chunk(task: tuple[list[int], str, str]) -> int:
+    indices, folder, fmt = task
+    assert _writer is not None
+    for index in indices:
+        panel = _panels[index]
+        _writer.write(panel, Path(folder) / f"{panel.name}.{fmt}")
+    return len(indices)
+
+
+def worker_count(requested: int, chunks: int) -> int:
+    """Never more workers than chunks of work or cores."""
+    return max(1, min(requested, chunks, os.cpu_count() or 1))
+
+
+def render_panels(panels: Sequence[Panel], folder: Path, *, fmt: str = "png", dpi: int = DEFAULT_DPI,
+                  cmap: str = "viridis", workers: int = 1, on_done: Callable[[int], None] | None = None,
+                  spawn_args: tuple | None = None) -> None:
+    """Write one image per panel into `folder` as `<panel.name>.<fmt>`. With several workers the layout is
+    drawn once here and inherited by forked workers; where fork is missing, `spawn_args` (capture arrays,
+    layers, heads) let each worker rebuild the panels."""
+    global _writer, _panels
+    chunk = max(1, min(16, len(panels) // (4 * max(workers, 1))))
+    chunks = [list(range(i, min(i + chunk, len(panels)))) for i in range(0, len(panels), chunk)]
+    workers = worker_count(workers, len(chunks))
     fork = "fork" in multiprocessing.get_all_start_methods()
-    if workers <= 1 or len(chunks) == 1 or fork:
-        _writer = HeadImageWriter(capture, vmaxes=vmaxes, cmap=cmap, dpi=dpi, fmt=fmt)  # laid out once, here
-    if workers <= 1 or len(chunks) == 1:
+    _panels = list(panels)
+    if workers <= 1 or fork:
+        _writer = HeadImageWriter(_panels, cmap=cmap, dpi=dpi, fmt=fmt)  # laid out once, here
+    if workers <= 1:
         for part in chunks:
-            done = _write_chunk(part, str(folder), fmt)
+            done = _write_chunk((part, str(folder), fmt))
             if on_done:
                 on_done(done)
         return
-    # forked workers inherit the laid-out writer; spawned ones lay out their own
-    initargs = (None if fork else _capture_arrays(capture), vmaxes, cmap, dpi, fmt)
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork" if fork else "spawn"),
-                             initializer=_init_worker, initargs=initargs) as pool:
-        futures = [pool.submit(_write_chunk, part, str(folder), fmt) for part in chunks]
-        try:
-            for future in as_completed(futures):
-                done = future.result()
-                if on_done:
-                    on_done(done)
-        except BaseException:
-            for future in futures:
-                future.cancel()
-            raise
+    context = multiprocessing.get_context("fork" if fork else "spawn")
+    pool = context.Pool(workers, initializer=_init_worker, initargs=(None if fork else spawn_args, cmap, dpi, fmt))
+    try:
+        for done in pool.imap_unordered(_write_chunk, [(part, str(folder), fmt) for part in chunks]):
+            if on_done:
+                on_done(done)
+        pool.close()
+    except BaseException:
+        pool.terminate()  # Ctrl-C, SIGTERM or an error: no worker outlives the export
+        raise
+    finally:
+        pool.join()
 
 
 def _capture_arrays(capture: Capture) -> dict:
@@ -270,93 +275,177 @@ def _capture_arrays(capture: Capture) -> dict:
 
 
 # --- the whole export -----------------------------------------------------------------------------------
+# The export is written into a staging folder beside the target and moved into place at the end. What may
+# be replaced is decided by a manifest: an export lists every file it wrote, with size and SHA-256, in
+# MANIFEST. `--force` replaces a folder only when everything in it is exactly such a list of files, and the
+# state of the target is checked again at the moment of the swap, so a file put there meanwhile, or a
+# second export into the same folder, is never deleted: the later export says so and changes nothing.
 
-
-def plan(layers: Sequence[int], heads: Sequence[int]) -> list[Job]:
-    """Per layer: its selected heads, then its head mean."""
-    return [Job(layer, head) for layer in layers for head in [*heads, "mean"]]
+MANIFEST = "attnviz-export.json"
+MANIFEST_KIND = "attnviz export"
 
 
 def export(capture: Capture, target: str | os.PathLike, *, layers: Sequence[int], heads: Sequence[int],
            fmt: str = "png", dpi: int = DEFAULT_DPI, cmap: str = "viridis", workers: int = 1, force: bool = False,
            on_total: Callable[[int], None] | None = None, on_done: Callable[[int], None] | None = None) -> Path:
-    """Write the export folder atomically: everything goes into a temporary folder beside `target`,
-    which replaces `target` only when complete. A non-empty `target` is refused unless `force`."""
-    from attnviz.metrics import head_stats
+    """Write the export folder atomically: every file goes into a staging folder beside `target`, which
+    takes `target`'s place only when complete. Returns the folder written (symbolic links resolved)."""
+    from attnviz.metrics import head_records
+    from attnviz.records import to_csv, to_json
     from attnviz.render.html import gallery_html
     from attnviz.render.png import grid_figure, save_figure
 
     if fmt not in FORMATS:
         raise OutputError(f"unknown format {fmt!r}: use {', '.join(FORMATS)}")
-    target = Path(target)
-    if target.exists() and not target.is_dir():
-        raise OutputError(f"{target} exists and is not a folder")
-    check_target(target, force)
+    target = export_folder(target)
+    before = check_target(target, force)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent))
     except OSError as exc:
         raise OutputError(f"cannot write to {target.parent}: {exc.strerror or exc}") from None
     try:
-        jobs = plan(layers, heads)
+        panels = export_panels(capture, layers, heads)
         if on_total:
-            on_total(len(jobs) + 1)
-        render_heads(capture, jobs, staging, fmt=fmt, dpi=dpi, cmap=cmap, workers=workers, on_done=on_done)
+            on_total(len(panels) + 1)
+        render_panels(panels, staging, fmt=fmt, dpi=dpi, cmap=cmap, workers=workers, on_done=on_done,
+                      spawn_args=(_capture_arrays(capture), list(layers), list(heads)))
         grid_name = f"grid.{fmt}"
-        save_figure(grid_figure(capture, layers, heads, cmap=cmap), staging / grid_name, dpi=dpi)
+        per_head = [p for p in panels if p.head != "mean"]
+        save_figure(grid_figure(capture, per_head, layers, heads, cmap=cmap), staging / grid_name, dpi=dpi)
         capture.save(staging / "attention.npz")
-        stats = [s.as_dict() for s in head_stats(capture) if s.layer in set(layers) and s.head in set(heads)]
-        write_stats(stats, staging)
-        (staging / "index.html").write_text(gallery_html(capture, layers, heads, stats, fmt, grid_name),
-                                            encoding="utf-8")
+        chosen_layers, chosen_heads = set(layers), set(heads)
+        records = [r for r in head_records(capture) if r["layer"] in chosen_layers and r["head"] in chosen_heads]
+        (staging / "heads.json").write_text(to_json(records, indent=1) + "\n", encoding="utf-8")
+        (staging / "heads.csv").write_text(to_csv(records), encoding="utf-8")
+        (staging / "index.html").write_text(gallery_html(capture, panels, records, fmt, grid_name), encoding="utf-8")
+        write_manifest(staging)
         if on_done:
             on_done(1)
-        _replace(staging, target)
+        _swap(staging, target, before)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise OutputError(f"cannot write the export {target}: {exc.strerror or exc}; nothing was changed") from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return target
 
 
-def check_target(target: Path, force: bool) -> None:
-    """A non-empty target is refused; with force, only one that an earlier export made is replaced
-    (so --force never deletes a folder of the user's own)."""
-    if not target.is_dir() or not any(target.iterdir()):
-        return
-    if not force:
-        raise OutputError(f"{target} is not empty; pass --force to replace it")
-    if not ((target / "index.html").is_file() and (target / "attention.npz").is_file()):
-        raise OutputError(f"{target} is not an attnviz export (no index.html and attention.npz); "
-                          f"refusing to replace it even with --force")
+def export_folder(target: str | os.PathLike) -> Path:
+    """The folder an export will become, as an absolute path: "." and symbolic links are resolved (a link
+    to a folder keeps pointing at the new export), files, broken links and the root are refused."""
+    path = Path(target).expanduser()
+    if path.is_symlink():
+        if not path.exists():
+            raise OutputError(f"{path} is a broken symbolic link; remove it or choose another --out-dir")
+    path = path.resolve()
+    if path.parent == path:
+        raise OutputError(f"cannot export to {path}: choose a folder below it")
+    if path.exists() and not path.is_dir():
+        raise OutputError(f"{path} exists and is not a folder")
+    return path
 
 
-def write_stats(stats: list[dict], folder: Path) -> None:
-    with open(folder / "heads.json", "w", encoding="utf-8") as fh:
-        json.dump(stats, fh, indent=1, ensure_ascii=False)
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(stats[0]) if stats else [], lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(stats)
-    (folder / "heads.csv").write_text(buffer.getvalue(), encoding="utf-8")
-
-
-def _replace(staging: Path, target: Path) -> None:
-    """Move the finished staging folder onto target; an old target is removed only after that succeeds."""
-    old = None
-    if target.exists():
-        old = target.with_name(f".{target.name}.old-{os.getpid()}")
-        os.replace(target, old)
+def check_target(target: Path, force: bool) -> str:
+    """What is at `target` now: "absent", "empty", or the manifest digest of an earlier export (only with
+    `force`). Anything else is refused, so --force never deletes a folder of the user's own."""
     try:
-        os.replace(staging, target)
+        entries = list(target.iterdir()) if target.is_dir() else None
+    except OSError as exc:
+        raise OutputError(f"cannot read {target}: {exc.strerror or exc}") from None
+    if entries is None:
+        return "absent"
+    if not entries:
+        return "empty"
+    if not force:
+        raise OutputError(f"{target} is not empty; pass --force to replace an earlier attnviz export there")
+    return earlier_export(target)
+
+
+def earlier_export(folder: Path) -> str:
+    """The digest of `folder`'s manifest if the folder holds exactly the files an earlier export wrote,
+    unchanged; otherwise OutputError naming what is not the export's."""
+    refuse = f"refusing to replace {folder} even with --force"
+    manifest = folder / MANIFEST
+    try:
+        raw = manifest.read_bytes() if manifest.is_file() and not manifest.is_symlink() else None
+        listed = json.loads(raw) if raw is not None and len(raw) < 1_000_000 else None
+    except (OSError, ValueError, RecursionError):
+        listed = None
+    if not isinstance(listed, dict) or listed.get("kind") != MANIFEST_KIND or not isinstance(listed.get("files"), dict):
+        raise OutputError(f"{folder} is not an attnviz export (it has no {MANIFEST}); {refuse}")
+    files = listed["files"]
+    for entry in folder.iterdir():
+        if entry.name == MANIFEST:
+            continue
+        expected = files.get(entry.name)
+        if expected is None or entry.is_symlink() or not entry.is_file():
+            raise OutputError(f"{folder} holds {entry.name!r}, which attnviz did not write; {refuse}")
+        if not isinstance(expected, dict) or _fingerprint(entry) != expected:
+            raise OutputError(f"{entry} was changed since attnviz wrote it; {refuse}")
+    import hashlib
+
+    return hashlib.sha256(raw).hexdigest()
+
+
+def _fingerprint(path: Path) -> dict:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return {"size": path.stat().st_size, "sha256": digest.hexdigest()}
+
+
+def write_manifest(folder: Path) -> None:
+    from attnviz import __version__
+
+    files = {entry.name: _fingerprint(entry) for entry in sorted(folder.iterdir())}
+    (folder / MANIFEST).write_text(json.dumps({"kind": MANIFEST_KIND, "attnviz_version": __version__,
+                                               "files": files}, indent=1) + "\n", encoding="utf-8")
+
+
+def _swap(staging: Path, target: Path, before: str) -> None:
+    """Move the finished staging folder onto `target`, if `target` is still what check_target saw."""
+    changed = f"{target} changed while the export ran (another export, or a file put there); nothing was replaced"
+    old = None
+    if before not in ("absent", "empty"):
+        old = staging.with_name(staging.name.removesuffix(".part") + ".old")
+        os.rename(target, old)
+        try:
+            unchanged = earlier_export(old) == before
+        except OutputError:
+            unchanged = False
+        if not unchanged:
+            os.rename(old, target)
+            raise OutputError(changed)
+    try:
+        os.rename(staging, target)  # fails if target exists and is not an empty folder
     except OSError as exc:
         if old is not None:
-            os.replace(old, target)
-        raise OutputError(f"cannot create {target}: {exc.strerror or exc}") from None
+            os.rename(old, target)
+        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+            raise OutputError(changed) from None
+        raise
+    os.chmod(target, 0o777 & ~current_umask())  # mkdtemp makes the folder 0700; give it the usual mode
     if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-    _chmod_folder(target)
+        _remove_export(old)
 
 
-def _chmod_folder(folder: Path) -> None:
-    """mkdtemp makes the folder 0700; give it the usual mode."""
-    os.chmod(folder, 0o777 & ~current_umask())
+def _remove_export(folder: Path) -> None:
+    """Delete an earlier export that was moved aside: only the files its manifest lists, then the folder."""
+    try:
+        listed = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))["files"]
+        for name in listed:
+            (folder / name).unlink(missing_ok=True)
+        (folder / MANIFEST).unlink(missing_ok=True)
+        folder.rmdir()
+    except (OSError, ValueError, KeyError):
+        import warnings
+
+        from attnviz.errors import AttnvizWarning
+
+        warnings.warn(f"the earlier export was kept in {folder}: it holds files attnviz did not write",
+                      AttnvizWarning, stacklevel=2)

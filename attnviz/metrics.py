@@ -1,24 +1,21 @@
 """Pure functions of a Capture: head statistics, pattern labels, rollout, model-vs-scratch differences.
 Nothing here changes the capture; everything returns new numpy arrays or small records.
 
-Definitions (α is one head's (T, T) matrix; row i is query i; n_i is the number of keys row i may
-attend to: T for encoders, i + 1 for causal models):
-    entropy            mean_i  -Σ_j α_ij ln α_ij                           nats, 0·ln 0 = 0
-    normalised entropy mean_i  H_i / ln n_i   over rows with n_i > 1       0 = one-hot, 1 = uniform
-    max weight         mean_i  max_j α_ij
-    mean distance      mean_i  Σ_j α_ij |i - j|                            in tokens
-    self / prev / next mean_i α_ii,  mean_{i≥1} α_i,i-1,  mean_{i<T-1} α_i,i+1
-    mass on X          mean_i  Σ_{j ∈ X} α_ij   X = start ([CLS]/BOS), end ([SEP]/EOS), punctuation, first token
+α is one head's (T, T) matrix; row i is query i; n_i is the number of keys row i may attend to: T for
+encoders, i + 1 for causal models. Every per-head statistic is one function here plus one row of the
+metric registry (METRICS, below), which holds its definition and feeds every table and caption.
 """
 
 from __future__ import annotations
 
 import unicodedata
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
 from attnviz.capture import Capture
+from attnviz.errors import CaptureMismatchError
 
 # Pattern thresholds, after Clark et al. 2019 ("What does BERT look at?") and Kovaleva et al. 2019
 # ("Revealing the dark secrets of BERT"). A head gets the first label whose test it passes, in this order.
@@ -129,60 +126,136 @@ def vertical_score(capture: Capture) -> tuple[np.ndarray, np.ndarray]:
     return column_mass.argmax(axis=-1), column_mass.max(axis=-1)
 
 
+# --- the metric registry ---------------------------------------------------------------------------
+# One row per head metric. The heads table, --json/--csv, the export's heads.csv/heads.json, the gallery
+# captions and glossary, `attnviz explain` and the README's definition table are all made from it: a new
+# metric is one function above and one register() call below.
+
+
 @dataclass(frozen=True)
-class HeadStats:
-    layer: int
-    head: int
-    entropy: float
-    norm_entropy: float
-    max_weight: float
-    mean_distance: float
-    self: float
-    prev: float
-    next: float
-    start_mass: float
-    end_mass: float
-    punct_mass: float
-    first_mass: float
-    vertical_token: str
-    label: str
+class Metric:
+    """One per-head statistic.
 
-    def as_dict(self) -> dict:
-        return asdict(self)
+    name        key in JSON/CSV and the long --sort key ("norm_entropy")
+    header      the column header in terminal tables, also accepted by --sort ("norm_ent")
+    definition  one line, shown by `attnviz explain`, the README and the gallery glossary
+    compute     Capture -> (L, H) array: floats, or strings when kind == "text"
+    fmt         how a value is written in tables and captions"""
 
+    name: str
+    header: str
+    definition: str
+    compute: Callable[[Capture], np.ndarray]
+    fmt: str = "{:.2f}"
+    kind: str = "number"  # "number" | "text"
 
-NUMERIC_COLUMNS = ("entropy", "norm_entropy", "max_weight", "mean_distance", "self", "prev", "next",
-                   "start_mass", "end_mass", "punct_mass", "first_mass")
-COLUMNS = ("layer", "head", *NUMERIC_COLUMNS, "vertical_token", "label")
+    def format(self, value) -> str:
+        if self.kind == "text":
+            return str(value)
+        return "–" if value is None or not np.isfinite(value) else self.fmt.format(value)
 
 
-def label_heads(prev, nxt, self_, vertical, block, broad) -> np.ndarray:
+METRICS: list[Metric] = []
+
+
+def register(metric: Metric) -> Metric:
+    """Add a metric to every head table. Names and headers must be new."""
+    taken = {key for m in METRICS for key in (m.name, m.header)} | set(FIXED_COLUMNS)
+    if metric.name in taken or metric.header in taken:
+        raise ValueError(f"a metric or column named {metric.name!r}/{metric.header!r} exists already")
+    METRICS.append(metric)
+    return metric
+
+
+def unregister(name: str) -> None:
+    METRICS[:] = [m for m in METRICS if m.name != name]
+
+
+def find_metric(key: str) -> Metric | None:
+    """The metric whose name or header is `key`."""
+    return next((m for m in METRICS if key in (m.name, m.header)), None)
+
+
+FIXED_COLUMNS = ("layer", "head", "label")
+
+
+def columns() -> list[str]:
+    """Record keys in order: layer, head, every registered metric, label."""
+    return ["layer", "head", *(m.name for m in METRICS), "label"]
+
+
+def _top_key(capture: Capture) -> np.ndarray:
+    column, _ = vertical_score(capture)
+    return np.array(capture.tokens, dtype=object)[column]  # (L, H) str
+
+
+for _metric in (
+    Metric("entropy", "entropy", "mean over rows of −Σ_j α_ij ln α_ij, in nats (0·ln 0 = 0); uniform over T keys "
+           "= ln T", entropy),
+    Metric("norm_entropy", "norm_ent", "mean over rows with n_i > 1 of H_i / ln n_i: 0 one-hot, 1 uniform",
+           normalised_entropy),
+    Metric("max_weight", "max", "mean over rows of max_j α_ij", max_weight),
+    Metric("mean_distance", "dist", "mean over rows of Σ_j α_ij·|i − j|, in tokens", mean_distance, "{:.1f}"),
+    Metric("prev", "prev", "mean of α_i,i−1 over i ≥ 1: weight on the previous token",
+           lambda c: diagonal_score(c, -1)),
+    Metric("self", "self", "mean of α_ii: weight on the token itself", lambda c: diagonal_score(c, 0)),
+    Metric("next", "next", "mean of α_i,i+1 over i < T−1: weight on the next token", lambda c: diagonal_score(c, 1)),
+    Metric("start_mass", "start", "mean over rows of the weight on [CLS]/BOS keys",
+           lambda c: mass_on(c, token_groups(c)["start"])),
+    Metric("end_mass", "end", "mean over rows of the weight on [SEP]/EOS keys",
+           lambda c: mass_on(c, token_groups(c)["end"])),
+    Metric("vertical", "vert", "the largest mean weight one key column gets (a vertical stripe in the heatmap)",
+           lambda c: vertical_score(c)[1]),
+    Metric("top_key", "top_key", "the key that column belongs to", _top_key, kind="text"),
+    Metric("punct_mass", "punct", "mean over rows of the weight on punctuation tokens",
+           lambda c: mass_on(c, token_groups(c)["punct"])),
+    Metric("first_mass", "first", "mean over rows of the weight on token 0", lambda c: mass_on(c, token_groups(c)["first"])),
+):
+    register(_metric)
+
+
+# what the pattern labels are computed from (also when a caller has unregistered the metric)
+_LABEL_INPUTS: dict[str, Callable[[Capture], np.ndarray]] = {
+    "prev": lambda c: diagonal_score(c, -1), "next": lambda c: diagonal_score(c, 1),
+    "self": lambda c: diagonal_score(c, 0), "vertical": lambda c: vertical_score(c)[1],
+    "norm_entropy": normalised_entropy}
+
+
+def label_heads(values: dict[str, np.ndarray], block: np.ndarray) -> np.ndarray:
     """The pattern label of each head from its scores, first match in LABELS order. (L, H) str"""
-    tests = [prev >= POSITIONAL_MIN, nxt >= POSITIONAL_MIN, self_ >= POSITIONAL_MIN, vertical >= VERTICAL_MIN,
-             np.nan_to_num(block, nan=0.0) >= BLOCK_MIN, broad >= BROAD_MIN]
-    labels = np.full(prev.shape, "mixed", dtype=object)
+    tests = [values["prev"] >= POSITIONAL_MIN, values["next"] >= POSITIONAL_MIN, values["self"] >= POSITIONAL_MIN,
+             values["vertical"] >= VERTICAL_MIN, np.nan_to_num(block, nan=0.0) >= BLOCK_MIN,
+             values["norm_entropy"] >= BROAD_MIN]
+    labels = np.full(values["prev"].shape, "mixed", dtype=object)
     for label, passed in reversed(list(zip(LABELS, tests))):
         labels[passed] = label
     return labels
 
 
-def head_stats(capture: Capture) -> list[HeadStats]:
-    """Every metric for every head, one record per (layer, head), in layer-major order."""
-    groups = token_groups(capture)
-    ent, norm = entropy(capture), normalised_entropy(capture)
-    mx, dist = max_weight(capture), mean_distance(capture)
-    self_, prev, nxt = diagonal_score(capture, 0), diagonal_score(capture, -1), diagonal_score(capture, 1)
-    masses = {name: mass_on(capture, keys) for name, keys in groups.items()}
-    column, vertical = vertical_score(capture)
-    labels = label_heads(prev, nxt, self_, vertical, block_score(capture), norm)
+def head_records(capture: Capture) -> list[dict]:
+    """Every registered metric and the pattern label of every head, one dict per (layer, head), in
+    layer-major order, keys in the order of columns()."""
+    values = {m.name: np.asarray(m.compute(capture)) for m in METRICS}
+    inputs = {key: values[key] if key in values else compute(capture) for key, compute in _LABEL_INPUTS.items()}
+    labels = label_heads(inputs, block_score(capture))
     L, H = capture.attentions.shape[:2]
-    return [HeadStats(layer, head, float(ent[layer, head]), float(norm[layer, head]), float(mx[layer, head]),
-                      float(dist[layer, head]), float(self_[layer, head]), float(prev[layer, head]),
-                      float(nxt[layer, head]), float(masses["start"][layer, head]),
-                      float(masses["end"][layer, head]), float(masses["punct"][layer, head]),
-                      float(masses["first"][layer, head]), capture.tokens[column[layer, head]],
-                      str(labels[layer, head]))
-            for layer in range(L) for head in range(H)]
+    records = []
+    for layer in range(L):
+        for head in range(H):
+            record: dict = {"layer": layer, "head": head}
+            for m in METRICS:
+                value = values[m.name][layer, head]
+                record[m.name] = str(value) if m.kind == "text" else float(value)
+            record["label"] = str(labels[layer, head])
+            records.append(record)
+    return records
+
+
+def definitions_markdown() -> str:
+    """The README's metric table, from the registry."""
+    rows = ["| metric | column | definition |", "|---|---|---|"]
+    rows += [f"| `{m.name}` | `{m.header}` | {m.definition.replace('|', chr(92) + '|')} |" for m in METRICS]
+    return "\n".join(rows) + "\n"
 
 
 def matrix_summary(alpha: np.ndarray, special: np.ndarray) -> tuple[float, float, float]:
@@ -220,7 +293,8 @@ class LayerDifference:
 def differences(reported: Capture, recomputed: Capture) -> list[LayerDifference]:
     """Per layer: max and mean |Δα| between two captures of the same input, and the head with the largest."""
     if reported.attentions.shape != recomputed.attentions.shape:
-        raise ValueError(f"shapes differ: {reported.attentions.shape} vs {recomputed.attentions.shape}")
+        raise CaptureMismatchError(f"the captures cannot be compared: shapes {reported.attentions.shape} and "
+                                   f"{recomputed.attentions.shape} differ")
     delta = np.abs(reported.attentions.astype(np.float64) - recomputed.attentions)  # (L, H, T, T)
     per_head = delta.max(axis=(-2, -1))  # (L, H)
     return [LayerDifference(n, float(per_head[n].max()), float(delta[n].mean()), int(per_head[n].argmax()))

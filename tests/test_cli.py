@@ -76,28 +76,28 @@ def test_heatmap_default_model_terminal_hide_special():
     assert "[CLS]" not in result.stdout and "cat" in result.stdout
 
 
-@pytest.mark.parametrize("args,message", [
-    (["heatmap", "   "], "empty"),
-    (["heatmap", "--from", "{cap}", "--layer", "7"], "layer 7 is out of range"),
-    (["heatmap", "--from", "{cap}", "--layer", "-3"], "0..1"),
-    (["heatmap", "--from", "{cap}", "--head", "4"], "0..3"),
-    (["heatmap", "--from", "{cap}", "-o", "x.bmp"], ".bmp"),
-    (["heatmap", "--from", "{cap}", "-o", "/proc/nope/x.png"], "cannot write"),
-    (["heatmap", "--from", "{cap}", "--cmap", "nocolormap"], "colormap"),
-    (["heatmap", "x", "-m", "some-org/not-cached-anywhere"], "works offline"),
-    (["heatmap", "x", "-m", "{tmp}"], "not a Hugging Face model"),
-    (["heatmap", "--from", "{bad}"], "not an attnviz capture"),
-    (["heatmap", "--from", "{missing}"], "not found"),
-    (["capture", "x", "-o", "x.txt"], ".npz"),
+@pytest.mark.parametrize("args,message,code", [
+    (["heatmap", "   "], "empty", 1),
+    (["heatmap", "--from", "{cap}", "--layer", "7"], "layer 7 is out of range", 2),
+    (["heatmap", "--from", "{cap}", "--layer", "-3"], "0..1", 2),
+    (["heatmap", "--from", "{cap}", "--head", "4"], "0..3", 2),
+    (["heatmap", "--from", "{cap}", "-o", "x.bmp"], ".bmp", 1),
+    (["heatmap", "--from", "{cap}", "-o", "/proc/nope/x.png"], "cannot write", 1),
+    (["heatmap", "--from", "{cap}", "--cmap", "nocolormap"], "colormap", 2),
+    (["heatmap", "x", "-m", "some-org/not-cached-anywhere"], "works offline", 1),
+    (["heatmap", "x", "-m", "{tmp}"], "not a Hugging Face model", 1),
+    (["heatmap", "--from", "{bad}"], "not an attnviz capture", 1),
+    (["heatmap", "--from", "{missing}"], "not found", 1),
+    (["capture", "x", "-o", "x.txt"], ".npz", 1),
 ])
-def test_user_errors_are_one_line(args, message, saved_capture, tmp_path, monkeypatch):
+def test_user_errors_are_one_line(args, message, code, saved_capture, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.chdir(tmp_path)
     bad = tmp_path / "bad.npz"
     bad.write_bytes(b"not a zip")
     fill = dict(cap=saved_capture, tmp=tmp_path, bad=bad, missing=tmp_path / "missing.npz")
     result = run(*[a.format(**fill) for a in args])
-    assert message in one_line_error(result)
+    assert message in one_line_error(result, code)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.npz"]  # nothing half-written
 
 
@@ -192,7 +192,7 @@ def test_heads_json_filter_sort_top(minilm_capture):
     table = run("heads", "--from", minilm_capture, "--layer", "0-1")
     assert table.exit_code == 0 and "previous-token" in table.stdout
     assert run("heads", "--from", minilm_capture, "--sort", "nope").exit_code == 2
-    assert "layer 9" in one_line_error(run("heads", "--from", minilm_capture, "--layer", "9"))
+    assert "layer 9" in one_line_error(run("heads", "--from", minilm_capture, "--layer", "9"), 2)
 
 
 @pytest.mark.slow
@@ -218,7 +218,7 @@ def test_rollout_default_token_bars_and_png(minilm_capture, tmp_path):
     assert result.exit_code == 0 and "'[CLS]'" in result.stdout and "█" in result.stdout
     data = json.loads(run("rollout", "--from", minilm_capture, "--json", "--token", "cat").stdout)
     assert data["token"] == 2 and sum(data["rollout"]) == pytest.approx(1.0)
-    assert "no token" in one_line_error(run("rollout", "--from", minilm_capture, "--token", "dog"))
+    assert "no token" in one_line_error(run("rollout", "--from", minilm_capture, "--token", "dog"), 2)
 
 
 def test_rollout_causal_default_is_last_token(saved_capture):
@@ -267,7 +267,7 @@ def test_export_command(saved_capture, tmp_path):
     assert "--force" in one_line_error(again)
     assert run("export", "--from", saved_capture, "--out-dir", out_dir, "--format", "gif").exit_code == 2
     assert "head 9" in one_line_error(run("export", "--from", saved_capture, "--out-dir", tmp_path / "x",
-                                          "--heads", "9"))
+                                          "--heads", "9"), 2)
     assert not (tmp_path / "x").exists()
     assert "cannot write" in one_line_error(run("export", "--from", saved_capture, "--out-dir", "/proc/attnviz-x"))
 
@@ -293,4 +293,4 @@ def test_commands_from_a_capture_never_import_torch(command, saved_capture, tmp_
 
 
 def test_unknown_colormap_in_terminal_is_one_line(saved_capture):
-    assert "colormap" in one_line_error(run("heatmap", "--from", saved_capture, "-t", "--cmap", "nope"))
+    assert "colormap" in one_line_error(run("heatmap", "--from", saved_capture, "-t", "--cmap", "nope"), 2)

@@ -8,7 +8,8 @@ import pytest
 
 from attnviz.capture import Capture
 from attnviz.errors import OutputError
-from attnviz.export import HeadImageWriter, Job, encode_png, export, head_filename, render_heads
+from attnviz.export import MANIFEST, HeadImageWriter, encode_png, export, export_panels, render_panels
+from attnviz.panels import attention_panels, head_filename
 from attnviz.render.png import heatmap_figure
 from conftest import make_capture
 
@@ -48,11 +49,12 @@ def test_export_folder_contents(tmp_path):
     names = sorted(p.name for p in target.iterdir())
     heads = [head_filename(layer, head, "png") for layer in (0, 1) for head in (0, 1, 2)]
     means = ["layer00_mean.png", "layer01_mean.png"]
-    assert names == sorted(heads + means + ["attention.npz", "grid.png", "heads.csv", "heads.json", "index.html"])
+    assert names == sorted(heads + means + ["attention.npz", "grid.png", "heads.csv", "heads.json", "index.html",
+                                            MANIFEST])
     assert heads[0] == "layer00_head00.png"
     sizes = {read_png(target / name).shape for name in heads + means}
     reference = heatmap_figure(cap, 0, 0)
-    w, h = reference.get_size_inches() * 100
+    w, h = reference.figure.get_size_inches() * 100
     assert sizes == {(round(h), round(w), 3)}  # same size as `attnviz heatmap` draws at 100 dpi
     stats = json.loads((target / "heads.json").read_text())
     assert [(s["layer"], s["head"]) for s in stats] == [(layer, head) for layer in (0, 1) for head in (0, 1, 2)]
@@ -67,7 +69,7 @@ def test_one_hot_head_hottest_cells_land_where_they_should(tmp_path):
     cap, hot = one_hot_capture()
     target = export(cap, tmp_path / "out", layers=[0], heads=[1])
     image = read_png(target / "layer00_head01.png").astype(int)
-    fig = heatmap_figure(cap, 0, 1)
+    fig = heatmap_figure(cap, 0, 1).figure
     fig.set_dpi(100)
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
@@ -89,23 +91,25 @@ def test_one_hot_head_hottest_cells_land_where_they_should(tmp_path):
 def test_fast_writer_matches_the_full_figure(tmp_path):
     """Swapping α into the drawn layout gives the picture a fresh figure gives (cell edges may move 1 px)."""
     cap, _ = one_hot_capture()
-    writer = HeadImageWriter(cap, vmaxes={"head": 1.0})
-    fast = writer.render(Job(0, 1))
-    fig = heatmap_figure(cap, 0, 1, vmax=1.0)
+    panels = attention_panels(cap, [0, 1], [0, 1, 2], vmax=1.0)
+    writer = HeadImageWriter(panels)
+    fast = writer.render(panels[1])
+    fig = heatmap_figure(cap, 0, 1, vmax=1.0).figure
     fig.savefig(tmp_path / "ref.png", dpi=100)
     reference = read_png(tmp_path / "ref.png")
     assert fast.shape == reference.shape
     differs = np.abs(fast.astype(int) - reference).max(axis=-1) > 40
     assert differs.mean() < 0.01
-    assert "layer 0 · head 1" in writer.title_text(Job(0, 1))
+    assert "layer 0 · head 1" in panels[1].title_text
 
 
 def test_causal_upper_triangle_is_blank(tmp_path):
     T = 6
     tril = np.tril(np.ones((T, T), np.float32))
     cap = make_capture(np.broadcast_to(tril / tril.sum(-1, keepdims=True), (1, 1, T, T)), causal=True)
-    writer = HeadImageWriter(cap, vmaxes={"head": 1.0})
-    frame = writer.render(Job(0, 0))
+    panels = attention_panels(cap, [0], [0], vmax=1.0)
+    writer = HeadImageWriter(panels)
+    frame = writer.render(panels[0])
     rows, cols = writer.rows, writer.cols
     top_right = frame[rows.start + 3, cols.stop - 3]
     assert tuple(top_right) == (242, 242, 242)  # the "bad" colour of masked cells
@@ -114,13 +118,15 @@ def test_causal_upper_triangle_is_blank(tmp_path):
 def test_workers_give_identical_files(tmp_path):
     rng = np.random.default_rng(0)
     cap = make_capture(rng.dirichlet(np.ones(8), size=(2, 4, 8)), TOKENS)
-    jobs = [Job(layer, head) for layer in range(2) for head in [*range(4), "mean"]]
+    panels = export_panels(cap, [0, 1], [0, 1, 2, 3])
+    assert [p.name for p in panels[:5]] == ["layer00_head00", "layer00_head01", "layer00_head02", "layer00_head03",
+                                             "layer00_mean"]
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    render_heads(cap, jobs, tmp_path / "a", workers=1)
-    render_heads(cap, jobs, tmp_path / "b", workers=2)
-    for job in jobs:
-        name = head_filename(job.layer, job.head, "png")
+    render_panels(panels, tmp_path / "a", workers=1)
+    render_panels(panels, tmp_path / "b", workers=2)
+    for panel in panels:
+        name = f"{panel.name}.png"
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
 
 
@@ -137,10 +143,17 @@ def test_refuses_non_empty_folder_unless_forced(tmp_path):
     assert (target / "keep.txt").exists()
     (target / "keep.txt").unlink()
     export(cap, target, layers=[0], heads=[0])  # empty folder: fine
-    (target / "extra.txt").write_text("left by an earlier export")
-    export(cap, target, layers=[1], heads=[1], force=True)  # an earlier export: replaced
-    assert not (target / "extra.txt").exists() and (target / "layer01_head01.png").exists()
-    assert not (target / "layer00_head00.png").exists()
+    (target / "extra.txt").write_text("the user's own file, put into an earlier export")
+    with pytest.raises(OutputError, match="extra.txt"):  # not in the manifest: never deleted
+        export(cap, target, layers=[1], heads=[1], force=True)
+    assert (target / "extra.txt").exists() and (target / "layer00_head00.png").exists()
+    (target / "extra.txt").unlink()
+    export(cap, target, layers=[1], heads=[1], force=True)  # exactly an earlier export: replaced
+    assert (target / "layer01_head01.png").exists() and not (target / "layer00_head00.png").exists()
+    (target / "index.html").write_text("edited by the user")
+    with pytest.raises(OutputError, match="changed"):  # a file the export wrote, since edited: kept
+        export(cap, target, layers=[0], heads=[0], force=True)
+    assert (target / "index.html").read_text() == "edited by the user"
 
 
 def test_error_midway_leaves_nothing(tmp_path, monkeypatch):
@@ -151,7 +164,7 @@ def test_error_midway_leaves_nothing(tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(export_module, "write_stats", broken)
+    monkeypatch.setattr(export_module, "write_manifest", broken)
     with pytest.raises(KeyboardInterrupt):
         export(cap, tmp_path / "out", layers=[0, 1], heads=[0, 1])
     assert list(tmp_path.iterdir()) == []

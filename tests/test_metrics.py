@@ -27,20 +27,20 @@ def test_uniform_rows_have_entropy_ln_T():
     assert metrics.entropy(cap)[0, 0] == pytest.approx(math.log(T), rel=1e-6)
     assert metrics.normalised_entropy(cap)[0, 0] == pytest.approx(1.0, rel=1e-6)
     assert metrics.max_weight(cap)[0, 0] == pytest.approx(1 / T)
-    assert metrics.head_stats(cap)[0].label == "broad"
+    assert metrics.head_records(cap)[0]["label"] == "broad"
 
 
 def test_one_hot_previous_token_head():
     cap = one_head(shifted_identity(6, -1))
-    stats = metrics.head_stats(cap)[0]
-    assert stats.label == "previous-token"
-    assert stats.entropy == 0.0 and stats.prev == pytest.approx(1.0) and stats.next == 0.0
-    assert stats.mean_distance == pytest.approx(5 / 6)  # row 0 attends to itself
+    stats = metrics.head_records(cap)[0]
+    assert stats["label"] == "previous-token"
+    assert stats["entropy"] == 0.0 and stats["prev"] == pytest.approx(1.0) and stats["next"] == 0.0
+    assert stats["mean_distance"] == pytest.approx(5 / 6)  # row 0 attends to itself
 
 
 def test_next_token_and_self_heads():
-    assert metrics.head_stats(one_head(shifted_identity(5, +1)))[0].label == "next-token"
-    assert metrics.head_stats(one_head(np.eye(5)))[0].label == "self"
+    assert metrics.head_records(one_head(shifted_identity(5, +1)))[0]["label"] == "next-token"
+    assert metrics.head_records(one_head(np.eye(5)))[0]["label"] == "self"
 
 
 def test_all_mass_on_column_zero_is_vertical_and_first_token_mass():
@@ -48,9 +48,9 @@ def test_all_mass_on_column_zero_is_vertical_and_first_token_mass():
     a[:, 0] = 1.0
     cap = one_head(a, tokens=["[CLS]", "a", "b", "c", "[SEP]"], special=[True, False, False, False, True],
                    kinds=["start", "", "", "", "end"])
-    stats = metrics.head_stats(cap)[0]
-    assert stats.label == "vertical" and stats.vertical_token == "[CLS]"
-    assert stats.start_mass == 1.0 and stats.first_mass == 1.0 and stats.end_mass == 0.0
+    stats = metrics.head_records(cap)[0]
+    assert stats["label"] == "vertical" and stats["top_key"] == "[CLS]"
+    assert stats["start_mass"] == 1.0 and stats["first_mass"] == 1.0 and stats["end_mass"] == 0.0
 
 
 def test_block_head_needs_two_segments():
@@ -60,7 +60,7 @@ def test_block_head_needs_two_segments():
     a = (seg[:, None] == seg[None, :]).astype(np.float32)
     a /= a.sum(-1, keepdims=True)
     cap = one_head(a, tokens=tokens, special=[True] + [False] * 5 + [True], kinds=["start"] + [""] * 5 + ["end"])
-    assert metrics.head_stats(cap)[0].label == "block"
+    assert metrics.head_records(cap)[0]["label"] == "block"
     assert np.isnan(metrics.block_score(one_head(np.full((3, 3), 1 / 3)))[0, 0])
 
 
@@ -68,7 +68,7 @@ def test_punctuation_mass():
     a = np.zeros((4, 4), np.float32)
     a[:, 2] = 1.0
     cap = one_head(a, tokens=["hi", "there", "!", "ok"])
-    assert metrics.head_stats(cap)[0].punct_mass == 1.0
+    assert metrics.head_records(cap)[0]["punct_mass"] == 1.0
 
 
 def test_causal_normalisation_uses_i_plus_one_keys():
@@ -99,13 +99,13 @@ def test_metrics_do_not_mutate():
     rng = np.random.default_rng(1)
     cap = make_capture(rng.dirichlet(np.ones(6), size=(2, 3, 6)))
     before = cap.attentions.copy()
-    metrics.head_stats(cap), metrics.rollout(cap)
+    metrics.head_records(cap), metrics.rollout(cap)
     np.testing.assert_array_equal(cap.attentions, before)
 
 
 @pytest.mark.slow
 def test_minilm_layer0_head2_is_previous_token(cat_capture):
-    stats = {(s.layer, s.head): s for s in metrics.head_stats(cat_capture)}
-    assert stats[0, 2].label == "previous-token" and stats[0, 2].prev > 0.99
-    labels = [s.label for s in stats.values() if s.layer == 0]
+    stats = {(s["layer"], s["head"]): s for s in metrics.head_records(cat_capture)}
+    assert stats[0, 2]["label"] == "previous-token" and stats[0, 2]["prev"] > 0.99
+    labels = [s["label"] for s in stats.values() if s["layer"] == 0]
     assert labels.count("previous-token") == 1

@@ -8,8 +8,15 @@ import pytest
 from rich.console import Console
 
 from attnviz.errors import OutputError
-from attnviz.render.png import heatmap, heatmap_figure, layers_figure, save_figure
-from attnviz.render.terminal import SHADES, heatmap_renderable, matrix_renderable
+from attnviz.panels import Panel, Scale, attention_panels, heatmap_page
+from attnviz.render.png import heatmap, heatmap_figure, page_figure, save_figure
+from attnviz.render.terminal import SHADES, panel_renderable
+
+
+def heatmap_renderable(cap, layer, head, **kwargs):
+    """A capture's (layer, head) through the Panel builder into the terminal renderer."""
+    hide = kwargs.pop("hide_special", False)
+    return panel_renderable(attention_panels(cap, [layer], [head], hide_special=hide)[0], **kwargs)
 from conftest import make_capture
 
 TOKENS = ["[CLS]", "the", "cat", "sat", "on", "the", "mat", "[SEP]"]
@@ -33,20 +40,23 @@ def test_heatmap_takes_and_returns_ax_with_labels_and_data():
 def test_capture_figure_shows_chosen_slice_title_and_colorbar():
     alpha = random_alpha()
     cap = make_capture(alpha, TOKENS)
-    fig = heatmap_figure(cap, layer=1, head=0)
-    ax = fig.axes[0]
+    handle = heatmap_figure(cap, layer=1, head=0)
+    ax = handle.axes[0]
     np.testing.assert_array_equal(ax.images[0].get_array(), alpha[1, 0])
     assert [t.get_text() for t in ax.get_xticklabels()] == TOKENS
-    assert "layer 1" in fig._suptitle.get_text() and "head 0" in fig._suptitle.get_text()
-    assert len(fig.axes) == 2  # matrix + colorbar
+    assert "layer 1" in handle.title.get_text() and "head 0" in handle.title.get_text()
+    assert len(handle.figure.axes) == 2 and handle.colorbar_axes in handle.figure.axes  # matrix + colorbar
     mean = heatmap_figure(cap, layer=-1, head="mean")
     np.testing.assert_allclose(mean.axes[0].images[0].get_array(), alpha[2].mean(0), rtol=1e-6)
+    assert "mean of 2 heads" in mean.title.get_text()
 
 
 def test_hide_special_drops_rows_and_columns():
     alpha = random_alpha()
     cap = make_capture(alpha, TOKENS, special=[True] + [False] * 6 + [True])
-    ax = heatmap_figure(cap, 0, 1, hide_special=True).axes[0]
+    handle = heatmap_figure(cap, 0, 1, hide_special=True)
+    ax = handle.axes[0]
+    assert "special tokens hidden" in handle.title.get_text()
     assert [t.get_text() for t in ax.get_xticklabels()] == TOKENS[1:-1]
     np.testing.assert_array_equal(ax.images[0].get_array(), alpha[0, 1][1:-1, 1:-1])
 
@@ -54,15 +64,16 @@ def test_hide_special_drops_rows_and_columns():
 def test_causal_capture_masks_upper_triangle():
     tril = np.tril(np.ones((5, 5), np.float32))
     cap = make_capture(np.broadcast_to(tril / tril.sum(-1, keepdims=True), (1, 1, 5, 5)), causal=True)
-    shown = heatmap_figure(cap, 0, 0).axes[0].images[0].get_array()
+    shown = heatmap_figure(cap, 0, 0).images[0].get_array()
     assert np.ma.getmaskarray(shown)[0, 1] and not np.ma.getmaskarray(shown)[1, 0]
 
 
 def test_all_layers_one_panel_each_shared_scale():
     alpha = random_alpha(L=4)
     cap = make_capture(alpha, TOKENS)
-    fig = layers_figure(cap, range(4))
-    panels = [ax for ax in fig.axes if ax.images]
+    handle = page_figure(heatmap_page(cap, range(4), ["mean"], all_layers=True))
+    fig = handle.figure
+    panels = handle.axes
     assert [ax.get_title() for ax in panels] == [f"layer {n}" for n in range(4)]
     for n, ax in enumerate(panels):
         np.testing.assert_allclose(ax.images[0].get_array(), alpha[n].mean(0), rtol=1e-6)
@@ -73,7 +84,7 @@ def test_all_layers_one_panel_each_shared_scale():
 def test_long_input_thins_or_shrinks_labels_but_keeps_order():
     T = 128
     cap = make_capture(random_alpha(L=1, H=1, T=T), [f"w{i}" for i in range(T)])
-    fig = heatmap_figure(cap, 0, 0)
+    fig = heatmap_figure(cap, 0, 0).figure
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
     assert labels[0] == "w0" and len(labels) >= T // 2
     width, height = fig.get_size_inches()
@@ -149,7 +160,8 @@ def test_terminal_narrow_width_shows_a_window_and_says_so():
 def test_terminal_color_cells_use_colormap():
     alpha = np.full((1, 1, 3, 3), 1 / 3, np.float32)
     console = Console(file=io.StringIO(), width=80, color_system="truecolor", force_terminal=True)
-    console.print(matrix_renderable(alpha[0, 0], ["a", "b", "c"], ["a", "b", "c"], color=True))
+    panel = Panel(alpha[0, 0], ("a", "b", "c"), ("a", "b", "c"), None, Scale(0, 1 / 3), ("t",), "t")
+    console.print(panel_renderable(panel, color=True))
     assert "\x1b[48;2;" in console.file.getvalue()  # 24-bit background colour
 
 

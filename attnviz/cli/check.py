@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from attnviz.capture import check_suffix
-from attnviz.cli.common import (DeviceOpt, DtypeOpt, JsonOpt, ModelOpt, RemoteOpt, RevisionOpt, TextArg, TruncateOpt, app,
-                                cli_errors, err, load_model, out, require_text)
+from attnviz.text import visible
+from attnviz.cli.common import (TextInput, finite_float, JsonOpt, app, cli_errors, err, out, print_json, say,
+                                takes)
 
 MISMATCH_EXIT = 3
 # Default tolerance on max |Δα| by dtype. float32 is the target; in half precision the model's own α
@@ -22,34 +21,33 @@ TOLERANCE = {"float32": 1e-5, "float16": 5e-3, "bfloat16": 5e-2}
 
 @app.command()
 @cli_errors
-def verify(text: TextArg = None,
-           tolerance: Annotated[Optional[float], typer.Option(
+@takes(inp=TextInput)
+def verify(tolerance: Annotated[Optional[float], typer.Option(
+               parser=finite_float(0.0), show_default=False,
                help="Largest |Δα| that passes. Default 1e-5 in float32, 5e-3 in float16, 5e-2 in bfloat16.")] = None,
-           as_json: JsonOpt = False, model: ModelOpt = None, revision: RevisionOpt = None,
-           device: DeviceOpt = "auto", dtype: DtypeOpt = "float32", trust_remote_code: RemoteOpt = False,
-           truncate: TruncateOpt = True) -> None:
+           as_json: JsonOpt = False, *, inp: TextInput) -> None:
     """Recompute α = softmax(Q·Kᵀ/√d_k) from the model's own weights and compare it with what the model
     reports. Exit 0 within tolerance, 3 outside it."""
     from attnviz.metrics import differences
     from attnviz.render.tables import verdict, verify_table
     from attnviz.scratch import capture_both
 
-    text = require_text(text)
-    loaded = load_model(model, revision, device, dtype, trust_remote_code)
+    text = inp.require_text()
+    loaded = inp.load()
     with err.status("Running the model and the from-scratch path…"):
-        reported, recomputed = capture_both(loaded, text, truncate=truncate)
+        reported, recomputed = capture_both(loaded, text, truncate=inp.truncate)
     tolerance = TOLERANCE[loaded.dtype] if tolerance is None else tolerance
     diffs = differences(reported, recomputed)
     worst = max(diffs, key=lambda d: d.max_abs)
     ok = worst.max_abs <= tolerance
     if as_json:
-        print(json.dumps({
+        print_json({
             "model": reported.model, "dtype": loaded.dtype, "device": loaded.device, "tokens": list(reported.tokens),
             "tolerance": tolerance, "max_abs_diff": worst.max_abs, "passed": ok,
-            "layers": [d.__dict__ for d in diffs]}, indent=2, ensure_ascii=False))
+            "layers": [d.__dict__ for d in diffs]})
     else:
         shape = f"{reported.n_layers} layers × {reported.n_heads} heads × {reported.n_tokens} tokens"
-        out.print(verify_table(diffs, tolerance, f"{reported.model} ({loaded.dtype}, {loaded.device}): {shape}"))
+        out.print(verify_table(diffs, tolerance, f"{visible(reported.model)} ({loaded.dtype}, {loaded.device}): {shape}"))
         out.print(verdict(ok, f"max |Δα| = {worst.max_abs:.2e} (layer {worst.layer}, head {worst.worst_head}) "
                               f"{'≤' if ok else '>'} tolerance {tolerance:g}"))
     if not ok:
@@ -58,34 +56,33 @@ def verify(text: TextArg = None,
 
 @app.command()
 @cli_errors
-def scaling(text: TextArg = None,
-            output: Annotated[Optional[Path], typer.Option("--output", "-o",
+@takes(inp=TextInput)
+def scaling(output: Annotated[Optional[Path], typer.Option("--output", "-o", show_default=False,
                                                            help="Also plot entropy per layer (.png/.svg/.pdf).")] = None,
-            as_json: JsonOpt = False, model: ModelOpt = None, revision: RevisionOpt = None,
-            device: DeviceOpt = "auto", dtype: DtypeOpt = "float32", trust_remote_code: RemoteOpt = False,
-            truncate: TruncateOpt = True) -> None:
+            as_json: JsonOpt = False, *, inp: TextInput) -> None:
     """Why attention divides by √d_k: per layer of the real model, the spread of the logits Q·Kᵀ and the
     entropy and peak of the softmax, with and without the scaling; plus the random-vector check."""
     from attnviz.render.png import FORMATS, save_figure, scaling_figure
     from attnviz.render.tables import scaling_table
     from attnviz.scratch import scaling_rows, synthetic_scaling
 
+    from attnviz.capture import check_suffix
+
     if output is not None:
         check_suffix(output, FORMATS)
-    text = require_text(text)
-    loaded = load_model(model, revision, device, dtype, trust_remote_code)
+    text = inp.require_text()
+    loaded = inp.load()
     with err.status("Recomputing Q and K…"):
-        rows, T, d_k = scaling_rows(loaded, text, truncate=truncate)
+        rows, T, d_k = scaling_rows(loaded, text, truncate=inp.truncate)
     raw64, scaled64 = synthetic_scaling(64)
     if as_json:
-        print(json.dumps({"model": loaded.name, "T": T, "d_k": d_k, "ln_T": math.log(T),
-                          "layers": [r.__dict__ for r in rows],
-                          "synthetic_d64": {"std_raw": raw64, "std_scaled": scaled64}}, indent=2))
+        print_json({"model": loaded.name, "T": T, "d_k": d_k, "ln_T": math.log(T),
+                    "layers": [r.__dict__ for r in rows], "synthetic_d64": {"std_raw": raw64, "std_scaled": scaled64}})
     else:
-        out.print(scaling_table(rows, T, d_k, f"{loaded.name}: softmax(QKᵀ) vs softmax(QKᵀ/√d_k)"))
-        out.print(f"Random q, k with N(0, 1) entries, d_k = 64: std of q·k = {raw64:.2f} (√64 = 8), "
+        out.print(scaling_table(rows, T, d_k, f"{visible(loaded.name)}: softmax(QKᵀ) vs softmax(QKᵀ/√d_k)"))
+        say(f"Random q, k with N(0, 1) entries, d_k = 64: std of q·k = {raw64:.2f} (√64 = 8), "
                   f"of q·k/√d_k = {scaled64:.2f}. Without the scaling the logits grow with √d_k, the "
-                  f"softmax saturates towards one-hot, and its gradients vanish.", highlight=False)
+                  f"softmax saturates towards one-hot, and its gradients vanish.")
     if output is not None:
         path = save_figure(scaling_figure(rows, T, d_k, loaded.name), output)
-        (err if as_json else out).print(str(path), highlight=False, soft_wrap=True)
+        say(path, console=err if as_json else out)

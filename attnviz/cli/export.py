@@ -4,43 +4,42 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from attnviz.cli.common import (CmapOpt, DeviceOpt, DtypeOpt, FromOpt, ModelOpt, RemoteOpt, RevisionOpt, TextArg,
-                                TruncateOpt, app, cli_errors, err, get_capture, out, parse_indices)
+from attnviz.cli.common import CaptureInput, CmapOpt, HeadSel, LayerSel, app, cli_errors, err, say, takes
+from attnviz.selection import Selection
+
 
 
 @app.command("export")
 @cli_errors
-def export_command(text: TextArg = None,
-                   out_dir: Annotated[Path, typer.Option("--out-dir", "-d", help="Folder to create.",
-                                                         file_okay=False)] = Path("attnviz_export"),
-                   layers: Annotated[Optional[str], typer.Option(help="Layers: 0-2, 0,3,5 or all.")] = None,
-                   heads: Annotated[Optional[str], typer.Option(help="Heads: 0-2, 0,5 or all.")] = None,
+@takes(inp=CaptureInput)
+def export_command(out_dir: Annotated[Path, typer.Option("--out-dir", "--output", "-o", "-d",
+                                                         help="Folder to create.", file_okay=False)] = Path("attnviz_export"),
+                   layer: LayerSel = Selection.everything("layer", "--layer"),
+                   head: HeadSel = Selection.everything("head", "--head"),
                    fmt: Annotated[str, typer.Option("--format", help="png, svg or pdf.")] = "png",
                    dpi: Annotated[int, typer.Option(help="Resolution of raster images.", min=20, max=600)] = 100,
-                   workers: Annotated[int, typer.Option(help="Processes drawing images. Default: the cores you have.",
-                                                        min=1)] = os.cpu_count() or 1,
-                   force: Annotated[bool, typer.Option("--force", help="Replace a non-empty --out-dir.")] = False,
-                   cmap: CmapOpt = "viridis", source: FromOpt = None, model: ModelOpt = None,
-                   revision: RevisionOpt = None, device: DeviceOpt = "auto", dtype: DtypeOpt = "float32",
-                   trust_remote_code: RemoteOpt = False, truncate: TruncateOpt = True) -> None:
+                   workers: Annotated[int, typer.Option(help="Processes drawing images (at most the cores you "
+                                                             "have). Default: the cores you have.",
+                                                        min=1, max=1024)] = os.cpu_count() or 1,
+                   force: Annotated[bool, typer.Option("--force", help="Replace an earlier attnviz export in "
+                                                                       "--out-dir (never other files).")] = False,
+                   cmap: CmapOpt = "viridis", *, inp: CaptureInput) -> None:
     """Write every layer × head as a labelled image, a head-mean image per layer, a grid overview,
     attention.npz, heads.csv/heads.json and an index.html that works offline."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from attnviz.export import FORMATS, check_target, export
-    from attnviz.render.png import colormap
+    from attnviz.export import FORMATS, check_target, export, export_folder
 
     if fmt not in FORMATS:
         raise typer.BadParameter(f"{fmt!r}: choose one of {', '.join(FORMATS)}", param_hint="--format")
-    check_target(out_dir, force)  # before any model work
-    colormap(cmap)  # an unknown colormap fails now, not after the model ran
-    capture = get_capture(text, source, model, revision, device, dtype, trust_remote_code, truncate)
-    chosen_layers = parse_indices(layers, capture.n_layers, "layer")
-    chosen_heads = parse_indices(heads, capture.n_heads, "head")
+    check_target(export_folder(out_dir), force)  # before any model work
+    capture = inp.capture()
+    layers = layer.indices(capture.n_layers)
+    heads = head.indices(capture.n_heads)
     columns = (TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
     progress = Progress(*columns, console=err, transient=False)
@@ -51,11 +50,10 @@ def export_command(text: TextArg = None,
         tasks.append(progress.add_task("Exporting", total=total))
 
     try:
-        target = export(capture, out_dir, layers=chosen_layers, heads=chosen_heads, fmt=fmt, dpi=dpi, cmap=cmap,
+        target = export(capture, out_dir, layers=layers, heads=heads, fmt=fmt, dpi=dpi, cmap=cmap,
                         workers=workers, force=force, on_total=start,
                         on_done=lambda n: progress.advance(tasks[0], n))
     finally:
         progress.stop()
-    images = len(chosen_layers) * (len(chosen_heads) + 1)
-    out.print(f"{target}  ({images} images, grid.{fmt}, attention.npz, heads.csv, heads.json, index.html)",
-              highlight=False, soft_wrap=True)
+    images = len(layers) * (len(heads) + 1)
+    say(f"{target}  ({images} images, grid.{fmt}, attention.npz, heads.csv, heads.json, index.html)")

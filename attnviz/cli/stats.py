@@ -7,114 +7,134 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from attnviz.capture import check_suffix
-from attnviz.render.png import FORMATS  # numpy-only at import; matplotlib loads on use
-from attnviz.cli.common import (CsvOpt, DeviceOpt, DtypeOpt, FromOpt, HeadOpt, JsonOpt, ModelOpt, RemoteOpt,
-                                RevisionOpt, TextArg, TruncateOpt, app, cli_errors, emit_records,
-                                err, get_capture, out, parse_head, parse_indices)
+from attnviz.cli.common import (CaptureInput, CmapOpt, CsvOpt, FromOpt, HeadSel, JsonOpt, LayerSel, ModelOptions,
+                                app, cli_errors, emit_records, selection_parser, err, out, print_json, say, takes, use_color)
+from attnviz.selection import Selection
 
-ImageOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Also write a figure (.png/.svg/.pdf).")]
+ImageOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Also write a figure (.png/.svg/.pdf).",
+                                                  show_default=False)]
+ALL_LAYERS = Selection.everything("layer", "--layer")
+
+
+def _check_image(output: Path | None) -> None:
+    if output is not None:
+        from attnviz.capture import check_suffix
+        from attnviz.render.png import FORMATS
+
+        check_suffix(output, FORMATS)
+
+
+def _sort_key(value: str | None) -> str | None:
+    """--sort takes a column's name or its header (entropy, norm_entropy or norm_ent, ...)."""
+    from attnviz import metrics
+
+    if value is None or value in metrics.FIXED_COLUMNS:
+        return value
+    metric = metrics.find_metric(value)
+    if metric is None:
+        keys = [*metrics.FIXED_COLUMNS, *(m.header for m in metrics.METRICS)]
+        raise typer.BadParameter(f"{value!r} is not a column; choose from {', '.join(keys)}", param_hint="--sort")
+    return metric.name
 
 
 @app.command()
 @cli_errors
-def heads(text: TextArg = None,
-          layer: Annotated[Optional[str], typer.Option("--layer", "-l", help="Layers to list: 0,3 or 0-2.")] = None,
-          label: Annotated[Optional[str], typer.Option(help="Only heads with this pattern label.")] = None,
-          sort: Annotated[Optional[str], typer.Option(help="Sort by this column (e.g. entropy, prev).")] = None,
+@takes(inp=CaptureInput)
+def heads(layer: LayerSel = ALL_LAYERS,
+          label: Annotated[Optional[str], typer.Option(help="Only heads with this pattern label.",
+                                                       show_default=False)] = None,
+          sort: Annotated[Optional[str], typer.Option(help="Sort by this column (its header or name: entropy, "
+                                                           "prev, norm_ent, …).", show_default=False)] = None,
           desc: Annotated[bool, typer.Option("--desc", help="Sort largest first.")] = False,
-          top: Annotated[Optional[int], typer.Option(help="Show only the first N rows.", min=1)] = None,
-          as_json: JsonOpt = False, as_csv: CsvOpt = False, source: FromOpt = None, model: ModelOpt = None,
-          revision: RevisionOpt = None, device: DeviceOpt = "auto", dtype: DtypeOpt = "float32",
-          trust_remote_code: RemoteOpt = False, truncate: TruncateOpt = True) -> None:
+          top: Annotated[Optional[int], typer.Option(help="Show only the first N rows.", min=1,
+                                                     show_default=False)] = None,
+          as_json: JsonOpt = False, as_csv: CsvOpt = False, *, inp: CaptureInput) -> None:
     """A table of every head: entropy, max weight, distance, positional scores, special-token mass, label."""
-    from attnviz.metrics import COLUMNS, LABELS, head_stats
+    from attnviz.metrics import LABELS, columns, head_records
+    from attnviz.panels import short_model
     from attnviz.render.tables import heads_table
 
-    if sort is not None and sort not in COLUMNS:
-        raise typer.BadParameter(f"{sort!r} is not a column; choose from {', '.join(COLUMNS)}", param_hint="--sort")
+    key = _sort_key(sort)
     if label is not None and label not in LABELS:
         raise typer.BadParameter(f"{label!r} is not a label; choose from {', '.join(LABELS)}", param_hint="--label")
-    capture = get_capture(text, source, model, revision, device, dtype, trust_remote_code, truncate)
-    layers = set(parse_indices(layer, capture.n_layers, "layer"))
-    stats = [s for s in head_stats(capture) if s.layer in layers and (label is None or s.label == label)]
-    if sort is not None:
-        stats.sort(key=lambda s: getattr(s, sort), reverse=desc)
-    stats = stats[:top] if top else stats
-    if not emit_records([s.as_dict() for s in stats], as_json, as_csv):
-        out.print(heads_table(stats, f"{capture.model}: {len(stats)} heads, T = {capture.n_tokens}", width=out.width,
-                              caption="H/lnN: normalised entropy; dist in tokens; start/end/punct/first: mean mass "
-                                      "on those keys; top key: the key column with the most weight"))
+    capture = inp.capture()
+    layers = set(layer.indices(capture.n_layers))
+    records = [r for r in head_records(capture) if r["layer"] in layers and (label is None or r["label"] == label)]
+    if key is not None:
+        records.sort(key=lambda r: (r[key] != r[key], r[key]), reverse=desc)  # NaN last (ascending)
+    records = records[:top] if top else records
+    if not emit_records(records, as_json, as_csv, columns()):
+        out.print(heads_table(records, f"{short_model(capture.model)}: {len(records)} heads, T = {capture.n_tokens}",
+                              width=out.width, caption="column definitions: attnviz explain; sort by any column "
+                                                       "header with --sort"))
 
 
 @app.command()
 @cli_errors
-def entropy(text: TextArg = None, output: ImageOpt = None,
+@takes(inp=CaptureInput)
+def entropy(output: ImageOpt = None,
             normalised: Annotated[bool, typer.Option("--normalised", help="Divide each row by ln(keys it may "
                                                                          "attend to): 0 one-hot, 1 uniform.")] = False,
-            as_json: JsonOpt = False, as_csv: CsvOpt = False, source: FromOpt = None, model: ModelOpt = None,
-            revision: RevisionOpt = None, device: DeviceOpt = "auto", dtype: DtypeOpt = "float32",
-            trust_remote_code: RemoteOpt = False, truncate: TruncateOpt = True) -> None:
+            cmap: CmapOpt = "viridis", as_json: JsonOpt = False, as_csv: CsvOpt = False, *, inp: CaptureInput) -> None:
     """Mean attention entropy of every head, layers × heads, beside the uniform baseline ln T."""
     from attnviz import metrics
+    from attnviz.panels import entropy_panel, short_model
     from attnviz.render.tables import entropy_table
 
-    if output is not None:
-        check_suffix(output, FORMATS)
-    capture = get_capture(text, source, model, revision, device, dtype, trust_remote_code, truncate)
+    _check_image(output)
+    capture = inp.capture()
     values = metrics.normalised_entropy(capture) if normalised else metrics.entropy(capture)
     uniform = 1.0 if normalised else metrics.uniform_entropy(capture.n_tokens)
     records = [{"layer": layer, "head": head, "entropy": float(values[layer, head]), "uniform": uniform}
                for layer in range(capture.n_layers) for head in range(capture.n_heads)]
     if not emit_records(records, as_json, as_csv):
-        color = out.color_system is not None and not out.no_color
-        out.print(entropy_table(values, uniform, f"{capture.model}: mean attention entropy"
-                                f"{' (normalised)' if normalised else ''}, T = {capture.n_tokens}", color=color))
+        out.print(entropy_table(values, uniform, f"{short_model(capture.model)}: mean attention entropy"
+                                f"{' (normalised)' if normalised else ''}, T = {capture.n_tokens}", color=use_color(),
+                                cmap=cmap))
     if output is not None:
-        from attnviz.render.png import entropy_figure, save_figure
+        from attnviz.render.png import panel_figure, save_figure
 
-        path = save_figure(entropy_figure(values, uniform, capture.model), output)
-        (err if as_json or as_csv else out).print(str(path), highlight=False, soft_wrap=True)
+        panel = entropy_panel(values, uniform, capture.model, normalised=normalised)
+        say(save_figure(panel_figure(panel, cmap=cmap), output), console=err if as_json or as_csv else out)
 
 
 @app.command()
 @cli_errors
-def rollout(text: TextArg = None,
-            token: Annotated[Optional[str], typer.Option(
+@takes(inp=CaptureInput)
+def rollout(token: Annotated[Optional[str], typer.Option(
                 help="Token to explain: an index, or its text. Default: [CLS]/the first start token for "
-                     "encoders, the last token for causal models.")] = None,
-            output: ImageOpt = None, as_json: JsonOpt = False, source: FromOpt = None, model: ModelOpt = None,
-            revision: RevisionOpt = None, device: DeviceOpt = "auto", dtype: DtypeOpt = "float32",
-            trust_remote_code: RemoteOpt = False, truncate: TruncateOpt = True) -> None:
+                     "encoders, the last token for causal models.", show_default=False)] = None,
+            output: ImageOpt = None, cmap: CmapOpt = "viridis", as_json: JsonOpt = False, as_csv: CsvOpt = False,
+            *, inp: CaptureInput) -> None:
     """Attention rollout (Abnar & Zuidema 2020): how much each input token reaches a chosen position
     through all layers, with the residual stream counted as identity attention."""
     from attnviz.metrics import rollout as compute_rollout
+    from attnviz.panels import rollout_panel, short_model, token_labels
     from attnviz.render.terminal import bar_chart
 
-    if output is not None:
-        check_suffix(output, FORMATS)
-    capture = get_capture(text, source, model, revision, device, dtype, trust_remote_code, truncate)
+    _check_image(output)
+    capture = inp.capture()
     matrix = compute_rollout(capture)  # (T, T)
     i = pick_token(capture, token)
+    records = [{"index": j, "token": t, "rollout": float(matrix[i, j])} for j, t in enumerate(capture.tokens)]
     if as_json:
-        import json
-
-        print(json.dumps({"model": capture.model, "tokens": list(capture.tokens), "token": i,
-                          "rollout": matrix[i].tolist(), "matrix": matrix.tolist()}, ensure_ascii=False))
-    else:
-        out.print(bar_chart(capture.tokens, matrix[i], width=out.width,
-                            title=f"{capture.model}: rollout for token {i} {capture.tokens[i]!r} "
+        print_json({"model": capture.model, "tokens": list(capture.tokens), "token": i,
+                    "rollout": matrix[i], "matrix": matrix})
+    elif not emit_records(records, False, as_csv):
+        labels = token_labels(capture)
+        out.print(bar_chart(labels, matrix[i].tolist(), width=out.width,
+                            title=f"{short_model(capture.model)}: rollout for token {i} {labels[i]!r} "
                                   f"(sums to {matrix[i].sum():.3f})"))
     if output is not None:
-        from attnviz.render.png import rollout_figure, save_figure
+        from attnviz.render.png import panel_figure, save_figure
 
-        path = save_figure(rollout_figure(matrix, capture.tokens, capture.model), output)
-        if not as_json:
-            out.print(str(path), highlight=False, soft_wrap=True)
+        path = save_figure(panel_figure(rollout_panel(capture, matrix), cmap=cmap), output)
+        say(path, console=err if as_json or as_csv else out)
 
 
 def pick_token(capture, token: str | None) -> int:
     from attnviz.errors import SelectionError
+    from attnviz.text import visible
 
     if token is None:
         starts = [n for n, kind in enumerate(capture.special_kind) if kind == "start"]
@@ -124,42 +144,68 @@ def pick_token(capture, token: str | None) -> int:
     except ValueError:
         if token in capture.tokens:
             return capture.tokens.index(token)
-        raise SelectionError(f"no token {token!r} in {' '.join(capture.tokens)}") from None
+        raise SelectionError(f"no token {visible(token)!r} in {visible(' '.join(capture.tokens))}", "--token") from None
     if not -capture.n_tokens <= index < capture.n_tokens:
         raise SelectionError(f"token {index} is out of range: there are {capture.n_tokens} tokens "
-                             f"(0..{capture.n_tokens - 1})")
+                             f"(0..{capture.n_tokens - 1})", "--token")
     return index % capture.n_tokens
 
 
 @app.command()
 @cli_errors
-def compare(text: TextArg = None,
-            layers: Annotated[Optional[str], typer.Option(
-                "--layers", help="Layers side by side: 0,3,5 or 0-2. Default: first, middle and last.")] = None,
-            head: HeadOpt = "mean",
+@takes(options=ModelOptions)
+def compare(text: Annotated[Optional[str], typer.Argument(help="The text to look at (in quotes).",
+                                                          show_default=False)] = None,
+            layer: Annotated[Optional[Selection], typer.Option(
+                "--layer", "--layers", "-l", parser=selection_parser("layer"), metavar="LAYERS",
+                help="Layers side by side: 0,3,5 or 0-2. Default: first, middle and last.", show_default=False)] = None,
+            head: HeadSel = Selection.parse("mean", "head", keywords=("mean", "max"), option="--head"),
             models: Annotated[Optional[str], typer.Option(
-                help="Two models, comma-separated, compared layer by layer on the same text.")] = None,
+                help="Two models, comma-separated, compared layer by layer on the same text.",
+                show_default=False)] = None,
             sources: Annotated[Optional[List[Path]], typer.Option(
-                "--from", help="Saved capture(s); give two to compare two captures.", dir_okay=False)] = None,
-            revision: RevisionOpt = None, device: DeviceOpt = "auto", dtype: DtypeOpt = "float32",
-            trust_remote_code: RemoteOpt = False, truncate: TruncateOpt = True) -> None:
+                "--from", help="Saved capture(s); give two to compare two captures.", dir_okay=False,
+                show_default=False)] = None,
+            cmap: CmapOpt = "viridis", *, options: ModelOptions) -> None:
     """Layers side by side in the terminal (head mean or one head), each with a stats line; or the same
     layers of two models."""
-    from attnviz.render.terminal import compare_renderable
+    from dataclasses import replace
 
-    which_head = parse_head(head)
+    from attnviz.errors import CaptureMismatchError
+    from attnviz.metrics import matrix_summary
+    from attnviz.panels import attention_panels, short_model, with_shared_scale
+    from attnviz.render.terminal import panels_side_by_side
+    from attnviz.text import visible
+
     names = [m.strip() for m in models.split(",")] if models else [None]
     if len(names) > 2:
         raise typer.BadParameter("give at most two models", param_hint="--models")
     if sources:
         if len(sources) > 2 or models:
             raise typer.BadParameter("give one or two --from captures, and no --models with them")
-        captures = [get_capture(text, path, None, None, device, dtype, False) for path in sources]
+        captures = [CaptureInput(source=path).capture() for path in sources]
+        if text:
+            raise typer.BadParameter("give either TEXT or --from, not both")
     else:
-        captures = [get_capture(text, None, name, revision, device, dtype, trust_remote_code, truncate)
-                    for name in names]
+        base = vars(options)
+        captures = [CaptureInput(**{**base, "model": name or base["model"]}, text=text).capture() for name in names]
+    if len(captures) == 2 and captures[0].tokens != captures[1].tokens:
+        a, b = captures
+        raise CaptureMismatchError(f"the two models tokenise the text differently ({a.n_tokens} tokens: "
+                                   f"{visible(' '.join(a.tokens))} | {b.n_tokens} tokens: {visible(' '.join(b.tokens))}), "
+                                   f"so their attention cannot be compared cell by cell")
     n_layers = min(c.n_layers for c in captures)
-    default = f"0,{n_layers // 2},{n_layers - 1}" if n_layers > 2 else "all"
-    chosen = parse_indices(layers or default, n_layers, "layer")
-    color = out.color_system is not None and not out.no_color
-    out.print(compare_renderable(captures, chosen, which_head, width=out.width, color=color))
+    chosen = (layer or Selection.parse(f"0,{n_layers // 2},{n_layers - 1}" if n_layers > 2 else "all", "layer",
+                                       option="--layer")).indices(n_layers)
+    heads = head.resolve(min(c.n_heads for c in captures))
+    panels = []
+    for n in chosen:
+        for cap in captures:
+            for panel in attention_panels(cap, [n], heads):
+                entropy_, special_mass, distance = matrix_summary(panel.matrix, cap.special)
+                name = f"{short_model(cap.model)} " if len(captures) == 2 else ""
+                which = panel.title[1] if panel.head != "mean" else "mean"
+                panels.append(replace(panel, short=f"{name}layer {n} · {which}",
+                                      footer=f"H={entropy_:.2f} sp={special_mass:.2f} d={distance:.1f}"))
+    out.print(panels_side_by_side(with_shared_scale(panels), width=out.width, color=use_color(), cmap=cmap,
+                                  key="H: mean entropy (nats) · sp: mass on special tokens · d: mean distance (tokens)"))

@@ -1,12 +1,16 @@
-"""The export's index.html: a static gallery that works offline (no scripts, fonts or styles from elsewhere)."""
+"""The export's index.html: a static gallery that works offline (no scripts, fonts or styles from
+elsewhere). It consumes the export's Panels (file names, titles) and the head records; the captions and
+the glossary come from the metric registry."""
 
 from __future__ import annotations
 
 from html import escape
 from typing import Sequence
 
-from attnviz import __version__
+from attnviz import __version__, metrics
 from attnviz.capture import Capture
+from attnviz.panels import Panel, head_label, short_model
+from attnviz.text import visible
 
 STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5rem;color:#222;background:#fafafa}
@@ -17,48 +21,72 @@ h1{font-size:1.3rem;margin:0 0 .3rem} h2{font-size:1.1rem;margin:1.5rem 0 .5rem}
 .heads{display:grid;grid-template-columns:repeat(auto-fill,minmax(220px,1fr));gap:.8rem}
 figure{margin:0;background:#fff;border:1px solid #ddd;padding:.4rem} figure img{width:100%}
 figcaption{font-size:.78rem;color:#333} .label{font-weight:600}
+figcaption dl{display:grid;grid-template-columns:auto auto auto auto;gap:0 .5rem;margin:.2rem 0 0}
+figcaption dt{color:#666} figcaption dd{margin:0;font-variant-numeric:tabular-nums}
+.glossary dt{font-family:monospace;font-weight:600} .glossary dd{margin:0 0 .4rem 1rem}
 """
 
 
+def _text(value: str) -> str:
+    """Data as HTML text: control characters made visible, then escaped."""
+    return escape(visible(str(value)))
+
+
 def _figure(src: str, caption: str, fmt: str) -> str:
-    visual = (f'<a href="{src}"><img src="{src}" loading="lazy" alt="{escape(src)}"></a>' if fmt != "pdf"
-              else f'<a href="{src}">{escape(src)}</a>')
+    src = escape(src)
+    visual = (f'<a href="{src}"><img src="{src}" loading="lazy" alt="{src}"></a>' if fmt != "pdf"
+              else f'<a href="{src}">{src}</a>')
     return f"<figure>{visual}<figcaption>{caption}</figcaption></figure>"
 
 
-def _stats_caption(s: dict) -> str:
-    return (f'head {s["head"]} · <span class="label">{escape(s["label"])}</span><br>'
-            f'H {s["entropy"]:.2f} nats · max α {s["max_weight"]:.2f} · dist {s["mean_distance"]:.1f}<br>'
-            f'prev {s["prev"]:.2f} · self {s["self"]:.2f} · next {s["next"]:.2f} · '
-            f'top key {escape(s["vertical_token"])}')
+def stats_caption(record: dict) -> str:
+    """A head's caption: its label, then every registered metric with its column header."""
+    items = "".join(f'<dt title="{escape(m.definition)}">{escape(m.header)}</dt><dd>{_text(m.format(record[m.name]))}</dd>'
+                    for m in metrics.METRICS if m.name in record)
+    return f'head {record["head"]} · <span class="label">{_text(record["label"])}</span><dl>{items}</dl>'
 
 
-def gallery_html(capture: Capture, layers: Sequence[int], heads: Sequence[int], stats: list[dict], fmt: str,
+def glossary() -> str:
+    rows = "".join(f"<dt>{escape(m.header)}</dt><dd>{escape(m.definition)}</dd>" for m in metrics.METRICS)
+    labels = escape(", ".join(metrics.LABELS))
+    return (f'<section class="glossary"><h2>What the numbers mean</h2><dl>{rows}</dl>'
+            f'<p class="meta">Labels ({labels}) follow Clark et al. 2019 and Kovaleva et al. 2019: the first '
+            f'that applies wins; <code>attnviz explain</code> gives the thresholds.</p></section>')
+
+
+def gallery_html(capture: Capture, panels: Sequence[Panel], records: Sequence[dict], fmt: str,
                  grid_name: str) -> str:
-    from attnviz.export import head_filename
-
-    by_head = {(s["layer"], s["head"]): s for s in stats}
-    text = capture.meta.get("text") or " ".join(capture.tokens)
-    tokens = " ".join(f"<code>{escape(t)}</code>" for t in capture.tokens)
+    """The gallery page: text, model and tokens on top, the grid, then per layer each head's image with
+    its statistics and the layer's head mean."""
+    by_head = {(r["layer"], r["head"]): r for r in records}
+    text = str(capture.meta.get("text") or " ".join(capture.tokens))
+    tokens = " ".join(f"<code>{_text(t)}</code>" for t in capture.tokens)
     parts = [
         "<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>attnviz · {escape(text[:80])}</title><style>{STYLE}</style></head><body>",
-        "<header><h1>attnviz export</h1>", f'<p class="text">{escape(text)}</p>',
-        f'<p class="meta">model <b>{escape(capture.model)}</b> · {capture.n_layers} layers × {capture.n_heads} heads'
+        f"<title>attnviz · {_text(text[:80])}</title><style>{STYLE}</style></head><body>",
+        "<header><h1>attnviz export</h1>", f'<p class="text">{_text(text)}</p>',
+        f'<p class="meta">model <b>{_text(capture.model)}</b> · {capture.n_layers} layers × {capture.n_heads} heads'
         f' · T = {capture.n_tokens} tokens{" · causal" if capture.causal else ""} · '
-        f'{escape(str(capture.meta.get("dtype", "")))} · made by attnviz {__version__}</p>',
+        f'{_text(capture.meta.get("dtype", ""))} · made by attnviz {__version__}</p>',
         f'<p class="meta tokens">{tokens}</p>',
         '<p class="meta">Data: <a href="attention.npz">attention.npz</a> (the capture) · '
-        '<a href="heads.csv">heads.csv</a> · <a href="heads.json">heads.json</a> (head statistics; '
-        'definitions in the attnviz README)</p></header>',
-        f'<section class="grid"><h2>Every head</h2>{_figure(grid_name, "rows: layers · columns: heads", fmt)}</section>',
+        '<a href="heads.csv">heads.csv</a> · <a href="heads.json">heads.json</a> (head statistics, '
+        'defined below)</p></header>',
+        f'<section class="grid"><h2>Every head</h2>'
+        f'{_figure(grid_name, f"{_text(short_model(capture.model))} · rows: layers · columns: heads", fmt)}</section>',
     ]
+    layers = list(dict.fromkeys(p.layer for p in panels))
     for layer in layers:
-        figures = [_figure(head_filename(layer, head, fmt), _stats_caption(by_head[layer, head]), fmt)
-                   for head in heads if (layer, head) in by_head]
-        figures.append(_figure(head_filename(layer, "mean", fmt), f"mean of {capture.n_heads} heads", fmt))
+        figures = []
+        for panel in (p for p in panels if p.layer == layer):
+            name = f"{panel.name}.{fmt}"
+            record = by_head.get((layer, panel.head))
+            caption = (stats_caption(record) if record is not None
+                       else _text(head_label(panel.head if panel.head is not None else "mean", capture.n_heads)))
+            figures.append(_figure(name, caption, fmt))
         parts.append(f'<section id="layer-{layer}"><h2>Layer {layer}</h2><div class="heads">{"".join(figures)}'
                      f"</div></section>")
+    parts.append(glossary())
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"

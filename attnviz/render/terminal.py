@@ -1,7 +1,9 @@
-"""Attention heatmaps as Rich renderables for the terminal. Nothing here prints: the CLI does.
+"""Panels as Rich renderables for the terminal. Nothing here prints: the CLI does.
 
-Colour terminals get coloured cells; with NO_COLOR (or output that is not a terminal) cells are
-shaded glyphs from SHADES, so the picture survives copy-paste and pipes.
+Colour terminals get coloured cells; with NO_COLOR (or output that is not a terminal) cells are shaded
+glyphs from SHADES, so the picture survives copy-paste and pipes. Every width is measured in terminal
+cells (a Hangul syllable takes two), so rows stay aligned for any script. Labels arrive display-safe
+from the Panels and are written as plain Text, never parsed as markup.
 """
 
 from __future__ import annotations
@@ -14,22 +16,25 @@ from rich.console import Group
 from rich.style import Style
 from rich.text import Text
 
-from attnviz.capture import Capture, HeadSpec
+from attnviz.panels import Panel
+from attnviz.render.colors import DEFAULT_CMAP, rgb, text_on
+from attnviz.text import cells, fit, glyphs, pad
 
 SHADES = " ░▒▓█"  # 0 .. vmax in five steps
 MAX_HEADER_LINES = 5  # vertical key labels are cut to this many characters
-MAX_ROW_LABEL = 12
+MAX_ROW_LABEL = 12  # cells
 
 
 @dataclass(frozen=True)
 class TermLayout:
-    cell: int  # characters per cell
+    cell: int  # terminal cells per matrix cell
     columns: range  # key positions shown
-    label_width: int
+    label_width: int  # cells for "index label " before the first matrix cell
 
     @classmethod
-    def fit(cls, T: int, labels: Sequence[str], width: int, start: int = 0) -> "TermLayout":
-        label_width = min(max(len(s) for s in labels), MAX_ROW_LABEL) + len(str(T - 1)) + 2
+    def fit(cls, T: int, labels: Sequence[str], width: int, start: int = 0, n_rows: int | None = None) -> "TermLayout":
+        n_rows = T if n_rows is None else n_rows
+        label_width = min(max((cells(s) for s in labels), default=1), MAX_ROW_LABEL) + len(str(max(n_rows - 1, 0))) + 2
         avail = max(width - label_width, 4)
         for cell in (3, 2):
             if T * cell <= avail:
@@ -40,140 +45,117 @@ class TermLayout:
         return cls(cell, range(start, min(start + n, T)), label_width)
 
 
-def _rgb(cmap_name: str, x: np.ndarray) -> np.ndarray:
-    from attnviz.render.png import colormap
-
-    return np.asarray(colormap(cmap_name)(x, bytes=True))[..., :3].astype(int)  # (..., 3)
-
-
 def _shade(x: float) -> str:
     return SHADES[min(int(x * len(SHADES)), len(SHADES) - 1)]
 
 
-def _fit(label: str, n: int) -> str:
-    return label if len(label) <= n else label[: n - 1] + "…"
-
-
-def matrix_renderable(alpha: np.ndarray, row_labels: Sequence[str], col_labels: Sequence[str], *,
-                      width: int = 80, color: bool = True, cmap: str = "viridis", vmax: float | None = None,
-                      mask_upper: bool = False, start: int = 0, title: str | None = None) -> Group:
-    """α (T, T) as rows of cells with row labels and vertical key labels, a legend, and a note when
-    only a window of the key columns fits in `width`."""
-    alpha = np.asarray(alpha, dtype=np.float32)
-    T = alpha.shape[0]
-    vmax = float(alpha.max()) if vmax is None else vmax
-    scaled = np.clip(alpha / max(vmax, 1e-12), 0.0, 1.0)  # (T, T) in [0, 1]
-    lay = TermLayout.fit(T, row_labels, width, start)
+def panel_renderable(panel: Panel, *, width: int = 80, color: bool = True, cmap: str = DEFAULT_CMAP,
+                     start: int = 0, title: bool = True, legend: bool = True) -> Group:
+    """A panel as rows of cells with row labels and vertical column labels, a legend, and a note when
+    only a window of the columns fits in `width`."""
+    matrix = np.asarray(panel.matrix, dtype=np.float32)
+    n_rows, T = matrix.shape
+    vmin, vmax = panel.scale.vmin, panel.scale.vmax
+    scaled = np.clip((matrix - vmin) / max(vmax - vmin, 1e-12), 0.0, 1.0)  # (R, C) in [0, 1]
+    lay = TermLayout.fit(T, panel.rows, width, start, n_rows)
     cols = list(lay.columns)
-    rgb = _rgb(cmap, scaled) if color else None
+    colours = rgb(cmap, scaled) if color else None
+    dark = text_on(colours) if color and panel.values else None
     lines: list[Text] = []
     if title:
-        lines.append(Text(title, style="bold"))
-    # vertical key labels: line k holds character k of each shown key's label
-    depth = min(max(len(col_labels[j]) for j in cols), MAX_HEADER_LINES)
+        lines.append(Text(panel.title_text if title is True else str(title), style="bold"))
+    # vertical column labels: line k holds glyph k of each shown label, each padded to the cell width
+    heads = [glyphs(panel.cols[j])[:MAX_HEADER_LINES] for j in cols]
+    depth = max((len(g) for g in heads), default=0)
     for k in range(depth):
         line = Text(" " * lay.label_width)
-        for j in cols:
-            label = _fit(col_labels[j], MAX_HEADER_LINES)
-            line.append((label[k] if k < len(label) else " ").center(lay.cell), style="dim" if k else "")
+        for g in heads:
+            piece = g[k] if k < len(g) else ""
+            line.append(pad(piece if cells(piece) <= lay.cell else "…", lay.cell, "center"), style="dim" if k else "")
         lines.append(line)
-    index_width = len(str(T - 1))
-    for i in range(T):
-        label = f"{i:>{index_width}} {_fit(row_labels[i], lay.label_width - index_width - 2)}"
-        line = Text(label.ljust(lay.label_width))
+    index_width = len(str(max(n_rows - 1, 0)))
+    hidden = panel.hidden
+    for i in range(n_rows):
+        label = f"{i:>{index_width}} {fit(panel.rows[i], lay.label_width - index_width - 2)}"
+        line = Text(pad(label, lay.label_width))
         for j in cols:
-            if mask_upper and j > i:
-                line.append("·".center(lay.cell), style="dim")
+            if hidden is not None and hidden[i, j]:
+                line.append(pad("·", lay.cell, "center"), style="dim")
             elif color:
-                r, g, b = rgb[i, j]
-                line.append(" " * lay.cell, style=Style(bgcolor=f"rgb({r},{g},{b})"))
+                r, g, b = (int(v) for v in colours[i, j])
+                text = _value_text(matrix[i, j], lay.cell) if panel.values else " " * lay.cell
+                fg = None if dark is None else ("black" if dark[i, j] else "white")
+                line.append(text, style=Style(color=fg, bgcolor=f"rgb({r},{g},{b})"))
+            elif panel.values:
+                line.append(_value_text(matrix[i, j], lay.cell))
             else:
                 line.append(_shade(scaled[i, j]) * lay.cell)
         lines.append(line)
-    lines.append(_legend(vmax, color, cmap))
+    if legend:
+        lines.append(_legend(vmin, vmax, color, cmap, panel.scale.label))
     if len(cols) < T:
         lines.append(Text(f"showing keys {cols[0]}–{cols[-1]} of 0–{T - 1}: the terminal is {width} columns "
                           f"wide; widen it or pass --start to move the window", style="yellow"))
+    if panel.footer:
+        lines.append(Text(panel.footer, style="cyan"))
     return Group(*lines)
 
 
-def _legend(vmax: float, color: bool, cmap: str) -> Text:
-    legend = Text("α 0 ")
+def _value_text(value: float, width: int) -> str:
+    """A weight in `width` cells: "25" for 0.25 (hundredths), "**" for 1.00."""
+    hundredths = int(round(float(value) * 100))
+    text = "**" if hundredths >= 100 else f"{hundredths:02d}"
+    return pad(text, width, "right" if width > 2 else "left")
+
+
+def _legend(vmin: float, vmax: float, color: bool, cmap: str, label: str) -> Text:
+    legend = Text(f"{'α' if label.startswith('attention weight') else label} {vmin:.2f} ")
     if color:
-        for r, g, b in _rgb(cmap, np.linspace(0, 1, 16)):
-            legend.append(" ", style=Style(bgcolor=f"rgb({r},{g},{b})"))
+        for r, g, b in rgb(cmap, np.linspace(0, 1, 16)):
+            legend.append(" ", style=Style(bgcolor=f"rgb({int(r)},{int(g)},{int(b)})"))
         legend.append(f" {vmax:.2f}")
     else:  # five equal steps: " " below vmax/5, "█" from 4·vmax/5
         legend.append(f"[{SHADES}] {vmax:.2f}")
     return legend
 
 
-def heatmap_renderable(capture: Capture, layer: int = -1, head: HeadSpec = "mean", *, hide_special: bool = False,
-                       width: int = 80, color: bool = True, cmap: str = "viridis", start: int = 0) -> Group:
-    """One layer of a capture (a head, or the head mean/max) as a terminal heatmap."""
-    keep = capture.keep_mask(hide_special)
-    tokens = [t for t, k in zip(capture.tokens, keep) if k]
-    alpha = capture.head_matrix(layer, head)[np.ix_(keep, keep)]
-    which = head if isinstance(head, str) else f"head {capture.head_index(head)}"
-    title = f"{capture.model} · layer {capture.layer_index(layer)} · {which}"
-    return matrix_renderable(alpha, tokens, tokens, width=width, color=color, cmap=cmap,
-                             mask_upper=capture.causal, start=start, title=title)
-
-
 def bar_chart(labels: Sequence[str], values: Sequence[float], *, width: int = 80, title: str | None = None) -> Group:
     """Horizontal bars, one per label, scaled to the largest value, with the value printed."""
-    label_width = min(max(len(s) for s in labels), MAX_ROW_LABEL) + len(str(len(labels) - 1)) + 2
+    label_width = min(max((cells(s) for s in labels), default=1), MAX_ROW_LABEL) + len(str(len(labels) - 1)) + 2
     bar_width = max(width - label_width - 8, 5)
-    top = max(max(values), 1e-12)
+    top = max(max(values, default=0.0), 1e-12)
     eighths = " ▏▎▍▌▋▊▉█"
     lines = [Text(title, style="bold")] if title else []
     index_width = len(str(len(labels) - 1))
     for i, (label, value) in enumerate(zip(labels, values)):
-        length = value / top * bar_width
+        length = max(value, 0.0) / top * bar_width
         full, part = int(length), int((length - int(length)) * 8)
         bar = "█" * full + (eighths[part] if part else "")
-        row = Text(f"{i:>{index_width}} {_fit(label, label_width - index_width - 2)}".ljust(label_width))
+        row = Text(pad(f"{i:>{index_width}} {fit(label, label_width - index_width - 2)}", label_width))
         row.append(bar.ljust(bar_width), style="cyan")
         row.append(f" {value:.3f}")
         lines.append(row)
     return Group(*lines)
 
 
-def compare_renderable(captures: Sequence[Capture], layers: Sequence[int], head: HeadSpec = "mean", *,
-                       width: int = 80, color: bool = True, cmap: str = "viridis") -> Group:
-    """The chosen layers (of one capture, or of two captures of the same text) side by side, each with a
-    stats line. Panels that do not fit side by side in `width` are stacked instead."""
+def panels_side_by_side(panels: Sequence[Panel], *, width: int = 80, color: bool = True, cmap: str = DEFAULT_CMAP,
+                        key: str | None = None, start: int = 0) -> Group:
+    """Panels (on one colour scale) side by side when they fit in `width`, else stacked, each windowed
+    as a single heatmap is; each titled with its short title and followed by its footer."""
     from rich.table import Table
 
-    from attnviz.errors import InputError
-    from attnviz.metrics import matrix_summary
-
-    if len(captures) == 2 and captures[0].tokens != captures[1].tokens:
-        a, b = captures
-        raise InputError(f"the two models tokenise the text differently ({a.n_tokens} tokens: {' '.join(a.tokens)} "
-                         f"| {b.n_tokens} tokens: {' '.join(b.tokens)}), so their attention cannot be compared "
-                         f"cell by cell")
-    panels = [(cap, cap.layer_index(layer)) for layer in layers for cap in captures]
-    T = captures[0].n_tokens
-    mats = [cap.head_matrix(layer, head) for cap, layer in panels]
-    vmax = max(float(m.max()) for m in mats)  # one colour scale for every panel
-    label_width = TermLayout.fit(T, captures[0].tokens, 10**6).label_width
+    R, T = panels[0].matrix.shape
+    label_width = TermLayout.fit(T, panels[0].rows, 10**6, 0, R).label_width
     side_by_side = len(panels) * (label_width + 2 * T + 2) <= width
     panel_width = width // len(panels) - 2 if side_by_side else width
-    which = head if isinstance(head, str) else f"head {head}"
-    rendered = []
-    for (cap, layer), alpha in zip(panels, mats):
-        name = f"{cap.model.split('/')[-1]} " if len(captures) == 2 else ""
-        entropy, special_mass, distance = matrix_summary(alpha, cap.special)
-        body = matrix_renderable(alpha, cap.tokens, cap.tokens, width=panel_width, color=color, cmap=cmap,
-                                 vmax=vmax, mask_upper=cap.causal, title=f"{name}layer {layer} · {which}")
-        stats = Text(f"H={entropy:.2f} sp={special_mass:.2f} d={distance:.1f}", style="cyan")
-        rendered.append(Group(body, stats))
-    key = Text("H: mean entropy (nats) · sp: mass on special tokens · d: mean distance (tokens)", style="dim")
+    rendered = [panel_renderable(p, width=panel_width, color=color, cmap=cmap, start=start,
+                                 title=p.short or p.title_text, legend=False) for p in panels]
+    legend = _legend(panels[0].scale.vmin, panels[0].scale.vmax, color, cmap, panels[0].scale.label)
+    tail = [legend] + ([Text(key, style="dim")] if key else [])
     if not side_by_side:
-        return Group(*rendered, key)
+        return Group(*rendered, *tail)
     grid = Table.grid(padding=(0, 2))
     for _ in rendered:
         grid.add_column()
     grid.add_row(*rendered)
-    return Group(grid, key)
+    return Group(grid, *tail)

@@ -1,0 +1,203 @@
+"""What one picture shows, decided once. A Panel holds a matrix, its row and column labels, the cells
+that are not drawn, the colour scale, the title and the file name; a Page is the panels that go into one
+figure or one screen, with the title over them. Every renderer (PNG/SVG/PDF, terminal, the export and
+its gallery) consumes these and decides nothing about content: head selection, hidden special tokens,
+the causal mask, titles and names are all made here. Labels and titles are display-safe (control
+characters made visible). numpy only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Sequence
+
+import numpy as np
+
+from attnviz.capture import Capture
+from attnviz.errors import SelectionError
+from attnviz.text import shorten, visible
+
+HeadChoice = int | str  # a head index, "mean" or "max"
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How values map to colours: a linear scale from vmin to vmax."""
+
+    vmin: float = 0.0
+    vmax: float = 1.0
+    label: str = "attention weight α"
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One matrix as it will be drawn.
+
+    matrix   (R, C) float32    what is drawn; rows are queries (attending), columns keys (attended to)
+    rows     (R,) str          row labels;  cols (C,) str: column labels (display-safe)
+    hidden   (R, C) bool|None  cells not drawn (a causal model's future keys)"""
+
+    matrix: np.ndarray
+    rows: tuple[str, ...]
+    cols: tuple[str, ...]
+    hidden: np.ndarray | None
+    scale: Scale
+    title: tuple[str, ...]  # pieces joined into the title; the export draws the first piece once per layer
+    name: str  # file stem: layer00_head02, layer05_mean
+    short: str = ""  # the title inside a page of several panels: "layer 3"
+    layer: int | None = None
+    head: HeadChoice | None = None
+    row_axis: str = "query (attending)"
+    col_axis: str = "key (attended to)"
+    footer: str = ""  # a line under the picture (the stats line of `compare`)
+    values: bool = False  # write each cell's value in it
+
+    @property
+    def title_text(self) -> str:
+        return "".join(self.title)
+
+    @property
+    def shown(self) -> np.ndarray:
+        """The matrix with hidden cells masked, as matplotlib draws it. (R, C) masked array"""
+        return np.ma.masked_where(self.hidden, self.matrix) if self.hidden is not None else self.matrix
+
+
+@dataclass(frozen=True)
+class Page:
+    """Panels shown together (one figure, one screen), on one colour scale, under one title."""
+
+    panels: tuple[Panel, ...]
+    title: str
+    name: str = "attnviz"  # default file stem
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def scale(self) -> Scale:
+        return self.panels[0].scale
+
+
+# --- names and titles ------------------------------------------------------------------------------
+
+
+def short_model(name: str) -> str:
+    """The last part of a model id or folder: "sentence-transformers/all-MiniLM-L6-v2" -> "all-MiniLM-L6-v2"."""
+    return visible(name.rstrip("/").split("/")[-1] or name)
+
+
+def head_label(head: HeadChoice, n_heads: int) -> str:
+    if head == "mean":
+        return f"mean of {n_heads} heads"
+    if head == "max":
+        return f"max over {n_heads} heads"
+    return f"head {head}"
+
+
+def head_filename(layer: int, head: HeadChoice, fmt: str = "") -> str:
+    """layer03_head07, layer03_mean (with ".fmt" when fmt is given)."""
+    stem = f"layer{layer:02d}_{head if isinstance(head, str) else f'head{head:02d}'}"
+    return f"{stem}.{fmt}" if fmt else stem
+
+
+def token_labels(capture: Capture, keep: np.ndarray | None = None) -> tuple[str, ...]:
+    """The tokens as labels, control characters made visible."""
+    tokens = capture.tokens if keep is None else [t for t, k in zip(capture.tokens, keep) if k]
+    return tuple(visible(t) for t in tokens)
+
+
+def _keep(capture: Capture, hide_special: bool) -> np.ndarray:
+    keep = capture.keep_mask(hide_special)
+    if not keep.any():
+        raise SelectionError("every token of this input is a special token, so --hide-special leaves nothing "
+                             "to show; drop --hide-special", "--hide-special")
+    return keep
+
+
+# --- attention panels ------------------------------------------------------------------------------
+
+
+def attention_panels(capture: Capture, layers: Sequence[int], heads: Sequence[HeadChoice], *,
+                     hide_special: bool = False, vmax: float | None = None) -> list[Panel]:
+    """One panel per (layer, head), layer-major, all on one colour scale (0 to the largest weight shown,
+    unless vmax is given). Heads may be indices, "mean" or "max"."""
+    keep = _keep(capture, hide_special)
+    labels = token_labels(capture, keep)
+    everything = bool(keep.all())
+    future = capture.future_mask
+    hidden = None if future is None else (future if everything else future[np.ix_(keep, keep)])
+    model = short_model(capture.model)
+    extra = (" · special tokens hidden",) if hide_special else ()
+    panels = []
+    for layer in layers:
+        layer = capture.layer_index(layer)
+        for head in heads:
+            alpha = capture.head_matrix(layer, head)  # (T, T)
+            if not everything:
+                alpha = alpha[np.ix_(keep, keep)]  # (T', T')
+            if not isinstance(head, str):
+                head = capture.head_index(head)
+            label = head_label(head, capture.n_heads)
+            panels.append(Panel(matrix=alpha, rows=labels, cols=labels, hidden=hidden, scale=Scale(),
+                                title=(f"{model} · layer {layer} · ", label, *extra),
+                                name=head_filename(layer, head), short=f"layer {layer}", layer=layer, head=head))
+    return with_shared_scale(panels, vmax)
+
+
+def with_shared_scale(panels: Sequence[Panel], vmax: float | None = None, vmin: float = 0.0) -> list[Panel]:
+    """The panels on one colour scale: vmin to vmax (default: the largest value drawn)."""
+    if vmax is None:
+        vmax = max((float(p.matrix.max()) for p in panels if p.matrix.size), default=1.0)
+    vmax = max(vmax, vmin + 1e-9)
+    return [replace(p, scale=replace(p.scale, vmin=vmin, vmax=vmax)) for p in panels]
+
+
+def heatmap_page(capture: Capture, layers: Sequence[int], heads: Sequence[HeadChoice], *,
+                 hide_special: bool = False, vmax: float | None = None, all_layers: bool = False) -> Page:
+    """What `attnviz heatmap` draws: a panel per selected layer and head, one colour scale."""
+    panels = attention_panels(capture, layers, heads, hide_special=hide_special, vmax=vmax)
+    model = short_model(capture.model)
+    if len(panels) == 1:
+        title = panels[0].title_text
+    else:
+        same_head = len({p.head for p in panels}) == 1
+        if not same_head:
+            panels = [replace(p, short=f"layer {p.layer} · {head_label(p.head, capture.n_heads)}") for p in panels]
+        title = f"{model} · " + (head_label(panels[0].head, capture.n_heads) if same_head else "heads side by side")
+        title += " · special tokens hidden" if hide_special else ""
+    layer_part = "all" if all_layers else "-".join(str(p) for p in dict.fromkeys(p.layer for p in panels))
+    head_part = "-".join(str(h) if isinstance(h, str) else f"head{h}" for h in dict.fromkeys(p.head for p in panels))
+    name = f"attnviz_{'all' if all_layers else 'layer' + layer_part}_{head_part}"
+    return Page(panels=tuple(panels), title=title, name=name)
+
+
+# --- other pictures ------------------------------------------------------------------------------
+
+
+def rollout_panel(capture: Capture, matrix: np.ndarray) -> Panel:
+    """Attention rollout (T, T) over the input tokens."""
+    labels = token_labels(capture)
+    vmax = float(matrix.max()) if matrix.size else 1.0
+    return Panel(matrix=np.asarray(matrix, np.float32), rows=labels, cols=labels, hidden=capture.future_mask,
+                 scale=Scale(0.0, max(vmax, 1e-9), "rolled-out attention"),
+                 title=(f"{short_model(capture.model)} · attention rollout (Abnar & Zuidema 2020)",),
+                 name="attnviz_rollout", row_axis="position at the top layer", col_axis="input token")
+
+
+def entropy_panel(values: np.ndarray, uniform: float, model: str, *, normalised: bool = False) -> Panel:
+    """Layers × heads of mean entropy, each value written in its cell, on [0, uniform]."""
+    L, H = values.shape
+    unit = "normalised entropy (1 is uniform)" if normalised else f"entropy, nats (ln T = {uniform:.2f} is uniform)"
+    return Panel(matrix=np.asarray(values, np.float32), rows=tuple(str(n) for n in range(L)),
+                 cols=tuple(str(n) for n in range(H)), hidden=None, scale=Scale(0.0, uniform, unit),
+                 title=(f"{short_model(model)} · mean attention entropy per head",), name="attnviz_entropy",
+                 row_axis="layer", col_axis="head", values=True)
+
+
+def grid_title(capture: Capture, panels: Sequence[Panel]) -> str:
+    vmax = panels[0].scale.vmax if panels else 0.0
+    return (f"{short_model(capture.model)} · every head · T = {capture.n_tokens} · "
+            f"one colour scale (0–{vmax:.2f})")
+
+
+def text_subtitle(capture: Capture, limit: int = 90) -> str:
+    """The input text as one shortened, display-safe line."""
+    return visible(shorten(str(capture.meta.get("text") or " ".join(capture.tokens)), limit))

@@ -1,0 +1,118 @@
+"""Layer and head selections as users type them: one parser behind every --layer and --head option.
+
+    spec   := item ("," item)*
+    item   := INDEX | INDEX "-" INDEX | "all" | KEYWORD       KEYWORD: "mean" or "max", where allowed
+    INDEX  := an integer; negative counts from the end (-1 is the last)
+
+`Selection.parse` checks the syntax only, so an option can be refused before any model work.
+`Selection.resolve(n)` checks every endpoint against n *before* anything is expanded, so a range like
+0-100000000 costs nothing and says "out of range". A reversed range, an empty spec and an unknown word
+are errors whose message says what is valid; a selection is never silently empty. Pure Python.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Union
+
+from attnviz.errors import SelectionError
+
+MAX_SPEC_CHARS = 1000
+_RANGE = re.compile(r"^(-?\d{1,18})\s*-\s*(-?\d{1,18})$")
+_INDEX = re.compile(r"^-?\d{1,18}$")
+
+Item = Union[int, tuple[int, int], str]  # an index, an inclusive (first, last) range, or a keyword
+Choice = Union[int, str]  # a resolved index, or a keyword ("mean", "max")
+
+
+def _shown(spec: str) -> str:
+    from attnviz.text import visible
+
+    return repr(visible(spec[:60] + ("…" if len(spec) > 60 else "")))
+
+
+@dataclass(frozen=True)
+class Selection:
+    """A parsed selection of `what` ("layer", "head"), not yet checked against a size."""
+
+    spec: str
+    what: str
+    items: tuple[Item, ...]
+    option: str | None = None
+
+    @classmethod
+    def parse(cls, spec: str, what: str = "layer", *, keywords: tuple[str, ...] = (),
+              option: str | None = None) -> "Selection":
+        """Parse `spec`; raise SelectionError (a usage error) for anything malformed."""
+        option = option or f"--{what}"
+        words = " or ".join([*(repr(k) for k in ("all", *keywords))])
+        valid = (f"use an index (0, or -1 for the last), a list (0,3,5), a range (0-2) or {words}")
+        if len(spec) > MAX_SPEC_CHARS:
+            raise SelectionError(f"{option}: the selection is {len(spec)} characters long; {valid}", option)
+        if not spec.strip():
+            raise SelectionError(f"{option}: the selection is empty; {valid}", option)
+        items: list[Item] = []
+        for part in spec.split(","):
+            part = part.strip().lower()
+            if not part:
+                raise SelectionError(f"{option}: {_shown(spec)} has an empty item; {valid}", option)
+            if part == "all" or part in keywords:
+                items.append(part)
+            elif _INDEX.match(part):
+                items.append(int(part))
+            elif (m := _RANGE.match(part)) is not None:
+                first, last = int(m.group(1)), int(m.group(2))
+                if first >= 0 and last >= 0 and first > last:
+                    raise SelectionError(f"{option}: the range {part} is reversed; write {last}-{first}", option)
+                items.append((first, last))
+            else:
+                raise SelectionError(f"{option}: {_shown(part)} is not a {what} selection; {valid}", option)
+        return cls(spec=spec, what=what, items=tuple(items), option=option)
+
+    @classmethod
+    def everything(cls, what: str = "layer", option: str | None = None) -> "Selection":
+        return cls(spec="all", what=what, items=("all",), option=option or f"--{what}")
+
+    def _index(self, value: int, n: int) -> int:
+        if not -n <= value < n:
+            plural = f"{self.what}s" if n != 1 else self.what
+            raise SelectionError(f"{self.what} {value} is out of range: there are {n} {plural} (0..{n - 1}, "
+                                 f"or -{n}..-1 from the end)", self.option)
+        return value % n
+
+    def resolve(self, n: int) -> list[Choice]:
+        """The selected indices (0..n-1) and keywords, in the order typed, without repeats."""
+        chosen: list[Choice] = []
+        seen: set[Choice] = set()
+        for item in self.items:
+            if item == "all":
+                values: list[Choice] = list(range(n))
+            elif isinstance(item, str):
+                values = [item]
+            elif isinstance(item, tuple):
+                first, last = (self._index(v, n) for v in item)  # bounds first: nothing expanded yet
+                if first > last:
+                    raise SelectionError(f"{self.option}: the range {item[0]}-{item[1]} selects {self.what}s "
+                                         f"{first} down to {last} of 0..{n - 1}, which is reversed; "
+                                         f"write {last}-{first}", self.option)
+                values = list(range(first, last + 1))
+            else:
+                values = [self._index(item, n)]
+            for v in values:
+                if v not in seen:
+                    seen.add(v)
+                    chosen.append(v)
+        return chosen
+
+    def indices(self, n: int) -> list[int]:
+        """Only indices: a keyword here is an error (e.g. 'mean' where heads are listed one by one)."""
+        chosen = self.resolve(n)
+        words = [c for c in chosen if isinstance(c, str)]
+        if words:
+            raise SelectionError(f"{self.option}: {words[0]!r} cannot be used here; give {self.what} indices, "
+                                 f"ranges or 'all'", self.option)
+        return [c for c in chosen if isinstance(c, int)]
+
+    def __str__(self) -> str:
+        return self.spec

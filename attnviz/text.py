@@ -1,0 +1,108 @@
+"""Strings for people. What comes from a capture, a model, a tokenizer or a file is data: it is shown
+with control characters made visible, and measured in terminal cells (Hangul and most CJK characters
+take two), never in code points. Pure Python: no numpy, no torch.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+from rich.cells import cell_len
+
+ELLIPSIS = "…"
+# Characters that reorder a line (Trojan Source) or break it, besides the controls (category Cc).
+_BIDI = {*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F, 0x061C}
+_LINE_BREAKS = {"Zl", "Zp"}
+
+
+def _stand_in(char: str) -> str:
+    code = ord(char)
+    if code < 0x20:
+        return chr(0x2400 + code)  # the Control Pictures block: ESC -> ␛, newline -> ␊
+    if code == 0x7F:
+        return "␡"
+    if code <= 0xFF:
+        return f"\\x{code:02x}"  # C1 controls (CSI is \x9b)
+    return f"\\u{code:04x}"
+
+
+def visible(text: str) -> str:
+    """`text` with everything that could act on a terminal shown as a visible stand-in: C0 controls as
+    control pictures (␛, ␊, ␉), DEL as ␡, C1 controls, bidirectional overrides, line separators and lone
+    surrogates as escapes (\\x9b, \\u202e, \\udc80). Other text, CJK and emoji included, is unchanged."""
+    if text.isprintable():  # fast path: no control, separator or format character at all
+        return text
+    out = []
+    for char in text:
+        category = unicodedata.category(char)
+        if category in ("Cc", "Cs") or category in _LINE_BREAKS or ord(char) in _BIDI:
+            out.append(_stand_in(char))
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def is_valid_unicode(text: str) -> bool:
+    """False for strings holding lone surrogates (undecodable bytes), which cannot be written as UTF-8."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def repair_unicode(text: str) -> str:
+    """Lone surrogates replaced by U+FFFD, so the string can be written as UTF-8."""
+    if is_valid_unicode(text):
+        return text
+    return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+
+
+def cells(text: str) -> int:
+    """Width of `text` in terminal cells."""
+    return cell_len(text)
+
+
+def fit(text: str, width: int) -> str:
+    """`text` cut to at most `width` cells, ending in … when cut."""
+    if cell_len(text) <= width:
+        return text
+    if width <= 0:
+        return ""
+    out, used = [], 0
+    for char in text:
+        w = cell_len(char)
+        if used + w > width - 1:
+            break
+        out.append(char)
+        used += w
+    return "".join(out) + ELLIPSIS
+
+
+def pad(text: str, width: int, align: str = "left") -> str:
+    """`text` fitted to `width` cells and padded with spaces to exactly `width` cells."""
+    text = fit(text, width)
+    gap = width - cell_len(text)
+    if align == "right":
+        return " " * gap + text
+    if align == "center":
+        return " " * (gap // 2) + text + " " * (gap - gap // 2)
+    return text + " " * gap
+
+
+def glyphs(text: str) -> list[str]:
+    """The characters of `text` that take space, each with the zero-width marks that follow it (so a
+    label can be written one character per line, as the terminal heatmap's vertical key labels are)."""
+    out: list[str] = []
+    for char in text:
+        if out and cell_len(char) == 0:
+            out[-1] += char
+        elif cell_len(char) > 0:
+            out.append(char)
+    return out
+
+
+def shorten(text: str, limit: int = 80) -> str:
+    """One line of at most `limit` characters: whitespace runs folded, … when cut."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1].rstrip() + ELLIPSIS
