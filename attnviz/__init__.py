@@ -6,7 +6,7 @@ Data flows one way: text -> model (model.py) -> Capture (capture.py) -> metrics 
 
 __version__ = "0.1.0"
 
-from attnviz.capture import Capture  # noqa: E402  (numpy-only, cheap)
-from attnviz.errors import AttnvizError  # noqa: E402
+from attnviz.capture import Capture
+from attnviz.errors import AttnvizError
 
 __all__ = ["Capture", "AttnvizError", "__version__"]

@@ -20,7 +20,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Union
+from typing import Any, Union
 
 import numpy as np
 
@@ -122,7 +122,7 @@ class Capture:
         return ~self.special if hide_special else np.ones(self.n_tokens, dtype=bool)
 
     # --- checks ------------------------------------------------------------------------------
-    def validate(self, atol: float = ROW_SUM_ATOL) -> "Capture":
+    def validate(self, atol: float = ROW_SUM_ATOL) -> Capture:
         """Raise AttentionCheckError unless α is (L, H, T, T), finite, in [0, 1], rows sum to 1,
         and the per-token arrays line up with T. Causal captures must be lower-triangular."""
         a = self.attentions
@@ -150,7 +150,7 @@ class Capture:
     def save(self, path: str | os.PathLike) -> Path:
         """Write the capture as .npz (plain arrays + JSON meta), atomically."""
         path = check_suffix(path, (".npz",))
-        arrays = {
+        arrays: dict[str, Any] = {
             "attentions": self.attentions,
             "tokens": np.array(self.tokens, dtype=np.str_),
             "token_ids": self.token_ids,
@@ -165,7 +165,7 @@ class Capture:
         return path
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "Capture":
+    def load(cls, path: str | os.PathLike) -> Capture:
         """Read a capture written by save(). Raises CaptureFormatError for anything else."""
         path = Path(path)
         if not path.is_file():
@@ -211,7 +211,7 @@ class Capture:
         except AttentionCheckError as exc:
             raise CaptureFormatError(f"{path}: {exc}") from None
 
-    def with_meta(self, **updates) -> "Capture":
+    def with_meta(self, **updates) -> Capture:
         return replace(self, meta={**self.meta, **updates})
 
 
@@ -249,16 +249,15 @@ class atomic_output:
         self.tmp = Path(tmp)
         return self.tmp
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
             try:
                 os.replace(self.tmp, self.path)
-                return False
+                return
             except OSError as err:
                 self.tmp.unlink(missing_ok=True)
                 raise OutputError(f"cannot write {self.path}: {err.strerror or err}") from None
         self.tmp.unlink(missing_ok=True)
-        return False
 
 
 def current_umask() -> int:

@@ -22,7 +22,7 @@ import tempfile
 import zlib
 from dataclasses import fields
 from pathlib import Path
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -48,7 +48,7 @@ def export_panels(capture: Capture, layers: Sequence[int], heads: Sequence[int])
     colour scale (the largest weight among them), head means another."""
     per_head = attention_panels(capture, layers, heads)
     means = attention_panels(capture, layers, ["mean"])
-    order = {(p.layer, p.head): p for p in per_head + means}
+    order: dict = {(p.layer, p.head): p for p in per_head + means}
     return [order[layer, head] for layer in dict.fromkeys(p.layer for p in means) for head in [*heads, "mean"]]
 
 
@@ -144,7 +144,8 @@ class HeadImageWriter:
         lines = self.backgrounds[panel.scale].copy()
         frame = rgb_view(lines)  # (H_px, W_px, 3) view
         wide = cells.reshape(len(cells), -1)[:, self.col_bytes]  # (R, 3 n_cols): columns widened
-        frame[self.rows, self.cols] = np.repeat(wide, self.row_repeats, axis=0).reshape(frame[self.rows, self.cols].shape)
+        inside = frame[self.rows, self.cols]
+        inside[...] = np.repeat(wide, self.row_repeats, axis=0).reshape(inside.shape)
         frame[self.title_rows] = self.title_strip(panel)
         return lines
 
@@ -373,7 +374,8 @@ def earlier_export(folder: Path) -> str:
         listed = json.loads(raw) if raw is not None and len(raw) < 1_000_000 else None
     except (OSError, ValueError, RecursionError):
         listed = None
-    if not isinstance(listed, dict) or listed.get("kind") != MANIFEST_KIND or not isinstance(listed.get("files"), dict):
+    if (raw is None or not isinstance(listed, dict) or listed.get("kind") != MANIFEST_KIND
+            or not isinstance(listed.get("files"), dict)):
         raise OutputError(f"{folder} is not an attnviz export (it has no {MANIFEST}); {refuse}")
     files = listed["files"]
     for entry in folder.iterdir():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import unicodedata
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -209,7 +209,8 @@ for _metric in (
     Metric("top_key", "top_key", "the key that column belongs to", _top_key, kind="text"),
     Metric("punct_mass", "punct", "mean over rows of the weight on punctuation tokens",
            lambda c: mass_on(c, token_groups(c)["punct"])),
-    Metric("first_mass", "first", "mean over rows of the weight on token 0", lambda c: mass_on(c, token_groups(c)["first"])),
+    Metric("first_mass", "first", "mean over rows of the weight on token 0",
+           lambda c: mass_on(c, token_groups(c)["first"])),
 ):
     register(_metric)
 

@@ -12,6 +12,7 @@ import os
 import socket
 import warnings
 from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -73,8 +74,8 @@ def resolve_model(name: str | None) -> tuple[str, str]:
 class LoadedModel:
     """A model ready to run: eager attention, eval mode, on its device."""
 
-    model: object  # transformers.PreTrainedModel
-    tokenizer: object  # transformers tokenizer
+    model: Any  # transformers.PreTrainedModel
+    tokenizer: Any  # transformers tokenizer
     name: str
     revision: str
     device: str
@@ -315,9 +316,9 @@ def make_capture(loaded: LoadedModel, encoded: Encoded, attentions: np.ndarray, 
         "model_type": loaded.model_type, "causal": causal, "text": text, "source": source,
         "attnviz_version": __version__, "dropped_tokens": encoded.dropped,
     }
-    capture = Capture(attentions=attentions, tokens=encoded.tokens, token_ids=encoded.token_ids,
-                      special=encoded.special, special_kind=encoded.special_kind, subword=encoded.subword,
-                      meta=meta)
+    capture = Capture(attentions=attentions, tokens=tuple(encoded.tokens), token_ids=np.asarray(encoded.token_ids),
+                      special=np.asarray(encoded.special, bool), special_kind=tuple(encoded.special_kind),
+                      subword=np.asarray(encoded.subword, bool), meta=meta)
     return capture.validate(atol=row_sum_tolerance(loaded.dtype))
 
 

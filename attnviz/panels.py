@@ -9,7 +9,7 @@ characters made visible). numpy only.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -160,8 +160,8 @@ def heatmap_page(capture: Capture, layers: Sequence[int], heads: Sequence[HeadCh
     else:
         same_head = len({p.head for p in panels}) == 1
         if not same_head:
-            panels = [replace(p, short=f"layer {p.layer} · {head_label(p.head, capture.n_heads)}") for p in panels]
-        title = f"{model} · " + (head_label(panels[0].head, capture.n_heads) if same_head else "heads side by side")
+            panels = [replace(p, short=f"layer {p.layer} · {p.title[1]}") for p in panels]
+        title = f"{model} · " + (panels[0].title[1] if same_head else "heads side by side")
         title += " · special tokens hidden" if hide_special else ""
     layer_part = "all" if all_layers else "-".join(str(p) for p in dict.fromkeys(p.layer for p in panels))
     head_part = "-".join(str(h) if isinstance(h, str) else f"head{h}" for h in dict.fromkeys(p.head for p in panels))

@@ -12,7 +12,8 @@ import csv
 import io
 import json
 import math
-from typing import Any, Iterable, Mapping
+from typing import Any
+from collections.abc import Iterable, Mapping
 
 from attnviz.text import repair_unicode
 

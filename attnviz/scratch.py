@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -241,7 +241,12 @@ def _record_inputs(model, modules: list) -> tuple[list[Seen | None], Callable[[]
         return hook
 
     handles = [m.register_forward_pre_hook(make_hook(n), with_kwargs=True) for n, m in enumerate(modules)]
-    return seen, lambda: [h.remove() for h in handles]
+
+    def remove() -> None:
+        for handle in handles:
+            handle.remove()
+
+    return seen, remove
 
 
 @dataclass
@@ -270,8 +275,9 @@ def recompute(model, inputs: dict) -> Recomputed:
                     raise UnsupportedArchitectureError(f"the attention module of layer {n} was not called")
                 if next(module.parameters()).dtype != torch.float32:  # half precision: reference in fp32
                     module = copy.deepcopy(module).float()
-                    record = Seen(record.hidden.float(), None if record.position_embeddings is None else
-                                  tuple(t.float() for t in record.position_embeddings))
+                    rotary = record.position_embeddings
+                    record = Seen(record.hidden.float(), None if rotary is None else (rotary[0].float(),
+                                                                                       rotary[1].float()))
                 layers.append(adapter.qkv(module, record, n, base.config))
     finally:
         remove()

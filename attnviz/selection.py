@@ -43,7 +43,7 @@ class Selection:
 
     @classmethod
     def parse(cls, spec: str, what: str = "layer", *, keywords: tuple[str, ...] = (),
-              option: str | None = None) -> "Selection":
+              option: str | None = None) -> Selection:
         """Parse `spec`; raise SelectionError (a usage error) for anything malformed."""
         option = option or f"--{what}"
         words = " or ".join([*(repr(k) for k in ("all", *keywords))])
@@ -71,7 +71,7 @@ class Selection:
         return cls(spec=spec, what=what, items=tuple(items), option=option)
 
     @classmethod
-    def everything(cls, what: str = "layer", option: str | None = None) -> "Selection":
+    def everything(cls, what: str = "layer", option: str | None = None) -> Selection:
         return cls(spec="all", what=what, items=("all",), option=option or f"--{what}")
 
     def _index(self, value: int, n: int) -> int:

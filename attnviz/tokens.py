@@ -47,5 +47,6 @@ def subword_flags(word_ids: list[int | None] | None, raw_tokens: list[str], spec
         elif raw.startswith(SUBWORD_PREFIX):
             flags.append(True)
         else:
-            flags.append(not raw.startswith(_MARKERS) and not special[i - 1] and any(m in "".join(raw_tokens) for m in _MARKERS))
+            marked = any(m in "".join(raw_tokens) for m in _MARKERS)
+            flags.append(not raw.startswith(_MARKERS) and not special[i - 1] and marked)
     return flags

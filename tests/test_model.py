@@ -106,7 +106,8 @@ def test_encoder_decoder_models_are_refused_clearly(tmp_path):
 
     from attnviz.model import bundled_model_dir
 
-    tf.T5Model(tf.T5Config(vocab_size=30522, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=2)).save_pretrained(tmp_path)
+    config = tf.T5Config(vocab_size=30522, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=2)
+    tf.T5Model(config).save_pretrained(tmp_path)
     tf.AutoTokenizer.from_pretrained(str(bundled_model_dir())).save_pretrained(tmp_path)
     with pytest.raises(ModelLoadError, match="encoder-decoder"):
         load(str(tmp_path), device="cpu")

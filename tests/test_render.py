@@ -8,6 +8,7 @@ import pytest
 from rich.console import Console
 
 from attnviz.errors import OutputError
+from conftest import make_capture
 from attnviz.panels import Panel, Scale, attention_panels, heatmap_page
 from attnviz.render.png import heatmap, heatmap_figure, page_figure, save_figure
 from attnviz.render.terminal import SHADES, panel_renderable
@@ -17,7 +18,6 @@ def heatmap_renderable(cap, layer, head, **kwargs):
     """A capture's (layer, head) through the Panel builder into the terminal renderer."""
     hide = kwargs.pop("hide_special", False)
     return panel_renderable(attention_panels(cap, [layer], [head], hide_special=hide)[0], **kwargs)
-from conftest import make_capture
 
 TOKENS = ["[CLS]", "the", "cat", "sat", "on", "the", "mat", "[SEP]"]
 

@@ -47,7 +47,8 @@ def verify(tolerance: Annotated[Optional[float], typer.Option(
             "layers": [d.__dict__ for d in diffs]})
     else:
         shape = f"{reported.n_layers} layers × {reported.n_heads} heads × {reported.n_tokens} tokens"
-        out.print(verify_table(diffs, tolerance, f"{visible(reported.model)} ({loaded.dtype}, {loaded.device}): {shape}"))
+        title = f"{visible(reported.model)} ({loaded.dtype}, {loaded.device}): {shape}"
+        out.print(verify_table(diffs, tolerance, title))
         out.print(verdict(ok, f"max |Δα| = {worst.max_abs:.2e} (layer {worst.layer}, head {worst.worst_head}) "
                               f"{'≤' if ok else '>'} tolerance {tolerance:g}"))
     if not ok:
@@ -57,8 +58,8 @@ def verify(tolerance: Annotated[Optional[float], typer.Option(
 @app.command()
 @cli_errors
 @takes(inp=TextInput)
-def scaling(output: Annotated[Optional[Path], typer.Option("--output", "-o", show_default=False,
-                                                           help="Also plot entropy per layer (.png/.svg/.pdf).")] = None,
+def scaling(output: Annotated[Optional[Path], typer.Option(
+                "--output", "-o", show_default=False, help="Also plot entropy per layer (.png/.svg/.pdf).")] = None,
             as_json: JsonOpt = False, *, inp: TextInput) -> None:
     """Why attention divides by √d_k: per layer of the real model, the spread of the logits Q·Kᵀ and the
     entropy and peak of the softmax, with and without the scaling; plus the random-vector check."""

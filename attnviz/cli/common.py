@@ -17,7 +17,8 @@ import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Callable, Optional, get_type_hints
+from typing import Annotated, Any, Optional, get_type_hints
+from collections.abc import Callable
 
 import typer
 from rich.console import Console
@@ -65,10 +66,11 @@ class AttnvizGroup(TyperGroup):
             out.print(Text(exc.format_message()), highlight=False)
             sys.exit(0)
         except click_errors.ClickException as exc:
-            where = f" (see '{exc.ctx.command_path} --help')" if getattr(exc, "ctx", None) is not None else ""
+            ctx = getattr(exc, "ctx", None)
+            where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
             error_line(exc.format_message() + where)
             sys.exit(exc.exit_code)
-        except (click_errors.Abort, typer.Abort):
+        except typer.Abort:
             error_line("aborted")
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)
@@ -181,8 +183,9 @@ class ModelOptions:
                                        help="float32, float16 (fp16) or bfloat16 (bf16).")] = "float32"
     trust_remote_code: Annotated[bool, typer.Option(
         "--trust-remote-code", help="Run the model repository's own code (only for repositories you trust).")] = False
-    truncate: Annotated[bool, typer.Option("--truncate/--no-truncate", help="Cut text longer than the model's "
-                                                                            "maximum (with a warning), or refuse it.")] = True
+    truncate: Annotated[bool, typer.Option(
+        "--truncate/--no-truncate",
+        help="Cut text longer than the model's maximum (with a warning), or refuse it.")] = True
 
     def load(self):
         """The model, loaded once (with a spinner on stderr)."""

@@ -16,8 +16,9 @@ from attnviz.selection import Selection
 @app.command("export")
 @cli_errors
 @takes(inp=CaptureInput)
-def export_command(out_dir: Annotated[Path, typer.Option("--out-dir", "--output", "-o", "-d",
-                                                         help="Folder to create.", file_okay=False)] = Path("attnviz_export"),
+def export_command(out_dir: Annotated[Path, typer.Option(
+                       "--out-dir", "--output", "-o", "-d", help="Folder to create.",
+                       file_okay=False)] = Path("attnviz_export"),
                    layer: LayerSel = Selection.everything("layer", "--layer"),
                    head: HeadSel = Selection.everything("head", "--head"),
                    fmt: Annotated[str, typer.Option("--format", help="png, svg or pdf.")] = "png",

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, List, Optional
+from typing import Annotated, Optional
 
 import typer
 
-from attnviz.cli.common import (CaptureInput, CmapOpt, CsvOpt, FromOpt, HeadSel, JsonOpt, LayerSel, ModelOptions,
-                                app, cli_errors, emit_records, selection_parser, err, out, print_json, say, takes, use_color)
+from attnviz.cli.common import (CaptureInput, CmapOpt, CsvOpt, HeadSel, JsonOpt, LayerSel, ModelOptions, app,
+                                cli_errors, emit_records, err, out, print_json, say, selection_parser, takes, use_color)
 from attnviz.selection import Selection
 
 ImageOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Also write a figure (.png/.svg/.pdf).",
@@ -163,7 +163,7 @@ def compare(text: Annotated[Optional[str], typer.Argument(help="The text to look
             models: Annotated[Optional[str], typer.Option(
                 help="Two models, comma-separated, compared layer by layer on the same text.",
                 show_default=False)] = None,
-            sources: Annotated[Optional[List[Path]], typer.Option(
+            sources: Annotated[Optional[list[Path]], typer.Option(
                 "--from", help="Saved capture(s); give two to compare two captures.", dir_okay=False,
                 show_default=False)] = None,
             cmap: CmapOpt = "viridis", *, options: ModelOptions) -> None:
@@ -191,9 +191,10 @@ def compare(text: Annotated[Optional[str], typer.Argument(help="The text to look
         captures = [CaptureInput(**{**base, "model": name or base["model"]}, text=text).capture() for name in names]
     if len(captures) == 2 and captures[0].tokens != captures[1].tokens:
         a, b = captures
-        raise CaptureMismatchError(f"the two models tokenise the text differently ({a.n_tokens} tokens: "
-                                   f"{visible(' '.join(a.tokens))} | {b.n_tokens} tokens: {visible(' '.join(b.tokens))}), "
-                                   f"so their attention cannot be compared cell by cell")
+        first, second = visible(" ".join(a.tokens)), visible(" ".join(b.tokens))
+        raise CaptureMismatchError(f"the two models tokenise the text differently ({a.n_tokens} tokens: {first} | "
+                                   f"{b.n_tokens} tokens: {second}), so their attention cannot be compared "
+                                   f"cell by cell")
     n_layers = min(c.n_layers for c in captures)
     chosen = (layer or Selection.parse(f"0,{n_layers // 2},{n_layers - 1}" if n_layers > 2 else "all", "layer",
                                        option="--layer")).indices(n_layers)
@@ -207,5 +208,5 @@ def compare(text: Annotated[Optional[str], typer.Argument(help="The text to look
                 which = panel.title[1] if panel.head != "mean" else "mean"
                 panels.append(replace(panel, short=f"{name}layer {n} · {which}",
                                       footer=f"H={entropy_:.2f} sp={special_mass:.2f} d={distance:.1f}"))
-    out.print(panels_side_by_side(with_shared_scale(panels), width=out.width, color=use_color(), cmap=cmap,
-                                  key="H: mean entropy (nats) · sp: mass on special tokens · d: mean distance (tokens)"))
+    key = "H: mean entropy (nats) · sp: mass on special tokens · d: mean distance (tokens)"
+    out.print(panels_side_by_side(with_shared_scale(panels), width=out.width, color=use_color(), cmap=cmap, key=key))

@@ -19,8 +19,8 @@ def heatmap(output: Annotated[Optional[Path], typer.Option(
                 "--output", "-o", help="Image file: .png, .svg or .pdf. Default: attnviz_layer<L>_<head>.png "
                                        "(e.g. attnviz_layer5_mean.png) in the current folder.",
                 show_default=False)] = None,
-            terminal: Annotated[bool, typer.Option("--terminal", "-t", help="Draw in the terminal (and write "
-                                                                              "an image only if -o is given).")] = False,
+            terminal: Annotated[bool, typer.Option(
+                "--terminal", "-t", help="Draw in the terminal (and write an image only if -o is given).")] = False,
             layer: LayerSel = Selection.parse("-1", "layer", option="--layer"),
             head: HeadSel = Selection.parse("mean", "head", keywords=("mean", "max"), option="--head"),
             hide_special: HideOpt = False, cmap: CmapOpt = "viridis",

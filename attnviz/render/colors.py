@@ -28,7 +28,7 @@ def colormap(name: str):
                             f"matplotlib colormap name", "--cmap") from None
 
 
-def rgb(cmap: str, x: np.ndarray) -> np.ndarray:
+def rgb(cmap: str, x: np.ndarray | float) -> np.ndarray:
     """Colours of values x in [0, 1] as uint8 RGB. (..., 3)"""
     return np.asarray(colormap(cmap)(np.asarray(x, dtype=np.float64), bytes=True))[..., :3]
 

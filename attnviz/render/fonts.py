@@ -14,7 +14,7 @@ FONT_HINT = ("install a font that covers them; on Debian/Ubuntu `apt-get install
 _PREFERRED = ("Noto Sans CJK", "Noto Sans", "Noto Serif CJK", "Nanum", "WenQuanYi", "Droid Sans Fallback")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _charmap(path: str) -> frozenset[int]:
     from matplotlib.ft2font import FT2Font
 

@@ -5,7 +5,7 @@ the glossary come from the metric registry."""
 from __future__ import annotations
 
 from html import escape
-from typing import Sequence
+from collections.abc import Sequence
 
 from attnviz import __version__, metrics
 from attnviz.capture import Capture
@@ -41,8 +41,8 @@ def _figure(src: str, caption: str, fmt: str) -> str:
 
 def stats_caption(record: dict) -> str:
     """A head's caption: its label, then every registered metric with its column header."""
-    items = "".join(f'<dt title="{escape(m.definition)}">{escape(m.header)}</dt><dd>{_text(m.format(record[m.name]))}</dd>'
-                    for m in metrics.METRICS if m.name in record)
+    items = "".join(f'<dt title="{escape(m.definition)}">{escape(m.header)}</dt>'
+                    f'<dd>{_text(m.format(record[m.name]))}</dd>' for m in metrics.METRICS if m.name in record)
     return f'head {record["head"]} · <span class="label">{_text(record["label"])}</span><dl>{items}</dl>'
 
 

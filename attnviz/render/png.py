@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -37,7 +38,7 @@ class LabelLayout:
 
     @classmethod
     def for_tokens(cls, T: int, *, target_in: float = 7.0, min_cell: float = 0.13, max_cell: float = 0.5,
-                   max_side: float = MAX_MATRIX_IN) -> "LabelLayout":
+                   max_side: float = MAX_MATRIX_IN) -> LabelLayout:
         cell = min(max(target_in / T, min_cell), max_cell)
         cell = min(cell, max_side / T)
         fit = cell * 72 * 0.8  # the font size whose line height fills a cell

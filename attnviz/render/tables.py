@@ -3,7 +3,7 @@ Every cell is a plain Text (a token like "[/x]" is data, not markup), widths are
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from rich import box
@@ -84,7 +84,7 @@ def heads_table(records: Sequence[dict], title: str, caption: str | None = None,
         caption = f"{caption}\n{note}" if caption else note
     table = Table(caption=Text(caption) if caption else None, caption_justify="left", box=box.SIMPLE_HEAD,
                   padding=0, pad_edge=False)
-    for key, header, width_, text in keys:
+    for _, header, width_, text in keys:
         table.add_column(header, justify="left" if text else "right", no_wrap=True, overflow="ellipsis",
                          max_width=width_ if text else None)
     for record in records:
@@ -104,7 +104,7 @@ def heads_table(records: Sequence[dict], title: str, caption: str | None = None,
 
 def _cell_style(value: float, vmax: float, cmap: str = "viridis") -> str:
     """Background from the colormap, text black or white by the background's luminance."""
-    colour = rgb(cmap, min(max(value / vmax, 0.0), 1.0) if vmax > 0 else 0.0)
+    colour = rgb(cmap, np.clip(np.float64(value) / vmax if vmax > 0 else 0.0, 0.0, 1.0))
     r, g, b = (int(c) for c in colour)
     fg = "black" if text_on(colour) else "white"
     return f"{fg} on rgb({r},{g},{b})"

@@ -9,7 +9,7 @@ from the Panels and are written as plain Text, never parsed as markup.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from rich.console import Group
@@ -32,7 +32,7 @@ class TermLayout:
     label_width: int  # cells for "index label " before the first matrix cell
 
     @classmethod
-    def fit(cls, T: int, labels: Sequence[str], width: int, start: int = 0, n_rows: int | None = None) -> "TermLayout":
+    def fit(cls, T: int, labels: Sequence[str], width: int, start: int = 0, n_rows: int | None = None) -> TermLayout:
         n_rows = T if n_rows is None else n_rows
         label_width = min(max((cells(s) for s in labels), default=1), MAX_ROW_LABEL) + len(str(max(n_rows - 1, 0))) + 2
         avail = max(width - label_width, 4)
@@ -50,7 +50,7 @@ def _shade(x: float) -> str:
 
 
 def panel_renderable(panel: Panel, *, width: int = 80, color: bool = True, cmap: str = DEFAULT_CMAP,
-                     start: int = 0, title: bool = True, legend: bool = True) -> Group:
+                     start: int = 0, title: bool | str = True, legend: bool = True) -> Group:
     """A panel as rows of cells with row labels and vertical column labels, a legend, and a note when
     only a window of the columns fits in `width`."""
     matrix = np.asarray(panel.matrix, dtype=np.float32)
@@ -59,18 +59,18 @@ def panel_renderable(panel: Panel, *, width: int = 80, color: bool = True, cmap:
     scaled = np.clip((matrix - vmin) / max(vmax - vmin, 1e-12), 0.0, 1.0)  # (R, C) in [0, 1]
     lay = TermLayout.fit(T, panel.rows, width, start, n_rows)
     cols = list(lay.columns)
-    colours = rgb(cmap, scaled) if color else None
+    colours = rgb(cmap, scaled)  # (R, C, 3)
     dark = text_on(colours) if color and panel.values else None
     lines: list[Text] = []
     if title:
         lines.append(Text(panel.title_text if title is True else str(title), style="bold"))
     # vertical column labels: line k holds glyph k of each shown label, each padded to the cell width
-    heads = [glyphs(panel.cols[j])[:MAX_HEADER_LINES] for j in cols]
-    depth = max((len(g) for g in heads), default=0)
+    headers = [glyphs(panel.cols[j])[:MAX_HEADER_LINES] for j in cols]
+    depth = max((len(h) for h in headers), default=0)
     for k in range(depth):
         line = Text(" " * lay.label_width)
-        for g in heads:
-            piece = g[k] if k < len(g) else ""
+        for header in headers:
+            piece = header[k] if k < len(header) else ""
             line.append(pad(piece if cells(piece) <= lay.cell else "…", lay.cell, "center"), style="dim" if k else "")
         lines.append(line)
     index_width = len(str(max(n_rows - 1, 0)))
