@@ -48,7 +48,8 @@ class Capture:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "attentions", np.asarray(self.attentions, dtype=np.float32))
-        object.__setattr__(self, "tokens", tuple(str(t) for t in self.tokens))
+        # numpy's str arrays drop trailing NUL characters, so a NUL is kept as the visible ␀ from the start
+        object.__setattr__(self, "tokens", tuple(str(t).replace("\x00", "␀") for t in self.tokens))
         object.__setattr__(self, "token_ids", np.asarray(self.token_ids, dtype=np.int64))
         object.__setattr__(self, "special", np.asarray(self.special, dtype=bool))
         object.__setattr__(self, "special_kind", tuple(str(k) for k in self.special_kind))

@@ -252,6 +252,46 @@ def head_records(capture: Capture) -> list[dict]:
     return records
 
 
+def label_definitions() -> dict[str, str]:
+    """Each pattern label and the test that gives it (the first that applies wins)."""
+    return {
+        "previous-token": f"prev ≥ {POSITIONAL_MIN}: most queries look at the token before them",
+        "next-token": f"next ≥ {POSITIONAL_MIN}: most queries look at the token after them",
+        "self": f"self ≥ {POSITIONAL_MIN}: most queries look at themselves",
+        "vertical": f"vert ≥ {VERTICAL_MIN}: one key column (often [CLS] or [SEP]) holds half the weight",
+        "block": f"≥ {BLOCK_MIN} of the weight stays in the query's own segment (segments end at [SEP]/EOS or "
+                 f". ! ?; the text needs two)",
+        "broad": f"norm_ent ≥ {BROAD_MIN}: attention spread nearly evenly",
+        "mixed": "none of the above",
+    }
+
+
+TERMS: dict[str, str] = {
+    "alpha": "α, the attention weights: softmax(Q·Kᵀ/√d_k) with masked keys at −∞. Row i (a query) says how "
+             "much token i looks at each key j; every row sums to 1.",
+    "label": "the pattern label of a head, after Clark et al. 2019 and Kovaleva et al. 2019: the first of "
+             + ", ".join(LABELS) + " whose test passes (see `attnviz explain <label>`).",
+    "rollout": "attention rollout (Abnar & Zuidema 2020): per layer Â = rownorm(mean over heads of α + I), the "
+               "identity standing for the residual stream, multiplied through the layers. Row i says how much "
+               "of each input token reaches position i at the top.",
+    "scale": "the colour scale: 0 to the largest weight shown, one scale for every panel of a picture; the "
+             "legend and the colorbar give its end.",
+    "entropy baseline": "ln T nats: the entropy of uniform attention over T keys. 0 is one-hot.",
+    "causal": "decoder models (GPT-2, Llama) attend only to earlier tokens: α is lower-triangular and the "
+              "future cells are drawn blank.",
+    "special tokens": "[CLS], [SEP], <s>, </s>, … as the tokenizer's own special-token ids say; "
+                      "--hide-special leaves them out of pictures (rows are not renormalised).",
+}
+
+
+def glossary() -> list[tuple[str, str, str]]:
+    """(term, other name, definition) for every metric, label and term, for `attnviz explain`."""
+    rows = [(m.header, m.name if m.name != m.header else "", m.definition) for m in METRICS]
+    rows += [(label, "label", text) for label, text in label_definitions().items()]
+    rows += [(term, "", text) for term, text in TERMS.items()]
+    return rows
+
+
 def definitions_markdown() -> str:
     """The README's metric table, from the registry."""
     rows = ["| metric | column | definition |", "|---|---|---|"]

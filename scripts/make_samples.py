@@ -1,5 +1,6 @@
 """Regenerate sample_outputs/ by running the real `attnviz` command, and list each file with the
-command that made it in sample_outputs/README.md.   Usage: python scripts/make_samples.py"""
+command that made it in sample_outputs/README.md; also rewrite the README's metric table from the registry.
+Usage: python scripts/make_samples.py [--readme]   (--readme: only the README table)"""
 
 from __future__ import annotations
 
@@ -96,5 +97,21 @@ def main() -> None:
     (OUT / "README.md").write_text("\n".join(lines) + "\n")
 
 
+def update_readme() -> None:
+    """The README's metric definitions, between its markers, from attnviz.metrics' registry."""
+    import re
+
+    sys.path.insert(0, str(ROOT))
+    from attnviz.metrics import definitions_markdown
+
+    readme = ROOT / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    block = "<!-- metrics:start -->\n" + definitions_markdown() + "<!-- metrics:end -->"
+    readme.write_text(re.sub(r"<!-- metrics:start -->\n.*?<!-- metrics:end -->", lambda _: block, text, flags=re.S),
+                      encoding="utf-8")
+
+
 if __name__ == "__main__":
-    main()
+    update_readme()
+    if "--readme" not in sys.argv[1:]:
+        main()

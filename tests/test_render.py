@@ -178,3 +178,109 @@ def test_label_layout_thins_only_past_184_tokens():
     assert LabelLayout.for_tokens(128).step == 1 and LabelLayout.for_tokens(184).step == 1
     assert LabelLayout.for_tokens(256).step == 2 and LabelLayout.for_tokens(256).fontsize == 5.0
     assert LabelLayout.for_tokens(8).fontsize == 11.0
+
+
+HANGUL = ["[CLS]", "나는", "사과를", "먹었다", "고양이", "[SEP]"]
+
+
+def matrix_rows(text):
+    return [line for line in text.splitlines() if line[:2].strip().isdigit()]
+
+
+@pytest.mark.parametrize("tokens", [HANGUL, ["[CLS]", "我", "喜欢", "猫", "😀", "[SEP]"]])
+def test_terminal_rows_align_by_display_cells(tokens):
+    """Every matrix row, and every line of the vertical key labels, has the same width in terminal cells,
+    whatever the script (a Hangul syllable or a Chinese character takes two cells)."""
+    from rich.cells import cell_len
+
+    T = len(tokens)
+    cap = make_capture(random_alpha(L=1, H=1, T=T), tokens)
+    text = render_text(heatmap_renderable(cap, 0, 0, color=False))
+    lines = text.splitlines()
+    rows = matrix_rows(text)
+    assert len(rows) == T and len({cell_len(line) for line in rows}) == 1
+    header = lines[1:lines.index(rows[0])]  # the vertical key labels, one glyph per key per line
+    assert header and {cell_len(line) for line in header} == {cell_len(rows[0])}
+    # the first glyph of key 1 sits over key 1's cells: the same offset as the label column plus one cell
+    label_width = cell_len(rows[0]) - 3 * T
+    assert header[0][:1] == " " and cell_len(header[0][: header[0].index(tokens[1][0])]) == label_width + 3
+
+
+def test_compare_with_hangul_keeps_panels_aligned():
+    from rich.cells import cell_len
+
+    from attnviz.render.terminal import panels_side_by_side
+
+    cap = make_capture(random_alpha(L=2, H=1, T=len(HANGUL)), HANGUL)
+    text = render_text(panels_side_by_side(attention_panels(cap, [0, 1], [0]), width=80, color=False))
+    rows = [line for line in text.splitlines() if line[:1].isdigit()]
+    assert len(rows) == len(HANGUL) and len({cell_len(r) for r in rows}) == 1
+    assert all(cell_len(line) <= 80 for line in text.splitlines())
+
+
+def test_text_on_cells_follows_luminance_for_any_colormap():
+    from attnviz.render.colors import rgb, text_on
+
+    assert text_on(rgb("viridis", 1.0)) and not text_on(rgb("viridis", 0.0))  # yellow: dark text; purple: white
+    assert text_on(rgb("Greys", 0.0)) and not text_on(rgb("Greys", 1.0))  # white: dark text; black: white
+    assert text_on(rgb("magma", 1.0)) and not text_on(rgb("magma", 0.0))
+
+
+def test_values_written_in_cells_pick_black_or_white_from_the_cell():
+    from matplotlib.colors import to_rgb
+
+    alpha = np.zeros((1, 1, 4, 4), np.float32)
+    alpha[0, 0, :, 0] = 1.0
+    panel = attention_panels(make_capture(alpha), [0], [0])[0]
+    from dataclasses import replace
+
+    for cmap in ("viridis", "Greys"):
+        handle = page_figure(heatmap_page(make_capture(alpha), [0], [0]), cmap=cmap)
+        del handle
+        from attnviz.render.png import panel_figure
+
+        ax = panel_figure(replace(panel, values=True), cmap=cmap).axes[0]
+        texts = {(round(t.get_position()[1]), round(t.get_position()[0])): t for t in ax.texts}
+        assert texts[0, 0].get_text() == "1.00" and texts[0, 1].get_text() == ".00"
+        hot, cold = to_rgb(texts[0, 0].get_color()), to_rgb(texts[0, 1].get_color())
+        if cmap == "viridis":  # yellow 1.0 -> dark text, purple 0.0 -> white
+            assert sum(hot) < 1.0 and sum(cold) == 3.0
+        else:  # Greys: black 1.0 -> white text, white 0.0 -> dark
+            assert sum(hot) == 3.0 and sum(cold) < 1.0
+
+
+def test_no_import_cycles_in_the_package():
+    """Following every `import attnviz.x` (top-level or inside functions), the modules form no cycle."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "attnviz"
+    modules = {".".join(p.relative_to(root.parent).with_suffix("").parts).removesuffix(".__init__"): p
+               for p in root.rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            deps |= {t for t in targets if t in modules and t != name}
+        graph[name] = deps - {"attnviz"}  # the package root re-exports; importing it is not a cycle
+    seen, stack = set(), []
+
+    def visit(node):
+        if node in stack:
+            raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(node):] + [node]))
+        if node in seen:
+            return
+        stack.append(node)
+        for dep in graph[node]:
+            if not (dep.startswith(node + ".") or node.startswith(dep + ".")):  # a package and its own modules
+                visit(dep)
+        stack.pop()
+        seen.add(node)
+
+    for module in graph:
+        visit(module)

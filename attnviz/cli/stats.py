@@ -210,3 +210,32 @@ def compare(text: Annotated[Optional[str], typer.Argument(help="The text to look
                                       footer=f"H={entropy_:.2f} sp={special_mass:.2f} d={distance:.1f}"))
     key = "H: mean entropy (nats) · sp: mass on special tokens · d: mean distance (tokens)"
     out.print(panels_side_by_side(with_shared_scale(panels), width=out.width, color=use_color(), cmap=cmap, key=key))
+
+
+@app.command()
+@cli_errors
+def explain(term: Annotated[Optional[str], typer.Argument(
+                help="A column (entropy, prev, norm_ent, …), a label (previous-token, …) or a term (rollout, "
+                     "alpha, scale). Default: everything.", show_default=False)] = None) -> None:
+    """What every number and word in attnviz's tables means: each metric, pattern label and term."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from attnviz.errors import SelectionError
+    from attnviz.metrics import glossary
+    from attnviz.text import visible
+
+    rows = glossary()
+    if term is not None:
+        key = term.strip().lower()
+        rows = [r for r in rows if key in (r[0].lower(), r[1].lower()) or (r[1] == "" and key in r[0].lower())]
+        if not rows:
+            known = ", ".join(r[0] for r in glossary())
+            raise SelectionError(f"nothing is called {visible(term)!r}; try one of: {known}", "TERM")
+    table = Table(show_header=True, box=None, padding=(0, 1), expand=False)
+    table.add_column("term", style="bold", no_wrap=True)
+    table.add_column("definition")
+    for name, other, definition in rows:
+        label = Text(name) if not other or other == "label" else Text.assemble(name, (f" ({other})", "dim"))
+        table.add_row(label, Text(definition))
+    out.print(table)

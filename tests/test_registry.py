@@ -1,0 +1,81 @@
+"""The metric registry is the one place for a metric: registering one puts it in every table and file."""
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from attnviz import metrics
+from attnviz.cli import app
+from attnviz.export import export
+from conftest import make_capture
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+@pytest.fixture
+def extra_metric():
+    """A metric defined only here: the mean weight on the last key, written with three decimals."""
+    metric = metrics.Metric("last_key_mass", "lastkey", "mean over rows of the weight on the last key",
+                            lambda c: c.attentions[..., -1].mean(axis=-1), fmt="{:.3f}")
+    metrics.register(metric)
+    yield metric
+    metrics.unregister(metric.name)
+
+
+def capture():
+    rng = np.random.default_rng(3)
+    return make_capture(rng.dirichlet(np.ones(5), size=(2, 3, 5)), ["[CLS]", "a", "b", "c", "[SEP]"],
+                        special=[True, False, False, False, True], kinds=["start", "", "", "", "end"])
+
+
+def test_a_registered_metric_reaches_every_output(extra_metric, tmp_path):
+    cap = capture()
+    expected = cap.attentions[..., -1].mean(axis=-1)  # (L, H)
+    path = cap.save(tmp_path / "c.npz")
+    runner = CliRunner()
+    table = runner.invoke(app, ["heads", "--from", str(path)], env={"COLUMNS": "250"})
+    assert table.exit_code == 0 and "lastkey" in table.stdout and f"{expected[1, 2]:.3f}" in table.stdout
+    rows = json.loads(runner.invoke(app, ["heads", "--from", str(path), "--json"]).stdout)
+    assert rows[5]["last_key_mass"] == pytest.approx(float(expected[1, 2]))
+    csv_lines = runner.invoke(app, ["heads", "--from", str(path), "--csv"]).stdout.splitlines()
+    assert "last_key_mass" in csv_lines[0].split(",")
+    ordered = runner.invoke(app, ["heads", "--from", str(path), "--sort", "lastkey", "--json"])
+    values = [r["last_key_mass"] for r in json.loads(ordered.stdout)]
+    assert values == sorted(values)
+    folder = export(cap, tmp_path / "export", layers=[0, 1], heads=[0, 1, 2])
+    assert json.loads((folder / "heads.json").read_text())[0]["last_key_mass"] == pytest.approx(float(expected[0, 0]))
+    assert "last_key_mass" in (folder / "heads.csv").read_text().splitlines()[0]
+    html = (folder / "index.html").read_text()
+    assert "lastkey" in html and f"{expected[0, 1]:.3f}" in html and "weight on the last key" in html
+    assert "| `last_key_mass` | `lastkey` | mean over rows of the weight on the last key |" in \
+        metrics.definitions_markdown()
+    explain = runner.invoke(app, ["explain", "lastkey"])
+    assert explain.exit_code == 0 and "weight on the last key" in explain.stdout
+
+
+def test_names_and_headers_are_unique():
+    with pytest.raises(ValueError, match="exists"):
+        metrics.register(metrics.Metric("entropy", "e2", "dup", metrics.entropy))
+    keys = [k for m in metrics.METRICS for k in {m.name, m.header}]
+    assert len(keys) == len(set(keys))
+
+
+def test_readme_definition_table_is_the_registry():
+    """The README's table is generated (python scripts/make_samples.py --readme) and must match."""
+    text = README.read_text(encoding="utf-8")
+    block = re.search(r"<!-- metrics:start -->\n(.*?)<!-- metrics:end -->", text, re.S)
+    assert block is not None, "README lost its metrics markers"
+    assert block.group(1) == metrics.definitions_markdown()
+
+
+def test_every_table_header_is_a_sort_key(tmp_path):
+    from attnviz.render.tables import head_columns
+
+    path = capture().save(tmp_path / "c.npz")
+    for _key, header, _width, _text in head_columns():
+        result = CliRunner().invoke(app, ["heads", "--from", str(path), "--sort", header, "--json"])
+        assert result.exit_code == 0, (header, result.output)
