@@ -8,7 +8,8 @@ import pytest
 
 from attnviz.capture import Capture
 from attnviz.errors import OutputError
-from attnviz.export import MANIFEST, HeadImageWriter, encode_png, export, export_panels, render_panels
+from attnviz.export import MANIFEST, HeadImageWriter, export, export_panels, render_panels
+from attnviz.render.encode import encode_png
 from attnviz.panels import attention_panels, head_filename
 from attnviz.render.png import heatmap_figure
 from conftest import make_capture

@@ -216,10 +216,21 @@ def scaling_figure(rows, T: int, d_k: int, model: str):
     return fig
 
 
+@dataclass
+class GridFigure:
+    """The grid overview: the figure, its one Axes and image, and the composed mosaic (H_px, W_px, 3)."""
+
+    figure: Any
+    axes: Any
+    image: Any
+    mosaic: np.ndarray
+
+
 def grid_figure(capture: Capture, panels: Sequence[Panel], layers: Sequence[int], heads: Sequence[int], *,
-                cmap: str = DEFAULT_CMAP, panel_px: int = 64, dpi: int = 100):
+                cmap: str = DEFAULT_CMAP, panel_px: int = 64, dpi: int = 100) -> GridFigure:
     """Every selected layer × head as a small panel on the panels' one colour scale: the static
-    counterpart of bertviz's model view. Composed as one image (fast for 144+ heads)."""
+    counterpart of bertviz's model view. Composed as one image (fast for 144+ heads), shown pixel for
+    pixel at `dpi`."""
     from matplotlib import cm, colors
     from matplotlib.figure import Figure
 
@@ -229,21 +240,19 @@ def grid_figure(capture: Capture, panels: Sequence[Panel], layers: Sequence[int]
     side_h, side_w, gap = R * scale, C * scale, 4
     vmin, vmax = panels[0].scale.vmin, panels[0].scale.vmax
     nL, nH = len(layers), len(heads)
-    mosaic = np.full((nL * (side_h + gap) - gap, nH * (side_w + gap) - gap, 3), 255, np.uint8)
     mapping = colormap(cmap)
-    norm = colors.Normalize(vmin, vmax)
-    for r, layer in enumerate(layers):
-        for c, head in enumerate(heads):
-            panel = by_key[layer, head]
-            tile = mapping(norm(panel.shown), bytes=True)[..., :3]  # (R, C, 3)
-            y, x = r * (side_h + gap), c * (side_w + gap)
-            mosaic[y:y + side_h, x:x + side_w] = tile.repeat(scale, axis=0).repeat(scale, axis=1)
+    stack = np.ma.stack([by_key[layer, head].shown for layer in layers for head in heads])  # (nL nH, R, C)
+    tiles = mapping(colors.Normalize(vmin, vmax)(stack), bytes=True)[..., :3]  # (nL nH, R, C, 3)
+    tiles = tiles.reshape(nL, nH, R, C, 3).repeat(scale, axis=2).repeat(scale, axis=3)
+    mosaic = np.full((nL, side_h + gap, nH, side_w + gap, 3), 255, np.uint8)
+    mosaic[:, :side_h, :, :side_w] = tiles.transpose(0, 2, 1, 3, 4)
+    mosaic = mosaic.reshape(nL * (side_h + gap), nH * (side_w + gap), 3)[:-gap, :-gap]
     height_px, width_px = mosaic.shape[:2]
     left, bottom, top, right = 0.7, 0.55, 0.6, 1.0  # inches
     fig_w, fig_h = width_px / dpi + left + right, height_px / dpi + bottom + top
     fig = Figure(figsize=(fig_w, fig_h), dpi=dpi)
     ax = fig.add_axes((left / fig_w, bottom / fig_h, width_px / dpi / fig_w, height_px / dpi / fig_h))
-    ax.imshow(mosaic, interpolation="nearest", aspect="auto")
+    image = ax.imshow(mosaic, interpolation="nearest", aspect="auto")
     ax.set_xticks([i * (side_w + gap) + side_w / 2 - 0.5 for i in range(nH)], [str(h) for h in heads], fontsize=8)
     ax.set_yticks([i * (side_h + gap) + side_h / 2 - 0.5 for i in range(nL)], [str(x) for x in layers], fontsize=8)
     ax.set_xlabel("head", fontsize=9)
@@ -252,13 +261,34 @@ def grid_figure(capture: Capture, panels: Sequence[Panel], layers: Sequence[int]
     for spine in ax.spines.values():
         spine.set_visible(False)
     cax = fig.add_axes(((fig_w - right + 0.15) / fig_w, bottom / fig_h, 0.15 / fig_w, min(height_px / dpi, 4) / fig_h))
-    bar = fig.colorbar(cm.ScalarMappable(norm=norm, cmap=mapping), cax=cax)
+    bar = fig.colorbar(cm.ScalarMappable(norm=colors.Normalize(vmin, vmax), cmap=mapping), cax=cax)
     bar.ax.tick_params(labelsize=7)
-    families = families_for(grid_title(capture, panels))
-    fig.suptitle(grid_title(capture, panels), x=0.02, ha="left", y=1 - 0.12 / fig_h, va="top", fontsize=10,
-                 fontfamily=families)
-    return fig
+    title = grid_title(capture, panels)
+    fig.suptitle(title, x=0.02, ha="left", y=1 - 0.12 / fig_h, va="top", fontsize=10, fontfamily=families_for(title))
+    return GridFigure(fig, ax, image, mosaic)
 
 
-__all__ = ["FORMATS", "HeatmapFigure", "LabelLayout", "Scale", "grid_figure", "heatmap", "heatmap_figure",
-           "page_figure", "panel_figure", "save_figure", "scaling_figure"]
+def save_grid(grid: GridFigure, path: str | Path, *, dpi: int = 100) -> Path:
+    """Write the grid. As PNG the labels are drawn by matplotlib and the mosaic pasted in pixel for pixel
+    (resampling a large image is most of the time savefig would take); SVG and PDF go through savefig."""
+    from attnviz.render.encode import encode_png, figure_rgb
+
+    path = check_suffix(path, FORMATS)
+    if path.suffix.lower() != ".png":
+        return save_figure(grid.figure, path, dpi=dpi)
+    grid.image.set_visible(False)
+    try:
+        rgb = figure_rgb(grid.figure, dpi).copy()  # (H_px, W_px, 3)
+    finally:
+        grid.image.set_visible(True)
+    box = grid.axes.get_window_extent()
+    top, left = int(round(rgb.shape[0] - box.y1)), int(round(box.x0))
+    height, width = grid.mosaic.shape[:2]
+    rgb[top:top + height, left:left + width] = grid.mosaic
+    with atomic_output(path) as tmp:
+        tmp.write_bytes(encode_png(rgb))
+    return path
+
+
+__all__ = ["FORMATS", "GridFigure", "HeatmapFigure", "LabelLayout", "Scale", "grid_figure", "heatmap", "heatmap_figure",
+           "page_figure", "panel_figure", "save_figure", "save_grid", "scaling_figure"]
