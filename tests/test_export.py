@@ -191,3 +191,32 @@ def test_gallery_is_offline_and_lists_everything(tmp_path):
                  "attention.npz"):
         assert f'"{name}"' in html and (target / name).exists()
     assert "layer00_head01.png" not in html  # not exported, not linked
+
+
+def test_grid_png_is_standard_and_shows_each_head_in_place(tmp_path):
+    """The grid's mosaic is pasted into the drawn figure pixel for pixel: Pillow reads the file, and the
+    centre of the tile of (layer 0, head 1) has the colour of that head's weight there."""
+    from matplotlib import colormaps
+
+    cap, hot = one_hot_capture()
+    target = export(cap, tmp_path / "out", layers=[0, 1], heads=[0, 1, 2])
+    from attnviz.render.png import grid_figure
+
+    panels = [p for p in export_panels(cap, [0, 1], [0, 1, 2]) if p.head != "mean"]
+    grid = grid_figure(cap, panels, [0, 1], [0, 1, 2])
+    image = read_png(target / "grid.png")
+    assert image.shape[:2] == tuple(round(v * 100) for v in grid.figure.get_size_inches()[::-1])
+    mosaic = grid.mosaic
+    from attnviz.render.encode import figure_rgb
+
+    figure_rgb(grid.figure, 100)  # lay out at the export's dpi to learn where the axes are
+    box = grid.axes.get_window_extent()
+    top, left = int(round(image.shape[0] - box.y1)), int(round(box.x0))
+    T, scale = cap.n_tokens, max(1, -(-64 // cap.n_tokens))
+    side = T * scale
+    np.testing.assert_array_equal(image[top:top + mosaic.shape[0], left:left + mosaic.shape[1]], mosaic)
+    tile_x = left + (side + 4) * 1  # head 1
+    row, col = 0, hot[0]
+    colour = image[top + row * scale + scale // 2, tile_x + col * scale + scale // 2]
+    expected = np.array(colormaps["viridis"](1.0, bytes=True)[:3])
+    assert np.abs(colour.astype(int) - expected).max() <= 1
