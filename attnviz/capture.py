@@ -15,9 +15,9 @@ Nothing here imports torch or transformers.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
-import zipfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Union
@@ -25,9 +25,12 @@ from typing import Any, Union
 import numpy as np
 
 from attnviz.errors import AttentionCheckError, CaptureFormatError, OutputError, SelectionError
+from attnviz.npzfile import Member, read_npz
+from attnviz.text import is_valid_unicode
 
 FORMAT_VERSION = 1
 ARRAY_KEYS = ("attentions", "tokens", "token_ids", "special", "special_kind", "subword")
+SPECIAL_KINDS = ("", "start", "end", "other")
 ROW_SUM_ATOL = 1e-4
 
 HeadSpec = Union[int, str]  # an index, "mean" or "max"
@@ -133,24 +136,34 @@ class Capture:
         for name in ("tokens", "token_ids", "special", "special_kind", "subword"):
             if len(getattr(self, name)) != T:
                 raise AttentionCheckError(f"{name} has {len(getattr(self, name))} entries but α has {T} tokens")
-        if not np.isfinite(a).all():
-            raise AttentionCheckError("attention weights contain NaN or infinity")
-        if a.min() < -atol or a.max() > 1 + atol:
-            raise AttentionCheckError(f"attention weights outside [0, 1]: min {a.min():.3g}, max {a.max():.3g}")
-        worst = float(np.abs(a.sum(axis=-1, dtype=np.float64) - 1.0).max())
-        if worst > atol:
-            raise AttentionCheckError(f"attention rows do not sum to 1 (worst deviation {worst:.3g} > {atol:g})")
-        if self.causal:
-            upper = causal_mask(T)
-            leak = float(np.abs(a[..., upper]).max()) if upper.any() else 0.0
-            if leak > atol:
-                raise AttentionCheckError(f"causal model attends to future tokens (max weight {leak:.3g})")
+        kinds = set(self.special_kind) - set(SPECIAL_KINDS)
+        if kinds:
+            allowed = ", ".join(map(repr, SPECIAL_KINDS))
+            raise AttentionCheckError(f"special_kind holds {sorted(kinds)[0]!r}; allowed: {allowed}")
+        upper = causal_mask(T) if self.causal else None
+        for layer in a:  # (H, T, T): one layer at a time keeps temporaries small for large captures
+            if not np.isfinite(layer).all():
+                raise AttentionCheckError("attention weights contain NaN or infinity")
+            low, high = float(layer.min()), float(layer.max())
+            if low < -atol or high > 1 + atol:
+                raise AttentionCheckError(f"attention weights outside [0, 1]: min {low:.3g}, max {high:.3g}")
+            worst = float(np.abs(layer.sum(axis=-1, dtype=np.float64) - 1.0).max())
+            if worst > atol:
+                raise AttentionCheckError(f"attention rows do not sum to 1 (worst deviation {worst:.3g} > {atol:g})")
+            if upper is not None and upper.any():
+                leak = float(np.abs(np.where(upper, layer, 0.0)).max())
+                if leak > atol:
+                    raise AttentionCheckError(f"causal model attends to future tokens (max weight {leak:.3g})")
         return self
 
     # --- persistence -------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> Path:
         """Write the capture as .npz (plain arrays + JSON meta), atomically."""
         path = check_suffix(path, (".npz",))
+        limit = _limit("ATTNVIZ_MAX_CAPTURE_BYTES", MAX_ATTENTION_BYTES)
+        if self.attentions.nbytes > limit:
+            raise OutputError(f"α takes {self.attentions.nbytes:,} bytes, over the {limit:,} a capture may hold "
+                              f"(so it could not be read back); set ATTNVIZ_MAX_CAPTURE_BYTES to raise the limit")
         arrays: dict[str, Any] = {
             "attentions": self.attentions,
             "tokens": np.array(self.tokens, dtype=np.str_),
@@ -167,37 +180,22 @@ class Capture:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Capture:
-        """Read a capture written by save(). Raises CaptureFormatError for anything else."""
+        """Read a capture written by save(), treating the file as untrusted: each member's .npy header is
+        read before its data, and a member whose dtype, shape or size is wrong is refused before anything
+        is allocated. Raises CaptureFormatError (one line) for anything but a valid capture within
+        LIMITS; memory stays within the α limit plus one float32 copy of α."""
         path = Path(path)
-        if not path.is_file():
-            raise CaptureFormatError(f"capture file not found: {path}")
-        with open(path, "rb") as fh:
-            if fh.read(4) != b"PK\x03\x04":  # every .npz is a zip archive
-                raise CaptureFormatError(f"{path} is not an attnviz capture (.npz of plain arrays): "
-                                         f"it is not a zip archive")
-        try:
-            with np.load(path, allow_pickle=False) as npz:
-                missing = [k for k in (*ARRAY_KEYS, "meta") if k not in npz.files]
-                if missing:
-                    raise CaptureFormatError(f"{path} is not an attnviz capture (missing {', '.join(missing)})")
-                data = {k: npz[k] for k in (*ARRAY_KEYS, "meta")}
-        except CaptureFormatError:
-            raise
-        except (OSError, ValueError, zipfile.BadZipFile, EOFError, KeyError) as exc:
-            why = "it holds pickled objects" if "pickle" in str(exc) else f"{type(exc).__name__}: {exc}"
-            raise CaptureFormatError(f"{path} is not an attnviz capture (.npz of plain arrays): {why}") from None
-        try:
-            meta = json.loads(str(data["meta"]))
-        except json.JSONDecodeError:
-            raise CaptureFormatError(f"{path}: metadata is not valid JSON") from None
-        if not isinstance(meta, dict):
-            raise CaptureFormatError(f"{path}: metadata is not a JSON object")
-        version = meta.pop("format_version", None)
-        if version != FORMAT_VERSION:
-            raise CaptureFormatError(f"{path}: capture format version {version!r} is not supported "
-                                     f"(this attnviz reads version {FORMAT_VERSION})")
-        if data["attentions"].dtype.kind != "f":
-            raise CaptureFormatError(f"{path}: attentions must be floating point, got {data['attentions'].dtype}")
+        data = read_npz(path, capture_members())
+        meta = _checked_meta(data["meta"], path)
+        T = data["attentions"].shape[2] if data["attentions"].ndim == 4 else -1
+        for key in ("tokens", "token_ids", "special", "special_kind", "subword"):
+            if data[key].shape != (T,) or data["attentions"].shape[3] != T:
+                raise CaptureFormatError(f"{path}: {key} has shape {data[key].shape} but α is "
+                                         f"{data['attentions'].shape}: they must line up on T")
+        for key in ("tokens", "special_kind"):
+            bad = next((i for i, t in enumerate(data[key].tolist()) if not is_valid_unicode(t)), None)
+            if bad is not None:
+                raise CaptureFormatError(f"{path}: {key}[{bad}] is not valid Unicode (a lone surrogate)")
         capture = cls(
             attentions=data["attentions"],
             tokens=tuple(data["tokens"].tolist()),
@@ -212,8 +210,67 @@ class Capture:
         except AttentionCheckError as exc:
             raise CaptureFormatError(f"{path}: {exc}") from None
 
+    def layer_slice(self, start: int, stop: int) -> Capture:
+        """The same capture with only layers start..stop-1 (a view of α, nothing copied, not re-validated)."""
+        return replace(self, attentions=self.attentions[start:stop])
+
     def with_meta(self, **updates) -> Capture:
         return replace(self, meta={**self.meta, **updates})
+
+
+# --- limits on what a capture file may hold (see "Errors" in the README) --------------------------------
+
+
+def _limit(name: str, default: int) -> int:
+    try:
+        return max(int(os.environ.get(name, default)), 1)
+    except ValueError:
+        return default
+
+
+MAX_ATTENTION_BYTES = 1 << 30  # α as stored: 1 GiB (268M float32 weights); $ATTNVIZ_MAX_CAPTURE_BYTES changes it
+MAX_TOKEN_CHARS = 1000  # the longest token string
+MAX_META_CHARS = 1 << 20  # the metadata JSON: 1M characters
+META_TYPES: dict[str, tuple[type, ...]] = {
+    "model": (str,), "revision": (str, type(None)), "device": (str,), "dtype": (str,), "model_type": (str,),
+    "causal": (bool,), "text": (str,), "source": (str,), "attnviz_version": (str,), "dropped_tokens": (int,),
+}
+
+
+def capture_members() -> dict[str, Member]:
+    """What each array of a capture file may be, with the current limits. T can be at most √(α limit / 4)
+    (one layer, one head of float32), which bounds every per-token array too."""
+    alpha = _limit("ATTNVIZ_MAX_CAPTURE_BYTES", MAX_ATTENTION_BYTES)
+    T = math.isqrt(alpha // 4) + 1
+    word = MAX_TOKEN_CHARS * 4
+    return {
+        "attentions": Member("f", 4, alpha),
+        "tokens": Member("U", 1, T * word, word), "token_ids": Member("iu", 1, T * 8),
+        "special": Member("b", 1, T), "special_kind": Member("U", 1, T * 4 * 8, 4 * 8),
+        "subword": Member("b", 1, T), "meta": Member("U", 0, MAX_META_CHARS * 4),
+    }
+
+
+def _checked_meta(raw: np.ndarray, path: Path) -> dict:
+    """The metadata JSON as a dict of plain values, with the known keys of the right types."""
+    try:
+        meta = json.loads(str(raw))
+    except (json.JSONDecodeError, RecursionError, ValueError):
+        raise CaptureFormatError(f"{path}: metadata is not valid JSON (or nested too deeply)") from None
+    if not isinstance(meta, dict):
+        raise CaptureFormatError(f"{path}: metadata is not a JSON object")
+    version = meta.pop("format_version", None)
+    if version != FORMAT_VERSION:
+        raise CaptureFormatError(f"{path}: capture format version {version!r} is not supported "
+                                 f"(this attnviz reads version {FORMAT_VERSION})")
+    for key, value in meta.items():
+        allowed = META_TYPES.get(key, (str, int, float, bool, type(None)))
+        if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
+            raise CaptureFormatError(f"{path}: metadata {key!r} is a {type(value).__name__}, expected "
+                                     f"{' or '.join(t.__name__ for t in allowed)}")
+        if isinstance(value, str) and not is_valid_unicode(value):
+            raise CaptureFormatError(f"{path}: metadata {key!r} is not valid Unicode (a lone surrogate)")
+    return meta
 
 
 def causal_mask(T: int) -> np.ndarray:

@@ -21,6 +21,7 @@ import numpy as np
 from attnviz import __version__
 from attnviz.capture import Capture
 from attnviz.errors import AttentionCheckError, AttnvizWarning, InputError, ModelLoadError
+from attnviz.text import is_valid_unicode
 from attnviz.tokens import readable_token, subword_flags
 
 DEFAULT_MODEL = "minilm"
@@ -175,6 +176,10 @@ def load(name: str | None = None, *, revision: str | None = None, device: str = 
     except Exception as exc:  # transformers raises many kinds for a foreign folder
         raise ModelLoadError(f"could not load model '{shown}': {type(exc).__name__}: {_first_line(exc)}") from None
 
+    if len(tokenizer) <= len(special_ids(tokenizer)) + 1:
+        raise ModelLoadError(f"{shown} has no usable tokenizer (only {len(tokenizer)} entries, all special): the "
+                             f"folder needs its tokenizer files (tokenizer.json, or vocab.txt / vocab.json / "
+                             f"*.model); without them every word would be [UNK]")
     if getattr(config, "is_encoder_decoder", False):
         raise ModelLoadError(f"{shown} is an encoder-decoder model ({config.model_type}); attnviz shows "
                              f"self-attention of encoder-only (BERT-like) and decoder-only (GPT-like) models")
@@ -213,10 +218,27 @@ class Encoded:
 
 
 def check_text(text: str) -> str:
-    """Raise InputError for empty or whitespace-only text (cheap: callers use it before loading a model)."""
+    """Raise InputError for empty, whitespace-only or undecodable text (cheap: callers use it before
+    loading a model)."""
     if not isinstance(text, str) or not text.strip():
         raise InputError("the text is empty: give a sentence to look at, e.g. \"The cat sat on the mat\"")
+    if not is_valid_unicode(text):
+        at = next(i for i, c in enumerate(text) if 0xD800 <= ord(c) <= 0xDFFF)
+        raise InputError(f"the text is not valid UTF-8 (undecodable bytes at character {at}); "
+                         f"save or type it as UTF-8")
     return text
+
+
+def special_ids(tok) -> set[int]:
+    """The ids that are special tokens ([CLS], [SEP], <s>, [PAD], [MASK], ...), whatever the text: typed
+    "[SEP]" is as special as the one the tokenizer adds. The unknown-word token is content (it stands for
+    a word), unless it doubles as a structural token (GPT-2's <|endoftext|>)."""
+    ids = {int(i) for i in getattr(tok, "all_special_ids", []) or []}
+    unk = getattr(tok, "unk_token_id", None)
+    structural = {getattr(tok, f"{name}_token_id", None) for name in ("bos", "eos", "cls", "sep", "pad")}
+    if unk is not None and unk not in structural:
+        ids.discard(int(unk))
+    return ids
 
 
 def encode(loaded: LoadedModel, text: str, *, truncate: bool = True) -> Encoded:
@@ -242,7 +264,9 @@ def encode(loaded: LoadedModel, text: str, *, truncate: bool = True) -> Encoded:
         warnings.warn(f"the text is {n} tokens long; {loaded.name} takes at most {limit}, "
                       f"so the last {dropped} tokens were dropped", AttnvizWarning, stacklevel=2)
     ids = enc["input_ids"][0].tolist()
-    special = [bool(s) for s in enc["special_tokens_mask"][0].tolist()]
+    added = enc["special_tokens_mask"][0].tolist()  # what the tokenizer's template added
+    marked = special_ids(tok)
+    special = [bool(a) or i in marked for i, a in zip(ids, added)]
     if all(special):
         raise InputError("the text has no tokens besides special ones: give a sentence to look at")
     raw = tok.convert_ids_to_tokens(ids)
@@ -276,10 +300,53 @@ def _special_kind(tok, token_id: int, position: int, special: bool) -> str:
     return "other"
 
 
+def memory_budget() -> int:
+    """Bytes attnviz may use for attention tensors: $ATTNVIZ_MEMORY_BUDGET (bytes, or with K/M/G), else 4 GiB."""
+    raw = os.environ.get("ATTNVIZ_MEMORY_BUDGET", "").strip().upper()
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    try:
+        if raw and raw[-1] in units:
+            return int(float(raw[:-1]) * units[raw[-1]])
+        return int(raw) if raw else DEFAULT_MEMORY_BUDGET
+    except ValueError:
+        raise InputError(f"ATTNVIZ_MEMORY_BUDGET={raw!r} is not a size (e.g. 8G, 512M)") from None
+
+
+DEFAULT_MEMORY_BUDGET = 4 << 30
+
+
+def layers_and_heads(config) -> tuple[int, int]:
+    """(layers, heads) from a model config, whatever the family calls them."""
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    layers = next((getattr(config, k) for k in ("num_hidden_layers", "n_layer", "n_layers", "num_layers")
+                   if isinstance(getattr(config, k, None), int)), 1)
+    heads = next((getattr(config, k) for k in ("num_attention_heads", "n_head", "n_heads", "num_heads")
+                  if isinstance(getattr(config, k, None), int)), 1)
+    return layers, heads
+
+
+def attention_bytes(loaded: LoadedModel, T: int, copies: float = 2.0) -> int:
+    """What holding α costs for T tokens: L·H·T² float32 weights, `copies` times (the model's output and
+    attnviz's stacked copy), plus a few layers' worth of the model's own temporaries."""
+    L, H = layers_and_heads(loaded.model.config)
+    return int((copies * L + 4) * H * T * T * 4)
+
+
+def check_memory(loaded: LoadedModel, T: int, copies: float = 2.0) -> None:
+    """Refuse, before running anything, an input whose attention would not fit the memory budget."""
+    need, budget = attention_bytes(loaded, T, copies), memory_budget()
+    if need > budget:
+        L, H = layers_and_heads(loaded.model.config)
+        raise InputError(f"{T} tokens would need about {need / (1 << 30):.1f} GiB for attention "
+                         f"({L} layers × {H} heads × {T}² weights), over the budget of {budget / (1 << 30):.1f} GiB; "
+                         f"shorten the text, or raise ATTNVIZ_MEMORY_BUDGET (e.g. 16G) if you have the memory")
+
+
 def model_attentions(loaded: LoadedModel, encoded: Encoded) -> np.ndarray:
     """Run the model and return its α, checked, as float32 numpy. (L, H, T, T)"""
     import torch
 
+    check_memory(loaded, len(encoded.token_ids))
     try:
         with torch.inference_mode():
             out = loaded.model(**encoded.inputs, output_attentions=True)

@@ -2,8 +2,9 @@
 
 JSON is always valid UTF-8 and strict: NaN and infinities become null, lone surrogates become U+FFFD.
 CSV is for spreadsheets as much as for programs, so a text cell that a spreadsheet would run as a
-formula (starting with = + - @, a tab or a carriage return) is written with a leading apostrophe;
-numbers are written as they are. JSON keeps every string exactly.
+formula (starting with = + - @, a tab or a carriage return) is written with a leading apostrophe, and
+control characters in text are made visible; numbers are written as they are. JSON keeps every string
+exactly (control characters as \\u escapes).
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ import csv
 import io
 import json
 import math
+import re
 from typing import Any
 from collections.abc import Iterable, Mapping
 
-from attnviz.text import repair_unicode
+from attnviz.text import repair_unicode, visible
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
@@ -40,18 +42,27 @@ def plain(value: Any) -> Any:
     return repair_unicode(str(value))
 
 
+_ESCAPE_IN_JSON = re.compile("[\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]")
+
+
 def to_json(value: Any, *, indent: int | None = 2) -> str:
-    """Strict JSON text (no NaN, no Infinity), UTF-8-safe, non-ASCII kept readable."""
-    return json.dumps(plain(value), indent=indent, ensure_ascii=False, allow_nan=False)
+    """Strict JSON text (no NaN, no Infinity), UTF-8-safe, non-ASCII kept readable. C0 controls are
+    escaped by JSON itself; C1 controls, bidirectional overrides and line separators are written as
+    \\uXXXX escapes too, so the text is safe on a terminal and decodes to exactly the same strings."""
+    text = json.dumps(plain(value), indent=indent, ensure_ascii=False, allow_nan=False)
+    return _ESCAPE_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def csv_cell(value: Any) -> Any:
-    """A value as one CSV cell: numbers unchanged, formula-like text behind an apostrophe."""
+    """A value as one CSV cell: numbers unchanged; text with control characters made visible (CSV has no
+    escapes) and, when a spreadsheet would run it as a formula, behind an apostrophe."""
     value = plain(value)
     if value is None:
         return ""
-    if isinstance(value, str) and value.startswith(FORMULA_START):
-        return "'" + value
+    if isinstance(value, str):
+        value = visible(value)
+        if value.startswith(FORMULA_START):
+            return "'" + value
     return value
 
 

@@ -302,9 +302,10 @@ def scratch_attentions(model, inputs: dict) -> tuple[np.ndarray, np.ndarray]:
 
 def capture_both(loaded, text: str, *, truncate: bool = True):
     """(model Capture, scratch Capture) for one text, from a single forward pass."""
-    from attnviz.model import encode, make_capture
+    from attnviz.model import check_memory, encode, make_capture
 
     encoded = encode(loaded, text, truncate=truncate)
+    check_memory(loaded, len(encoded.token_ids), copies=5.0)  # the model's α, Q/K/V and scores, both stacks
     scratch, reported = scratch_attentions(loaded.model, encoded.inputs)
     return (make_capture(loaded, encoded, reported[:, 0], text),
             make_capture(loaded, encoded, scratch[:, 0], text, source="scratch"))
@@ -336,9 +337,10 @@ def _softmax_stats(logits: torch.Tensor, mask: torch.Tensor) -> tuple[float, flo
 def scaling_rows(loaded, text: str, *, truncate: bool = True) -> tuple[list[ScalingRow], int, int]:
     """Per layer of the real model: spread, entropy and peak of softmax(QKᵀ) vs softmax(QKᵀ/√d_k).
     Returns (rows, T, d_k)."""
-    from attnviz.model import encode
+    from attnviz.model import check_memory, encode
 
     encoded = encode(loaded, text, truncate=truncate)
+    check_memory(loaded, len(encoded.token_ids), copies=4.0)
     run = recompute(loaded.model, encoded.inputs)
     rows, d_k, mask = [], 0, run.mask
     for n, qkv in enumerate(run.layers):
