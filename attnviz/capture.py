@@ -316,6 +316,8 @@ class atomic_output:
                 self.tmp.unlink(missing_ok=True)
                 raise OutputError(f"cannot write {self.path}: {err.strerror or err}") from None
         self.tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError):  # a full disk, a quota, an I/O error while writing: one line
+            raise OutputError(f"cannot write {self.path}: {exc.strerror or exc}; nothing was written") from None
 
 
 def current_umask() -> int:

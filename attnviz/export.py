@@ -340,6 +340,10 @@ def earlier_export(folder: Path) -> str:
             or not isinstance(listed.get("files"), dict)):
         raise OutputError(f"{folder} is not an attnviz export (it has no {MANIFEST}); {refuse}")
     files = listed["files"]
+    present = {entry.name for entry in folder.iterdir()} - {MANIFEST}
+    strange = [name for name in files if not isinstance(name, str) or name not in present]
+    if strange:  # a manifest must list exactly the files beside it (and no paths elsewhere)
+        raise OutputError(f"{folder}'s {MANIFEST} lists {str(strange[0])[:80]!r}, which is not there; {refuse}")
     for entry in folder.iterdir():
         if entry.name == MANIFEST:
             continue
@@ -372,44 +376,67 @@ def write_manifest(folder: Path) -> None:
 
 
 def _swap(staging: Path, target: Path, before: str) -> None:
-    """Move the finished staging folder onto `target`, if `target` is still what check_target saw."""
+    """Move the finished staging folder onto `target`, if `target` is still what check_target saw.
+    Ctrl-C and SIGTERM wait until the renames are done, so an earlier export is never left half-moved."""
+    blocked = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, blocked) if hasattr(signal, "pthread_sigmask") else None
+    try:
+        _swap_now(staging, target, before)
+    finally:
+        if previous is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _swap_now(staging: Path, target: Path, before: str) -> None:
     changed = f"{target} changed while the export ran (another export, or a file put there); nothing was replaced"
-    old = None
-    if before not in ("absent", "empty"):
-        old = staging.with_name(staging.name.removesuffix(".part") + ".old")
-        os.rename(target, old)
+    if before == "absent":
         try:
-            unchanged = earlier_export(old) == before
-        except OutputError:
-            unchanged = False
-        if not unchanged:
-            os.rename(old, target)
+            os.rename(staging, target)  # atomic; fails if something is there now
+        except OSError as exc:
+            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+                raise OutputError(changed) from None
+            raise
+        os.chmod(target, 0o777 & ~current_umask())  # mkdtemp makes the folder 0700; give it the usual mode
+        return
+    # The folder itself stays (it may be the current folder, or a symbolic link's target): the earlier
+    # export's files are moved aside, the new files linked in one by one (a link never replaces a file),
+    # and anything that goes wrong puts everything back.
+    now = "empty" if not any(target.iterdir()) else _digest_or_none(target)
+    if now != before:
+        raise OutputError(changed)
+    old = [] if before == "empty" else [*json.loads((target / MANIFEST).read_text(encoding="utf-8"))["files"],
+                                        MANIFEST]
+    aside = staging.with_name(staging.name.removesuffix(".part") + ".old")
+    aside.mkdir()
+    moved_old: list[str] = []
+    linked: list[str] = []
+    try:
+        for name in old:
+            os.rename(target / name, aside / name)
+            moved_old.append(name)
+        if old and _digest_or_none(aside) != before:  # edited in the moment between the check and the move
             raise OutputError(changed)
-    try:
-        os.rename(staging, target)  # fails if target exists and is not an empty folder
-    except OSError as exc:
-        if old is not None:
-            os.rename(old, target)
-        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
-            raise OutputError(changed) from None
+        for entry in sorted(staging.iterdir()):
+            try:
+                os.link(entry, target / entry.name)
+            except FileExistsError:
+                raise OutputError(changed) from None
+            linked.append(entry.name)
+    except BaseException:
+        for name in linked:
+            (target / name).unlink(missing_ok=True)
+        for name in moved_old:
+            os.rename(aside / name, target / name)
+        aside.rmdir()
         raise
-    os.chmod(target, 0o777 & ~current_umask())  # mkdtemp makes the folder 0700; give it the usual mode
-    if old is not None:
-        _remove_export(old)
+    shutil.rmtree(staging, ignore_errors=True)  # only the new files' second names: they live on in target
+    for name in moved_old:
+        (aside / name).unlink()
+    aside.rmdir()
 
 
-def _remove_export(folder: Path) -> None:
-    """Delete an earlier export that was moved aside: only the files its manifest lists, then the folder."""
+def _digest_or_none(folder: Path) -> str | None:
     try:
-        listed = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))["files"]
-        for name in listed:
-            (folder / name).unlink(missing_ok=True)
-        (folder / MANIFEST).unlink(missing_ok=True)
-        folder.rmdir()
-    except (OSError, ValueError, KeyError):
-        import warnings
-
-        from attnviz.errors import AttnvizWarning
-
-        warnings.warn(f"the earlier export was kept in {folder}: it holds files attnviz did not write",
-                      AttnvizWarning, stacklevel=2)
+        return earlier_export(folder)
+    except OutputError:
+        return None

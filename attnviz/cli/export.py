@@ -43,7 +43,7 @@ def export_command(out_dir: Annotated[Path, typer.Option(
     heads = head.indices(capture.n_heads)
     columns = (TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
-    progress = Progress(*columns, console=err, transient=False)
+    progress = Progress(*columns, console=err, transient=True, disable=not err.is_terminal)
     tasks: list = []
 
     def start(total: int) -> None:  # the bar appears once the export folder could be created

@@ -1,0 +1,193 @@
+"""Output folders and files: never delete what attnviz did not write, never leave half-written output, one
+line for a full disk, a clean exit on SIGTERM (workers included), one winner when two exports race."""
+
+import errno
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from attnviz import export as export_module
+from attnviz.capture import Capture
+from attnviz.cli import app
+from attnviz.errors import OutputError
+from attnviz.export import export
+from conftest import make_capture
+
+runner = CliRunner()
+
+
+def run(*args, **kwargs):
+    return runner.invoke(app, [str(a) for a in args], **kwargs)
+
+
+def one_line_error(result, code=1):
+    assert result.exit_code == code, (result.exit_code, result.output)
+    assert "Traceback" not in result.output + result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error:"), result.stderr
+    return lines[0]
+
+
+def small_capture(L=2, H=2, T=6, seed=0):
+    rng = np.random.default_rng(seed)
+    return make_capture(rng.dirichlet(np.ones(T), size=(L, H, T)).astype(np.float32))
+
+
+def big_capture(path, L=12, H=12, T=64):
+    """A capture whose export takes a second or two: time to interrupt it."""
+    rng = np.random.default_rng(1)
+    tokens = [f"w{i}" for i in range(T)]
+    return make_capture(rng.dirichlet(np.full(T, 0.3), size=(L, H, T)).astype(np.float32), tokens).save(path)
+
+
+def leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
+
+
+def test_out_dir_symlink_keeps_the_link_and_fills_its_folder(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(real, target_is_directory=True)
+    written = export(small_capture(), link, layers=[0], heads=[0])
+    assert link.is_symlink() and written == real.resolve()
+    assert (real / "index.html").exists() and leftovers(tmp_path) == []
+    broken = tmp_path / "broken"
+    broken.symlink_to(tmp_path / "nowhere")
+    with pytest.raises(OutputError, match="broken symbolic link"):
+        export(small_capture(), broken, layers=[0], heads=[0])
+
+
+def test_out_dir_dot_is_the_current_folder(tmp_path, monkeypatch):
+    path = small_capture().save(tmp_path / "c.npz")
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    result = run("export", "--from", path, "--out-dir", ".", "--workers", "1")
+    assert result.exit_code == 0, result.output
+    assert (here / "index.html").exists()
+    assert "not empty" in one_line_error(run("export", "--from", path, "--out-dir", ".", "--workers", "1"))
+    result = run("export", "--from", path, "--out-dir", ".", "--workers", "1", "--force")
+    assert result.exit_code == 0, result.output  # an earlier export of its own: replaced
+    assert "cannot export to /" in one_line_error(run("export", "--from", path, "--out-dir", "/"))
+
+
+def test_full_disk_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+    path = small_capture().save(tmp_path / "c.npz")
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(export_module, "encode_scanlines", full)
+    message = one_line_error(run("export", "--from", path, "--out-dir", tmp_path / "e", "--workers", "1"))
+    assert "No space left on device" in message
+    assert not (tmp_path / "e").exists() and leftovers(tmp_path) == []
+    from matplotlib.figure import Figure
+
+    monkeypatch.setattr(Figure, "savefig", full)
+    message = one_line_error(run("heatmap", "--from", path, "-o", tmp_path / "h.png"))
+    assert "No space left on device" in message and sorted(p.name for p in tmp_path.iterdir()) == ["c.npz"]
+
+
+def test_a_file_put_into_the_folder_during_the_export_is_never_deleted(tmp_path, monkeypatch):
+    target = tmp_path / "out"
+    target.mkdir()  # empty: allowed without --force
+    real_render = export_module.render_panels
+
+    def render_and_meddle(*args, **kwargs):
+        real_render(*args, **kwargs)
+        (target / "notes.txt").write_text("written by the user meanwhile")
+
+    monkeypatch.setattr(export_module, "render_panels", render_and_meddle)
+    with pytest.raises(OutputError, match="changed while the export ran"):
+        export(small_capture(), target, layers=[0], heads=[0])
+    assert [p.name for p in target.iterdir()] == ["notes.txt"] and leftovers(tmp_path) == []
+
+
+def test_an_earlier_export_changed_during_a_forced_export_is_kept(tmp_path, monkeypatch):
+    target = export(small_capture(), tmp_path / "out", layers=[0], heads=[0])
+    real_render = export_module.render_panels
+
+    def render_and_meddle(*args, **kwargs):
+        real_render(*args, **kwargs)
+        (target / "index.html").write_text("edited meanwhile")
+
+    monkeypatch.setattr(export_module, "render_panels", render_and_meddle)
+    with pytest.raises(OutputError, match="changed while the export ran"):
+        export(small_capture(), target, layers=[1], heads=[1], force=True)
+    assert (target / "index.html").read_text() == "edited meanwhile" and (target / "layer00_head00.png").exists()
+    assert leftovers(tmp_path) == []
+
+
+def processes_mentioning(marker: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    pids.append(int(entry.name))
+            except OSError:
+                pass
+    return pids
+
+
+def attnviz_command() -> list[str]:
+    return [sys.executable, "-m", "attnviz"]
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc to find worker processes")
+@pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_signal_mid_export_cleans_up_and_stops_the_workers(tmp_path, sig, code):
+    capture = big_capture(tmp_path / "big.npz")
+    target = tmp_path / f"sig-{sig.name}-target"
+    process = subprocess.Popen([*attnviz_command(), "export", "--from", str(capture), "--out-dir", str(target),
+                                "--workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not any(p.name.startswith(f".{target.name}.") for p in tmp_path.iterdir()):  # staging exists
+        assert time.time() < deadline and process.poll() is None, "the export never started"
+        time.sleep(0.02)
+    time.sleep(0.3)  # inside the drawing
+    process.send_signal(sig)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == code, stderr
+    assert "Traceback" not in stderr and stderr.strip().splitlines()[-1].startswith("Error:")
+    assert not target.exists() and leftovers(tmp_path) == []
+    time.sleep(0.2)
+    assert processes_mentioning(target.name) == [], "worker processes outlived the export"
+
+
+def test_two_exports_into_one_folder_one_wins_the_other_says_so(tmp_path):
+    capture = big_capture(tmp_path / "big.npz", T=32)
+    target = tmp_path / "shared"
+    command = [*attnviz_command(), "export", "--from", str(capture), "--out-dir", str(target), "--workers", "1"]
+    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    second = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    results = [(p.wait(timeout=120), p.communicate()[1]) for p in (first, second)]
+    codes = sorted(code for code, _ in results)
+    assert codes == [0, 1], results
+    loser = next(stderr for code, stderr in results if code == 1)
+    assert "changed while the export ran" in loser or "not empty" in loser
+    assert (target / "index.html").exists() and leftovers(tmp_path) == []
+    Capture.load(target / "attention.npz")
+
+
+def test_a_manifest_naming_files_elsewhere_is_refused(tmp_path):
+    import json
+
+    from attnviz.export import MANIFEST
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("not attnviz's")
+    target = export(small_capture(), tmp_path / "out", layers=[0], heads=[0])
+    manifest = json.loads((target / MANIFEST).read_text())
+    manifest["files"]["../victim.txt"] = {"size": 13, "sha256": "0"}
+    (target / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(OutputError, match="not there"):
+        export(small_capture(), target, layers=[0], heads=[1], force=True)
+    assert victim.read_text() == "not attnviz's"
