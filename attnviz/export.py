@@ -26,7 +26,7 @@ import numpy as np
 
 from attnviz.capture import Capture, current_umask
 from attnviz.errors import OutputError
-from attnviz.panels import Panel, attention_panels
+from attnviz.panels import Panel, Scale, ScaleChoice, attention_panels, text_subtitle
 from attnviz.render.encode import encode_scanlines, rgb_view, scanlines
 from attnviz.render.png import FORMATS as FIGURE_FORMATS
 
@@ -34,11 +34,12 @@ FORMATS = tuple(suffix.lstrip(".") for suffix in FIGURE_FORMATS)  # png, svg, pd
 DEFAULT_DPI = 100
 
 
-def export_panels(capture: Capture, layers: Sequence[int], heads: Sequence[int]) -> list[Panel]:
-    """What the export draws: per layer its selected heads, then its head mean. Per-head panels share one
-    colour scale (the largest weight among them), head means another."""
-    per_head = attention_panels(capture, layers, heads)
-    means = attention_panels(capture, layers, ["mean"])
+def export_panels(capture: Capture, layers: Sequence[int], heads: Sequence[int],
+                  scale: ScaleChoice | None = None) -> list[Panel]:
+    """What the export draws: per layer its selected heads, then its head mean. With a shared scale the
+    per-head panels share one colour scale (the largest weight among them), head means another."""
+    per_head = attention_panels(capture, layers, heads, scale=scale)
+    means = attention_panels(capture, layers, ["mean"], scale=scale)
     order: dict = {(p.layer, p.head): p for p in per_head + means}
     return [order[layer, head] for layer in dict.fromkeys(p.layer for p in means) for head in [*heads, "mean"]]
 
@@ -48,14 +49,15 @@ class HeadImageWriter:
     the title. Every image matches `render.png.panel_figure(panel)` in size, labels, colorbar and title;
     the matrix is drawn with the same colormap and normalisation. Panels must share shape and labels."""
 
-    def __init__(self, panels: Sequence[Panel], *, cmap: str = "viridis", dpi: int = DEFAULT_DPI, fmt: str = "png"):
+    def __init__(self, panels: Sequence[Panel], *, cmap: str = "viridis", dpi: int = DEFAULT_DPI, fmt: str = "png",
+                 subtitle: str = ""):
         from matplotlib.backends.backend_agg import FigureCanvasAgg
 
         from attnviz.render.png import panel_figure
 
         self.fmt, self.dpi = fmt, dpi
-        self.scales = list(dict.fromkeys(p.scale for p in panels))
-        self.handle = panel_figure(panels[0], cmap=cmap)
+        self._norms: dict = {}
+        self.handle = panel_figure(panels[0], cmap=cmap, subtitle=subtitle)
         self.fig = self.handle.figure
         self.fig.set_dpi(dpi)
         self.canvas = FigureCanvasAgg(self.fig)
@@ -65,21 +67,19 @@ class HeadImageWriter:
             self._draw_static_layers(panels[0])
 
     def _draw_static_layers(self, reference: Panel) -> None:
-        """Draw tick labels, frame and axis titles once; then the colorbar once per colour scale."""
-        from matplotlib.transforms import Bbox
-
+        """Draw tick labels, frame, axis titles and the small print once, into one frame buffer; the
+        colorbar is drawn once per colour scale (its columns cached), the matrix and title per frame."""
         for artist in (self.image, self.title, self.cax):
             artist.set_visible(False)
         self.canvas.draw()  # the costly part: ~2T tick labels
-        common = self.canvas.copy_from_bbox(self.fig.bbox)
+        self.common = self.canvas.copy_from_bbox(self.fig.bbox)
+        rgb = np.asarray(self.canvas.buffer_rgba())[..., :3]  # (H_px, W_px, 3)
+        self.lines = scanlines(rgb)  # (H_px, 1 + 3 W_px): the frame, ready for the PNG encoder
         self.cax.set_visible(True)
-        self.backgrounds = {}
-        for scale in self.scales:
-            self.canvas.restore_region(common)
-            self.image.set_clim(scale.vmin, scale.vmax)  # the colorbar follows its mappable
-            self.fig.draw_artist(self.cax)
-            rgb = np.asarray(self.canvas.buffer_rgba())[..., :3]  # (H_px, W_px, 3)
-            self.backgrounds[scale] = scanlines(rgb)  # (H_px, 1 + 3 W_px), ready for the PNG encoder
+        bar = self.cax.get_window_extent()
+        self.bar_cols = slice(max(int(bar.x0) - 2, 0), rgb.shape[1])  # the colorbar, its ticks and label
+        self._bars: dict = {}  # Scale -> the colorbar columns' pixels, drawn once per scale (a few kB each)
+        self.current_scale: Scale | None = None
         height, width = rgb.shape[:2]
         box = self.ax.get_window_extent()
         # the matrix goes inside the frame: from one pixel in from each spine (the spines stay as drawn)
@@ -95,6 +95,8 @@ class HeadImageWriter:
         self.col_bytes = (col_cell[:, None] * 3 + np.arange(3)[None, :]).ravel()  # (3 n_cols,)
         # the title strip: from the top of the figure down to just above the axes (display coordinates)
         self.title_rows = slice(0, self.rows.start - 2)
+        from matplotlib.transforms import Bbox
+
         self.title_background = self.canvas.copy_from_bbox(
             Bbox.from_extents(0, height - self.title_rows.stop, width, height))
         self.title.set_visible(True)
@@ -126,16 +128,32 @@ class HeadImageWriter:
             self._strips[key] = self._strip(self.suffix, suffix, x)
         return np.minimum(strip, self._strips[key])  # dark text on white: the two pieces combine exactly
 
+    def _bar(self, scale: Scale) -> np.ndarray:
+        """The colorbar columns for `scale`, drawn onto the static layer. (H_px, w, 3)"""
+        if scale not in self._bars:
+            if len(self._bars) >= 64:  # per-head scales: keep memory small
+                self._bars.clear()
+            self.canvas.restore_region(self.common)
+            self.image.set_norm(self.norm(scale))  # the colorbar follows its mappable
+            self.fig.draw_artist(self.cax)
+            self._bars[scale] = np.asarray(self.canvas.buffer_rgba())[:, self.bar_cols, :3].copy()
+        return self._bars[scale]
+
+    def norm(self, scale: Scale):
+        if scale not in self._norms:
+            self._norms[scale] = scale.mpl_norm()
+        return self._norms[scale]
+
     def render_scanlines(self, panel: Panel) -> np.ndarray:
         """The finished image of one panel as PNG scanlines: uint8 (H_px, 1 + 3 W_px), filter byte first.
-        The buffer is reused by the next call with the same colour scale (only the matrix and the title
-        change between frames), so encode it before rendering the next panel."""
-        from matplotlib import colors
-
-        norm = colors.Normalize(panel.scale.vmin, panel.scale.vmax)
-        cells = self.image.cmap(norm(panel.shown), bytes=True)[..., :3]  # (R, C, 3), matplotlib's own mapping
-        lines = self.backgrounds[panel.scale]
+        The buffer is reused by the next call (only the matrix, the colorbar when the scale changes and
+        the title change between frames), so encode it before rendering the next panel."""
+        lines = self.lines
         frame = rgb_view(lines)  # (H_px, W_px, 3) view
+        if panel.scale != self.current_scale:
+            frame[:, self.bar_cols] = self._bar(panel.scale)
+            self.current_scale = panel.scale
+        cells = self.image.cmap(self.norm(panel.scale)(panel.shown), bytes=True)[..., :3]  # (R, C, 3)
         wide = cells.reshape(len(cells), -1)[:, self.col_bytes]  # (R, 3 n_cols): columns widened
         inside = frame[self.rows, self.cols]
         inside[...] = np.repeat(wide, self.row_repeats, axis=0).reshape(inside.shape)
@@ -151,7 +169,7 @@ class HeadImageWriter:
             Path(path).write_bytes(encode_scanlines(self.render_scanlines(panel)))
             return
         self.image.set_data(panel.shown)
-        self.image.set_clim(panel.scale.vmin, panel.scale.vmax)
+        self.image.set_norm(self.norm(panel.scale))
         self.title.set_text(panel.title_text)
         self.fig.savefig(path, format=self.fmt, dpi=self.dpi)
 
@@ -162,17 +180,19 @@ _writer: HeadImageWriter | None = None  # set in the parent before forking, or b
 _panels: list[Panel] = []
 
 
-def _init_worker(spawned: tuple | None, cmap: str, dpi: int, fmt: str) -> None:
+def _init_worker(spawned: tuple | None, cmap: str, dpi: int, fmt: str, subtitle: str) -> None:
     """In each worker: Ctrl-C is the parent's to handle; on Linux, die with the parent. A spawned worker
     (no fork on this platform) lays out its own writer from the capture."""
     global _writer, _panels
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if hasattr(signal, "pthread_sigmask"):  # blocked by the parent while it forked
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     _die_with_parent()
     if spawned is not None:
-        arrays, layers, heads = spawned
-        _panels = export_panels(Capture(**arrays), layers, heads)
-        _writer = HeadImageWriter(_panels, cmap=cmap, dpi=dpi, fmt=fmt)
+        arrays, layers, heads, scale = spawned
+        _panels = export_panels(Capture(**arrays), layers, heads, scale)
+        _writer = HeadImageWriter(_panels, cmap=cmap, dpi=dpi, fmt=fmt, subtitle=subtitle)
 
 
 def _die_with_parent() -> None:
@@ -201,7 +221,7 @@ def worker_count(requested: int, chunks: int) -> int:
 
 def render_panels(panels: Sequence[Panel], folder: Path, *, fmt: str = "png", dpi: int = DEFAULT_DPI,
                   cmap: str = "viridis", workers: int = 1, on_done: Callable[[int], None] | None = None,
-                  spawn_args: tuple | None = None) -> None:
+                  spawn_args: tuple | None = None, subtitle: str = "") -> None:
     """Write one image per panel into `folder` as `<panel.name>.<fmt>`. With several workers the layout is
     drawn once here and inherited by forked workers; where fork is missing, `spawn_args` (capture arrays,
     layers, heads) let each worker rebuild the panels."""
@@ -212,7 +232,7 @@ def render_panels(panels: Sequence[Panel], folder: Path, *, fmt: str = "png", dp
     fork = "fork" in multiprocessing.get_all_start_methods()
     _panels = list(panels)
     if workers <= 1 or fork:
-        _writer = HeadImageWriter(_panels, cmap=cmap, dpi=dpi, fmt=fmt)  # laid out once, here
+        _writer = HeadImageWriter(_panels, cmap=cmap, dpi=dpi, fmt=fmt, subtitle=subtitle)  # laid out once, here
     if workers <= 1:
         for part in chunks:
             done = _write_chunk((part, str(folder), fmt))
@@ -220,7 +240,16 @@ def render_panels(panels: Sequence[Panel], folder: Path, *, fmt: str = "png", dp
                 on_done(done)
         return
     context = multiprocessing.get_context("fork" if fork else "spawn")
-    pool = context.Pool(workers, initializer=_init_worker, initargs=(None if fork else spawn_args, cmap, dpi, fmt))
+    # Ctrl-C or SIGTERM in the middle of fork() would be swallowed by an at-fork hook: hold them until the
+    # workers exist (they arrive right after, and the workers unblock them for themselves)
+    blocked = {signal.SIGINT, signal.SIGTERM}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, blocked) if hasattr(signal, "pthread_sigmask") else None
+    try:
+        pool = context.Pool(workers, initializer=_init_worker,
+                            initargs=(None if fork else spawn_args, cmap, dpi, fmt, subtitle))
+    finally:
+        if mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     try:
         for done in pool.imap_unordered(_write_chunk, [(part, str(folder), fmt) for part in chunks]):
             if on_done:
@@ -250,7 +279,8 @@ MANIFEST_KIND = "attnviz export"
 
 def export(capture: Capture, target: str | os.PathLike, *, layers: Sequence[int], heads: Sequence[int],
            fmt: str = "png", dpi: int = DEFAULT_DPI, cmap: str = "viridis", workers: int = 1, force: bool = False,
-           on_total: Callable[[int], None] | None = None, on_done: Callable[[int], None] | None = None) -> Path:
+           scale: ScaleChoice | None = None, on_total: Callable[[int], None] | None = None,
+           on_done: Callable[[int], None] | None = None) -> Path:
     """Write the export folder atomically: every file goes into a staging folder beside `target`, which
     takes `target`'s place only when complete. Returns the folder written (symbolic links resolved)."""
     from attnviz.metrics import head_records
@@ -268,11 +298,12 @@ def export(capture: Capture, target: str | os.PathLike, *, layers: Sequence[int]
     except OSError as exc:
         raise OutputError(f"cannot write to {target.parent}: {exc.strerror or exc}") from None
     try:
-        panels = export_panels(capture, layers, heads)
+        panels = export_panels(capture, layers, heads, scale)
         if on_total:
             on_total(len(panels) + 1)
         render_panels(panels, staging, fmt=fmt, dpi=dpi, cmap=cmap, workers=workers, on_done=on_done,
-                      spawn_args=(_capture_arrays(capture), list(layers), list(heads)))
+                      spawn_args=(_capture_arrays(capture), list(layers), list(heads), scale),
+                      subtitle=text_subtitle(capture))
         grid_name = f"grid.{fmt}"
         per_head = [p for p in panels if p.head != "mean"]
         save_grid(grid_figure(capture, per_head, layers, heads, cmap=cmap, dpi=dpi), staging / grid_name, dpi=dpi)

@@ -62,6 +62,10 @@ def resolve_model(name: str | None) -> tuple[str, str]:
     if name.lower() in BUNDLED_ALIASES:
         return str(bundled_model_dir()), BUNDLED_NAME
     path = Path(name).expanduser()
+    looks_like_path = name.startswith(("/", "./", "../", "~", ".\\")) or name.count("/") > 1 or "\\" in name
+    if looks_like_path and not path.exists():
+        raise ModelLoadError(f"no such folder: {name} (a local model folder must exist; a Hugging Face id "
+                             f"looks like org/name)")
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise ModelLoadError(f"{name} is a folder but not a Hugging Face model (it has no config.json)")

@@ -20,13 +20,68 @@ from attnviz.text import shorten, visible
 HeadChoice = int | str  # a head index, "mean" or "max"
 
 
+NORMS = ("linear", "sqrt", "log")
+AUTO_LINEAR_MAX_T = 64  # --norm auto: linear up to this many tokens, √ beyond (long inputs are mostly tiny weights)
+LOG_RANGE = 1e-3  # a log scale spans three decades below vmax
+
+
 @dataclass(frozen=True)
 class Scale:
-    """How values map to colours: a linear scale from vmin to vmax."""
+    """How values map to colours: from vmin to vmax, linearly, by square root, or logarithmically (three
+    decades below vmax); `shared` says whether the panels of a picture share it."""
 
     vmin: float = 0.0
     vmax: float = 1.0
     label: str = "attention weight α"
+    norm: str = "linear"
+    shared: bool = True
+
+    @property
+    def low(self) -> float:
+        """The value drawn in the lowest colour (for a log scale, vmax / 1000)."""
+        return max(self.vmin, self.vmax * LOG_RANGE) if self.norm == "log" else self.vmin
+
+    def unit(self, values) -> np.ndarray:
+        """Values mapped to [0, 1] as the colours show them (the same mapping matplotlib's norm makes)."""
+        x = np.asarray(values, dtype=np.float64)
+        if self.norm == "log":
+            low, high = np.log(self.low), np.log(max(self.vmax, self.low * (1 + 1e-9)))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                out = (np.log(np.maximum(x, self.low)) - low) / max(high - low, 1e-12)
+        else:
+            out = (x - self.vmin) / max(self.vmax - self.vmin, 1e-12)
+            if self.norm == "sqrt":
+                out = np.sqrt(np.clip(out, 0.0, None))
+        return np.clip(out, 0.0, 1.0)
+
+    def mpl_norm(self):
+        """The matplotlib Normalize equal to `unit` (for images and colorbars)."""
+        from matplotlib import colors
+
+        if self.norm == "log":
+            return colors.LogNorm(self.low, max(self.vmax, self.low * (1 + 1e-9)), clip=True)
+        if self.norm == "sqrt":
+            return colors.PowerNorm(0.5, self.vmin, self.vmax, clip=True)
+        return colors.Normalize(self.vmin, self.vmax, clip=True)
+
+    def describe(self) -> str:
+        """What the legend says: "√ scale, per head" and the like."""
+        kind = {"linear": "linear scale", "sqrt": "√ scale", "log": "log scale"}[self.norm]
+        return f"{kind}, {'one for every panel' if self.shared else 'each panel its own'}"
+
+
+@dataclass(frozen=True)
+class ScaleChoice:
+    """What the user asked for: --scale shared|per-head, --norm linear|sqrt|log|auto, --vmax."""
+
+    kind: str = "shared"
+    norm: str = "auto"
+    vmax: float | None = None
+
+    def norm_for(self, n_tokens: int) -> str:
+        if self.norm != "auto":
+            return self.norm
+        return "linear" if n_tokens <= AUTO_LINEAR_MAX_T else "sqrt"
 
 
 @dataclass(frozen=True)
@@ -70,6 +125,7 @@ class Page:
     title: str
     name: str = "attnviz"  # default file stem
     notes: tuple[str, ...] = field(default_factory=tuple)
+    subtitle: str = ""  # the input text, display-safe (shortened to fit by the renderer)
 
     @property
     def scale(self) -> Scale:
@@ -116,9 +172,10 @@ def _keep(capture: Capture, hide_special: bool) -> np.ndarray:
 
 
 def attention_panels(capture: Capture, layers: Sequence[int], heads: Sequence[HeadChoice], *,
-                     hide_special: bool = False, vmax: float | None = None) -> list[Panel]:
-    """One panel per (layer, head), layer-major, all on one colour scale (0 to the largest weight shown,
-    unless vmax is given). Heads may be indices, "mean" or "max"."""
+                     hide_special: bool = False, vmax: float | None = None,
+                     scale: ScaleChoice | None = None) -> list[Panel]:
+    """One panel per (layer, head), layer-major, on the chosen scale (default: one shared linear-or-√ scale
+    from 0 to the largest weight shown, or to vmax). Heads may be indices, "mean" or "max"."""
     keep = _keep(capture, hide_special)
     labels = token_labels(capture, keep)
     everything = bool(keep.all())
@@ -139,21 +196,40 @@ def attention_panels(capture: Capture, layers: Sequence[int], heads: Sequence[He
             panels.append(Panel(matrix=alpha, rows=labels, cols=labels, hidden=hidden, scale=Scale(),
                                 title=(f"{model} · layer {layer} · ", label, *extra),
                                 name=head_filename(layer, head), short=f"layer {layer}", layer=layer, head=head))
-    return with_shared_scale(panels, vmax)
+    choice = scale or ScaleChoice()
+    return apply_scale(panels, replace(choice, vmax=vmax) if vmax is not None else choice)
 
 
-def with_shared_scale(panels: Sequence[Panel], vmax: float | None = None, vmin: float = 0.0) -> list[Panel]:
+def with_shared_scale(panels: Sequence[Panel], vmax: float | None = None, vmin: float = 0.0,
+                      norm: str | None = None) -> list[Panel]:
     """The panels on one colour scale: vmin to vmax (default: the largest value drawn)."""
     if vmax is None:
         vmax = max((float(p.matrix.max()) for p in panels if p.matrix.size), default=1.0)
     vmax = max(vmax, vmin + 1e-9)
-    return [replace(p, scale=replace(p.scale, vmin=vmin, vmax=vmax)) for p in panels]
+    return [replace(p, scale=replace(p.scale, vmin=vmin, vmax=vmax, norm=norm or p.scale.norm, shared=True))
+            for p in panels]
+
+
+def apply_scale(panels: Sequence[Panel], choice: ScaleChoice | None) -> list[Panel]:
+    """Panels on the scale the user chose: one shared scale (to --vmax, or the largest weight shown), or
+    each panel its own (0 to its largest weight); the norm, for --norm auto, from the number of tokens."""
+    if not panels:
+        return []
+    choice = choice or ScaleChoice()
+    norm = choice.norm_for(max(panels[0].matrix.shape))
+    if choice.kind == "per-head":
+        return [replace(p, scale=replace(p.scale, vmin=0.0, norm=norm, shared=False,
+                                         vmax=max(choice.vmax or float(p.matrix.max()) if p.matrix.size else 1.0,
+                                                  1e-9)))
+                for p in panels]
+    return with_shared_scale(panels, choice.vmax, norm=norm)
 
 
 def heatmap_page(capture: Capture, layers: Sequence[int], heads: Sequence[HeadChoice], *,
-                 hide_special: bool = False, vmax: float | None = None, all_layers: bool = False) -> Page:
-    """What `attnviz heatmap` draws: a panel per selected layer and head, one colour scale."""
-    panels = attention_panels(capture, layers, heads, hide_special=hide_special, vmax=vmax)
+                 hide_special: bool = False, vmax: float | None = None, all_layers: bool = False,
+                 scale: ScaleChoice | None = None) -> Page:
+    """What `attnviz heatmap` draws: a panel per selected layer and head, on the chosen colour scale."""
+    panels = attention_panels(capture, layers, heads, hide_special=hide_special, vmax=vmax, scale=scale)
     model = short_model(capture.model)
     if len(panels) == 1:
         title = panels[0].title_text
@@ -166,7 +242,7 @@ def heatmap_page(capture: Capture, layers: Sequence[int], heads: Sequence[HeadCh
     layer_part = "all" if all_layers else "-".join(str(p) for p in dict.fromkeys(p.layer for p in panels))
     head_part = "-".join(str(h) if isinstance(h, str) else f"head{h}" for h in dict.fromkeys(p.head for p in panels))
     name = f"attnviz_{'all' if all_layers else 'layer' + layer_part}_{head_part}"
-    return Page(panels=tuple(panels), title=title, name=name)
+    return Page(panels=tuple(panels), title=title, name=name, subtitle=text_subtitle(capture))
 
 
 # --- other pictures ------------------------------------------------------------------------------
@@ -198,6 +274,7 @@ def grid_title(capture: Capture, panels: Sequence[Panel]) -> str:
             f"one colour scale (0–{vmax:.2f})")
 
 
-def text_subtitle(capture: Capture, limit: int = 90) -> str:
-    """The input text as one shortened, display-safe line."""
-    return visible(shorten(str(capture.meta.get("text") or " ".join(capture.tokens)), limit))
+def text_subtitle(capture: Capture, limit: int = 400) -> str:
+    """The input text as one display-safe line in quotes (a renderer shortens it to its width)."""
+    text = str(capture.meta.get("text") or " ".join(capture.tokens))
+    return "“" + visible(shorten(text, limit)) + "”"

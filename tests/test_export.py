@@ -10,7 +10,7 @@ from attnviz.capture import Capture
 from attnviz.errors import OutputError
 from attnviz.export import MANIFEST, HeadImageWriter, export, export_panels, render_panels
 from attnviz.render.encode import encode_png
-from attnviz.panels import attention_panels, head_filename
+from attnviz.panels import attention_panels, head_filename, text_subtitle
 from attnviz.render.png import heatmap_figure
 from conftest import make_capture
 
@@ -93,7 +93,7 @@ def test_fast_writer_matches_the_full_figure(tmp_path):
     """Swapping α into the drawn layout gives the picture a fresh figure gives (cell edges may move 1 px)."""
     cap, _ = one_hot_capture()
     panels = attention_panels(cap, [0, 1], [0, 1, 2], vmax=1.0)
-    writer = HeadImageWriter(panels)
+    writer = HeadImageWriter(panels, subtitle=text_subtitle(cap))
     fast = writer.render(panels[1])
     fig = heatmap_figure(cap, 0, 1, vmax=1.0).figure
     fig.savefig(tmp_path / "ref.png", dpi=100)

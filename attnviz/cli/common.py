@@ -54,10 +54,21 @@ def error_line(message: str, label: str = "Error") -> None:
 # --- one-line usage errors ---------------------------------------------------------------------------
 
 
+COMMAND_ORDER = ("heatmap", "token", "steps", "positions", "compare", "heads", "entropy", "rollout", "explain",
+                 "verify", "scaling", "capture", "export")
+
+
 class AttnvizGroup(TyperGroup):
-    """Typer's group, but a usage error is one line on stderr (exit 2), like every other error."""
+    """Typer's group, with commands listed in the order a newcomer needs them, plain metavars in help, and
+    every usage error as one line on stderr (exit 2) that says what to do, like every other error."""
+
+    def list_commands(self, ctx):  # type: ignore[override]
+        names = list(self.commands)
+        return sorted(names, key=lambda n: COMMAND_ORDER.index(n) if n in COMMAND_ORDER else len(COMMAND_ORDER))
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):  # type: ignore[override]
+        for command in [self, *self.commands.values()]:
+            _plain_metavars(command)
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
         try:
@@ -66,14 +77,58 @@ class AttnvizGroup(TyperGroup):
             out.print(Text(exc.format_message()), highlight=False)
             sys.exit(0)
         except click_errors.ClickException as exc:
-            ctx = getattr(exc, "ctx", None)
-            where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
-            error_line(exc.format_message() + where)
+            error_line(_usage_message(exc))
             sys.exit(exc.exit_code)
         except typer.Abort:
             error_line("aborted")
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)
+
+
+def _usage_message(exc) -> str:
+    """A click usage error as one line that points the right way."""
+    message = exc.format_message()
+    ctx = getattr(exc, "ctx", None)
+    command = ctx.command_path if ctx is not None else "attnviz"
+    if message.startswith("Got unexpected extra argument"):
+        return (f"{message.rstrip('.')}: put the text in quotes, e.g. {command} \"The cat sat on the mat\"")
+    if message.startswith("No such command") and "Did you mean" not in message:
+        name = message.split("'")[1] if "'" in message else ""
+        if name:
+            return (f"{message.rstrip('.')}; to look at a text, name a command first: "
+                    f"attnviz heatmap \"{name}\" (attnviz --help lists them)")
+    return f"{message} (see '{command} --help')"
+
+
+def _plain_metavars(command) -> None:
+    """Help shows TEXT, N, FILE or nothing (for flags) instead of Typer's <str>, <bool>, <list[Path]>."""
+    if not getattr(command, "_attnviz_help_option", False):
+        make_help_option = command.get_help_option
+
+        def get_help_option(ctx):
+            option = make_help_option(ctx)
+            if option is not None:
+                option.metavar = ""
+            return option
+
+        command.get_help_option = get_help_option
+        command._attnviz_help_option = True
+    for param in getattr(command, "params", []):
+        if getattr(param, "param_type_name", "") == "argument":
+            param.display_type_rich = lambda ctx: None  # the argument's name already says what it is
+        if param.metavar is not None:
+            continue
+        annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+        if getattr(param, "is_flag", False) or annotation is bool:
+            param.metavar = ""
+        elif annotation is int:
+            param.metavar = "N"
+        elif annotation is float:
+            param.metavar = "NUMBER"
+        elif "Path" in str(annotation):
+            param.metavar = "FILE"
+        else:
+            param.metavar = "TEXT"
 
 
 app = typer.Typer(cls=AttnvizGroup, help="See what a transformer's self-attention does: heatmaps, head statistics, "
@@ -196,19 +251,66 @@ class ModelOptions:
                         trust_remote_code=self.trust_remote_code)
 
 
+MAX_TEXT_BYTES = 1_000_000  # text from a file or stdin
+
+
+def read_text(source: Path | None) -> str:
+    """The text of a file (or of stdin for None), as UTF-8, at most MAX_TEXT_BYTES."""
+    from attnviz.errors import InputError
+
+    name = "standard input" if source is None else str(source)
+    try:
+        if source is None:
+            data = sys.stdin.buffer.read(MAX_TEXT_BYTES + 1)
+        else:
+            with open(source, "rb") as fh:
+                data = fh.read(MAX_TEXT_BYTES + 1)
+    except OSError as exc:
+        raise InputError(f"cannot read the text from {name}: {exc.strerror or exc}") from None
+    if len(data) > MAX_TEXT_BYTES:
+        raise InputError(f"the text in {name} is over {MAX_TEXT_BYTES:,} bytes; give a shorter one")
+    try:
+        return data.decode("utf-8-sig").rstrip("\r\n")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"the text in {name} is not UTF-8 (byte {exc.start}); save it as UTF-8") from None
+
+
 @dataclass(frozen=True)
 class TextInput(ModelOptions):
-    """TEXT and the model to run it through."""
+    """TEXT (or - for standard input, or --text-file) and the model to run it through."""
 
     text: TextArg = None
+    text_file: Annotated[Optional[Path], typer.Option(
+        "--text-file", help="Read the text from this file (UTF-8) instead of TEXT.", dir_okay=False,
+        show_default=False, metavar="FILE")] = None
+
+    def given_text(self) -> str | None:
+        if self.text_file is not None:
+            if self.text is not None:
+                raise typer.BadParameter("give either TEXT or --text-file, not both")
+            return read_text(self.text_file)
+        if self.text == "-":
+            return read_text(None)
+        return self.text
 
     def require_text(self) -> str:
-        """TEXT is required (usage error if missing) and must not be blank (InputError)."""
-        if self.text is None:
-            raise typer.BadParameter("give the TEXT to look at, in quotes")
+        """The text is required (usage error if missing) and must not be blank (InputError)."""
+        text = self.given_text()
+        if text is None:
+            raise typer.BadParameter("give the TEXT to look at, in quotes (or - to read it from standard "
+                                     "input, or --text-file FILE)")
         from attnviz.model import check_text  # model.py imports torch only inside its functions
 
-        return check_text(self.text)
+        return check_text(text)
+
+    def capture(self):
+        """The model's Capture of the text."""
+        text = self.require_text()
+        loaded = self.load()
+        from attnviz.model import capture_text
+
+        with err.status("Running the model…"):
+            return capture_text(text, loaded, truncate=self.truncate)
 
 
 @dataclass(frozen=True)
@@ -218,21 +320,16 @@ class CaptureInput(TextInput):
     source: FromOpt = None
 
     def capture(self):
-        """A Capture from --from, or by running the model on TEXT."""
+        """A Capture from --from, or by running the model on the text."""
         from attnviz.capture import Capture
 
         if self.source is not None:
-            if self.text:
+            if self.text is not None or self.text_file is not None:
                 raise typer.BadParameter("give either TEXT or --from, not both")
             return Capture.load(self.source)
-        if self.text is None:
+        if self.text is None and self.text_file is None:
             raise typer.BadParameter("give the TEXT to look at (in quotes), or --from CAPTURE.npz")
-        text = self.require_text()
-        loaded = self.load()
-        from attnviz.model import capture_text
-
-        with err.status("Running the model…"):
-            return capture_text(text, loaded, truncate=self.truncate)
+        return super().capture()
 
 
 def takes(**groups: type) -> Callable:
@@ -289,6 +386,12 @@ def cli_errors(func: Callable) -> Callable:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("default", AttnvizWarning)
+                # attnviz names missing glyphs once itself; matplotlib would repeat it for every label
+                warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from", category=UserWarning)
+                warnings.filterwarnings("ignore", message=r".*(missing from font|not found\. Falling back)")
+                import logging
+
+                logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)
                 return func(*args, **kwargs)
         except AttnvizError as exc:
             error_line(str(exc))
@@ -327,6 +430,36 @@ def emit_records(records: list[dict], as_json: bool, as_csv: bool, columns: list
         sys.stdout.write(to_csv(records, columns))
         return True
     return False
+
+
+def _folder_like(value: str) -> bool:
+    import os
+
+    return value.endswith(("/", os.sep)) or Path(value).expanduser().is_dir()
+
+
+def check_output(value: str | None, formats: tuple[str, ...]) -> None:
+    """-o is checked before any model work: a folder is fine (the default name goes inside), a file needs
+    one of `formats` as its suffix."""
+    if value is not None and not _folder_like(value):
+        from attnviz.capture import check_suffix
+
+        check_suffix(value, formats)
+
+
+def output_path(value: str | None, default_name: str) -> Path:
+    """Where to write: -o as given, or the default name inside -o when -o is a folder (existing, or written
+    with a trailing /), or the default name in the current folder."""
+    if value is None:
+        return Path(default_name)
+    if _folder_like(value):
+        return Path(value).expanduser() / default_name
+    return Path(value).expanduser()
+
+
+ImageOut = Annotated[Optional[str], typer.Option(
+    "--output", "-o", metavar="FILE", show_default=False,
+    help="Also write a figure: .png, .svg or .pdf by the suffix; a folder gets the default name inside.")]
 
 
 def print_json(value: Any) -> None:

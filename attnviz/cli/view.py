@@ -7,8 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from attnviz.cli.common import (CaptureInput, CmapOpt, HeadSel, HideOpt, LayerSel, ModelOptions, app, cli_errors,
-                                out, say, takes, use_color)
+from attnviz.cli.common import (CaptureInput, CmapOpt, HeadSel, HideOpt, LayerSel, TextInput, app, cli_errors, out, say,
+                                takes, use_color)
 from attnviz.selection import Selection
 
 
@@ -55,15 +55,13 @@ def heatmap(output: Annotated[Optional[Path], typer.Option(
 
 @app.command()
 @cli_errors
-@takes(options=ModelOptions)
-def capture(text: Annotated[Optional[str], typer.Argument(help="The text to look at (in quotes).",
-                                                          show_default=False)] = None,
-            output: Annotated[Path, typer.Option("--output", "-o", help="Capture file (.npz).")] = Path("capture.npz"),
-            *, options: ModelOptions) -> None:
+@takes(inp=TextInput)
+def capture(output: Annotated[Path, typer.Option("--output", "-o", help="Capture file (.npz).")] = Path("capture.npz"),
+            *, inp: TextInput) -> None:
     """Run the model and save α, tokens and metadata as a .npz capture for later --from use."""
     from attnviz.capture import check_suffix
 
     check_suffix(output, (".npz",))
-    result = CaptureInput(**vars(options), text=text).capture()
+    result = inp.capture()
     path = result.save(output)
     say(f"{path}  ({result.n_layers} layers × {result.n_heads} heads × {result.n_tokens} tokens)")

@@ -69,29 +69,31 @@ class HeatmapFigure:
 
 
 def heatmap(matrix: np.ndarray, row_labels: Sequence[str] | None = None, col_labels: Sequence[str] | None = None,
-            *, ax, cmap: str = DEFAULT_CMAP, vmin: float = 0.0, vmax: float | None = None,
-            hidden: np.ndarray | None = None, fontsize: float | None = None, step: int = 1,
-            families: Sequence[str] | None = None, values: bool = False, value_fontsize: float = 7.0):
+            *, ax, cmap: str = DEFAULT_CMAP, scale: Scale | None = None, vmin: float = 0.0,
+            vmax: float | None = None, hidden: np.ndarray | None = None, fontsize: float | None = None,
+            step: int = 1, families: Sequence[str] | None = None, values: bool = False,
+            value_fontsize: float = 7.0):
     """Draw a matrix (R, C) on `ax`: rows down, columns across, tick labels. Returns `ax`.
 
+    scale: how values map to colours (default: linear from vmin to vmax, or to the largest value).
     hidden: (R, C) bool, cells not drawn (a causal model's future keys, shown in the masked colour).
     values: write each value in its cell, in black or white by the cell colour's luminance."""
     matrix = np.asarray(matrix, dtype=np.float32)
     shown = np.ma.masked_where(hidden, matrix) if hidden is not None else matrix
-    vmax = float(matrix.max()) if vmax is None else vmax
-    vmax = max(vmax, vmin + 1e-9)
-    ax.imshow(shown, cmap=colormap(cmap), vmin=vmin, vmax=vmax, interpolation="nearest", aspect="auto")
+    if scale is None:
+        top = float(matrix.max()) if vmax is None and matrix.size else (vmax if vmax is not None else 1.0)
+        scale = Scale(vmin, max(top, vmin + 1e-9))
+    ax.imshow(shown, cmap=colormap(cmap), norm=scale.mpl_norm(), interpolation="nearest", aspect="auto")
     rotate = any(cells(s) > 2 for s in (col_labels or ()))
     _set_tick_labels(ax, row_labels, col_labels, fontsize=fontsize or 9.0, step=step, families=families,
                      rotate=rotate)
     if values:
-        _write_values(ax, matrix, hidden, cmap, vmin, vmax, value_fontsize)
+        _write_values(ax, matrix, hidden, cmap, scale, value_fontsize)
     return ax
 
 
-def _write_values(ax, matrix: np.ndarray, hidden, cmap: str, vmin: float, vmax: float, fontsize: float) -> None:
-    colours = rgb(cmap, np.clip((matrix - vmin) / (vmax - vmin), 0.0, 1.0))  # (R, C, 3)
-    dark = text_on(colours)  # (R, C) bool
+def _write_values(ax, matrix: np.ndarray, hidden, cmap: str, scale: Scale, fontsize: float) -> None:
+    dark = text_on(rgb(cmap, scale.unit(matrix)))  # (R, C) bool: dark text on light cells
     for (i, j), value in np.ndenumerate(matrix):
         if hidden is not None and hidden[i, j]:
             continue
@@ -119,16 +121,47 @@ def _set_tick_labels(ax, row_labels, col_labels, *, fontsize: float, step: int, 
     ax.tick_params(axis="y", length=2, pad=2)
 
 
+TITLE_PT, MIN_TITLE_PT = 11.0, 7.0
+CHAR_EM = 0.6  # average width of a character cell of DejaVu Sans, in em (wide characters count twice)
+
+
+def fit_title(title: str, width_in: float) -> tuple[str, float]:
+    """A title that fits `width_in` inches: shrunk from 11 pt down to 7 pt, then wrapped; never cut off."""
+    need = cells(title) * TITLE_PT * CHAR_EM / 72
+    if need <= width_in:
+        return title, TITLE_PT
+    size = max(MIN_TITLE_PT, TITLE_PT * width_in / need)
+    per_line = max(int(width_in * 72 / (size * CHAR_EM)), 10)
+    if cells(title) <= per_line:
+        return title, size
+    import textwrap
+
+    return "\n".join(textwrap.wrap(title, per_line, break_long_words=True)), size
+
+
+def page_notes(page: Page, lay: LabelLayout, values_dropped: bool) -> list[str]:
+    """The small print under the title: the colour scale, thinned labels, values not written."""
+    notes = list(page.notes)
+    if lay.step > 1:
+        notes.append(f"every {lay.step}{'nd' if lay.step == 2 else 'rd' if lay.step == 3 else 'th'} token labelled")
+    if values_dropped:
+        notes.append("cells too small to write values in (fewer tokens, or --layer with one layer)")
+    notes.append(page.scale.describe())
+    return notes
+
+
 def page_figure(page: Page, *, cmap: str = DEFAULT_CMAP) -> HeatmapFigure:
-    """Lay out a page: a grid of panels (same shape), one colour scale and colorbar, one title."""
+    """Lay out a page: a grid of panels (same shape), one colour scale and colorbar (or one per panel when
+    each has its own), the title (never cut off), the input text and the small print."""
     from matplotlib.figure import Figure
 
     panels = page.panels
     many = len(panels) > 1
+    own_bars = not all(p.scale == panels[0].scale and p.scale.shared for p in panels)
     R, C = panels[0].matrix.shape
     lay = LabelLayout.for_tokens(max(R, C), target_in=4.0 if many else 7.0, max_side=7.0 if many else MAX_MATRIX_IN)
     rows, cols = panels[0].rows, panels[0].cols
-    families = families_for("".join(rows) + "".join(cols) + page.title)
+    families = families_for("".join(rows) + "".join(cols) + page.title + page.subtitle)
     rotate = any(cells(s) > 2 for s in cols)
     pad_l = lay.label_extent_in(rows) + 0.3
     pad_b = (lay.label_extent_in(cols) if rotate else lay.fontsize / 72 + 0.1) + 0.3
@@ -136,42 +169,75 @@ def page_figure(page: Page, *, cmap: str = DEFAULT_CMAP) -> HeatmapFigure:
     ncols = 1 if not many else min(len(panels), 3 if len(panels) <= 9 else 4)
     nrows = math.ceil(len(panels) / ncols)
     top = 0.45 if many else 0.1
-    panel_w, panel_h = pad_l + width + 0.25, pad_b + height + top
-    header, cbar_w = 0.45, 1.0
-    fig_w, fig_h = ncols * panel_w + cbar_w, nrows * panel_h + header
+    bar_room = 0.75 if own_bars and many else 0.0
+    panel_w, panel_h = pad_l + width + 0.25 + bar_room, pad_b + height + top
+    cbar_w = 0.0 if own_bars and many else 1.0
+    fig_w = ncols * panel_w + cbar_w
+    values = any(p.values for p in panels)
+    write_values = values and lay.value_fontsize >= MIN_VALUE_PT
+    notes = page_notes(page, lay, values and not write_values)
+    title, title_pt = fit_title(page.title, fig_w - 0.3)
+    title_lines = title.count("\n") + 1
+    subtitle = page.subtitle
+    if subtitle:
+        limit = max(int((fig_w - 0.3) * 72 / (9 * CHAR_EM)), 12)
+        subtitle = subtitle if cells(subtitle) <= limit else shorten_cells(subtitle, limit)
+    note_text = " · ".join(notes)
+    note_text, _ = fit_title(note_text, (fig_w - 0.3) * TITLE_PT / 8)  # 8 pt: wraps at the same width
+    note_lines = note_text.count("\n") + 1
+    header = 0.16 + title_lines * title_pt * 1.3 / 72 + (0.2 if subtitle else 0.0) + note_lines * 0.16 + 0.08
+    fig_h = nrows * panel_h + header
     fig = Figure(figsize=(fig_w, fig_h), dpi=100)
     axes, images = [], []
+    bar_axes = []
     for n, panel in enumerate(panels):
         r, c = divmod(n, ncols)
         x0 = c * panel_w + pad_l
         y0 = fig_h - header - (r + 1) * panel_h + pad_b
         ax = fig.add_axes((x0 / fig_w, y0 / fig_h, width / fig_w, height / fig_h))
-        heatmap(panel.matrix, panel.rows, panel.cols, ax=ax, cmap=cmap, vmin=panel.scale.vmin,
-                vmax=panel.scale.vmax, hidden=panel.hidden, fontsize=lay.fontsize, step=lay.step,
-                families=families, values=panel.values and lay.value_fontsize >= MIN_VALUE_PT,
-                value_fontsize=lay.value_fontsize)
+        heatmap(panel.matrix, panel.rows, panel.cols, ax=ax, cmap=cmap, scale=panel.scale,
+                hidden=panel.hidden, fontsize=lay.fontsize, step=lay.step, families=families,
+                values=panel.values and write_values, value_fontsize=lay.value_fontsize)
         if many:
             ax.set_title(panel.short, fontsize=10, fontfamily=families)
         if c == 0:
             ax.set_ylabel(panel.row_axis, fontsize=8)
         if r == nrows - 1 or n + ncols >= len(panels):
             ax.set_xlabel(panel.col_axis, fontsize=8)
+        if own_bars and many:  # each panel its own scale: a slim colorbar beside it
+            cax = fig.add_axes(((x0 + width + 0.12) / fig_w, y0 / fig_h, 0.12 / fig_w, height / fig_h))
+            fig.colorbar(ax.images[0], cax=cax).ax.tick_params(labelsize=7)
+            bar_axes.append(cax)
         axes.append(ax)
         images.append(ax.images[0])
-    cbar_h = min(fig_h - header - 0.6, max(height, 2.0))
-    cax = fig.add_axes(((fig_w - cbar_w + 0.15) / fig_w, (fig_h - header - cbar_h - top) / fig_h,
-                        0.18 / fig_w, cbar_h / fig_h))
-    bar = fig.colorbar(images[0], cax=cax)
-    bar.ax.tick_params(labelsize=8)
-    bar.set_label(page.scale.label, fontsize=8)
-    title = fig.suptitle(page.title, x=0.02, y=1 - 0.12 / fig_h, ha="left", va="top", fontsize=11,
-                         fontfamily=families)
-    return HeatmapFigure(fig, axes, cax, images, title)
+    if not (own_bars and many):
+        cbar_h = min(fig_h - header - 0.6, max(height, 2.0))
+        cax = fig.add_axes(((fig_w - cbar_w + 0.15) / fig_w, (fig_h - header - cbar_h - top) / fig_h,
+                            0.18 / fig_w, cbar_h / fig_h))
+        bar = fig.colorbar(images[0], cax=cax)
+        bar.ax.tick_params(labelsize=8)
+        bar.set_label(page.scale.label, fontsize=8)
+        bar_axes.append(cax)
+    y = 1 - 0.12 / fig_h
+    title_artist = fig.suptitle(title, x=0.02, y=y, ha="left", va="top", fontsize=title_pt, fontfamily=families)
+    y -= title_lines * title_pt * 1.3 / 72 / fig_h
+    if subtitle:
+        fig.text(0.02, y, subtitle, ha="left", va="top", fontsize=9, color="0.3", fontfamily=families)
+        y -= 0.2 / fig_h
+    fig.text(0.02, y, note_text, ha="left", va="top", fontsize=8, color="0.4", fontfamily=families)
+    return HeatmapFigure(fig, axes, bar_axes[0], images, title_artist)
 
 
-def panel_figure(panel: Panel, *, cmap: str = DEFAULT_CMAP) -> HeatmapFigure:
+def shorten_cells(text: str, limit: int) -> str:
+    """One line of at most `limit` cells, ending in … when cut."""
+    from attnviz.text import fit
+
+    return fit(" ".join(text.split()), limit)
+
+
+def panel_figure(panel: Panel, *, cmap: str = DEFAULT_CMAP, subtitle: str = "") -> HeatmapFigure:
     """One panel alone, titled with its own title."""
-    return page_figure(Page(panels=(panel,), title=panel.title_text, name=panel.name), cmap=cmap)
+    return page_figure(Page(panels=(panel,), title=panel.title_text, name=panel.name, subtitle=subtitle), cmap=cmap)
 
 
 def heatmap_figure(capture: Capture, layer: int = -1, head: HeadChoice = "mean", *, hide_special: bool = False,
