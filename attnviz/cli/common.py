@@ -62,7 +62,7 @@ class AttnvizGroup(TyperGroup):
     """Typer's group, with commands listed in the order a newcomer needs them, plain metavars in help, and
     every usage error as one line on stderr (exit 2) that says what to do, like every other error."""
 
-    def list_commands(self, ctx):  # type: ignore[override]
+    def list_commands(self, ctx):
         names = list(self.commands)
         return sorted(names, key=lambda n: COMMAND_ORDER.index(n) if n in COMMAND_ORDER else len(COMMAND_ORDER))
 
