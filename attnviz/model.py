@@ -279,12 +279,45 @@ def encode(loaded: LoadedModel, text: str, *, truncate: bool = True) -> Encoded:
     subword = subword_flags(word_ids, raw, special)
     tokens = [readable_token(r, tok.decode([i]), text[o[0]:o[1]] if o else None, special=s, subword=w)
               for r, i, o, s, w in zip(raw, ids, offsets, special, subword)]
+    tokens = _label_unknown(loaded, text, tokens, ids, special, offsets, word_ids)
     kinds = [_special_kind(tok, i, pos, s) for pos, (i, s) in enumerate(zip(ids, special))]
 
     inputs = {k: v for k, v in enc.items() if k in _forward_args(loaded.model)}
     inputs = {k: v.to(loaded.device) for k, v in inputs.items()}
     return Encoded(inputs=inputs, tokens=tokens, token_ids=ids, special=special, special_kind=kinds,
                    subword=subword, dropped=dropped)
+
+
+UNKNOWN_HINT = "a multilingual model reads them, e.g. --model bert-base-multilingual-cased"
+
+
+def _label_unknown(loaded: LoadedModel, text: str, tokens: list[str], ids: list[int], special: list[bool],
+                   offsets: list, word_ids: list | None) -> list[str]:
+    """Each unknown-word token labelled with the text it replaced ([UNK:먹었다]), and one warning saying how
+    many words the model cannot read."""
+    unk = getattr(loaded.tokenizer, "unk_token_id", None)
+    positions = [n for n, (i, s) in enumerate(zip(ids, special)) if i == unk and not s]
+    if unk is None or not positions:
+        return tokens
+    out = list(tokens)
+    lost_text = []
+    for n in positions:
+        span = offsets[n]
+        source = text[span[0]:span[1]] if span and span[1] > span[0] else ""
+        if source:
+            base = out[n][:-1] if out[n].endswith("]") else out[n] + "["
+            out[n] = f"{base}:{source}]"
+            lost_text.append(source)
+    if word_ids is not None:
+        words = {w for w, s in zip(word_ids, special) if w is not None and not s}
+        lost = {word_ids[n] for n in positions if word_ids[n] is not None}
+        share = f"{len(lost)} of {len(words)} words"
+    else:
+        share = f"{len(positions)} of {sum(1 for s in special if not s)} tokens"
+    examples = ", ".join(dict.fromkeys(lost_text[:5]))
+    warnings.warn(f"{share} became {loaded.tokenizer.unk_token} ({examples}): {loaded.name} does not know them, so "
+                  f"they carry no meaning here; {UNKNOWN_HINT}", AttnvizWarning, stacklevel=3)
+    return out
 
 
 def _forward_args(model) -> set[str]:

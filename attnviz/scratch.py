@@ -363,3 +363,179 @@ def synthetic_scaling(d_k: int = 64, n: int = 100_000, seed: int = 0) -> tuple[f
     k = torch.randn(n, d_k, generator=gen, dtype=torch.float64)
     dots = (q * k).sum(-1)  # (n,)
     return float(dots.std()), float((dots / math.sqrt(d_k)).std())
+
+
+# --- one head, step by step (attnviz steps) ------------------------------------------------------------
+
+
+@dataclass
+class Steps:
+    """Every intermediate of one head's attention, from the model's own weights, as numpy float64.
+
+    q, k (T, d_k); v (T, d_v); scores = q·kᵀ (T, T); scaled = scores / √d_k (T, T); allowed (T, T) bool
+    (False where the mask hides a key); alpha = softmax(scaled + mask) (T, T); out = alpha·v (T, d_v);
+    model_alpha: the model's own α for this head (T, T)."""
+
+    layer: int
+    head: int
+    d_k: int
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    scores: np.ndarray
+    scaled: np.ndarray
+    allowed: np.ndarray
+    alpha: np.ndarray
+    out: np.ndarray
+    model_alpha: np.ndarray
+
+    @property
+    def max_diff(self) -> float:
+        """max |α from these steps − the model's α|."""
+        return float(np.abs(self.alpha - self.model_alpha).max())
+
+
+def head_steps(loaded, encoded, layer: int, head: int) -> Steps:
+    """Recompute one head's attention step by step: Q and K from the module's own input and weights, the
+    scores, the scaling by √d_k, the mask, the softmax and α·V, beside the model's own α."""
+    from attnviz.model import attentions_of, check_memory
+
+    check_memory(loaded, len(encoded.token_ids), copies=4.0)
+    run = recompute(loaded.model, encoded.inputs)
+    qkv = run.layers[layer]
+    q, k, v = (t[0, head].double() for t in (qkv.q, qkv.k, qkv.v))  # (T, d) each
+    d_k = q.size(-1)
+    scores = q @ k.T  # (T, T)
+    scaled = scores / math.sqrt(d_k)
+    allowed = run.mask[0, 0]  # (T, T) bool
+    out, alpha = scaled_dot_product_attention(q, k, v, allowed)  # the textbook core, in float64
+    reported = attentions_of(run.output, loaded.model, loaded.name)[layer][0, head].double()  # (T, T)
+    numpy = lambda t: t.detach().cpu().numpy()  # noqa: E731
+    return Steps(layer, head, d_k, numpy(q), numpy(k), numpy(v), numpy(scores), numpy(scaled), numpy(allowed),
+                 numpy(alpha), numpy(out), numpy(reported))
+
+
+# --- what position embeddings do (attnviz positions) -----------------------------------------------------
+
+
+@dataclass
+class PositionsResult:
+    """The same text in two word orders, run with the model's position embeddings and with them zeroed.
+
+    permutation (T,): shuffled position p holds the original token permutation[p]. alpha_* are (L, H, T, T):
+    the original order, and the shuffled order re-ordered back to the original positions."""
+
+    words: list[str]
+    shuffled: list[str]
+    tokens: list[str]
+    permutation: np.ndarray
+    alpha_with: np.ndarray
+    back_with: np.ndarray
+    alpha_without: np.ndarray
+    back_without: np.ndarray
+
+    @staticmethod
+    def _per_layer(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.abs(a - b).reshape(len(a), -1).max(axis=-1)  # (L,)
+
+    @property
+    def diff_with(self) -> np.ndarray:
+        return self._per_layer(self.alpha_with, self.back_with)
+
+    @property
+    def diff_without(self) -> np.ndarray:
+        return self._per_layer(self.alpha_without, self.back_without)
+
+
+def position_embeddings(loaded):
+    """The learned position-embedding table of an encoder, or UnsupportedArchitectureError (one line)."""
+    base = getattr(loaded.model, "base_model", loaded.model)
+    if loaded.causal:
+        raise UnsupportedArchitectureError(
+            f"{loaded.name} is causal: it also sees word order through its mask (each token looks only back), so "
+            f"removing its positions cannot make α a set; `positions` works with encoders (BERT, RoBERTa, …)")
+    table = getattr(getattr(base, "embeddings", None), "position_embeddings", None)
+    if not isinstance(table, torch.nn.Embedding):
+        raise UnsupportedArchitectureError(
+            f"{loaded.name} adds positions in a way attnviz cannot switch off (rotary or relative positions); "
+            f"`positions` works with models that add learned position embeddings (BERT, RoBERTa, DistilBERT)")
+    return table
+
+
+def _word_spans(text_words: list[str]) -> tuple[str, list[tuple[int, int]]]:
+    spans, at = [], 0
+    for word in text_words:
+        spans.append((at, at + len(word)))
+        at += len(word) + 1
+    return " ".join(text_words), spans
+
+
+def _tokens_by_word(loaded, words: list[str]):
+    """Encode the words joined by spaces; return (encoded, for each word its token positions, the special
+    token positions in order)."""
+    from attnviz.model import encode
+
+    text, spans = _word_spans(words)
+    encoded = encode(loaded, text, truncate=False)
+    offsets = loaded.tokenizer(text, return_offsets_mapping=True)["offset_mapping"]
+    by_word: list[list[int]] = [[] for _ in words]
+    specials = []
+    for position, ((start, end), special) in enumerate(zip(offsets, encoded.special)):
+        if special or end <= start:
+            specials.append(position)
+            continue
+        word = next(n for n, (a, b) in enumerate(spans) if a <= start < b)
+        by_word[word].append(position)
+    return encoded, by_word, specials
+
+
+def positions_experiment(loaded, text: str, *, seed: int = 0) -> PositionsResult:
+    """Shuffle the words of `text`; run the model on both orders with its position embeddings and with them
+    zeroed. Without positions self-attention sees a set: α of the shuffled text is exactly the same
+    permutation of α. With them it is not."""
+    from attnviz.errors import InputError
+    from attnviz.model import model_attentions
+
+    table = position_embeddings(loaded)
+    if not getattr(loaded.tokenizer, "is_fast", False):
+        raise UnsupportedArchitectureError(f"{loaded.name} has a slow tokenizer; `positions` needs token offsets")
+    words = text.split()
+    if len(set(words)) < 2:
+        raise InputError("the text needs at least two different words to shuffle")
+    rng = np.random.default_rng(seed)
+    order = np.arange(len(words))
+    while (order == np.arange(len(words))).all() or [words[i] for i in order] == words:
+        order = rng.permutation(len(words))
+    shuffled = [words[i] for i in order]
+    original, orig_words, orig_special = _tokens_by_word(loaded, words)
+    moved, moved_words, moved_special = _tokens_by_word(loaded, shuffled)
+    T = len(original.token_ids)
+    permutation = np.full(T, -1)
+    for p, o in zip(moved_special, orig_special):
+        permutation[p] = o
+    for new_index, old_index in enumerate(order):
+        old, new = orig_words[old_index], moved_words[new_index]
+        if len(old) != len(new) or [original.token_ids[i] for i in old] != [moved.token_ids[i] for i in new]:
+            raise UnsupportedArchitectureError(f"{loaded.name}'s tokenizer splits {words[old_index]!r} differently "
+                                               f"once it moves, so the two orders cannot be compared token by token")
+        permutation[new] = old
+    if len(moved.token_ids) != T or len(moved_special) != len(orig_special) or (permutation < 0).any():
+        raise UnsupportedArchitectureError("the shuffled text does not tokenise into the same tokens")
+
+    def both() -> tuple[np.ndarray, np.ndarray]:
+        a = model_attentions(loaded, original)  # (L, H, T, T)
+        b = model_attentions(loaded, moved)
+        inverse = np.argsort(permutation)  # original position -> shuffled position
+        return a, b[:, :, inverse][:, :, :, inverse]  # the shuffled run, back in the original order
+
+    alpha_with, back_with = both()
+    saved = table.weight.detach().clone()
+    try:
+        with torch.no_grad():
+            table.weight.zero_()
+        alpha_without, back_without = both()
+    finally:
+        with torch.no_grad():
+            table.weight.copy_(saved)
+    return PositionsResult(words, shuffled, original.tokens, permutation, alpha_with, back_with, alpha_without,
+                           back_without)

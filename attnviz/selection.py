@@ -116,3 +116,64 @@ class Selection:
 
     def __str__(self) -> str:
         return self.spec
+
+
+# --- tokens ---------------------------------------------------------------------------------------------
+
+
+def _norm(text: str) -> str:
+    import unicodedata
+
+    return unicodedata.normalize("NFC", text).casefold()
+
+
+def find_token(tokens: list[str] | tuple[str, ...], spec: str, option: str = "--token") -> int:
+    """The position of one token, chosen by index (negative counts from the end), by its text
+    (case-insensitive, as uncased tokenizers lowercase; "##" may be left out), or as text#n for the n-th
+    occurrence. An ambiguous text says which occurrences exist; a missing one lists the tokens."""
+    from attnviz.text import visible
+
+    spec = spec.strip()
+    T = len(tokens)
+    if _INDEX.match(spec):
+        index = int(spec)
+        if not -T <= index < T:
+            raise SelectionError(f"token {index} is out of range: there are {T} tokens (0..{T - 1}, or -{T}..-1)",
+                                 option)
+        return index % T
+    text, _, nth = spec.rpartition("#") if "#" in spec[1:] and spec.rpartition("#")[2].isdigit() else (spec, "", "")
+    key = _norm(text)
+    matches = [i for i, t in enumerate(tokens) if _norm(t) == key or _norm(t.removeprefix("##")) == key]
+    shown = visible(text)
+    if not matches:
+        words = _words(tokens)
+        split = next((pieces for pieces in words if _norm("".join(p.removeprefix("##") for p in pieces)) == key
+                      and len(pieces) > 1), None)
+        if split:
+            raise SelectionError(f"{shown!r} is split into {' '.join(visible(p) for p in split)}: choose one piece, "
+                                 f"e.g. {visible(split[0])!r}, or give its index", option)
+        listing = " ".join(f"{i}:{visible(t)}" for i, t in enumerate(tokens[:60])) + (" …" if T > 60 else "")
+        raise SelectionError(f"no token {shown!r}; the tokens are {listing}", option)
+    if nth:
+        n = int(nth)
+        if not 1 <= n <= len(matches):
+            raise SelectionError(f"{shown!r} occurs {len(matches)} time{'s' if len(matches) > 1 else ''}; "
+                                 f"#{n} does not exist", option)
+        return matches[n - 1]
+    if len(matches) > 1:
+        places = ", ".join(str(i) for i in matches)
+        choices = " or ".join(f"{text}#{n}" for n in range(1, len(matches) + 1))
+        raise SelectionError(f"{shown!r} occurs {len(matches)} times (tokens {places}): write {visible(choices)}, "
+                             f"or give an index", option)
+    return matches[0]
+
+
+def _words(tokens) -> list[list[str]]:
+    """Tokens grouped into words: a "##" piece joins the word before it."""
+    words: list[list[str]] = []
+    for token in tokens:
+        if token.startswith("##") and words:
+            words[-1].append(token)
+        else:
+            words.append([token])
+    return words

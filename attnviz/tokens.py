@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import unicodedata
 
 SUBWORD_PREFIX = "##"
@@ -29,6 +30,7 @@ def readable_token(raw: str, decoded: str | None, source_text: str | None, *, sp
     if text.startswith(SUBWORD_PREFIX) and len(text) > len(SUBWORD_PREFIX):
         text = text[len(SUBWORD_PREFIX):]
     text = unicodedata.normalize("NFC", text)  # uncased BERT splits Hangul into jamo; recompose
+    text = standalone_jamo(text)
     if not text:
         text = "␣" if raw.strip(" Ġ▁") == "" else raw
     return SUBWORD_PREFIX + text if subword else text
@@ -50,3 +52,27 @@ def subword_flags(word_ids: list[int | None] | None, raw_tokens: list[str], spec
             marked = any(m in "".join(raw_tokens) for m in _MARKERS)
             flags.append(not raw.startswith(_MARKERS) and not special[i - 1] and marked)
     return flags
+
+
+@functools.lru_cache(maxsize=1)
+def _jamo_table() -> dict[int, str]:
+    """Conjoining Hangul jamo (U+1100–U+11FF, which only render inside a syllable) -> the compatibility
+    jamo that stand alone (ㄴ, ㅏ), matched by their Unicode names."""
+    table = {}
+    for code in range(0x1100, 0x1200):
+        name = unicodedata.name(chr(code), "")
+        for kind in ("HANGUL CHOSEONG ", "HANGUL JUNGSEONG ", "HANGUL JONGSEONG "):
+            if name.startswith(kind):
+                try:
+                    table[code] = unicodedata.lookup("HANGUL LETTER " + name[len(kind):])
+                except KeyError:
+                    pass
+    return table
+
+
+def standalone_jamo(text: str) -> str:
+    """Jamo that did not recompose into a syllable (an uncased tokenizer split the word), shown as the
+    letters a reader knows: "ᄂ" -> "ㄴ", "ᅡ" -> "ㅏ"."""
+    if not any(0x1100 <= ord(c) < 0x1200 for c in text):
+        return text
+    return text.translate(_jamo_table())

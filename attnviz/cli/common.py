@@ -251,6 +251,38 @@ class ModelOptions:
                         trust_remote_code=self.trust_remote_code)
 
 
+@dataclass(frozen=True)
+class ScaleOptions:
+    """How weights map to colours, for every command that draws attention."""
+
+    scale: Annotated[str, typer.Option(
+        "--scale", parser=choice_parser(("shared", "per-head"), {"per_head": "per-head", "each": "per-head"}),
+        metavar="shared|per-head", help="One colour scale for every panel (shared), or each its own (per-head).")] = \
+        "shared"
+    norm: Annotated[str, typer.Option(
+        "--norm", parser=choice_parser(("auto", "linear", "sqrt", "log"), {"power": "sqrt"}),
+        metavar="auto|linear|sqrt|log",
+        help="How weights map to colours: linear; sqrt or log to see small weights; auto: linear up to 64 "
+             "tokens, sqrt beyond.")] = "auto"
+    vmax: Annotated[Optional[float], typer.Option(
+        "--vmax", parser=finite_float(0.0), metavar="NUMBER", show_default=False,
+        help="Top of the colour scale (default: the largest weight shown).")] = None
+
+    def choice(self):
+        from attnviz.panels import ScaleChoice
+
+        if self.vmax is not None and self.vmax <= 0:
+            raise typer.BadParameter("must be above 0", param_hint="--vmax")
+        return ScaleChoice(kind=self.scale, norm=self.norm, vmax=self.vmax)
+
+
+ValuesOpt = Annotated[bool, typer.Option("--values", help="Write each weight in its cell (when cells are big "
+                                                         "enough to read).")]
+StartOpt = Annotated[int, typer.Option("--start", min=0, metavar="N",
+                                       help="Terminal: the first key column shown when the matrix is wider than "
+                                            "the terminal.")]
+
+
 MAX_TEXT_BYTES = 1_000_000  # text from a file or stdin
 
 

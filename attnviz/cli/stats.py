@@ -133,22 +133,14 @@ def rollout(token: Annotated[Optional[str], typer.Option(
 
 
 def pick_token(capture, token: str | None) -> int:
-    from attnviz.errors import SelectionError
-    from attnviz.text import visible
+    """--token: an index, a text or text#n; by default [CLS]/the first start token for encoders, the last
+    token for causal models."""
+    from attnviz.selection import find_token
 
     if token is None:
         starts = [n for n, kind in enumerate(capture.special_kind) if kind == "start"]
         return capture.n_tokens - 1 if capture.causal or not starts else starts[0]
-    try:
-        index = int(token)
-    except ValueError:
-        if token in capture.tokens:
-            return capture.tokens.index(token)
-        raise SelectionError(f"no token {visible(token)!r} in {visible(' '.join(capture.tokens))}", "--token") from None
-    if not -capture.n_tokens <= index < capture.n_tokens:
-        raise SelectionError(f"token {index} is out of range: there are {capture.n_tokens} tokens "
-                             f"(0..{capture.n_tokens - 1})", "--token")
-    return index % capture.n_tokens
+    return find_token(capture.tokens, token)
 
 
 @app.command()

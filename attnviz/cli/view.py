@@ -2,44 +2,43 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from attnviz.cli.common import (CaptureInput, CmapOpt, HeadSel, HideOpt, LayerSel, TextInput, app, cli_errors, out, say,
-                                takes, use_color)
+from attnviz.cli.common import (CaptureInput, CmapOpt, HeadSel, HideOpt, LayerSel, ScaleOptions, StartOpt,
+                                TextInput, ValuesOpt, app, check_output, cli_errors, out, output_path, say, takes,
+                                use_color)
 from attnviz.selection import Selection
 
 
 @app.command()
 @cli_errors
-@takes(inp=CaptureInput)
-def heatmap(output: Annotated[Optional[Path], typer.Option(
-                "--output", "-o", help="Image file: .png, .svg or .pdf. Default: attnviz_layer<L>_<head>.png "
-                                       "(e.g. attnviz_layer5_mean.png) in the current folder.",
-                show_default=False)] = None,
+@takes(inp=CaptureInput, look=ScaleOptions)
+def heatmap(output: Annotated[Optional[str], typer.Option(
+                "--output", "-o", metavar="FILE", show_default=False,
+                help="Image file: .png, .svg or .pdf by the suffix; a folder gets the default name inside. "
+                     "Default: attnviz_layer<L>_<head>.png (e.g. attnviz_layer5_mean.png) here.")] = None,
             terminal: Annotated[bool, typer.Option(
                 "--terminal", "-t", help="Draw in the terminal (and write an image only if -o is given).")] = False,
             layer: LayerSel = Selection.parse("-1", "layer", option="--layer"),
             head: HeadSel = Selection.parse("mean", "head", keywords=("mean", "max"), option="--head"),
-            hide_special: HideOpt = False, cmap: CmapOpt = "viridis",
-            start: Annotated[int, typer.Option(help="--terminal: first key column shown when the matrix is "
-                                                    "wider than the terminal.", min=0)] = 0,
-            *, inp: CaptureInput) -> None:
+            hide_special: HideOpt = False, values: ValuesOpt = False, cmap: CmapOpt = "viridis",
+            start: StartOpt = 0, *, inp: CaptureInput, look: ScaleOptions) -> None:
     """Draw attention weights α as a heatmap: to an image file, or in the terminal with --terminal.
     Several layers or heads give one panel each, on one colour scale."""
-    from attnviz.capture import check_suffix
     from attnviz.panels import heatmap_page
+    from attnviz.render.png import FORMATS
 
-    if output is not None:
-        from attnviz.render.png import FORMATS
-
-        check_suffix(output, FORMATS)
+    check_output(output, FORMATS)
     capture = inp.capture()
     layers = layer.indices(capture.n_layers)
     page = heatmap_page(capture, layers, head.resolve(capture.n_heads), hide_special=hide_special,
-                        all_layers=len(layers) == capture.n_layers and len(layers) > 1)
+                        all_layers=len(layers) == capture.n_layers and len(layers) > 1, scale=look.choice())
+    if values:
+        page = replace(page, panels=tuple(replace(p, values=True) for p in page.panels))
     if terminal:
         from attnviz.render.terminal import panel_renderable
 
@@ -49,7 +48,7 @@ def heatmap(output: Annotated[Optional[Path], typer.Option(
             return
     from attnviz.render.png import page_figure, save_figure
 
-    path = save_figure(page_figure(page, cmap=cmap), output or Path(f"{page.name}.png"))
+    path = save_figure(page_figure(page, cmap=cmap), output_path(output, f"{page.name}.png"))
     say(path)
 
 

@@ -102,9 +102,10 @@ def _write_values(ax, matrix: np.ndarray, hidden, cmap: str, scale: Scale, fonts
 
 
 def format_value(value: float) -> str:
-    """A cell value as written in the cell: 2 decimals, no leading zero (".25", "1.00")."""
-    text = f"{value:.2f}"
-    return text[1:] if text.startswith("0.") else text
+    """A cell value as written in the cell, in at most 4 characters where it can: ".25", "1.00", "-3.1", "135"."""
+    magnitude = abs(float(value))
+    text = f"{value:.0f}" if magnitude >= 9.95 else f"{value:.1f}" if magnitude >= 1.995 else f"{value:.2f}"
+    return text.replace("0.", ".", 1) if text.startswith(("0.", "-0.")) else text
 
 
 def _set_tick_labels(ax, row_labels, col_labels, *, fontsize: float, step: int, families, rotate: bool) -> None:
@@ -226,6 +227,43 @@ def page_figure(page: Page, *, cmap: str = DEFAULT_CMAP) -> HeatmapFigure:
         y -= 0.2 / fig_h
     fig.text(0.02, y, note_text, ha="left", va="top", fontsize=8, color="0.4", fontfamily=families)
     return HeatmapFigure(fig, axes, bar_axes[0], images, title_artist)
+
+
+def mixed_figure(page: Page, *, cmap: str = DEFAULT_CMAP, ncols: int = 3) -> HeatmapFigure:
+    """Panels of different shapes and scales (the steps of one head), each with its own colorbar and
+    colormap, laid out by matplotlib's constrained layout under the page's title, text and small print."""
+    from matplotlib.figure import Figure
+
+    panels = page.panels
+    nrows = math.ceil(len(panels) / ncols)
+    T = max(max(p.matrix.shape) for p in panels)
+    lay = LabelLayout.for_tokens(T, target_in=3.2, max_side=4.5)
+    families = families_for("".join(panels[0].rows) + page.title + page.subtitle)
+    panel_in = max(2.6, lay.cell_in * T + lay.label_extent_in(panels[0].rows) + 1.2)
+    fig_w = ncols * panel_in
+    title, title_pt = fit_title(page.title, fig_w - 0.3)
+    fig = Figure(figsize=(fig_w, nrows * (panel_in + 0.3) + 0.9), dpi=100, layout="constrained")
+    axes, images = [], []
+    grid = fig.subplots(nrows, ncols, squeeze=False)
+    for n, ax in enumerate(grid.flat):
+        if n >= len(panels):
+            ax.set_visible(False)
+            continue
+        panel = panels[n]
+        heatmap(panel.matrix, panel.rows, panel.cols, ax=ax, cmap=panel.cmap or cmap, scale=panel.scale,
+                hidden=panel.hidden, fontsize=min(lay.fontsize, 9.0), step=lay.step, families=families,
+                values=panel.values, value_fontsize=min(lay.value_fontsize, 8.0))
+        ax.set_title(panel.short, fontsize=9, fontfamily=families)
+        ax.set_xlabel(panel.col_axis, fontsize=8)
+        ax.set_ylabel(panel.row_axis, fontsize=8)
+        fig.colorbar(ax.images[0], ax=ax, shrink=0.8).ax.tick_params(labelsize=7)
+        axes.append(ax)
+        images.append(ax.images[0])
+    lines = [page.subtitle] if page.subtitle else []
+    lines += [" · ".join(page.notes)] if page.notes else []
+    title_artist = fig.suptitle(title + ("\n" + "\n".join(lines) if lines else ""), x=0.01, ha="left",
+                                fontsize=title_pt, fontfamily=families)
+    return HeatmapFigure(fig, axes, None, images, title_artist)
 
 
 def shorten_cells(text: str, limit: int) -> str:

@@ -16,7 +16,7 @@ from rich.console import Group
 from rich.style import Style
 from rich.text import Text
 
-from attnviz.panels import Panel
+from attnviz.panels import Panel, Scale
 from attnviz.render.colors import DEFAULT_CMAP, rgb, text_on
 from attnviz.text import cells, fit, glyphs, pad
 
@@ -55,8 +55,7 @@ def panel_renderable(panel: Panel, *, width: int = 80, color: bool = True, cmap:
     only a window of the columns fits in `width`."""
     matrix = np.asarray(panel.matrix, dtype=np.float32)
     n_rows, T = matrix.shape
-    vmin, vmax = panel.scale.vmin, panel.scale.vmax
-    scaled = np.clip((matrix - vmin) / max(vmax - vmin, 1e-12), 0.0, 1.0)  # (R, C) in [0, 1]
+    scaled = panel.scale.unit(matrix)  # (R, C) in [0, 1], as the colours show it
     lay = TermLayout.fit(T, panel.rows, width, start, n_rows)
     cols = list(lay.columns)
     colours = rgb(cmap, scaled)  # (R, C, 3)
@@ -92,7 +91,7 @@ def panel_renderable(panel: Panel, *, width: int = 80, color: bool = True, cmap:
                 line.append(_shade(scaled[i, j]) * lay.cell)
         lines.append(line)
     if legend:
-        lines.append(_legend(vmin, vmax, color, cmap, panel.scale.label))
+        lines.append(_legend(panel.scale, color, cmap, panel.values))
     if len(cols) < T:
         lines.append(Text(f"showing keys {cols[0]}–{cols[-1]} of 0–{T - 1}: the terminal is {width} columns "
                           f"wide; widen it or pass --start to move the window", style="yellow"))
@@ -108,14 +107,19 @@ def _value_text(value: float, width: int) -> str:
     return pad(text, width, "right" if width > 2 else "left")
 
 
-def _legend(vmin: float, vmax: float, color: bool, cmap: str, label: str) -> Text:
-    legend = Text(f"{'α' if label.startswith('attention weight') else label} {vmin:.2f} ")
+def _legend(scale: Scale, color: bool, cmap: str, values: bool = False) -> Text:
+    """The colour key: the scale's ends, its kind, and how to read numbers in cells."""
+    label = "α" if scale.label.startswith("attention weight") else scale.label
+    legend = Text(f"{label} {scale.vmin:.2f} ")
     if color:
         for r, g, b in rgb(cmap, np.linspace(0, 1, 16)):
             legend.append(" ", style=Style(bgcolor=f"rgb({int(r)},{int(g)},{int(b)})"))
-        legend.append(f" {vmax:.2f}")
-    else:  # five equal steps: " " below vmax/5, "█" from 4·vmax/5
-        legend.append(f"[{SHADES}] {vmax:.2f}")
+        legend.append(f" {scale.vmax:.2f}")
+    else:  # five equal steps of the scale: " " for the lowest fifth, "█" for the highest
+        legend.append(f"[{SHADES}] {scale.vmax:.2f}")
+    legend.append(f" · {scale.describe()}", style="dim")
+    if values:
+        legend.append(" · numbers are α in hundredths (25 = 0.25, ** = 1.00)", style="dim")
     return legend
 
 
@@ -150,7 +154,7 @@ def panels_side_by_side(panels: Sequence[Panel], *, width: int = 80, color: bool
     panel_width = width // len(panels) - 2 if side_by_side else width
     rendered = [panel_renderable(p, width=panel_width, color=color, cmap=cmap, start=start,
                                  title=p.short or p.title_text, legend=False) for p in panels]
-    legend = _legend(panels[0].scale.vmin, panels[0].scale.vmax, color, cmap, panels[0].scale.label)
+    legend = _legend(panels[0].scale, color, cmap)
     tail = [legend] + ([Text(key, style="dim")] if key else [])
     if not side_by_side:
         return Group(*rendered, *tail)
@@ -159,3 +163,146 @@ def panels_side_by_side(panels: Sequence[Panel], *, width: int = 80, color: bool
         grid.add_column()
     grid.add_row(*rendered)
     return Group(grid, *tail)
+
+
+# --- one head step by step -------------------------------------------------------------------------------
+
+
+def _vector_table(name: str, matrix: np.ndarray, labels: Sequence[str], width: int):
+    """Rows of vectors: each token's norm and its first few components (as many as fit)."""
+    from rich import box
+    from rich.table import Table
+
+    label_w = max(min(max(cells(s) for s in labels), MAX_ROW_LABEL), len("token"))
+    number_w = max(len(f"{v:.2f}") for v in matrix.ravel()) if matrix.size else 4
+    column_w = max(number_w, len(f"{name}[{matrix.shape[1] - 1}]"))
+    norm_w = max(max(len(f"{np.linalg.norm(row):.2f}") for row in matrix), len(name) + 2)
+    shown = max(0, min(matrix.shape[1], (width - label_w - norm_w - 4) // (column_w + 1)))
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    table.add_column("token", no_wrap=True, min_width=label_w, max_width=label_w)
+    table.add_column(f"‖{name}‖", justify="right", no_wrap=True, min_width=norm_w)
+    for d in range(shown):
+        table.add_column(f"{name}[{d}]", justify="right", no_wrap=True, min_width=column_w)
+    if shown < matrix.shape[1]:
+        table.add_column("…", no_wrap=True, width=1)
+    for label, row in zip(labels, matrix):
+        cells_ = [Text(fit(label, label_w)), Text(f"{np.linalg.norm(row):.2f}")]
+        cells_ += [Text(f"{v:.2f}") for v in row[:shown]]
+        if shown < matrix.shape[1]:
+            cells_.append(Text(""))
+        table.add_row(*cells_)
+    return table
+
+
+def _number_grid(matrix: np.ndarray, labels: Sequence[str], fmt: str, hidden: np.ndarray | None, width: int):
+    """A T × T matrix as numbers, or None when it does not fit the width."""
+    from rich import box
+    from rich.table import Table
+
+    label_w = min(max(cells(s) for s in labels), MAX_ROW_LABEL)
+    number_w = max(len(fmt.format(v)) for v in matrix.ravel()) + 1
+    if label_w + 2 + number_w * matrix.shape[1] > width:
+        return None
+    room = (width - label_w - 2) // matrix.shape[1]  # wider cells, for longer key labels, when there is room
+    cell_w = max(number_w, min(room, min(max(cells(s) for s in labels), 8) + 1))
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 0), pad_edge=False)
+    table.add_column("", no_wrap=True)
+    for label in labels:
+        table.add_column(fit(label, cell_w - 1), justify="right", no_wrap=True, min_width=cell_w)
+    for i, label in enumerate(labels):
+        row = [Text(fit(label, label_w) + " ")]
+        for j, value in enumerate(matrix[i]):
+            hid = hidden is not None and hidden[i, j]
+            row.append(Text("−∞" if hid else fmt.format(value), style="dim" if hid else ""))
+        table.add_row(*row)
+    return table
+
+
+def steps_renderable(page, steps, *, width: int = 80, color: bool = True, token: int | None = None) -> Group:
+    """One head's computation, in order: Q and K, Q·Kᵀ, ÷√d_k and the mask, softmax → α, α·V; numbers in
+    the cells when they fit, heatmaps otherwise. With `token`, only that query's row, step by step."""
+    import math
+
+    labels = page.panels[0].rows
+    hidden = page.panels[3].hidden
+    parts: list = [Text(page.title, style="bold")]
+    if page.subtitle:
+        parts.append(Text(page.subtitle, style="dim"))
+    d_k = steps.d_k
+    parts.append(Text(f"1. Q and K: each token's hidden state times the layer's W_Q and W_K (d_k = {d_k})",
+                      style="cyan"))
+    if token is None:
+        parts += [_vector_table("q", steps.q, labels, width), _vector_table("k", steps.k, labels, width)]
+    else:
+        parts.append(_vector_table("q", steps.q[token:token + 1], labels[token:token + 1], width))
+        parts.append(_vector_table("k", steps.k, labels, width))
+    if token is not None:
+        return Group(*parts, *_token_steps(steps, labels, token, hidden, width))
+    for number, panel, fmt, what in ((2, page.panels[2], "{:.1f}", "scores Q·Kᵀ: how well each query matches each key"),
+                                     (3, page.panels[3], "{:.2f}", f"divided by √d_k = {math.sqrt(d_k):.2f}"
+                                      + (" ; keys after the query masked to −∞ (causal)" if hidden is not None else
+                                         " ; no mask: every token sees every key")),
+                                     (4, page.panels[4], "{:.2f}", "softmax of each row → α (each row sums to 1)")):
+        parts.append(Text(f"{number}. {what}", style="cyan"))
+        grid = _number_grid(panel.matrix, labels, fmt, panel.hidden, width)
+        parts.append(grid if grid is not None else panel_renderable(panel, width=width, color=color, title=False))
+    parts.append(Text(f"5. α·V: each row is a weighted sum of the value vectors (d_v = {steps.v.shape[1]})",
+                      style="cyan"))
+    parts.append(_vector_table("out", steps.out, labels, width))
+    parts.append(Text(f"This α equals the model's own for layer {steps.layer}, head {steps.head}: "
+                      f"max |Δ| = {steps.max_diff:.1e}", style="green" if steps.max_diff < 1e-4 else "red"))
+    return Group(*parts)
+
+
+def _token_steps(steps, labels, i: int, hidden, width: int) -> list:
+    """One query row: its scores with every key, scaled, masked, softmaxed; then the weighted sum."""
+    import math
+
+    from rich import box
+    from rich.table import Table
+
+    label_w = min(max(cells(s) for s in labels), MAX_ROW_LABEL)
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    for name in ("key", "q·k", f"÷√{steps.d_k}", "α (softmax)", "model α"):
+        table.add_column(name, justify="left" if name == "key" else "right", no_wrap=True)
+    for j, label in enumerate(labels):
+        masked = hidden is not None and hidden[i, j]
+        table.add_row(Text(fit(label, label_w)), Text(f"{steps.scores[i, j]:.2f}"),
+                      Text("−∞" if masked else f"{steps.scaled[i, j]:.2f}", style="dim" if masked else ""),
+                      Text(f"{steps.alpha[i, j]:.3f}"), Text(f"{steps.model_alpha[i, j]:.3f}"))
+    order = np.argsort(-steps.alpha[i])[:4]
+    terms = " + ".join(f"{steps.alpha[i, j]:.2f}·v({labels[j]})" for j in order if steps.alpha[i, j] > 0.005)
+    return [Text(f"2–4. the query {labels[i]!r} (token {i}): its scores, ÷ √d_k = {math.sqrt(steps.d_k):.2f}, "
+                 f"softmax", style="cyan"), table,
+            Text("5. its output is the α-weighted sum of the value vectors:", style="cyan"),
+            Text(f"   out({labels[i]}) = {terms}{' + …' if len(order) and steps.alpha[i, order[-1]] > 0.005 else ''}"
+                 f"   (‖out‖ = {np.linalg.norm(steps.out[i]):.2f})"),
+            Text(f"This row equals the model's own α: max |Δ| = {np.abs(steps.alpha[i] - steps.model_alpha[i]).max():.1e}",
+                 style="green")]
+
+
+def positions_renderable(result, model: str) -> Group:
+    """The positions experiment as a few lines and a table: max |Δα| per layer, without and with positions."""
+    from rich import box
+    from rich.table import Table
+
+    from attnviz.text import visible
+
+    words = " ".join(visible(w) for w in result.words)
+    shuffled = " ".join(visible(w) for w in result.shuffled)
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1))
+    for name in ("layer", "without positions", "with positions"):
+        table.add_column(name, justify="right")
+    for layer, (a, b) in enumerate(zip(result.diff_without, result.diff_with)):
+        table.add_row(Text(str(layer)), Text(f"{a:.1e}"), Text(f"{b:.3f}"))
+    without, with_ = float(result.diff_without.max()), float(result.diff_with.max())
+    return Group(
+        Text(f"{visible(model)}: the text and its words shuffled", style="bold"),
+        Text(f"  text:     {words}"), Text(f"  shuffled: {shuffled}"),
+        Text("max |Δα| between α of the text and α of the shuffled text put back in the original order, over "
+             "every head:", style="cyan"),
+        table,
+        Text(f"Without position embeddings the difference is {without:.1e} (float rounding): self-attention alone "
+             f"sees the words as a set, and moving a word only moves its row and column of α. With them it is up "
+             f"to {with_:.2f}: position embeddings are how the model knows the order.", style="green"),
+    )
