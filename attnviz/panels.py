@@ -296,7 +296,7 @@ def steps_page(steps, capture_tokens: Sequence[str], model: str, text: str = "")
     `steps` is a scratch.Steps (numpy arrays)."""
     labels = tuple(visible(t) for t in capture_tokens)
     T = len(labels)
-    dims = lambda n: tuple(str(i) if i % 8 == 0 else "" for i in range(n))  # noqa: E731
+    dims = lambda n: tuple(str(i) if i % 8 == 0 else "" for i in range(n))
     hidden = ~steps.allowed if not steps.allowed.all() else None
     small = T <= 12
     base = dict(rows=labels, layer=steps.layer, head=steps.head, name="steps")

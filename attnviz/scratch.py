@@ -410,7 +410,7 @@ def head_steps(loaded, encoded, layer: int, head: int) -> Steps:
     allowed = run.mask[0, 0]  # (T, T) bool
     out, alpha = scaled_dot_product_attention(q, k, v, allowed)  # the textbook core, in float64
     reported = attentions_of(run.output, loaded.model, loaded.name)[layer][0, head].double()  # (T, T)
-    numpy = lambda t: t.detach().cpu().numpy()  # noqa: E731
+    numpy = lambda t: t.detach().cpu().numpy()
     return Steps(layer, head, d_k, numpy(q), numpy(k), numpy(v), numpy(scores), numpy(scaled), numpy(allowed),
                  numpy(alpha), numpy(out), numpy(reported))
 

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from attnviz.cli.common import (CaptureInput, CmapOpt, HeadSel, ImageOut, JsonOpt, LayerSel, ScaleOptions, TextInput,
+from attnviz.cli.common import (CmapOpt, HeadSel, ImageOut, JsonOpt, LayerSel, TextInput,
                                 app, check_output, cli_errors, err, out, output_path, print_json, say, takes,
                                 use_color)
 from attnviz.selection import Selection

@@ -271,14 +271,14 @@ def _token_steps(steps, labels, i: int, hidden, width: int) -> list:
                       Text("−∞" if masked else f"{steps.scaled[i, j]:.2f}", style="dim" if masked else ""),
                       Text(f"{steps.alpha[i, j]:.3f}"), Text(f"{steps.model_alpha[i, j]:.3f}"))
     order = np.argsort(-steps.alpha[i])[:4]
+    row_diff = float(np.abs(steps.alpha[i] - steps.model_alpha[i]).max())
     terms = " + ".join(f"{steps.alpha[i, j]:.2f}·v({labels[j]})" for j in order if steps.alpha[i, j] > 0.005)
     return [Text(f"2–4. the query {labels[i]!r} (token {i}): its scores, ÷ √d_k = {math.sqrt(steps.d_k):.2f}, "
                  f"softmax", style="cyan"), table,
             Text("5. its output is the α-weighted sum of the value vectors:", style="cyan"),
             Text(f"   out({labels[i]}) = {terms}{' + …' if len(order) and steps.alpha[i, order[-1]] > 0.005 else ''}"
                  f"   (‖out‖ = {np.linalg.norm(steps.out[i]):.2f})"),
-            Text(f"This row equals the model's own α: max |Δ| = {np.abs(steps.alpha[i] - steps.model_alpha[i]).max():.1e}",
-                 style="green")]
+            Text(f"This row equals the model's own α: max |Δ| = {row_diff:.1e}", style="green")]
 
 
 def positions_renderable(result, model: str) -> Group:
