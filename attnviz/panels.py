@@ -299,7 +299,7 @@ def steps_page(steps, capture_tokens: Sequence[str], model: str, text: str = "")
     dims = lambda n: tuple(str(i) if i % 8 == 0 else "" for i in range(n))
     hidden = ~steps.allowed if not steps.allowed.all() else None
     small = T <= 12
-    base = dict(rows=labels, layer=steps.layer, head=steps.head, name="steps")
+    base: dict[str, Any] = dict(rows=labels, layer=steps.layer, head=steps.head, name="steps")
     panels = [
         Panel(matrix=steps.q.astype(np.float32), cols=dims(steps.q.shape[1]), hidden=None,
               scale=_signed(steps.q, "value"), title=("Q = X·W_Q (+ b)",), short=f"Q  ({T} × d_k = {steps.d_k})",
@@ -339,7 +339,7 @@ def positions_page(result, model: str, layer: int, text: str = "") -> Page:
         a, b = alpha[layer].mean(axis=0), back[layer].mean(axis=0)  # (T, T)
         top = max(float(a.max()), float(b.max()), 1e-9)
         diff = np.abs(a - b)
-        common = dict(rows=labels, cols=labels, hidden=None, name="positions", layer=layer)
+        common: dict[str, Any] = dict(rows=labels, cols=labels, hidden=None, name="positions", layer=layer)
         panels += [
             Panel(matrix=a, scale=Scale(0.0, top), title=(name,), short=f"{name}: α of the text", **common),
             Panel(matrix=b, scale=Scale(0.0, top), title=(name,), short=f"{name}: α of the shuffled text, "
