@@ -353,3 +353,54 @@ def positions_page(result, model: str, layer: int, text: str = "") -> Page:
             f"{result.diff_without.max():.1e} without positions, {result.diff_with.max():.2f} with them")
     return Page(panels=tuple(panels), title=title, name=f"attnviz_positions_layer{layer}", notes=(note,),
                 subtitle=("“" + visible(shorten(text, 400)) + "”") if text else "")
+
+
+# --- one token in every layer and head (attnviz token) ----------------------------------------------------
+
+
+def token_links(capture: Capture, i: int, top: int = 5) -> list[dict]:
+    """The heads whose query `i` puts the most weight on one other, non-special token: layer, head, key,
+    weight; strongest first."""
+    alpha = capture.attentions[:, :, i, :].astype(np.float64)  # (L, H, T)
+    allowed = ~capture.special.copy()
+    allowed[i] = False
+    if not allowed.any():
+        return []
+    masked = np.where(allowed, alpha, -1.0)
+    flat = np.argsort(-masked.reshape(-1))[: top * 4]
+    links, seen = [], set()
+    for index in flat:
+        layer, head, key = np.unravel_index(index, masked.shape)
+        if masked[layer, head, key] <= 0 or (layer, head) in seen:
+            continue
+        seen.add((layer, head))
+        links.append({"layer": int(layer), "head": int(head), "key": int(key), "token": capture.tokens[key],
+                      "weight": float(alpha[layer, head, key])})
+        if len(links) == top:
+            break
+    return links
+
+
+def token_page(capture: Capture, i: int, layers: Sequence[int], scale: ScaleChoice | None = None) -> Page:
+    """For each chosen layer, two panels of heads × tokens: the token's own row of α (what it attends to)
+    and its column (who attends to it)."""
+    labels = token_labels(capture)
+    name = labels[i]
+    heads = tuple(f"head {h}" for h in range(capture.n_heads))
+    future = capture.future_mask
+    panels = []
+    for layer in layers:
+        row = capture.attentions[layer, :, i, :]  # (H, T)
+        column = capture.attentions[layer, :, :, i]  # (H, T)
+        hidden_row = None if future is None else np.broadcast_to(future[i], row.shape)
+        hidden_column = None if future is None else np.broadcast_to(future[:, i], column.shape)
+        common: dict[str, Any] = dict(rows=heads, cols=labels, scale=Scale(), layer=layer, row_axis="head",
+                                      name="token")
+        panels.append(Panel(matrix=row, hidden=hidden_row, title=(f"layer {layer}",),
+                            short=f"layer {layer}: what {name!r} attends to", col_axis="key (attended to)", **common))
+        panels.append(Panel(matrix=column, hidden=hidden_column, title=(f"layer {layer}",),
+                            short=f"layer {layer}: who attends to {name!r}", col_axis="query (attending)", **common))
+    panels = apply_scale(panels, scale)
+    title = f"{short_model(capture.model)} · token {i} {name!r} in every layer and head"
+    return Page(panels=tuple(panels), title=title, name=f"attnviz_token{i}", subtitle=text_subtitle(capture),
+                notes=(panels[0].scale.describe(),))

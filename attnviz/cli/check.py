@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from attnviz.text import visible
-from attnviz.cli.common import (TextInput, finite_float, JsonOpt, app, cli_errors, err, out, print_json, say,
-                                takes)
+from attnviz.cli.common import (ImageOut, JsonOpt, TextInput, app, check_output, cli_errors, err, finite_float, out,
+                                output_path, print_json, say, takes)
 
 MISMATCH_EXIT = 3
 # Default tolerance on max |Δα| by dtype. float32 is the target; in half precision the model's own α
@@ -19,15 +18,14 @@ MISMATCH_EXIT = 3
 TOLERANCE = {"float32": 1e-5, "float16": 5e-3, "bfloat16": 5e-2}
 
 
-@app.command()
+@app.command(help="Recompute α = softmax(Q·Kᵀ/√d_k) from the model's own weights and compare it with what the model "
+                  'reports, per layer. Exit 0 within the tolerance, 3 outside it.')
 @cli_errors
 @takes(inp=TextInput)
 def verify(tolerance: Annotated[Optional[float], typer.Option(
                parser=finite_float(0.0), show_default=False,
                help="Largest |Δα| that passes. Default 1e-5 in float32, 5e-3 in float16, 5e-2 in bfloat16.")] = None,
            as_json: JsonOpt = False, *, inp: TextInput) -> None:
-    """Recompute α = softmax(Q·Kᵀ/√d_k) from the model's own weights and compare it with what the model
-    reports. Exit 0 within tolerance, 3 outside it."""
     from attnviz.metrics import differences
     from attnviz.render.tables import verdict, verify_table
     from attnviz.scratch import capture_both
@@ -51,39 +49,46 @@ def verify(tolerance: Annotated[Optional[float], typer.Option(
         out.print(verify_table(diffs, tolerance, title))
         out.print(verdict(ok, f"max |Δα| = {worst.max_abs:.2e} (layer {worst.layer}, head {worst.worst_head}) "
                               f"{'≤' if ok else '>'} tolerance {tolerance:g}"))
+        if ok:
+            say(f"PASS means: computing softmax(Q·Kᵀ/√d_k) ourselves, from this model's own weights, gives the "
+                f"attention weights the model reports, for every layer and head, to within {tolerance:g}.", wrap=True)
+        else:
+            say(f"FAIL means: the textbook formula, applied to this model's weights, does not give the weights "
+                f"the model reports (off by up to {worst.max_abs:.2e}); the model does something the formula "
+                f"leaves out.", wrap=True)
     if not ok:
         raise typer.Exit(MISMATCH_EXIT)
 
 
-@app.command()
+@app.command(help="Why attention divides by √d_k: per layer of the real model, the spread of the scores Q·Kᵀ "
+                  "and the entropy and peak of the softmax, with and without the division; then the "
+                  "random-vector check at the model's own d_k and at d_k = 64.")
 @cli_errors
 @takes(inp=TextInput)
-def scaling(output: Annotated[Optional[Path], typer.Option(
-                "--output", "-o", show_default=False, help="Also plot entropy per layer (.png/.svg/.pdf).")] = None,
-            as_json: JsonOpt = False, *, inp: TextInput) -> None:
-    """Why attention divides by √d_k: per layer of the real model, the spread of the logits Q·Kᵀ and the
-    entropy and peak of the softmax, with and without the scaling; plus the random-vector check."""
+def scaling(output: ImageOut = None, as_json: JsonOpt = False, *, inp: TextInput) -> None:
     from attnviz.render.png import FORMATS, save_figure, scaling_figure
     from attnviz.render.tables import scaling_table
     from attnviz.scratch import scaling_rows, synthetic_scaling
 
-    from attnviz.capture import check_suffix
-
-    if output is not None:
-        check_suffix(output, FORMATS)
+    check_output(output, FORMATS)
     text = inp.require_text()
     loaded = inp.load()
     with err.status("Recomputing Q and K…"):
         rows, T, d_k = scaling_rows(loaded, text, truncate=inp.truncate)
+    raw_own, scaled_own = synthetic_scaling(d_k)
     raw64, scaled64 = synthetic_scaling(64)
     if as_json:
         print_json({"model": loaded.name, "T": T, "d_k": d_k, "ln_T": math.log(T),
-                    "layers": [r.__dict__ for r in rows], "synthetic_d64": {"std_raw": raw64, "std_scaled": scaled64}})
+                    "layers": [r.__dict__ for r in rows],
+                    "synthetic": {"d_k": d_k, "std_raw": raw_own, "std_scaled": scaled_own},
+                    "synthetic_d64": {"std_raw": raw64, "std_scaled": scaled64}})
     else:
         out.print(scaling_table(rows, T, d_k, f"{visible(loaded.name)}: softmax(QKᵀ) vs softmax(QKᵀ/√d_k)"))
-        say(f"Random q, k with N(0, 1) entries, d_k = 64: std of q·k = {raw64:.2f} (√64 = 8), "
-                  f"of q·k/√d_k = {scaled64:.2f}. Without the scaling the logits grow with √d_k, the "
-                  f"softmax saturates towards one-hot, and its gradients vanish.")
+        say("raw: the same trained weights and the same Q and K, only without the division by √d_k.", wrap=True)
+        say(f"Random q, k with N(0, 1) entries: std of q·k is √d_k — d_k = {d_k} (this model): {raw_own:.2f} "
+            f"(√{d_k} = {math.sqrt(d_k):.2f}), after ÷√d_k {scaled_own:.2f}; d_k = 64 (the essays' example): "
+            f"{raw64:.2f} (√64 = 8), after ÷√d_k {scaled64:.2f}. Without the scaling the logits grow with √d_k, "
+            f"the softmax saturates towards one-hot, and its gradients vanish.", wrap=True)
     if output is not None:
-        path = save_figure(scaling_figure(rows, T, d_k, loaded.name), output)
+        path = save_figure(scaling_figure(rows, T, d_k, loaded.name), output_path(output, "attnviz_scaling.png"))
         say(path, console=err if as_json else out)

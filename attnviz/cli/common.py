@@ -40,10 +40,11 @@ INTERRUPTED_EXIT = 130  # 128 + SIGINT
 # --- printing ----------------------------------------------------------------------------------------
 
 
-def say(*parts: Any, console: Console | None = None, style: str = "") -> None:
-    """Print plain text (never markup), control characters made visible, on one logical line."""
+def say(*parts: Any, console: Console | None = None, style: str = "", wrap: bool = False) -> None:
+    """Print plain text (never markup), control characters made visible: on one logical line (paths), or
+    wrapped to the terminal's width (sentences)."""
     text = Text(visible(" ".join(str(p) for p in parts)), style=style)
-    (console or out).print(text, soft_wrap=True, highlight=False)
+    (console or out).print(text, soft_wrap=not wrap, highlight=False)
 
 
 def error_line(message: str, label: str = "Error") -> None:
@@ -54,6 +55,21 @@ def error_line(message: str, label: str = "Error") -> None:
 # --- one-line usage errors ---------------------------------------------------------------------------
 
 
+SHORT_HELP = {
+    "heatmap": "Draw α as a heatmap: PNG/SVG/PDF, or in the terminal (-t).",
+    "token": "One token in every layer and head: what it attends to, who attends to it.",
+    "steps": "One head step by step: Q, K, Q·Kᵀ, ÷√d_k, mask, softmax → α, α·V.",
+    "positions": "Shuffle the words, with and without position embeddings.",
+    "compare": "Layers (or two models) side by side in the terminal.",
+    "heads": "A table of every head's statistics and pattern label.",
+    "entropy": "Mean attention entropy, layers × heads.",
+    "rollout": "Attention rollout: what reaches a token through all layers.",
+    "explain": "What every column, label and term means.",
+    "verify": "Recompute α from the model's weights and compare (exit 3 if not equal).",
+    "scaling": "Why divide by √d_k: the softmax with and without it.",
+    "capture": "Save α and tokens as a .npz for --from.",
+    "export": "Every head as an image, a grid, the data and an offline gallery.",
+}
 COMMAND_ORDER = ("heatmap", "token", "steps", "positions", "compare", "heads", "entropy", "rollout", "explain",
                  "verify", "scaling", "capture", "export")
 
@@ -67,8 +83,10 @@ class AttnvizGroup(TyperGroup):
         return sorted(names, key=lambda n: COMMAND_ORDER.index(n) if n in COMMAND_ORDER else len(COMMAND_ORDER))
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):  # type: ignore[override]
-        for command in [self, *self.commands.values()]:
+        for name, command in [("", self), *self.commands.items()]:
             _plain_metavars(command)
+            if name in SHORT_HELP:
+                command.short_help = SHORT_HELP[name]
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
         try:
@@ -370,12 +388,17 @@ def takes(**groups: type) -> Callable:
 
     def decorate(func: Callable) -> Callable:
         signature = inspect.signature(func, eval_str=True)
-        params = [p for p in signature.parameters.values() if p.name not in groups]
+        keyword = inspect.Parameter.KEYWORD_ONLY
+        own = [p.replace(kind=keyword) for p in signature.parameters.values() if p.name not in groups]
+        arguments, options = [], []
         for cls in groups.values():
             hints = get_type_hints(cls, include_extras=True)
             for f in dataclasses.fields(cls):
-                params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
-                                                annotation=hints[f.name]))
+                metadata = getattr(hints[f.name], "__metadata__", ())
+                is_argument = any(type(m).__name__ == "ArgumentInfo" for m in metadata)
+                (arguments if is_argument else options).append(
+                    inspect.Parameter(f.name, keyword, default=f.default, annotation=hints[f.name]))
+        params = arguments + own + options  # TEXT comes first on the command line, the shared options last
 
         @functools.wraps(func)
         def wrapper(*args, **kwargs):

@@ -13,7 +13,9 @@ from attnviz.selection import Selection
 
 
 
-@app.command("export")
+@app.command("export",
+             help='Write every layer × head as a labelled image, a head-mean image per layer, a grid overview, the '
+                            'capture, heads.csv/heads.json and an index.html that works offline.')
 @cli_errors
 @takes(inp=CaptureInput)
 def export_command(out_dir: Annotated[Path, typer.Option(
@@ -29,8 +31,6 @@ def export_command(out_dir: Annotated[Path, typer.Option(
                    force: Annotated[bool, typer.Option("--force", help="Replace an earlier attnviz export in "
                                                                        "--out-dir (never other files).")] = False,
                    cmap: CmapOpt = "viridis", *, inp: CaptureInput) -> None:
-    """Write every layer × head as a labelled image, a head-mean image per layer, a grid overview,
-    attention.npz, heads.csv/heads.json and an index.html that works offline."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from attnviz.export import FORMATS, check_target, export, export_folder

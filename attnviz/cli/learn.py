@@ -7,9 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from attnviz.cli.common import (CmapOpt, HeadSel, ImageOut, JsonOpt, LayerSel, TextInput,
-                                app, check_output, cli_errors, err, out, output_path, print_json, say, takes,
-                                use_color)
+from attnviz.cli.common import (CaptureInput, CmapOpt, HeadSel, ImageOut, JsonOpt, LayerSel, ScaleOptions,
+                                TextInput, app, check_output, cli_errors, err, out, output_path, print_json, say,
+                                takes, use_color)
 from attnviz.selection import Selection
 
 TokenOpt = Annotated[Optional[str], typer.Option(
@@ -106,4 +106,39 @@ def positions(layer: LayerSel = Selection.parse("-1", "layer", option="--layer")
 
         page = positions_page(result, loaded.name, which, text)
         say(save_figure(mixed_figure(page, cmap=cmap), output_path(output, f"{page.name}.png")),
+            console=err if as_json else out)
+
+
+@app.command(help="One token in every layer and head: what it attends to (its row of α) and which tokens "
+                  "attend to it (its column), with the heads that link it most strongly to another token.")
+@cli_errors
+@takes(inp=CaptureInput, look=ScaleOptions)
+def token(token: Annotated[str, typer.Argument(
+              help="The token: its index, its text (case-insensitive) or text#n for the n-th occurrence.",
+              show_default=False, metavar="TOKEN")],
+          layer: LayerSel = Selection.everything("layer", "--layer"),
+          output: ImageOut = None, as_json: JsonOpt = False, cmap: CmapOpt = "viridis",
+          *, inp: CaptureInput, look: ScaleOptions) -> None:
+    from attnviz.panels import token_links, token_page
+    from attnviz.render.png import FORMATS
+    from attnviz.selection import find_token
+
+    check_output(output, FORMATS)
+    capture = inp.capture()
+    i = find_token(capture.tokens, token, option="TOKEN")
+    layers = layer.indices(capture.n_layers)
+    links = token_links(capture, i)
+    if as_json:
+        print_json({"model": capture.model, "tokens": list(capture.tokens), "token": i, "layers": layers,
+                    "attends_to": capture.attentions[layers, :, i, :],
+                    "attended_by": capture.attentions[layers, :, :, i], "strongest_links": links})
+    else:
+        from attnviz.render.terminal import token_renderable
+
+        out.print(token_renderable(capture, i, layers, links, width=out.width, color=use_color(), cmap=cmap))
+    if output is not None:
+        from attnviz.render.png import mixed_figure, save_figure
+
+        page = token_page(capture, i, layers, look.choice())
+        say(save_figure(mixed_figure(page, cmap=cmap, ncols=2), output_path(output, f"{page.name}.png")),
             console=err if as_json else out)

@@ -7,8 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from attnviz.cli.common import (CaptureInput, CmapOpt, CsvOpt, HeadSel, JsonOpt, LayerSel, ModelOptions, app,
-                                cli_errors, emit_records, err, out, print_json, say, selection_parser, takes, use_color)
+from attnviz.cli.common import (CaptureInput, CmapOpt, CsvOpt, HeadSel, ImageOut, JsonOpt, LayerSel, ScaleOptions,
+                                StartOpt, TextInput, app, check_output, cli_errors, emit_records, err, out,
+                                output_path, print_json, say, selection_parser, takes, use_color)
 from attnviz.selection import Selection
 
 ImageOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Also write a figure (.png/.svg/.pdf).",
@@ -37,7 +38,8 @@ def _sort_key(value: str | None) -> str | None:
     return metric.name
 
 
-@app.command()
+@app.command(help='A table of every head: entropy, max weight, distance, positional scores, mass on special tokens and '
+                  'punctuation, and a pattern label (attnviz explain defines each).')
 @cli_errors
 @takes(inp=CaptureInput)
 def heads(layer: LayerSel = ALL_LAYERS,
@@ -49,7 +51,6 @@ def heads(layer: LayerSel = ALL_LAYERS,
           top: Annotated[Optional[int], typer.Option(help="Show only the first N rows.", min=1,
                                                      show_default=False)] = None,
           as_json: JsonOpt = False, as_csv: CsvOpt = False, *, inp: CaptureInput) -> None:
-    """A table of every head: entropy, max weight, distance, positional scores, special-token mass, label."""
     from attnviz.metrics import LABELS, columns, head_records
     from attnviz.panels import short_model
     from attnviz.render.tables import heads_table
@@ -69,14 +70,13 @@ def heads(layer: LayerSel = ALL_LAYERS,
                                                        "header with --sort"))
 
 
-@app.command()
+@app.command(help='Mean attention entropy of every head, layers × heads, beside the uniform baseline ln T.')
 @cli_errors
 @takes(inp=CaptureInput)
 def entropy(output: ImageOpt = None,
             normalised: Annotated[bool, typer.Option("--normalised", help="Divide each row by ln(keys it may "
                                                                          "attend to): 0 one-hot, 1 uniform.")] = False,
             cmap: CmapOpt = "viridis", as_json: JsonOpt = False, as_csv: CsvOpt = False, *, inp: CaptureInput) -> None:
-    """Mean attention entropy of every head, layers × heads, beside the uniform baseline ln T."""
     from attnviz import metrics
     from attnviz.panels import entropy_panel, short_model
     from attnviz.render.tables import entropy_table
@@ -98,7 +98,8 @@ def entropy(output: ImageOpt = None,
         say(save_figure(panel_figure(panel, cmap=cmap), output), console=err if as_json or as_csv else out)
 
 
-@app.command()
+@app.command(help='Attention rollout (Abnar & Zuidema 2020): how much each input token reaches a chosen position '
+                  'through all layers, with the residual stream counted as identity attention.')
 @cli_errors
 @takes(inp=CaptureInput)
 def rollout(token: Annotated[Optional[str], typer.Option(
@@ -106,8 +107,6 @@ def rollout(token: Annotated[Optional[str], typer.Option(
                      "encoders, the last token for causal models.", show_default=False)] = None,
             output: ImageOpt = None, cmap: CmapOpt = "viridis", as_json: JsonOpt = False, as_csv: CsvOpt = False,
             *, inp: CaptureInput) -> None:
-    """Attention rollout (Abnar & Zuidema 2020): how much each input token reaches a chosen position
-    through all layers, with the residual stream counted as identity attention."""
     from attnviz.metrics import rollout as compute_rollout
     from attnviz.panels import rollout_panel, short_model, token_labels
     from attnviz.render.terminal import bar_chart
@@ -143,44 +142,50 @@ def pick_token(capture, token: str | None) -> int:
     return find_token(capture.tokens, token)
 
 
-@app.command()
+RowsOpt = Annotated[Optional[Selection], typer.Option(
+    "--rows", parser=selection_parser("row", option="--rows"), metavar="ROWS", show_default=False,
+    help="Terminal: only these query rows, e.g. 0-40 (a window of a long input).")]
+
+
+@app.command(help="Layers side by side in the terminal (the head mean or one head), on one colour scale, each "
+                  "with a stats line; or the same layers of two models (-m A,B or --models A,B) or of two "
+                  "captures (--from twice).")
 @cli_errors
-@takes(options=ModelOptions)
-def compare(text: Annotated[Optional[str], typer.Argument(help="The text to look at (in quotes).",
-                                                          show_default=False)] = None,
-            layer: Annotated[Optional[Selection], typer.Option(
-                "--layer", "--layers", "-l", parser=selection_parser("layer"), metavar="LAYERS",
-                help="Layers side by side: 0,3,5 or 0-2. Default: first, middle and last.", show_default=False)] = None,
+@takes(inp=TextInput, look=ScaleOptions)
+def compare(layer: Annotated[Optional[Selection], typer.Option(
+                "--layer", "--layers", "-l", parser=selection_parser("layer"), metavar="LAYERS", show_default=False,
+                help="Layers: an index (-1 is the last), a list 0,3,5, a range 0-2, or all. Default: first, "
+                     "middle and last.")] = None,
             head: HeadSel = Selection.parse("mean", "head", keywords=("mean", "max"), option="--head"),
             models: Annotated[Optional[str], typer.Option(
-                help="Two models, comma-separated, compared layer by layer on the same text.",
-                show_default=False)] = None,
+                help="Two models, comma-separated (or -m A,B), compared layer by layer on the same text.",
+                show_default=False, metavar="A,B")] = None,
             sources: Annotated[Optional[list[Path]], typer.Option(
                 "--from", help="Saved capture(s); give two to compare two captures.", dir_okay=False,
-                show_default=False)] = None,
-            cmap: CmapOpt = "viridis", *, options: ModelOptions) -> None:
-    """Layers side by side in the terminal (head mean or one head), each with a stats line; or the same
-    layers of two models."""
+                show_default=False, metavar="FILE")] = None,
+            start: StartOpt = 0, rows: RowsOpt = None, output: ImageOut = None, as_json: JsonOpt = False,
+            cmap: CmapOpt = "viridis", *, inp: TextInput, look: ScaleOptions) -> None:
     from dataclasses import replace
 
     from attnviz.errors import CaptureMismatchError
     from attnviz.metrics import matrix_summary
-    from attnviz.panels import attention_panels, short_model, with_shared_scale
-    from attnviz.render.terminal import panels_side_by_side
+    from attnviz.panels import Page, apply_scale, attention_panels, short_model, text_subtitle
+    from attnviz.render.png import FORMATS
     from attnviz.text import visible
 
-    names = [m.strip() for m in models.split(",")] if models else [None]
+    check_output(output, FORMATS)
+    names = [m.strip() for m in (models or inp.model or "").split(",")] if (models or "," in (inp.model or "")) \
+        else [inp.model]
     if len(names) > 2:
         raise typer.BadParameter("give at most two models", param_hint="--models")
     if sources:
         if len(sources) > 2 or models:
             raise typer.BadParameter("give one or two --from captures, and no --models with them")
-        captures = [CaptureInput(source=path).capture() for path in sources]
-        if text:
+        if inp.text is not None or inp.text_file is not None:
             raise typer.BadParameter("give either TEXT or --from, not both")
+        captures = [CaptureInput(source=path).capture() for path in sources]
     else:
-        base = vars(options)
-        captures = [CaptureInput(**{**base, "model": name or base["model"]}, text=text).capture() for name in names]
+        captures = [replace(inp, model=name).capture() for name in names]
     if len(captures) == 2 and captures[0].tokens != captures[1].tokens:
         a, b = captures
         first, second = visible(" ".join(a.tokens)), visible(" ".join(b.tokens))
@@ -191,7 +196,7 @@ def compare(text: Annotated[Optional[str], typer.Argument(help="The text to look
     chosen = (layer or Selection.parse(f"0,{n_layers // 2},{n_layers - 1}" if n_layers > 2 else "all", "layer",
                                        option="--layer")).indices(n_layers)
     heads = head.resolve(min(c.n_heads for c in captures))
-    panels = []
+    panels, records = [], []
     for n in chosen:
         for cap in captures:
             for panel in attention_panels(cap, [n], heads):
@@ -200,16 +205,33 @@ def compare(text: Annotated[Optional[str], typer.Argument(help="The text to look
                 which = panel.title[1] if panel.head != "mean" else "mean"
                 panels.append(replace(panel, short=f"{name}layer {n} · {which}",
                                       footer=f"H={entropy_:.2f} sp={special_mass:.2f} d={distance:.1f}"))
-    key = "H: mean entropy (nats) · sp: mass on special tokens · d: mean distance (tokens)"
-    out.print(panels_side_by_side(with_shared_scale(panels), width=out.width, color=use_color(), cmap=cmap, key=key))
+                records.append({"model": cap.model, "layer": n, "head": panel.head, "entropy": entropy_,
+                                "special_mass": special_mass, "mean_distance": distance, "alpha": panel.matrix})
+    panels = apply_scale(panels, look.choice())
+    if as_json:
+        print_json({"tokens": list(captures[0].tokens), "panels": records})
+    else:
+        from attnviz.render.terminal import panels_side_by_side
+
+        shown_rows = rows.indices(captures[0].n_tokens) if rows is not None else None
+        key = "H: mean entropy (nats) · sp: mass on special tokens · d: mean distance (tokens)"
+        out.print(panels_side_by_side(panels, width=out.width, color=use_color(), cmap=cmap, key=key, start=start,
+                                      rows=shown_rows))
+    if output is not None:
+        from attnviz.render.png import page_figure, save_figure
+
+        title = " vs ".join(short_model(c.model) for c in captures) + " · layers side by side"
+        page = Page(panels=tuple(replace(p, short=f"{p.short} ({p.footer})") for p in panels), title=title,
+                    name="attnviz_compare", subtitle=text_subtitle(captures[0]))
+        say(save_figure(page_figure(page, cmap=cmap), output_path(output, f"{page.name}.png")),
+            console=err if as_json else out)
 
 
-@app.command()
+@app.command(help="What every number and word in attnviz's tables means: each metric, pattern label and term.")
 @cli_errors
 def explain(term: Annotated[Optional[str], typer.Argument(
                 help="A column (entropy, prev, norm_ent, …), a label (previous-token, …) or a term (rollout, "
                      "alpha, scale). Default: everything.", show_default=False)] = None) -> None:
-    """What every number and word in attnviz's tables means: each metric, pattern label and term."""
     from rich.table import Table
     from rich.text import Text
 

@@ -14,7 +14,8 @@ from attnviz.cli.common import (CaptureInput, CmapOpt, HeadSel, HideOpt, LayerSe
 from attnviz.selection import Selection
 
 
-@app.command()
+@app.command(help='Draw the attention weights α as a heatmap: to an image file (PNG, SVG, PDF), or in the terminal with'
+                  ' --terminal. Several layers or heads give a panel each.')
 @cli_errors
 @takes(inp=CaptureInput, look=ScaleOptions)
 def heatmap(output: Annotated[Optional[str], typer.Option(
@@ -27,8 +28,6 @@ def heatmap(output: Annotated[Optional[str], typer.Option(
             head: HeadSel = Selection.parse("mean", "head", keywords=("mean", "max"), option="--head"),
             hide_special: HideOpt = False, values: ValuesOpt = False, cmap: CmapOpt = "viridis",
             start: StartOpt = 0, *, inp: CaptureInput, look: ScaleOptions) -> None:
-    """Draw attention weights α as a heatmap: to an image file, or in the terminal with --terminal.
-    Several layers or heads give one panel each, on one colour scale."""
     from attnviz.panels import heatmap_page
     from attnviz.render.png import FORMATS
 
@@ -52,12 +51,12 @@ def heatmap(output: Annotated[Optional[str], typer.Option(
     say(path)
 
 
-@app.command()
+@app.command(help="Run the model once and save α, the tokens and the metadata as a .npz capture, for any command's "
+                  '--from later (which then needs neither torch nor transformers).')
 @cli_errors
 @takes(inp=TextInput)
 def capture(output: Annotated[Path, typer.Option("--output", "-o", help="Capture file (.npz).")] = Path("capture.npz"),
             *, inp: TextInput) -> None:
-    """Run the model and save α, tokens and metadata as a .npz capture for later --from use."""
     from attnviz.capture import check_suffix
 
     check_suffix(output, (".npz",))

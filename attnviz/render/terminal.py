@@ -32,11 +32,12 @@ class TermLayout:
     label_width: int  # cells for "index label " before the first matrix cell
 
     @classmethod
-    def fit(cls, T: int, labels: Sequence[str], width: int, start: int = 0, n_rows: int | None = None) -> TermLayout:
+    def fit(cls, T: int, labels: Sequence[str], width: int, start: int = 0, n_rows: int | None = None,
+            cell_widths: tuple[int, ...] = (3, 2)) -> TermLayout:
         n_rows = T if n_rows is None else n_rows
         label_width = min(max((cells(s) for s in labels), default=1), MAX_ROW_LABEL) + len(str(max(n_rows - 1, 0))) + 2
         avail = max(width - label_width, 4)
-        for cell in (3, 2):
+        for cell in cell_widths:
             if T * cell <= avail:
                 return cls(cell, range(T), label_width)
         cell = 2
@@ -50,13 +51,15 @@ def _shade(x: float) -> str:
 
 
 def panel_renderable(panel: Panel, *, width: int = 80, color: bool = True, cmap: str = DEFAULT_CMAP,
-                     start: int = 0, title: bool | str = True, legend: bool = True) -> Group:
+                     start: int = 0, title: bool | str = True, legend: bool = True, rows: Sequence[int] | None = None,
+                     cell_widths: tuple[int, ...] = (3, 2)) -> Group:
     """A panel as rows of cells with row labels and vertical column labels, a legend, and a note when
-    only a window of the columns fits in `width`."""
+    only a window of the columns fits in `width`; `rows` shows only those query rows (a window of a long
+    input)."""
     matrix = np.asarray(panel.matrix, dtype=np.float32)
     n_rows, T = matrix.shape
     scaled = panel.scale.unit(matrix)  # (R, C) in [0, 1], as the colours show it
-    lay = TermLayout.fit(T, panel.rows, width, start, n_rows)
+    lay = TermLayout.fit(T, panel.rows, width, start, n_rows, cell_widths)
     cols = list(lay.columns)
     colours = rgb(cmap, scaled)  # (R, C, 3)
     dark = text_on(colours) if color and panel.values else None
@@ -74,7 +77,7 @@ def panel_renderable(panel: Panel, *, width: int = 80, color: bool = True, cmap:
         lines.append(line)
     index_width = len(str(max(n_rows - 1, 0)))
     hidden = panel.hidden
-    for i in range(n_rows):
+    for i in (range(n_rows) if rows is None else rows):
         label = f"{i:>{index_width}} {fit(panel.rows[i], lay.label_width - index_width - 2)}"
         line = Text(pad(label, lay.label_width))
         for j in cols:
@@ -95,6 +98,8 @@ def panel_renderable(panel: Panel, *, width: int = 80, color: bool = True, cmap:
     if len(cols) < T:
         lines.append(Text(f"showing keys {cols[0]}–{cols[-1]} of 0–{T - 1}: the terminal is {width} columns "
                           f"wide; widen it or pass --start to move the window", style="yellow"))
+    if rows is not None and len(rows) < n_rows:
+        lines.append(Text(f"showing queries {rows[0]}–{rows[-1]} of 0–{n_rows - 1} (--rows)", style="yellow"))
     if panel.footer:
         lines.append(Text(panel.footer, style="cyan"))
     return Group(*lines)
@@ -143,26 +148,36 @@ def bar_chart(labels: Sequence[str], values: Sequence[float], *, width: int = 80
 
 
 def panels_side_by_side(panels: Sequence[Panel], *, width: int = 80, color: bool = True, cmap: str = DEFAULT_CMAP,
-                        key: str | None = None, start: int = 0) -> Group:
-    """Panels (on one colour scale) side by side when they fit in `width`, else stacked, each windowed
+                        key: str | None = None, start: int = 0, rows: Sequence[int] | None = None) -> Group:
+    """Panels (on one colour scale) side by side: all in one row if they fit, else with narrower cells, else
+    as many per row as fit (at least two when two fit with one-character cells), else stacked, each windowed
     as a single heatmap is; each titled with its short title and followed by its footer."""
     from rich.table import Table
 
     R, T = panels[0].matrix.shape
     label_width = TermLayout.fit(T, panels[0].rows, 10**6, 0, R).label_width
-    side_by_side = len(panels) * (label_width + 2 * T + 2) <= width
-    panel_width = width // len(panels) - 2 if side_by_side else width
-    rendered = [panel_renderable(p, width=panel_width, color=color, cmap=cmap, start=start,
-                                 title=p.short or p.title_text, legend=False) for p in panels]
+    per_row, cell_widths = 1, (3, 2)
+    fits = {cell: max(width // (label_width + cell * T + 2), 1) for cell in (2, 1)}
+    for cell, wanted in ((2, len(panels)), (1, len(panels)), (2, 2), (1, 2)):  # all in a row, then rows of ≥ 2
+        if len(panels) > 1 and fits[cell] >= wanted:
+            per_row, cell_widths = min(fits[cell], len(panels)), (cell,)
+            break
+    panel_width = width // per_row - 2 if per_row > 1 else width
+    rendered = [panel_renderable(p, width=panel_width, color=color, cmap=cmap, start=start, rows=rows,
+                                 title=p.short or p.title_text, legend=False, cell_widths=cell_widths)
+                for p in panels]
     legend = _legend(panels[0].scale, color, cmap)
     tail = [legend] + ([Text(key, style="dim")] if key else [])
-    if not side_by_side:
+    if per_row == 1:
         return Group(*rendered, *tail)
-    grid = Table.grid(padding=(0, 2))
-    for _ in rendered:
-        grid.add_column()
-    grid.add_row(*rendered)
-    return Group(grid, *tail)
+    grids = []
+    for first in range(0, len(rendered), per_row):
+        grid = Table.grid(padding=(0, 2))
+        for _ in range(per_row):
+            grid.add_column()
+        grid.add_row(*rendered[first:first + per_row])
+        grids.append(grid)
+    return Group(*grids, *tail)
 
 
 # --- one head step by step -------------------------------------------------------------------------------
@@ -306,3 +321,31 @@ def positions_renderable(result, model: str) -> Group:
              f"sees the words as a set, and moving a word only moves its row and column of α. With them it is up "
              f"to {with_:.2f}: position embeddings are how the model knows the order.", style="green"),
     )
+
+
+def token_renderable(capture, i: int, layers: Sequence[int], links: Sequence[dict], *, width: int = 80,
+                     color: bool = True, cmap: str = DEFAULT_CMAP) -> Group:
+    """One token: per layer the mean over heads of its row and of its column, and its strongest links."""
+    from attnviz.panels import short_model, token_labels, with_shared_scale
+
+    labels = token_labels(capture)
+    rows = tuple(f"layer {n}" for n in layers)
+    attends = capture.attentions[layers, :, i, :].mean(axis=1)  # (layers, T)
+    attended = capture.attentions[layers, :, :, i].mean(axis=1)  # (layers, T)
+    future = capture.future_mask
+    panels = with_shared_scale([
+        Panel(attends, rows, labels, None if future is None else np.broadcast_to(future[i], attends.shape),
+              Scale(), (f"what {labels[i]!r} attends to (mean of {capture.n_heads} heads per layer)",), "token"),
+        Panel(attended, rows, labels, None if future is None else np.broadcast_to(future[:, i], attended.shape),
+              Scale(), (f"who attends to {labels[i]!r} (mean of {capture.n_heads} heads per layer)",), "token"),
+    ])
+    parts: list = [Text(f"{short_model(capture.model)} · token {i} {labels[i]!r}", style="bold")]
+    for panel in panels:
+        parts.append(panel_renderable(panel, width=width, color=color, cmap=cmap))
+    if links:
+        parts.append(Text(f"heads that link {labels[i]!r} most strongly to another token:", style="cyan"))
+        for link in links:
+            parts.append(Text(f"  layer {link['layer']} head {link['head']} → {labels[link['key']]} "
+                              f"({link['weight']:.2f})"))
+    parts.append(Text("every head: attnviz token … --json, or -o token.png", style="dim"))
+    return Group(*parts)
