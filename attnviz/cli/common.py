@@ -390,7 +390,8 @@ def takes(**groups: type) -> Callable:
         signature = inspect.signature(func, eval_str=True)
         keyword = inspect.Parameter.KEYWORD_ONLY
         own = [p.replace(kind=keyword) for p in signature.parameters.values() if p.name not in groups]
-        arguments, options = [], []
+        arguments: list[inspect.Parameter] = []
+        options: list[inspect.Parameter] = []
         for cls in groups.values():
             hints = get_type_hints(cls, include_extras=True)
             for f in dataclasses.fields(cls):

@@ -156,7 +156,8 @@ def panels_side_by_side(panels: Sequence[Panel], *, width: int = 80, color: bool
 
     R, T = panels[0].matrix.shape
     label_width = TermLayout.fit(T, panels[0].rows, 10**6, 0, R).label_width
-    per_row, cell_widths = 1, (3, 2)
+    per_row = 1
+    cell_widths: tuple[int, ...] = (3, 2)
     fits = {cell: max(width // (label_width + cell * T + 2), 1) for cell in (2, 1)}
     for cell, wanted in ((2, len(panels)), (1, len(panels)), (2, 2), (1, 2)):  # all in a row, then rows of ≥ 2
         if len(panels) > 1 and fits[cell] >= wanted:
