@@ -272,9 +272,11 @@ def entropy_panel(values: np.ndarray, uniform: float, model: str, *, normalised:
 
 
 def grid_title(capture: Capture, panels: Sequence[Panel]) -> str:
-    vmax = panels[0].scale.vmax if panels else 0.0
-    return (f"{short_model(capture.model)} · every head · T = {capture.n_tokens} · "
-            f"one colour scale (0–{vmax:.2f})")
+    scale = panels[0].scale if panels else Scale()
+    shared = all(p.scale == scale for p in panels)
+    which = f"one colour scale (0–{scale.vmax:.2f}, {scale.describe().split(',')[0]})" if shared else \
+        f"each head its own scale ({scale.describe().split(',')[0]})"
+    return f"{short_model(capture.model)} · every head · T = {capture.n_tokens} · {which}"
 
 
 def text_subtitle(capture: Capture, limit: int = 400) -> str:

@@ -122,8 +122,10 @@ def test_hangul_renders_with_real_glyphs_not_boxes(tmp_path, recwarn):
 
 def test_missing_glyphs_warn_once_naming_a_package():
     from attnviz.errors import AttnvizWarning
+    from attnviz.render import fonts
     from attnviz.render.fonts import families_for
 
+    fonts._warned.clear()  # another test may have drawn the same character
     with pytest.warns(AttnvizWarning, match="fonts-noto") as record:
         families_for("\U00013000 hieroglyph")  # Egyptian hieroglyphs: neither DejaVu nor Noto CJK has them
         families_for("\U00013000 again")

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from attnviz.cli.common import CaptureInput, CmapOpt, HeadSel, LayerSel, app, cli_errors, err, say, takes
+from attnviz.cli.common import CaptureInput, CmapOpt, HeadSel, LayerSel, ScaleOptions, app, cli_errors, err, say, takes
 from attnviz.selection import Selection
 
 
@@ -17,7 +17,7 @@ from attnviz.selection import Selection
              help='Write every layer × head as a labelled image, a head-mean image per layer, a grid overview, the '
                             'capture, heads.csv/heads.json and an index.html that works offline.')
 @cli_errors
-@takes(inp=CaptureInput)
+@takes(inp=CaptureInput, look=ScaleOptions)
 def export_command(out_dir: Annotated[Path, typer.Option(
                        "--out-dir", "--output", "-o", "-d", help="Folder to create.",
                        file_okay=False)] = Path("attnviz_export"),
@@ -30,7 +30,7 @@ def export_command(out_dir: Annotated[Path, typer.Option(
                                                         min=1, max=1024)] = os.cpu_count() or 1,
                    force: Annotated[bool, typer.Option("--force", help="Replace an earlier attnviz export in "
                                                                        "--out-dir (never other files).")] = False,
-                   cmap: CmapOpt = "viridis", *, inp: CaptureInput) -> None:
+                   cmap: CmapOpt = "viridis", *, inp: CaptureInput, look: ScaleOptions) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from attnviz.export import FORMATS, check_target, export, export_folder
@@ -52,7 +52,7 @@ def export_command(out_dir: Annotated[Path, typer.Option(
 
     try:
         target = export(capture, out_dir, layers=layers, heads=heads, fmt=fmt, dpi=dpi, cmap=cmap,
-                        workers=workers, force=force, on_total=start,
+                        workers=workers, force=force, scale=look.choice(), on_total=start,
                         on_done=lambda n: progress.advance(tasks[0], n))
     finally:
         progress.stop()

@@ -113,9 +113,9 @@ def positions(layer: LayerSel = Selection.parse("-1", "layer", option="--layer")
                   "attend to it (its column), with the heads that link it most strongly to another token.")
 @cli_errors
 @takes(inp=CaptureInput, look=ScaleOptions)
-def token(token: Annotated[str, typer.Argument(
-              help="The token: its index, its text (case-insensitive) or text#n for the n-th occurrence.",
-              show_default=False, metavar="TOKEN")],
+def token(token: Annotated[Optional[str], typer.Argument(
+              help="The token: its index, its text (case-insensitive) or text#n for the n-th occurrence "
+                   "(after TEXT, or alone with --from).", show_default=False, metavar="TOKEN")] = None,
           layer: LayerSel = Selection.everything("layer", "--layer"),
           output: ImageOut = None, as_json: JsonOpt = False, cmap: CmapOpt = "viridis",
           *, inp: CaptureInput, look: ScaleOptions) -> None:
@@ -124,6 +124,12 @@ def token(token: Annotated[str, typer.Argument(
     from attnviz.selection import find_token
 
     check_output(output, FORMATS)
+    if token is None and inp.source is not None and inp.text is not None:  # attnviz token --from F TOKEN
+        from dataclasses import replace
+
+        token, inp = inp.text, replace(inp, text=None)
+    if token is None:
+        raise typer.BadParameter("give the TOKEN to look at: attnviz token \"TEXT\" TOKEN, or --from FILE TOKEN")
     capture = inp.capture()
     i = find_token(capture.tokens, token, option="TOKEN")
     layers = layer.indices(capture.n_layers)

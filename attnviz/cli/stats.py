@@ -10,19 +10,10 @@ import typer
 from attnviz.cli.common import (CaptureInput, CmapOpt, CsvOpt, HeadSel, ImageOut, JsonOpt, LayerSel, ScaleOptions,
                                 StartOpt, TextInput, app, check_output, cli_errors, emit_records, err, out,
                                 output_path, print_json, say, selection_parser, takes, use_color)
+from attnviz.render.png import FORMATS  # numpy-only at import; matplotlib loads on use
 from attnviz.selection import Selection
 
-ImageOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Also write a figure (.png/.svg/.pdf).",
-                                                  show_default=False)]
 ALL_LAYERS = Selection.everything("layer", "--layer")
-
-
-def _check_image(output: Path | None) -> None:
-    if output is not None:
-        from attnviz.capture import check_suffix
-        from attnviz.render.png import FORMATS
-
-        check_suffix(output, FORMATS)
 
 
 def _sort_key(value: str | None) -> str | None:
@@ -42,7 +33,7 @@ def _sort_key(value: str | None) -> str | None:
                   'punctuation, and a pattern label (attnviz explain defines each).')
 @cli_errors
 @takes(inp=CaptureInput)
-def heads(layer: LayerSel = ALL_LAYERS,
+def heads(layer: LayerSel = ALL_LAYERS, head: HeadSel = Selection.everything("head", "--head"),
           label: Annotated[Optional[str], typer.Option(help="Only heads with this pattern label.",
                                                        show_default=False)] = None,
           sort: Annotated[Optional[str], typer.Option(help="Sort by this column (its header or name: entropy, "
@@ -59,8 +50,9 @@ def heads(layer: LayerSel = ALL_LAYERS,
     if label is not None and label not in LABELS:
         raise typer.BadParameter(f"{label!r} is not a label; choose from {', '.join(LABELS)}", param_hint="--label")
     capture = inp.capture()
-    layers = set(layer.indices(capture.n_layers))
-    records = [r for r in head_records(capture) if r["layer"] in layers and (label is None or r["label"] == label)]
+    layers, chosen_heads = set(layer.indices(capture.n_layers)), set(head.indices(capture.n_heads))
+    records = [r for r in head_records(capture) if r["layer"] in layers and r["head"] in chosen_heads
+               and (label is None or r["label"] == label)]
     if key is not None:
         records.sort(key=lambda r: (r[key] != r[key], r[key]), reverse=desc)  # NaN last (ascending)
     records = records[:top] if top else records
@@ -73,7 +65,7 @@ def heads(layer: LayerSel = ALL_LAYERS,
 @app.command(help='Mean attention entropy of every head, layers × heads, beside the uniform baseline ln T.')
 @cli_errors
 @takes(inp=CaptureInput)
-def entropy(output: ImageOpt = None,
+def entropy(output: ImageOut = None,
             normalised: Annotated[bool, typer.Option("--normalised", help="Divide each row by ln(keys it may "
                                                                          "attend to): 0 one-hot, 1 uniform.")] = False,
             cmap: CmapOpt = "viridis", as_json: JsonOpt = False, as_csv: CsvOpt = False, *, inp: CaptureInput) -> None:
@@ -81,7 +73,7 @@ def entropy(output: ImageOpt = None,
     from attnviz.panels import entropy_panel, short_model
     from attnviz.render.tables import entropy_table
 
-    _check_image(output)
+    check_output(output, FORMATS)
     capture = inp.capture()
     values = metrics.normalised_entropy(capture) if normalised else metrics.entropy(capture)
     uniform = 1.0 if normalised else metrics.uniform_entropy(capture.n_tokens)
@@ -95,7 +87,8 @@ def entropy(output: ImageOpt = None,
         from attnviz.render.png import panel_figure, save_figure
 
         panel = entropy_panel(values, uniform, capture.model, normalised=normalised)
-        say(save_figure(panel_figure(panel, cmap=cmap), output), console=err if as_json or as_csv else out)
+        say(save_figure(panel_figure(panel, cmap=cmap), output_path(output, "attnviz_entropy.png")),
+            console=err if as_json or as_csv else out)
 
 
 @app.command(help='Attention rollout (Abnar & Zuidema 2020): how much each input token reaches a chosen position '
@@ -105,13 +98,13 @@ def entropy(output: ImageOpt = None,
 def rollout(token: Annotated[Optional[str], typer.Option(
                 help="Token to explain: an index, or its text. Default: [CLS]/the first start token for "
                      "encoders, the last token for causal models.", show_default=False)] = None,
-            output: ImageOpt = None, cmap: CmapOpt = "viridis", as_json: JsonOpt = False, as_csv: CsvOpt = False,
+            output: ImageOut = None, cmap: CmapOpt = "viridis", as_json: JsonOpt = False, as_csv: CsvOpt = False,
             *, inp: CaptureInput) -> None:
     from attnviz.metrics import rollout as compute_rollout
     from attnviz.panels import rollout_panel, short_model, token_labels
     from attnviz.render.terminal import bar_chart
 
-    _check_image(output)
+    check_output(output, FORMATS)
     capture = inp.capture()
     matrix = compute_rollout(capture)  # (T, T)
     i = pick_token(capture, token)
@@ -127,7 +120,8 @@ def rollout(token: Annotated[Optional[str], typer.Option(
     if output is not None:
         from attnviz.render.png import panel_figure, save_figure
 
-        path = save_figure(panel_figure(rollout_panel(capture, matrix), cmap=cmap), output)
+        path = save_figure(panel_figure(rollout_panel(capture, matrix), cmap=cmap),
+                           output_path(output, "attnviz_rollout.png"))
         say(path, console=err if as_json or as_csv else out)
 
 

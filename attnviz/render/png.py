@@ -342,11 +342,14 @@ def grid_figure(capture: Capture, panels: Sequence[Panel], layers: Sequence[int]
     R, C = panels[0].matrix.shape
     scale = max(1, math.ceil(panel_px / max(R, C)))  # whole pixels per token
     side_h, side_w, gap = R * scale, C * scale, 4
-    vmin, vmax = panels[0].scale.vmin, panels[0].scale.vmax
     nL, nH = len(layers), len(heads)
     mapping = colormap(cmap)
-    stack = np.ma.stack([by_key[layer, head].shown for layer in layers for head in heads])  # (nL nH, R, C)
-    tiles = mapping(colors.Normalize(vmin, vmax)(stack), bytes=True)[..., :3]  # (nL nH, R, C, 3)
+    chosen = [by_key[layer, head] for layer in layers for head in heads]
+    if all(p.scale == chosen[0].scale for p in chosen):  # one scale: one vectorised mapping
+        units = chosen[0].scale.mpl_norm()(np.ma.stack([p.shown for p in chosen]))  # (nL nH, R, C)
+    else:  # each head its own scale
+        units = np.ma.stack([p.scale.mpl_norm()(p.shown) for p in chosen])
+    tiles = mapping(units, bytes=True)[..., :3]  # (nL nH, R, C, 3)
     tiles = tiles.reshape(nL, nH, R, C, 3).repeat(scale, axis=2).repeat(scale, axis=3)
     mosaic = np.full((nL, side_h + gap, nH, side_w + gap, 3), 255, np.uint8)
     mosaic[:, :side_h, :, :side_w] = tiles.transpose(0, 2, 1, 3, 4)
@@ -365,8 +368,12 @@ def grid_figure(capture: Capture, panels: Sequence[Panel], layers: Sequence[int]
     for spine in ax.spines.values():
         spine.set_visible(False)
     cax = fig.add_axes(((fig_w - right + 0.15) / fig_w, bottom / fig_h, 0.15 / fig_w, min(height_px / dpi, 4) / fig_h))
-    bar = fig.colorbar(cm.ScalarMappable(norm=colors.Normalize(vmin, vmax), cmap=mapping), cax=cax)
+    shared = chosen[0].scale if all(p.scale == chosen[0].scale for p in chosen) else None
+    bar = fig.colorbar(cm.ScalarMappable(norm=shared.mpl_norm() if shared else colors.Normalize(0, 1), cmap=mapping),
+                       cax=cax)
     bar.ax.tick_params(labelsize=7)
+    if shared is None:
+        bar.set_label("each head from 0 to its own largest weight", fontsize=7)
     title = grid_title(capture, panels)
     fig.suptitle(title, x=0.02, ha="left", y=1 - 0.12 / fig_h, va="top", fontsize=10, fontfamily=families_for(title))
     return GridFigure(fig, ax, image, mosaic)
