@@ -23,7 +23,8 @@ HeadChoice = int | str  # a head index, "mean" or "max"
 
 
 NORMS = ("linear", "sqrt", "log")
-AUTO_LINEAR_MAX_T = 64  # --norm auto: linear up to this many tokens, √ beyond (long inputs are mostly tiny weights)
+AUTO_LINEAR_MAX_T = 64  # --norm auto: linear up to this many tokens, log beyond (long inputs are mostly tiny
+# weights, about 1/T each, beside a few near 1: only a log scale shows both; a linear one is flat purple)
 LOG_RANGE = 1e-3  # a log scale spans three decades below vmax
 
 
@@ -83,7 +84,7 @@ class ScaleChoice:
     def norm_for(self, n_tokens: int) -> str:
         if self.norm != "auto":
             return self.norm
-        return "linear" if n_tokens <= AUTO_LINEAR_MAX_T else "sqrt"
+        return "linear" if n_tokens <= AUTO_LINEAR_MAX_T else "log"
 
 
 @dataclass(frozen=True)

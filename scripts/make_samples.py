@@ -14,6 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "sample_outputs"
 CAT = "The cat sat on the mat"
+IT = "The cat sat on the mat because it was tired"
 
 # (file written, arguments to attnviz, what it shows). Files ending in .txt/.svg from a command that
 # prints to the terminal are that command's output (plain: NO_COLOR; .svg: the coloured terminal).
@@ -25,13 +26,30 @@ SAMPLES: list[tuple[str, list[str], str]] = [
     ("cat_all_layers.png", ["heatmap", "--from", "{dir}/cat.npz", "--layer", "all", "--hide-special", "-o", "{out}"],
      "every layer, head mean, special tokens hidden"),
     ("korean_layer0_head3.png", ["heatmap", "나는 사과를 먹었다", "--layer", "0", "--head", "3", "-o", "{out}"],
-     "Hangul labels (uncased BERT splits syllables into jamo; [UNK] for an unknown word)"),
+     "Hangul labels (uncased BERT splits syllables into jamo, shown as letters; [UNK:먹었다] for a lost word)"),
+    ("korean_terminal.txt", ["heatmap", "나는 사과를 먹었다", "--terminal", "--layer", "0", "--head", "3"],
+     "the same in the terminal: rows aligned by display width"),
     ("long_layer0_head2.png", ["heatmap", " ".join(["The quick brown fox jumps over the lazy dog."] * 12),
-                               "--layer", "0", "--head", "2", "-o", "{out}"], "T=122: label sizing"),
+                               "--layer", "0", "--head", "2", "-o", "{out}"],
+     "T=122: label sizing, and the log colour scale --norm auto picks past 64 tokens"),
     ("cat_terminal.txt", ["heatmap", "--from", "{dir}/cat.npz", "--terminal", "--layer", "0", "--head", "2"],
      "terminal heatmap with NO_COLOR (shaded glyphs)"),
     ("cat_terminal.svg", ["heatmap", "--from", "{dir}/cat.npz", "--terminal", "--layer", "0", "--head", "2"],
      "terminal heatmap in colour"),
+    ("cat_values_terminal.txt", ["heatmap", "--from", "{dir}/cat.npz", "--terminal", "--layer", "1", "--head", "2",
+                                "--values"], "--values: each weight in its cell, in hundredths"),
+    ("steps.txt", ["steps", CAT, "--layer", "0", "--head", "2", "-o", "sample_outputs/steps_layer0_head2.png"],
+     "one head step by step: Q, K, Q·Kᵀ, ÷√d_k, softmax → α, α·V, checked against the model"),
+    ("steps_layer0_head2.png", [], "written by the steps command above"),
+    ("steps_token_cat.txt", ["steps", CAT, "--layer", "0", "--head", "2", "--token", "cat"],
+     "one query row step by step"),
+    ("positions.txt", ["positions", CAT, "-o", "sample_outputs/positions.png"],
+     "shuffled words with and without position embeddings"),
+    ("positions.png", [], "written by the positions command above"),
+    ("token_it.txt", ["token", IT, "it", "-o", "sample_outputs/token_it.png"],
+     "what 'it' attends to in every layer, and which heads link it to 'cat'"),
+    ("token_it.png", [], "written by the token command above (every head)"),
+    ("explain.txt", ["explain"], "the definition of every column, label and term"),
     ("verify.txt", ["verify", CAT], "from-scratch α against the model's, per layer"),
     ("scaling.txt", ["scaling", CAT, "-o", "sample_outputs/scaling.png"], "the √d_k experiment on real weights"),
     ("scaling.png", [], "written by the scaling command above"),

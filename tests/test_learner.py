@@ -155,7 +155,7 @@ def test_scale_choices_per_head_vmax_and_auto(tmp_path):
     assert [p.scale.vmax for p in per_head] == pytest.approx([float(cap.attentions[0, h].max()) for h in range(3)])
     shared = attention_panels(cap, [0], [0, 1, 2], scale=ScaleChoice(vmax=0.5, norm="log"))
     assert {(p.scale.vmax, p.scale.norm) for p in shared} == {(0.5, "log")}
-    assert ScaleChoice().norm_for(8) == "linear" and ScaleChoice().norm_for(200) == "sqrt"
+    assert ScaleChoice().norm_for(8) == "linear" and ScaleChoice().norm_for(200) == "log"
     path = cap.save(tmp_path / "c.npz")
     result = run("heatmap", "--from", path, "-t", "--head", "0", "--values", "--norm", "sqrt", env={"NO_COLOR": "1"})
     assert result.exit_code == 0 and "√ scale" in result.stdout and "hundredths" in result.stdout
@@ -306,7 +306,7 @@ def test_titles_are_never_cut_and_thinned_labels_say_so():
     T = 256
     big = make_capture(np.full((1, 1, T, T), 1 / T, np.float32))
     notes = [t.get_text() for t in page_figure(heatmap_page(big, [0], [0])).figure.texts]
-    assert any("every 2nd token labelled" in n for n in notes) and any("√ scale" in n for n in notes)
+    assert any("every 2nd token labelled" in n for n in notes) and any("log scale" in n for n in notes)
 
 
 def test_compare_json_rows_window_and_panels_per_row(tmp_path):

@@ -281,7 +281,7 @@ class ScaleOptions:
         "--norm", parser=choice_parser(("auto", "linear", "sqrt", "log"), {"power": "sqrt"}),
         metavar="auto|linear|sqrt|log",
         help="How weights map to colours: linear; sqrt or log to see small weights; auto: linear up to 64 "
-             "tokens, sqrt beyond.")] = "auto"
+             "tokens, log beyond.")] = "auto"
     vmax: Annotated[Optional[float], typer.Option(
         "--vmax", parser=finite_float(0.0), metavar="NUMBER", show_default=False,
         help="Top of the colour scale (default: the largest weight shown).")] = None
@@ -299,6 +299,11 @@ ValuesOpt = Annotated[bool, typer.Option("--values", help="Write each weight in 
 StartOpt = Annotated[int, typer.Option("--start", min=0, metavar="N",
                                        help="Terminal: the first key column shown when the matrix is wider than "
                                             "the terminal.")]
+
+
+RowsOpt = Annotated[Optional[Selection], typer.Option(
+    "--rows", parser=selection_parser("row", option="--rows"), metavar="ROWS", show_default=False,
+    help="Terminal: only these query rows, e.g. 0-40 (a window of a long input).")]
 
 
 MAX_TEXT_BYTES = 1_000_000  # text from a file or stdin

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from attnviz.cli.common import (CaptureInput, CmapOpt, CsvOpt, HeadSel, ImageOut, JsonOpt, LayerSel, ScaleOptions,
-                                StartOpt, TextInput, app, check_output, cli_errors, emit_records, err, out,
+                                RowsOpt, StartOpt, TextInput, app, check_output, cli_errors, emit_records, err, out,
                                 output_path, print_json, say, selection_parser, takes, use_color)
 from attnviz.render.png import FORMATS  # numpy-only at import; matplotlib loads on use
 from attnviz.selection import Selection
@@ -134,11 +134,6 @@ def pick_token(capture, token: str | None) -> int:
         starts = [n for n, kind in enumerate(capture.special_kind) if kind == "start"]
         return capture.n_tokens - 1 if capture.causal or not starts else starts[0]
     return find_token(capture.tokens, token)
-
-
-RowsOpt = Annotated[Optional[Selection], typer.Option(
-    "--rows", parser=selection_parser("row", option="--rows"), metavar="ROWS", show_default=False,
-    help="Terminal: only these query rows, e.g. 0-40 (a window of a long input).")]
 
 
 @app.command(help="Layers side by side in the terminal (the head mean or one head), on one colour scale, each "

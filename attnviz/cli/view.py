@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from attnviz.cli.common import (CaptureInput, CmapOpt, HeadSel, HideOpt, LayerSel, ScaleOptions, StartOpt,
+from attnviz.cli.common import (CaptureInput, CmapOpt, HeadSel, HideOpt, LayerSel, RowsOpt, ScaleOptions, StartOpt,
                                 TextInput, ValuesOpt, app, check_output, cli_errors, out, output_path, say, takes,
                                 use_color)
 from attnviz.selection import Selection
@@ -27,7 +27,7 @@ def heatmap(output: Annotated[Optional[str], typer.Option(
             layer: LayerSel = Selection.parse("-1", "layer", option="--layer"),
             head: HeadSel = Selection.parse("mean", "head", keywords=("mean", "max"), option="--head"),
             hide_special: HideOpt = False, values: ValuesOpt = False, cmap: CmapOpt = "viridis",
-            start: StartOpt = 0, *, inp: CaptureInput, look: ScaleOptions) -> None:
+            start: StartOpt = 0, rows: RowsOpt = None, *, inp: CaptureInput, look: ScaleOptions) -> None:
     from attnviz.panels import heatmap_page
     from attnviz.render.png import FORMATS
 
@@ -41,8 +41,10 @@ def heatmap(output: Annotated[Optional[str], typer.Option(
     if terminal:
         from attnviz.render.terminal import panel_renderable
 
+        shown_rows = rows.indices(len(page.panels[0].rows)) if rows is not None else None
         for panel in page.panels:
-            out.print(panel_renderable(panel, width=out.width, color=use_color(), cmap=cmap, start=start))
+            out.print(panel_renderable(panel, width=out.width, color=use_color(), cmap=cmap, start=start,
+                                       rows=shown_rows))
         if output is None:  # --terminal alone draws only; with -o the image is written too
             return
     from attnviz.render.png import page_figure, save_figure

@@ -115,7 +115,7 @@ def entropy_table(values: np.ndarray, uniform: float, title: str, *, color: bool
     """Layers × heads of mean entropy (nats), cells coloured on [0, ln T], with row and column means."""
     L, H = values.shape
     table = Table(caption=Text(f"0 = one-hot; {uniform:.3f} = uniform over every key"
-                               f"{' (ln T nats)' if uniform != 1.0 else ''}"),
+                               f"{' (ln T nats)' if uniform != 1.0 else ''}; definitions: attnviz explain entropy"),
                   caption_justify="left", box=box.SIMPLE_HEAD, padding=0, pad_edge=False)
     table.add_column("layer", justify="right")
     for h in range(H):
