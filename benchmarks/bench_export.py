@@ -39,7 +39,7 @@ import numpy as np
 
 from attnviz.capture import Capture
 from attnviz.export import HeadImageWriter, encode_scanlines, render_panels
-from attnviz.panels import attention_panels
+from attnviz.panels import attention_panels, text_subtitle
 from attnviz.render.png import LabelLayout, heatmap_figure
 
 L = H = 12
@@ -79,13 +79,13 @@ def naive_loop(capture: Capture, folder: Path, jobs, vmax: float, dpi: int) -> N
         plt.close(fig)
 
 
-def floors(panels, dpi: int) -> tuple[float, float, float, tuple[int, int]]:
+def floors(panels, dpi: int, subtitle: str) -> tuple[float, float, float, tuple[int, int]]:
     """Seconds to PNG-encode one image per panel: attnviz's frames with its encoder and with zlib level 3;
     colour-mapped α with Pillow."""
     from matplotlib import colormaps
     from PIL import Image
 
-    writer = HeadImageWriter(panels, dpi=dpi)
+    writer = HeadImageWriter(panels, dpi=dpi, subtitle=subtitle)
     frames = [writer.render_scanlines(panel) for panel in panels]  # rendering is not timed
     start = time.perf_counter()
     for frame in frames:
@@ -170,10 +170,11 @@ def main() -> None:
         folder = Path(tempfile.mkdtemp(prefix=f"bench{T}_"))
         try:
             start = time.perf_counter()
-            render_panels(panels[:H], folder, dpi=args.dpi, workers=args.workers)  # one layer: fixed costs
+            subtitle = text_subtitle(capture)  # as `attnviz heatmap` draws it, so sizes match the naive loop's
+            render_panels(panels[:H], folder, dpi=args.dpi, workers=args.workers, subtitle=subtitle)  # fixed costs
             one_layer = time.perf_counter() - start
             start = time.perf_counter()
-            render_panels(panels, folder, dpi=args.dpi, workers=args.workers)
+            render_panels(panels, folder, dpi=args.dpi, workers=args.workers, subtitle=subtitle)
             ours = time.perf_counter() - start
             per_head = (ours - one_layer) / (len(panels) - H)  # the marginal cost of one more head
             shape = png_shape(folder / "layer00_head00.png")
@@ -183,7 +184,7 @@ def main() -> None:
             naive = (time.perf_counter() - start) * len(jobs) / len(sample)
             naive_shape = png_shape(folder / "naive_0_0.png")
             assert naive_shape == shape, f"naive images are {naive_shape}, attnviz's {shape}: not comparable"
-            frames, old, cmapped, floor_shape = floors(panels, args.dpi)
+            frames, old, cmapped, floor_shape = floors(panels, args.dpi, subtitle)
             assert floor_shape == shape
             scaled = "*" if len(sample) < len(jobs) else " "
             print(f"{T:>4} {shape[1]:>5}x{shape[0]:<5} {naive:>7.2f}{scaled} {ours:>8.2f} {frames:>7.2f} {old:>7.2f} "

@@ -220,3 +220,15 @@ def test_grid_png_is_standard_and_shows_each_head_in_place(tmp_path):
     colour = image[top + row * scale + scale // 2, tile_x + col * scale + scale // 2]
     expected = np.array(colormaps["viridis"](1.0, bytes=True)[:3])
     assert np.abs(colour.astype(int) - expected).max() <= 1
+
+
+@pytest.mark.parametrize("norm", ["linear", "sqrt", "log"])
+def test_every_norm_exports_and_a_long_input_defaults_to_log(tmp_path, norm):
+    from attnviz.panels import ScaleChoice
+
+    T = 70  # past 64 tokens --norm auto is log
+    rng = np.random.default_rng(5)
+    cap = make_capture(rng.dirichlet(np.full(T, 0.3), size=(1, 2, T)).astype(np.float32))
+    target = export(cap, tmp_path / norm, layers=[0], heads=[0, 1], scale=ScaleChoice(norm=norm))
+    assert read_png(target / "grid.png").shape[2] == 3 and read_png(target / "layer00_head01.png").shape[2] == 3
+    assert export_panels(cap, [0], [0])[0].scale.norm == "log"  # the default for a long input

@@ -345,10 +345,10 @@ def grid_figure(capture: Capture, panels: Sequence[Panel], layers: Sequence[int]
     nL, nH = len(layers), len(heads)
     mapping = colormap(cmap)
     chosen = [by_key[layer, head] for layer in layers for head in heads]
-    if all(p.scale == chosen[0].scale for p in chosen):  # one scale: one vectorised mapping
-        units = chosen[0].scale.mpl_norm()(np.ma.stack([p.shown for p in chosen]))  # (nL nH, R, C)
-    else:  # each head its own scale
-        units = np.ma.stack([p.scale.mpl_norm()(p.shown) for p in chosen])
+    units = np.stack([p.scale.unit(p.matrix) for p in chosen])  # (nL nH, R, C) in [0, 1], each on its scale
+    hidden = chosen[0].hidden
+    if hidden is not None:
+        units = np.ma.masked_where(np.broadcast_to(hidden, units.shape), units)
     tiles = mapping(units, bytes=True)[..., :3]  # (nL nH, R, C, 3)
     tiles = tiles.reshape(nL, nH, R, C, 3).repeat(scale, axis=2).repeat(scale, axis=3)
     mosaic = np.full((nL, side_h + gap, nH, side_w + gap, 3), 255, np.uint8)
