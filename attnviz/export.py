@@ -226,7 +226,8 @@ def render_panels(panels: Sequence[Panel], folder: Path, *, fmt: str = "png", dp
     drawn once here and inherited by forked workers; where fork is missing, `spawn_args` (capture arrays,
     layers, heads) let each worker rebuild the panels."""
     global _writer, _panels
-    chunk = max(1, min(16, len(panels) // (4 * max(workers, 1))))
+    # about six chunks per worker, so no worker is left with a long tail; at most 8 panels a chunk
+    chunk = max(1, min(8, -(-len(panels) // (6 * max(workers, 1)))))
     chunks = [list(range(i, min(i + chunk, len(panels)))) for i in range(0, len(panels), chunk)]
     workers = worker_count(workers, len(chunks))
     fork = "fork" in multiprocessing.get_all_start_methods()

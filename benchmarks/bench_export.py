@@ -13,6 +13,7 @@ In process, for each T it builds a synthetic capture (fixed seed) and writes the
             zlib-3    the same frames with the previous encoder (zlib level 3), for comparison
             cmapped   colour-mapped α filling the whole image, with Pillow at its default level
 Both contenders run warm: one untimed figure is drawn first, so neither pays matplotlib's font loading.
+Both draw the same linear colour scale (attnviz's default for T > 64 is log; --norm linear here).
 per-head/frame: the marginal time of one more head ((all 144 − one layer of 12) / 132, with the workers)
 against encoding one frame in one process; attnviz/frames includes the one-time layout (~0.35 s: drawing
 2T tick labels once), which the marginal cost leaves out.
@@ -38,8 +39,9 @@ from pathlib import Path
 import numpy as np
 
 from attnviz.capture import Capture
-from attnviz.export import HeadImageWriter, encode_scanlines, render_panels
-from attnviz.panels import attention_panels, text_subtitle
+from attnviz.export import HeadImageWriter, render_panels
+from attnviz.render.encode import encode_scanlines
+from attnviz.panels import ScaleChoice, attention_panels, text_subtitle
 from attnviz.render.png import LabelLayout, heatmap_figure
 
 L = H = 12
@@ -116,7 +118,7 @@ def whole_process(T: int, workers: int, dpi: int) -> None:
         exe = shutil.which("attnviz", path=str(Path(sys.executable).parent)) or "attnviz"
         start = time.perf_counter()
         subprocess.run([exe, "export", "--from", str(path), "--out-dir", str(folder / "ours"), "--workers",
-                        str(workers), "--dpi", str(dpi)], check=True, stderr=subprocess.DEVNULL,
+                        str(workers), "--dpi", str(dpi), "--norm", "linear"], check=True, stderr=subprocess.DEVNULL,
                        stdout=subprocess.DEVNULL)
         ours = time.perf_counter() - start
         images = len(list((folder / "ours").glob("layer*.png")))
@@ -165,7 +167,7 @@ def main() -> None:
     print("-" * len(header))
     for T in [int(t) for t in args.tokens.split(",")]:
         capture = synthetic_capture(T)
-        panels = attention_panels(capture, range(L), range(H))
+        panels = attention_panels(capture, range(L), range(H), scale=ScaleChoice(norm="linear"))  # as the naive
         vmax = panels[0].scale.vmax
         folder = Path(tempfile.mkdtemp(prefix=f"bench{T}_"))
         try:
