@@ -156,3 +156,21 @@ def make_capture(alpha, tokens=None, *, causal=False, special=None, kinds=None):
     kinds = kinds or ["" if not s else "other" for s in special]
     return Capture(attentions=alpha, tokens=tokens, token_ids=list(range(T)), special=special,
                    special_kind=kinds, subword=[False] * T, meta={"model": "hand-made", "causal": causal})
+
+
+def run(*args, **kwargs):
+    """`attnviz ARGS` through Typer's CliRunner (stdout and stderr kept apart)."""
+    from typer.testing import CliRunner
+
+    from attnviz.cli import app
+
+    return CliRunner().invoke(app, [str(a) for a in args], **kwargs)
+
+
+def one_line_error(result, code=1):
+    """Assert the command failed with `code` and said so in exactly one line on stderr; return that line."""
+    assert result.exit_code == code, (result.exit_code, result.output)
+    assert "Traceback" not in result.output + result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error:"), result.stderr
+    return lines[0]

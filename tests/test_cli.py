@@ -1,26 +1,11 @@
 """The CLI through typer's CliRunner: every command, and every error a user can cause."""
 
 import pytest
-from typer.testing import CliRunner
 
 from attnviz import __version__
 from attnviz.capture import Capture
-from attnviz.cli import app
-from conftest import SENTENCE
+from conftest import one_line_error, run, SENTENCE
 
-runner = CliRunner()
-
-
-def run(*args, **kwargs):
-    return runner.invoke(app, [str(a) for a in args], **kwargs)
-
-
-def one_line_error(result, code=1):
-    assert result.exit_code == code, result.output
-    assert "Traceback" not in result.output + result.stderr
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error:"), result.stderr
-    return lines[0]
 
 
 def test_version_and_help():

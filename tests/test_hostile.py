@@ -8,26 +8,11 @@ import zipfile
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
 from attnviz.capture import Capture
-from attnviz.cli import app
 from attnviz.errors import CaptureFormatError
-from conftest import SENTENCE, make_capture
+from conftest import one_line_error, run, SENTENCE, make_capture
 
-runner = CliRunner()
-
-
-def run(*args, **kwargs):
-    return runner.invoke(app, [str(a) for a in args], **kwargs)
-
-
-def one_line_error(result, code=1):
-    assert result.exit_code == code, (result.exit_code, result.output)
-    assert "Traceback" not in result.output + result.stderr
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error:"), result.stderr
-    return lines[0]
 
 
 def good_arrays(T=4, L=1, H=2):

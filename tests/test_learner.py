@@ -7,24 +7,10 @@ import math
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
 from attnviz.cli import app
-from conftest import SENTENCE, make_capture
+from conftest import one_line_error, run, SENTENCE, make_capture
 
-runner = CliRunner()
-
-
-def run(*args, **kwargs):
-    return runner.invoke(app, [str(a) for a in args], **kwargs)
-
-
-def one_line_error(result, code=1):
-    assert result.exit_code == code, (result.exit_code, result.output)
-    assert "Traceback" not in result.output + result.stderr
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error:"), result.stderr
-    return lines[0]
 
 
 # --- steps --------------------------------------------------------------------------------------------
@@ -222,7 +208,7 @@ def test_errors_point_the_right_way(tmp_path, monkeypatch):
     assert result.exit_code == 0 and (folder / "attnviz_layer0_mean.png").exists()
     assert "no such folder" in one_line_error(run("heatmap", "x", "-m", "./no-such-model"))
     assert "put the text in quotes" in one_line_error(run("heatmap", "The", "cat", "sat"), 2)
-    assert 'attnviz heatmap "some text"' in one_line_error(runner.invoke(app, ["some text"]), 2)
+    assert 'attnviz heatmap "some text"' in one_line_error(run("some text"), 2)
     assert "not one of" in one_line_error(run("heatmap", "x", "--device", "tpu"), 2)
     assert run("heatmap", "--from", cap, "--dtype", "bf16", "-t").exit_code == 0  # aliases users type
 

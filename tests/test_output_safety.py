@@ -10,28 +10,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
 from attnviz import export as export_module
 from attnviz.capture import Capture
-from attnviz.cli import app
 from attnviz.errors import OutputError
 from attnviz.export import export
-from conftest import make_capture
+from conftest import one_line_error, run, make_capture
 
-runner = CliRunner()
-
-
-def run(*args, **kwargs):
-    return runner.invoke(app, [str(a) for a in args], **kwargs)
-
-
-def one_line_error(result, code=1):
-    assert result.exit_code == code, (result.exit_code, result.output)
-    assert "Traceback" not in result.output + result.stderr
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error:"), result.stderr
-    return lines[0]
 
 
 def small_capture(L=2, H=2, T=6, seed=0):
