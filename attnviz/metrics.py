@@ -233,12 +233,19 @@ def label_heads(values: dict[str, np.ndarray], block: np.ndarray) -> np.ndarray:
     return labels
 
 
+def by_layer(compute: Callable[[Capture], np.ndarray], capture: Capture) -> np.ndarray:
+    """A per-head metric computed one layer at a time, so its float64 temporaries stay the size of one
+    layer (H·T²) even for the largest capture accepted. (L, H)"""
+    return np.concatenate([np.asarray(compute(capture.layer_slice(n, n + 1))) for n in range(capture.n_layers)])
+
+
 def head_records(capture: Capture) -> list[dict]:
     """Every registered metric and the pattern label of every head, one dict per (layer, head), in
     layer-major order, keys in the order of columns()."""
-    values = {m.name: np.asarray(m.compute(capture)) for m in METRICS}
-    inputs = {key: values[key] if key in values else compute(capture) for key, compute in _LABEL_INPUTS.items()}
-    labels = label_heads(inputs, block_score(capture))
+    values = {m.name: by_layer(m.compute, capture) for m in METRICS}
+    inputs = {key: values[key] if key in values else by_layer(compute, capture)
+              for key, compute in _LABEL_INPUTS.items()}
+    labels = label_heads(inputs, by_layer(block_score, capture))
     L, H = capture.attentions.shape[:2]
     records = []
     for layer in range(L):

@@ -93,3 +93,11 @@ def test_visible_leaves_no_control_characters(text):
 def test_fit_and_pad_measure_cells(text, width):
     assert cells(fit(text, width)) <= width
     assert cells(pad(text, width)) == width or cells(text) == 0 and width == 0
+
+
+@settings(max_examples=30, deadline=None)
+@given(cap=captures())
+def test_metrics_by_layer_equal_metrics_on_the_whole_capture(cap):
+    for compute in (metrics.entropy, metrics.normalised_entropy, metrics.max_weight, metrics.mean_distance,
+                    metrics.block_score, lambda c: metrics.vertical_score(c)[1]):
+        np.testing.assert_allclose(metrics.by_layer(compute, cap), compute(cap), rtol=1e-12, equal_nan=True)

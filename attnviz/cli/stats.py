@@ -75,7 +75,7 @@ def entropy(output: ImageOut = None,
 
     check_output(output, FORMATS)
     capture = inp.capture()
-    values = metrics.normalised_entropy(capture) if normalised else metrics.entropy(capture)
+    values = metrics.by_layer(metrics.normalised_entropy if normalised else metrics.entropy, capture)
     uniform = 1.0 if normalised else metrics.uniform_entropy(capture.n_tokens)
     records = [{"layer": layer, "head": head, "entropy": float(values[layer, head]), "uniform": uniform}
                for layer in range(capture.n_layers) for head in range(capture.n_heads)]

@@ -1,2 +1,3 @@
-"""Renderers: Capture and metrics -> matplotlib Figures (png.py), Rich renderables (terminal.py, tables.py),
-the export gallery (html.py). They build; they never print."""
+"""Renderers: Panels and Pages (attnviz.panels) -> matplotlib Figures (png.py), Rich renderables
+(terminal.py, tables.py), the export gallery (html.py), PNG files (encode.py). They build; they never print,
+and they decide nothing about what a picture shows."""
