@@ -206,6 +206,8 @@ def test_errors_point_the_right_way(tmp_path, monkeypatch):
     folder = tmp_path / "pictures"
     result = run("heatmap", "--from", cap, "-o", f"{folder}/")
     assert result.exit_code == 0 and (folder / "attnviz_layer0_mean.png").exists()
+    result = run("entropy", "--from", cap, "-o", folder)  # an existing folder, no slash
+    assert result.exit_code == 0 and (folder / "attnviz_entropy.png").exists()
     assert "no such folder" in one_line_error(run("heatmap", "x", "-m", "./no-such-model"))
     assert "put the text in quotes" in one_line_error(run("heatmap", "The", "cat", "sat"), 2)
     assert 'attnviz heatmap "some text"' in one_line_error(run("some text"), 2)
@@ -245,6 +247,9 @@ def test_shared_options_have_one_name_type_and_help_everywhere():
                 if key in params and params[key].param_type_name == "option"]
         flags = {(tuple(sorted(p.opts)), tuple(sorted(p.secondary_opts))) for _, p in seen}
         assert len(flags) == 1, (key, flags)
+        types = {str(p.type_descriptor.annotation).replace("typing.", "").replace("Optional[", "").rstrip("]")
+                 for _, p in seen}
+        assert len(types) == 1, (key, types)
         if key not in ("layer", "head", "source", "token"):  # help mentions each command's default
             assert len({p.help for _, p in seen}) == 1, (key, [(n, p.help) for n, p in seen])
     for name, params in commands.items():  # -o is the output everywhere there is one

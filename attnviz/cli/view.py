@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -57,11 +56,11 @@ def heatmap(output: Annotated[Optional[str], typer.Option(
                   '--from later (which then needs neither torch nor transformers).')
 @cli_errors
 @takes(inp=TextInput)
-def capture(output: Annotated[Path, typer.Option("--output", "-o", help="Capture file (.npz).")] = Path("capture.npz"),
+def capture(output: Annotated[str, typer.Option(
+                "--output", "-o", metavar="FILE",
+                help="Capture file (.npz); a folder gets capture.npz inside.")] = "capture.npz",
             *, inp: TextInput) -> None:
-    from attnviz.capture import check_suffix
-
-    check_suffix(output, (".npz",))
+    check_output(output, (".npz",))
     result = inp.capture()
-    path = result.save(output)
+    path = result.save(output_path(output, "capture.npz"))
     say(f"{path}  ({result.n_layers} layers × {result.n_heads} heads × {result.n_tokens} tokens)")
