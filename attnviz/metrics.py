@@ -8,9 +8,10 @@ metric registry (METRICS, below), which holds its definition and feeds every tab
 
 from __future__ import annotations
 
+import functools
 import unicodedata
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from collections.abc import Callable
 
 import numpy as np
 
@@ -27,29 +28,111 @@ LABELS = ("previous-token", "next-token", "self", "vertical", "block", "broad", 
 SENTENCE_END = {".", "!", "?", "。", "！", "？"}
 
 
-def _row_key_counts(T: int, causal: bool) -> np.ndarray:
-    return np.arange(1, T + 1) if causal else np.full(T, T)  # (T,)
+# --- what the metrics see: the tokens, and blocks of query rows -------------------------------------------
+
+
+def is_punctuation(token: str) -> bool:
+    text = token.removeprefix("##")
+    return bool(text) and all(unicodedata.category(c).startswith("P") for c in text)
+
+
+@dataclass(frozen=True, eq=False)
+class Tokens:
+    """What the metrics know of the input besides α: the tokens, which are special and how, causality."""
+
+    tokens: tuple[str, ...]
+    special: np.ndarray  # (T,) bool
+    kinds: np.ndarray  # (T,) str: "" | "start" | "end" | "other"
+    causal: bool
+
+    @classmethod
+    def of(cls, capture: Capture) -> Tokens:
+        return cls(tuple(capture.tokens), np.asarray(capture.special, bool), np.array(capture.special_kind),
+                   capture.causal)
+
+    @property
+    def T(self) -> int:
+        return len(self.tokens)
+
+    @functools.cached_property
+    def n_keys(self) -> np.ndarray:
+        """Keys each query may attend to: T for encoders, i + 1 for causal models. (T,)"""
+        return np.arange(1, self.T + 1) if self.causal else np.full(self.T, self.T)
+
+    @functools.cached_property
+    def groups(self) -> dict[str, np.ndarray]:
+        """Key groups for the mass metrics, each a float (T,) indicator. Special kinds come from the tokenizer."""
+        first = np.zeros(self.T, dtype=bool)
+        first[0] = True
+        masks = {"start": self.special & (self.kinds == "start"), "end": self.special & (self.kinds == "end"),
+                 "punct": ~self.special & np.array([is_punctuation(t) for t in self.tokens], dtype=bool),
+                 "first": first}
+        return {name: mask.astype(np.float64) for name, mask in masks.items()}
+
+    @functools.cached_property
+    def segments(self) -> np.ndarray:
+        """Segment id per token: a new segment starts after an [SEP]/EOS or a sentence-final mark. (T,)"""
+        ids, current = [], 0
+        for token, kind in zip(self.tokens, self.kinds):
+            ids.append(current)
+            if kind == "end" or token.removeprefix("##") in SENTENCE_END:
+                current += 1
+        return np.array(ids, dtype=np.int64)
+
+    @functools.cached_property
+    def two_segments(self) -> bool:
+        return len(set(self.segments[~self.special].tolist())) >= 2
+
+
+@dataclass(frozen=True)
+class Rows:
+    """A block of query rows of every head of one layer: the unit every metric is computed from, whether α
+    comes from a capture or is computed a block at a time for a long input.
+
+    alpha (H, b, T) float64: rows `queries` (b,) of α."""
+
+    alpha: np.ndarray
+    queries: np.ndarray
+    tokens: Tokens
+
+    def at(self, offset: int) -> np.ndarray:
+        """α_i,i+offset for each row, NaN where that key does not exist. (H, b)"""
+        keys = self.queries + offset
+        inside = (keys >= 0) & (keys < self.tokens.T)
+        out = np.full(self.alpha.shape[:2], np.nan)
+        rows = np.nonzero(inside)[0]
+        out[:, rows] = self.alpha[:, rows, keys[inside]]
+        return out
+
+    def mass(self, group: str) -> np.ndarray:
+        """Σ_{j in group} α_ij for each row. (H, b)"""
+        return self.alpha @ self.tokens.groups[group]
 
 
 def row_entropy(alpha: np.ndarray) -> np.ndarray:
-    """-Σ_j α_ij ln α_ij for every row, nats. (..., T, T) -> (..., T)"""
+    """-Σ_j α_ij ln α_ij for every row, nats. (..., T) -> (...)"""
     alpha = np.asarray(alpha, dtype=np.float64)
     logs = np.log(np.where(alpha > 0, alpha, 1.0))  # 0·ln 0 = 0
     return -(alpha * logs).sum(axis=-1)
 
 
-def entropy(capture: Capture) -> np.ndarray:
-    """Mean row entropy of every head, nats. (L, H)"""
-    return row_entropy(capture.attentions).mean(axis=-1)
+def _normalised_entropy_rows(rows: Rows) -> np.ndarray:
+    n = rows.tokens.n_keys[rows.queries].astype(np.float64)  # (b,)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(n > 1, row_entropy(rows.alpha) / np.log(np.maximum(n, 2)), np.nan)
 
 
-def normalised_entropy(capture: Capture) -> np.ndarray:
-    """Mean of H_i / ln(n_i) over rows with more than one key. (L, H), in [0, 1]"""
-    n = _row_key_counts(capture.n_tokens, capture.causal)
-    rows = n > 1
-    if not rows.any():
-        return np.zeros(capture.attentions.shape[:2])
-    return (row_entropy(capture.attentions)[..., rows] / np.log(n[rows])).mean(axis=-1)
+def _distance_rows(rows: Rows) -> np.ndarray:
+    distance = np.abs(rows.queries[:, None] - np.arange(rows.tokens.T)[None, :])  # (b, T)
+    return (rows.alpha * distance).sum(axis=-1)
+
+
+def _block_rows(rows: Rows) -> np.ndarray:
+    if not rows.tokens.two_segments:
+        return np.full(rows.alpha.shape[:2], np.nan)
+    seg = rows.tokens.segments
+    same = seg[rows.queries][:, None] == seg[None, :]  # (b, T)
+    return (rows.alpha * same).sum(axis=-1)
 
 
 def uniform_entropy(T: int) -> float:
@@ -62,92 +145,33 @@ def token_distance(T: int) -> np.ndarray:
     return np.abs(np.arange(T)[:, None] - np.arange(T)[None, :])
 
 
-def max_weight(capture: Capture) -> np.ndarray:
-    return capture.attentions.max(axis=-1).mean(axis=-1)  # (L, H)
-
-
-def mean_distance(capture: Capture) -> np.ndarray:
-    return (capture.attentions * token_distance(capture.n_tokens)).sum(axis=-1).mean(axis=-1)  # (L, H)
-
-
-def diagonal_score(capture: Capture, offset: int) -> np.ndarray:
-    """mean_i α_i,i+offset over the rows where that key exists: 0 self, -1 previous, +1 next. (L, H)"""
-    T = capture.n_tokens
-    if abs(offset) >= T:
-        return np.zeros(capture.attentions.shape[:2])
-    return np.diagonal(capture.attentions, offset=offset, axis1=-2, axis2=-1).mean(axis=-1)
-
-
-def is_punctuation(token: str) -> bool:
-    text = token.removeprefix("##")
-    return bool(text) and all(unicodedata.category(c).startswith("P") for c in text)
-
-
-def token_groups(capture: Capture) -> dict[str, np.ndarray]:
-    """Key groups for the mass metrics, each a bool (T,) mask. Special kinds come from the tokenizer."""
-    kinds = np.array(capture.special_kind)
-    first = np.zeros(capture.n_tokens, dtype=bool)
-    first[0] = True
-    return {
-        "start": capture.special & (kinds == "start"),
-        "end": capture.special & (kinds == "end"),
-        "punct": ~capture.special & np.array([is_punctuation(t) for t in capture.tokens]),
-        "first": first,
-    }
-
-
-def mass_on(capture: Capture, keys: np.ndarray) -> np.ndarray:
-    """mean_i Σ_{j ∈ keys} α_ij. (L, H)"""
-    return capture.attentions[..., keys].sum(axis=-1).mean(axis=-1)
-
-
-def segments(capture: Capture) -> np.ndarray:
-    """Segment id per token: a new segment starts after an [SEP]/EOS or a sentence-final mark. (T,)"""
-    ids, current = [], 0
-    for token, kind in zip(capture.tokens, capture.special_kind):
-        ids.append(current)
-        if kind == "end" or token.removeprefix("##") in SENTENCE_END:
-            current += 1
-    return np.array(ids)
-
-
-def block_score(capture: Capture) -> np.ndarray:
-    """Mean mass on keys of the query's own segment; NaN when the text has a single segment. (L, H)"""
-    seg = segments(capture)
-    if len(set(seg[~capture.special].tolist())) < 2:
-        return np.full(capture.attentions.shape[:2], np.nan)
-    same = seg[:, None] == seg[None, :]  # (T, T)
-    return (capture.attentions * same).sum(axis=-1).mean(axis=-1)
-
-
-def vertical_score(capture: Capture) -> tuple[np.ndarray, np.ndarray]:
-    """For each head, the key column with the most mean weight, and that weight. (L, H) each"""
-    column_mass = capture.attentions.mean(axis=-2)  # (L, H, T)
-    return column_mass.argmax(axis=-1), column_mass.max(axis=-1)
-
-
 # --- the metric registry ---------------------------------------------------------------------------
 # One row per head metric. The heads table, --json/--csv, the export's heads.csv/heads.json, the gallery
-# captions and glossary, `attnviz explain` and the README's definition table are all made from it: a new
-# metric is one function above and one register() call below.
+# captions and glossary, `attnviz explain` and the README's definition table are all made from it, and so
+# is every number of a long input's streamed path: a new metric is one register() call below.
 
 
 @dataclass(frozen=True)
 class Metric:
-    """One per-head statistic.
+    """One per-head statistic, defined on blocks of query rows so that it can be computed from a capture or
+    streamed over a long input a block at a time.
 
     name        key in JSON/CSV and the long --sort key ("norm_entropy")
     header      the column header in terminal tables, also accepted by --sort ("norm_ent")
     definition  one line, shown by `attnviz explain`, the README and the gallery glossary
-    compute     Capture -> (L, H) array: floats, or strings when kind == "text"
+    rows        Rows -> (H, b): a value per head and query row; the metric is their mean over rows (NaN
+                rows are left out; none left gives 0)
+    columns     instead of rows: (mean over rows of α, (H, T); Tokens) -> (H,), for column statistics
     fmt         how a value is written in tables and captions"""
 
     name: str
     header: str
     definition: str
-    compute: Callable[[Capture], np.ndarray]
+    rows: Callable[[Rows], np.ndarray] | None = None
     fmt: str = "{:.2f}"
     kind: str = "number"  # "number" | "text"
+    columns: Callable[[np.ndarray, Tokens], np.ndarray] | None = None
+    when_empty: float = 0.0  # the value when no row counts (every row NaN)
 
     def format(self, value) -> str:
         if self.kind == "text":
@@ -155,11 +179,85 @@ class Metric:
         return "–" if value is None or not np.isfinite(value) else self.fmt.format(value)
 
 
+class Accumulator:
+    """Metric values of the heads of one layer, folded in one block of query rows at a time."""
+
+    def __init__(self, metrics: Sequence[Metric], H: int, tokens: Tokens):
+        self.metrics, self.tokens = list(metrics), tokens
+        self.sums = {m.name: np.zeros(H) for m in self.metrics if m.rows is not None}
+        self.counts = {m.name: np.zeros(H) for m in self.metrics if m.rows is not None}
+        self.column_sum = np.zeros((H, tokens.T))
+        self.rows_seen = 0
+
+    def add(self, rows: Rows) -> None:
+        for m in self.metrics:
+            if m.rows is not None:
+                values = np.asarray(m.rows(rows), dtype=np.float64)  # (H, b)
+                finite = np.isfinite(values)
+                self.sums[m.name] += np.where(finite, values, 0.0).sum(axis=-1)
+                self.counts[m.name] += finite.sum(axis=-1)
+        self.column_sum += rows.alpha.sum(axis=1)
+        self.rows_seen += rows.alpha.shape[1]
+
+    def result(self) -> dict[str, np.ndarray]:
+        """Each metric's value per head. (H,) each"""
+        out = {}
+        column_mean = self.column_sum / max(self.rows_seen, 1)  # (H, T)
+        for m in self.metrics:
+            if m.rows is not None:
+                counts = self.counts[m.name]
+                out[m.name] = np.where(counts > 0, self.sums[m.name] / np.maximum(counts, 1), m.when_empty)
+            elif m.columns is not None:
+                out[m.name] = np.asarray(m.columns(column_mean, self.tokens))
+        return out
+
+
+BLOCK_ROWS_BYTES = 64 << 20  # α rows held in float64 at a time when computing metrics from a capture
+
+
+def row_blocks(alpha_layer: np.ndarray, tokens: Tokens, budget: int = BLOCK_ROWS_BYTES):
+    """Rows blocks of one layer's α (H, T, T), each small enough to hold in float64."""
+    H, T, _ = alpha_layer.shape
+    step = max(1, budget // max(H * T * 8, 1))
+    for start in range(0, T, step):
+        queries = np.arange(start, min(start + step, T))
+        yield Rows(np.asarray(alpha_layer[:, start:start + step], dtype=np.float64), queries, tokens)
+
+
+def head_values(capture: Capture, metrics: Sequence[Metric] | None = None) -> dict[str, np.ndarray]:
+    """Every metric (default: the registered ones and what the labels need) of every head, one layer and
+    one block of rows at a time. (L, H) each"""
+    metrics = list(metrics) if metrics is not None else all_metrics()
+    tokens = Tokens.of(capture)
+    per_layer = []
+    for layer in range(capture.n_layers):
+        acc = Accumulator(metrics, capture.n_heads, tokens)
+        for rows in row_blocks(capture.attentions[layer], tokens):
+            acc.add(rows)
+        per_layer.append(acc.result())
+    return {m.name: np.stack([values[m.name] for values in per_layer]) for m in metrics}
+
+
+def _one(metric: Metric) -> Callable[[Capture], np.ndarray]:
+    return lambda capture: head_values(capture, [metric])[metric.name]
+
+
+def _vertical(column_mean: np.ndarray, tokens: Tokens) -> np.ndarray:
+    return column_mean.max(axis=-1)
+
+
+def _top_key(column_mean: np.ndarray, tokens: Tokens) -> np.ndarray:
+    return np.array(tokens.tokens, dtype=object)[column_mean.argmax(axis=-1)]
+
+
 METRICS: list[Metric] = []
+FIXED_COLUMNS = ("layer", "head", "label")
 
 
 def register(metric: Metric) -> Metric:
     """Add a metric to every head table. Names and headers must be new."""
+    if (metric.rows is None) == (metric.columns is None):
+        raise ValueError(f"metric {metric.name!r} needs exactly one of rows= or columns=")
     taken = {key for m in METRICS for key in (m.name, m.header)} | set(FIXED_COLUMNS)
     if metric.name in taken or metric.header in taken:
         raise ValueError(f"a metric or column named {metric.name!r}/{metric.header!r} exists already")
@@ -176,50 +274,64 @@ def find_metric(key: str) -> Metric | None:
     return next((m for m in METRICS if key in (m.name, m.header)), None)
 
 
-FIXED_COLUMNS = ("layer", "head", "label")
-
-
 def columns() -> list[str]:
     """Record keys in order: layer, head, every registered metric, label."""
     return ["layer", "head", *(m.name for m in METRICS), "label"]
 
 
-def _top_key(capture: Capture) -> np.ndarray:
-    column, _ = vertical_score(capture)
-    return np.array(capture.tokens, dtype=object)[column]  # (L, H) str
-
-
+ENTROPY = Metric("entropy", "entropy", "mean over rows of −Σ_j α_ij ln α_ij, in nats (0·ln 0 = 0); uniform over T "
+                 "keys = ln T", lambda r: row_entropy(r.alpha))
+NORM_ENTROPY = Metric("norm_entropy", "norm_ent", "mean over rows with n_i > 1 of H_i / ln n_i: 0 one-hot, 1 uniform",
+                      _normalised_entropy_rows)
+PREV = Metric("prev", "prev", "mean of α_i,i−1 over i ≥ 1: weight on the previous token", lambda r: r.at(-1))
+SELF = Metric("self", "self", "mean of α_ii: weight on the token itself", lambda r: r.at(0))
+NEXT = Metric("next", "next", "mean of α_i,i+1 over i < T−1: weight on the next token", lambda r: r.at(1))
+VERTICAL = Metric("vertical", "vert", "the largest mean weight one key column gets (a vertical stripe in the "
+                  "heatmap)", columns=_vertical)
+MAX_WEIGHT = Metric("max_weight", "max", "mean over rows of max_j α_ij", lambda r: r.alpha.max(axis=-1))
+DISTANCE = Metric("mean_distance", "dist", "mean over rows of Σ_j α_ij·|i − j|, in tokens", _distance_rows, "{:.1f}")
 for _metric in (
-    Metric("entropy", "entropy", "mean over rows of −Σ_j α_ij ln α_ij, in nats (0·ln 0 = 0); uniform over T keys "
-           "= ln T", entropy),
-    Metric("norm_entropy", "norm_ent", "mean over rows with n_i > 1 of H_i / ln n_i: 0 one-hot, 1 uniform",
-           normalised_entropy),
-    Metric("max_weight", "max", "mean over rows of max_j α_ij", max_weight),
-    Metric("mean_distance", "dist", "mean over rows of Σ_j α_ij·|i − j|, in tokens", mean_distance, "{:.1f}"),
-    Metric("prev", "prev", "mean of α_i,i−1 over i ≥ 1: weight on the previous token",
-           lambda c: diagonal_score(c, -1)),
-    Metric("self", "self", "mean of α_ii: weight on the token itself", lambda c: diagonal_score(c, 0)),
-    Metric("next", "next", "mean of α_i,i+1 over i < T−1: weight on the next token", lambda c: diagonal_score(c, 1)),
-    Metric("start_mass", "start", "mean over rows of the weight on [CLS]/BOS keys",
-           lambda c: mass_on(c, token_groups(c)["start"])),
-    Metric("end_mass", "end", "mean over rows of the weight on [SEP]/EOS keys",
-           lambda c: mass_on(c, token_groups(c)["end"])),
-    Metric("vertical", "vert", "the largest mean weight one key column gets (a vertical stripe in the heatmap)",
-           lambda c: vertical_score(c)[1]),
-    Metric("top_key", "top_key", "the key that column belongs to", _top_key, kind="text"),
-    Metric("punct_mass", "punct", "mean over rows of the weight on punctuation tokens",
-           lambda c: mass_on(c, token_groups(c)["punct"])),
-    Metric("first_mass", "first", "mean over rows of the weight on token 0",
-           lambda c: mass_on(c, token_groups(c)["first"])),
+    ENTROPY, NORM_ENTROPY, MAX_WEIGHT, DISTANCE, PREV, SELF, NEXT,
+    Metric("start_mass", "start", "mean over rows of the weight on [CLS]/BOS keys", lambda r: r.mass("start")),
+    Metric("end_mass", "end", "mean over rows of the weight on [SEP]/EOS keys", lambda r: r.mass("end")),
+    VERTICAL,
+    Metric("top_key", "top_key", "the key that column belongs to", kind="text", columns=_top_key),
+    Metric("punct_mass", "punct", "mean over rows of the weight on punctuation tokens", lambda r: r.mass("punct")),
+    Metric("first_mass", "first", "mean over rows of the weight on token 0", lambda r: r.mass("first")),
 ):
     register(_metric)
 
+# what the pattern labels are computed from (also when a caller has unregistered the metric); block is not a
+# column (it is undefined for a single segment) but decides the block label
+BLOCK = Metric("block", "block", "mean over rows of the weight on keys of the query's own segment", _block_rows,
+               when_empty=float("nan"))
+LABEL_INPUTS = (PREV, NEXT, SELF, VERTICAL, NORM_ENTROPY, BLOCK)
 
-# what the pattern labels are computed from (also when a caller has unregistered the metric)
-_LABEL_INPUTS: dict[str, Callable[[Capture], np.ndarray]] = {
-    "prev": lambda c: diagonal_score(c, -1), "next": lambda c: diagonal_score(c, 1),
-    "self": lambda c: diagonal_score(c, 0), "vertical": lambda c: vertical_score(c)[1],
-    "norm_entropy": normalised_entropy}
+
+def all_metrics() -> list[Metric]:
+    """The registered metrics and the label inputs, each once."""
+    names = {m.name for m in METRICS}
+    return [*METRICS, *(m for m in LABEL_INPUTS if m.name not in names)]
+
+
+# the same numbers as plain functions of a capture, (L, H) each
+entropy = _one(ENTROPY)
+normalised_entropy = _one(NORM_ENTROPY)
+block_score = _one(BLOCK)
+
+
+max_weight = _one(MAX_WEIGHT)
+mean_distance = _one(DISTANCE)
+
+
+def vertical_score(capture: Capture) -> tuple[np.ndarray, np.ndarray]:
+    """For each head, the key column with the most mean weight, and that weight. (L, H) each"""
+    column_mass = capture.attentions.mean(axis=-2)  # (L, H, T)
+    return column_mass.argmax(axis=-1), column_mass.max(axis=-1)
+
+
+def segments(capture: Capture) -> np.ndarray:
+    return Tokens.of(capture).segments
 
 
 def label_heads(values: dict[str, np.ndarray], block: np.ndarray) -> np.ndarray:
@@ -234,19 +346,17 @@ def label_heads(values: dict[str, np.ndarray], block: np.ndarray) -> np.ndarray:
 
 
 def by_layer(compute: Callable[[Capture], np.ndarray], capture: Capture) -> np.ndarray:
-    """A per-head metric computed one layer at a time, so its float64 temporaries stay the size of one
-    layer (H·T²) even for the largest capture accepted. (L, H)"""
+    """A per-head function of a capture computed one layer at a time, so its float64 temporaries stay the
+    size of one layer (H·T²) even for the largest capture accepted. (L, H)"""
     return np.concatenate([np.asarray(compute(capture.layer_slice(n, n + 1))) for n in range(capture.n_layers)])
 
 
-def head_records(capture: Capture) -> list[dict]:
-    """Every registered metric and the pattern label of every head, one dict per (layer, head), in
-    layer-major order, keys in the order of columns()."""
-    values = {m.name: by_layer(m.compute, capture) for m in METRICS}
-    inputs = {key: values[key] if key in values else by_layer(compute, capture)
-              for key, compute in _LABEL_INPUTS.items()}
-    labels = label_heads(inputs, by_layer(block_score, capture))
-    L, H = capture.attentions.shape[:2]
+def records_from_values(values: dict[str, np.ndarray]) -> list[dict]:
+    """Head records (one dict per layer and head, keys in the order of columns()) from metric values
+    (L, H) each, however they were computed."""
+    block = values.get("block")
+    labels = label_heads(values, block if block is not None else np.full(values["prev"].shape, np.nan))
+    L, H = values["prev"].shape
     records = []
     for layer in range(L):
         for head in range(H):
@@ -257,6 +367,15 @@ def head_records(capture: Capture) -> list[dict]:
             record["label"] = str(labels[layer, head])
             records.append(record)
     return records
+
+
+def head_records(capture: Capture) -> list[dict]:
+    """Every registered metric and the pattern label of every head, one dict per (layer, head), in
+    layer-major order. A pooled capture of a long input carries the records its streamed pass computed."""
+    stored = capture.meta.get("head_stats")
+    if isinstance(stored, list):
+        return [dict(r) for r in stored]
+    return records_from_values(head_values(capture))
 
 
 def label_definitions() -> dict[str, str]:

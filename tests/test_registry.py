@@ -20,7 +20,7 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 def extra_metric():
     """A metric defined only here: the mean weight on the last key, written with three decimals."""
     metric = metrics.Metric("last_key_mass", "lastkey", "mean over rows of the weight on the last key",
-                            lambda c: c.attentions[..., -1].mean(axis=-1), fmt="{:.3f}")
+                            rows=lambda r: r.alpha[..., -1], fmt="{:.3f}")
     metrics.register(metric)
     yield metric
     metrics.unregister(metric.name)
@@ -59,7 +59,7 @@ def test_a_registered_metric_reaches_every_output(extra_metric, tmp_path):
 
 def test_names_and_headers_are_unique():
     with pytest.raises(ValueError, match="exists"):
-        metrics.register(metrics.Metric("entropy", "e2", "dup", metrics.entropy))
+        metrics.register(metrics.Metric("entropy", "e2", "dup", rows=lambda r: r.alpha.max(axis=-1)))
     keys = [k for m in metrics.METRICS for k in {m.name, m.header}]
     assert len(keys) == len(set(keys))
 
