@@ -37,6 +37,34 @@ HeadSpec = Union[int, str]  # an index, "mean" or "max"
 
 
 @dataclass(frozen=True, eq=False)
+class LongInput:
+    """What a pooled capture keeps of a long input besides its pooled α: the input's own tokens, where the
+    pooled blocks start, and the rollout rows its streamed pass computed.
+
+    tokens, special, special_kind (N,) for the N tokens of the input; edges (P + 1,): block starts and N;
+    rollout: token position -> (N,) rolled-out attention of that token."""
+
+    tokens: tuple[str, ...]
+    special: np.ndarray
+    special_kind: tuple[str, ...]
+    edges: np.ndarray
+    rollout: dict = field(default_factory=dict)
+    # an exact window of α computed while streaming (not saved): (layers, H, rows, cols) and its positions
+    window: np.ndarray | None = None
+    window_rows: np.ndarray | None = None
+    window_cols: np.ndarray | None = None
+    window_layers: tuple[int, ...] = ()
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def block(self) -> int:
+        return int(self.edges[1] - self.edges[0]) if len(self.edges) > 1 else 1
+
+
+@dataclass(frozen=True, eq=False)
 class Capture:
     """Attention of one input. Index it like TransformerLens's cache: cap[layer] -> (H, T, T),
     cap[layer, head] -> (T, T). Metrics and renderers read it and never change it."""
@@ -48,6 +76,7 @@ class Capture:
     special_kind: tuple[str, ...]  # (T,)
     subword: np.ndarray  # (T,) bool
     meta: dict = field(default_factory=dict)
+    long: LongInput | None = None  # a long input streamed and pooled: T counts blocks, long.tokens the input
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "attentions", np.asarray(self.attentions, dtype=np.float32))
@@ -79,6 +108,11 @@ class Capture:
     @property
     def model(self) -> str:
         return str(self.meta.get("model", "?"))
+
+    @property
+    def pooled(self) -> bool:
+        """α holds block means of a long input (see `long`), not one row per token."""
+        return self.long is not None
 
     def __getitem__(self, index):
         return self.attentions[index]
@@ -173,6 +207,15 @@ class Capture:
             "subword": self.subword,
             "meta": np.array(json.dumps({**self.meta, "format_version": FORMAT_VERSION}, sort_keys=True)),
         }
+        if self.long is not None:
+            rollout_tokens = sorted(self.long.rollout)
+            arrays.update({
+                "long_tokens": np.array(self.long.tokens, dtype=np.str_), "long_special": self.long.special,
+                "long_kinds": np.array(self.long.special_kind, dtype=np.str_),
+                "long_edges": np.asarray(self.long.edges, np.int64),
+                "rollout_tokens": np.array(rollout_tokens, np.int64),
+                "rollout": np.array([self.long.rollout[t] for t in rollout_tokens], np.float32).reshape(
+                    len(rollout_tokens), self.long.n_tokens)})
         with atomic_output(path) as tmp:
             with open(tmp, "wb") as fh:
                 np.savez_compressed(fh, **arrays)
@@ -185,8 +228,9 @@ class Capture:
         is allocated. Raises CaptureFormatError (one line) for anything but a valid capture within
         LIMITS; memory stays within the α limit plus one float32 copy of α."""
         path = Path(path)
-        data = read_npz(path, capture_members())
+        data = read_npz(path, capture_members(), optional=long_members())
         meta = _checked_meta(data["meta"], path)
+        long = _checked_long(data, path)
         T = data["attentions"].shape[2] if data["attentions"].ndim == 4 else -1
         for key in ("tokens", "token_ids", "special", "special_kind", "subword"):
             if data[key].shape != (T,) or data["attentions"].shape[3] != T:
@@ -204,7 +248,10 @@ class Capture:
             special_kind=tuple(data["special_kind"].tolist()),
             subword=data["subword"],
             meta=meta,
+            long=long,
         )
+        if long is not None and len(long.edges) - 1 != capture.n_tokens:
+            raise CaptureFormatError(f"{path}: {len(long.edges) - 1} pooled blocks, but α has {capture.n_tokens}")
         try:
             return capture.validate()
         except AttentionCheckError as exc:
@@ -251,6 +298,49 @@ def capture_members() -> dict[str, Member]:
     }
 
 
+def long_members() -> dict[str, Member]:
+    """The arrays a pooled capture of a long input adds (optional in any capture)."""
+    alpha = _limit("ATTNVIZ_MAX_CAPTURE_BYTES", MAX_ATTENTION_BYTES)
+    N = MAX_LONG_TOKENS
+    word = MAX_TOKEN_CHARS * 4
+    return {"long_tokens": Member("U", 1, N * word, word), "long_special": Member("b", 1, N),
+            "long_kinds": Member("U", 1, N * 32, 32), "long_edges": Member("iu", 1, 8 * (N + 1)),
+            "rollout_tokens": Member("iu", 1, 8 * 64), "rollout": Member("f", 2, min(alpha, 64 * N * 8))}
+
+
+MAX_LONG_TOKENS = 1 << 17  # the longest input a pooled capture describes
+MAX_HEAD_STATS = 100_000  # head records a pooled capture may carry
+
+
+def _checked_long(data: dict, path: Path) -> LongInput | None:
+    """The long input's arrays of a pooled capture, checked to line up; None for an ordinary capture."""
+    keys = ("long_tokens", "long_special", "long_kinds", "long_edges")
+    present = [k for k in keys if k in data]
+    if not present:
+        return None
+    if len(present) != len(keys):
+        raise CaptureFormatError(f"{path}: a pooled capture needs all of {', '.join(keys)}")
+    N = data["long_tokens"].shape[0]
+    edges = data["long_edges"].astype(np.int64)
+    if data["long_special"].shape != (N,) or data["long_kinds"].shape != (N,) or len(edges) < 2 or edges[0] != 0 \
+            or edges[-1] != N or (np.diff(edges) <= 0).any():
+        raise CaptureFormatError(f"{path}: the long input's tokens and blocks do not line up")
+    for key in ("long_tokens", "long_kinds"):
+        if not all(is_valid_unicode(t) for t in data[key].tolist()):
+            raise CaptureFormatError(f"{path}: {key} is not valid Unicode (a lone surrogate)")
+    if set(data["long_kinds"].tolist()) - set(SPECIAL_KINDS):
+        raise CaptureFormatError(f"{path}: long_kinds holds an unknown kind")
+    rollout = {}
+    if "rollout" in data or "rollout_tokens" in data:
+        rows, tokens = data.get("rollout"), data.get("rollout_tokens")
+        if rows is None or tokens is None or rows.shape != (len(tokens), N) or ((tokens < 0) | (tokens >= N)).any() \
+                or not np.isfinite(rows).all():
+            raise CaptureFormatError(f"{path}: the stored rollout rows do not line up with the input")
+        rollout = {int(t): np.asarray(r, np.float64) for t, r in zip(tokens, rows)}
+    return LongInput(tuple(data["long_tokens"].tolist()), data["long_special"].astype(bool),
+                     tuple(data["long_kinds"].tolist()), edges, rollout)
+
+
 def _checked_meta(raw: np.ndarray, path: Path) -> dict:
     """The metadata JSON as a dict of plain values, with the known keys of the right types."""
     try:
@@ -263,7 +353,12 @@ def _checked_meta(raw: np.ndarray, path: Path) -> dict:
     if version != FORMAT_VERSION:
         raise CaptureFormatError(f"{path}: capture format version {version!r} is not supported "
                                  f"(this attnviz reads version {FORMAT_VERSION})")
+    for key in ("pooled", "head_stats"):
+        if key in meta:
+            _check_structured(key, meta[key], path)
     for key, value in meta.items():
+        if key in ("pooled", "head_stats"):
+            continue
         allowed = META_TYPES.get(key, (str, int, float, bool, type(None)))
         if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
             raise CaptureFormatError(f"{path}: metadata {key!r} is a {type(value).__name__}, expected "
@@ -271,6 +366,25 @@ def _checked_meta(raw: np.ndarray, path: Path) -> dict:
         if isinstance(value, str) and not is_valid_unicode(value):
             raise CaptureFormatError(f"{path}: metadata {key!r} is not valid Unicode (a lone surrogate)")
     return meta
+
+
+def _check_structured(key: str, value, path: Path) -> None:
+    """`pooled` is {"tokens": int, "block": int}; `head_stats` a list of flat records of plain values."""
+    scalar = (str, int, float, type(None))
+    if key == "pooled":
+        if not (isinstance(value, dict) and set(value) <= {"tokens", "block"}
+                and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value.values())):
+            raise CaptureFormatError(f"{path}: metadata 'pooled' must hold positive whole numbers tokens, block")
+        return
+    if not (isinstance(value, list) and len(value) <= MAX_HEAD_STATS and all(
+            isinstance(r, dict) and len(r) <= 64 and all(isinstance(k, str) and isinstance(v, scalar)
+                                                        and not isinstance(v, bool) for k, v in r.items())
+            for r in value)):
+        raise CaptureFormatError(f"{path}: metadata 'head_stats' must be a list of flat records")
+    for record in value:
+        for v in record.values():
+            if isinstance(v, str) and not is_valid_unicode(v):
+                raise CaptureFormatError(f"{path}: metadata 'head_stats' is not valid Unicode")
 
 
 def causal_mask(T: int) -> np.ndarray:

@@ -369,6 +369,17 @@ def records_from_values(values: dict[str, np.ndarray]) -> list[dict]:
     return records
 
 
+def value_grid(capture: Capture, name: str) -> np.ndarray:
+    """One metric of every head (the stored value for a pooled long input). (L, H)"""
+    if isinstance(capture.meta.get("head_stats"), list):
+        grid = np.zeros((capture.n_layers, capture.n_heads))
+        for record in capture.meta["head_stats"]:
+            grid[record["layer"], record["head"]] = float(record.get(name) or 0.0)
+        return grid
+    metric = next(m for m in all_metrics() if m.name == name)
+    return by_layer(_one(metric), capture)
+
+
 def head_records(capture: Capture) -> list[dict]:
     """Every registered metric and the pattern label of every head, one dict per (layer, head), in
     layer-major order. A pooled capture of a long input carries the records its streamed pass computed."""

@@ -87,6 +87,7 @@ class LoadedModel:
     dtype: str
     causal: bool | None  # None: unknown type, judged from α
     max_positions: int | None
+    memory_budget: int | None = None  # bytes the full attention may take (None: $ATTNVIZ_MEMORY_BUDGET or 2 GiB)
 
     @property
     def model_type(self) -> str:
@@ -142,7 +143,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 def load(name: str | None = None, *, revision: str | None = None, device: str = "auto",
-         dtype: str = "float32", trust_remote_code: bool = False) -> LoadedModel:
+         dtype: str = "float32", trust_remote_code: bool = False, memory_budget: int | None = None) -> LoadedModel:
     """Load model + tokenizer with attn_implementation="eager" (SDPA returns no attention weights)."""
     import torch
     from transformers import AutoConfig, AutoModel, AutoTokenizer
@@ -205,7 +206,7 @@ def load(name: str | None = None, *, revision: str | None = None, device: str = 
     commit = getattr(config, "_commit_hash", None)
     return LoadedModel(model=model, tokenizer=tokenizer, name=shown, revision=revision or commit or
                        ("local" if local else "main"), device=device, dtype=dtype, causal=causal,
-                       max_positions=max_positions)
+                       max_positions=max_positions, memory_budget=memory_budget)
 
 
 @dataclass
@@ -337,19 +338,29 @@ def _special_kind(tok, token_id: int, position: int, special: bool) -> str:
     return "other"
 
 
+def parse_size(text: str) -> int:
+    """"512M", "2G", "1.5G", "4096" (bytes) -> bytes; ValueError for anything else."""
+    raw = str(text).strip().upper().removesuffix("B").removesuffix("I")
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    value = float(raw[:-1]) * units[raw[-1]] if raw and raw[-1] in units else float(raw)
+    if not value > 0 or value != value or value == float("inf"):
+        raise ValueError(text)
+    return int(value)
+
+
 def memory_budget() -> int:
-    """Bytes attnviz may use for attention tensors: $ATTNVIZ_MEMORY_BUDGET (bytes, or with K/M/G), else 4 GiB."""
-    raw = os.environ.get("ATTNVIZ_MEMORY_BUDGET", "").strip().upper()
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    """Bytes the full attention tensor may take: $ATTNVIZ_MEMORY_BUDGET (512M, 8G, bytes), else 2 GiB.
+    Beyond it the commands that can stream a long input do so; the others refuse."""
+    raw = os.environ.get("ATTNVIZ_MEMORY_BUDGET", "").strip()
+    if not raw:
+        return DEFAULT_MEMORY_BUDGET
     try:
-        if raw and raw[-1] in units:
-            return int(float(raw[:-1]) * units[raw[-1]])
-        return int(raw) if raw else DEFAULT_MEMORY_BUDGET
-    except ValueError:
+        return parse_size(raw)
+    except (ValueError, IndexError):
         raise InputError(f"ATTNVIZ_MEMORY_BUDGET={raw!r} is not a size (e.g. 8G, 512M)") from None
 
 
-DEFAULT_MEMORY_BUDGET = 4 << 30
+DEFAULT_MEMORY_BUDGET = 2 << 30
 
 
 def layers_and_heads(config) -> tuple[int, int]:
@@ -362,39 +373,46 @@ def layers_and_heads(config) -> tuple[int, int]:
     return layers, heads
 
 
-def attention_bytes(loaded: LoadedModel, T: int, copies: float = 2.0) -> int:
-    """What holding α costs for T tokens: L·H·T² float32 weights, `copies` times (the model's output and
-    attnviz's stacked copy), plus a few layers' worth of the model's own temporaries."""
+def attention_bytes(loaded: LoadedModel, T: int, copies: float = 1.0) -> int:
+    """What holding α costs for T tokens: L·H·T² float32 weights, `copies` times, plus a few layers' worth
+    of the model's own temporaries. (The full path keeps the model's output and converts it one layer at a
+    time: one copy.)"""
     L, H = layers_and_heads(loaded.model.config)
     return int((copies * L + 4) * H * T * T * 4)
 
 
-def check_memory(loaded: LoadedModel, T: int, copies: float = 2.0) -> None:
+def check_memory(loaded: LoadedModel, T: int, copies: float = 1.0, streams: bool = False) -> None:
     """Refuse, before running anything, an input whose attention would not fit the memory budget."""
-    need, budget = attention_bytes(loaded, T, copies), memory_budget()
+    need, budget = attention_bytes(loaded, T, copies), loaded.memory_budget or memory_budget()
     if need > budget:
         L, H = layers_and_heads(loaded.model.config)
+        hint = ("pass --stream to compute it a block of rows at a time" if streams else "shorten the text")
         raise InputError(f"{T} tokens would need about {need / (1 << 30):.1f} GiB for attention "
                          f"({L} layers × {H} heads × {T}² weights), over the budget of {budget / (1 << 30):.1f} GiB; "
-                         f"shorten the text, or raise ATTNVIZ_MEMORY_BUDGET (e.g. 16G) if you have the memory")
+                         f"{hint}, or raise --max-memory (e.g. 16G) if you have the memory")
 
 
 def model_attentions(loaded: LoadedModel, encoded: Encoded) -> np.ndarray:
     """Run the model and return its α, checked, as float32 numpy. (L, H, T, T)"""
     import torch
 
-    check_memory(loaded, len(encoded.token_ids))
+    check_memory(loaded, len(encoded.token_ids), streams=True)
     try:
         with torch.inference_mode():
             out = loaded.model(**encoded.inputs, output_attentions=True)
     except (ValueError, TypeError, RuntimeError, IndexError) as exc:
         raise AttentionCheckError(f"{loaded.name} could not run on this input: {_first_line(exc)}") from None
-    attentions = attentions_of(out, loaded.model, loaded.name)
+    attentions = list(attentions_of(out, loaded.model, loaded.name))
+    del out
     T = len(encoded.token_ids)
     for i, layer in enumerate(attentions):
         if layer.ndim != 4 or layer.shape[0] != 1 or tuple(layer.shape[2:]) != (T, T):
             raise AttentionCheckError(f"layer {i} attention has shape {tuple(layer.shape)}, expected (1, H, {T}, {T})")
-    return torch.stack([a[0].float() for a in attentions]).cpu().numpy()  # (L, H, T, T)
+    result = np.empty((len(attentions), *attentions[0].shape[1:]), np.float32)  # (L, H, T, T)
+    for i in range(len(attentions)):  # one layer at a time, each freed once copied: one copy of α at most
+        result[i] = attentions[i][0].float().cpu().numpy()
+        attentions[i] = None
+    return result
 
 
 def attentions_of(output, model, name: str) -> tuple:

@@ -92,8 +92,10 @@ def _read_member(zf: zipfile.ZipFile, name: str, spec: Member, path: Path) -> np
     return array.reshape(shape, order="F" if fortran else "C")
 
 
-def read_npz(path: str | Path, members: dict[str, Member]) -> dict[str, np.ndarray]:
-    """The named arrays of an .npz, each checked against its Member before its data is read."""
+def read_npz(path: str | Path, members: dict[str, Member],
+             optional: dict[str, Member] | None = None) -> dict[str, np.ndarray]:
+    """The named arrays of an .npz, each checked against its Member before its data is read; `optional`
+    members are read (and checked) only when present."""
     path = Path(path)
     if not path.is_file():
         raise CaptureFormatError(f"capture file not found: {path}")
@@ -108,7 +110,8 @@ def read_npz(path: str | Path, members: dict[str, Member]) -> dict[str, np.ndarr
             missing = [k for k in members if f"{k}.npy" not in names]
             if missing:
                 raise _fail(path, f"missing {', '.join(missing)}")
-            return {key: _read_member(zf, f"{key}.npy", spec, path) for key, spec in members.items()}
+            wanted = {**members, **{k: v for k, v in (optional or {}).items() if f"{k}.npy" in names}}
+            return {key: _read_member(zf, f"{key}.npy", spec, path) for key, spec in wanted.items()}
     except CaptureFormatError:
         raise
     except (OSError, zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, NotImplementedError,

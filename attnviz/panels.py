@@ -186,7 +186,11 @@ def attention_panels(capture: Capture, layers: Sequence[int], heads: Sequence[He
     future = capture.future_mask
     hidden = None if future is None else (future if everything else future[np.ix_(keep, keep)])
     model = short_model(capture.model)
-    extra = (" · special tokens hidden",) if hide_special else ()
+    extra: tuple[str, ...] = (" · special tokens hidden",) if hide_special else ()
+    axes: dict[str, Any] = {}
+    if capture.long is not None and capture.long.block > 1:
+        extra += (f" · mean over {capture.long.block}×{capture.long.block}-token blocks",)
+        axes = {"row_axis": "query block (token positions)", "col_axis": "key block (token positions)"}
     panels = []
     for layer in layers:
         layer = capture.layer_index(layer)
@@ -199,9 +203,53 @@ def attention_panels(capture: Capture, layers: Sequence[int], heads: Sequence[He
             label = head_label(head, capture.n_heads)
             panels.append(Panel(matrix=alpha, rows=labels, cols=labels, hidden=hidden, scale=Scale(),
                                 title=(f"{model} · layer {layer} · ", label, *extra),
-                                name=head_filename(layer, head), short=f"layer {layer}", layer=layer, head=head))
+                                name=head_filename(layer, head), short=f"layer {layer}", layer=layer, head=head,
+                                **axes))
     choice = scale or ScaleChoice()
     return apply_scale(panels, replace(choice, vmax=vmax) if vmax is not None else choice)
+
+
+def window_panels(capture: Capture, layers: Sequence[int], heads: Sequence[HeadChoice], rows: Sequence[int] | None,
+                  cols: Sequence[int] | None, *, scale: ScaleChoice | None = None) -> list[Panel]:
+    """Exact α for query rows × key columns (a window into a long input): sliced from a full capture, or the
+    window a streamed run computed. One panel per layer and head."""
+    from attnviz.errors import SelectionError
+
+    long = capture.long
+    if long is None:
+        T = capture.n_tokens
+        rows = list(range(T)) if rows is None else list(rows)
+        cols = list(range(T)) if cols is None else list(cols)
+        tokens, future = capture.tokens, capture.future_mask
+        source = {layer: capture.attentions[layer][:, rows][:, :, cols] for layer in layers}  # (H, r, c)
+    else:
+        if long.window is None or long.window_rows is None or long.window_cols is None:
+            raise SelectionError("this capture is pooled (a long input): an exact window needs the text run again, "
+                                 "e.g. attnviz heatmap TEXT --rows 4000:4100", "--rows")
+        rows, cols = [int(i) for i in long.window_rows], [int(j) for j in long.window_cols]
+        tokens = long.tokens
+        future = np.triu(np.ones((long.n_tokens, long.n_tokens), bool), 1) if capture.causal else None
+        missing = [layer for layer in layers if layer not in long.window_layers]
+        if missing:
+            raise SelectionError(f"layer {missing[0]} was not streamed into the window", "--layer")
+        source = {layer: long.window[long.window_layers.index(layer)] for layer in layers}
+    hidden = None if future is None else future[np.ix_(rows, cols)]
+    row_labels = tuple(f"{i} {visible(tokens[i])}" for i in rows)
+    col_labels = tuple(f"{j} {visible(tokens[j])}" for j in cols)
+    model = short_model(capture.model)
+    where = f" · queries {rows[0]}–{rows[-1]}, keys {cols[0]}–{cols[-1]}"
+    panels = []
+    for layer in layers:
+        per_head = np.asarray(source[layer], np.float32)  # (H, r, c)
+        for head in heads:
+            matrix = (per_head.mean(0) if head == "mean" else per_head.max(0) if head == "max"
+                      else per_head[int(head)])
+            label = head_label(head, per_head.shape[0])
+            panels.append(Panel(matrix=matrix, rows=row_labels, cols=col_labels, hidden=hidden, scale=Scale(),
+                                title=(f"{model} · layer {layer} · ", label, where),
+                                name=f"{head_filename(layer, head)}_window", short=f"layer {layer}", layer=layer,
+                                head=head))
+    return apply_scale(panels, scale)
 
 
 def with_shared_scale(panels: Sequence[Panel], vmax: float | None = None, vmin: float = 0.0,
@@ -407,3 +455,22 @@ def token_page(capture: Capture, i: int, layers: Sequence[int], scale: ScaleChoi
     title = f"{short_model(capture.model)} · token {i} {name!r} in every layer and head"
     return Page(panels=tuple(panels), title=title, name=f"attnviz_token{i}", subtitle=text_subtitle(capture),
                 notes=(panels[0].scale.describe(),))
+
+
+def coarsen(panel: Panel, k: int) -> Panel:
+    """A panel pooled further by k × k cells (rows averaged, columns summed, so a row of attention still
+    sums to 1), labelled by each group's first cell: for a terminal narrower than a pooled picture."""
+    if k <= 1:
+        return panel
+    R, C = panel.matrix.shape
+    row_groups, col_groups = np.arange(0, R, k), np.arange(0, C, k)
+    summed = np.add.reduceat(np.add.reduceat(panel.matrix.astype(np.float64), row_groups, axis=0), col_groups, axis=1)
+    counts = np.diff(np.append(row_groups, R))[:, None]
+    hidden = None
+    if panel.hidden is not None:
+        visible_cells = np.add.reduceat(np.add.reduceat((~panel.hidden).astype(np.int64), row_groups, axis=0),
+                                        col_groups, axis=1)
+        hidden = visible_cells == 0
+    title = (*panel.title, f" · pooled again ×{k} to fit")
+    return replace(panel, matrix=(summed / counts).astype(np.float32), rows=tuple(panel.rows[i] for i in row_groups),
+                   cols=tuple(panel.cols[j] for j in col_groups), hidden=hidden, title=title)

@@ -31,6 +31,13 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     mask: bool, broadcastable to (..., T_q, T_k); True where query i may attend to key j.
     A row whose keys are all masked attends to nothing: its alpha row is all zeros and its out is 0
     (not NaN), and no NaN leaks into other rows."""
+    alpha = attention_weights(q, k, mask)  # (..., T_q, T_k)
+    return alpha @ v, alpha  # (..., T_q, d_v), (..., T_q, T_k)
+
+
+def attention_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """alpha = softmax(Q·Kᵀ/√d_k), masked keys at −∞: the weights alone, for any block of query rows.
+    (..., T_q, d_k), (..., T_k, d_k) -> (..., T_q, T_k)"""
     d_k = q.size(-1)
     scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # (..., T_q, T_k)
     if mask is not None:
@@ -39,10 +46,8 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))  # all-masked rows
     weights = torch.exp(scores - row_max)  # (..., T_q, T_k); masked -> exp(-inf) = 0
     total = weights.sum(dim=-1, keepdim=True)  # (..., T_q, 1)
-    alpha = torch.where(total > 0, weights / total.clamp_min(torch.finfo(weights.dtype).tiny),
-                        torch.zeros_like(weights))  # (..., T_q, T_k), rows sum to 1 (or 0 if all masked)
-    out = alpha @ v  # (..., T_q, d_v)
-    return out, alpha
+    return torch.where(total > 0, weights / total.clamp_min(torch.finfo(weights.dtype).tiny),
+                       torch.zeros_like(weights))  # (..., T_q, T_k), rows sum to 1 (or 0 if all masked)
 
 
 def attention_mask(key_mask: torch.Tensor, *, causal: bool, window: int | None = None) -> torch.Tensor:
@@ -249,6 +254,17 @@ def _record_inputs(model, modules: list) -> tuple[list[Seen | None], Callable[[]
     return seen, remove
 
 
+def layer_qkv(adapter: Adapter, module, record: Seen | None, n: int, config) -> QKV:
+    """Q, K, V of layer n from what its attention module received, in float32 whatever the model's dtype."""
+    if record is None:
+        raise UnsupportedArchitectureError(f"the attention module of layer {n} was not called")
+    if next(module.parameters()).dtype != torch.float32:  # half precision: reference in fp32
+        module = copy.deepcopy(module).float()
+        rotary = record.position_embeddings
+        record = Seen(record.hidden.float(), None if rotary is None else (rotary[0].float(), rotary[1].float()))
+    return adapter.qkv(module, record, n, config)
+
+
 @dataclass
 class Recomputed:
     """One forward pass of the model, and per layer the Q, K, V recomputed from what each attention
@@ -269,16 +285,8 @@ def recompute(model, inputs: dict) -> Recomputed:
     try:
         with torch.inference_mode():
             output = model(**inputs, output_attentions=True)
-            layers = []
-            for n, (module, record) in enumerate(zip(modules, seen)):
-                if record is None:
-                    raise UnsupportedArchitectureError(f"the attention module of layer {n} was not called")
-                if next(module.parameters()).dtype != torch.float32:  # half precision: reference in fp32
-                    module = copy.deepcopy(module).float()
-                    rotary = record.position_embeddings
-                    record = Seen(record.hidden.float(), None if rotary is None else (rotary[0].float(),
-                                                                                       rotary[1].float()))
-                layers.append(adapter.qkv(module, record, n, base.config))
+            layers = [layer_qkv(adapter, module, record, n, base.config)
+                      for n, (module, record) in enumerate(zip(modules, seen))]
     finally:
         remove()
     key_mask = inputs.get("attention_mask")
@@ -305,7 +313,7 @@ def capture_both(loaded, text: str, *, truncate: bool = True):
     from attnviz.model import check_memory, encode, make_capture
 
     encoded = encode(loaded, text, truncate=truncate)
-    check_memory(loaded, len(encoded.token_ids), copies=5.0)  # the model's α, Q/K/V and scores, both stacks
+    check_memory(loaded, len(encoded.token_ids), copies=4.0)  # the model's α, scores, both stacks
     scratch, reported = scratch_attentions(loaded.model, encoded.inputs)
     return (make_capture(loaded, encoded, reported[:, 0], text),
             make_capture(loaded, encoded, scratch[:, 0], text, source="scratch"))
@@ -340,7 +348,7 @@ def scaling_rows(loaded, text: str, *, truncate: bool = True) -> tuple[list[Scal
     from attnviz.model import check_memory, encode
 
     encoded = encode(loaded, text, truncate=truncate)
-    check_memory(loaded, len(encoded.token_ids), copies=4.0)
+    check_memory(loaded, len(encoded.token_ids), copies=3.0)
     run = recompute(loaded.model, encoded.inputs)
     rows, d_k, mask = [], 0, run.mask
     for n, qkv in enumerate(run.layers):
@@ -400,7 +408,7 @@ def head_steps(loaded, encoded, layer: int, head: int) -> Steps:
     scores, the scaling by √d_k, the mask, the softmax and α·V, beside the model's own α."""
     from attnviz.model import attentions_of, check_memory
 
-    check_memory(loaded, len(encoded.token_ids), copies=4.0)
+    check_memory(loaded, len(encoded.token_ids), copies=3.0)
     run = recompute(loaded.model, encoded.inputs)
     qkv = run.layers[layer]
     q, k, v = (t[0, head].double() for t in (qkv.q, qkv.k, qkv.v))  # (T, d) each

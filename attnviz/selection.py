@@ -1,7 +1,8 @@
 """Layer and head selections as users type them: one parser behind every --layer and --head option.
 
     spec   := item ("," item)*
-    item   := INDEX | INDEX "-" INDEX | "all" | KEYWORD       KEYWORD: "mean" or "max", where allowed
+    item   := INDEX | INDEX "-" INDEX | INDEX ":" INDEX | "all" | KEYWORD     KEYWORD: "mean" or "max"
+              (a-b includes b; a:b is Python's slice, without b: 4000:4100 is 4000-4099)
     INDEX  := an integer; negative counts from the end (-1 is the last)
 
 `Selection.parse` checks the syntax only, so an option can be refused before any model work.
@@ -21,6 +22,7 @@ from attnviz.errors import SelectionError
 MAX_SPEC_CHARS = 1000
 _RANGE = re.compile(r"^(-?\d{1,18})\s*-\s*(-?\d{1,18})$")
 _INDEX = re.compile(r"^-?\d{1,18}$")
+_SLICE = re.compile(r"^(-?\d{1,18})\s*:\s*(-?\d{1,18})$")  # Python's half-open a:b (b not included)
 
 Item = Union[int, tuple[int, int], str]  # an index, an inclusive (first, last) range, or a keyword
 Choice = Union[int, str]  # a resolved index, or a keyword ("mean", "max")
@@ -61,6 +63,11 @@ class Selection:
                 items.append(part)
             elif _INDEX.match(part):
                 items.append(int(part))
+            elif (m := _SLICE.match(part)) is not None:
+                first, stop = int(m.group(1)), int(m.group(2))
+                if first >= 0 and stop >= 0 and stop <= first:
+                    raise SelectionError(f"{option}: the slice {part} is empty; write a:b with b > a", option)
+                items.append((first, stop - 1) if stop != 0 else (first, -1))
             elif (m := _RANGE.match(part)) is not None:
                 first, last = int(m.group(1)), int(m.group(2))
                 if first >= 0 and last >= 0 and first > last:

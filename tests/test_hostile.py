@@ -268,9 +268,12 @@ def test_model_folder_without_tokenizer_is_refused(tmp_path):
 
 def test_memory_budget_is_checked_before_running(tiny_model_dir, monkeypatch):
     monkeypatch.setenv("ATTNVIZ_MEMORY_BUDGET", "1K")
-    message = one_line_error(run("heatmap", SENTENCE, "-m", tiny_model_dir("gpt2"), "-t"))
-    assert "ATTNVIZ_MEMORY_BUDGET" in message and "2 layers × 4 heads" in message
-    assert "ATTNVIZ_MEMORY_BUDGET" in one_line_error(run("verify", SENTENCE, "-m", tiny_model_dir("gpt2")))
+    streamed = run("heatmap", SENTENCE, "-m", tiny_model_dir("gpt2"), "-t")  # over budget: streamed instead
+    assert streamed.exit_code == 0 and "Streamed" in streamed.stderr and "over --max-memory" in streamed.stderr
+    message = one_line_error(run("verify", SENTENCE, "-m", tiny_model_dir("gpt2")))  # cannot stream: refused
+    assert "--max-memory" in message and "2 layers × 4 heads" in message
+    assert "--max-memory" in one_line_error(run("verify", SENTENCE, "-m", tiny_model_dir("gpt2"), "--max-memory", "2K"))
+    assert one_line_error(run("verify", SENTENCE, "--max-memory", "lots"), 2)
     monkeypatch.setenv("ATTNVIZ_MEMORY_BUDGET", "lots")
     assert "not a size" in one_line_error(run("heatmap", SENTENCE, "-m", tiny_model_dir("gpt2"), "-t"))
 

@@ -189,6 +189,18 @@ def choice_parser(choices: tuple[str, ...], aliases: dict[str, str]) -> Callable
     return parse
 
 
+def size_parser(value: Any) -> int:
+    """A size in bytes: 512M, 2G, 1.5G or a number of bytes."""
+    if isinstance(value, int):
+        return value
+    from attnviz.model import parse_size
+
+    try:
+        return parse_size(str(value))
+    except (ValueError, IndexError):
+        raise typer.BadParameter(f"{visible(str(value))!r} is not a size; write e.g. 512M, 2G or 16G") from None
+
+
 def colormap_parser(value: Any) -> str:
     """A matplotlib colormap name, checked when the options are parsed (before any model work)."""
     from attnviz.errors import ColormapError
@@ -259,6 +271,10 @@ class ModelOptions:
     truncate: Annotated[bool, typer.Option(
         "--truncate/--no-truncate",
         help="Cut text longer than the model's maximum (with a warning), or refuse it.")] = True
+    max_memory: Annotated[Optional[int], typer.Option(
+        "--max-memory", parser=size_parser, metavar="SIZE", show_default=False,
+        help="Memory the full attention tensor may take (512M, 8G); beyond it long inputs are streamed, or "
+             "refused where they cannot be. Default: $ATTNVIZ_MEMORY_BUDGET, else 2G.")] = None
 
     def load(self):
         """The model, loaded once (with a spinner on stderr)."""
@@ -266,7 +282,7 @@ class ModelOptions:
             from attnviz.model import load
 
             return load(self.model, revision=self.revision, device=self.device, dtype=self.dtype,
-                        trust_remote_code=self.trust_remote_code)
+                        trust_remote_code=self.trust_remote_code, memory_budget=self.max_memory)
 
 
 @dataclass(frozen=True)
@@ -303,7 +319,10 @@ StartOpt = Annotated[int, typer.Option("--start", min=0, metavar="N",
 
 RowsOpt = Annotated[Optional[Selection], typer.Option(
     "--rows", parser=selection_parser("row", option="--rows"), metavar="ROWS", show_default=False,
-    help="Terminal: only these query rows, e.g. 0-40 (a window of a long input).")]
+    help="Only these query rows, exactly: 0-40, or 4000:4100 (a window into a long input).")]
+ColsOpt = Annotated[Optional[Selection], typer.Option(
+    "--cols", parser=selection_parser("col", option="--cols"), metavar="COLS", show_default=False,
+    help="Only these key columns, exactly: 0-40, or 0:8192.")]
 
 
 MAX_TEXT_BYTES = 1_000_000  # text from a file or stdin
@@ -358,23 +377,83 @@ class TextInput(ModelOptions):
 
         return check_text(text)
 
-    def capture(self):
-        """The model's Capture of the text."""
+    def capture(self, *, window: tuple | None = None, rollout_token: str | None = None):
+        """The model's Capture of the text: the full α when it fits the memory budget; else (or with
+        --stream, where the command offers it) a pooled capture streamed a block of rows at a time, with the
+        exact window (rows, cols, layers selections) and rollout row asked for."""
         text = self.require_text()
         loaded = self.load()
-        from attnviz.model import capture_text
+        from attnviz.model import attention_bytes, check_memory, encode, make_capture, memory_budget, model_attentions
 
-        with err.status("Running the model…"):
-            return capture_text(text, loaded, truncate=self.truncate)
+        encoded = encode(loaded, text, truncate=self.truncate)
+        T = len(encoded.token_ids)
+        budget = loaded.memory_budget or memory_budget()
+        streaming = getattr(self, "stream", None)
+        if streaming is None or not (streaming or attention_bytes(loaded, T) > budget):
+            check_memory(loaded, T, streams=streaming is not None)
+            with err.status("Running the model…"):
+                return make_capture(loaded, encoded, model_attentions(loaded, encoded), text)
+        return _streamed(loaded, encoded, text, budget, bool(streaming), window, rollout_token)
+
+
+def _streamed(loaded, encoded, text: str, budget: int, asked: bool, window: tuple | None, rollout_token: str | None):
+    """Run the streamed path with a progress bar over layers × heads, and say on stderr that it ran."""
+    from dataclasses import replace
+
+    from attnviz.model import attention_bytes, layers_and_heads
+    from attnviz.selection import Selection, find_token
+    from attnviz.stream import Window, streamed_capture
+
+    T = len(encoded.token_ids)
+    L, H = layers_and_heads(loaded.model.config)
+    why = ("--stream" if asked else f"the full attention would take {attention_bytes(loaded, T) / (1 << 30):.1f} GiB, "
+           f"over --max-memory {budget / (1 << 30):.1f} GiB")
+    say(f"Streamed: {T} tokens, attention computed a block of query rows at a time ({why}); pictures show "
+        f"block means.", console=err, style="cyan", wrap=True)
+    starts = [n for n, kind in enumerate(encoded.special_kind) if kind == "start"]
+    causal = bool(loaded.causal)
+    tokens_for_rollout = [T - 1 if causal or not starts else starts[0]]
+    if rollout_token is not None:
+        tokens_for_rollout.append(find_token(encoded.tokens, rollout_token))
+    spec = None
+    if window is not None:
+        import numpy as np
+
+        rows, cols, layers = window
+        rows = rows or Selection.everything("row", "--rows")
+        cols = cols or Selection.everything("col", "--cols")
+        spec = Window(rows=np.asarray(rows.indices(T)), cols=np.asarray(cols.indices(T)),
+                      layers=tuple(layers.indices(L)))
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(TextColumn("Streaming"), BarColumn(), MofNCompleteColumn(), TextColumn("heads"),
+                        TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal)
+    with progress:
+        task = progress.add_task("stream", total=L * H)
+        capture, kept = streamed_capture(loaded, encoded, text, rollout_tokens=list(dict.fromkeys(tokens_for_rollout)),
+                                         window=spec, on_layer_done=lambda heads: progress.advance(task, heads))
+    if spec is not None and capture.long is not None:
+        capture = replace(capture, long=replace(capture.long, window=kept, window_rows=spec.rows,
+                                                window_cols=spec.cols, window_layers=spec.layers))
+    return capture
 
 
 @dataclass(frozen=True)
-class CaptureInput(TextInput):
+class LongTextInput(TextInput):
+    """TEXT and the model, for commands that can stream a long input instead of holding L·H·T² weights."""
+
+    stream: Annotated[bool, typer.Option(
+        "--stream", help="Compute attention a block of query rows at a time (for long inputs): statistics exact, "
+                         "pictures pooled. Chosen by itself when the full tensor exceeds --max-memory.")] = False
+
+
+@dataclass(frozen=True)
+class CaptureInput(LongTextInput):
     """Where a command's Capture comes from: TEXT run through the model, or a saved --from capture."""
 
     source: FromOpt = None
 
-    def capture(self):
+    def capture(self, *, window: tuple | None = None, rollout_token: str | None = None):
         """A Capture from --from, or by running the model on the text."""
         from attnviz.capture import Capture
 
@@ -384,7 +463,7 @@ class CaptureInput(TextInput):
             return Capture.load(self.source)
         if self.text is None and self.text_file is None:
             raise typer.BadParameter("give the TEXT to look at (in quotes), or --from CAPTURE.npz")
-        return super().capture()
+        return super().capture(window=window, rollout_token=rollout_token)
 
 
 def takes(**groups: type) -> Callable:

@@ -131,6 +131,11 @@ def token(token: Annotated[Optional[str], typer.Argument(
     if token is None:
         raise typer.BadParameter("give the TOKEN to look at: attnviz token \"TEXT\" TOKEN, or --from FILE TOKEN")
     capture = inp.capture()
+    if capture.pooled:
+        from attnviz.errors import InputError
+
+        raise InputError("token needs each token's own row of α, and this long input was streamed and pooled; "
+                         "for one token of a long input use attnviz heatmap TEXT --rows N:N+1")
     i = find_token(capture.tokens, token, option="TOKEN")
     layers = layer.indices(capture.n_layers)
     links = token_links(capture, i)

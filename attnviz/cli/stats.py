@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from attnviz.cli.common import (CaptureInput, CmapOpt, CsvOpt, HeadSel, ImageOut, JsonOpt, LayerSel, ScaleOptions,
-                                RowsOpt, StartOpt, TextInput, app, check_output, cli_errors, emit_records, err, out,
+                                LongTextInput, RowsOpt, StartOpt, app, check_output, cli_errors, emit_records, err, out,
                                 output_path, print_json, say, selection_parser, takes, use_color)
 from attnviz.render.png import FORMATS  # numpy-only at import; matplotlib loads on use
 from attnviz.selection import Selection
@@ -75,7 +75,7 @@ def entropy(output: ImageOut = None,
 
     check_output(output, FORMATS)
     capture = inp.capture()
-    values = metrics.by_layer(metrics.normalised_entropy if normalised else metrics.entropy, capture)
+    values = metrics.value_grid(capture, "norm_entropy" if normalised else "entropy")
     uniform = 1.0 if normalised else metrics.uniform_entropy(capture.n_tokens)
     records = [{"layer": layer, "head": head, "entropy": float(values[layer, head]), "uniform": uniform}
                for layer in range(capture.n_layers) for head in range(capture.n_heads)]
@@ -105,7 +105,10 @@ def rollout(token: Annotated[Optional[str], typer.Option(
     from attnviz.render.terminal import bar_chart
 
     check_output(output, FORMATS)
-    capture = inp.capture()
+    capture = inp.capture(rollout_token=token)
+    if capture.long is not None:  # a long input: the rows its streamed pass computed (no T × T matrix)
+        _long_rollout(capture, token, output, as_json, as_csv)
+        return
     matrix = compute_rollout(capture)  # (T, T)
     i = pick_token(capture, token)
     records = [{"index": j, "token": t, "rollout": float(matrix[i, j])} for j, t in enumerate(capture.tokens)]
@@ -125,6 +128,49 @@ def rollout(token: Annotated[Optional[str], typer.Option(
         say(path, console=err if as_json or as_csv else out)
 
 
+def _long_rollout(capture, token: str | None, output: str | None, as_json: bool, as_csv: bool) -> None:
+    """Rollout of a streamed long input: the stored row of the chosen token, as bars of its largest
+    values, JSON or CSV; -o draws the row pooled into the capture's blocks."""
+    import numpy as np
+
+    from attnviz.errors import SelectionError
+    from attnviz.panels import Panel, Scale, short_model
+    from attnviz.render.terminal import bar_chart
+    from attnviz.selection import find_token
+    from attnviz.text import visible
+
+    long = capture.long
+    if token is None:
+        starts = [n for n, kind in enumerate(long.special_kind) if kind == "start"]
+        i = long.n_tokens - 1 if capture.causal or not starts else starts[0]
+    else:
+        i = find_token(long.tokens, token)
+    if i not in long.rollout:
+        stored = ", ".join(f"{t} {visible(long.tokens[t])}" for t in sorted(long.rollout))
+        raise SelectionError(f"this long input was streamed with the rollout of token(s) {stored} only; run "
+                             f"attnviz rollout TEXT --token {i} to compute token {i}'s", "--token")
+    row = long.rollout[i]
+    records = [{"index": j, "token": t, "rollout": float(row[j])} for j, t in enumerate(long.tokens)]
+    if as_json:
+        print_json({"model": capture.model, "tokens": list(long.tokens), "token": i, "rollout": row, "matrix": None})
+    elif not emit_records(records, False, as_csv):
+        top = np.argsort(-row)[:20]
+        labels = [f"{j} {visible(long.tokens[j])}" for j in top]
+        out.print(bar_chart(labels, row[top].tolist(), width=out.width,
+                            title=f"{short_model(capture.model)}: rollout for token {i} {visible(long.tokens[i])!r}, "
+                                  f"its 20 largest of {long.n_tokens} (sums to {row.sum():.3f})"))
+    if output is not None:
+        from attnviz.render.png import panel_figure, save_figure
+
+        pooled = np.add.reduceat(row, long.edges[:-1])[None, :].astype(np.float32)  # (1, P)
+        panel = Panel(pooled, (visible(long.tokens[i]),), capture.tokens, None,
+                      Scale(0.0, max(float(pooled.max()), 1e-9), "rolled-out attention (sum over the block)"),
+                      (f"{short_model(capture.model)} · rollout of token {i}, summed over "
+                       f"{long.block}-token blocks",), "attnviz_rollout", row_axis="token", col_axis="input block")
+        say(save_figure(panel_figure(panel), output_path(output, "attnviz_rollout.png")),
+            console=err if as_json or as_csv else out)
+
+
 def pick_token(capture, token: str | None) -> int:
     """--token: an index, a text or text#n; by default [CLS]/the first start token for encoders, the last
     token for causal models."""
@@ -140,7 +186,7 @@ def pick_token(capture, token: str | None) -> int:
                   "with a stats line; or the same layers of two models (-m A,B or --models A,B) or of two "
                   "captures (--from twice).")
 @cli_errors
-@takes(inp=TextInput, look=ScaleOptions)
+@takes(inp=LongTextInput, look=ScaleOptions)
 def compare(layer: Annotated[Optional[Selection], typer.Option(
                 "--layer", "--layers", "-l", parser=selection_parser("layer"), metavar="LAYERS", show_default=False,
                 help="Layers: an index (-1 is the last), a list 0,3,5, a range 0-2, or all. Default: first, "
@@ -153,7 +199,7 @@ def compare(layer: Annotated[Optional[Selection], typer.Option(
                 "--from", help="Saved capture(s); give two to compare two captures.", dir_okay=False,
                 show_default=False, metavar="FILE")] = None,
             start: StartOpt = 0, rows: RowsOpt = None, output: ImageOut = None, as_json: JsonOpt = False,
-            cmap: CmapOpt = "viridis", *, inp: TextInput, look: ScaleOptions) -> None:
+            cmap: CmapOpt = "viridis", *, inp: LongTextInput, look: ScaleOptions) -> None:
     from dataclasses import replace
 
     from attnviz.errors import CaptureMismatchError
@@ -189,6 +235,10 @@ def compare(layer: Annotated[Optional[Selection], typer.Option(
     for n in chosen:
         for cap in captures:
             for panel in attention_panels(cap, [n], heads):
+                if cap.pooled:  # block means: a summary of the pooled matrix would mislead
+                    panels.append(replace(panel, short=f"layer {n} · pooled", footer="block means (heads: exact)"))
+                    records.append({"model": cap.model, "layer": n, "head": panel.head, "alpha": panel.matrix})
+                    continue
                 entropy_, special_mass, distance = matrix_summary(panel.matrix, cap.special)
                 name = f"{short_model(cap.model)} " if len(captures) == 2 else ""
                 which = panel.title[1] if panel.head != "mean" else "mean"

@@ -7,9 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from attnviz.cli.common import (CaptureInput, CmapOpt, HeadSel, HideOpt, LayerSel, RowsOpt, ScaleOptions, StartOpt,
-                                TextInput, ValuesOpt, app, check_output, cli_errors, out, output_path, say, takes,
-                                use_color)
+from attnviz.cli.common import (CaptureInput, CmapOpt, ColsOpt, HeadSel, HideOpt, LayerSel, LongTextInput, RowsOpt,
+                                ScaleOptions, StartOpt, ValuesOpt, app, check_output, cli_errors, out, output_path,
+                                say, takes, use_color)
 from attnviz.selection import Selection
 
 
@@ -26,24 +26,36 @@ def heatmap(output: Annotated[Optional[str], typer.Option(
             layer: LayerSel = Selection.parse("-1", "layer", option="--layer"),
             head: HeadSel = Selection.parse("mean", "head", keywords=("mean", "max"), option="--head"),
             hide_special: HideOpt = False, values: ValuesOpt = False, cmap: CmapOpt = "viridis",
-            start: StartOpt = 0, rows: RowsOpt = None, *, inp: CaptureInput, look: ScaleOptions) -> None:
-    from attnviz.panels import heatmap_page
+            start: StartOpt = 0, rows: RowsOpt = None, cols: ColsOpt = None,
+            *, inp: CaptureInput, look: ScaleOptions) -> None:
+    from attnviz.panels import Page, coarsen, heatmap_page, text_subtitle, window_panels
     from attnviz.render.png import FORMATS
 
     check_output(output, FORMATS)
-    capture = inp.capture()
+    window = rows is not None or cols is not None
+    capture = inp.capture(window=(rows, cols, layer) if window else None)
     layers = layer.indices(capture.n_layers)
-    page = heatmap_page(capture, layers, head.resolve(capture.n_heads), hide_special=hide_special,
-                        all_layers=len(layers) == capture.n_layers and len(layers) > 1, scale=look.choice())
+    heads = head.resolve(capture.n_heads)
+    if window:
+        T = capture.n_tokens
+        panels = window_panels(capture, layers, heads, rows.indices(T) if rows and not capture.pooled else None,
+                               cols.indices(T) if cols and not capture.pooled else None, scale=look.choice())
+        page = Page(panels=tuple(panels), title=panels[0].title_text if len(panels) == 1 else
+                    f"{panels[0].title[0].split(' · ')[0]} · exact window", name=f"{panels[0].name}",
+                    subtitle=text_subtitle(capture))
+    else:
+        page = heatmap_page(capture, layers, heads, hide_special=hide_special,
+                            all_layers=len(layers) == capture.n_layers and len(layers) > 1, scale=look.choice())
     if values:
         page = replace(page, panels=tuple(replace(p, values=True) for p in page.panels))
     if terminal:
         from attnviz.render.terminal import panel_renderable
 
-        shown_rows = rows.indices(len(page.panels[0].rows)) if rows is not None else None
         for panel in page.panels:
-            out.print(panel_renderable(panel, width=out.width, color=use_color(), cmap=cmap, start=start,
-                                       rows=shown_rows))
+            if capture.pooled and not window:  # the terminal view pools to its width
+                fits = max((out.width - 18) // 2, 8)
+                panel = coarsen(panel, -(-panel.matrix.shape[1] // fits))
+            out.print(panel_renderable(panel, width=out.width, color=use_color(), cmap=cmap, start=start))
         if output is None:  # --terminal alone draws only; with -o the image is written too
             return
     from attnviz.render.png import page_figure, save_figure
@@ -55,11 +67,11 @@ def heatmap(output: Annotated[Optional[str], typer.Option(
 @app.command(help="Run the model once and save α, the tokens and the metadata as a .npz capture, for any command's "
                   '--from later (which then needs neither torch nor transformers).')
 @cli_errors
-@takes(inp=TextInput)
+@takes(inp=LongTextInput)
 def capture(output: Annotated[str, typer.Option(
                 "--output", "-o", metavar="FILE",
                 help="Capture file (.npz); a folder gets capture.npz inside.")] = "capture.npz",
-            *, inp: TextInput) -> None:
+            *, inp: LongTextInput) -> None:
     check_output(output, (".npz",))
     result = inp.capture()
     path = result.save(output_path(output, "capture.npz"))

@@ -60,14 +60,18 @@ def gallery_html(capture: Capture, panels: Sequence[Panel], records: Sequence[di
     its statistics and the layer's head mean."""
     by_head = {(r["layer"], r["head"]): r for r in records}
     text = str(capture.meta.get("text") or " ".join(capture.tokens))
-    tokens = " ".join(f"<code>{_text(t)}</code>" for t in capture.tokens)
+    all_tokens = capture.long.tokens if capture.long is not None else capture.tokens
+    tokens = " ".join(f"<code>{_text(t)}</code>" for t in all_tokens[:2000]) + (" …" if len(all_tokens) > 2000 else "")
+    size = (f"T = {capture.n_tokens} tokens" if capture.long is None else
+            f"{capture.long.n_tokens} tokens, pictures pooled into {capture.n_tokens} blocks of "
+            f"{capture.long.block} (statistics exact)")
     parts = [
         "<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>attnviz · {_text(text[:80])}</title><style>{STYLE}</style></head><body>",
         "<header><h1>attnviz export</h1>", f'<p class="text">{_text(text)}</p>',
         f'<p class="meta">model <b>{_text(capture.model)}</b> · {capture.n_layers} layers × {capture.n_heads} heads'
-        f' · T = {capture.n_tokens} tokens{" · causal" if capture.causal else ""} · '
+        f' · {size}{" · causal" if capture.causal else ""} · '
         f'{_text(capture.meta.get("dtype", ""))} · made by attnviz {__version__}</p>',
         f'<p class="meta tokens">{tokens}</p>',
         '<p class="meta">Data: <a href="attention.npz">attention.npz</a> (the capture) · '

@@ -1,0 +1,137 @@
+"""Long inputs: the streamed path (attention a block of query rows at a time) gives the full path's numbers
+within 1e-5 wherever both fit: metrics, labels, pooled α, rollout rows, exact windows; for an encoder and
+a causal model, with and without padding in a batch, and on the bundled MiniLM."""
+
+import json
+
+import numpy as np
+import pytest
+
+from attnviz.capture import Capture
+from attnviz.metrics import Tokens, head_values, rollout
+from attnviz.stream import Window, pool_edges, stream
+from conftest import one_line_error, run
+
+LONG = " ".join(["The cat sat on the mat. A dog ran in the park!"] * 5)
+
+
+def pooled_by_hand(alpha: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Independent pooling: rows averaged and key columns summed over each block, with plain loops."""
+    P = len(edges) - 1
+    out = np.zeros(alpha.shape[:2] + (P, P))
+    for a in range(P):
+        for b in range(P):
+            out[:, :, a, b] = alpha[:, :, edges[a]:edges[a + 1], edges[b]:edges[b + 1]].sum(-1).mean(-1)
+    return out
+
+
+@pytest.mark.parametrize("kind", ["bert", "gpt2", "llama"])
+def test_streamed_numbers_equal_the_full_path(kind, load_tiny):
+    from attnviz.model import capture_text, encode
+
+    loaded = load_tiny(kind)
+    capture = capture_text(LONG, loaded)
+    encoded = encode(loaded, LONG)
+    T = capture.n_tokens
+    rows, cols = np.arange(5, 9), np.arange(0, T, 3)
+    result = stream(loaded.model, encoded.inputs, Tokens.of(capture), pool=9, rollout_tokens=[0, T - 1],
+                    window=Window(rows, cols, (1,)), block_bytes=3000)  # many small blocks
+    full = head_values(capture)
+    for name, values in full.items():
+        if values.dtype == object:
+            assert (values == result.values[name]).all(), name
+        else:
+            np.testing.assert_allclose(result.values[name], values, atol=1e-5, equal_nan=True, err_msg=name)
+    np.testing.assert_allclose(result.pooled, pooled_by_hand(capture.attentions, result.edges), atol=1e-5)
+    np.testing.assert_allclose(result.pooled.sum(-1), 1.0, atol=1e-5)
+    full_rollout = rollout(capture)
+    for token in (0, T - 1):
+        np.testing.assert_allclose(result.rollout[token], full_rollout[token], atol=1e-5)
+    np.testing.assert_allclose(result.window[0], capture.attentions[1][:, rows][:, :, cols], atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["bert", "gpt2"])
+def test_padding_in_a_batch_gives_each_text_its_own_numbers(kind, load_tiny):
+    from attnviz.model import capture_text
+
+    loaded = load_tiny(kind)
+    tok = loaded.tokenizer
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    texts = [" ".join(["The cat sat on the mat."] * 6), "The quick brown fox jumps over the lazy dog"]
+    inputs = {k: v for k, v in tok(texts, return_tensors="pt", padding=True).items()
+              if k in ("input_ids", "attention_mask", "token_type_ids")}
+    assert int(inputs["attention_mask"][1].sum()) < inputs["attention_mask"].shape[1]  # the second is padded
+    for batch, text in enumerate(texts):
+        alone = capture_text(text, loaded)
+        result = stream(loaded.model, inputs, Tokens.of(alone), batch=batch, pool=4)
+        for name, values in head_values(alone).items():
+            if values.dtype != object:
+                np.testing.assert_allclose(result.values[name], values, atol=1e-5, equal_nan=True, err_msg=name)
+
+
+def test_pool_edges_never_exceed_the_pool():
+    for T in (1, 7, 512, 513, 4096, 8193):
+        edges, block = pool_edges(T, 512)
+        assert edges[0] == 0 and edges[-1] == T and len(edges) - 1 <= 512 and (np.diff(edges) <= block).all()
+
+
+def test_cli_streams_when_asked_or_over_budget_and_says_so(tiny_model_dir, tmp_path):
+    model = tiny_model_dir("bert")
+    full = json.loads(run("heads", LONG, "-m", model, "--json").stdout)
+    asked = run("heads", LONG, "-m", model, "--json", "--stream")
+    assert asked.exit_code == 0 and "Streamed" in asked.stderr and "--stream" in asked.stderr
+    budget = run("heads", LONG, "-m", model, "--json", "--max-memory", "200K")
+    assert "over --max-memory" in budget.stderr
+    for result in (asked, budget):
+        rows = json.loads(result.stdout)
+        assert [(r["layer"], r["head"], r["label"], r["top_key"]) for r in rows] == \
+            [(r["layer"], r["head"], r["label"], r["top_key"]) for r in full]
+        worst = max(abs(a[k] - b[k]) for a, b in zip(rows, full) for k in a if isinstance(a[k], float))
+        assert worst < 1e-5
+    assert "Streamed" not in run("heads", LONG, "-m", model, "--json").stderr  # within budget: the full path
+
+
+def test_a_pooled_capture_is_read_by_every_viewer(tiny_model_dir, tmp_path):
+    model = tiny_model_dir("gpt2")
+    text = " ".join(["The cat sat on the mat."] * 10)
+    path = tmp_path / "long.npz"
+    assert run("capture", text, "-m", model, "--stream", "-o", path).exit_code == 0
+    capture = Capture.load(path)
+    assert capture.pooled and capture.meta["pooled"]["tokens"] == capture.long.n_tokens
+    assert len(capture.meta["head_stats"]) == capture.n_layers * capture.n_heads
+    plain = json.loads(run("heads", text, "-m", model, "--json").stdout)
+    stored = json.loads(run("heads", "--from", path, "--json").stdout)
+    assert [r["label"] for r in stored] == [r["label"] for r in plain]
+    assert run("heatmap", "--from", path, "-o", tmp_path / "h.png").exit_code == 0
+    assert run("heatmap", "--from", path, "-t", "--head", "0").exit_code == 0
+    rolled = json.loads(run("rollout", "--from", path, "--json").stdout)
+    assert rolled["token"] == capture.long.n_tokens - 1 and abs(sum(rolled["rollout"]) - 1) < 1e-5
+    assert "rollout of token" in one_line_error(run("rollout", "--from", path, "--token", "3"), 2)
+    assert run("entropy", "--from", path, "--json").exit_code == 0
+    assert run("export", "--from", path, "-o", tmp_path / "e").exit_code == 0
+    assert "pooled" in (tmp_path / "e" / "index.html").read_text()
+    assert "streamed and pooled" in one_line_error(run("token", "--from", path, "cat"))
+    assert "exact window" in one_line_error(run("heatmap", "--from", path, "--rows", "0:4"), 2)
+
+
+def test_exact_window_streamed_equals_the_full_slice(tiny_model_dir, tmp_path):
+    model = tiny_model_dir("bert")
+    common = ["heatmap", LONG, "-m", model, "--rows", "10:14", "--cols", "0:20", "--layer", "1", "--head", "0"]
+    streamed = run(*common, "--stream", "-t", env={"NO_COLOR": "1"})
+    full = run(*common, "-t", env={"NO_COLOR": "1"})
+    assert streamed.exit_code == 0 and full.exit_code == 0
+    assert streamed.stdout == full.stdout  # the same cells, drawn the same way
+    assert run(*common, "--stream", "-o", tmp_path / "w.png").exit_code == 0
+
+
+@pytest.mark.slow
+def test_streamed_minilm_matches(minilm, cat_capture):
+    from attnviz.model import encode
+
+    encoded = encode(minilm, "The cat sat on the mat")
+    result = stream(minilm.model, encoded.inputs, Tokens.of(cat_capture), pool=3, rollout_tokens=[0])
+    for name, values in head_values(cat_capture).items():
+        if values.dtype != object:
+            np.testing.assert_allclose(result.values[name], values, atol=1e-5, equal_nan=True, err_msg=name)
+    np.testing.assert_allclose(result.rollout[0], rollout(cat_capture)[0], atol=1e-5)
