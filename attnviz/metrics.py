@@ -104,6 +104,11 @@ class Rows:
         out[:, rows] = self.alpha[:, rows, keys[inside]]
         return out
 
+    @functools.cached_property
+    def entropy(self) -> np.ndarray:
+        """-Σ_j α_ij ln α_ij for each row, nats, computed once for every metric that needs it. (H, b)"""
+        return row_entropy(self.alpha)
+
     def mass(self, group: str) -> np.ndarray:
         """Σ_{j in group} α_ij for each row. (H, b)"""
         return self.alpha @ self.tokens.groups[group]
@@ -119,7 +124,7 @@ def row_entropy(alpha: np.ndarray) -> np.ndarray:
 def _normalised_entropy_rows(rows: Rows) -> np.ndarray:
     n = rows.tokens.n_keys[rows.queries].astype(np.float64)  # (b,)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(n > 1, row_entropy(rows.alpha) / np.log(np.maximum(n, 2)), np.nan)
+        return np.where(n > 1, rows.entropy / np.log(np.maximum(n, 2)), np.nan)
 
 
 def _distance_rows(rows: Rows) -> np.ndarray:
@@ -280,7 +285,7 @@ def columns() -> list[str]:
 
 
 ENTROPY = Metric("entropy", "entropy", "mean over rows of −Σ_j α_ij ln α_ij, in nats (0·ln 0 = 0); uniform over T "
-                 "keys = ln T", lambda r: row_entropy(r.alpha))
+                 "keys = ln T", lambda r: r.entropy)
 NORM_ENTROPY = Metric("norm_entropy", "norm_ent", "mean over rows with n_i > 1 of H_i / ln n_i: 0 one-hot, 1 uniform",
                       _normalised_entropy_rows)
 PREV = Metric("prev", "prev", "mean of α_i,i−1 over i ≥ 1: weight on the previous token", lambda r: r.at(-1))

@@ -24,7 +24,7 @@ import torch
 from attnviz.metrics import Accumulator, Rows, Tokens, all_metrics
 from attnviz.scratch import _record_inputs, adapter_for, attention_weights, layer_qkv
 
-BLOCK_BYTES = 48 << 20  # one block of α rows in float64 (the numpy side); the torch side holds a float32 copy
+BLOCK_BYTES = 16 << 20  # one block of α rows in float64 (the numpy side); the torch side holds a float32 copy
 DEFAULT_POOL = 512  # pooled pictures have at most this many cells a side
 
 
@@ -60,6 +60,17 @@ def pool_edges(T: int, pool: int = DEFAULT_POOL) -> tuple[np.ndarray, int]:
     """Block starts for pooling T tokens to at most `pool` blocks of equal size (the last may be shorter)."""
     block = max(1, math.ceil(T / max(pool, 1)))
     return np.append(np.arange(0, T, block), T), block
+
+
+def _give_back_memory() -> None:
+    """Return freed heap to the system (glibc keeps it per thread arena; torch's threads allocate in
+    several), so that memory stays flat over layers instead of creeping up. A no-op elsewhere."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 @contextlib.contextmanager
@@ -126,6 +137,7 @@ def stream(model, inputs: dict, tokens: Tokens, *, batch: int = 0, pool: int = D
             seen[layer] = None  # this layer's activations are no longer needed
             run.layer(layer, qkv.q[batch][:, positions], qkv.k[batch][:, positions])  # (H, T, d) each
             del qkv
+            _give_back_memory()
             if on_layer_done is not None:
                 on_layer_done(run.H)
     return run.result()
@@ -142,8 +154,6 @@ class _Run:
         self.edges, self.block = pool_edges(T, pool)
         P = len(self.edges) - 1
         self.block_of = np.repeat(np.arange(P), np.diff(self.edges))  # (T,) pooled block of each token
-        self.pool_matrix = np.zeros((T, P))  # key columns summed into their blocks
-        self.pool_matrix[np.arange(T), self.block_of] = 1.0
         self.per_layer: list[dict] = [{} for _ in range(L)]
         self.pooled: np.ndarray | None = None
         self.rollout_tokens = list(rollout_tokens)
@@ -171,8 +181,10 @@ class _Run:
             del alpha
             at = queries.cpu().numpy()
             acc.add(Rows(rows, at, self.tokens))
-            key_blocks = (rows @ self.pool_matrix).astype(np.float32)  # (H, b, P): key columns summed per block
-            np.add.at(self.pooled[layer], (slice(None), self.block_of[at]), key_blocks)  # type: ignore[arg-type]
+            key_blocks = np.add.reduceat(rows, self.edges[:-1], axis=-1)  # (H, b, P): key columns summed per block
+            ids = self.block_of[at]  # (b,) sorted: the rows of a query block are consecutive
+            firsts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
+            self.pooled[layer][:, ids[firsts]] += np.add.reduceat(key_blocks, firsts, axis=1).astype(np.float32)
             if self.rollout_tokens:
                 mean = rows.mean(axis=0)  # (b, T): the mean over heads
                 mean[np.arange(len(at)), at] += 1.0  # + I, for the residual stream

@@ -1,0 +1,115 @@
+"""Long inputs: `attnviz heads` through the full path (the model's output_attentions, L·H·T² weights) against
+the streamed path (attention a block of query rows at a time), each in its own process, side by side in one
+run: peak resident memory, wall time, and whether the numbers agree.
+
+    python benchmarks/bench_long.py                    # T = 1024, 2048, 4096 both ways; 8192 streamed
+    python benchmarks/bench_long.py --tokens 1024,2048 --streamed-only 4096
+
+The model is a random BERT-like one (12 layers, 12 heads, hidden 768, 8192 positions; the bundled MiniLM's
+tokenizer), built once into a temporary folder. The text is common one-token words, so T is exact.
+Peak memory is the child process's maximum resident set (wait4's ru_maxrss), model weights included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+WORDS = ["the", "cat", "sat", "on", "mat", "and", "a", "dog", "ran", "in", "park", "of", "to", "is", "it", "was"]
+
+
+def build_model(folder: Path) -> Path:
+    import torch
+    import transformers as tf
+
+    from attnviz.model import bundled_model_dir
+
+    torch.manual_seed(0)
+    tokenizer = tf.AutoTokenizer.from_pretrained(str(bundled_model_dir()))
+    tokenizer.model_max_length = 8192
+    config = tf.BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=768, num_hidden_layers=12,
+                           num_attention_heads=12, intermediate_size=3072, max_position_embeddings=8192)
+    tf.BertModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def text_file(folder: Path, T: int) -> Path:
+    """A text of exactly T tokens with [CLS] and [SEP] (every word is one token of the MiniLM vocabulary)."""
+    path = folder / f"text{T}.txt"
+    path.write_text(" ".join(WORDS[i % len(WORDS)] for i in range(T - 2)), encoding="utf-8")
+    return path
+
+
+def measure(args: list[str]) -> tuple[float, int, str, str]:
+    """(seconds, peak RSS bytes, stdout, stderr) of one attnviz process."""
+    exe = shutil.which("attnviz", path=str(Path(sys.executable).parent)) or "attnviz"
+    out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+    start = time.perf_counter()
+    process = subprocess.Popen([exe, *args], stdout=out, stderr=err, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    _, status, usage = os.wait4(process.pid, 0)
+    seconds = time.perf_counter() - start
+    out.seek(0)
+    err.seek(0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    return seconds, usage.ru_maxrss * 1024, out.read().decode(), err.read().decode()
+
+
+def worst_difference(a: list[dict], b: list[dict]) -> float:
+    if len(a) != len(b):
+        return float("inf")
+    worst = 0.0
+    for x, y in zip(a, b):
+        if (x["label"], x["top_key"]) != (y["label"], y["top_key"]):
+            return float("inf")
+        worst = max(worst, max(abs(x[k] - y[k]) for k in x if isinstance(x[k], float)))
+    return worst
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokens", default="1024,2048,4096", help="T values for both paths")
+    parser.add_argument("--streamed-only", default="8192", help="T values for the streamed path alone")
+    args = parser.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="bench_long_"))
+    try:
+        model = build_model(folder / "model")
+        print("attnviz heads --json on a random 12-layer × 12-head BERT-like model (hidden 768, 8192 positions); "
+              f"{os.cpu_count()} cores\n")
+        header = (f"{'T':>5} {'full GiB':>9} {'full s':>7} {'stream GiB':>11} {'stream s':>9} "
+                  f"{'memory full/stream':>19} {'time stream/full':>17} {'max |Δ|':>9}")
+        print(header)
+        print("-" * len(header))
+        for T in [int(t) for t in args.tokens.split(",") if t]:
+            path = str(text_file(folder, T))
+            common = ["heads", "--text-file", path, "-m", str(model), "--json", "--device", "cpu"]
+            full = measure([*common, "--max-memory", "1T"])
+            streamed = measure([*common, "--stream"])
+            for name, result in (("full", full), ("streamed", streamed)):
+                if not result[2].strip():
+                    sys.exit(f"the {name} path failed at T={T}: {result[3][-400:]}")
+            diff = worst_difference(json.loads(full[2]), json.loads(streamed[2]))
+            print(f"{T:>5} {full[1] / 2**30:>9.2f} {full[0]:>7.1f} {streamed[1] / 2**30:>11.2f} {streamed[0]:>9.1f} "
+                  f"{full[1] / streamed[1]:>18.1f}x {streamed[0] / full[0]:>16.2f}x {diff:>9.1e}", flush=True)
+        for T in [int(t) for t in args.streamed_only.split(",") if t]:
+            path = str(text_file(folder, T))
+            seconds, peak, stdout, stderr = measure(["heads", "--text-file", path, "-m", str(model), "--json",
+                                                     "--device", "cpu", "--stream"])
+            if not stdout.strip():
+                sys.exit(f"the streamed path failed at T={T}: {stderr[-400:]}")
+            need = (12 + 4) * 12 * T * T * 4 / 2**30
+            print(f"{T:>5} {'—':>9} {'—':>7} {peak / 2**30:>11.2f} {seconds:>9.1f}   (the full path would hold "
+                  f"about {need:.0f} GiB of attention)", flush=True)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
