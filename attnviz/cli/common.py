@@ -377,10 +377,11 @@ class TextInput(ModelOptions):
 
         return check_text(text)
 
-    def capture(self, *, window: tuple | None = None, rollout_token: str | None = None):
+    def capture(self, *, window: tuple | None = None, rollout_token: str | None = None, pictures: bool = True):
         """The model's Capture of the text: the full α when it fits the memory budget; else (or with
         --stream, where the command offers it) a pooled capture streamed a block of rows at a time, with the
-        exact window (rows, cols, layers selections) and rollout row asked for."""
+        exact window (rows, cols, layers selections) and rollout row asked for. `pictures=False` (a command
+        that shows only statistics) skips the pooled matrices."""
         text = self.require_text()
         loaded = self.load()
         from attnviz.model import attention_bytes, check_memory, encode, make_capture, memory_budget, model_attentions
@@ -393,16 +394,17 @@ class TextInput(ModelOptions):
             check_memory(loaded, T, streams=streaming is not None)
             with err.status("Running the model…"):
                 return make_capture(loaded, encoded, model_attentions(loaded, encoded), text)
-        return _streamed(loaded, encoded, text, budget, bool(streaming), window, rollout_token)
+        return _streamed(loaded, encoded, text, budget, bool(streaming), window, rollout_token, pictures)
 
 
-def _streamed(loaded, encoded, text: str, budget: int, asked: bool, window: tuple | None, rollout_token: str | None):
+def _streamed(loaded, encoded, text: str, budget: int, asked: bool, window: tuple | None, rollout_token: str | None,
+              pictures: bool = True):
     """Run the streamed path with a progress bar over layers × heads, and say on stderr that it ran."""
     from dataclasses import replace
 
     from attnviz.model import attention_bytes, layers_and_heads
     from attnviz.selection import Selection, find_token
-    from attnviz.stream import Window, streamed_capture
+    from attnviz.stream import DEFAULT_POOL, Window, streamed_capture
 
     T = len(encoded.token_ids)
     L, H = layers_and_heads(loaded.model.config)
@@ -431,7 +433,8 @@ def _streamed(loaded, encoded, text: str, budget: int, asked: bool, window: tupl
     with progress:
         task = progress.add_task("stream", total=L * H)
         capture, kept = streamed_capture(loaded, encoded, text, rollout_tokens=list(dict.fromkeys(tokens_for_rollout)),
-                                         window=spec, on_layer_done=lambda heads: progress.advance(task, heads))
+                                         window=spec, pool=DEFAULT_POOL if pictures else 1,
+                                         on_layer_done=lambda heads: progress.advance(task, heads))
     if spec is not None and capture.long is not None:
         capture = replace(capture, long=replace(capture.long, window=kept, window_rows=spec.rows,
                                                 window_cols=spec.cols, window_layers=spec.layers))
@@ -453,7 +456,7 @@ class CaptureInput(LongTextInput):
 
     source: FromOpt = None
 
-    def capture(self, *, window: tuple | None = None, rollout_token: str | None = None):
+    def capture(self, *, window: tuple | None = None, rollout_token: str | None = None, pictures: bool = True):
         """A Capture from --from, or by running the model on the text."""
         from attnviz.capture import Capture
 
@@ -463,7 +466,7 @@ class CaptureInput(LongTextInput):
             return Capture.load(self.source)
         if self.text is None and self.text_file is None:
             raise typer.BadParameter("give the TEXT to look at (in quotes), or --from CAPTURE.npz")
-        return super().capture(window=window, rollout_token=rollout_token)
+        return super().capture(window=window, rollout_token=rollout_token, pictures=pictures)
 
 
 def takes(**groups: type) -> Callable:

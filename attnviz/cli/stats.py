@@ -49,7 +49,7 @@ def heads(layer: LayerSel = ALL_LAYERS, head: HeadSel = Selection.everything("he
     key = _sort_key(sort)
     if label is not None and label not in LABELS:
         raise typer.BadParameter(f"{label!r} is not a label; choose from {', '.join(LABELS)}", param_hint="--label")
-    capture = inp.capture()
+    capture = inp.capture(pictures=False)
     layers, chosen_heads = set(layer.indices(capture.n_layers)), set(head.indices(capture.n_heads))
     records = [r for r in head_records(capture) if r["layer"] in layers and r["head"] in chosen_heads
                and (label is None or r["label"] == label)]
@@ -74,7 +74,7 @@ def entropy(output: ImageOut = None,
     from attnviz.render.tables import entropy_table
 
     check_output(output, FORMATS)
-    capture = inp.capture()
+    capture = inp.capture(pictures=False)  # the figure shows the statistics, not α
     values = metrics.value_grid(capture, "norm_entropy" if normalised else "entropy")
     uniform = 1.0 if normalised else metrics.uniform_entropy(capture.n_tokens)
     records = [{"layer": layer, "head": head, "entropy": float(values[layer, head]), "uniform": uniform}
