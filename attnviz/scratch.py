@@ -234,14 +234,20 @@ def adapter_for(model) -> Adapter:
 # --- running a real model -----------------------------------------------------------------------
 
 
-def _record_inputs(model, modules: list) -> tuple[list[Seen | None], Callable[[], None]]:
-    """Pre-hooks that store what each attention module receives. Returns (records, remove)."""
+def _record_inputs(model, modules: list, on_seen: Callable[[int, Seen], None] | None = None
+                   ) -> tuple[list[Seen | None], Callable[[], None]]:
+    """Pre-hooks that store what each attention module receives (or hand it to `on_seen(layer, seen)` as the
+    forward pass reaches it, keeping nothing). Returns (records, remove)."""
     seen: list[Seen | None] = [None] * len(modules)
 
     def make_hook(n: int):
         def hook(module, args, kwargs):
             hidden = args[0] if args else kwargs.get("hidden_states", kwargs.get("query"))
-            seen[n] = Seen(hidden.detach(), kwargs.get("position_embeddings"))
+            record = Seen(hidden.detach(), kwargs.get("position_embeddings"))
+            if on_seen is None:
+                seen[n] = record
+            else:
+                on_seen(n, record)
 
         return hook
 

@@ -110,16 +110,14 @@ def stream(model, inputs: dict, tokens: Tokens, *, batch: int = 0, pool: int = D
     """One pass over a (long) input: the model once, then attention a block of rows at a time, folded into
     the metrics, a pooled α, rollout rows and an exact window. `tokens` describes the real (unpadded)
     tokens of batch element `batch`; padding positions are dropped, as if the text had run alone.
-    `on_layer_done(heads)` is called after each layer (for a progress bar)."""
+    `on_layer_done(heads)` is called after each layer (for a progress bar).
+
+    Without rollout rows each layer is folded in as the forward pass reaches it and its input is dropped
+    (nothing is kept across layers); rollout multiplies from the top layer down, so then every layer's input
+    is kept (L·T·D floats) and the layers are folded in top to bottom after the pass."""
     base = getattr(model, "base_model", model)
     adapter = adapter_for(base)
     modules = adapter.modules(base)
-    seen, remove = _record_inputs(base, modules)
-    try:
-        with _sdpa(model), torch.inference_mode():
-            model(**inputs)
-    finally:
-        remove()
     key_mask = inputs.get("attention_mask")
     device = inputs["input_ids"].device
     real = (key_mask[batch].bool() if key_mask is not None
@@ -131,15 +129,27 @@ def stream(model, inputs: dict, tokens: Tokens, *, batch: int = 0, pool: int = D
     L = len(modules)
     run = _Run(tokens, T, L, pool, rollout_tokens, window, block_bytes, adapter.causal, adapter.window(base.config),
                device)
-    with torch.inference_mode():
-        for layer in reversed(range(L)):  # top to bottom, as rollout multiplies
-            qkv = layer_qkv(adapter, modules[layer], seen[layer], layer, base.config)
-            seen[layer] = None  # this layer's activations are no longer needed
-            run.layer(layer, qkv.q[batch][:, positions], qkv.k[batch][:, positions])  # (H, T, d) each
-            del qkv
-            _give_back_memory()
-            if on_layer_done is not None:
-                on_layer_done(run.H)
+
+    def fold(layer: int, record) -> None:
+        qkv = layer_qkv(adapter, modules[layer], record, layer, base.config)
+        run.layer(layer, qkv.q[batch][:, positions], qkv.k[batch][:, positions])  # (H, T, d) each
+        del qkv
+        _give_back_memory()
+        if on_layer_done is not None:
+            on_layer_done(run.H)
+
+    keep = bool(rollout_tokens)
+    seen, remove = _record_inputs(base, modules, None if keep else fold)
+    try:
+        with _sdpa(model), torch.inference_mode():
+            model(**inputs)
+    finally:
+        remove()
+    if keep:
+        with torch.inference_mode():
+            for layer in reversed(range(L)):  # top to bottom, as rollout multiplies
+                record, seen[layer] = seen[layer], None  # this layer's input is no longer needed after
+                fold(layer, record)
     return run.result()
 
 

@@ -381,7 +381,7 @@ class TextInput(ModelOptions):
         """The model's Capture of the text: the full α when it fits the memory budget; else (or with
         --stream, where the command offers it) a pooled capture streamed a block of rows at a time, with the
         exact window (rows, cols, layers selections) and rollout row asked for. `pictures=False` (a command
-        that shows only statistics) skips the pooled matrices."""
+        that shows only statistics) skips the pooled matrices and rollout rows, and keeps no layer's input."""
         text = self.require_text()
         loaded = self.load()
         from attnviz.model import attention_bytes, check_memory, encode, make_capture, memory_budget, model_attentions
@@ -432,7 +432,8 @@ def _streamed(loaded, encoded, text: str, budget: int, asked: bool, window: tupl
                         TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal)
     with progress:
         task = progress.add_task("stream", total=L * H)
-        capture, kept = streamed_capture(loaded, encoded, text, rollout_tokens=list(dict.fromkeys(tokens_for_rollout)),
+        rollout = list(dict.fromkeys(tokens_for_rollout)) if pictures else []  # statistics alone need no rollout
+        capture, kept = streamed_capture(loaded, encoded, text, rollout_tokens=rollout,
                                          window=spec, pool=DEFAULT_POOL if pictures else 1,
                                          on_layer_done=lambda heads: progress.advance(task, heads))
     if spec is not None and capture.long is not None:
