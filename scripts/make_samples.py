@@ -32,6 +32,10 @@ SAMPLES: list[tuple[str, list[str], str]] = [
     ("long_layer0_head2.png", ["heatmap", " ".join(["The quick brown fox jumps over the lazy dog."] * 12),
                                "--layer", "0", "--head", "2", "-o", "{out}"],
      "T=122: label sizing, and the log colour scale --norm auto picks past 64 tokens"),
+    ("long_pooled_layer0_head2.png", ["heatmap", " ".join(["The quick brown fox jumps over the lazy dog while the cat "
+                                                            "sat on the mat."] * 24), "--stream", "--pool", "64",
+                                      "--layer", "0", "--head", "2", "-o", "{out}"],
+     "a long input (410 tokens) streamed: statistics exact, the picture block means (--pool 64: 7-token blocks)"),
     ("cat_terminal.txt", ["heatmap", "--from", "{dir}/cat.npz", "--terminal", "--layer", "0", "--head", "2"],
      "terminal heatmap with NO_COLOR (shaded glyphs)"),
     ("cat_terminal.svg", ["heatmap", "--from", "{dir}/cat.npz", "--terminal", "--layer", "0", "--head", "2"],

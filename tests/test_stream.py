@@ -135,3 +135,39 @@ def test_streamed_minilm_matches(minilm, cat_capture):
         if values.dtype != object:
             np.testing.assert_allclose(result.values[name], values, atol=1e-5, equal_nan=True, err_msg=name)
     np.testing.assert_allclose(result.rollout[0], rollout(cat_capture)[0], atol=1e-5)
+
+
+def test_pool_option_and_statistics_only_pass(tiny_model_dir, tmp_path):
+    """--pool sets the block size of pictures; heads (statistics only) folds layers in as the forward pass
+    reaches them and keeps neither pooled matrices nor rollout rows."""
+    model = tiny_model_dir("bert")
+    path = tmp_path / "p.npz"
+    assert run("capture", LONG, "-m", model, "--stream", "--pool", "8", "-o", path).exit_code == 0
+    capture = Capture.load(path)
+    assert capture.n_tokens <= 8 and capture.long.block == -(-capture.long.n_tokens // 8)
+    assert "mean over" in run("heatmap", "--from", path, "-t", "--head", "0").stdout
+    assert one_line_error(run("capture", LONG, "-m", model, "--stream", "--pool", "0", "-o", path), 2)
+
+
+def test_statistics_only_stream_keeps_no_layer_input(load_tiny, monkeypatch):
+    import attnviz.stream as streaming
+    from attnviz.model import capture_text, encode
+
+    loaded = load_tiny("llama")
+    capture = capture_text(LONG, loaded)
+    encoded = encode(loaded, LONG)
+    kept = []
+    real = streaming._record_inputs
+
+    def spy(model, modules, on_seen=None):
+        seen, remove = real(model, modules, on_seen)
+        kept.append((seen, on_seen))
+        return seen, remove
+
+    monkeypatch.setattr(streaming, "_record_inputs", spy)
+    result = stream(loaded.model, encoded.inputs, Tokens.of(capture), pool=1)
+    seen, on_seen = kept[0]
+    assert on_seen is not None and all(record is None for record in seen)  # folded in during the forward pass
+    for name, values in head_values(capture).items():
+        if values.dtype != object:
+            np.testing.assert_allclose(result.values[name], values, atol=1e-5, equal_nan=True, err_msg=name)

@@ -394,17 +394,18 @@ class TextInput(ModelOptions):
             check_memory(loaded, T, streams=streaming is not None)
             with err.status("Running the model…"):
                 return make_capture(loaded, encoded, model_attentions(loaded, encoded), text)
-        return _streamed(loaded, encoded, text, budget, bool(streaming), window, rollout_token, pictures)
+        pool = getattr(self, "pool", None) or 512
+        return _streamed(loaded, encoded, text, budget, bool(streaming), window, rollout_token, pictures, pool)
 
 
 def _streamed(loaded, encoded, text: str, budget: int, asked: bool, window: tuple | None, rollout_token: str | None,
-              pictures: bool = True):
+              pictures: bool = True, pool: int = 512):
     """Run the streamed path with a progress bar over layers × heads, and say on stderr that it ran."""
     from dataclasses import replace
 
     from attnviz.model import attention_bytes, layers_and_heads
     from attnviz.selection import Selection, find_token
-    from attnviz.stream import DEFAULT_POOL, Window, streamed_capture
+    from attnviz.stream import Window, streamed_capture
 
     T = len(encoded.token_ids)
     L, H = layers_and_heads(loaded.model.config)
@@ -434,7 +435,7 @@ def _streamed(loaded, encoded, text: str, budget: int, asked: bool, window: tupl
         task = progress.add_task("stream", total=L * H)
         rollout = list(dict.fromkeys(tokens_for_rollout)) if pictures else []  # statistics alone need no rollout
         capture, kept = streamed_capture(loaded, encoded, text, rollout_tokens=rollout,
-                                         window=spec, pool=DEFAULT_POOL if pictures else 1,
+                                         window=spec, pool=pool if pictures else 1,
                                          on_layer_done=lambda heads: progress.advance(task, heads))
     if spec is not None and capture.long is not None:
         capture = replace(capture, long=replace(capture.long, window=kept, window_rows=spec.rows,
@@ -449,6 +450,9 @@ class LongTextInput(TextInput):
     stream: Annotated[bool, typer.Option(
         "--stream", help="Compute attention a block of query rows at a time (for long inputs): statistics exact, "
                          "pictures pooled. Chosen by itself when the full tensor exceeds --max-memory.")] = False
+    pool: Annotated[int, typer.Option(
+        "--pool", min=1, max=4096, metavar="P",
+        help="Streamed pictures: at most P × P cells, each the mean over a block of tokens.")] = 512
 
 
 @dataclass(frozen=True)
