@@ -77,6 +77,7 @@ class Capture:
     subword: np.ndarray  # (T,) bool
     meta: dict = field(default_factory=dict)
     long: LongInput | None = None  # a long input streamed and pooled: T counts blocks, long.tokens the input
+    offsets: np.ndarray | None = None  # (T, 2) int64: each token's span of meta["text"]; (-1, -1) for none
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "attentions", np.asarray(self.attentions, dtype=np.float32))
@@ -86,6 +87,8 @@ class Capture:
         object.__setattr__(self, "special", np.asarray(self.special, dtype=bool))
         object.__setattr__(self, "special_kind", tuple(str(k) for k in self.special_kind))
         object.__setattr__(self, "subword", np.asarray(self.subword, dtype=bool))
+        if self.offsets is not None:
+            object.__setattr__(self, "offsets", np.asarray(self.offsets, dtype=np.int64).reshape(-1, 2))
         self.attentions.setflags(write=False)
 
     # --- shape -------------------------------------------------------------------------------
@@ -207,6 +210,8 @@ class Capture:
             "subword": self.subword,
             "meta": np.array(json.dumps({**self.meta, "format_version": FORMAT_VERSION}, sort_keys=True)),
         }
+        if self.offsets is not None:
+            arrays["offsets"] = self.offsets
         if self.long is not None:
             rollout_tokens = sorted(self.long.rollout)
             arrays.update({
@@ -249,6 +254,7 @@ class Capture:
             subword=data["subword"],
             meta=meta,
             long=long,
+            offsets=_checked_offsets(data.get("offsets"), T, meta, path),
         )
         if long is not None and len(long.edges) - 1 != capture.n_tokens:
             raise CaptureFormatError(f"{path}: {len(long.edges) - 1} pooled blocks, but α has {capture.n_tokens}")
@@ -281,6 +287,7 @@ MAX_META_CHARS = 1 << 20  # the metadata JSON: 1M characters
 META_TYPES: dict[str, tuple[type, ...]] = {
     "model": (str,), "revision": (str, type(None)), "device": (str,), "dtype": (str,), "model_type": (str,),
     "causal": (bool,), "text": (str,), "source": (str,), "attnviz_version": (str,), "dropped_tokens": (int,),
+    "level": (str,), "pieces": (int,), "quantity": (str,),
 }
 
 
@@ -299,17 +306,28 @@ def capture_members() -> dict[str, Member]:
 
 
 def long_members() -> dict[str, Member]:
-    """The arrays a pooled capture of a long input adds (optional in any capture)."""
+    """The arrays a pooled capture of a long input adds, and the token offsets (optional in any capture)."""
     alpha = _limit("ATTNVIZ_MAX_CAPTURE_BYTES", MAX_ATTENTION_BYTES)
     N = MAX_LONG_TOKENS
     word = MAX_TOKEN_CHARS * 4
-    return {"long_tokens": Member("U", 1, N * word, word), "long_special": Member("b", 1, N),
+    return {"offsets": Member("iu", 2, 16 * N),
+            "long_tokens": Member("U", 1, N * word, word), "long_special": Member("b", 1, N),
             "long_kinds": Member("U", 1, N * 32, 32), "long_edges": Member("iu", 1, 8 * (N + 1)),
             "rollout_tokens": Member("iu", 1, 8 * 64), "rollout": Member("f", 2, min(alpha, 64 * N * 8))}
 
 
 MAX_LONG_TOKENS = 1 << 17  # the longest input a pooled capture describes
 MAX_HEAD_STATS = 100_000  # head records a pooled capture may carry
+
+
+def _checked_offsets(offsets: np.ndarray | None, T: int, meta: dict, path: Path) -> np.ndarray | None:
+    """Token spans of the text: (T, 2), each -1 or within the text."""
+    if offsets is None:
+        return None
+    n = len(str(meta.get("text", "")))
+    if offsets.shape != (T, 2) or (offsets < -1).any() or (offsets > n).any():
+        raise CaptureFormatError(f"{path}: offsets must be (T, 2) spans of the text")
+    return offsets.astype(np.int64)
 
 
 def _checked_long(data: dict, path: Path) -> LongInput | None:

@@ -220,6 +220,7 @@ class Encoded:
     special_kind: list[str]
     subword: list[bool]
     dropped: int  # tokens cut by truncation
+    offsets: list | None = None  # each token's (start, end) in the text, (-1, -1) when it has none
 
 
 def check_text(text: str) -> str:
@@ -285,7 +286,8 @@ def encode(loaded: LoadedModel, text: str, *, truncate: bool = True) -> Encoded:
 
     inputs = {k: v for k, v in enc.items() if k in _forward_args(loaded.model)}
     inputs = {k: v.to(loaded.device) for k, v in inputs.items()}
-    return Encoded(inputs=inputs, tokens=tokens, token_ids=ids, special=special, special_kind=kinds,
+    spans = [(int(o[0]), int(o[1])) if o and o[1] > o[0] and not s else (-1, -1) for o, s in zip(offsets, special)]
+    return Encoded(inputs=inputs, tokens=tokens, token_ids=ids, special=special, special_kind=kinds, offsets=spans,
                    subword=subword, dropped=dropped)
 
 
@@ -440,7 +442,8 @@ def make_capture(loaded: LoadedModel, encoded: Encoded, attentions: np.ndarray, 
     }
     capture = Capture(attentions=attentions, tokens=tuple(encoded.tokens), token_ids=np.asarray(encoded.token_ids),
                       special=np.asarray(encoded.special, bool), special_kind=tuple(encoded.special_kind),
-                      subword=np.asarray(encoded.subword, bool), meta=meta)
+                      subword=np.asarray(encoded.subword, bool), meta=meta,
+                      offsets=np.asarray(encoded.offsets, np.int64) if encoded.offsets else None)
     return capture.validate(atol=row_sum_tolerance(loaded.dtype))
 
 

@@ -105,7 +105,7 @@ def _row_mask(allowed_keys: torch.Tensor, queries: torch.Tensor, causal: bool, w
 
 
 def stream(model, inputs: dict, tokens: Tokens, *, batch: int = 0, pool: int = DEFAULT_POOL,
-           rollout_tokens: Sequence[int] = (), window: Window | None = None,
+           rollout_tokens: Sequence[int] = (), window: Window | None = None, edges: np.ndarray | None = None,
            block_bytes: int = BLOCK_BYTES, on_layer_done: Callable[[int], None] | None = None) -> Streamed:
     """One pass over a (long) input: the model once, then attention a block of rows at a time, folded into
     the metrics, a pooled α, rollout rows and an exact window. `tokens` describes the real (unpadded)
@@ -128,7 +128,7 @@ def stream(model, inputs: dict, tokens: Tokens, *, batch: int = 0, pool: int = D
         raise ValueError(f"{tokens.T} tokens described, {T} real positions in the batch")
     L = len(modules)
     run = _Run(tokens, T, L, pool, rollout_tokens, window, block_bytes, adapter.causal, adapter.window(base.config),
-               device)
+               device, edges)
 
     def fold(layer: int, record) -> None:
         qkv = layer_qkv(adapter, modules[layer], record, layer, base.config)
@@ -157,11 +157,15 @@ class _Run:
     """The accumulators of one streamed pass."""
 
     def __init__(self, tokens: Tokens, T: int, L: int, pool: int, rollout_tokens: Sequence[int],
-                 window: Window | None, block_bytes: int, causal: bool, sliding: int | None, device):
+                 window: Window | None, block_bytes: int, causal: bool, sliding: int | None, device,
+                 edges: np.ndarray | None = None):
         self.tokens, self.T, self.L, self.window, self.block_bytes = tokens, T, L, window, block_bytes
         self.causal, self.sliding, self.device = causal, sliding, device
         self.metrics = all_metrics()
-        self.edges, self.block = pool_edges(T, pool)
+        if edges is not None:  # blocks of the caller's choosing (words), not equal ones
+            self.edges, self.block = np.asarray(edges, np.int64), int(np.diff(edges).max())
+        else:
+            self.edges, self.block = pool_edges(T, pool)
         P = len(self.edges) - 1
         self.block_of = np.repeat(np.arange(P), np.diff(self.edges))  # (T,) pooled block of each token
         self.per_layer: list[dict] = [{} for _ in range(L)]
@@ -242,7 +246,8 @@ def block_labels(tokens: Sequence[str], edges: np.ndarray) -> list[str]:
 
 
 def streamed_capture(loaded, encoded, text: str, *, pool: int = DEFAULT_POOL, rollout_tokens: Sequence[int] = (),
-                     window: Window | None = None, on_layer_done: Callable[[int], None] | None = None):
+                     window: Window | None = None, edges: np.ndarray | None = None,
+                     on_layer_done: Callable[[int], None] | None = None):
     """A pooled Capture of a long input: α averaged over blocks of tokens (at most `pool` a side, each row
     still summing to 1), the head statistics and rollout rows of the exact α computed a block of rows at a
     time, and the exact window when one was asked for (returned beside the capture)."""
@@ -255,7 +260,7 @@ def streamed_capture(loaded, encoded, text: str, *, pool: int = DEFAULT_POOL, ro
     causal = bool(loaded.causal if loaded.causal is not None else adapter_for(base).causal)
     tokens = Tokens(tuple(encoded.tokens), np.asarray(encoded.special, bool), np.array(encoded.special_kind), causal)
     result = stream(loaded.model, encoded.inputs, tokens, pool=pool, rollout_tokens=rollout_tokens, window=window,
-                    on_layer_done=on_layer_done)
+                    edges=edges, on_layer_done=on_layer_done)
     edges = result.edges
     spans = list(zip(edges[:-1], edges[1:]))
     special = [bool(np.all(tokens.special[a:b])) for a, b in spans]

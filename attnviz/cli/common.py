@@ -393,8 +393,11 @@ class TextInput(ModelOptions):
         if streaming is None or not (streaming or attention_bytes(loaded, T) > budget):
             check_memory(loaded, T, streams=streaming is not None)
             with err.status("Running the model…"):
-                return make_capture(loaded, encoded, model_attentions(loaded, encoded), text)
+                capture = make_capture(loaded, encoded, model_attentions(loaded, encoded), text)
+            return _as_words(capture) if getattr(self, "words", False) else capture
         pool = getattr(self, "pool", None) or 512
+        if getattr(self, "words", False):
+            return _streamed_words(loaded, encoded, text, budget, bool(streaming))
         return _streamed(loaded, encoded, text, budget, bool(streaming), window, rollout_token, pictures, pool)
 
 
@@ -443,6 +446,38 @@ def _streamed(loaded, encoded, text: str, budget: int, asked: bool, window: tupl
     return capture
 
 
+def _as_words(capture):
+    from attnviz.words import to_words
+
+    return to_words(capture)
+
+
+def _streamed_words(loaded, encoded, text: str, budget: int, asked: bool):
+    """Word-level attention of a long input: streamed with each word as a block, which gives the word-level
+    α exactly (rows averaged over a word's pieces, keys summed), when W × W per head fits the budget."""
+    from dataclasses import replace
+
+    from attnviz.errors import InputError
+    from attnviz.model import layers_and_heads
+    from attnviz.stream import streamed_capture
+    from attnviz.words import word_edges, word_labels
+
+    edges = word_edges(encoded.tokens, encoded.subword, encoded.special)
+    W = len(edges) - 1
+    L, H = layers_and_heads(loaded.model.config)
+    if (L + 4) * H * W * W * 4 > budget:
+        raise InputError(f"{W} words would need {(L + 4) * H * W * W * 4 / (1 << 30):.1f} GiB of word-level attention, "
+                         f"over --max-memory {budget / (1 << 30):.1f} GiB; drop --words (the token view streams), "
+                         f"or raise --max-memory")
+    say(f"Streamed: {len(encoded.token_ids)} tokens in {W} words, attention computed a block of query rows at a "
+        f"time ({'--stream' if asked else 'over --max-memory'}).", console=err, style="cyan", wrap=True)
+    capture, _ = streamed_capture(loaded, encoded, text, edges=edges)
+    labels = word_labels(encoded.tokens, edges, encoded.offsets, text, encoded.special)
+    meta = {k: v for k, v in capture.meta.items() if k not in ("pooled", "head_stats")}
+    return replace(capture, tokens=tuple(labels), long=None,
+                   meta={**meta, "level": "word", "pieces": len(encoded.token_ids)}).validate()
+
+
 @dataclass(frozen=True)
 class LongTextInput(TextInput):
     """TEXT and the model, for commands that can stream a long input instead of holding L·H·T² weights."""
@@ -453,6 +488,9 @@ class LongTextInput(TextInput):
     pool: Annotated[int, typer.Option(
         "--pool", min=1, max=4096, metavar="P",
         help="Streamed pictures: at most P × P cells, each the mean over a block of tokens.")] = 512
+    words: Annotated[bool, typer.Option(
+        "--words", help="Attention between words instead of sub-word tokens: to a word, the sum over its pieces; "
+                        "from a word, their mean (Clark et al. 2019).")] = False
 
 
 @dataclass(frozen=True)
@@ -468,7 +506,8 @@ class CaptureInput(LongTextInput):
         if self.source is not None:
             if self.text is not None or self.text_file is not None:
                 raise typer.BadParameter("give either TEXT or --from, not both")
-            return Capture.load(self.source)
+            capture = Capture.load(self.source)
+            return _as_words(capture) if self.words else capture
         if self.text is None and self.text_file is None:
             raise typer.BadParameter("give the TEXT to look at (in quotes), or --from CAPTURE.npz")
         return super().capture(window=window, rollout_token=rollout_token, pictures=pictures)

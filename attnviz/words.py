@@ -1,0 +1,89 @@
+"""Attention between words instead of sub-word tokens, after Clark et al. 2019 ("What does BERT look at?"):
+attention *to* a word is the sum over its pieces, attention *from* a word is the mean over its pieces, so
+every row still sums to 1. Special tokens stay single and punctuation is a word of its own. Words are
+contiguous runs of tokens, so this is pooling with word-sized blocks. numpy only.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from attnviz.capture import Capture
+
+
+def _is_punctuation(token: str) -> bool:
+    text = token.removeprefix("##")
+    return bool(text) and all(unicodedata.category(c).startswith("P") for c in text)
+
+
+def word_edges(tokens: Sequence[str], subword: Sequence[bool], special: Sequence[bool]) -> np.ndarray:
+    """Where each word starts (and T at the end): a token starts a word unless it continues the token
+    before it; special tokens and punctuation are words of their own. (W + 1,)"""
+    starts = []
+    for i, token in enumerate(tokens):
+        alone = special[i] or _is_punctuation(token)
+        before_alone = i > 0 and (special[i - 1] or _is_punctuation(tokens[i - 1]))
+        if i == 0 or not subword[i] or alone or before_alone:
+            starts.append(i)
+    return np.array([*starts, len(tokens)], dtype=np.int64)
+
+
+def word_labels(tokens: Sequence[str], edges: np.ndarray, offsets: np.ndarray | None, text: str | None,
+                special: Sequence[bool]) -> list[str]:
+    """Each word as the user wrote it: its span of the text (from the token offsets) when known, else its
+    pieces joined (Hangul jamo recomposed); special tokens as they are."""
+    labels = []
+    for start, stop in zip(edges[:-1], edges[1:]):
+        if special[start]:
+            labels.append(tokens[start])
+            continue
+        span = None
+        if offsets is not None and text:
+            spans = [tuple(offsets[i]) for i in range(start, stop) if offsets[i][1] > offsets[i][0]]
+            if spans:
+                span = text[min(a for a, _ in spans):max(b for _, b in spans)]
+        if span and span.strip():
+            labels.append(span.strip())
+        else:
+            joined = "".join(t.removeprefix("##") for t in tokens[start:stop])
+            labels.append(unicodedata.normalize("NFC", joined))
+    return labels
+
+
+def pool_by_edges(alpha: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """α (..., T, T) pooled into blocks: rows averaged over each block, key columns summed, so each pooled
+    row still sums to 1. (..., B, B)"""
+    starts = edges[:-1]
+    summed = np.add.reduceat(np.add.reduceat(np.asarray(alpha, np.float64), starts, axis=-1), starts, axis=-2)
+    return (summed / np.diff(edges)[:, None]).astype(np.float32)
+
+
+def to_words(capture: Capture) -> Capture:
+    """The same attention between words: a capture whose tokens are words and α is (L, H, W, W)."""
+    if capture.meta.get("level") == "word":
+        return capture
+    if capture.pooled:
+        from attnviz.errors import InputError
+
+        raise InputError("this capture is pooled into blocks of tokens; word-level attention needs the tokens: "
+                         "run the text again with --words")
+    edges = word_edges(capture.tokens, capture.subword, capture.special)
+    offsets = capture.offsets
+    labels = word_labels(capture.tokens, edges, offsets, capture.meta.get("text"), capture.special)
+    starts = edges[:-1]
+    words = replace(
+        capture,
+        attentions=pool_by_edges(capture.attentions, edges),
+        tokens=tuple(labels),
+        token_ids=capture.token_ids[starts],
+        special=capture.special[starts],
+        special_kind=tuple(capture.special_kind[s] for s in starts),
+        subword=np.zeros(len(starts), bool),
+        meta={**capture.meta, "level": "word", "pieces": int(capture.n_tokens)},
+        offsets=None,
+    )
+    return words.validate()
