@@ -20,7 +20,8 @@ def _is_punctuation(token: str) -> bool:
     return bool(text) and all(unicodedata.category(c).startswith("P") for c in text)
 
 
-def word_edges(tokens: Sequence[str], subword: Sequence[bool], special: Sequence[bool]) -> np.ndarray:
+def word_edges(tokens: Sequence[str], subword: Sequence[bool] | np.ndarray, special: Sequence[bool] | np.ndarray
+               ) -> np.ndarray:
     """Where each word starts (and T at the end): a token starts a word unless it continues the token
     before it; special tokens and punctuation are words of their own. (W + 1,)"""
     starts = []
@@ -33,7 +34,7 @@ def word_edges(tokens: Sequence[str], subword: Sequence[bool], special: Sequence
 
 
 def word_labels(tokens: Sequence[str], edges: np.ndarray, offsets: np.ndarray | None, text: str | None,
-                special: Sequence[bool]) -> list[str]:
+                special: Sequence[bool] | np.ndarray) -> list[str]:
     """Each word as the user wrote it: its span of the text (from the token offsets) when known, else its
     pieces joined (Hangul jamo recomposed); special tokens as they are."""
     labels = []
