@@ -113,6 +113,22 @@ class Capture:
         return str(self.meta.get("model", "?"))
 
     @property
+    def quantity(self) -> str:
+        """What the matrices hold: "alpha" (attention weights, rows sum to 1) or "norm" (value-weighted norms
+        ‖α_ij f_h(x_j)‖, Kobayashi et al. 2020)."""
+        return str(self.meta.get("quantity", "alpha"))
+
+    def as_distribution(self) -> Capture:
+        """The capture with every row a distribution over keys: α itself, or for norms each row divided by
+        its sum (the share of the query's update that comes from each key)."""
+        if self.quantity != "norm":
+            return self
+        a = self.attentions.astype(np.float64)
+        totals = a.sum(axis=-1, keepdims=True)
+        shares = np.divide(a, totals, out=np.zeros_like(a), where=totals > 0).astype(np.float32)
+        return replace(self, attentions=shares, meta={**self.meta, "quantity": "norm share"})
+
+    @property
     def pooled(self) -> bool:
         """α holds block means of a long input (see `long`), not one row per token."""
         return self.long is not None
@@ -178,13 +194,14 @@ class Capture:
             allowed = ", ".join(map(repr, SPECIAL_KINDS))
             raise AttentionCheckError(f"special_kind holds {sorted(kinds)[0]!r}; allowed: {allowed}")
         upper = causal_mask(T) if self.causal else None
+        norms = self.quantity == "norm"  # value-weighted norms: ≥ 0, rows need not sum to 1
         for layer in a:  # (H, T, T): one layer at a time keeps temporaries small for large captures
             if not np.isfinite(layer).all():
                 raise AttentionCheckError("attention weights contain NaN or infinity")
             low, high = float(layer.min()), float(layer.max())
-            if low < -atol or high > 1 + atol:
+            if low < -atol or (high > 1 + atol and not norms):
                 raise AttentionCheckError(f"attention weights outside [0, 1]: min {low:.3g}, max {high:.3g}")
-            worst = float(np.abs(layer.sum(axis=-1, dtype=np.float64) - 1.0).max())
+            worst = 0.0 if norms else float(np.abs(layer.sum(axis=-1, dtype=np.float64) - 1.0).max())
             if worst > atol:
                 raise AttentionCheckError(f"attention rows do not sum to 1 (worst deviation {worst:.3g} > {atol:g})")
             if upper is not None and upper.any():
@@ -287,7 +304,7 @@ MAX_META_CHARS = 1 << 20  # the metadata JSON: 1M characters
 META_TYPES: dict[str, tuple[type, ...]] = {
     "model": (str,), "revision": (str, type(None)), "device": (str,), "dtype": (str,), "model_type": (str,),
     "causal": (bool,), "text": (str,), "source": (str,), "attnviz_version": (str,), "dropped_tokens": (int,),
-    "level": (str,), "pieces": (int,), "quantity": (str,),
+    "level": (str,), "pieces": (int,), "quantity": (str,), "norm_check": (float, int),
 }
 
 

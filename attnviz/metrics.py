@@ -233,6 +233,7 @@ def head_values(capture: Capture, metrics: Sequence[Metric] | None = None) -> di
     """Every metric (default: the registered ones and what the labels need) of every head, one layer and
     one block of rows at a time. (L, H) each"""
     metrics = list(metrics) if metrics is not None else all_metrics()
+    capture = capture.as_distribution()  # norms: each row's shares
     tokens = Tokens.of(capture)
     per_layer = []
     for layer in range(capture.n_layers):
@@ -253,6 +254,21 @@ def _vertical(column_mean: np.ndarray, tokens: Tokens) -> np.ndarray:
 
 def _top_key(column_mean: np.ndarray, tokens: Tokens) -> np.ndarray:
     return np.array(tokens.tokens, dtype=object)[column_mean.argmax(axis=-1)]
+
+
+SINK_MIN = 0.3  # Gu et al. 2024: a key is an attention sink when its sink score exceeds this
+
+
+def sink_scores(column_mean: np.ndarray, tokens: Tokens) -> np.ndarray:
+    """Per key, the mean attention it receives from the queries that can see it (Gu et al. 2024): every
+    query for encoders, the queries at or after it for causal models. (H, T)"""
+    T = tokens.T
+    seen_by = np.arange(T, 0, -1) if tokens.causal else np.full(T, T)  # queries that can see key j
+    return column_mean * T / seen_by
+
+
+def _sink(column_mean: np.ndarray, tokens: Tokens) -> np.ndarray:
+    return sink_scores(column_mean, tokens).max(axis=-1)
 
 
 METRICS: list[Metric] = []
@@ -303,6 +319,8 @@ for _metric in (
     Metric("top_key", "top_key", "the key that column belongs to", kind="text", columns=_top_key),
     Metric("punct_mass", "punct", "mean over rows of the weight on punctuation tokens", lambda r: r.mass("punct")),
     Metric("first_mass", "first", "mean over rows of the weight on token 0", lambda r: r.mass("first")),
+    Metric("sink", "sink", "the largest sink score of a key: the mean weight it receives from the queries that can "
+           f"see it (Gu et al. 2024; a sink above {SINK_MIN})", columns=_sink),
 ):
     register(_metric)
 
@@ -442,7 +460,11 @@ def definitions_markdown() -> str:
 
 
 def matrix_summary(alpha: np.ndarray, special: np.ndarray) -> tuple[float, float, float]:
-    """For one shown matrix (T, T): mean row entropy (nats), mean mass on special keys, mean distance."""
+    """For one shown matrix (T, T): mean row entropy (nats), mean mass on special keys, mean distance. Rows
+    that do not sum to 1 (norms) are taken as their shares."""
+    alpha = np.asarray(alpha, np.float64)
+    totals = alpha.sum(-1, keepdims=True)
+    alpha = np.divide(alpha, totals, out=np.zeros_like(alpha), where=totals > 0)
     return (float(row_entropy(alpha).mean()), float(alpha[:, special].sum(-1).mean()),
             float((alpha * token_distance(alpha.shape[-1])).sum(-1).mean()))
 
@@ -452,7 +474,9 @@ def matrix_summary(alpha: np.ndarray, special: np.ndarray) -> tuple[float, float
 
 def rollout(capture: Capture) -> np.ndarray:
     """Attention rollout: Â_l = rownorm(mean_h α_l + I) (the identity stands for the residual stream),
-    R = Â_{L-1} ··· Â_1 Â_0. R[i, j] = how much of input token j reaches position i at the top. (T, T)"""
+    R = Â_{L-1} ··· Â_1 Â_0. R[i, j] = how much of input token j reaches position i at the top. (T, T)
+    For value-weighted norms each row is first made a distribution (its shares)."""
+    capture = capture.as_distribution()
     T = capture.n_tokens
     result = np.eye(T)
     for layer in range(capture.n_layers):

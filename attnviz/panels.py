@@ -188,6 +188,8 @@ def attention_panels(capture: Capture, layers: Sequence[int], heads: Sequence[He
     model = short_model(capture.model)
     extra: tuple[str, ...] = (" · special tokens hidden",) if hide_special else ()
     axes: dict[str, Any] = {}
+    if capture.quantity == "norm":
+        extra += (" · ‖α·f(x)‖",)
     if capture.long is not None and capture.long.block > 1:
         extra += (f" · mean over {capture.long.block}×{capture.long.block}-token blocks",)
         axes = {"row_axis": "query block (token positions)", "col_axis": "key block (token positions)"}
@@ -201,7 +203,7 @@ def attention_panels(capture: Capture, layers: Sequence[int], heads: Sequence[He
             if not isinstance(head, str):
                 head = capture.head_index(head)
             label = head_label(head, capture.n_heads)
-            panels.append(Panel(matrix=alpha, rows=labels, cols=labels, hidden=hidden, scale=Scale(),
+            panels.append(Panel(matrix=alpha, rows=labels, cols=labels, hidden=hidden, scale=quantity_scale(capture),
                                 title=(f"{model} · layer {layer} · ", label, *extra),
                                 name=head_filename(layer, head), short=f"layer {layer}", layer=layer, head=head,
                                 **axes))
@@ -250,6 +252,13 @@ def window_panels(capture: Capture, layers: Sequence[int], heads: Sequence[HeadC
                                 name=f"{head_filename(layer, head)}_window", short=f"layer {layer}", layer=layer,
                                 head=head))
     return apply_scale(panels, scale)
+
+
+def quantity_scale(capture: Capture) -> Scale:
+    """The scale's label for what a capture holds: α, or value-weighted norms."""
+    if capture.quantity == "norm":
+        return Scale(label="‖α·f(x)‖, value-weighted norm")
+    return Scale()
 
 
 def with_shared_scale(panels: Sequence[Panel], vmax: float | None = None, vmin: float = 0.0,

@@ -25,6 +25,9 @@ TOLERANCE = {"float32": 1e-5, "float16": 5e-3, "bfloat16": 5e-2}
 def verify(tolerance: Annotated[Optional[float], typer.Option(
                parser=finite_float(0.0), show_default=False,
                help="Largest |Δα| that passes. Default 1e-5 in float32, 5e-3 in float16, 5e-2 in bfloat16.")] = None,
+           norms: Annotated[bool, typer.Option(
+               "--norms", help="Check the value-weighted norms instead: Σ_h Σ_j α_ij f_h(x_j) + b_O must equal the "
+                               "attention block's own output.")] = False,
            as_json: JsonOpt = False, *, inp: TextInput) -> None:
     from attnviz.metrics import differences
     from attnviz.render.tables import verdict, verify_table
@@ -32,6 +35,9 @@ def verify(tolerance: Annotated[Optional[float], typer.Option(
 
     text = inp.require_text()
     loaded = inp.load()
+    if norms:
+        _verify_norms(loaded, text, inp.truncate, tolerance, as_json)
+        return
     with err.status("Running the model and the from-scratch path…"):
         reported, recomputed = capture_both(loaded, text, truncate=inp.truncate)
     tolerance = TOLERANCE[loaded.dtype] if tolerance is None else tolerance
@@ -56,6 +62,33 @@ def verify(tolerance: Annotated[Optional[float], typer.Option(
             say(f"FAIL means: the textbook formula, applied to this model's weights, does not give the weights "
                 f"the model reports (off by up to {worst.max_abs:.2e}); the model does something the formula "
                 f"leaves out.", wrap=True)
+    if not ok:
+        raise typer.Exit(MISMATCH_EXIT)
+
+
+def _verify_norms(loaded, text: str, truncate: bool, tolerance: float | None, as_json: bool) -> None:
+    """The exact check of value-weighted norms: the heads' weighted, projected values add up to the block's
+    output (recorded by a hook), per layer; exit 3 outside the tolerance."""
+    from attnviz.render.tables import norms_check_table, verdict
+    from attnviz.scratch import norms_capture
+
+    with err.status("Running the model and recomputing each head's value vectors…"):
+        capture, result = norms_capture(loaded, text, truncate=truncate)
+    tolerance = TOLERANCE[loaded.dtype] if tolerance is None else tolerance
+    worst = float(result.output_diff.max())
+    ok = worst <= tolerance
+    if as_json:
+        print_json({"model": capture.model, "dtype": loaded.dtype, "tolerance": tolerance, "max_abs_diff": worst,
+                    "passed": ok, "layers": [{"layer": n, "max_abs": float(d)}
+                                             for n, d in enumerate(result.output_diff)]})
+    else:
+        title = f"{visible(capture.model)}: Σ_h Σ_j α_ij f_h(x_j) + b_O against the block's output"
+        out.print(norms_check_table(result.output_diff, tolerance, title))
+        out.print(verdict(ok, f"max |Δ| = {worst:.2e} {'≤' if ok else '>'} tolerance {tolerance:g}"))
+        say("PASS means: each head's attention-weighted value vectors, through its slice of W_O, add up to what the "
+            "attention block itself outputs, so the norms ‖α_ij f_h(x_j)‖ are the true sizes of the parts."
+            if ok else "FAIL means: the parts do not add up to the block's output; the norms would be wrong.",
+            wrap=True)
     if not ok:
         raise typer.Exit(MISMATCH_EXIT)
 

@@ -64,14 +64,16 @@ SHORT_HELP = {
     "heads": "A table of every head's statistics and pattern label.",
     "entropy": "Mean attention entropy, layers × heads.",
     "rollout": "Attention rollout: what reaches a token through all layers.",
+    "norms": "Value-weighted norms: what each key actually moves (Kobayashi et al.).",
+    "sinks": "Attention sinks: tokens that soak up attention, and whether they move anything.",
     "explain": "What every column, label and term means.",
     "verify": "Recompute α from the model's weights and compare (exit 3 if not equal).",
     "scaling": "Why divide by √d_k: the softmax with and without it.",
     "capture": "Save α and tokens as a .npz for --from.",
     "export": "Every head as an image, a grid, the data and an offline gallery.",
 }
-COMMAND_ORDER = ("heatmap", "token", "steps", "positions", "compare", "heads", "entropy", "rollout", "explain",
-                 "verify", "scaling", "capture", "export")
+COMMAND_ORDER = ("heatmap", "token", "steps", "positions", "compare", "heads", "entropy", "rollout", "norms",
+                 "sinks", "explain", "verify", "scaling", "capture", "export")
 
 
 class AttnvizGroup(TyperGroup):

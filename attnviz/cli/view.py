@@ -71,8 +71,20 @@ def heatmap(output: Annotated[Optional[str], typer.Option(
 def capture(output: Annotated[str, typer.Option(
                 "--output", "-o", metavar="FILE",
                 help="Capture file (.npz); a folder gets capture.npz inside.")] = "capture.npz",
+            norms: Annotated[bool, typer.Option(
+                "--norms", help="Save value-weighted norms ‖α·f(x)‖ instead of α (meta quantity: norm).")] = False,
             *, inp: LongTextInput) -> None:
     check_output(output, (".npz",))
-    result = inp.capture()
+    if norms:
+        from attnviz.scratch import norms_capture
+
+        text = inp.require_text()
+        result, _ = norms_capture(inp.load(), text, truncate=inp.truncate)
+        if inp.words:
+            from attnviz.words import to_words
+
+            result = to_words(result)
+    else:
+        result = inp.capture()
     path = result.save(output_path(output, "capture.npz"))
     say(f"{path}  ({result.n_layers} layers × {result.n_heads} heads × {result.n_tokens} tokens)")

@@ -127,3 +127,39 @@ def entropy_table(values: np.ndarray, uniform: float, title: str, *, color: bool
     table.add_row(Text("mean"), *[Text(f"{v:.2f}") for v in values.mean(axis=0)], Text(f"{values.mean():.2f}"),
                   style="bold", end_section=True)
     return titled(title, table)
+
+
+def norms_table(records: Sequence[dict], title: str) -> Group:
+    """Per layer: the share of attention on special tokens and on token 0, by α and by value-weighted norm."""
+    table = Table(box=box.SIMPLE_HEAD)
+    for name in ("layer", "special, by α", "special, by norm", "token 0, by α", "token 0, by norm", "check |Δ|"):
+        table.add_column(name, justify="right")
+    for r in records:
+        values = (str(r["layer"]), f"{r['alpha_on_special']:.2f}", f"{r['norm_on_special']:.2f}",
+                  f"{r['alpha_on_first']:.2f}", f"{r['norm_on_first']:.2f}", f"{r['output_check']:.1e}")
+        table.add_row(*(Text(v) for v in values))
+    return titled(title, table)
+
+
+def sinks_table(layers: Sequence[dict], n_heads: int, title: str) -> Group:
+    """Per layer: how many heads have a sink, which tokens, and their mean score by α and by norm."""
+    table = Table(box=box.SIMPLE_HEAD)
+    for name, justify in (("layer", "right"), ("sink heads", "right"), ("sinks (token: heads)", "left"),
+                          ("score by α", "right"), ("by norm", "right")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for r in layers:
+        tokens = ", ".join(f"{visible(t)} ×{c}" for t, c in sorted(r["tokens"].items(), key=lambda kv: -kv[1]))
+        table.add_row(Text(str(r["layer"])), Text(f"{r['sink_heads']}/{n_heads}"), Text(tokens or "–"),
+                      Text(f"{r['alpha']:.2f}" if r["sink_heads"] else "–"),
+                      Text(f"{r['norm']:.2f}" if r["sink_heads"] else "–"))
+    return titled(title, table)
+
+
+def norms_check_table(diffs: Sequence[float], tolerance: float, title: str) -> Group:
+    """Per layer: how far the recomputed parts are from the attention block's own output."""
+    table = Table()
+    for name in ("layer", "max |Δ| of the output"):
+        table.add_column(name, justify="right")
+    for n, d in enumerate(diffs):
+        table.add_row(Text(str(n)), Text(f"{d:.2e}", style="" if d <= tolerance else "red"))
+    return titled(title, table)
