@@ -78,6 +78,7 @@ class Capture:
     meta: dict = field(default_factory=dict)
     long: LongInput | None = None  # a long input streamed and pooled: T counts blocks, long.tokens the input
     offsets: np.ndarray | None = None  # (T, 2) int64: each token's span of meta["text"]; (-1, -1) for none
+    generated: np.ndarray | None = None  # (T,) bool: written by the model (attnviz generate), not the prompt
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "attentions", np.asarray(self.attentions, dtype=np.float32))
@@ -89,6 +90,8 @@ class Capture:
         object.__setattr__(self, "subword", np.asarray(self.subword, dtype=bool))
         if self.offsets is not None:
             object.__setattr__(self, "offsets", np.asarray(self.offsets, dtype=np.int64).reshape(-1, 2))
+        if self.generated is not None:
+            object.__setattr__(self, "generated", np.asarray(self.generated, dtype=bool))
         self.attentions.setflags(write=False)
 
     # --- shape -------------------------------------------------------------------------------
@@ -178,6 +181,18 @@ class Capture:
         """Which token positions to show. (T,) bool"""
         return ~self.special if hide_special else np.ones(self.n_tokens, dtype=bool)
 
+    @property
+    def prompt_length(self) -> int:
+        """Tokens before the first generated one (all of them when nothing was generated)."""
+        if self.generated is None or not self.generated.any():
+            return self.n_tokens
+        return int(np.argmax(self.generated))
+
+    def named_positions(self) -> dict[str, list[int]]:
+        """Token positions by name, for --rows/--cols: "prompt" and "generated" (empty when none)."""
+        P = self.prompt_length
+        return {"prompt": list(range(P)), "generated": list(range(P, self.n_tokens))}
+
     # --- checks ------------------------------------------------------------------------------
     def validate(self, atol: float = ROW_SUM_ATOL) -> Capture:
         """Raise AttentionCheckError unless α is (L, H, T, T), finite, in [0, 1], rows sum to 1,
@@ -189,6 +204,13 @@ class Capture:
         for name in ("tokens", "token_ids", "special", "special_kind", "subword"):
             if len(getattr(self, name)) != T:
                 raise AttentionCheckError(f"{name} has {len(getattr(self, name))} entries but α has {T} tokens")
+        if self.generated is not None:
+            if len(self.generated) != T:
+                raise AttentionCheckError(f"generated has {len(self.generated)} entries but α has {T} tokens")
+            if self.generated[self.prompt_length:].size and not self.generated[self.prompt_length:].all():
+                raise AttentionCheckError("generated tokens must all follow the prompt")
+            if self.generated.any() and not self.causal:
+                raise AttentionCheckError("only a causal model's capture can hold generated tokens")
         kinds = set(self.special_kind) - set(SPECIAL_KINDS)
         if kinds:
             allowed = ", ".join(map(repr, SPECIAL_KINDS))
@@ -229,6 +251,8 @@ class Capture:
         }
         if self.offsets is not None:
             arrays["offsets"] = self.offsets
+        if self.generated is not None:
+            arrays["generated"] = self.generated
         if self.long is not None:
             rollout_tokens = sorted(self.long.rollout)
             arrays.update({
@@ -272,6 +296,7 @@ class Capture:
             meta=meta,
             long=long,
             offsets=_checked_offsets(data.get("offsets"), T, meta, path),
+            generated=_checked_flags(data.get("generated"), T, "generated", path),
         )
         if long is not None and len(long.edges) - 1 != capture.n_tokens:
             raise CaptureFormatError(f"{path}: {len(long.edges) - 1} pooled blocks, but α has {capture.n_tokens}")
@@ -304,7 +329,8 @@ MAX_META_CHARS = 1 << 20  # the metadata JSON: 1M characters
 META_TYPES: dict[str, tuple[type, ...]] = {
     "model": (str,), "revision": (str, type(None)), "device": (str,), "dtype": (str,), "model_type": (str,),
     "causal": (bool,), "text": (str,), "source": (str,), "attnviz_version": (str,), "dropped_tokens": (int,),
-    "level": (str,), "pieces": (int,), "quantity": (str,), "norm_check": (float, int),
+    "level": (str,), "pieces": (int,), "quantity": (str,), "norm_check": (float, int), "prompt": (str,),
+    "generated_text": (str,), "decoding": (str,), "stopped": (str,),
 }
 
 
@@ -327,7 +353,7 @@ def long_members() -> dict[str, Member]:
     alpha = _limit("ATTNVIZ_MAX_CAPTURE_BYTES", MAX_ATTENTION_BYTES)
     N = MAX_LONG_TOKENS
     word = MAX_TOKEN_CHARS * 4
-    return {"offsets": Member("iu", 2, 16 * N),
+    return {"offsets": Member("iu", 2, 16 * N), "generated": Member("b", 1, N),
             "long_tokens": Member("U", 1, N * word, word), "long_special": Member("b", 1, N),
             "long_kinds": Member("U", 1, N * 32, 32), "long_edges": Member("iu", 1, 8 * (N + 1)),
             "rollout_tokens": Member("iu", 1, 8 * 64), "rollout": Member("f", 2, min(alpha, 64 * N * 8))}
@@ -335,6 +361,14 @@ def long_members() -> dict[str, Member]:
 
 MAX_LONG_TOKENS = 1 << 17  # the longest input a pooled capture describes
 MAX_HEAD_STATS = 100_000  # head records a pooled capture may carry
+
+
+def _checked_flags(flags: np.ndarray | None, T: int, name: str, path: Path) -> np.ndarray | None:
+    if flags is None:
+        return None
+    if flags.shape != (T,):
+        raise CaptureFormatError(f"{path}: {name} has shape {flags.shape}, expected ({T},)")
+    return flags.astype(bool)
 
 
 def _checked_offsets(offsets: np.ndarray | None, T: int, meta: dict, path: Path) -> np.ndarray | None:

@@ -92,6 +92,8 @@ class HeadImageWriter:
         self.row_repeats = np.bincount(np.minimum((np.arange(n_rows) + 0.5) * R / n_rows, R - 1).astype(np.intp),
                                        minlength=R)
         col_cell = np.minimum((np.arange(n_cols) + 0.5) * C / n_cols, C - 1).astype(np.intp)  # (n_cols,)
+        self.row_starts = np.concatenate([[0], np.cumsum(self.row_repeats)])  # first pixel row of each cell row
+        self.col_starts = np.searchsorted(col_cell, np.arange(C + 1))  # first pixel column of each cell column
         self.col_bytes = (col_cell[:, None] * 3 + np.arange(3)[None, :]).ravel()  # (3 n_cols,)
         # the title strip: from the top of the figure down to just above the axes (display coordinates)
         self.title_rows = slice(0, self.rows.start - 2)
@@ -157,8 +159,19 @@ class HeadImageWriter:
         wide = cells.reshape(len(cells), -1)[:, self.col_bytes]  # (R, 3 n_cols): columns widened
         inside = frame[self.rows, self.cols]
         inside[...] = np.repeat(wide, self.row_repeats, axis=0).reshape(inside.shape)
+        self._paint_splits(inside, panel)
         frame[self.title_rows] = self.title_strip(panel)
         return lines
+
+    def _paint_splits(self, inside: np.ndarray, panel: Panel) -> None:
+        """The prompt/generated line as render.png.draw_splits draws it: 2 white pixels outlined in black."""
+        for split, starts, axis in ((panel.row_split, self.row_starts, 0), (panel.col_split, self.col_starts, 1)):
+            if split is None:
+                continue
+            at, size = int(starts[split]), inside.shape[axis]
+            for offset, value in ((-2, 0), (1, 0), (-1, 255), (0, 255)):
+                if 0 <= at + offset < size:
+                    (inside[at + offset] if axis == 0 else inside[:, at + offset])[...] = value
 
     def render(self, panel: Panel) -> np.ndarray:
         """The finished image of one panel as RGB uint8 (H_px, W_px, 3), a copy of its own."""

@@ -220,25 +220,35 @@ class Accumulator:
 BLOCK_ROWS_BYTES = 64 << 20  # α rows held in float64 at a time when computing metrics from a capture
 
 
-def row_blocks(alpha_layer: np.ndarray, tokens: Tokens, budget: int = BLOCK_ROWS_BYTES):
-    """Rows blocks of one layer's α (H, T, T), each small enough to hold in float64."""
+def row_blocks(alpha_layer: np.ndarray, tokens: Tokens, budget: int = BLOCK_ROWS_BYTES,
+               queries: Sequence[int] | None = None):
+    """Rows blocks of one layer's α (H, T, T), each small enough to hold in float64; only the rows
+    `queries` (in order) when given."""
     H, T, _ = alpha_layer.shape
     step = max(1, budget // max(H * T * 8, 1))
-    for start in range(0, T, step):
-        queries = np.arange(start, min(start + step, T))
-        yield Rows(np.asarray(alpha_layer[:, start:start + step], dtype=np.float64), queries, tokens)
+    if queries is None:
+        for start in range(0, T, step):
+            chosen = np.arange(start, min(start + step, T))
+            yield Rows(np.asarray(alpha_layer[:, start:start + step], dtype=np.float64), chosen, tokens)
+        return
+    wanted = np.asarray(queries, dtype=np.intp)
+    for start in range(0, len(wanted), step):
+        chosen = wanted[start:start + step]
+        yield Rows(np.asarray(alpha_layer[:, chosen], dtype=np.float64), chosen, tokens)
 
 
-def head_values(capture: Capture, metrics: Sequence[Metric] | None = None) -> dict[str, np.ndarray]:
+def head_values(capture: Capture, metrics: Sequence[Metric] | None = None,
+                queries: Sequence[int] | None = None) -> dict[str, np.ndarray]:
     """Every metric (default: the registered ones and what the labels need) of every head, one layer and
-    one block of rows at a time. (L, H) each"""
+    one block of rows at a time; over the query rows `queries` only, when given (e.g. the generated
+    tokens'). (L, H) each"""
     metrics = list(metrics) if metrics is not None else all_metrics()
     capture = capture.as_distribution()  # norms: each row's shares
     tokens = Tokens.of(capture)
     per_layer = []
     for layer in range(capture.n_layers):
         acc = Accumulator(metrics, capture.n_heads, tokens)
-        for rows in row_blocks(capture.attentions[layer], tokens):
+        for rows in row_blocks(capture.attentions[layer], tokens, queries=queries):
             acc.add(rows)
         per_layer.append(acc.result())
     return {m.name: np.stack([values[m.name] for values in per_layer]) for m in metrics}
@@ -392,24 +402,37 @@ def records_from_values(values: dict[str, np.ndarray]) -> list[dict]:
     return records
 
 
-def value_grid(capture: Capture, name: str) -> np.ndarray:
-    """One metric of every head (the stored value for a pooled long input). (L, H)"""
-    if isinstance(capture.meta.get("head_stats"), list):
+def _stored_stats(capture: Capture, queries: Sequence[int] | None) -> list | None:
+    """The head records a pooled capture carries (statistics of every row: they cannot be narrowed)."""
+    stored = capture.meta.get("head_stats")
+    if isinstance(stored, list) and queries is not None:
+        from attnviz.errors import SelectionError
+
+        raise SelectionError("this capture is pooled (a long input) and holds statistics of all rows; --rows needs "
+                             "the text run again", "--rows")
+    return stored if isinstance(stored, list) else None
+
+
+def value_grid(capture: Capture, name: str, queries: Sequence[int] | None = None) -> np.ndarray:
+    """One metric of every head (the stored value for a pooled long input), over the query rows `queries`
+    when given. (L, H)"""
+    if _stored_stats(capture, queries) is not None:
         grid = np.zeros((capture.n_layers, capture.n_heads))
         for record in capture.meta["head_stats"]:
             grid[record["layer"], record["head"]] = float(record.get(name) or 0.0)
         return grid
     metric = next(m for m in all_metrics() if m.name == name)
-    return by_layer(_one(metric), capture)
+    return by_layer(lambda layer: head_values(layer, [metric], queries)[metric.name], capture)
 
 
-def head_records(capture: Capture) -> list[dict]:
+def head_records(capture: Capture, queries: Sequence[int] | None = None) -> list[dict]:
     """Every registered metric and the pattern label of every head, one dict per (layer, head), in
-    layer-major order. A pooled capture of a long input carries the records its streamed pass computed."""
-    stored = capture.meta.get("head_stats")
-    if isinstance(stored, list):
+    layer-major order, over the query rows `queries` when given. A pooled capture of a long input carries
+    the records its streamed pass computed."""
+    stored = _stored_stats(capture, queries)
+    if stored is not None:
         return [dict(r) for r in stored]
-    return records_from_values(head_values(capture))
+    return records_from_values(head_values(capture, queries=queries))
 
 
 def label_definitions() -> dict[str, str]:
@@ -459,14 +482,19 @@ def definitions_markdown() -> str:
     return "\n".join(rows) + "\n"
 
 
-def matrix_summary(alpha: np.ndarray, special: np.ndarray) -> tuple[float, float, float]:
-    """For one shown matrix (T, T): mean row entropy (nats), mean mass on special keys, mean distance. Rows
-    that do not sum to 1 (norms) are taken as their shares."""
+def matrix_summary(alpha: np.ndarray, special: np.ndarray,
+                   queries: Sequence[int] | None = None) -> tuple[float, float, float]:
+    """For one shown matrix (T, T): mean row entropy (nats), mean mass on special keys, mean distance, over
+    the rows `queries` (default all). Rows that do not sum to 1 (norms) are taken as their shares."""
     alpha = np.asarray(alpha, np.float64)
     totals = alpha.sum(-1, keepdims=True)
     alpha = np.divide(alpha, totals, out=np.zeros_like(alpha), where=totals > 0)
+    distance = token_distance(alpha.shape[-1])
+    if queries is not None:
+        rows = np.asarray(queries, dtype=np.intp)
+        alpha, distance = alpha[rows], distance[rows]
     return (float(row_entropy(alpha).mean()), float(alpha[:, special].sum(-1).mean()),
-            float((alpha * token_distance(alpha.shape[-1])).sum(-1).mean()))
+            float((alpha * distance).sum(-1).mean()))
 
 
 # --- attention rollout (Abnar & Zuidema 2020) -----------------------------------------------------

@@ -112,6 +112,14 @@ def pick_device(device: str) -> str:
     return device
 
 
+def _require_causal(config, shown: str) -> None:
+    model_type = str(getattr(config, "model_type", ""))
+    if getattr(config, "is_encoder_decoder", False) or model_type in ENCODER_MODEL_TYPES:
+        kind = "an encoder-decoder" if getattr(config, "is_encoder_decoder", False) else "an encoder"
+        raise ModelLoadError(f"generate needs a causal language model (GPT-2, Llama, …; give one with --model); "
+                             f"{shown} is {kind} model ({model_type or 'unknown type'})")
+
+
 def _hub_reachable(timeout: float = 3.0) -> bool:
     if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
         return False
@@ -143,10 +151,12 @@ def _first_line(exc: BaseException) -> str:
 
 
 def load(name: str | None = None, *, revision: str | None = None, device: str = "auto",
-         dtype: str = "float32", trust_remote_code: bool = False, memory_budget: int | None = None) -> LoadedModel:
-    """Load model + tokenizer with attn_implementation="eager" (SDPA returns no attention weights)."""
+         dtype: str = "float32", trust_remote_code: bool = False, memory_budget: int | None = None,
+         lm_head: bool = False) -> LoadedModel:
+    """Load model + tokenizer with attn_implementation="eager" (SDPA returns no attention weights).
+    `lm_head`: with its causal language-model head, to generate (a checkpoint saved without one gets it)."""
     import torch
-    from transformers import AutoConfig, AutoModel, AutoTokenizer
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
 
     _quiet_transformers()
     if dtype not in DTYPES:
@@ -158,9 +168,20 @@ def load(name: str | None = None, *, revision: str | None = None, device: str = 
 
     def _load(local_only: bool):
         config = AutoConfig.from_pretrained(source, local_files_only=local_only, **kwargs)
+        if lm_head:
+            _require_causal(config, shown)
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_only, **kwargs)
-        model = AutoModel.from_pretrained(source, config=config, local_files_only=local_only,
-                                          attn_implementation="eager", dtype=getattr(torch, dtype), **kwargs)
+        if not lm_head:
+            model = AutoModel.from_pretrained(source, config=config, local_files_only=local_only,
+                                              attn_implementation="eager", dtype=getattr(torch, dtype), **kwargs)
+            return config, tokenizer, model
+        model, info = AutoModelForCausalLM.from_pretrained(
+            source, config=config, local_files_only=local_only, attn_implementation="eager",
+            dtype=getattr(torch, dtype), output_loading_info=True, **kwargs)
+        if any(str(key).startswith("lm_head") for key in info.get("missing_keys", ())):
+            warnings.warn(f"{shown} was saved without its language-model head, so the head is random: the "
+                          f"generated text means nothing (the attention is the model's own)", AttnvizWarning,
+                          stacklevel=2)
         return config, tokenizer, model
 
     offline_hint = f"the bundled default '{DEFAULT_MODEL}' works offline"
@@ -177,6 +198,9 @@ def load(name: str | None = None, *, revision: str | None = None, device: str = 
     except ModelLoadError:
         raise
     except (OSError, ValueError, KeyError, RuntimeError, ImportError) as exc:
+        if lm_head and "Unrecognized configuration class" in str(exc):
+            raise ModelLoadError(f"generate needs a causal language model; {shown} has no causal-LM head in "
+                                 f"transformers") from None
         raise ModelLoadError(f"could not load model '{shown}': {_first_line(exc)} ({offline_hint})") from None
     except Exception as exc:  # transformers raises many kinds for a foreign folder
         raise ModelLoadError(f"could not load model '{shown}': {type(exc).__name__}: {_first_line(exc)}") from None

@@ -110,6 +110,8 @@ class Panel:
     footer: str = ""  # a line under the picture (the stats line of `compare`)
     values: bool = False  # write each cell's value in it
     cmap: str | None = None  # this panel's own colormap (e.g. diverging for Q·Kᵀ), else the page's
+    row_split: int | None = None  # the first row (and column) of generated tokens: a line is drawn before it
+    col_split: int | None = None
 
     @property
     def title_text(self) -> str:
@@ -172,6 +174,24 @@ def _keep(capture: Capture, hide_special: bool) -> np.ndarray:
     return keep
 
 
+def generated_split(capture: Capture, positions: Sequence[int] | np.ndarray | None = None) -> int | None:
+    """Where generated tokens begin among `positions` (token indices shown in order; default all): the index
+    of the first generated one, or None when they are all prompt or all generated (no line to draw)."""
+    if capture.generated is None:
+        return None
+    flags = capture.generated if positions is None else capture.generated[np.asarray(positions, dtype=np.intp)]
+    if not flags.any() or flags.all():
+        return None
+    first = int(np.argmax(flags))
+    return first if flags[first:].all() and not flags[:first].any() else None
+
+
+def splits(capture: Capture, rows: Sequence[int] | np.ndarray | None = None,
+           cols: Sequence[int] | np.ndarray | None = None) -> dict[str, int | None]:
+    """Panel fields marking where the prompt ends, for the rows and columns shown."""
+    return {"row_split": generated_split(capture, rows), "col_split": generated_split(capture, cols)}
+
+
 # --- attention panels ------------------------------------------------------------------------------
 
 
@@ -187,12 +207,16 @@ def attention_panels(capture: Capture, layers: Sequence[int], heads: Sequence[He
     hidden = None if future is None else (future if everything else future[np.ix_(keep, keep)])
     model = short_model(capture.model)
     extra: tuple[str, ...] = (" · special tokens hidden",) if hide_special else ()
-    axes: dict[str, Any] = {}
+    shown = None if everything else np.flatnonzero(keep)
+    axes: dict[str, Any] = dict(splits(capture, shown, shown))
     if capture.quantity == "norm":
         extra += (" · ‖α·f(x)‖",)
     if capture.long is not None and capture.long.block > 1:
         extra += (f" · mean over {capture.long.block}×{capture.long.block}-token blocks",)
         axes = {"row_axis": "query block (token positions)", "col_axis": "key block (token positions)"}
+    if capture.generated is not None and capture.generated.any():
+        axes |= {"row_axis": "query (attending) · generated below the line",
+                 "col_axis": "key (attended to) · generated right of the line"}
     panels = []
     for layer in layers:
         layer = capture.layer_index(layer)
@@ -239,7 +263,8 @@ def window_panels(capture: Capture, layers: Sequence[int], heads: Sequence[HeadC
     row_labels = tuple(f"{i} {visible(tokens[i])}" for i in rows)
     col_labels = tuple(f"{j} {visible(tokens[j])}" for j in cols)
     model = short_model(capture.model)
-    where = f" · queries {rows[0]}–{rows[-1]}, keys {cols[0]}–{cols[-1]}"
+    where = f" · queries {_span(rows)}, keys {_span(cols)}"
+    marks = splits(capture, rows, cols) if long is None else {}
     panels = []
     for layer in layers:
         per_head = np.asarray(source[layer], np.float32)  # (H, r, c)
@@ -250,8 +275,15 @@ def window_panels(capture: Capture, layers: Sequence[int], heads: Sequence[HeadC
             panels.append(Panel(matrix=matrix, rows=row_labels, cols=col_labels, hidden=hidden, scale=Scale(),
                                 title=(f"{model} · layer {layer} · ", label, where),
                                 name=f"{head_filename(layer, head)}_window", short=f"layer {layer}", layer=layer,
-                                head=head))
+                                head=head, **marks))
     return apply_scale(panels, scale)
+
+
+def _span(positions: Sequence[int]) -> str:
+    """"4–9" for a run of positions, "4–9 (3 of them)" when some are left out."""
+    first, last = min(positions), max(positions)
+    whole = len(positions) == last - first + 1
+    return f"{first}–{last}" if whole else f"{first}–{last} ({len(positions)} of them)"
 
 
 def quantity_scale(capture: Capture) -> Scale:
@@ -316,7 +348,8 @@ def rollout_panel(capture: Capture, matrix: np.ndarray) -> Panel:
     return Panel(matrix=np.asarray(matrix, np.float32), rows=labels, cols=labels, hidden=capture.future_mask,
                  scale=Scale(0.0, max(vmax, 1e-9), "rolled-out attention"),
                  title=(f"{short_model(capture.model)} · attention rollout (Abnar & Zuidema 2020)",),
-                 name="attnviz_rollout", row_axis="position at the top layer", col_axis="input token")
+                 name="attnviz_rollout", row_axis="position at the top layer", col_axis="input token",
+                 **splits(capture))
 
 
 def entropy_panel(values: np.ndarray, uniform: float, model: str, *, normalised: bool = False) -> Panel:
@@ -339,6 +372,10 @@ def grid_title(capture: Capture, panels: Sequence[Panel]) -> str:
 
 def text_subtitle(capture: Capture, limit: int = 400) -> str:
     """The input text as one display-safe line in quotes (a renderer shortens it to its width)."""
+    prompt, written = capture.meta.get("prompt"), capture.meta.get("generated_text")
+    if capture.generated is not None and isinstance(prompt, str) and isinstance(written, str):
+        half = max(limit // 2, 20)
+        return f"“{visible(shorten(prompt, half))}” → generated “{visible(shorten(written, half))}”"
     text = str(capture.meta.get("text") or " ".join(capture.tokens))
     return "“" + visible(shorten(text, limit)) + "”"
 
@@ -441,6 +478,21 @@ def token_links(capture: Capture, i: int, top: int = 5) -> list[dict]:
     return links
 
 
+def generation_steps(capture: Capture, layer: int, head: HeadChoice = "mean", top: int = 3) -> list[dict]:
+    """For each generated token, the earlier tokens its row of α (in `layer`, the head mean or one head)
+    weighs most, largest first, and the weight on itself: what it attends to as it is read back in to
+    choose the next token."""
+    matrix = capture.head_matrix(capture.layer_index(layer), head).astype(np.float64)  # (T, T)
+    steps = []
+    for t in capture.named_positions()["generated"]:
+        earlier = matrix[t, :t]
+        order = np.argsort(-earlier, kind="stable")[:top]
+        steps.append({"position": t, "token": capture.tokens[t], "self": float(matrix[t, t]),
+                      "top": [{"position": int(j), "token": capture.tokens[j], "weight": float(earlier[j])}
+                              for j in order]})
+    return steps
+
+
 def token_page(capture: Capture, i: int, layers: Sequence[int], scale: ScaleChoice | None = None) -> Page:
     """For each chosen layer, two panels of heads × tokens: the token's own row of α (what it attends to)
     and its column (who attends to it)."""
@@ -455,7 +507,7 @@ def token_page(capture: Capture, i: int, layers: Sequence[int], scale: ScaleChoi
         hidden_row = None if future is None else np.broadcast_to(future[i], row.shape)
         hidden_column = None if future is None else np.broadcast_to(future[:, i], column.shape)
         common: dict[str, Any] = dict(rows=heads, cols=labels, scale=Scale(), layer=layer, row_axis="head",
-                                      name="token")
+                                      name="token", col_split=generated_split(capture))
         panels.append(Panel(matrix=row, hidden=hidden_row, title=(f"layer {layer}",),
                             short=f"layer {layer}: what {name!r} attends to", col_axis="key (attended to)", **common))
         panels.append(Panel(matrix=column, hidden=hidden_column, title=(f"layer {layer}",),
@@ -481,5 +533,9 @@ def coarsen(panel: Panel, k: int) -> Panel:
                                         col_groups, axis=1)
         hidden = visible_cells == 0
     title = (*panel.title, f" · pooled again ×{k} to fit")
+    def split(at: int | None) -> int | None:  # kept where it falls between two groups
+        return at // k if at is not None and at % k == 0 else None
+
     return replace(panel, matrix=(summed / counts).astype(np.float32), rows=tuple(panel.rows[i] for i in row_groups),
-                   cols=tuple(panel.cols[j] for j in col_groups), hidden=hidden, title=title)
+                   cols=tuple(panel.cols[j] for j in col_groups), hidden=hidden, title=title,
+                   row_split=split(panel.row_split), col_split=split(panel.col_split))

@@ -18,7 +18,9 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from attnviz.capture import Capture
 from attnviz.errors import UnsupportedArchitectureError
+from attnviz.text import visible
 
 # --- the core -----------------------------------------------------------------------------------
 
@@ -339,6 +341,43 @@ def capture_both(loaded, text: str, *, truncate: bool = True):
     scratch, reported = scratch_attentions(loaded.model, encoded.inputs)
     return (make_capture(loaded, encoded, reported[:, 0], text),
             make_capture(loaded, encoded, scratch[:, 0], text, source="scratch"))
+
+
+def capture_both_ids(loaded, saved: Capture) -> tuple[Capture, Capture]:
+    """(model Capture, scratch Capture) for the token ids of a saved capture (e.g. one written by
+    attnviz generate), run through `loaded` in one forward pass: the saved α can then be compared with
+    both."""
+    from dataclasses import replace
+
+    from attnviz.errors import InputError
+    from attnviz.model import _forward_args, check_memory
+
+    if saved.pooled or saved.meta.get("level") == "word" or saved.quantity != "alpha":
+        raise InputError("verify --from needs a capture of token-level α (not pooled, --words or --norms)")
+    from attnviz.model import layers_and_heads
+
+    made_by = f"give the model that made it (the capture names {visible(saved.model)!r})"
+    L, H = layers_and_heads(loaded.model.config)
+    if (L, H) != (saved.n_layers, saved.n_heads):
+        raise InputError(f"the capture has {saved.n_layers} layers × {saved.n_heads} heads, {loaded.name} has "
+                         f"{L} × {H}: {made_by}")
+    ids = np.asarray(saved.token_ids, dtype=np.int64)
+    vocab = int(loaded.model.get_input_embeddings().num_embeddings)
+    if ids.min() < 0 or ids.max() >= vocab:
+        raise InputError(f"the capture's token ids (up to {int(ids.max())}) do not fit {loaded.name}'s vocabulary of "
+                         f"{vocab}: {made_by}")
+    if loaded.max_positions and len(ids) > loaded.max_positions:
+        raise InputError(f"the capture has {len(ids)} tokens; {loaded.name} takes at most {loaded.max_positions}")
+    check_memory(loaded, len(ids), copies=4.0)
+    input_ids = torch.tensor(ids[None, :], device=loaded.device)
+    inputs = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
+    if "token_type_ids" in getattr(loaded.tokenizer, "model_input_names", ()):  # one segment, as encode gives
+        inputs["token_type_ids"] = torch.zeros_like(input_ids)  # (GPT-2 would add wte[0] for it: never there)
+    scratch, reported = scratch_attentions(loaded.model, {k: v for k, v in inputs.items()
+                                                          if k in _forward_args(loaded.model)})
+    meta = {**saved.meta, "model": loaded.name, "dtype": loaded.dtype, "device": loaded.device}
+    return (replace(saved, attentions=reported[:, 0], meta={**meta, "source": "model"}),
+            replace(saved, attentions=scratch[:, 0], meta={**meta, "source": "scratch"}))
 
 
 # --- the √d_k experiment ------------------------------------------------------------------------

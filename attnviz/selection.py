@@ -14,6 +14,7 @@ are errors whose message says what is valid; a selection is never silently empty
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Union
 
@@ -112,14 +113,25 @@ class Selection:
                     chosen.append(v)
         return chosen
 
-    def indices(self, n: int) -> list[int]:
-        """Only indices: a keyword here is an error (e.g. 'mean' where heads are listed one by one)."""
-        chosen = self.resolve(n)
-        words = [c for c in chosen if isinstance(c, str)]
-        if words:
-            raise SelectionError(f"{self.option}: {words[0]!r} cannot be used here; give {self.what} indices, "
-                                 f"ranges or 'all'", self.option)
-        return [c for c in chosen if isinstance(c, int)]
+    def indices(self, n: int, named: Mapping[str, Sequence[int]] | None = None) -> list[int]:
+        """Only indices: a keyword is an error (e.g. 'mean' where heads are listed one by one), unless `named`
+        gives its indices (e.g. {"generated": [5, 6, 7], "prompt": [0, ..., 4]} for --rows)."""
+        named = named or {}
+        chosen: list[int] = []
+        for choice in self.resolve(n):
+            if isinstance(choice, int):
+                values: Sequence[int] = [choice]
+            elif choice in named:
+                values = named[choice]
+                if not len(values):
+                    raise SelectionError(f"{self.option}: this input has no {choice} tokens"
+                                         + (" (they come from attnviz generate)" if choice == "generated" else ""),
+                                         self.option)
+            else:
+                raise SelectionError(f"{self.option}: {choice!r} cannot be used here; give {self.what} indices, "
+                                     f"ranges or 'all'", self.option)
+            chosen.extend(int(v) for v in values)
+        return list(dict.fromkeys(chosen))
 
     def __str__(self) -> str:
         return self.spec

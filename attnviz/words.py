@@ -20,15 +20,17 @@ def _is_punctuation(token: str) -> bool:
     return bool(text) and all(unicodedata.category(c).startswith("P") for c in text)
 
 
-def word_edges(tokens: Sequence[str], subword: Sequence[bool] | np.ndarray, special: Sequence[bool] | np.ndarray
-               ) -> np.ndarray:
+def word_edges(tokens: Sequence[str], subword: Sequence[bool] | np.ndarray, special: Sequence[bool] | np.ndarray,
+               generated: Sequence[bool] | np.ndarray | None = None) -> np.ndarray:
     """Where each word starts (and T at the end): a token starts a word unless it continues the token
-    before it; special tokens and punctuation are words of their own. (W + 1,)"""
+    before it; special tokens and punctuation are words of their own, and the first generated token starts
+    a word (no word spans prompt and generated text). (W + 1,)"""
     starts = []
     for i, token in enumerate(tokens):
         alone = special[i] or _is_punctuation(token)
         before_alone = i > 0 and (special[i - 1] or _is_punctuation(tokens[i - 1]))
-        if i == 0 or not subword[i] or alone or before_alone:
+        turn = generated is not None and i > 0 and bool(generated[i]) != bool(generated[i - 1])
+        if i == 0 or not subword[i] or alone or before_alone or turn:
             starts.append(i)
     return np.array([*starts, len(tokens)], dtype=np.int64)
 
@@ -72,7 +74,7 @@ def to_words(capture: Capture) -> Capture:
 
         raise InputError("this capture is pooled into blocks of tokens; word-level attention needs the tokens: "
                          "run the text again with --words")
-    edges = word_edges(capture.tokens, capture.subword, capture.special)
+    edges = word_edges(capture.tokens, capture.subword, capture.special, capture.generated)
     offsets = capture.offsets
     labels = word_labels(capture.tokens, edges, offsets, capture.meta.get("text"), capture.special)
     starts = edges[:-1]
@@ -86,5 +88,6 @@ def to_words(capture: Capture) -> Capture:
         subword=np.zeros(len(starts), bool),
         meta={**capture.meta, "level": "word", "pieces": int(capture.n_tokens)},
         offsets=None,
+        generated=None if capture.generated is None else capture.generated[starts],
     )
     return words.validate()

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from attnviz.text import visible
-from attnviz.cli.common import (ImageOut, JsonOpt, TextInput, app, check_output, cli_errors, err, finite_float, out,
+from attnviz.cli.common import (FromOpt, ImageOut, JsonOpt, TextInput, app, check_output, cli_errors, err, finite_float, out,
                                 output_path, print_json, say, takes)
 
 MISMATCH_EXIT = 3
@@ -28,11 +28,14 @@ def verify(tolerance: Annotated[Optional[float], typer.Option(
            norms: Annotated[bool, typer.Option(
                "--norms", help="Check the value-weighted norms instead: Σ_h Σ_j α_ij f_h(x_j) + b_O must equal the "
                                "attention block's own output.")] = False,
-           as_json: JsonOpt = False, *, inp: TextInput) -> None:
+           source: FromOpt = None, as_json: JsonOpt = False, *, inp: TextInput) -> None:
     from attnviz.metrics import differences
     from attnviz.render.tables import verdict, verify_table
     from attnviz.scratch import capture_both
 
+    if source is not None:
+        _verify_capture(source, inp, tolerance, as_json)
+        return
     text = inp.require_text()
     loaded = inp.load()
     if norms:
@@ -50,9 +53,7 @@ def verify(tolerance: Annotated[Optional[float], typer.Option(
             "tolerance": tolerance, "max_abs_diff": worst.max_abs, "passed": ok,
             "layers": [d.__dict__ for d in diffs]})
     else:
-        shape = f"{reported.n_layers} layers × {reported.n_heads} heads × {reported.n_tokens} tokens"
-        title = f"{visible(reported.model)} ({loaded.dtype}, {loaded.device}): {shape}"
-        out.print(verify_table(diffs, tolerance, title))
+        out.print(verify_table(diffs, tolerance, _title(reported, loaded)))
         out.print(verdict(ok, f"max |Δα| = {worst.max_abs:.2e} (layer {worst.layer}, head {worst.worst_head}) "
                               f"{'≤' if ok else '>'} tolerance {tolerance:g}"))
         if ok:
@@ -62,6 +63,57 @@ def verify(tolerance: Annotated[Optional[float], typer.Option(
             say(f"FAIL means: the textbook formula, applied to this model's weights, does not give the weights "
                 f"the model reports (off by up to {worst.max_abs:.2e}); the model does something the formula "
                 f"leaves out.", wrap=True)
+    if not ok:
+        raise typer.Exit(MISMATCH_EXIT)
+
+
+def _title(capture, loaded, what: str = "") -> str:
+    shape = f"{capture.n_layers} layers × {capture.n_heads} heads × {capture.n_tokens} tokens"
+    return f"{visible(loaded.name)} ({loaded.dtype}, {loaded.device}): {what}{shape}"
+
+
+def _verify_capture(source, inp: TextInput, tolerance: float | None, as_json: bool) -> None:
+    """verify --from: the saved α (e.g. assembled step by step by attnviz generate) against one forward pass
+    of the model over the same token ids, and that pass against the from-scratch formula; exit 3 if either
+    differs by more than the tolerance. The model is --model, else the one the capture names."""
+    from dataclasses import replace
+
+    from attnviz.capture import Capture
+    from attnviz.metrics import differences
+    from attnviz.render.tables import verdict, verify_table
+    from attnviz.scratch import capture_both_ids
+
+    if inp.text is not None or inp.text_file is not None:
+        raise typer.BadParameter("give either TEXT or --from, not both")
+    saved = Capture.load(source)
+    if inp.model is None:
+        say(f"Model: {saved.model} (named by the capture; --model chooses another)", console=err, style="dim")
+    loaded = replace(inp, model=inp.model or saved.model).load()
+    with err.status("Running the model and the from-scratch path over the capture's tokens…"):
+        reported, recomputed = capture_both_ids(loaded, saved)
+    tolerance = TOLERANCE[loaded.dtype] if tolerance is None else tolerance
+    checks = {"saved_vs_model": differences(saved, reported), "model_vs_scratch": differences(reported, recomputed)}
+    worst = {name: max(diffs, key=lambda d: d.max_abs) for name, diffs in checks.items()}
+    ok = all(w.max_abs <= tolerance for w in worst.values())
+    if as_json:
+        print_json({"model": loaded.name, "dtype": loaded.dtype, "device": loaded.device, "capture": str(source),
+                    "tokens": list(saved.tokens), "tolerance": tolerance, "passed": ok,
+                    **{name: {"max_abs_diff": worst[name].max_abs, "passed": worst[name].max_abs <= tolerance,
+                              "layers": [d.__dict__ for d in diffs]} for name, diffs in checks.items()}})
+    else:
+        made = "generated step by step with the KV cache, " if saved.generated is not None else ""
+        titles = {"saved_vs_model": f"the saved α ({made}{visible(str(source))}) against one forward pass: ",
+                  "model_vs_scratch": "that forward pass against softmax(Q·Kᵀ/√d_k) from the weights: "}
+        for name, diffs in checks.items():
+            out.print(verify_table(diffs, tolerance, _title(saved, loaded, titles[name])))
+            w = worst[name]
+            passed = w.max_abs <= tolerance
+            out.print(verdict(passed, f"max |Δα| = {w.max_abs:.2e} (layer {w.layer}, head {w.worst_head}) "
+                                      f"{'≤' if passed else '>'} tolerance {tolerance:g}"))
+        say("PASS means: the saved attention is what this model computes for these tokens in one pass, and that "
+            "is the textbook formula applied to the model's own weights." if ok else
+            "FAIL means: the saved attention is not what this model computes for these tokens (another model or "
+            "revision, or a changed file), or the model does something the formula leaves out.", wrap=True)
     if not ok:
         raise typer.Exit(MISMATCH_EXIT)
 

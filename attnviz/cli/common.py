@@ -70,10 +70,11 @@ SHORT_HELP = {
     "verify": "Recompute α from the model's weights and compare (exit 3 if not equal).",
     "scaling": "Why divide by √d_k: the softmax with and without it.",
     "capture": "Save α and tokens as a .npz for --from.",
+    "generate": "A causal LM writes; its attention kept step by step.",
     "export": "Every head as an image, a grid, the data and an offline gallery.",
 }
 COMMAND_ORDER = ("heatmap", "token", "steps", "positions", "compare", "heads", "entropy", "rollout", "norms",
-                 "sinks", "explain", "verify", "scaling", "capture", "export")
+                 "sinks", "explain", "verify", "scaling", "capture", "generate", "export")
 
 
 class AttnvizGroup(TyperGroup):
@@ -278,13 +279,13 @@ class ModelOptions:
         help="Memory the full attention tensor may take (512M, 8G); beyond it long inputs are streamed, or "
              "refused where they cannot be. Default: $ATTNVIZ_MEMORY_BUDGET, else 2G.")] = None
 
-    def load(self):
-        """The model, loaded once (with a spinner on stderr)."""
+    def load(self, *, lm_head: bool = False):
+        """The model, loaded once (with a spinner on stderr); `lm_head`: with its language-model head."""
         with err.status("Loading the model…"):
             from attnviz.model import load
 
             return load(self.model, revision=self.revision, device=self.device, dtype=self.dtype,
-                        trust_remote_code=self.trust_remote_code, memory_budget=self.max_memory)
+                        trust_remote_code=self.trust_remote_code, memory_budget=self.max_memory, lm_head=lm_head)
 
 
 @dataclass(frozen=True)
@@ -319,12 +320,14 @@ StartOpt = Annotated[int, typer.Option("--start", min=0, metavar="N",
                                             "the terminal.")]
 
 
+TOKEN_GROUPS = ("generated", "prompt")  # named token positions of a capture from attnviz generate
 RowsOpt = Annotated[Optional[Selection], typer.Option(
-    "--rows", parser=selection_parser("row", option="--rows"), metavar="ROWS", show_default=False,
-    help="Only these query rows, exactly: 0-40, or 4000:4100 (a window into a long input).")]
+    "--rows", parser=selection_parser("row", TOKEN_GROUPS, option="--rows"), metavar="ROWS", show_default=False,
+    help="Only these query rows, exactly: 0-40, 4000:4100 (a window into a long input), or generated / prompt "
+         "(a capture from attnviz generate).")]
 ColsOpt = Annotated[Optional[Selection], typer.Option(
-    "--cols", parser=selection_parser("col", option="--cols"), metavar="COLS", show_default=False,
-    help="Only these key columns, exactly: 0-40, or 0:8192.")]
+    "--cols", parser=selection_parser("col", TOKEN_GROUPS, option="--cols"), metavar="COLS", show_default=False,
+    help="Only these key columns, exactly: 0-40, 0:8192, or generated / prompt.")]
 
 
 MAX_TEXT_BYTES = 1_000_000  # text from a file or stdin

@@ -41,7 +41,7 @@ def heads(layer: LayerSel = ALL_LAYERS, head: HeadSel = Selection.everything("he
           desc: Annotated[bool, typer.Option("--desc", help="Sort largest first.")] = False,
           top: Annotated[Optional[int], typer.Option(help="Show only the first N rows.", min=1,
                                                      show_default=False)] = None,
-          as_json: JsonOpt = False, as_csv: CsvOpt = False, *, inp: CaptureInput) -> None:
+          rows: RowsOpt = None, as_json: JsonOpt = False, as_csv: CsvOpt = False, *, inp: CaptureInput) -> None:
     from attnviz.metrics import LABELS, columns, head_records
     from attnviz.panels import short_model
     from attnviz.render.tables import heads_table
@@ -51,13 +51,15 @@ def heads(layer: LayerSel = ALL_LAYERS, head: HeadSel = Selection.everything("he
         raise typer.BadParameter(f"{label!r} is not a label; choose from {', '.join(LABELS)}", param_hint="--label")
     capture = inp.capture(pictures=False)
     layers, chosen_heads = set(layer.indices(capture.n_layers)), set(head.indices(capture.n_heads))
-    records = [r for r in head_records(capture) if r["layer"] in layers and r["head"] in chosen_heads
+    queries = _query_rows(capture, rows)
+    records = [r for r in head_records(capture, queries) if r["layer"] in layers and r["head"] in chosen_heads
                and (label is None or r["label"] == label)]
     if key is not None:
         records.sort(key=lambda r: (r[key] != r[key], r[key]), reverse=desc)  # NaN last (ascending)
     records = records[:top] if top else records
     if not emit_records(records, as_json, as_csv, columns()):
-        out.print(heads_table(records, f"{short_model(capture.model)}: {len(records)} heads, T = {capture.n_tokens}",
+        out.print(heads_table(records, f"{short_model(capture.model)}: {len(records)} heads, T = {capture.n_tokens}"
+                                       f"{_rows_note(rows, queries)}",
                               width=out.width, caption="column definitions: attnviz explain; sort by any column "
                                                        "header with --sort"))
 
@@ -68,20 +70,23 @@ def heads(layer: LayerSel = ALL_LAYERS, head: HeadSel = Selection.everything("he
 def entropy(output: ImageOut = None,
             normalised: Annotated[bool, typer.Option("--normalised", help="Divide each row by ln(keys it may "
                                                                          "attend to): 0 one-hot, 1 uniform.")] = False,
-            cmap: CmapOpt = "viridis", as_json: JsonOpt = False, as_csv: CsvOpt = False, *, inp: CaptureInput) -> None:
+            cmap: CmapOpt = "viridis", rows: RowsOpt = None, as_json: JsonOpt = False, as_csv: CsvOpt = False, *,
+            inp: CaptureInput) -> None:
     from attnviz import metrics
     from attnviz.panels import entropy_panel, short_model
     from attnviz.render.tables import entropy_table
 
     check_output(output, FORMATS)
     capture = inp.capture(pictures=False)  # the figure shows the statistics, not α
-    values = metrics.value_grid(capture, "norm_entropy" if normalised else "entropy")
+    queries = _query_rows(capture, rows)
+    values = metrics.value_grid(capture, "norm_entropy" if normalised else "entropy", queries)
     uniform = 1.0 if normalised else metrics.uniform_entropy(capture.n_tokens)
     records = [{"layer": layer, "head": head, "entropy": float(values[layer, head]), "uniform": uniform}
                for layer in range(capture.n_layers) for head in range(capture.n_heads)]
     if not emit_records(records, as_json, as_csv):
         out.print(entropy_table(values, uniform, f"{short_model(capture.model)}: mean attention entropy"
-                                f"{' (normalised)' if normalised else ''}, T = {capture.n_tokens}", color=use_color(),
+                                f"{' (normalised)' if normalised else ''}, T = {capture.n_tokens}"
+                                f"{_rows_note(rows, queries)}", color=use_color(),
                                 cmap=cmap))
     if output is not None:
         from attnviz.render.png import panel_figure, save_figure
@@ -171,6 +176,22 @@ def _long_rollout(capture, token: str | None, output: str | None, as_json: bool,
             console=err if as_json or as_csv else out)
 
 
+def _query_rows(capture, rows: Selection | None) -> list[int] | None:
+    """--rows as query positions of this capture (indices, ranges, generated, prompt); None for all."""
+    if rows is None:
+        return None
+    if capture.pooled:
+        from attnviz.errors import SelectionError
+
+        raise SelectionError("this capture is pooled (a long input) and holds statistics of all rows; --rows needs "
+                             "a token-level capture", "--rows")
+    return rows.indices(capture.n_tokens, capture.named_positions())
+
+
+def _rows_note(rows: Selection | None, queries: list[int] | None) -> str:
+    return "" if rows is None or queries is None else f", query rows {rows.spec} ({len(queries)} of them)"
+
+
 def pick_token(capture, token: str | None) -> int:
     """--token: an index, a text or text#n; by default [CLS]/the first start token for encoders, the last
     token for causal models."""
@@ -231,6 +252,7 @@ def compare(layer: Annotated[Optional[Selection], typer.Option(
     chosen = (layer or Selection.parse(f"0,{n_layers // 2},{n_layers - 1}" if n_layers > 2 else "all", "layer",
                                        option="--layer")).indices(n_layers)
     heads = head.resolve(min(c.n_heads for c in captures))
+    shown_rows = _query_rows(captures[0], rows)
     panels, records = [], []
     for n in chosen:
         for cap in captures:
@@ -239,7 +261,7 @@ def compare(layer: Annotated[Optional[Selection], typer.Option(
                     panels.append(replace(panel, short=f"layer {n} · pooled", footer="block means (heads: exact)"))
                     records.append({"model": cap.model, "layer": n, "head": panel.head, "alpha": panel.matrix})
                     continue
-                entropy_, special_mass, distance = matrix_summary(panel.matrix, cap.special)
+                entropy_, special_mass, distance = matrix_summary(panel.matrix, cap.special, shown_rows)
                 name = f"{short_model(cap.model)} " if len(captures) == 2 else ""
                 which = panel.title[1] if panel.head != "mean" else "mean"
                 panels.append(replace(panel, short=f"{name}layer {n} · {which}",
@@ -252,8 +274,8 @@ def compare(layer: Annotated[Optional[Selection], typer.Option(
     else:
         from attnviz.render.terminal import panels_side_by_side
 
-        shown_rows = rows.indices(captures[0].n_tokens) if rows is not None else None
         key = "H: mean entropy (nats) · sp: mass on special tokens · d: mean distance (tokens)"
+        key += f"; over query rows {rows.spec}" if rows is not None else ""
         out.print(panels_side_by_side(panels, width=out.width, color=use_color(), cmap=cmap, key=key, start=start,
                                       rows=shown_rows))
     if output is not None:

@@ -37,9 +37,9 @@ def heatmap(output: Annotated[Optional[str], typer.Option(
     layers = layer.indices(capture.n_layers)
     heads = head.resolve(capture.n_heads)
     if window:
-        T = capture.n_tokens
-        panels = window_panels(capture, layers, heads, rows.indices(T) if rows and not capture.pooled else None,
-                               cols.indices(T) if cols and not capture.pooled else None, scale=look.choice())
+        T, named = capture.n_tokens, capture.named_positions()
+        panels = window_panels(capture, layers, heads, rows.indices(T, named) if rows and not capture.pooled else None,
+                               cols.indices(T, named) if cols and not capture.pooled else None, scale=look.choice())
         page = Page(panels=tuple(panels), title=panels[0].title_text if len(panels) == 1 else
                     f"{panels[0].title[0].split(' · ')[0]} · exact window", name=f"{panels[0].name}",
                     subtitle=text_subtitle(capture))

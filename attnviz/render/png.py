@@ -92,6 +92,20 @@ def heatmap(matrix: np.ndarray, row_labels: Sequence[str] | None = None, col_lab
     return ax
 
 
+SPLIT_COLOR, SPLIT_EDGE = "white", "black"  # the line where the prompt ends: white, outlined for any colormap
+
+
+def draw_splits(ax, panel: Panel) -> None:
+    """The line between prompt and generated tokens: before the panel's row_split and col_split."""
+    from matplotlib import patheffects
+
+    outline = [patheffects.withStroke(linewidth=2.6, foreground=SPLIT_EDGE)]
+    if panel.row_split is not None:
+        ax.axhline(panel.row_split - 0.5, color=SPLIT_COLOR, linewidth=1.4, path_effects=outline)
+    if panel.col_split is not None:
+        ax.axvline(panel.col_split - 0.5, color=SPLIT_COLOR, linewidth=1.4, path_effects=outline)
+
+
 def _write_values(ax, matrix: np.ndarray, hidden, cmap: str, scale: Scale, fontsize: float) -> None:
     dark = text_on(rgb(cmap, scale.unit(matrix)))  # (R, C) bool: dark text on light cells
     for (i, j), value in np.ndenumerate(matrix):
@@ -199,6 +213,7 @@ def page_figure(page: Page, *, cmap: str = DEFAULT_CMAP) -> HeatmapFigure:
         heatmap(panel.matrix, panel.rows, panel.cols, ax=ax, cmap=cmap, scale=panel.scale,
                 hidden=panel.hidden, fontsize=lay.fontsize, step=lay.step, families=families,
                 values=panel.values and write_values, value_fontsize=lay.value_fontsize)
+        draw_splits(ax, panel)
         if many:
             ax.set_title(panel.short, fontsize=10, fontfamily=families)
         if c == 0:
@@ -253,6 +268,7 @@ def mixed_figure(page: Page, *, cmap: str = DEFAULT_CMAP, ncols: int = 3) -> Hea
         heatmap(panel.matrix, panel.rows, panel.cols, ax=ax, cmap=panel.cmap or cmap, scale=panel.scale,
                 hidden=panel.hidden, fontsize=min(lay.fontsize, 9.0), step=lay.step, families=families,
                 values=panel.values, value_fontsize=min(lay.value_fontsize, 8.0))
+        draw_splits(ax, panel)
         ax.set_title(panel.short, fontsize=9, fontfamily=families)
         ax.set_xlabel(panel.col_axis, fontsize=8)
         ax.set_ylabel(panel.row_axis, fontsize=8)
@@ -351,12 +367,19 @@ def grid_figure(capture: Capture, panels: Sequence[Panel], layers: Sequence[int]
         units = np.ma.masked_where(np.broadcast_to(hidden, units.shape), units)
     tiles = mapping(units, bytes=True)[..., :3]  # (nL nH, R, C, 3)
     tiles = tiles.reshape(nL, nH, R, C, 3).repeat(scale, axis=2).repeat(scale, axis=3)
+    if chosen[0].row_split is not None:  # where the prompt ends: a white line in every tile
+        tiles[:, :, chosen[0].row_split * scale] = 255
+    if chosen[0].col_split is not None:
+        tiles[:, :, :, chosen[0].col_split * scale] = 255
     mosaic = np.full((nL, side_h + gap, nH, side_w + gap, 3), 255, np.uint8)
     mosaic[:, :side_h, :, :side_w] = tiles.transpose(0, 2, 1, 3, 4)
     mosaic = mosaic.reshape(nL * (side_h + gap), nH * (side_w + gap), 3)[:-gap, :-gap]
     height_px, width_px = mosaic.shape[:2]
     left, bottom, top, right = 0.7, 0.55, 0.6, 1.0  # inches
-    fig_w, fig_h = width_px / dpi + left + right, height_px / dpi + bottom + top
+    fig_w = width_px / dpi + left + right
+    title, title_pt = fit_title(grid_title(capture, panels), fig_w - 0.3)  # shrunk, then wrapped: never cut off
+    top += math.ceil(title.count("\n") * title_pt * 1.3 / 72 * dpi) / dpi  # whole pixels
+    fig_h = height_px / dpi + bottom + top
     fig = Figure(figsize=(fig_w, fig_h), dpi=dpi)
     ax = fig.add_axes((left / fig_w, bottom / fig_h, width_px / dpi / fig_w, height_px / dpi / fig_h))
     image = ax.imshow(mosaic, interpolation="nearest", aspect="auto")
@@ -374,8 +397,8 @@ def grid_figure(capture: Capture, panels: Sequence[Panel], layers: Sequence[int]
     bar.ax.tick_params(labelsize=7)
     if shared is None:
         bar.set_label("each head from 0 to its own largest weight", fontsize=7)
-    title = grid_title(capture, panels)
-    fig.suptitle(title, x=0.02, ha="left", y=1 - 0.12 / fig_h, va="top", fontsize=10, fontfamily=families_for(title))
+    fig.suptitle(title, x=0.02, ha="left", y=1 - 0.12 / fig_h, va="top", fontsize=title_pt,
+                 fontfamily=families_for(title))
     return GridFigure(fig, ax, image, mosaic)
 
 

@@ -163,3 +163,22 @@ def norms_check_table(diffs: Sequence[float], tolerance: float, title: str) -> G
     for n, d in enumerate(diffs):
         table.add_row(Text(str(n)), Text(f"{d:.2e}", style="" if d <= tolerance else "red"))
     return titled(title, table)
+
+
+def generation_table(steps: Sequence[dict], title: str, *, color: bool = True) -> Group:
+    """One row per generated token: its position, the token, the earlier tokens it attends to most (with
+    their weights) and its weight on itself."""
+    table = Table(box=box.SIMPLE_HEAD)
+    table.add_column("pos", justify="right")
+    table.add_column("token", style="bold green" if color else "")
+    table.add_column("attends most to (weight)")
+    table.add_column("itself", justify="right")
+    for step in steps:
+        links = Text()
+        for n, link in enumerate(step["top"]):
+            if n:
+                links.append("  ")
+            links.append(f"{link['position']} {visible(link['token'])}", style="bold" if n == 0 else "")
+            links.append(f" {link['weight']:.2f}", style="dim")
+        table.add_row(Text(str(step["position"])), Text(visible(step["token"])), links, Text(f"{step['self']:.2f}"))
+    return titled(title, table)

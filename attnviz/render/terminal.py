@@ -46,6 +46,9 @@ class TermLayout:
         return cls(cell, range(start, min(start + n, T)), label_width)
 
 
+SPLIT_BAR, SPLIT_STYLE = "│", "bold red"  # where the prompt ends and generated tokens begin
+
+
 def _shade(x: float) -> str:
     return SHADES[min(int(x * len(SHADES)), len(SHADES) - 1)]
 
@@ -59,7 +62,8 @@ def panel_renderable(panel: Panel, *, width: int = 80, color: bool = True, cmap:
     matrix = np.asarray(panel.matrix, dtype=np.float32)
     n_rows, T = matrix.shape
     scaled = panel.scale.unit(matrix)  # (R, C) in [0, 1], as the colours show it
-    lay = TermLayout.fit(T, panel.rows, width, start, n_rows, cell_widths)
+    bar = panel.col_split is not None  # a "│" before the first generated key column: one cell more
+    lay = TermLayout.fit(T, panel.rows, width - bar, start, n_rows, cell_widths)
     cols = list(lay.columns)
     colours = rgb(cmap, scaled)  # (R, C, 3)
     dark = text_on(colours) if color and panel.values else None
@@ -71,16 +75,25 @@ def panel_renderable(panel: Panel, *, width: int = 80, color: bool = True, cmap:
     depth = max((len(h) for h in headers), default=0)
     for k in range(depth):
         line = Text(" " * lay.label_width)
-        for header in headers:
+        for j, header in zip(cols, headers):
+            if j == panel.col_split:
+                line.append(SPLIT_BAR, style=SPLIT_STYLE)
             piece = header[k] if k < len(header) else ""
             line.append(pad(piece if cells(piece) <= lay.cell else "…", lay.cell, "center"), style="dim" if k else "")
         lines.append(line)
     index_width = len(str(max(n_rows - 1, 0)))
     hidden = panel.hidden
     for i in (range(n_rows) if rows is None else rows):
+        if i == panel.row_split:  # where the prompt ends: a rule across, labelled
+            across = lay.cell * len(cols) + int(panel.col_split in cols)
+            named = fit("─ generated below ", across)
+            rule = Text("─" * lay.label_width + named + "─" * (across - cells(named)), style=SPLIT_STYLE)
+            lines.append(rule)
         label = f"{i:>{index_width}} {fit(panel.rows[i], lay.label_width - index_width - 2)}"
         line = Text(pad(label, lay.label_width))
         for j in cols:
+            if j == panel.col_split:
+                line.append(SPLIT_BAR, style=SPLIT_STYLE)
             if hidden is not None and hidden[i, j]:
                 line.append(pad("·", lay.cell, "center"), style="dim")
             elif color:
@@ -158,7 +171,8 @@ def panels_side_by_side(panels: Sequence[Panel], *, width: int = 80, color: bool
     label_width = TermLayout.fit(T, panels[0].rows, 10**6, 0, R).label_width
     per_row = 1
     cell_widths: tuple[int, ...] = (3, 2)
-    fits = {cell: max(width // (label_width + cell * T + 2), 1) for cell in (2, 1)}
+    bar = int(any(p.col_split is not None for p in panels))  # the prompt/generated separator takes a cell
+    fits = {cell: max(width // (label_width + cell * T + 2 + bar), 1) for cell in (2, 1)}
     for cell, wanted in ((2, len(panels)), (1, len(panels)), (2, 2), (1, 2)):  # all in a row, then rows of ≥ 2
         if len(panels) > 1 and fits[cell] >= wanted:
             per_row, cell_widths = min(fits[cell], len(panels)), (cell,)

@@ -1,0 +1,110 @@
+"""The generate command: a causal language model writes, and its attention is kept step by step."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from attnviz.cli.common import (HeadSel, JsonOpt, LayerSel, TextInput, app, check_output, cli_errors, err,
+                                finite_float, out, output_path, print_json, say, takes, use_color)
+from attnviz.selection import Selection
+
+MAX_NEW_TOKENS = 4096
+STOPPED = {"eos": "the model's end-of-sequence token", "max_new_tokens": "--max-new-tokens",
+           "max_positions": "the model's maximum positions"}
+
+
+@app.command(help="A causal language model (GPT-2, Llama, …) continues the text with the KV cache; every layer's and "
+                  "head's attention row of every new token is kept as it is produced. Prints the generated text; "
+                  "-o saves the capture for heatmap, heads, export … --from (--rows generated shows only the new "
+                  "tokens' rows); --terminal shows, per new token, the earlier tokens it attends to most.")
+@cli_errors
+@takes(inp=TextInput)
+def generate(max_new_tokens: Annotated[int, typer.Option(
+                 "--max-new-tokens", "-n", min=1, max=MAX_NEW_TOKENS, metavar="N",
+                 help="Stop after N new tokens (or at the end-of-sequence token, or the model's maximum "
+                      "positions).")] = 20,
+             sample: Annotated[bool, typer.Option(
+                 "--sample", help="Sample the next token instead of taking the most likely (greedy).")] = False,
+             temperature: Annotated[Optional[float], typer.Option(
+                 parser=finite_float(0.0), metavar="T", show_default=False,
+                 help="With --sample: divide the logits by T (below 1 sharper, above 1 flatter). Default 1.")] = None,
+             top_p: Annotated[Optional[float], typer.Option(
+                 "--top-p", parser=finite_float(0.0), metavar="P", show_default=False,
+                 help="With --sample: draw only from the most likely tokens that together hold P of the "
+                      "probability (nucleus sampling). Default 1.")] = None,
+             seed: Annotated[int, typer.Option(min=0, help="With --sample: the random seed (same seed, same "
+                                                         "text).")] = 0,
+             output: Annotated[Optional[str], typer.Option(
+                 "--output", "-o", metavar="FILE", show_default=False,
+                 help="Save the capture of prompt + generated tokens (.npz; a folder gets generation.npz).")] = None,
+             terminal: Annotated[bool, typer.Option(
+                 "--terminal", "-t", help="Per new token: the earlier tokens it attends to most.")] = False,
+             layer: LayerSel = Selection.parse("-1", "layer", option="--layer"),
+             head: HeadSel = Selection.parse("mean", "head", keywords=("mean", "max"), option="--head"),
+             top: Annotated[int, typer.Option(min=1, max=20, metavar="K",
+                                              help="--terminal and --json: the K earlier tokens shown per step.")] = 3,
+             as_json: JsonOpt = False, *, inp: TextInput) -> None:
+    from attnviz.generate import Decoding
+
+    check_output(output, (".npz",))
+    if not sample and (temperature is not None or top_p is not None):
+        raise typer.BadParameter("--temperature and --top-p choose how to sample: add --sample")
+    if temperature is not None and temperature <= 0:
+        raise typer.BadParameter("must be above 0", param_hint="--temperature")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise typer.BadParameter("must be above 0 and at most 1", param_hint="--top-p")
+    decoding = Decoding(max_new_tokens=max_new_tokens, sample=sample, seed=seed,
+                        temperature=1.0 if temperature is None else temperature, top_p=1.0 if top_p is None else top_p)
+    text = inp.require_text()
+    loaded = inp.load(lm_head=True)
+    capture = _generate(loaded, text, decoding, inp.truncate)
+    layers = layer.indices(capture.n_layers)
+    heads = head.resolve(capture.n_heads)
+    if len(layers) != 1 or len(heads) != 1:
+        raise typer.BadParameter("the per-step view shows one layer and one head (or the head mean)",
+                                 param_hint="--layer" if len(layers) != 1 else "--head")
+    from attnviz.panels import generation_steps, head_label, short_model
+    from attnviz.text import visible
+
+    path = capture.save(output_path(output, "generation.npz")) if output is not None else None
+    steps = generation_steps(capture, layers[0], heads[0], top)
+    meta = capture.meta
+    if as_json:
+        print_json({"model": capture.model, "prompt": meta["prompt"], "generated_text": meta["generated_text"],
+                    "decoding": meta["decoding"], "stopped": meta["stopped"], "tokens": list(capture.tokens),
+                    "generated": capture.generated, "layer": layers[0], "head": heads[0], "steps": steps,
+                    "capture": None if path is None else str(path)})
+        return
+    from rich.text import Text
+
+    written = Text(visible(meta["prompt"]))
+    written.append(visible(meta["generated_text"]), style="bold green" if use_color() else "")
+    out.print(written)
+    n_new = int(capture.generated.sum())
+    say(f"{n_new} new token{'s' if n_new != 1 else ''} ({meta['decoding']}); stopped at {STOPPED[meta['stopped']]}.",
+        console=err, style="dim")
+    if terminal:
+        from attnviz.render.tables import generation_table
+
+        which = head_label(heads[0], capture.n_heads) if isinstance(heads[0], str) else f"head {heads[0]}"
+        title = (f"{short_model(capture.model)} · layer {layers[0]} · {which}: what each new token attends to as it "
+                 f"is read in (its row of α)")
+        out.print(generation_table(steps, title, color=use_color()))
+    if path is not None:
+        say(f"{path}  ({capture.n_layers} layers × {capture.n_heads} heads × {capture.n_tokens} tokens, "
+            f"{n_new} generated) · see it: attnviz heatmap --from {path} --rows generated")
+
+
+def _generate(loaded, text: str, decoding, truncate: bool):
+    """Run the generation with a progress bar over new tokens on stderr."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from attnviz.generate import generate_capture
+
+    progress = Progress(TextColumn("Generating"), BarColumn(), MofNCompleteColumn(), TextColumn("tokens"),
+                        TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal)
+    with progress:
+        task = progress.add_task("generate", total=decoding.max_new_tokens)
+        return generate_capture(loaded, text, decoding, truncate=truncate, on_step=lambda n: progress.advance(task, n))

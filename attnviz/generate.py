@@ -1,0 +1,177 @@
+"""Attention while a causal language model writes: decoding with the KV cache, each step's attention row
+kept as it is produced, assembled into one Capture of the whole sequence.
+
+    prompt (P tokens) --model, output_attentions--> rows 0..P-1
+    for each new token t: choose it (greedy, or sampled with temperature / top-p), feed it with the cache
+        --> its row t, of length t + 1, per layer and head
+    -> α [L, H, T, T] lower-triangular, tokens, and `generated` flags
+
+Memory is one (L, H, T, T) array filled in place, not a copy per step.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from attnviz.capture import Capture
+from attnviz.errors import AttentionCheckError, AttnvizWarning, InputError
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """How the next token is chosen: greedy (the most likely), or sampled."""
+
+    max_new_tokens: int = 20
+    sample: bool = False
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int = 0
+
+    def describe(self) -> str:
+        if not self.sample:
+            return "greedy"
+        return f"sampled: temperature {self.temperature:g}, top-p {self.top_p:g}, seed {self.seed}"
+
+
+def _choose(logits, decoding: Decoding, generator):
+    """The next token id from the last position's logits (1, V)."""
+    import torch
+
+    if not decoding.sample:
+        return int(logits[0].argmax())
+    probs = torch.softmax(logits[0].double() / max(decoding.temperature, 1e-6), dim=-1)
+    if decoding.top_p < 1.0:  # keep the smallest set of most likely tokens holding top_p of the probability
+        ordered, order = probs.sort(descending=True)
+        keep = ordered.cumsum(0) - ordered < decoding.top_p
+        probs = torch.zeros_like(probs).scatter(0, order[keep], ordered[keep])
+        probs = probs / probs.sum()
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
+def generate_capture(loaded, text: str, decoding: Decoding, *, truncate: bool = True,
+                     on_step: Callable[[int], None] | None = None) -> Capture:
+    """Generate from `text` with the KV cache, keeping every layer's and head's attention row of every
+    position; the Capture of prompt + generated tokens, with `generated` flags."""
+    import torch
+
+    from attnviz.model import _special_kind, check_memory, encode, layers_and_heads, make_capture, special_ids
+    from attnviz.tokens import readable_token
+
+    encoded = encode(loaded, text, truncate=truncate)
+    tok = loaded.tokenizer
+    ids = encoded.inputs["input_ids"]  # (1, P)
+    P = ids.shape[1]
+    room = decoding.max_new_tokens
+    stopped = "max_new_tokens"
+    if loaded.max_positions and P >= loaded.max_positions:
+        raise InputError(f"the prompt is {P} tokens long and {loaded.name} takes at most {loaded.max_positions}: "
+                         f"no room to generate; give a shorter prompt")
+    if loaded.max_positions and P + room > loaded.max_positions:
+        stopped = "max_positions"
+        room = max(loaded.max_positions - P, 0)
+        warnings.warn(f"{loaded.name} takes at most {loaded.max_positions} positions: generating {room} new tokens, "
+                      f"not {decoding.max_new_tokens}", AttnvizWarning, stacklevel=2)
+    T_max = P + room
+    check_memory(loaded, T_max)
+    L, H = layers_and_heads(loaded.model.config)
+    alpha = np.zeros((L, H, T_max, T_max), np.float32)  # filled in place, row by row
+    eos = {i for i in (getattr(tok, "eos_token_id", None), getattr(loaded.model.config, "eos_token_id", None))
+           if isinstance(i, int)}
+    generator = torch.Generator().manual_seed(decoding.seed)
+    new_ids: list[int] = []
+    device = ids.device
+    try:
+        with torch.inference_mode():
+            out = loaded.model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True,
+                               output_attentions=True)
+            _rows(alpha, out, 0, P, loaded)
+            for step in range(room):
+                next_id = _choose(out.logits[:, -1], decoding, generator)
+                if next_id in eos:
+                    stopped = "eos"
+                    break
+                t = P + step  # the new token's position
+                new_ids.append(next_id)
+                out = loaded.model(input_ids=torch.tensor([[next_id]], device=device),
+                                   attention_mask=torch.ones((1, t + 1), dtype=ids.dtype, device=device),
+                                   **_cache_arg(out), use_cache=True, output_attentions=True)
+                _rows(alpha, out, t, t + 1, loaded)
+                if on_step is not None:
+                    on_step(1)
+    except (ValueError, TypeError, RuntimeError, IndexError) as exc:
+        raise AttentionCheckError(f"{loaded.name} could not generate: {str(exc).splitlines()[0]}") from None
+    T = P + len(new_ids)
+    alpha = np.ascontiguousarray(alpha[:, :, :T, :T])
+    marked = special_ids(tok)
+    raw = tok.convert_ids_to_tokens(new_ids)
+    generated_text, spans = _written(tok, encoded.token_ids, new_ids, len(text))
+    special = [i in marked for i in new_ids]
+    previous_special = [encoded.special[-1], *special[:-1]]
+    subword = [not r.startswith(("Ġ", "▁", "Ċ")) and not s and not before and not tok.decode([i]).startswith(" ")
+               for r, i, s, before in zip(raw, new_ids, special, previous_special)]
+    full = text + generated_text
+    tokens = [readable_token(r, tok.decode([i]), full[a:b] if a >= 0 else None, special=s, subword=w)
+              for r, i, s, w, (a, b) in zip(raw, new_ids, special, subword, spans)]
+    kinds = [_special_kind(tok, i, P + n, s) for n, (i, s) in enumerate(zip(new_ids, special))]
+    encoded.tokens += tokens
+    encoded.token_ids = [*encoded.token_ids, *new_ids]
+    encoded.special = [*encoded.special, *special]
+    encoded.special_kind = [*encoded.special_kind, *kinds]
+    encoded.subword = [*encoded.subword, *subword]
+    encoded.offsets = [*(encoded.offsets or [(-1, -1)] * P), *spans]
+    capture = make_capture(loaded, encoded, alpha, full)
+    from dataclasses import replace
+
+    meta = {**capture.meta, "source": "generate", "prompt": text, "generated_text": generated_text,
+            "decoding": decoding.describe(), "stopped": stopped}
+    return replace(capture, meta=meta, generated=np.arange(T) >= P)
+
+
+SPAN_LIMIT = 2048  # new tokens up to which each one's span of the text is worked out (one decode per token)
+
+
+def _written(tok, prompt_ids: list[int], new_ids: list[int], prompt_chars: int) -> tuple[str, list[tuple[int, int]]]:
+    """The generated text as it continues the prompt (decoded together with the prompt ids, so a leading
+    space is kept), and each new token's (start, end) in prompt + generated text, (-1, -1) where a token
+    has no span of its own (a piece of a multi-byte character)."""
+    def decode(ids: list[int]) -> str:
+        return tok.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+
+    before = decode(prompt_ids)
+    whole = decode(prompt_ids + new_ids)
+    if not whole.startswith(before):  # a tokenizer that does not decode prefix-stably
+        return decode(new_ids), [(-1, -1)] * len(new_ids)
+    written = whole[len(before):]
+    spans: list[tuple[int, int]] = [(-1, -1)] * len(new_ids)
+    if len(new_ids) > SPAN_LIMIT:
+        return written, spans
+    end, pending = 0, []
+    for n in range(len(new_ids)):
+        upto = decode(prompt_ids + new_ids[:n + 1])[len(before):]
+        stop = len(upto) if written.startswith(upto) else -1
+        if stop > end and "\ufffd" not in written[end:stop]:
+            for m in [*pending, n]:  # the pieces of one character share its span
+                spans[m] = (prompt_chars + end, prompt_chars + stop)
+            end, pending = stop, []
+        else:
+            pending.append(n)
+    return written, spans
+
+
+def _cache_arg(out) -> dict:
+    """The returned KV cache, passed back under the name this transformers version takes (5.x: `cache`)."""
+    if getattr(out, "cache", None) is not None:
+        return {"cache": out.cache}
+    return {"past_key_values": out.past_key_values}
+
+
+def _rows(alpha: np.ndarray, out, start: int, stop: int, loaded) -> None:
+    """Copy the rows start..stop-1 of every layer's attention (1, H, rows, stop) into alpha."""
+    from attnviz.model import attentions_of
+
+    for layer, weights in enumerate(attentions_of(out, loaded.model, loaded.name)):
+        alpha[layer, :, start:stop, :stop] = weights[0].float().cpu().numpy()
