@@ -149,7 +149,7 @@ def _written(tok, prompt_ids: list[int], new_ids: list[int], prompt_chars: int) 
     spans: list[tuple[int, int]] = [(-1, -1)] * len(new_ids)
     if len(new_ids) > SPAN_LIMIT:
         return written, spans
-    end, pending = 0, []
+    end, pending = 0, list[int]()
     for n in range(len(new_ids)):
         upto = decode(prompt_ids + new_ids[:n + 1])[len(before):]
         stop = len(upto) if written.startswith(upto) else -1

@@ -175,10 +175,12 @@ def load(name: str | None = None, *, revision: str | None = None, device: str = 
             model = AutoModel.from_pretrained(source, config=config, local_files_only=local_only,
                                               attn_implementation="eager", dtype=getattr(torch, dtype), **kwargs)
             return config, tokenizer, model
-        model, info = AutoModelForCausalLM.from_pretrained(
+        both: Any = AutoModelForCausalLM.from_pretrained(
             source, config=config, local_files_only=local_only, attn_implementation="eager",
             dtype=getattr(torch, dtype), output_loading_info=True, **kwargs)
-        if any(str(key).startswith("lm_head") for key in info.get("missing_keys", ())):
+        model, info = both  # (model, {"missing_keys": …, …})
+        missing = list(info.get("missing_keys", ()))
+        if any(str(key).startswith("lm_head") for key in missing):
             warnings.warn(f"{shown} was saved without its language-model head, so the head is random: the "
                           f"generated text means nothing (the attention is the model's own)", AttnvizWarning,
                           stacklevel=2)

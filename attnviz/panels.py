@@ -264,7 +264,8 @@ def window_panels(capture: Capture, layers: Sequence[int], heads: Sequence[HeadC
     col_labels = tuple(f"{j} {visible(tokens[j])}" for j in cols)
     model = short_model(capture.model)
     where = f" · queries {_span(rows)}, keys {_span(cols)}"
-    marks = splits(capture, rows, cols) if long is None else {}
+    row_split, col_split = (generated_split(capture, rows), generated_split(capture, cols)) if long is None \
+        else (None, None)
     panels = []
     for layer in layers:
         per_head = np.asarray(source[layer], np.float32)  # (H, r, c)
@@ -275,7 +276,7 @@ def window_panels(capture: Capture, layers: Sequence[int], heads: Sequence[HeadC
             panels.append(Panel(matrix=matrix, rows=row_labels, cols=col_labels, hidden=hidden, scale=Scale(),
                                 title=(f"{model} · layer {layer} · ", label, where),
                                 name=f"{head_filename(layer, head)}_window", short=f"layer {layer}", layer=layer,
-                                head=head, **marks))
+                                head=head, row_split=row_split, col_split=col_split))
     return apply_scale(panels, scale)
 
 
@@ -349,7 +350,7 @@ def rollout_panel(capture: Capture, matrix: np.ndarray) -> Panel:
                  scale=Scale(0.0, max(vmax, 1e-9), "rolled-out attention"),
                  title=(f"{short_model(capture.model)} · attention rollout (Abnar & Zuidema 2020)",),
                  name="attnviz_rollout", row_axis="position at the top layer", col_axis="input token",
-                 **splits(capture))
+                 row_split=generated_split(capture), col_split=generated_split(capture))
 
 
 def entropy_panel(values: np.ndarray, uniform: float, model: str, *, normalised: bool = False) -> Panel:

@@ -47,15 +47,16 @@ def _bert_tokenizer():
     return AutoTokenizer.from_pretrained(str(bundled_model_dir()))
 
 
-def build_tiny_model(kind: str, folder):
-    """Save a tiny random model of `kind` with a tokenizer into `folder`; return the folder."""
+def build_tiny_model(kind: str, folder, *, lm: bool = False, init: float = 0.5):
+    """Save a tiny random model of `kind` with a tokenizer into `folder`; return the folder. `lm`: a causal
+    language model with its head (GPT-2, Llama), for generation."""
     import torch
     import transformers as tf
 
     torch.manual_seed(0)
     # initializer_range 0.5 (not 0.02) gives peaked attention, so a wrong detail shows up as a big |Δ|
     small = dict(num_hidden_layers=2, num_attention_heads=4, hidden_size=32, intermediate_size=64,
-                 initializer_range=0.5)
+                 initializer_range=init)
     if kind in ("bert", "roberta", "electra", "distilbert"):
         tokenizer = _bert_tokenizer()
         vocab = tokenizer.vocab_size
@@ -71,16 +72,16 @@ def build_tiny_model(kind: str, folder):
     elif kind == "gpt2":
         tokenizer = _bpe_tokenizer("bytelevel")
         eot = tokenizer.convert_tokens_to_ids("<|endoftext|>")
-        model = tf.GPT2Model(tf.GPT2Config(vocab_size=len(tokenizer), n_layer=2, n_head=4, n_embd=32,
-                                           n_positions=64, bos_token_id=eot, eos_token_id=eot,
-                                           initializer_range=0.5))
+        model = (tf.GPT2LMHeadModel if lm else tf.GPT2Model)(tf.GPT2Config(
+            vocab_size=len(tokenizer), n_layer=2, n_head=4, n_embd=32, n_positions=64, bos_token_id=eot,
+            eos_token_id=eot, initializer_range=init))
     elif kind in ("llama", "mistral", "qwen2"):
         tokenizer = _bpe_tokenizer("metaspace")
         cfg = dict(vocab_size=len(tokenizer), num_key_value_heads=2, bos_token_id=tokenizer.bos_token_id,
                    eos_token_id=tokenizer.eos_token_id, pad_token_id=None, max_position_embeddings=128,
                    rope_theta=10000.0, **small)
         if kind == "llama":
-            model = tf.LlamaModel(tf.LlamaConfig(**cfg))
+            model = (tf.LlamaForCausalLM if lm else tf.LlamaModel)(tf.LlamaConfig(**cfg))
         elif kind == "mistral":
             model = tf.MistralModel(tf.MistralConfig(sliding_window=None, **cfg))
         else:
@@ -100,6 +101,21 @@ def tiny_model_dir(tmp_path_factory):
     def get(kind: str) -> str:
         if kind not in built:
             built[kind] = str(build_tiny_model(kind, tmp_path_factory.mktemp(f"tiny-{kind}")))
+        return built[kind]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def tiny_lm_dir(tmp_path_factory):
+    """tiny_lm_dir("llama") -> folder of a tiny random causal LM with its head (GPT-2 or Llama: RoPE, GQA).
+    initializer_range 0.3: rows still peaked (mean largest weight ≈ 0.55), logits small enough that float32
+    rounding stays near 1e-6."""
+    built: dict[str, str] = {}
+
+    def get(kind: str) -> str:
+        if kind not in built:
+            built[kind] = str(build_tiny_model(kind, tmp_path_factory.mktemp(f"tiny-lm-{kind}"), lm=True, init=0.3))
         return built[kind]
 
     return get

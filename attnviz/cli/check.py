@@ -8,8 +8,8 @@ from typing import Annotated, Optional
 import typer
 
 from attnviz.text import visible
-from attnviz.cli.common import (FromOpt, ImageOut, JsonOpt, TextInput, app, check_output, cli_errors, err, finite_float, out,
-                                output_path, print_json, say, takes)
+from attnviz.cli.common import (FromOpt, ImageOut, JsonOpt, TextInput, app, check_output, cli_errors, err,
+                                finite_float, out, output_path, print_json, say, takes)
 
 MISMATCH_EXIT = 3
 # Default tolerance on max |Δα| by dtype. float32 is the target; in half precision the model's own α
