@@ -464,6 +464,9 @@ TERMS: dict[str, str] = {
               "future cells are drawn blank.",
     "special tokens": "[CLS], [SEP], <s>, </s>, … as the tokenizer's own special-token ids say; "
                       "--hide-special leaves them out of pictures (rows are not renormalised).",
+    "generated": "tokens a causal model wrote (attnviz generate), after the prompt. Row t is what token t "
+                 "attends to as it is read back in to choose the next token; pictures draw a line where the "
+                 "prompt ends, and --rows generated keeps only those rows.",
 }
 
 
