@@ -341,7 +341,7 @@ def positions_renderable(result, model: str) -> Group:
 def token_renderable(capture, i: int, layers: Sequence[int], links: Sequence[dict], *, width: int = 80,
                      color: bool = True, cmap: str = DEFAULT_CMAP) -> Group:
     """One token: per layer the mean over heads of its row and of its column, and its strongest links."""
-    from attnviz.panels import short_model, token_labels, with_shared_scale
+    from attnviz.panels import generated_split, short_model, token_labels, with_shared_scale
 
     labels = token_labels(capture)
     rows = tuple(f"layer {n}" for n in layers)
@@ -350,9 +350,11 @@ def token_renderable(capture, i: int, layers: Sequence[int], links: Sequence[dic
     future = capture.future_mask
     panels = with_shared_scale([
         Panel(attends, rows, labels, None if future is None else np.broadcast_to(future[i], attends.shape),
-              Scale(), (f"what {labels[i]!r} attends to (mean of {capture.n_heads} heads per layer)",), "token"),
+              Scale(), (f"what {labels[i]!r} attends to (mean of {capture.n_heads} heads per layer)",), "token",
+              col_split=generated_split(capture)),
         Panel(attended, rows, labels, None if future is None else np.broadcast_to(future[:, i], attended.shape),
-              Scale(), (f"who attends to {labels[i]!r} (mean of {capture.n_heads} heads per layer)",), "token"),
+              Scale(), (f"who attends to {labels[i]!r} (mean of {capture.n_heads} heads per layer)",), "token",
+              col_split=generated_split(capture)),
     ])
     parts: list = [Text(f"{short_model(capture.model)} · token {i} {labels[i]!r}", style="bold")]
     for panel in panels:
