@@ -65,6 +65,31 @@ class LongInput:
 
 
 @dataclass(frozen=True, eq=False)
+class Side:
+    """The tokens along one axis of α, with what is known of each: for cross-attention the keys (the source
+    sentence) differ from the queries (the target), and a Capture keeps them here."""
+
+    tokens: tuple[str, ...]
+    token_ids: np.ndarray
+    special: np.ndarray
+    special_kind: tuple[str, ...]
+    subword: np.ndarray
+    offsets: np.ndarray | None = None  # (S, 2) spans of the source text, (-1, -1) for none
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tokens", tuple(str(t).replace("\x00", "␀") for t in self.tokens))
+        object.__setattr__(self, "token_ids", np.asarray(self.token_ids, dtype=np.int64))
+        object.__setattr__(self, "special", np.asarray(self.special, dtype=bool))
+        object.__setattr__(self, "special_kind", tuple(str(k) for k in self.special_kind))
+        object.__setattr__(self, "subword", np.asarray(self.subword, dtype=bool))
+        if self.offsets is not None:
+            object.__setattr__(self, "offsets", np.asarray(self.offsets, dtype=np.int64).reshape(-1, 2))
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+@dataclass(frozen=True, eq=False)
 class Capture:
     """Attention of one input. Index it like TransformerLens's cache: cap[layer] -> (H, T, T),
     cap[layer, head] -> (T, T). Metrics and renderers read it and never change it."""
@@ -79,6 +104,7 @@ class Capture:
     long: LongInput | None = None  # a long input streamed and pooled: T counts blocks, long.tokens the input
     offsets: np.ndarray | None = None  # (T, 2) int64: each token's span of meta["text"]; (-1, -1) for none
     generated: np.ndarray | None = None  # (T,) bool: written by the model (attnviz generate), not the prompt
+    keys: Side | None = None  # cross-attention: the key tokens (S of them; α is (L, H, T, S)); None: the queries
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "attentions", np.asarray(self.attentions, dtype=np.float32))
@@ -106,6 +132,37 @@ class Capture:
     @property
     def n_tokens(self) -> int:
         return self.attentions.shape[2]
+
+    @property
+    def n_keys(self) -> int:
+        """Key positions: T for self-attention, S (the source) for cross-attention."""
+        return self.attentions.shape[3]
+
+    @property
+    def square(self) -> bool:
+        """Queries and keys are the same tokens (self-attention)."""
+        return self.keys is None
+
+    @property
+    def key_side(self) -> Side:
+        """The key tokens: the queries themselves, or the source of cross-attention."""
+        if self.keys is not None:
+            return self.keys
+        return Side(self.tokens, self.token_ids, self.special, self.special_kind, self.subword, self.offsets)
+
+    @property
+    def key_tokens(self) -> tuple[str, ...]:
+        return self.tokens if self.keys is None else self.keys.tokens
+
+    @property
+    def key_special(self) -> np.ndarray:
+        return self.special if self.keys is None else self.keys.special
+
+    @property
+    def part(self) -> str | None:
+        """Which attention of an encoder-decoder model: "encoder", "decoder" or "cross"; None otherwise."""
+        part = self.meta.get("part")
+        return str(part) if part else None
 
     @property
     def causal(self) -> bool:
@@ -181,6 +238,10 @@ class Capture:
         """Which token positions to show. (T,) bool"""
         return ~self.special if hide_special else np.ones(self.n_tokens, dtype=bool)
 
+    def key_keep_mask(self, hide_special: bool = False) -> np.ndarray:
+        """Which key positions to show. (S,) bool"""
+        return ~self.key_special if hide_special else np.ones(self.n_keys, dtype=bool)
+
     @property
     def prompt_length(self) -> int:
         """Tokens before the first generated one (all of them when nothing was generated)."""
@@ -193,23 +254,39 @@ class Capture:
         P = self.prompt_length
         return {"prompt": list(range(P)), "generated": list(range(P, self.n_tokens))}
 
+    def named_key_positions(self) -> dict[str, list[int]]:
+        """The same for key columns (--cols): the source of cross-attention has no generated tokens."""
+        if self.keys is None:
+            return self.named_positions()
+        return {"prompt": list(range(self.n_keys)), "generated": []}
+
     # --- checks ------------------------------------------------------------------------------
     def validate(self, atol: float = ROW_SUM_ATOL) -> Capture:
         """Raise AttentionCheckError unless α is (L, H, T, T), finite, in [0, 1], rows sum to 1,
         and the per-token arrays line up with T. Causal captures must be lower-triangular."""
         a = self.attentions
-        if a.ndim != 4 or a.shape[2] != a.shape[3] or 0 in a.shape:
+        if a.ndim != 4 or (self.keys is None and a.shape[2] != a.shape[3]) or 0 in a.shape:
             raise AttentionCheckError(f"attention must be (layers, heads, T, T), got shape {a.shape}")
         T = a.shape[2]
         for name in ("tokens", "token_ids", "special", "special_kind", "subword"):
             if len(getattr(self, name)) != T:
                 raise AttentionCheckError(f"{name} has {len(getattr(self, name))} entries but α has {T} tokens")
+        if self.keys is not None:
+            S = a.shape[3]
+            for name in ("tokens", "token_ids", "special", "special_kind", "subword"):
+                if len(getattr(self.keys, name)) != S:
+                    raise AttentionCheckError(f"the keys' {name} has {len(getattr(self.keys, name))} entries but α "
+                                              f"has {S} key positions")
+            if self.causal:
+                raise AttentionCheckError("cross-attention is never causal")
+            if set(self.keys.special_kind) - set(SPECIAL_KINDS):
+                raise AttentionCheckError("the keys' special_kind holds an unknown kind")
         if self.generated is not None:
             if len(self.generated) != T:
                 raise AttentionCheckError(f"generated has {len(self.generated)} entries but α has {T} tokens")
             if self.generated[self.prompt_length:].size and not self.generated[self.prompt_length:].all():
                 raise AttentionCheckError("generated tokens must all follow the prompt")
-            if self.generated.any() and not self.causal:
+            if self.generated.any() and not (self.causal or self.part == "cross"):
                 raise AttentionCheckError("only a causal model's capture can hold generated tokens")
         kinds = set(self.special_kind) - set(SPECIAL_KINDS)
         if kinds:
@@ -234,7 +311,10 @@ class Capture:
 
     # --- persistence -------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> Path:
-        """Write the capture as .npz (plain arrays + JSON meta), atomically."""
+        """Write the capture as .npz (plain arrays + JSON meta), atomically: format 1, or for one part of an
+        encoder-decoder model format 2 with that part."""
+        if self.part is not None:
+            return Parts({self.part: self}).save(path)
         path = check_suffix(path, (".npz",))
         limit = _limit("ATTNVIZ_MAX_CAPTURE_BYTES", MAX_ATTENTION_BYTES)
         if self.attentions.nbytes > limit:
@@ -272,8 +352,18 @@ class Capture:
         """Read a capture written by save(), treating the file as untrusted: each member's .npy header is
         read before its data, and a member whose dtype, shape or size is wrong is refused before anything
         is allocated. Raises CaptureFormatError (one line) for anything but a valid capture within
-        LIMITS; memory stays within the α limit plus one float32 copy of α."""
-        path = Path(path)
+        LIMITS; memory stays within the α limit plus one float32 copy of α. A format-2 file (an
+        encoder-decoder model) must hold one part; `load_capture` reads any."""
+        loaded = load_capture(path)
+        if isinstance(loaded, Parts):
+            if len(loaded.names) != 1:
+                raise CaptureFormatError(f"{path} holds the {', '.join(loaded.names)} attention of an encoder-decoder "
+                                         f"model: choose one with --part")
+            return loaded.part(loaded.names[0])
+        return loaded
+
+    @classmethod
+    def _load_v1(cls, path: Path) -> Capture:
         data = read_npz(path, capture_members(), optional=long_members())
         meta = _checked_meta(data["meta"], path)
         long = _checked_long(data, path)
@@ -313,6 +403,171 @@ class Capture:
         return replace(self, meta={**self.meta, **updates})
 
 
+# --- encoder-decoder models: three parts (format 2) -------------------------------------------------
+
+PART_NAMES = ("encoder", "decoder", "cross")
+PART_AXES = {"encoder": ("source", "source"), "decoder": ("target", "target"), "cross": ("target", "source")}
+SIDE_KEYS = ("tokens", "token_ids", "special", "special_kind", "subword")
+PART_META = ("part", "causal", "text")  # what each part's meta has of its own; the rest is shared
+
+
+def part_meta(shared: dict, name: str) -> dict:
+    """A part's meta from the shared meta of an encoder-decoder capture: its name, causality, and as "text"
+    the text of its queries (the source for the encoder, the target for decoder and cross)."""
+    text = shared.get("source_text", "") if name == "encoder" else shared.get("target_text", "")
+    return {**shared, "part": name, "causal": name == "decoder", "text": text}
+
+
+@dataclass(frozen=True, eq=False)
+class Parts:
+    """The attention of an encoder-decoder model (T5, BART, Marian): encoder self-attention over the source
+    (L, H, S, S), decoder self-attention over the target (L, H, T, T, causal) and cross-attention from target
+    queries to source keys (L, H, T, S). Each part is a Capture; they share one meta (model, source_text,
+    target_text, …). Saved as capture format 2."""
+
+    captures: dict[str, Capture]
+
+    def __post_init__(self) -> None:
+        unknown = set(self.captures) - set(PART_NAMES)
+        if unknown or not self.captures:
+            raise AttentionCheckError(f"parts must be some of {', '.join(PART_NAMES)}, not {sorted(unknown)}")
+        object.__setattr__(self, "captures", {n: self.captures[n] for n in PART_NAMES if n in self.captures})
+        source = [self.captures[n].key_side.tokens for n in ("encoder", "cross") if n in self.captures]
+        target = [self.captures[n].tokens for n in ("decoder", "cross") if n in self.captures]
+        if len(set(source)) > 1 or len(set(target)) > 1:
+            raise AttentionCheckError("the parts do not share the same source and target tokens")
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.captures)
+
+    @property
+    def meta(self) -> dict:
+        """The shared meta: a part's own, less what is the part's alone."""
+        first = next(iter(self.captures.values()))
+        return {k: v for k, v in first.meta.items() if k not in PART_META}
+
+    @property
+    def model(self) -> str:
+        return str(self.meta.get("model", "?"))
+
+    def part(self, name: str) -> Capture:
+        if name not in self.captures:
+            have = ", ".join(self.names)
+            raise SelectionError(f"--part: this capture holds {have}, not {name}", "--part")
+        return self.captures[name]
+
+    def _source(self) -> Side | None:
+        for name in ("encoder", "cross"):
+            if name in self.captures:
+                return self.captures[name].key_side
+        return None
+
+    def _target(self) -> tuple[Side, np.ndarray | None] | None:
+        for name in ("decoder", "cross"):
+            if name in self.captures:
+                c = self.captures[name]
+                return Side(c.tokens, c.token_ids, c.special, c.special_kind, c.subword, c.offsets), c.generated
+        return None
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write format 2 atomically: each part's α, the source and target tokens once, one meta."""
+        path = check_suffix(path, (".npz",))
+        limit = _limit("ATTNVIZ_MAX_CAPTURE_BYTES", MAX_ATTENTION_BYTES)
+        arrays: dict[str, Any] = {}
+        for name, capture in self.captures.items():
+            if capture.attentions.nbytes > limit:
+                raise OutputError(f"the {name} α takes {capture.attentions.nbytes:,} bytes, over the {limit:,} a "
+                                  f"capture may hold; set ATTNVIZ_MAX_CAPTURE_BYTES to raise the limit")
+            arrays[f"{name}_attentions"] = capture.attentions
+        target = self._target()
+        for prefix, side in (("source", self._source()), ("target", None if target is None else target[0])):
+            if side is None:
+                continue
+            for key in SIDE_KEYS:
+                value = getattr(side, key)
+                arrays[f"{prefix}_{key}"] = np.array(value, dtype=np.str_) if key in ("tokens", "special_kind") \
+                    else value
+            if side.offsets is not None:
+                arrays[f"{prefix}_offsets"] = side.offsets
+        if target is not None and target[1] is not None:
+            arrays["target_generated"] = target[1]
+        meta = {**self.meta, "format_version": PARTS_FORMAT_VERSION, "parts": self.names}
+        arrays["meta"] = np.array(json.dumps(meta, sort_keys=True))
+        with atomic_output(path) as tmp:
+            with open(tmp, "wb") as fh:
+                np.savez_compressed(fh, **arrays)
+        return path
+
+    @classmethod
+    def _load(cls, path: Path, raw_meta: np.ndarray) -> Parts:
+        meta = _checked_meta(raw_meta, path, version=PARTS_FORMAT_VERSION)
+        names = meta.pop("parts", None)
+        if not (isinstance(names, list) and names and all(n in PART_NAMES for n in names)
+                and len(set(names)) == len(names)):
+            raise CaptureFormatError(f"{path}: metadata 'parts' must list some of {', '.join(PART_NAMES)}")
+        sides = {side for n in names for side in PART_AXES[n]}
+        alpha = _limit("ATTNVIZ_MAX_CAPTURE_BYTES", MAX_ATTENTION_BYTES)
+        side_members = {f"{side}_{key}": spec for side in sides for key, spec in capture_members().items()
+                        if key in SIDE_KEYS}
+        members = {**{f"{n}_attentions": Member("f", 4, alpha) for n in names}, **side_members}
+        optional = {f"{side}_offsets": long_members()["offsets"] for side in sides}
+        optional["target_generated"] = long_members()["generated"]
+        data = read_npz(path, members, optional=optional)
+        built: dict[str, Side] = {}
+        for side in sides:
+            n = data[f"{side}_tokens"].shape[0] if data[f"{side}_tokens"].ndim == 1 else -1
+            for key in SIDE_KEYS:
+                if data[f"{side}_{key}"].shape != (n,):
+                    raise CaptureFormatError(f"{path}: {side}_{key} does not line up with {side}_tokens")
+            for key in ("tokens", "special_kind"):
+                if not all(is_valid_unicode(t) for t in data[f"{side}_{key}"].tolist()):
+                    raise CaptureFormatError(f"{path}: {side}_{key} is not valid Unicode (a lone surrogate)")
+            text = meta.get(f"{side}_text", "")
+            built[side] = Side(tuple(data[f"{side}_tokens"].tolist()), data[f"{side}_token_ids"],
+                               data[f"{side}_special"], tuple(data[f"{side}_special_kind"].tolist()),
+                               data[f"{side}_subword"],
+                               _checked_offsets(data.get(f"{side}_offsets"), n, {"text": text}, path))
+        generated = _checked_flags(data.get("target_generated"), len(built["target"]) if "target" in built else 0,
+                                   "target_generated", path)
+        captures = {}
+        for name in names:
+            rows, cols = (built[side] for side in PART_AXES[name])
+            a = data[f"{name}_attentions"]
+            if a.ndim != 4 or a.shape[2:] != (len(rows), len(cols)):
+                raise CaptureFormatError(f"{path}: {name}_attentions is {a.shape}, expected (L, H, {len(rows)}, "
+                                         f"{len(cols)}) for its {PART_AXES[name][0]} × {PART_AXES[name][1]} tokens")
+            capture = Capture(attentions=a, tokens=rows.tokens, token_ids=rows.token_ids, special=rows.special,
+                              special_kind=rows.special_kind, subword=rows.subword, meta=part_meta(meta, name),
+                              offsets=rows.offsets, generated=generated if PART_AXES[name][0] == "target" else None,
+                              keys=cols if name == "cross" else None)
+            try:
+                captures[name] = capture.validate()
+            except AttentionCheckError as exc:
+                raise CaptureFormatError(f"{path}: the {name} part: {exc}") from None
+        try:
+            return cls(captures)
+        except AttentionCheckError as exc:
+            raise CaptureFormatError(f"{path}: {exc}") from None
+
+
+PARTS_FORMAT_VERSION = 2
+
+
+def load_capture(path: str | os.PathLike) -> Capture | Parts:
+    """Any capture file: format 1 (one self-attention) as a Capture, format 2 (an encoder-decoder model's
+    parts) as Parts. The metadata is read first to tell which."""
+    path = Path(path)
+    raw = read_npz(path, {"meta": capture_members()["meta"]})["meta"]
+    try:
+        version = json.loads(str(raw)).get("format_version")
+    except (json.JSONDecodeError, RecursionError, ValueError, AttributeError):
+        version = None  # the full check below says what is wrong
+    if version == PARTS_FORMAT_VERSION:
+        return Parts._load(path, raw)
+    return Capture._load_v1(path)
+
+
 # --- limits on what a capture file may hold (see "Errors" in the README) --------------------------------
 
 
@@ -330,7 +585,8 @@ META_TYPES: dict[str, tuple[type, ...]] = {
     "model": (str,), "revision": (str, type(None)), "device": (str,), "dtype": (str,), "model_type": (str,),
     "causal": (bool,), "text": (str,), "source": (str,), "attnviz_version": (str,), "dropped_tokens": (int,),
     "level": (str,), "pieces": (int,), "quantity": (str,), "norm_check": (float, int), "prompt": (str,),
-    "generated_text": (str,), "decoding": (str,), "stopped": (str,),
+    "generated_text": (str,), "decoding": (str,), "stopped": (str,), "part": (str,), "source_text": (str,),
+    "target_text": (str,), "target_source": (str,),
 }
 
 
@@ -410,7 +666,7 @@ def _checked_long(data: dict, path: Path) -> LongInput | None:
                      tuple(data["long_kinds"].tolist()), edges, rollout)
 
 
-def _checked_meta(raw: np.ndarray, path: Path) -> dict:
+def _checked_meta(raw: np.ndarray, path: Path, version: int = FORMAT_VERSION) -> dict:
     """The metadata JSON as a dict of plain values, with the known keys of the right types."""
     try:
         meta = json.loads(str(raw))
@@ -418,15 +674,15 @@ def _checked_meta(raw: np.ndarray, path: Path) -> dict:
         raise CaptureFormatError(f"{path}: metadata is not valid JSON (or nested too deeply)") from None
     if not isinstance(meta, dict):
         raise CaptureFormatError(f"{path}: metadata is not a JSON object")
-    version = meta.pop("format_version", None)
-    if version != FORMAT_VERSION:
-        raise CaptureFormatError(f"{path}: capture format version {version!r} is not supported "
-                                 f"(this attnviz reads version {FORMAT_VERSION})")
+    found = meta.pop("format_version", None)
+    if found != version:
+        raise CaptureFormatError(f"{path}: capture format version {found!r} is not supported "
+                                 f"(this attnviz reads versions {FORMAT_VERSION} and {PARTS_FORMAT_VERSION})")
     for key in ("pooled", "head_stats"):
         if key in meta:
             _check_structured(key, meta[key], path)
     for key, value in meta.items():
-        if key in ("pooled", "head_stats"):
+        if key in ("pooled", "head_stats") or (key == "parts" and version == PARTS_FORMAT_VERSION):
             continue
         allowed = META_TYPES.get(key, (str, int, float, bool, type(None)))
         if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):

@@ -18,13 +18,13 @@ import os
 import shutil
 import signal
 import tempfile
-from dataclasses import fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from attnviz.capture import Capture, current_umask
+from attnviz.capture import Capture, Parts, current_umask
 from attnviz.errors import OutputError
 from attnviz.panels import Panel, Scale, ScaleChoice, attention_panels, text_subtitle
 from attnviz.render.encode import encode_scanlines, rgb_view, scanlines
@@ -203,8 +203,8 @@ def _init_worker(spawned: tuple | None, cmap: str, dpi: int, fmt: str, subtitle:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     _die_with_parent()
     if spawned is not None:
-        arrays, layers, heads, scale = spawned
-        _panels = export_panels(Capture(**arrays), layers, heads, scale)
+        arrays, layers, heads, scale, prefix = spawned
+        _panels = [replace(p, name=prefix + p.name) for p in export_panels(Capture(**arrays), layers, heads, scale)]
         _writer = HeadImageWriter(_panels, cmap=cmap, dpi=dpi, fmt=fmt, subtitle=subtitle)
 
 
@@ -291,16 +291,40 @@ MANIFEST = "attnviz-export.json"
 MANIFEST_KIND = "attnviz export"
 
 
-def export(capture: Capture, target: str | os.PathLike, *, layers: Sequence[int], heads: Sequence[int],
-           fmt: str = "png", dpi: int = DEFAULT_DPI, cmap: str = "viridis", workers: int = 1, force: bool = False,
+@dataclass(frozen=True)
+class ExportPart:
+    """What one section of an export draws: a capture (an encoder-decoder model's part, or the whole
+    capture), its layers and heads, and the prefix of its file names ("cross_" or "")."""
+
+    capture: Capture
+    layers: Sequence[int]
+    heads: Sequence[int]
+    prefix: str = ""
+
+    @property
+    def images(self) -> int:
+        return len(self.layers) * (len(self.heads) + 1)
+
+
+def export(capture: Capture | Parts, target: str | os.PathLike, *, layers: Sequence[int] | None = None,
+           heads: Sequence[int] | None = None, items: Sequence[ExportPart] | None = None, fmt: str = "png",
+           dpi: int = DEFAULT_DPI, cmap: str = "viridis", workers: int = 1, force: bool = False,
            scale: ScaleChoice | None = None, on_total: Callable[[int], None] | None = None,
            on_done: Callable[[int], None] | None = None) -> Path:
     """Write the export folder atomically: every file goes into a staging folder beside `target`, which
-    takes `target`'s place only when complete. Returns the folder written (symbolic links resolved)."""
+    takes `target`'s place only when complete. Returns the folder written (symbolic links resolved).
+    `capture` is what attention.npz holds; what is drawn is `items` (default: `capture` with `layers` and
+    `heads`). An encoder-decoder model's parts each get their own images (encoder_…, decoder_…, cross_…),
+    grid and gallery section, and a `part` column in heads.csv/heads.json."""
     from attnviz.metrics import head_records
     from attnviz.records import to_csv, to_json
-    from attnviz.render.html import gallery_html
+    from attnviz.render.html import Section, gallery_html
     from attnviz.render.png import grid_figure, save_grid
+
+    if items is None:
+        if not isinstance(capture, Capture) or layers is None or heads is None:
+            raise ValueError("export needs items, or one Capture with layers and heads")
+        items = [ExportPart(capture, layers, heads)]
 
     if fmt not in FORMATS:
         raise OutputError(f"unknown format {fmt!r}: use {', '.join(FORMATS)}")
@@ -312,21 +336,30 @@ def export(capture: Capture, target: str | os.PathLike, *, layers: Sequence[int]
     except OSError as exc:
         raise OutputError(f"cannot write to {target.parent}: {exc.strerror or exc}") from None
     try:
-        panels = export_panels(capture, layers, heads, scale)
         if on_total:
-            on_total(len(panels) + 1)
-        render_panels(panels, staging, fmt=fmt, dpi=dpi, cmap=cmap, workers=workers, on_done=on_done,
-                      spawn_args=(_capture_arrays(capture), list(layers), list(heads), scale),
-                      subtitle=text_subtitle(capture))
-        grid_name = f"grid.{fmt}"
-        per_head = [p for p in panels if p.head != "mean"]
-        save_grid(grid_figure(capture, per_head, layers, heads, cmap=cmap, dpi=dpi), staging / grid_name, dpi=dpi)
+            on_total(sum(item.images for item in items) + 1)
+        sections, records = [], []
+        for item in items:
+            part = item.capture.part
+            panels = [replace(p, name=item.prefix + p.name) for p in
+                      export_panels(item.capture, item.layers, item.heads, scale)]
+            render_panels(panels, staging, fmt=fmt, dpi=dpi, cmap=cmap, workers=workers, on_done=on_done,
+                          spawn_args=(_capture_arrays(item.capture), list(item.layers), list(item.heads), scale,
+                                      item.prefix),
+                          subtitle=text_subtitle(item.capture))
+            grid_name = f"{item.prefix}grid.{fmt}"
+            per_head = [p for p in panels if p.head != "mean"]
+            save_grid(grid_figure(item.capture, per_head, item.layers, item.heads, cmap=cmap, dpi=dpi),
+                      staging / grid_name, dpi=dpi)
+            chosen_layers, chosen_heads = set(item.layers), set(item.heads)
+            chosen = [({"part": part, **r} if part else r) for r in head_records(item.capture)
+                      if r["layer"] in chosen_layers and r["head"] in chosen_heads]
+            sections.append(Section(item.capture, panels, chosen, grid_name, part))
+            records += chosen
         capture.save(staging / "attention.npz")
-        chosen_layers, chosen_heads = set(layers), set(heads)
-        records = [r for r in head_records(capture) if r["layer"] in chosen_layers and r["head"] in chosen_heads]
         (staging / "heads.json").write_text(to_json(records, indent=1) + "\n", encoding="utf-8")
         (staging / "heads.csv").write_text(to_csv(records), encoding="utf-8")
-        (staging / "index.html").write_text(gallery_html(capture, panels, records, fmt, grid_name), encoding="utf-8")
+        (staging / "index.html").write_text(gallery_html(sections, fmt), encoding="utf-8")
         write_manifest(staging)
         if on_done:
             on_done(1)

@@ -44,9 +44,15 @@ class Tokens:
     special: np.ndarray  # (T,) bool
     kinds: np.ndarray  # (T,) str: "" | "start" | "end" | "other"
     causal: bool
+    square: bool = True  # the queries are these same tokens; False for cross-attention (these are the keys)
 
     @classmethod
     def of(cls, capture: Capture) -> Tokens:
+        """The keys' tokens: the input itself for self-attention, the source for cross-attention."""
+        if capture.keys is not None:
+            keys = capture.keys
+            return cls(tuple(keys.tokens), np.asarray(keys.special, bool), np.array(keys.special_kind), False,
+                       square=False)
         return cls(tuple(capture.tokens), np.asarray(capture.special, bool), np.array(capture.special_kind),
                    capture.causal)
 
@@ -96,10 +102,13 @@ class Rows:
     tokens: Tokens
 
     def at(self, offset: int) -> np.ndarray:
-        """α_i,i+offset for each row, NaN where that key does not exist. (H, b)"""
+        """α_i,i+offset for each row, NaN where that key does not exist (and always for cross-attention,
+        where query i and key i are different sentences). (H, b)"""
+        out = np.full(self.alpha.shape[:2], np.nan)
+        if not self.tokens.square:
+            return out
         keys = self.queries + offset
         inside = (keys >= 0) & (keys < self.tokens.T)
-        out = np.full(self.alpha.shape[:2], np.nan)
         rows = np.nonzero(inside)[0]
         out[:, rows] = self.alpha[:, rows, keys[inside]]
         return out
@@ -122,18 +131,21 @@ def row_entropy(alpha: np.ndarray) -> np.ndarray:
 
 
 def _normalised_entropy_rows(rows: Rows) -> np.ndarray:
-    n = rows.tokens.n_keys[rows.queries].astype(np.float64)  # (b,)
+    tokens = rows.tokens
+    n = (rows.queries + 1 if tokens.causal else np.full(len(rows.queries), tokens.T)).astype(np.float64)  # (b,)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(n > 1, rows.entropy / np.log(np.maximum(n, 2)), np.nan)
 
 
 def _distance_rows(rows: Rows) -> np.ndarray:
+    if not rows.tokens.square:  # positions in two different sentences
+        return np.full(rows.alpha.shape[:2], np.nan)
     distance = np.abs(rows.queries[:, None] - np.arange(rows.tokens.T)[None, :])  # (b, T)
     return (rows.alpha * distance).sum(axis=-1)
 
 
 def _block_rows(rows: Rows) -> np.ndarray:
-    if not rows.tokens.two_segments:
+    if not rows.tokens.square or not rows.tokens.two_segments:
         return np.full(rows.alpha.shape[:2], np.nan)
     seg = rows.tokens.segments
     same = seg[rows.queries][:, None] == seg[None, :]  # (b, T)
@@ -177,6 +189,7 @@ class Metric:
     kind: str = "number"  # "number" | "text"
     columns: Callable[[np.ndarray, Tokens], np.ndarray] | None = None
     when_empty: float = 0.0  # the value when no row counts (every row NaN)
+    square_only: bool = False  # compares query and key positions: undefined (NaN, shown "–") for cross-attention
 
     def format(self, value) -> str:
         if self.kind == "text":
@@ -211,7 +224,8 @@ class Accumulator:
         for m in self.metrics:
             if m.rows is not None:
                 counts = self.counts[m.name]
-                out[m.name] = np.where(counts > 0, self.sums[m.name] / np.maximum(counts, 1), m.when_empty)
+                empty = float("nan") if m.square_only and not self.tokens.square else m.when_empty
+                out[m.name] = np.where(counts > 0, self.sums[m.name] / np.maximum(counts, 1), empty)
             elif m.columns is not None:
                 out[m.name] = np.asarray(m.columns(column_mean, self.tokens))
         return out
@@ -314,13 +328,16 @@ ENTROPY = Metric("entropy", "entropy", "mean over rows of −Σ_j α_ij ln α_ij
                  "keys = ln T", lambda r: r.entropy)
 NORM_ENTROPY = Metric("norm_entropy", "norm_ent", "mean over rows with n_i > 1 of H_i / ln n_i: 0 one-hot, 1 uniform",
                       _normalised_entropy_rows)
-PREV = Metric("prev", "prev", "mean of α_i,i−1 over i ≥ 1: weight on the previous token", lambda r: r.at(-1))
-SELF = Metric("self", "self", "mean of α_ii: weight on the token itself", lambda r: r.at(0))
-NEXT = Metric("next", "next", "mean of α_i,i+1 over i < T−1: weight on the next token", lambda r: r.at(1))
+PREV = Metric("prev", "prev", "mean of α_i,i−1 over i ≥ 1: weight on the previous token", lambda r: r.at(-1),
+              square_only=True)
+SELF = Metric("self", "self", "mean of α_ii: weight on the token itself", lambda r: r.at(0), square_only=True)
+NEXT = Metric("next", "next", "mean of α_i,i+1 over i < T−1: weight on the next token", lambda r: r.at(1),
+              square_only=True)
 VERTICAL = Metric("vertical", "vert", "the largest mean weight one key column gets (a vertical stripe in the "
                   "heatmap)", columns=_vertical)
 MAX_WEIGHT = Metric("max_weight", "max", "mean over rows of max_j α_ij", lambda r: r.alpha.max(axis=-1))
-DISTANCE = Metric("mean_distance", "dist", "mean over rows of Σ_j α_ij·|i − j|, in tokens", _distance_rows, "{:.1f}")
+DISTANCE = Metric("mean_distance", "dist", "mean over rows of Σ_j α_ij·|i − j|, in tokens", _distance_rows, "{:.1f}",
+                  square_only=True)
 for _metric in (
     ENTROPY, NORM_ENTROPY, MAX_WEIGHT, DISTANCE, PREV, SELF, NEXT,
     Metric("start_mass", "start", "mean over rows of the weight on [CLS]/BOS keys", lambda r: r.mass("start")),
@@ -337,7 +354,7 @@ for _metric in (
 # what the pattern labels are computed from (also when a caller has unregistered the metric); block is not a
 # column (it is undefined for a single segment) but decides the block label
 BLOCK = Metric("block", "block", "mean over rows of the weight on keys of the query's own segment", _block_rows,
-               when_empty=float("nan"))
+               when_empty=float("nan"), square_only=True)
 LABEL_INPUTS = (PREV, NEXT, SELF, VERTICAL, NORM_ENTROPY, BLOCK)
 
 
@@ -485,14 +502,16 @@ def definitions_markdown() -> str:
     return "\n".join(rows) + "\n"
 
 
-def matrix_summary(alpha: np.ndarray, special: np.ndarray,
-                   queries: Sequence[int] | None = None) -> tuple[float, float, float]:
-    """For one shown matrix (T, T): mean row entropy (nats), mean mass on special keys, mean distance, over
-    the rows `queries` (default all). Rows that do not sum to 1 (norms) are taken as their shares."""
+def matrix_summary(alpha: np.ndarray, special: np.ndarray, queries: Sequence[int] | None = None, *,
+                   square: bool = True) -> tuple[float, float, float]:
+    """For one shown matrix (T, T): mean row entropy (nats), mean mass on special keys (`special` flags the
+    keys), mean distance (NaN for a rectangular cross-attention matrix), over the rows `queries` (default
+    all). Rows that do not sum to 1 (norms) are taken as their shares."""
     alpha = np.asarray(alpha, np.float64)
     totals = alpha.sum(-1, keepdims=True)
     alpha = np.divide(alpha, totals, out=np.zeros_like(alpha), where=totals > 0)
-    distance = token_distance(alpha.shape[-1])
+    R, C = alpha.shape
+    distance = token_distance(C) if square else np.full((R, C), np.nan)
     if queries is not None:
         rows = np.asarray(queries, dtype=np.intp)
         alpha, distance = alpha[rows], distance[rows]
@@ -507,6 +526,11 @@ def rollout(capture: Capture) -> np.ndarray:
     """Attention rollout: Â_l = rownorm(mean_h α_l + I) (the identity stands for the residual stream),
     R = Â_{L-1} ··· Â_1 Â_0. R[i, j] = how much of input token j reaches position i at the top. (T, T)
     For value-weighted norms each row is first made a distribution (its shares)."""
+    if not capture.square:
+        from attnviz.errors import SelectionError
+
+        raise SelectionError("rollout follows self-attention through the layers; cross-attention has none to follow: "
+                             "use --part encoder or --part decoder", "--part")
     capture = capture.as_distribution()
     T = capture.n_tokens
     result = np.eye(T)

@@ -88,6 +88,13 @@ class LoadedModel:
     causal: bool | None  # None: unknown type, judged from α
     max_positions: int | None
     memory_budget: int | None = None  # bytes the full attention may take (None: $ATTNVIZ_MEMORY_BUDGET or 2 GiB)
+    seq2seq: bool = False  # an encoder-decoder model (T5, BART, Marian): three kinds of attention
+
+    def require_single(self, what: str) -> None:
+        """Refuse an encoder-decoder model where only one self-attention is handled."""
+        if self.seq2seq:
+            raise InputError(f"{what} shows one self-attention of encoder-only and decoder-only models; "
+                             f"{self.name} is an encoder-decoder model (heatmap, heads, export and verify take it)")
 
     @property
     def model_type(self) -> str:
@@ -113,11 +120,11 @@ def pick_device(device: str) -> str:
 
 
 def _require_causal(config, shown: str) -> None:
+    """generate writes with a causal LM or an encoder-decoder model's decoder; an encoder cannot write."""
     model_type = str(getattr(config, "model_type", ""))
-    if getattr(config, "is_encoder_decoder", False) or model_type in ENCODER_MODEL_TYPES:
-        kind = "an encoder-decoder" if getattr(config, "is_encoder_decoder", False) else "an encoder"
+    if model_type in ENCODER_MODEL_TYPES and not getattr(config, "is_encoder_decoder", False):
         raise ModelLoadError(f"generate needs a causal language model (GPT-2, Llama, …; give one with --model); "
-                             f"{shown} is {kind} model ({model_type or 'unknown type'})")
+                             f"{shown} is an encoder model ({model_type})")
 
 
 def _hub_reachable(timeout: float = 3.0) -> bool:
@@ -156,7 +163,7 @@ def load(name: str | None = None, *, revision: str | None = None, device: str = 
     """Load model + tokenizer with attn_implementation="eager" (SDPA returns no attention weights).
     `lm_head`: with its causal language-model head, to generate (a checkpoint saved without one gets it)."""
     import torch
-    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
     _quiet_transformers()
     if dtype not in DTYPES:
@@ -171,11 +178,13 @@ def load(name: str | None = None, *, revision: str | None = None, device: str = 
         if lm_head:
             _require_causal(config, shown)
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_only, **kwargs)
-        if not lm_head:
+        seq2seq = bool(getattr(config, "is_encoder_decoder", False))
+        if not (lm_head or seq2seq):
             model = AutoModel.from_pretrained(source, config=config, local_files_only=local_only,
                                               attn_implementation="eager", dtype=getattr(torch, dtype), **kwargs)
             return config, tokenizer, model
-        both: Any = AutoModelForCausalLM.from_pretrained(
+        kind = AutoModelForSeq2SeqLM if seq2seq else AutoModelForCausalLM  # with the head that writes
+        both: Any = kind.from_pretrained(
             source, config=config, local_files_only=local_only, attn_implementation="eager",
             dtype=getattr(torch, dtype), output_loading_info=True, **kwargs)
         model, info = both  # (model, {"missing_keys": …, …})
@@ -211,9 +220,6 @@ def load(name: str | None = None, *, revision: str | None = None, device: str = 
         raise ModelLoadError(f"{shown} has no usable tokenizer (only {len(tokenizer)} entries, all special): the "
                              f"folder needs its tokenizer files (tokenizer.json, or vocab.txt / vocab.json / "
                              f"*.model); without them every word would be [UNK]")
-    if getattr(config, "is_encoder_decoder", False):
-        raise ModelLoadError(f"{shown} is an encoder-decoder model ({config.model_type}); attnviz shows "
-                             f"self-attention of encoder-only (BERT-like) and decoder-only (GPT-like) models")
     model = model.to(device).eval()
     model_type = str(getattr(config, "model_type", ""))
     if getattr(config, "is_decoder", False) or model_type in CAUSAL_MODEL_TYPES:
@@ -232,7 +238,8 @@ def load(name: str | None = None, *, revision: str | None = None, device: str = 
     commit = getattr(config, "_commit_hash", None)
     return LoadedModel(model=model, tokenizer=tokenizer, name=shown, revision=revision or commit or
                        ("local" if local else "main"), device=device, dtype=dtype, causal=causal,
-                       max_positions=max_positions, memory_budget=memory_budget)
+                       max_positions=max_positions, memory_budget=memory_budget,
+                       seq2seq=bool(getattr(config, "is_encoder_decoder", False)))
 
 
 @dataclass
@@ -273,14 +280,16 @@ def special_ids(tok) -> set[int]:
     return ids
 
 
-def encode(loaded: LoadedModel, text: str, *, truncate: bool = True) -> Encoded:
-    """Tokenise `text` for `loaded`; truncate (with a warning) past the model's maximum positions."""
+def encode(loaded: LoadedModel, text: str, *, truncate: bool = True, target: bool = False) -> Encoded:
+    """Tokenise `text` for `loaded`; truncate (with a warning) past the model's maximum positions.
+    `target`: as an encoder-decoder model's target text (Marian has a vocabulary of its own for it)."""
     check_text(text)
     tok = loaded.tokenizer
     fast = bool(getattr(tok, "is_fast", False))
 
     def _call(**extra):
-        return tok(text, return_tensors="pt", return_special_tokens_mask=True,
+        given = {"text_target": text} if target else {"text": text}
+        return tok(**given, return_tensors="pt", return_special_tokens_mask=True,
                    return_offsets_mapping=fast, **extra)
 
     enc = _call(truncation=False)
@@ -399,6 +408,30 @@ def layers_and_heads(config) -> tuple[int, int]:
     heads = next((getattr(config, k) for k in ("num_attention_heads", "n_head", "n_heads", "num_heads")
                   if isinstance(getattr(config, k, None), int)), 1)
     return layers, heads
+
+
+def part_shapes(config) -> dict[str, tuple[int, int]]:
+    """(layers, heads) of each part of an encoder-decoder model: encoder, decoder and cross-attention."""
+    def first(*keys: str) -> int:
+        return next((getattr(config, k) for k in keys if isinstance(getattr(config, k, None), int)), 1)
+
+    encoder = (first("encoder_layers", "num_layers", "num_hidden_layers"),
+               first("encoder_attention_heads", "num_heads", "num_attention_heads"))
+    decoder = (first("decoder_layers", "num_decoder_layers", "num_layers", "num_hidden_layers"),
+               first("decoder_attention_heads", "num_heads", "num_attention_heads"))
+    return {"encoder": encoder, "decoder": decoder, "cross": decoder}
+
+
+def check_parts_memory(loaded: LoadedModel, S: int, T: int, copies: float = 1.0) -> None:
+    """Refuse, before running, an encoder-decoder input whose three attention parts (S² + T² + T·S weights
+    per layer and head) would not fit the memory budget."""
+    shapes = part_shapes(loaded.model.config)
+    cells = {"encoder": S * S, "decoder": T * T, "cross": T * S}
+    need = int(sum((copies * L + 4) * H * cells[p] * 4 for p, (L, H) in shapes.items()))
+    budget = loaded.memory_budget or memory_budget()
+    if need > budget:
+        raise InputError(f"{S} source and {T} target tokens would need about {need / (1 << 30):.1f} GiB for attention, "
+                         f"over the budget of {budget / (1 << 30):.1f} GiB; shorten the text, or raise --max-memory")
 
 
 def attention_bytes(loaded: LoadedModel, T: int, copies: float = 1.0) -> int:

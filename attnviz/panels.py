@@ -166,12 +166,22 @@ def token_labels(capture: Capture, keep: np.ndarray | None = None) -> tuple[str,
     return tuple(visible(t) for t in tokens)
 
 
+def key_labels(capture: Capture, keep: np.ndarray | None = None) -> tuple[str, ...]:
+    """The key tokens as labels: the tokens themselves, or the source of cross-attention."""
+    tokens = capture.key_tokens if keep is None else [t for t, k in zip(capture.key_tokens, keep) if k]
+    return tuple(visible(t) for t in tokens)
+
+
 def _keep(capture: Capture, hide_special: bool) -> np.ndarray:
     keep = capture.keep_mask(hide_special)
-    if not keep.any():
+    if not keep.any() or not capture.key_keep_mask(hide_special).any():
         raise SelectionError("every token of this input is a special token, so --hide-special leaves nothing "
                              "to show; drop --hide-special", "--hide-special")
     return keep
+
+
+PART_TITLES = {"encoder": "encoder self-attention", "decoder": "decoder self-attention",
+               "cross": "cross-attention (target → source)"}
 
 
 def generated_split(capture: Capture, positions: Sequence[int] | np.ndarray | None = None) -> int | None:
@@ -189,7 +199,8 @@ def generated_split(capture: Capture, positions: Sequence[int] | np.ndarray | No
 def splits(capture: Capture, rows: Sequence[int] | np.ndarray | None = None,
            cols: Sequence[int] | np.ndarray | None = None) -> dict[str, int | None]:
     """Panel fields marking where the prompt ends, for the rows and columns shown."""
-    return {"row_split": generated_split(capture, rows), "col_split": generated_split(capture, cols)}
+    return {"row_split": generated_split(capture, rows),
+            "col_split": generated_split(capture, cols) if capture.square else None}
 
 
 # --- attention panels ------------------------------------------------------------------------------
@@ -201,14 +212,18 @@ def attention_panels(capture: Capture, layers: Sequence[int], heads: Sequence[He
     """One panel per (layer, head), layer-major, on the chosen scale (default: one shared linear-or-√ scale
     from 0 to the largest weight shown, or to vmax). Heads may be indices, "mean" or "max"."""
     keep = _keep(capture, hide_special)
-    labels = token_labels(capture, keep)
-    everything = bool(keep.all())
+    key_keep = capture.key_keep_mask(hide_special)
+    labels, cols = token_labels(capture, keep), key_labels(capture, key_keep)
+    everything = bool(keep.all() and key_keep.all())
     future = capture.future_mask
     hidden = None if future is None else (future if everything else future[np.ix_(keep, keep)])
     model = short_model(capture.model)
-    extra: tuple[str, ...] = (" · special tokens hidden",) if hide_special else ()
+    extra: tuple[str, ...] = (f" · {PART_TITLES[capture.part]}",) if capture.part else ()
+    extra += (" · special tokens hidden",) if hide_special else ()
     shown = None if everything else np.flatnonzero(keep)
-    axes: dict[str, Any] = dict(splits(capture, shown, shown))
+    axes: dict[str, Any] = dict(splits(capture, shown, None if everything else np.flatnonzero(key_keep)))
+    if capture.part == "cross":
+        axes |= {"row_axis": "target token (query)", "col_axis": "source token (key)"}
     if capture.quantity == "norm":
         extra += (" · ‖α·f(x)‖",)
     if capture.long is not None and capture.long.block > 1:
@@ -221,13 +236,13 @@ def attention_panels(capture: Capture, layers: Sequence[int], heads: Sequence[He
     for layer in layers:
         layer = capture.layer_index(layer)
         for head in heads:
-            alpha = capture.head_matrix(layer, head)  # (T, T)
+            alpha = capture.head_matrix(layer, head)  # (T, S)
             if not everything:
-                alpha = alpha[np.ix_(keep, keep)]  # (T', T')
+                alpha = alpha[np.ix_(keep, key_keep)]  # (T', S')
             if not isinstance(head, str):
                 head = capture.head_index(head)
             label = head_label(head, capture.n_heads)
-            panels.append(Panel(matrix=alpha, rows=labels, cols=labels, hidden=hidden, scale=quantity_scale(capture),
+            panels.append(Panel(matrix=alpha, rows=labels, cols=cols, hidden=hidden, scale=quantity_scale(capture),
                                 title=(f"{model} · layer {layer} · ", label, *extra),
                                 name=head_filename(layer, head), short=f"layer {layer}", layer=layer, head=head,
                                 **axes))
@@ -243,17 +258,16 @@ def window_panels(capture: Capture, layers: Sequence[int], heads: Sequence[HeadC
 
     long = capture.long
     if long is None:
-        T = capture.n_tokens
-        rows = list(range(T)) if rows is None else list(rows)
-        cols = list(range(T)) if cols is None else list(cols)
-        tokens, future = capture.tokens, capture.future_mask
+        rows = list(range(capture.n_tokens)) if rows is None else list(rows)
+        cols = list(range(capture.n_keys)) if cols is None else list(cols)
+        tokens, keys, future = capture.tokens, capture.key_tokens, capture.future_mask
         source = {layer: capture.attentions[layer][:, rows][:, :, cols] for layer in layers}  # (H, r, c)
     else:
         if long.window is None or long.window_rows is None or long.window_cols is None:
             raise SelectionError("this capture is pooled (a long input): an exact window needs the text run again, "
                                  "e.g. attnviz heatmap TEXT --rows 4000:4100", "--rows")
         rows, cols = [int(i) for i in long.window_rows], [int(j) for j in long.window_cols]
-        tokens = long.tokens
+        tokens = keys = long.tokens
         future = np.triu(np.ones((long.n_tokens, long.n_tokens), bool), 1) if capture.causal else None
         missing = [layer for layer in layers if layer not in long.window_layers]
         if missing:
@@ -261,11 +275,11 @@ def window_panels(capture: Capture, layers: Sequence[int], heads: Sequence[HeadC
         source = {layer: long.window[long.window_layers.index(layer)] for layer in layers}
     hidden = None if future is None else future[np.ix_(rows, cols)]
     row_labels = tuple(f"{i} {visible(tokens[i])}" for i in rows)
-    col_labels = tuple(f"{j} {visible(tokens[j])}" for j in cols)
+    col_labels = tuple(f"{j} {visible(keys[j])}" for j in cols)
     model = short_model(capture.model)
     where = f" · queries {_span(rows)}, keys {_span(cols)}"
-    row_split, col_split = (generated_split(capture, rows), generated_split(capture, cols)) if long is None \
-        else (None, None)
+    marks = splits(capture, rows, cols) if long is None else {"row_split": None, "col_split": None}
+    row_split, col_split = marks["row_split"], marks["col_split"]
     panels = []
     for layer in layers:
         per_head = np.asarray(source[layer], np.float32)  # (H, r, c)
@@ -373,9 +387,13 @@ def grid_title(capture: Capture, panels: Sequence[Panel]) -> str:
 
 def text_subtitle(capture: Capture, limit: int = 400) -> str:
     """The input text as one display-safe line in quotes (a renderer shortens it to its width)."""
+    half = max(limit // 2, 20)
+    if capture.part is not None:  # an encoder-decoder model: the source, and the target read or written
+        source, target = str(capture.meta.get("source_text", "")), str(capture.meta.get("target_text", ""))
+        how = "generated " if capture.meta.get("target_source") == "generated" else ""
+        return f"“{visible(shorten(source, half))}” → {how}“{visible(shorten(target, half))}”"
     prompt, written = capture.meta.get("prompt"), capture.meta.get("generated_text")
     if capture.generated is not None and isinstance(prompt, str) and isinstance(written, str):
-        half = max(limit // 2, 20)
         return f"“{visible(shorten(prompt, half))}” → generated “{visible(shorten(written, half))}”"
     text = str(capture.meta.get("text") or " ".join(capture.tokens))
     return "“" + visible(shorten(text, limit)) + "”"
@@ -483,14 +501,15 @@ def generation_steps(capture: Capture, layer: int, head: HeadChoice = "mean", to
     """For each generated token, the earlier tokens its row of α (in `layer`, the head mean or one head)
     weighs most, largest first, and the weight on itself: what it attends to as it is read back in to
     choose the next token."""
-    matrix = capture.head_matrix(capture.layer_index(layer), head).astype(np.float64)  # (T, T)
+    matrix = capture.head_matrix(capture.layer_index(layer), head).astype(np.float64)  # (T, T) or (T, S)
+    keys = capture.key_tokens
     steps = []
     for t in capture.named_positions()["generated"]:
-        earlier = matrix[t, :t]
+        earlier = matrix[t, :t] if capture.square else matrix[t]  # cross-attention: every source token
         order = np.argsort(-earlier, kind="stable")[:top]
-        steps.append({"position": t, "token": capture.tokens[t], "self": float(matrix[t, t]),
-                      "top": [{"position": int(j), "token": capture.tokens[j], "weight": float(earlier[j])}
-                              for j in order]})
+        steps.append({"position": t, "token": capture.tokens[t],
+                      "self": float(matrix[t, t]) if capture.square else None,
+                      "top": [{"position": int(j), "token": keys[j], "weight": float(earlier[j])} for j in order]})
     return steps
 
 

@@ -26,22 +26,27 @@ from attnviz.text import visible
 
 
 def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                                 mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """out, alpha = softmax(Q·Kᵀ/√d_k)·V, and alpha itself.
+                                 mask: torch.Tensor | None = None, bias: torch.Tensor | None = None
+                                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """out, alpha = softmax(Q·Kᵀ/√d_k + bias)·V, and alpha itself.
 
     q: (..., T_q, d_k)   k: (..., T_k, d_k)   v: (..., T_k, d_v)
     mask: bool, broadcastable to (..., T_q, T_k); True where query i may attend to key j.
+    bias: added to the scaled scores, broadcastable to (..., T_q, T_k) (T5's relative position bias).
     A row whose keys are all masked attends to nothing: its alpha row is all zeros and its out is 0
     (not NaN), and no NaN leaks into other rows."""
-    alpha = attention_weights(q, k, mask)  # (..., T_q, T_k)
+    alpha = attention_weights(q, k, mask, bias)  # (..., T_q, T_k)
     return alpha @ v, alpha  # (..., T_q, d_v), (..., T_q, T_k)
 
 
-def attention_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """alpha = softmax(Q·Kᵀ/√d_k), masked keys at −∞: the weights alone, for any block of query rows.
+def attention_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None = None,
+                      bias: torch.Tensor | None = None) -> torch.Tensor:
+    """alpha = softmax(Q·Kᵀ/√d_k + bias), masked keys at −∞: the weights alone, for any block of query rows.
     (..., T_q, d_k), (..., T_k, d_k) -> (..., T_q, T_k)"""
     d_k = q.size(-1)
     scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # (..., T_q, T_k)
+    if bias is not None:
+        scores = scores + bias.to(scores.dtype)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))  # (..., T_q, T_k)
     row_max = scores.amax(dim=-1, keepdim=True)  # (..., T_q, 1)
@@ -76,6 +81,7 @@ class Seen:
 
     hidden: torch.Tensor  # (B, T, D)
     position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None  # rotary (cos, sin), (B, T, d)
+    keys_from: torch.Tensor | None = None  # cross-attention: what keys and values come from (B, S, D)
 
 
 @dataclass
@@ -83,6 +89,7 @@ class QKV:
     q: torch.Tensor  # (B, H, T, d_k)
     k: torch.Tensor  # (B, H, T, d_k)   (K/V heads already repeated for grouped-query attention)
     v: torch.Tensor  # (B, H, T, d_v)
+    bias: torch.Tensor | None = None  # added to the scaled scores (T5's relative positions), (1, H, T, T_k)
 
 
 def _split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
@@ -249,6 +256,171 @@ def adapter_for(model) -> Adapter:
                                        f"supported: {', '.join(SUPPORTED)}")
 
 
+# --- encoder-decoder models: encoder, decoder and cross-attention ----------------------------------
+
+
+class Seq2SeqAdapter:
+    """How one family of encoder-decoder models computes Q, K, V in each part: the encoder's self-attention
+    over the source, the decoder's causal self-attention over the target, and cross-attention from target
+    queries to the encoder's output."""
+
+    families: tuple[str, ...] = ()
+    folds_scaling = False  # True: the model does not divide by √d_k (qkv's q is multiplied by √d_k to undo it)
+
+    def parts(self, model) -> dict[str, list]:
+        """The attention modules of each part, per layer."""
+        raise NotImplementedError
+
+    def qkv(self, module, seen: Seen, layer: int, model, part: str) -> QKV:
+        raise NotImplementedError
+
+
+class BartAdapter(Seq2SeqAdapter):
+    """BART and Marian: q/k/v_proj with biases, scaled by 1/√d_k; positions (learned or sinusoidal) are
+    added to the inputs, so they are in what the modules receive."""
+
+    families = ("bart", "marian")
+
+    def parts(self, model):
+        encoder, decoder = model.get_encoder(), model.get_decoder()
+        return {"encoder": [layer.self_attn for layer in encoder.layers],
+                "decoder": [layer.self_attn for layer in decoder.layers],
+                "cross": [layer.encoder_attn for layer in decoder.layers]}
+
+    def qkv(self, module, seen, layer, model, part):
+        x = seen.hidden  # (B, T, D)
+        source = seen.keys_from if part == "cross" else x  # (B, S, D)
+        if source is None:
+            raise UnsupportedArchitectureError("the cross-attention module was not given the encoder's output")
+        heads = module.num_heads
+        return QKV(_split_heads(module.q_proj(x), heads), _split_heads(module.k_proj(source), heads),
+                   _split_heads(module.v_proj(source), heads))
+
+
+def t5_relative_bucket(relative: torch.Tensor, *, bidirectional: bool, buckets: int, max_distance: int
+                       ) -> torch.Tensor:
+    """T5's relative position buckets (Raffel et al. 2020, from Mesh TensorFlow), for key − query offsets:
+    half the buckets (each direction's half, when bidirectional) hold offsets 0..n/2−1 exactly, the rest
+    offsets up to max_distance on a log scale; the log is taken in float32, as the reference does, so that
+    bucket edges fall where the trained model's do."""
+    out = torch.zeros_like(relative)
+    n = buckets
+    if bidirectional:
+        n //= 2
+        out = out + (relative > 0).long() * n
+        distance = relative.abs()
+    else:
+        distance = (-relative).clamp_min(0)  # only keys before the query are told apart
+    exact = n // 2
+    far = exact + (torch.log(distance.clamp_min(1).float() / exact) / math.log(max_distance / exact)
+                   * (n - exact)).long()
+    far = far.clamp_max(n - 1)
+    return out + torch.where(distance < exact, distance, far)
+
+
+class T5Adapter(Seq2SeqAdapter):
+    """T5: q/k/v without bias and *without* 1/√d_k (T5 folds the scaling into its initialisation), and a
+    learned relative position bias per head, computed in the first layer of each stack and added to every
+    layer's scores: bidirectional buckets in the encoder, past-only in the decoder, none in cross-attention."""
+
+    families = ("t5",)
+    folds_scaling = True
+
+    def parts(self, model):
+        encoder, decoder = model.get_encoder(), model.get_decoder()
+        return {"encoder": [block.layer[0].SelfAttention for block in encoder.block],
+                "decoder": [block.layer[0].SelfAttention for block in decoder.block],
+                "cross": [block.layer[1].EncDecAttention for block in decoder.block]}
+
+    def qkv(self, module, seen, layer, model, part):
+        x = seen.hidden  # (B, T, D)
+        source = seen.keys_from if part == "cross" else x
+        if source is None:
+            raise UnsupportedArchitectureError("the cross-attention module was not given the encoder's output")
+        heads, d = module.n_heads, module.key_value_proj_dim
+        q = _split_heads(module.q(x), heads) * math.sqrt(d)  # the core divides by √d_k; T5 does not
+        k, v = _split_heads(module.k(source), heads), _split_heads(module.v(source), heads)
+        bias = None
+        if part != "cross":
+            stack = model.get_encoder() if part == "encoder" else model.get_decoder()
+            first = stack.block[0].layer[0].SelfAttention
+            T, S = x.shape[1], source.shape[1]
+            relative = torch.arange(S, device=x.device)[None, :] - torch.arange(T, device=x.device)[:, None]
+            buckets = t5_relative_bucket(relative, bidirectional=part == "encoder",
+                                         buckets=first.relative_attention_num_buckets,
+                                         max_distance=first.relative_attention_max_distance)
+            table = first.relative_attention_bias.weight.to(q.dtype)  # (buckets, H)
+            bias = table[buckets].permute(2, 0, 1)[None]  # (1, H, T, S)
+        return QKV(q, k, v, bias)
+
+
+SEQ2SEQ_ADAPTERS: tuple[Seq2SeqAdapter, ...] = (BartAdapter(), T5Adapter())
+SEQ2SEQ_SUPPORTED = tuple(f for a in SEQ2SEQ_ADAPTERS for f in a.families)
+
+
+def seq2seq_adapter_for(model) -> Seq2SeqAdapter:
+    model_type = getattr(model.config, "model_type", "?")
+    for adapter in SEQ2SEQ_ADAPTERS:
+        if model_type in adapter.families:
+            return adapter
+    raise UnsupportedArchitectureError(f"the from-scratch path does not support {model_type!r} encoder-decoder "
+                                       f"models yet; supported: {', '.join(SEQ2SEQ_SUPPORTED)}")
+
+
+def part_masks(source_mask: torch.Tensor, T: int) -> dict[str, torch.Tensor]:
+    """Which keys each query may see in each part, (B, 1, rows, cols) bool: the encoder and cross-attention
+    hide source padding; the decoder is causal."""
+    B, S = source_mask.shape
+    keys = source_mask.bool()[:, None, None, :]  # (B, 1, 1, S)
+    causal = torch.ones(T, T, dtype=torch.bool, device=source_mask.device).tril()  # (T, T)
+    return {"encoder": keys.expand(B, 1, S, S), "decoder": causal[None, None].expand(B, 1, T, T),
+            "cross": keys.expand(B, 1, T, S)}
+
+
+def scratch_parts(loaded, inputs: dict) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """For an encoder-decoder model and inputs (input_ids, attention_mask, decoder_input_ids), one forward
+    pass: per part, (α from the formula, α the model reports), float32, (L, H, rows, cols) each."""
+    from attnviz.model import check_parts_memory
+
+    model = loaded.model
+    adapter = seq2seq_adapter_for(model)
+    groups = adapter.parts(model)
+    modules = [m for part in ("encoder", "decoder", "cross") for m in groups[part]]
+    check_parts_memory(loaded, inputs["input_ids"].shape[1], inputs["decoder_input_ids"].shape[1], copies=3.0)
+    seen, remove = _record_inputs(model, modules)
+    try:
+        with torch.inference_mode():
+            output = model(**inputs, output_attentions=True)
+    finally:
+        remove()
+    source_mask = inputs.get("attention_mask")
+    if source_mask is None:
+        source_mask = torch.ones_like(inputs["input_ids"])
+    masks = part_masks(source_mask, inputs["decoder_input_ids"].shape[1])
+    reported = {"encoder": output.encoder_attentions, "decoder": output.decoder_attentions,
+                "cross": output.cross_attentions}
+    results, at = {}, 0
+    for part in ("encoder", "decoder", "cross"):
+        alphas = []
+        for n, module in enumerate(groups[part]):
+            record = seen[at + n]
+            if record is None:
+                raise UnsupportedArchitectureError(f"the {part} attention module of layer {n} was not called")
+            if next(module.parameters()).dtype != torch.float32:  # half precision: reference in float32
+                module = copy.deepcopy(module).float()
+                record = Seen(record.hidden.float(), None,
+                              None if record.keys_from is None else record.keys_from.float())
+            with torch.inference_mode():
+                qkv = adapter.qkv(module, record, n, model, part)
+                alphas.append(attention_weights(qkv.q, qkv.k, masks[part], qkv.bias)[0].cpu().numpy())
+        at += len(groups[part])
+        if not reported[part] or any(a is None for a in reported[part]):
+            raise UnsupportedArchitectureError(f"{loaded.name} returned no {part} attention weights")
+        model_alpha = np.stack([a[0].float().cpu().numpy() for a in reported[part]])
+        results[part] = (np.stack(alphas).astype(np.float32), model_alpha)
+    return results
+
+
 # --- running a real model -----------------------------------------------------------------------
 
 
@@ -261,7 +433,9 @@ def _record_inputs(model, modules: list, on_seen: Callable[[int, Seen], None] | 
     def make_hook(n: int):
         def hook(module, args, kwargs):
             hidden = args[0] if args else kwargs.get("hidden_states", kwargs.get("query"))
-            record = Seen(hidden.detach(), kwargs.get("position_embeddings"))
+            keys_from = kwargs.get("key_value_states")
+            record = Seen(hidden.detach(), kwargs.get("position_embeddings"),
+                          None if keys_from is None else keys_from.detach())
             if on_seen is None:
                 seen[n] = record
             else:
@@ -285,7 +459,8 @@ def layer_qkv(adapter: Adapter, module, record: Seen | None, n: int, config) -> 
     if next(module.parameters()).dtype != torch.float32:  # half precision: reference in fp32
         module = copy.deepcopy(module).float()
         rotary = record.position_embeddings
-        record = Seen(record.hidden.float(), None if rotary is None else (rotary[0].float(), rotary[1].float()))
+        record = Seen(record.hidden.float(), None if rotary is None else (rotary[0].float(), rotary[1].float()),
+                      None if record.keys_from is None else record.keys_from.float())
     return adapter.qkv(module, record, n, config)
 
 
@@ -410,11 +585,15 @@ def scaling_rows(loaded, text: str, *, truncate: bool = True) -> tuple[list[Scal
 
     encoded = encode(loaded, text, truncate=truncate)
     check_memory(loaded, len(encoded.token_ids), copies=3.0)
-    run = recompute(loaded.model, encoded.inputs)
-    rows, d_k, mask = [], 0, run.mask
-    for n, qkv in enumerate(run.layers):
-        d_k = qkv.q.size(-1)
-        raw = qkv.q @ qkv.k.transpose(-2, -1)  # (B, H, T, T)
+    if loaded.seq2seq:  # the encoder's self-attention over the source
+        layers, mask = encoder_qk(loaded, encoded.inputs)
+    else:
+        run = recompute(loaded.model, encoded.inputs)
+        layers, mask = [(qkv.q, qkv.k) for qkv in run.layers], run.mask
+    rows, d_k = [], 0
+    for n, (q, k) in enumerate(layers):
+        d_k = q.size(-1)
+        raw = q @ k.transpose(-2, -1)  # (B, H, T, T)
         scaled = raw / math.sqrt(d_k)
         allowed = mask.expand_as(raw)
         e_raw, m_raw = _softmax_stats(raw, mask)
@@ -422,6 +601,32 @@ def scaling_rows(loaded, text: str, *, truncate: bool = True) -> tuple[list[Scal
         rows.append(ScalingRow(n, float(raw[allowed].std()), float(scaled[allowed].std()),
                                e_raw, e_scaled, m_raw, m_scaled))
     return rows, len(encoded.token_ids), d_k
+
+
+def encoder_qk(loaded, inputs: dict) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]:
+    """An encoder-decoder model's encoder: per layer the queries and keys as the model multiplies them (for
+    T5, without the 1/√d_k it does not apply), and the source mask (B, 1, S, S)."""
+    from attnviz.seq2seq import decoder_start
+
+    model = loaded.model
+    adapter = seq2seq_adapter_for(model)
+    modules = adapter.parts(model)["encoder"]
+    seen, remove = _record_inputs(model, modules)
+    ids = inputs["input_ids"]
+    try:
+        with torch.inference_mode():
+            model(**inputs, decoder_input_ids=torch.full((ids.shape[0], 1), decoder_start(loaded), device=ids.device))
+            layers = []
+            for n, (module, record) in enumerate(zip(modules, seen)):
+                if record is None:
+                    raise UnsupportedArchitectureError(f"the encoder attention module of layer {n} was not called")
+                qkv = adapter.qkv(copy.deepcopy(module).float(), Seen(record.hidden.float()), n, model, "encoder")
+                q = qkv.q / math.sqrt(qkv.q.size(-1)) if adapter.folds_scaling else qkv.q
+                layers.append((q, qkv.k))
+    finally:
+        remove()
+    source_mask = inputs.get("attention_mask", torch.ones_like(ids))
+    return layers, part_masks(source_mask, 1)["encoder"]
 
 
 def synthetic_scaling(d_k: int = 64, n: int = 100_000, seed: int = 0) -> tuple[float, float]:

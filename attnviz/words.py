@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from attnviz.capture import Capture
+from attnviz.capture import Capture, Side
 
 
 def _is_punctuation(token: str) -> bool:
@@ -57,11 +57,12 @@ def word_labels(tokens: Sequence[str], edges: np.ndarray, offsets: np.ndarray | 
     return labels
 
 
-def pool_by_edges(alpha: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """α (..., T, T) pooled into blocks: rows averaged over each block, key columns summed, so each pooled
-    row still sums to 1. (..., B, B)"""
-    starts = edges[:-1]
-    summed = np.add.reduceat(np.add.reduceat(np.asarray(alpha, np.float64), starts, axis=-1), starts, axis=-2)
+def pool_by_edges(alpha: np.ndarray, edges: np.ndarray, key_edges: np.ndarray | None = None) -> np.ndarray:
+    """α (..., T, S) pooled into blocks: rows averaged over each block of `edges`, key columns summed over
+    each block of `key_edges` (default the same), so each pooled row still sums to 1. (..., B, B')"""
+    key_edges = edges if key_edges is None else key_edges
+    summed = np.add.reduceat(np.add.reduceat(np.asarray(alpha, np.float64), key_edges[:-1], axis=-1), edges[:-1],
+                             axis=-2)
     return (summed / np.diff(edges)[:, None]).astype(np.float32)
 
 
@@ -78,9 +79,18 @@ def to_words(capture: Capture) -> Capture:
     offsets = capture.offsets
     labels = word_labels(capture.tokens, edges, offsets, capture.meta.get("text"), capture.special)
     starts = edges[:-1]
+    keys, key_edges = capture.keys, None
+    if keys is not None:  # cross-attention: the source's words along the columns
+        key_edges = word_edges(keys.tokens, keys.subword, keys.special)
+        key_starts = key_edges[:-1]
+        keys = Side(tuple(word_labels(keys.tokens, key_edges, keys.offsets, capture.meta.get("source_text"),
+                                      keys.special)),
+                    keys.token_ids[key_starts], keys.special[key_starts],
+                    tuple(keys.special_kind[s] for s in key_starts), np.zeros(len(key_starts), bool))
     words = replace(
         capture,
-        attentions=pool_by_edges(capture.attentions, edges),
+        keys=keys,
+        attentions=pool_by_edges(capture.attentions, edges, key_edges),
         tokens=tuple(labels),
         token_ids=capture.token_ids[starts],
         special=capture.special[starts],

@@ -39,6 +39,55 @@ def _bpe_tokenizer(kind: str):
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
 
 
+def _seq2seq_tokenizer(kind: str):
+    """A small metaspace BPE tokenizer with <pad>, </s>, <unk>, <s>: T5 and Marian append </s>; BART wraps
+    the text in <s> … </s>."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<pad>", "</s>", "<unk>", "<s>"])
+    tok.train_from_iterator(CORPUS, trainer)
+    ids = {t: tok.token_to_id(t) for t in ("<pad>", "</s>", "<unk>", "<s>")}
+    template = "<s> $A </s>" if kind == "bart" else "$A </s>"
+    tok.post_processor = processors.TemplateProcessing(single=template, special_tokens=[
+        ("<s>", ids["<s>"]), ("</s>", ids["</s>"])])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>",
+                                   bos_token="<s>"), ids
+
+
+def build_tiny_seq2seq(kind: str, folder, *, init: float = 0.3):
+    """Save a tiny random encoder-decoder model (T5, BART or Marian) with its language-model head and a
+    tokenizer into `folder`; return the folder."""
+    import torch
+    import transformers as tf
+
+    torch.manual_seed(0)
+    tokenizer, ids = _seq2seq_tokenizer(kind)
+    vocab = len(tokenizer)
+    if kind == "t5":
+        config = tf.T5Config(vocab_size=vocab, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=3,
+                             num_heads=4, relative_attention_num_buckets=8, relative_attention_max_distance=16,
+                             pad_token_id=ids["<pad>"], eos_token_id=ids["</s>"],
+                             decoder_start_token_id=ids["<pad>"], initializer_factor=init * 3)
+        model = tf.T5ForConditionalGeneration(config)
+    else:
+        common = dict(vocab_size=vocab, d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_heads=4,
+                      decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
+                      pad_token_id=ids["<pad>"], eos_token_id=ids["</s>"], bos_token_id=ids["<s>"],
+                      forced_eos_token_id=None, init_std=init)
+        if kind == "bart":
+            model = tf.BartForConditionalGeneration(tf.BartConfig(decoder_start_token_id=ids["</s>"], **common))
+        else:
+            model = tf.MarianMTModel(tf.MarianConfig(decoder_start_token_id=ids["<pad>"],
+                                                     decoder_vocab_size=vocab, **common))
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
 def _bert_tokenizer():
     from transformers import AutoTokenizer
 
@@ -116,6 +165,21 @@ def tiny_lm_dir(tmp_path_factory):
     def get(kind: str) -> str:
         if kind not in built:
             built[kind] = str(build_tiny_model(kind, tmp_path_factory.mktemp(f"tiny-lm-{kind}"), lm=True, init=0.3))
+        return built[kind]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def tiny_seq2seq_dir(tmp_path_factory):
+    """tiny_seq2seq_dir("t5") -> folder of a tiny random T5, BART or Marian model (2 encoder layers, 3 decoder
+    layers, 4 heads; T5 with 8 relative-position buckets up to distance 16, so buckets of both kinds,
+    exact and logarithmic, occur in short inputs)."""
+    built: dict[str, str] = {}
+
+    def get(kind: str) -> str:
+        if kind not in built:
+            built[kind] = str(build_tiny_seq2seq(kind, tmp_path_factory.mktemp(f"tiny-{kind}")))
         return built[kind]
 
     return get

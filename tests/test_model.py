@@ -101,13 +101,21 @@ def test_bad_device_and_dtype():
         load("minilm", dtype="int8")
 
 
-def test_encoder_decoder_models_are_refused_clearly(tmp_path):
+def test_a_bare_encoder_decoder_checkpoint_loads_with_its_head(tmp_path):
+    """A T5Model saved without its LM head, with the bundled (BERT) tokenizer, whose vocabulary fits: it
+    loads as an encoder-decoder model (T5 ties its head to the embeddings) and all three parts come out."""
     import transformers as tf
 
     from attnviz.model import bundled_model_dir
+    from attnviz.seq2seq import parts_capture
 
-    config = tf.T5Config(vocab_size=30522, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=2)
+    config = tf.T5Config(vocab_size=30522, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=2,
+                         decoder_start_token_id=0)
     tf.T5Model(config).save_pretrained(tmp_path)
     tf.AutoTokenizer.from_pretrained(str(bundled_model_dir())).save_pretrained(tmp_path)
-    with pytest.raises(ModelLoadError, match="encoder-decoder"):
-        load(str(tmp_path), device="cpu")
+    loaded = load(str(tmp_path), device="cpu")
+    assert loaded.seq2seq
+    parts = parts_capture(loaded, "The cat sat on the mat", target="The dog")
+    assert parts.names == ["encoder", "decoder", "cross"]
+    assert parts.part("cross").attentions.shape[2:] == (len(parts.part("decoder").tokens),
+                                                       len(parts.part("encoder").tokens))

@@ -18,9 +18,9 @@ def _shares(matrix: np.ndarray) -> np.ndarray:
     return np.divide(matrix, totals, out=np.zeros_like(matrix, dtype=np.float64), where=totals > 0)
 
 
-def _norms(inp: TextInput):
+def _norms(inp: TextInput, what: str = "norms"):
     text = inp.require_text()
-    loaded = inp.load()
+    loaded = inp.load_single(what)
     from attnviz.scratch import norms_capture
 
     with err.status("Running the model and recomputing each head's value vectors…"):
@@ -89,7 +89,7 @@ def sinks(threshold: Annotated[float, typer.Option(
     from attnviz.panels import short_model
     from attnviz.render.tables import sinks_table
 
-    loaded, capture, result = _norms(inp)
+    loaded, capture, result = _norms(inp, "sinks")
     alpha = result.alpha[:, 0].astype(np.float64)  # (L, H, T, T)
     shares = _shares(capture.attentions.astype(np.float64))
     tokens = Tokens.of(capture)

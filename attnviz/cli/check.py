@@ -38,8 +38,13 @@ def verify(tolerance: Annotated[Optional[float], typer.Option(
         return
     text = inp.require_text()
     loaded = inp.load()
+    inp.check_model_kind(loaded, None)
     if norms:
+        loaded.require_single("verify --norms")
         _verify_norms(loaded, text, inp.truncate, tolerance, as_json)
+        return
+    if loaded.seq2seq:
+        _verify_parts(loaded, inp.parts(loaded, text), None, tolerance, as_json)
         return
     with err.status("Running the model and the from-scratch path…"):
         reported, recomputed = capture_both(loaded, text, truncate=inp.truncate)
@@ -78,17 +83,24 @@ def _verify_capture(source, inp: TextInput, tolerance: float | None, as_json: bo
     differs by more than the tolerance. The model is --model, else the one the capture names."""
     from dataclasses import replace
 
-    from attnviz.capture import Capture
+    from attnviz.capture import Parts, load_capture
+    from attnviz.errors import InputError
     from attnviz.metrics import differences
     from attnviz.render.tables import verdict, verify_table
     from attnviz.scratch import capture_both_ids
 
     if inp.text is not None or inp.text_file is not None:
         raise typer.BadParameter("give either TEXT or --from, not both")
-    saved = Capture.load(source)
+    saved = load_capture(source)
     if inp.model is None:
         say(f"Model: {saved.model} (named by the capture; --model chooses another)", console=err, style="dim")
     loaded = replace(inp, model=inp.model or saved.model).load()
+    if isinstance(saved, Parts) or loaded.seq2seq:
+        if not (isinstance(saved, Parts) and loaded.seq2seq):
+            raise InputError(f"{source} and {loaded.name} do not match: one is of an encoder-decoder model and the "
+                             f"other not")
+        _verify_parts(loaded, saved, source, tolerance, as_json)
+        return
     with err.status("Running the model and the from-scratch path over the capture's tokens…"):
         reported, recomputed = capture_both_ids(loaded, saved)
     tolerance = TOLERANCE[loaded.dtype] if tolerance is None else tolerance
@@ -114,6 +126,86 @@ def _verify_capture(source, inp: TextInput, tolerance: float | None, as_json: bo
             "is the textbook formula applied to the model's own weights." if ok else
             "FAIL means: the saved attention is not what this model computes for these tokens (another model or "
             "revision, or a changed file), or the model does something the formula leaves out.", wrap=True)
+    if not ok:
+        raise typer.Exit(MISMATCH_EXIT)
+
+
+def _verify_parts(loaded, parts, source, tolerance: float | None, as_json: bool) -> None:
+    """An encoder-decoder model: each part (encoder, decoder, cross) of one forward pass over the source and
+    the decoder's input, against the formula from the weights; with --from, the saved parts against that
+    pass too. Exit 3 if any differs by more than the tolerance."""
+    from dataclasses import replace
+
+    import torch
+
+    from attnviz.metrics import differences
+    from attnviz.render.tables import verdict, verify_table
+    from attnviz.scratch import scratch_parts
+
+    encoder = parts.part("encoder") if "encoder" in parts.captures else None
+    source_side = parts.part("cross").keys if "cross" in parts.captures else None
+    source_ids = (encoder.token_ids if encoder is not None else source_side.token_ids if source_side else None)
+    target = parts.part("decoder") if "decoder" in parts.captures else parts.captures.get("cross")
+    if source_ids is None or target is None:
+        from attnviz.errors import InputError
+
+        raise InputError("verify needs the source and the target tokens: this capture holds only "
+                         + ", ".join(parts.names))
+    vocab = int(loaded.model.get_input_embeddings().num_embeddings)
+    if max(int(source_ids.max()), int(target.token_ids.max())) >= vocab or min(int(source_ids.min()),
+                                                                               int(target.token_ids.min())) < 0:
+        from attnviz.errors import InputError
+
+        raise InputError(f"the capture's token ids do not fit {loaded.name}'s vocabulary of {vocab}: give the model "
+                         f"that made it (the capture names {visible(parts.model)!r})")
+    device = loaded.device
+    ids = torch.tensor([list(source_ids)], device=device)
+    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+              "decoder_input_ids": torch.tensor([list(target.token_ids)], device=device)}
+    with err.status("Running the model and the from-scratch path over every part…"):
+        results = scratch_parts(loaded, inputs)
+    tolerance = TOLERANCE[loaded.dtype] if tolerance is None else tolerance
+    checks: dict[str, list] = {}
+    for name, (scratch, model_alpha) in results.items():
+        if name not in parts.captures:
+            continue
+        saved = parts.part(name)
+        if saved.attentions.shape != model_alpha.shape:
+            from attnviz.errors import InputError
+
+            raise InputError(f"the capture's {name} part is {saved.attentions.shape}, {loaded.name} gives "
+                             f"{model_alpha.shape}: give the model that made it")
+        reported = replace(saved, attentions=model_alpha)
+        if source is not None:
+            checks[f"{name}: saved vs model"] = differences(saved, reported)
+        checks[f"{name}: model vs scratch"] = differences(reported, replace(saved, attentions=scratch))
+    worst = {name: max(diffs, key=lambda d: d.max_abs) for name, diffs in checks.items()}
+    ok = all(w.max_abs <= tolerance for w in worst.values())
+    if as_json:
+        print_json({"model": loaded.name, "dtype": loaded.dtype, "device": loaded.device,
+                    "capture": None if source is None else str(source), "tolerance": tolerance, "passed": ok,
+                    "source_tokens": list(parts.part("encoder").tokens) if encoder is not None else None,
+                    "target_tokens": list(target.tokens),
+                    "checks": {name: {"max_abs_diff": worst[name].max_abs, "passed": worst[name].max_abs <= tolerance,
+                                      "layers": [d.__dict__ for d in diffs]} for name, diffs in checks.items()}})
+    else:
+        from attnviz.panels import PART_TITLES
+
+        for name, diffs in checks.items():
+            part, what = name.split(": ")
+            capture = parts.part(part)
+            title = (f"{visible(loaded.name)} ({loaded.dtype}, {loaded.device}) · {PART_TITLES[part]} · {what}: "
+                     f"{capture.n_layers} layers × {capture.n_heads} heads × {capture.n_tokens} × {capture.n_keys}")
+            out.print(verify_table(diffs, tolerance, title))
+            w = worst[name]
+            passed = w.max_abs <= tolerance
+            out.print(verdict(passed, f"max |Δα| = {w.max_abs:.2e} (layer {w.layer}, head {w.worst_head}) "
+                                      f"{'≤' if passed else '>'} tolerance {tolerance:g}"))
+        say("PASS means: in every part — the encoder's self-attention, the decoder's, and cross-attention from "
+            "the target to the source — the formula applied to the model's own weights gives the weights the model "
+            "reports" + (", and the saved capture holds them." if source is not None else ".") if ok else
+            "FAIL means: in some part the weights differ (see which above): another model or revision, a changed "
+            "file, or something the formula leaves out.", wrap=True)
     if not ok:
         raise typer.Exit(MISMATCH_EXIT)
 
@@ -153,23 +245,31 @@ def _verify_norms(loaded, text: str, truncate: bool, tolerance: float | None, as
 def scaling(output: ImageOut = None, as_json: JsonOpt = False, *, inp: TextInput) -> None:
     from attnviz.render.png import FORMATS, save_figure, scaling_figure
     from attnviz.render.tables import scaling_table
-    from attnviz.scratch import scaling_rows, synthetic_scaling
+    from attnviz.scratch import scaling_rows, seq2seq_adapter_for, synthetic_scaling
 
     check_output(output, FORMATS)
     text = inp.require_text()
     loaded = inp.load()
     with err.status("Recomputing Q and K…"):
         rows, T, d_k = scaling_rows(loaded, text, truncate=inp.truncate)
+    folds = loaded.seq2seq and seq2seq_adapter_for(loaded.model).folds_scaling  # T5: no ÷√d_k of its own
     raw_own, scaled_own = synthetic_scaling(d_k)
     raw64, scaled64 = synthetic_scaling(64)
     if as_json:
         print_json({"model": loaded.name, "T": T, "d_k": d_k, "ln_T": math.log(T),
+                    "model_divides_by_sqrt_dk": not folds,
                     "layers": [r.__dict__ for r in rows],
                     "synthetic": {"d_k": d_k, "std_raw": raw_own, "std_scaled": scaled_own},
                     "synthetic_d64": {"std_raw": raw64, "std_scaled": scaled64}})
     else:
-        out.print(scaling_table(rows, T, d_k, f"{visible(loaded.name)}: softmax(QKᵀ) vs softmax(QKᵀ/√d_k)"))
-        say("raw: the same trained weights and the same Q and K, only without the division by √d_k.", wrap=True)
+        where = " (encoder self-attention)" if loaded.seq2seq else ""
+        out.print(scaling_table(rows, T, d_k, f"{visible(loaded.name)}{where}: softmax(QKᵀ) vs softmax(QKᵀ/√d_k)"))
+        if folds:
+            say("T5 does not divide by √d_k: its initialisation scales the query weights down instead (Raffel et al. "
+                "2020, Mesh TensorFlow), so its own scores are the raw column (plus its relative position bias), "
+                "and the scaled column is what dividing once more would give.", style="yellow", wrap=True)
+        else:
+            say("raw: the same trained weights and the same Q and K, only without the division by √d_k.", wrap=True)
         say(f"Random q, k with N(0, 1) entries: std of q·k is √d_k — d_k = {d_k} (this model): {raw_own:.2f} "
             f"(√{d_k} = {math.sqrt(d_k):.2f}), after ÷√d_k {scaled_own:.2f}; d_k = 64 (the essays' example): "
             f"{raw64:.2f} (√64 = 8), after ÷√d_k {scaled64:.2f}. Without the scaling the logits grow with √d_k, "

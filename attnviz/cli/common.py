@@ -354,6 +354,22 @@ def read_text(source: Path | None) -> str:
         raise InputError(f"the text in {name} is not UTF-8 (byte {exc.start}); save it as UTF-8") from None
 
 
+MAX_NEW_TOKENS = 4096
+PART_CHOICES = ("encoder", "decoder", "cross")
+PART_ALIASES = {"enc": "encoder", "dec": "decoder", "cross-attention": "cross", "encoder-decoder": "cross"}
+_PART_HELP = ("Encoder-decoder models (T5, BART, Marian): which attention — encoder (source × source), decoder "
+              "(target × target, causal) or cross (target rows × source columns).")
+PartOpt = Annotated[Optional[str], typer.Option(
+    "--part", parser=choice_parser(PART_CHOICES, PART_ALIASES), metavar="encoder|decoder|cross", show_default=False,
+    help=_PART_HELP + " Default: cross.")]
+SelfPartOpt = Annotated[Optional[str], typer.Option(
+    "--part", parser=choice_parser(PART_CHOICES, PART_ALIASES), metavar="encoder|decoder|cross", show_default=False,
+    help=_PART_HELP + " Default: encoder.")]
+AllPartsOpt = Annotated[Optional[str], typer.Option(
+    "--part", parser=choice_parser(("all", *PART_CHOICES), PART_ALIASES), metavar="all|encoder|decoder|cross",
+    show_default=False, help=_PART_HELP + " Default: all three.")]
+
+
 @dataclass(frozen=True)
 class TextInput(ModelOptions):
     """TEXT (or - for standard input, or --text-file) and the model to run it through."""
@@ -362,6 +378,59 @@ class TextInput(ModelOptions):
     text_file: Annotated[Optional[Path], typer.Option(
         "--text-file", help="Read the text from this file (UTF-8) instead of TEXT.", dir_okay=False,
         show_default=False, metavar="FILE")] = None
+    target: Annotated[Optional[str], typer.Option(
+        "--target", metavar="TEXT", show_default=False,
+        help="Encoder-decoder models: the decoder reads this target text (teacher forcing); without it the "
+             "decoder writes its own (greedy, --max-new-tokens).")] = None
+    max_new_tokens: Annotated[Optional[int], typer.Option(
+        "--max-new-tokens", "-n", min=1, max=MAX_NEW_TOKENS, metavar="N", show_default=False,
+        help="Tokens to write, at most (attnviz generate, and encoder-decoder models without --target): "
+             "default 20; the end-of-sequence token stops earlier.")] = None
+
+    def check_model_kind(self, loaded, part: str | None, *, writes: bool = False) -> None:
+        """--part, --target and --max-new-tokens are for encoder-decoder models (and --max-new-tokens for
+        attnviz generate): refused in one line where they do not apply."""
+        if loaded.seq2seq:
+            if self.target is not None and self.max_new_tokens is not None:
+                raise typer.BadParameter("give either --target (the decoder reads it) or --max-new-tokens (the "
+                                         "decoder writes), not both")
+            return
+        if part is not None:
+            raise typer.BadParameter(f"{loaded.name} has one kind of attention (self-attention); --part is for "
+                                     f"encoder-decoder models (T5, BART, Marian)", param_hint="--part")
+        if self.target is not None or (self.max_new_tokens is not None and not writes):
+            raise typer.BadParameter(f"--target and --max-new-tokens are for encoder-decoder models; {loaded.name} "
+                                     f"is not one (for a causal language model, attnviz generate writes text)")
+
+    def load_single(self, what: str):
+        """The model, for a command that shows one self-attention (steps, positions, norms, sinks)."""
+        loaded = self.load()
+        loaded.require_single(what)
+        self.check_model_kind(loaded, None)
+        return loaded
+
+    def parts(self, loaded, text: str, decoding=None):
+        """All three attention parts of an encoder-decoder model: the decoder reads --target, or writes (a
+        progress bar counts its tokens)."""
+        from attnviz.generate import Decoding
+        from attnviz.seq2seq import parts_capture
+
+        if getattr(self, "stream", False):
+            raise typer.BadParameter("--stream is for long inputs of encoder-only and decoder-only models; an "
+                                     "encoder-decoder model's attention is kept whole (--max-memory bounds it)")
+        if self.target is not None:
+            from attnviz.model import check_text
+
+            check_text(self.target)
+            with err.status("Running the model…"):
+                return parts_capture(loaded, text, target=self.target, truncate=self.truncate)
+        decoding = decoding or Decoding(max_new_tokens=self.max_new_tokens or 20)
+        parts = _with_progress("Writing", decoding.max_new_tokens, lambda step: parts_capture(
+            loaded, text, decoding=decoding, truncate=self.truncate, on_step=step))
+        written = parts.meta.get("target_text", "")
+        say(f"Decoder input: written by the model ({decoding.describe()}, {len(parts.part('decoder').tokens) - 1} "
+            f"tokens): “{visible(written)}”; --target gives your own.", console=err, style="dim", wrap=True)
+        return parts
 
     def given_text(self) -> str | None:
         if self.text_file is not None:
@@ -382,13 +451,19 @@ class TextInput(ModelOptions):
 
         return check_text(text)
 
-    def capture(self, *, window: tuple | None = None, rollout_token: str | None = None, pictures: bool = True):
+    def capture(self, *, window: tuple | None = None, rollout_token: str | None = None, pictures: bool = True,
+                part: str | None = None, default_part: str = "cross"):
         """The model's Capture of the text: the full α when it fits the memory budget; else (or with
         --stream, where the command offers it) a pooled capture streamed a block of rows at a time, with the
         exact window (rows, cols, layers selections) and rollout row asked for. `pictures=False` (a command
-        that shows only statistics) skips the pooled matrices and rollout rows, and keeps no layer's input."""
+        that shows only statistics) skips the pooled matrices and rollout rows, and keeps no layer's input.
+        For an encoder-decoder model: the `part` asked for (else `default_part`) of its three."""
         text = self.require_text()
         loaded = self.load()
+        self.check_model_kind(loaded, part)
+        if loaded.seq2seq:
+            chosen = self.parts(loaded, text).part(part or default_part)
+            return _as_words(chosen) if getattr(self, "words", False) else chosen
         from attnviz.model import attention_bytes, check_memory, encode, make_capture, memory_budget, model_attentions
 
         encoded = encode(loaded, text, truncate=self.truncate)
@@ -504,18 +579,74 @@ class CaptureInput(LongTextInput):
 
     source: FromOpt = None
 
-    def capture(self, *, window: tuple | None = None, rollout_token: str | None = None, pictures: bool = True):
-        """A Capture from --from, or by running the model on the text."""
-        from attnviz.capture import Capture
-
+    def capture(self, *, window: tuple | None = None, rollout_token: str | None = None, pictures: bool = True,
+                part: str | None = None, default_part: str = "cross"):
+        """A Capture from --from, or by running the model on the text; of an encoder-decoder model, the
+        `part` asked for (else `default_part`)."""
         if self.source is not None:
-            if self.text is not None or self.text_file is not None:
-                raise typer.BadParameter("give either TEXT or --from, not both")
-            capture = Capture.load(self.source)
+            loaded = self.saved()
+            capture = _chosen_part(loaded, part, default_part)
             return _as_words(capture) if self.words else capture
-        if self.text is None and self.text_file is None:
+        self.require_source()
+        return super().capture(window=window, rollout_token=rollout_token, pictures=pictures, part=part,
+                               default_part=default_part)
+
+    def require_source(self) -> None:
+        if self.text is None and self.text_file is None and self.source is None:
             raise typer.BadParameter("give the TEXT to look at (in quotes), or --from CAPTURE.npz")
-        return super().capture(window=window, rollout_token=rollout_token, pictures=pictures)
+
+    def saved(self):
+        """The --from file: a Capture, or an encoder-decoder model's Parts."""
+        from attnviz.capture import load_capture
+
+        if self.text is not None or self.text_file is not None:
+            raise typer.BadParameter("give either TEXT or --from, not both")
+        if self.target is not None or self.max_new_tokens is not None:
+            raise typer.BadParameter("--target and --max-new-tokens choose what the model reads; with --from "
+                                     "nothing is run")
+        assert self.source is not None
+        return load_capture(self.source)
+
+    def whole(self):
+        """Everything the input has: a Capture, or all parts of an encoder-decoder model (Parts)."""
+        self.require_source()
+        if self.source is not None:
+            saved = self.saved()
+            return _as_words(saved) if self.words and not hasattr(saved, "captures") else saved
+        text = self.require_text()
+        loaded = self.load()
+        self.check_model_kind(loaded, None)
+        if loaded.seq2seq:
+            parts = self.parts(loaded, text)
+            if self.words:
+                from attnviz.capture import Parts
+
+                return Parts({name: _as_words(c) for name, c in parts.captures.items()})
+            return parts
+        return super().capture()
+
+
+def _chosen_part(loaded, part: str | None, default_part: str):
+    """A saved Capture as it is (--part refused: it has one kind of attention), or one part of Parts."""
+    from attnviz.capture import Parts
+
+    if isinstance(loaded, Parts):
+        return loaded.part(part or default_part)
+    if part is not None:
+        raise typer.BadParameter("this capture has one kind of attention (self-attention); --part is for captures "
+                                 "of encoder-decoder models", param_hint="--part")
+    return loaded
+
+
+def _with_progress(what: str, total: int, run: Callable):
+    """Run `run(step)` with a progress bar on stderr that `step(n)` advances."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), TextColumn("tokens"),
+                        TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal)
+    with progress:
+        task = progress.add_task(what, total=total)
+        return run(lambda n: progress.advance(task, n))
 
 
 def takes(**groups: type) -> Callable:

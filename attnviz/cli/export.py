@@ -8,7 +8,8 @@ from typing import Annotated
 
 import typer
 
-from attnviz.cli.common import CaptureInput, CmapOpt, HeadSel, LayerSel, ScaleOptions, app, cli_errors, err, say, takes
+from attnviz.cli.common import (AllPartsOpt, CaptureInput, CmapOpt, HeadSel, LayerSel, ScaleOptions, app, cli_errors,
+                                err, say, takes)
 from attnviz.selection import Selection
 
 
@@ -30,7 +31,8 @@ def export_command(out_dir: Annotated[Path, typer.Option(
                                                         min=1, max=1024)] = os.cpu_count() or 1,
                    force: Annotated[bool, typer.Option("--force", help="Replace an earlier attnviz export in "
                                                                        "--out-dir (never other files).")] = False,
-                   cmap: CmapOpt = "viridis", *, inp: CaptureInput, look: ScaleOptions) -> None:
+                   cmap: CmapOpt = "viridis", part: AllPartsOpt = None, *, inp: CaptureInput,
+                   look: ScaleOptions) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from attnviz.export import FORMATS, check_target, export, export_folder
@@ -38,9 +40,21 @@ def export_command(out_dir: Annotated[Path, typer.Option(
     if fmt not in FORMATS:
         raise typer.BadParameter(f"{fmt!r}: choose one of {', '.join(FORMATS)}", param_hint="--format")
     check_target(export_folder(out_dir), force)  # before any model work
-    capture = inp.capture()
-    layers = layer.indices(capture.n_layers)
-    heads = head.indices(capture.n_heads)
+    from attnviz.capture import Parts
+    from attnviz.export import ExportPart
+
+    whole = inp.whole()
+    if isinstance(whole, Parts):  # an encoder-decoder model: each part its own images, grid and section
+        names = whole.names if part in (None, "all") else [whole.part(part).part or part]
+        chosen = [whole.part(name) for name in names]
+        items = [ExportPart(c, layer.indices(c.n_layers), head.indices(c.n_heads), f"{c.part}_") for c in chosen]
+        saved = whole if len(names) == len(whole.names) else Parts({c.part or "": c for c in chosen})
+    else:
+        if part not in (None, "all"):
+            raise typer.BadParameter("this input has one kind of attention (self-attention); --part is for "
+                                     "encoder-decoder models", param_hint="--part")
+        items = [ExportPart(whole, layer.indices(whole.n_layers), head.indices(whole.n_heads))]
+        saved = whole
     columns = (TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
     progress = Progress(*columns, console=err, transient=True, disable=not err.is_terminal)
@@ -51,10 +65,10 @@ def export_command(out_dir: Annotated[Path, typer.Option(
         tasks.append(progress.add_task("Exporting", total=total))
 
     try:
-        target = export(capture, out_dir, layers=layers, heads=heads, fmt=fmt, dpi=dpi, cmap=cmap,
-                        workers=workers, force=force, scale=look.choice(), on_total=start,
-                        on_done=lambda n: progress.advance(tasks[0], n))
+        target = export(saved, out_dir, items=items, fmt=fmt, dpi=dpi, cmap=cmap, workers=workers, force=force,
+                        scale=look.choice(), on_total=start, on_done=lambda n: progress.advance(tasks[0], n))
     finally:
         progress.stop()
-    images = len(layers) * (len(heads) + 1)
-    say(f"{target}  ({images} images, grid.{fmt}, attention.npz, heads.csv, heads.json, index.html)")
+    images = sum(item.images for item in items)
+    grids = ", ".join(f"{item.prefix}grid.{fmt}" for item in items)
+    say(f"{target}  ({images} images, {grids}, attention.npz, heads.csv, heads.json, index.html)")

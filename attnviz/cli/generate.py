@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated, Optional
 
 import typer
 
-from attnviz.cli.common import (HeadSel, JsonOpt, LayerSel, TextInput, app, check_output, cli_errors, err,
+from attnviz.cli.common import (HeadSel, JsonOpt, LayerSel, PartOpt, TextInput, app, check_output, cli_errors, err,
                                 finite_float, out, output_path, print_json, say, takes, use_color)
 from attnviz.selection import Selection
 
-MAX_NEW_TOKENS = 4096
 STOPPED = {"eos": "the model's end-of-sequence token", "max_new_tokens": "--max-new-tokens",
            "max_positions": "the model's maximum positions"}
 
@@ -21,11 +21,7 @@ STOPPED = {"eos": "the model's end-of-sequence token", "max_new_tokens": "--max-
                   "tokens' rows); --terminal shows, per new token, the earlier tokens it attends to most.")
 @cli_errors
 @takes(inp=TextInput)
-def generate(max_new_tokens: Annotated[int, typer.Option(
-                 "--max-new-tokens", "-n", min=1, max=MAX_NEW_TOKENS, metavar="N",
-                 help="Stop after N new tokens (or at the end-of-sequence token, or the model's maximum "
-                      "positions).")] = 20,
-             sample: Annotated[bool, typer.Option(
+def generate(sample: Annotated[bool, typer.Option(
                  "--sample", help="Sample the next token instead of taking the most likely (greedy).")] = False,
              temperature: Annotated[Optional[float], typer.Option(
                  parser=finite_float(0.0), metavar="T", show_default=False,
@@ -45,7 +41,7 @@ def generate(max_new_tokens: Annotated[int, typer.Option(
              head: HeadSel = Selection.parse("mean", "head", keywords=("mean", "max"), option="--head"),
              top: Annotated[int, typer.Option(min=1, max=20, metavar="K",
                                               help="--terminal and --json: the K earlier tokens shown per step.")] = 3,
-             as_json: JsonOpt = False, *, inp: TextInput) -> None:
+             part: PartOpt = None, as_json: JsonOpt = False, *, inp: TextInput) -> None:
     from attnviz.generate import Decoding
 
     check_output(output, (".npz",))
@@ -55,20 +51,33 @@ def generate(max_new_tokens: Annotated[int, typer.Option(
         raise typer.BadParameter("must be above 0", param_hint="--temperature")
     if top_p is not None and not 0 < top_p <= 1:
         raise typer.BadParameter("must be above 0 and at most 1", param_hint="--top-p")
-    decoding = Decoding(max_new_tokens=max_new_tokens, sample=sample, seed=seed,
+    decoding = Decoding(max_new_tokens=inp.max_new_tokens or 20, sample=sample, seed=seed,
                         temperature=1.0 if temperature is None else temperature, top_p=1.0 if top_p is None else top_p)
     text = inp.require_text()
     loaded = inp.load(lm_head=True)
-    capture = _generate(loaded, text, decoding, inp.truncate)
+    inp.check_model_kind(loaded, part, writes=True)
+    whole = None
+    if loaded.seq2seq:  # the decoder writes; the per-step view follows --part (default: cross-attention)
+        if inp.target is not None:
+            raise typer.BadParameter("generate writes the target; --target is for the viewing commands")
+        if part == "encoder":
+            raise typer.BadParameter("the encoder reads the source and writes nothing: the per-step view is of "
+                                     "the decoder or cross-attention", param_hint="--part")
+        whole = inp.parts(loaded, text, decoding)
+        capture = whole.part(part or "cross")
+        capture = replace(capture, meta={**capture.meta, "prompt": text,
+                                         "generated_text": capture.meta.get("target_text", "")})
+    else:
+        capture = _generate(loaded, text, decoding, inp.truncate)
     layers = layer.indices(capture.n_layers)
     heads = head.resolve(capture.n_heads)
     if len(layers) != 1 or len(heads) != 1:
         raise typer.BadParameter("the per-step view shows one layer and one head (or the head mean)",
                                  param_hint="--layer" if len(layers) != 1 else "--head")
-    from attnviz.panels import generation_steps, head_label, short_model
+    from attnviz.panels import PART_TITLES, generation_steps, head_label, short_model
     from attnviz.text import visible
 
-    path = capture.save(output_path(output, "generation.npz")) if output is not None else None
+    path = (whole or capture).save(output_path(output, "generation.npz")) if output is not None else None
     steps = generation_steps(capture, layers[0], heads[0], top)
     meta = capture.meta
     if as_json:
@@ -79,7 +88,7 @@ def generate(max_new_tokens: Annotated[int, typer.Option(
         return
     from rich.text import Text
 
-    written = Text(visible(meta["prompt"]))
+    written = Text(visible(meta["prompt"]) + (" → " if whole is not None else ""))
     written.append(visible(meta["generated_text"]), style="bold green" if use_color() else "")
     out.print(written)
     n_new = int(capture.generated.sum())
@@ -89,8 +98,9 @@ def generate(max_new_tokens: Annotated[int, typer.Option(
         from attnviz.render.tables import generation_table
 
         which = head_label(heads[0], capture.n_heads) if isinstance(heads[0], str) else f"head {heads[0]}"
-        title = (f"{short_model(capture.model)} · layer {layers[0]} · {which}: what each new token attends to as it "
-                 f"is read in (its row of α)")
+        what = f"{PART_TITLES[capture.part]}: " if capture.part else ""
+        title = (f"{short_model(capture.model)} · {what}layer {layers[0]} · {which}: what each new token attends to "
+                 f"as it is read in (its row of α)")
         out.print(generation_table(steps, title, color=use_color()))
     if path is not None:
         say(f"{path}  ({capture.n_layers} layers × {capture.n_heads} heads × {capture.n_tokens} tokens, "

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from attnviz.cli.common import (CaptureInput, CmapOpt, HeadSel, ImageOut, JsonOpt, LayerSel, ScaleOptions,
+from attnviz.cli.common import (SelfPartOpt, CaptureInput, CmapOpt, HeadSel, ImageOut, JsonOpt, LayerSel, ScaleOptions,
                                 TextInput, app, check_output, cli_errors, err, out, output_path, print_json, say,
                                 takes, use_color)
 from attnviz.selection import Selection
@@ -40,7 +40,7 @@ def steps(layer: LayerSel = Selection.parse("0", "layer", option="--layer"),
 
     check_output(output, FORMATS)
     text = inp.require_text()
-    loaded = inp.load()
+    loaded = inp.load_single("steps")
     from attnviz.model import encode, layers_and_heads
     from attnviz.panels import steps_page
     from attnviz.scratch import head_steps
@@ -83,7 +83,7 @@ def positions(layer: LayerSel = Selection.parse("-1", "layer", option="--layer")
 
     check_output(output, FORMATS)
     text = inp.require_text()
-    loaded = inp.load()
+    loaded = inp.load_single("positions")
     from attnviz.model import layers_and_heads
     from attnviz.panels import positions_page
     from attnviz.scratch import positions_experiment
@@ -117,7 +117,7 @@ def token(token: Annotated[Optional[str], typer.Argument(
               help="The token: its index, its text (case-insensitive) or text#n for the n-th occurrence "
                    "(after TEXT, or alone with --from).", show_default=False, metavar="TOKEN")] = None,
           layer: LayerSel = Selection.everything("layer", "--layer"),
-          output: ImageOut = None, as_json: JsonOpt = False, cmap: CmapOpt = "viridis",
+          output: ImageOut = None, as_json: JsonOpt = False, cmap: CmapOpt = "viridis", part: SelfPartOpt = None,
           *, inp: CaptureInput, look: ScaleOptions) -> None:
     from attnviz.panels import token_links, token_page
     from attnviz.render.png import FORMATS
@@ -130,7 +130,12 @@ def token(token: Annotated[Optional[str], typer.Argument(
         token, inp = inp.text, replace(inp, text=None)
     if token is None:
         raise typer.BadParameter("give the TOKEN to look at: attnviz token \"TEXT\" TOKEN, or --from FILE TOKEN")
-    capture = inp.capture()
+    capture = inp.capture(part=part, default_part="encoder")
+    if not capture.square:
+        from attnviz.errors import SelectionError
+
+        raise SelectionError("token follows one token through self-attention; for what a target token attends to "
+                             "in the source use attnviz heatmap --part cross --rows N", "--part")
     if capture.pooled:
         from attnviz.errors import InputError
 

@@ -7,9 +7,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from attnviz.cli.common import (CaptureInput, CmapOpt, CsvOpt, HeadSel, ImageOut, JsonOpt, LayerSel, ScaleOptions,
-                                LongTextInput, RowsOpt, StartOpt, app, check_output, cli_errors, emit_records, err, out,
-                                output_path, print_json, say, selection_parser, takes, use_color)
+from attnviz.cli.common import (CaptureInput, CmapOpt, CsvOpt, HeadSel, ImageOut, JsonOpt, LayerSel, LongTextInput,
+                                PartOpt, RowsOpt, ScaleOptions, SelfPartOpt, StartOpt, app, check_output, cli_errors,
+                                emit_records, err, out, output_path, print_json, say, selection_parser, takes,
+                                use_color)
 from attnviz.render.png import FORMATS  # numpy-only at import; matplotlib loads on use
 from attnviz.selection import Selection
 
@@ -41,15 +42,15 @@ def heads(layer: LayerSel = ALL_LAYERS, head: HeadSel = Selection.everything("he
           desc: Annotated[bool, typer.Option("--desc", help="Sort largest first.")] = False,
           top: Annotated[Optional[int], typer.Option(help="Show only the first N rows.", min=1,
                                                      show_default=False)] = None,
-          rows: RowsOpt = None, as_json: JsonOpt = False, as_csv: CsvOpt = False, *, inp: CaptureInput) -> None:
+          rows: RowsOpt = None, part: PartOpt = None, as_json: JsonOpt = False, as_csv: CsvOpt = False, *,
+          inp: CaptureInput) -> None:
     from attnviz.metrics import LABELS, columns, head_records
-    from attnviz.panels import short_model
     from attnviz.render.tables import heads_table
 
     key = _sort_key(sort)
     if label is not None and label not in LABELS:
         raise typer.BadParameter(f"{label!r} is not a label; choose from {', '.join(LABELS)}", param_hint="--label")
-    capture = inp.capture(pictures=False)
+    capture = inp.capture(pictures=False, part=part)
     layers, chosen_heads = set(layer.indices(capture.n_layers)), set(head.indices(capture.n_heads))
     queries = _query_rows(capture, rows)
     records = [r for r in head_records(capture, queries) if r["layer"] in layers and r["head"] in chosen_heads
@@ -58,7 +59,7 @@ def heads(layer: LayerSel = ALL_LAYERS, head: HeadSel = Selection.everything("he
         records.sort(key=lambda r: (r[key] != r[key], r[key]), reverse=desc)  # NaN last (ascending)
     records = records[:top] if top else records
     if not emit_records(records, as_json, as_csv, columns()):
-        out.print(heads_table(records, f"{short_model(capture.model)}: {len(records)} heads, T = {capture.n_tokens}"
+        out.print(heads_table(records, f"{_named(capture)}: {len(records)} heads, {_size(capture)}"
                                        f"{_rows_note(rows, queries)}",
                               width=out.width, caption="column definitions: attnviz explain; sort by any column "
                                                        "header with --sort"))
@@ -70,22 +71,22 @@ def heads(layer: LayerSel = ALL_LAYERS, head: HeadSel = Selection.everything("he
 def entropy(output: ImageOut = None,
             normalised: Annotated[bool, typer.Option("--normalised", help="Divide each row by ln(keys it may "
                                                                          "attend to): 0 one-hot, 1 uniform.")] = False,
-            cmap: CmapOpt = "viridis", rows: RowsOpt = None, as_json: JsonOpt = False, as_csv: CsvOpt = False, *,
-            inp: CaptureInput) -> None:
+            cmap: CmapOpt = "viridis", rows: RowsOpt = None, part: PartOpt = None, as_json: JsonOpt = False,
+            as_csv: CsvOpt = False, *, inp: CaptureInput) -> None:
     from attnviz import metrics
-    from attnviz.panels import entropy_panel, short_model
+    from attnviz.panels import entropy_panel
     from attnviz.render.tables import entropy_table
 
     check_output(output, FORMATS)
-    capture = inp.capture(pictures=False)  # the figure shows the statistics, not α
+    capture = inp.capture(pictures=False, part=part)  # the figure shows the statistics, not α
     queries = _query_rows(capture, rows)
     values = metrics.value_grid(capture, "norm_entropy" if normalised else "entropy", queries)
-    uniform = 1.0 if normalised else metrics.uniform_entropy(capture.n_tokens)
+    uniform = 1.0 if normalised else metrics.uniform_entropy(capture.n_keys)
     records = [{"layer": layer, "head": head, "entropy": float(values[layer, head]), "uniform": uniform}
                for layer in range(capture.n_layers) for head in range(capture.n_heads)]
     if not emit_records(records, as_json, as_csv):
-        out.print(entropy_table(values, uniform, f"{short_model(capture.model)}: mean attention entropy"
-                                f"{' (normalised)' if normalised else ''}, T = {capture.n_tokens}"
+        out.print(entropy_table(values, uniform, f"{_named(capture)}: mean attention entropy"
+                                f"{' (normalised)' if normalised else ''}, {_size(capture)}"
                                 f"{_rows_note(rows, queries)}", color=use_color(),
                                 cmap=cmap))
     if output is not None:
@@ -103,14 +104,14 @@ def entropy(output: ImageOut = None,
 def rollout(token: Annotated[Optional[str], typer.Option(
                 help="Token to explain: an index, or its text. Default: [CLS]/the first start token for "
                      "encoders, the last token for causal models.", show_default=False)] = None,
-            output: ImageOut = None, cmap: CmapOpt = "viridis", as_json: JsonOpt = False, as_csv: CsvOpt = False,
-            *, inp: CaptureInput) -> None:
+            output: ImageOut = None, cmap: CmapOpt = "viridis", part: SelfPartOpt = None, as_json: JsonOpt = False,
+            as_csv: CsvOpt = False, *, inp: CaptureInput) -> None:
     from attnviz.metrics import rollout as compute_rollout
     from attnviz.panels import rollout_panel, short_model, token_labels
     from attnviz.render.terminal import bar_chart
 
     check_output(output, FORMATS)
-    capture = inp.capture(rollout_token=token)
+    capture = inp.capture(rollout_token=token, part=part, default_part="encoder")
     if capture.long is not None:  # a long input: the rows its streamed pass computed (no T × T matrix)
         _long_rollout(capture, token, output, as_json, as_csv)
         return
@@ -176,6 +177,19 @@ def _long_rollout(capture, token: str | None, output: str | None, as_json: bool,
             console=err if as_json or as_csv else out)
 
 
+def _named(capture) -> str:
+    """The model's short name, and the part of an encoder-decoder model."""
+    from attnviz.panels import PART_TITLES, short_model
+
+    return short_model(capture.model) + (f" · {PART_TITLES[capture.part]}" if capture.part else "")
+
+
+def _size(capture) -> str:
+    if capture.square:
+        return f"T = {capture.n_tokens}"
+    return f"{capture.n_tokens} target × {capture.n_keys} source tokens"
+
+
 def _query_rows(capture, rows: Selection | None) -> list[int] | None:
     """--rows as query positions of this capture (indices, ranges, generated, prompt); None for all."""
     if rows is None:
@@ -220,7 +234,7 @@ def compare(layer: Annotated[Optional[Selection], typer.Option(
                 "--from", help="Saved capture(s); give two to compare two captures.", dir_okay=False,
                 show_default=False, metavar="FILE")] = None,
             start: StartOpt = 0, rows: RowsOpt = None, output: ImageOut = None, as_json: JsonOpt = False,
-            cmap: CmapOpt = "viridis", *, inp: LongTextInput, look: ScaleOptions) -> None:
+            cmap: CmapOpt = "viridis", part: PartOpt = None, *, inp: LongTextInput, look: ScaleOptions) -> None:
     from dataclasses import replace
 
     from attnviz.errors import CaptureMismatchError
@@ -239,10 +253,11 @@ def compare(layer: Annotated[Optional[Selection], typer.Option(
             raise typer.BadParameter("give one or two --from captures, and no --models with them")
         if inp.text is not None or inp.text_file is not None:
             raise typer.BadParameter("give either TEXT or --from, not both")
-        captures = [CaptureInput(source=path).capture() for path in sources]
+        captures = [CaptureInput(source=path).capture(part=part) for path in sources]
     else:
-        captures = [replace(inp, model=name).capture() for name in names]
-    if len(captures) == 2 and captures[0].tokens != captures[1].tokens:
+        captures = [replace(inp, model=name).capture(part=part) for name in names]
+    if len(captures) == 2 and ((captures[0].tokens, captures[0].key_tokens)
+                               != (captures[1].tokens, captures[1].key_tokens)):
         a, b = captures
         first, second = visible(" ".join(a.tokens)), visible(" ".join(b.tokens))
         raise CaptureMismatchError(f"the two models tokenise the text differently ({a.n_tokens} tokens: {first} | "
@@ -261,11 +276,13 @@ def compare(layer: Annotated[Optional[Selection], typer.Option(
                     panels.append(replace(panel, short=f"layer {n} · pooled", footer="block means (heads: exact)"))
                     records.append({"model": cap.model, "layer": n, "head": panel.head, "alpha": panel.matrix})
                     continue
-                entropy_, special_mass, distance = matrix_summary(panel.matrix, cap.special, shown_rows)
+                entropy_, special_mass, distance = matrix_summary(panel.matrix, cap.key_special, shown_rows,
+                                                                  square=cap.square)
                 name = f"{short_model(cap.model)} " if len(captures) == 2 else ""
                 which = panel.title[1] if panel.head != "mean" else "mean"
+                shown_distance = "–" if distance != distance else f"{distance:.1f}"  # NaN: cross-attention
                 panels.append(replace(panel, short=f"{name}layer {n} · {which}",
-                                      footer=f"H={entropy_:.2f} sp={special_mass:.2f} d={distance:.1f}"))
+                                      footer=f"H={entropy_:.2f} sp={special_mass:.2f} d={shown_distance}"))
                 records.append({"model": cap.model, "layer": n, "head": panel.head, "entropy": entropy_,
                                 "special_mass": special_mass, "mean_distance": distance, "alpha": panel.matrix})
     panels = apply_scale(panels, look.choice())

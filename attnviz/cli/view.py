@@ -7,9 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from attnviz.cli.common import (CaptureInput, CmapOpt, ColsOpt, HeadSel, HideOpt, LayerSel, LongTextInput, RowsOpt,
-                                ScaleOptions, StartOpt, ValuesOpt, app, check_output, cli_errors, out, output_path,
-                                say, takes, use_color)
+from attnviz.cli.common import (CaptureInput, CmapOpt, ColsOpt, HeadSel, HideOpt, LayerSel, LongTextInput, PartOpt,
+                                RowsOpt, ScaleOptions, StartOpt, ValuesOpt, app, check_output, cli_errors, out,
+                                output_path, say, takes, use_color)
 from attnviz.selection import Selection
 
 
@@ -26,20 +26,22 @@ def heatmap(output: Annotated[Optional[str], typer.Option(
             layer: LayerSel = Selection.parse("-1", "layer", option="--layer"),
             head: HeadSel = Selection.parse("mean", "head", keywords=("mean", "max"), option="--head"),
             hide_special: HideOpt = False, values: ValuesOpt = False, cmap: CmapOpt = "viridis",
-            start: StartOpt = 0, rows: RowsOpt = None, cols: ColsOpt = None,
+            start: StartOpt = 0, rows: RowsOpt = None, cols: ColsOpt = None, part: PartOpt = None,
             *, inp: CaptureInput, look: ScaleOptions) -> None:
     from attnviz.panels import Page, coarsen, heatmap_page, text_subtitle, window_panels
     from attnviz.render.png import FORMATS
 
     check_output(output, FORMATS)
     window = rows is not None or cols is not None
-    capture = inp.capture(window=(rows, cols, layer) if window else None)
+    capture = inp.capture(window=(rows, cols, layer) if window else None, part=part)
     layers = layer.indices(capture.n_layers)
     heads = head.resolve(capture.n_heads)
     if window:
-        T, named = capture.n_tokens, capture.named_positions()
-        panels = window_panels(capture, layers, heads, rows.indices(T, named) if rows and not capture.pooled else None,
-                               cols.indices(T, named) if cols and not capture.pooled else None, scale=look.choice())
+        T, S = capture.n_tokens, capture.n_keys
+        panels = window_panels(capture, layers, heads,
+                               rows.indices(T, capture.named_positions()) if rows and not capture.pooled else None,
+                               cols.indices(S, capture.named_key_positions()) if cols and not capture.pooled else None,
+                               scale=look.choice())
         page = Page(panels=tuple(panels), title=panels[0].title_text if len(panels) == 1 else
                     f"{panels[0].title[0].split(' · ')[0]} · exact window", name=f"{panels[0].name}",
                     subtitle=text_subtitle(capture))
@@ -65,7 +67,8 @@ def heatmap(output: Annotated[Optional[str], typer.Option(
 
 
 @app.command(help="Run the model once and save α, the tokens and the metadata as a .npz capture, for any command's "
-                  '--from later (which then needs neither torch nor transformers).')
+                  '--from later (which then needs neither torch nor transformers). An encoder-decoder model\'s '
+                  'capture holds all three parts (encoder, decoder, cross).')
 @cli_errors
 @takes(inp=LongTextInput)
 def capture(output: Annotated[str, typer.Option(
@@ -79,12 +82,35 @@ def capture(output: Annotated[str, typer.Option(
         from attnviz.scratch import norms_capture
 
         text = inp.require_text()
-        result, _ = norms_capture(inp.load(), text, truncate=inp.truncate)
+        loaded = inp.load()
+        loaded.require_single("capture --norms")
+        result, _ = norms_capture(loaded, text, truncate=inp.truncate)
         if inp.words:
             from attnviz.words import to_words
 
             result = to_words(result)
     else:
-        result = inp.capture()
+        result = _whole(inp)
     path = result.save(output_path(output, "capture.npz"))
-    say(f"{path}  ({result.n_layers} layers × {result.n_heads} heads × {result.n_tokens} tokens)")
+    if hasattr(result, "captures"):  # an encoder-decoder model's parts
+        sizes = ", ".join(f"{name} {c.n_layers}×{c.n_heads}×{c.n_tokens}×{c.n_keys}"
+                          for name, c in result.captures.items())
+        say(f"{path}  ({sizes}: layers × heads × rows × columns)")
+    else:
+        say(f"{path}  ({result.n_layers} layers × {result.n_heads} heads × {result.n_tokens} tokens)")
+
+
+def _whole(inp: LongTextInput):
+    """The text's capture, or all parts of an encoder-decoder model."""
+    text = inp.require_text()
+    loaded = inp.load()
+    inp.check_model_kind(loaded, None)
+    if not loaded.seq2seq:
+        return inp.capture()
+    parts = inp.parts(loaded, text)
+    if inp.words:
+        from attnviz.capture import Parts
+        from attnviz.words import to_words
+
+        return Parts({name: to_words(c) for name, c in parts.captures.items()})
+    return parts

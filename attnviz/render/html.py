@@ -4,6 +4,7 @@ the glossary come from the metric registry."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from html import escape
 from collections.abc import Sequence
 
@@ -23,6 +24,7 @@ figure{margin:0;background:#fff;border:1px solid #ddd;padding:.4rem} figure img{
 figcaption{font-size:.78rem;color:#333} .label{font-weight:600}
 figcaption dl{display:grid;grid-template-columns:auto auto auto auto;gap:0 .5rem;margin:.2rem 0 0}
 figcaption dt{color:#666} figcaption dd{margin:0;font-variant-numeric:tabular-nums}
+.part{font-size:1.25rem;border-top:2px solid #3b528b;padding-top:.6rem}
 .glossary dt{font-family:monospace;font-weight:600} .glossary dd{margin:0 0 .4rem 1rem}
 """
 
@@ -54,43 +56,91 @@ def glossary() -> str:
             f'that applies wins; <code>attnviz explain</code> gives the thresholds.</p></section>')
 
 
-def gallery_html(capture: Capture, panels: Sequence[Panel], records: Sequence[dict], fmt: str,
-                 grid_name: str) -> str:
-    """The gallery page: text, model and tokens on top, the grid, then per layer each head's image with
-    its statistics and the layer's head mean."""
-    by_head = {(r["layer"], r["head"]): r for r in records}
-    text = str(capture.meta.get("text") or " ".join(capture.tokens))
-    all_tokens = capture.long.tokens if capture.long is not None else capture.tokens
-    tokens = " ".join(f"<code>{_text(t)}</code>" for t in all_tokens[:2000]) + (" …" if len(all_tokens) > 2000 else "")
-    size = (f"T = {capture.n_tokens} tokens" if capture.long is None else
-            f"{capture.long.n_tokens} tokens, pictures pooled into {capture.n_tokens} blocks of "
-            f"{capture.long.block} (statistics exact)")
+@dataclass(frozen=True)
+class Section:
+    """One capture's part of the gallery: an ordinary model's only one, or one part of an encoder-decoder
+    model (part: "encoder", "decoder", "cross")."""
+
+    capture: Capture
+    panels: Sequence[Panel]
+    records: Sequence[dict]
+    grid_name: str
+    part: str | None = None
+
+
+def _tokens(tokens: Sequence[str]) -> str:
+    return " ".join(f"<code>{_text(t)}</code>" for t in tokens[:2000]) + (" …" if len(tokens) > 2000 else "")
+
+
+def gallery_html(sections: Sequence[Section], fmt: str) -> str:
+    """The gallery page: text, model and tokens on top, then for each section (one, or per part of an
+    encoder-decoder model) the grid and per layer each head's image with its statistics and the layer's
+    head mean."""
+    from attnviz.panels import PART_TITLES
+
+    first = sections[0].capture
+    parted = first.part is not None
+    if parted:
+        text = f"{first.meta.get('source_text', '')} → {first.meta.get('target_text', '')}"
+        source = next((s.capture.key_tokens for s in sections if s.part in ("encoder", "cross")), ())
+        target = next((s.capture.tokens for s in sections if s.part in ("decoder", "cross")), ())
+        token_lines = [f'<p class="meta tokens">source: {_tokens(source)}</p>' if source else "",
+                       f'<p class="meta tokens">target: {_tokens(target)}</p>' if target else ""]
+        size = " · ".join(f"{PART_TITLES[s.part or '']}: {s.capture.n_layers} layers × {s.capture.n_heads} heads"
+                          for s in sections)
+    else:
+        text = str(first.meta.get("text") or " ".join(first.tokens))
+        all_tokens = first.long.tokens if first.long is not None else first.tokens
+        token_lines = [f'<p class="meta tokens">{_tokens(all_tokens)}</p>']
+        size = f"{first.n_layers} layers × {first.n_heads} heads · " + (
+            f"T = {first.n_tokens} tokens" if first.long is None else
+            f"{first.long.n_tokens} tokens, pictures pooled into {first.n_tokens} blocks of {first.long.block} "
+            f"(statistics exact)") + (" · causal" if first.causal else "")
     parts = [
         "<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>attnviz · {_text(text[:80])}</title><style>{STYLE}</style></head><body>",
         "<header><h1>attnviz export</h1>", f'<p class="text">{_text(text)}</p>',
-        f'<p class="meta">model <b>{_text(capture.model)}</b> · {capture.n_layers} layers × {capture.n_heads} heads'
-        f' · {size}{" · causal" if capture.causal else ""} · '
-        f'{_text(capture.meta.get("dtype", ""))} · made by attnviz {__version__}</p>',
-        f'<p class="meta tokens">{tokens}</p>',
+        f'<p class="meta">model <b>{_text(first.model)}</b> · {size} · '
+        f'{_text(first.meta.get("dtype", ""))} · made by attnviz {__version__}</p>',
+        *token_lines,
         '<p class="meta">Data: <a href="attention.npz">attention.npz</a> (the capture) · '
         '<a href="heads.csv">heads.csv</a> · <a href="heads.json">heads.json</a> (head statistics, '
-        'defined below)</p></header>',
-        f'<section class="grid"><h2>Every head</h2>'
-        f'{_figure(grid_name, f"{_text(short_model(capture.model))} · rows: layers · columns: heads", fmt)}</section>',
+        'defined below)</p>',
     ]
-    layers = list(dict.fromkeys(p.layer for p in panels))
-    for layer in layers:
+    if parted:
+        links = " · ".join(f'<a href="#{s.part}">{_text(PART_TITLES[s.part or ""])}</a>' for s in sections)
+        parts.append(f'<p class="meta">Parts: {links}</p>')
+    parts.append("</header>")
+    for section in sections:
+        parts.extend(_section(section, fmt, parted))
+    parts.append(glossary())
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def _section(section: Section, fmt: str, parted: bool) -> list[str]:
+    from attnviz.panels import PART_TITLES
+
+    capture = section.capture
+    anchor = f"{section.part}-" if section.part else ""
+    out = []
+    if parted:
+        out.append(f'<section id="{section.part}"><h2 class="part">{_text(PART_TITLES[section.part or ""])}</h2>'
+                   f'<p class="meta">{capture.n_layers} layers × {capture.n_heads} heads · rows '
+                   f'{capture.n_tokens} {"target" if section.part != "encoder" else "source"} tokens × columns '
+                   f'{capture.n_keys} {"source" if section.part != "decoder" else "target"} tokens</p></section>')
+    by_head = {(r["layer"], r["head"]): r for r in section.records}
+    caption = f"{_text(short_model(capture.model))} · rows: layers · columns: heads"
+    out.append(f'<section class="grid"><h2>Every head</h2>{_figure(section.grid_name, caption, fmt)}</section>')
+    for layer in dict.fromkeys(p.layer for p in section.panels):
         figures = []
-        for panel in (p for p in panels if p.layer == layer):
+        for panel in (p for p in section.panels if p.layer == layer):
             name = f"{panel.name}.{fmt}"
             record = by_head.get((layer, panel.head))
             caption = (stats_caption(record) if record is not None
                        else _text(head_label(panel.head if panel.head is not None else "mean", capture.n_heads)))
             figures.append(_figure(name, caption, fmt))
-        parts.append(f'<section id="layer-{layer}"><h2>Layer {layer}</h2><div class="heads">{"".join(figures)}'
-                     f"</div></section>")
-    parts.append(glossary())
-    parts.append("</body></html>")
-    return "\n".join(parts) + "\n"
+        out.append(f'<section id="{anchor}layer-{layer}"><h2>Layer {layer}</h2><div class="heads">{"".join(figures)}'
+                   f"</div></section>")
+    return out

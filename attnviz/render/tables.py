@@ -180,5 +180,6 @@ def generation_table(steps: Sequence[dict], title: str, *, color: bool = True) -
                 links.append("  ")
             links.append(f"{link['position']} {visible(link['token'])}", style="bold" if n == 0 else "")
             links.append(f" {link['weight']:.2f}", style="dim")
-        table.add_row(Text(str(step["position"])), Text(visible(step["token"])), links, Text(f"{step['self']:.2f}"))
+        itself = "–" if step["self"] is None else f"{step['self']:.2f}"
+        table.add_row(Text(str(step["position"])), Text(visible(step["token"])), links, Text(itself))
     return titled(title, table)
