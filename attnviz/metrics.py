@@ -481,6 +481,11 @@ TERMS: dict[str, str] = {
               "future cells are drawn blank.",
     "special tokens": "[CLS], [SEP], <s>, </s>, … as the tokenizer's own special-token ids say; "
                       "--hide-special leaves them out of pictures (rows are not renormalised).",
+    "part": "which attention of an encoder-decoder model (T5, BART, Marian) is shown (--part): encoder (source × "
+            "source), decoder (target × target, causal) or cross (target rows × source columns).",
+    "cross-attention": "in an encoder-decoder model, each target token's query against the encoder's output for "
+                       "every source token: which source words a target word looks at. Rows sum to 1 over the "
+                       "source; prev, self, next and dist compare positions of one sentence and are shown as –.",
     "generated": "tokens a causal model wrote (attnviz generate), after the prompt. Row t is what token t "
                  "attends to as it is read back in to choose the next token; pictures draw a line where the "
                  "prompt ends, and --rows generated keeps only those rows.",
