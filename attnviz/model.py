@@ -375,6 +375,14 @@ def _special_kind(tok, token_id: int, position: int, special: bool) -> str:
     return "other"
 
 
+def size_text(n: float) -> str:
+    """Bytes as people read them: 1.5 GiB, 12.0 MiB, 3.0 KiB."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift or unit == "KiB":
+            return f"{n / (1 << shift):.1f} {unit}"
+    return f"{n} B"
+
+
 def parse_size(text: str) -> int:
     """"512M", "2G", "1.5G", "4096" (bytes) -> bytes; ValueError for anything else."""
     raw = str(text).strip().upper().removesuffix("B").removesuffix("I")
@@ -430,8 +438,8 @@ def check_parts_memory(loaded: LoadedModel, S: int, T: int, copies: float = 1.0)
     need = int(sum((copies * L + 4) * H * cells[p] * 4 for p, (L, H) in shapes.items()))
     budget = loaded.memory_budget or memory_budget()
     if need > budget:
-        raise InputError(f"{S} source and {T} target tokens would need about {need / (1 << 30):.1f} GiB for attention, "
-                         f"over the budget of {budget / (1 << 30):.1f} GiB; shorten the text, or raise --max-memory")
+        raise InputError(f"{S} source and {T} target tokens would need about {size_text(need)} for attention, over the "
+                         f"budget of {size_text(budget)}; shorten the text, or raise --max-memory")
 
 
 def attention_bytes(loaded: LoadedModel, T: int, copies: float = 1.0) -> int:
@@ -448,8 +456,8 @@ def check_memory(loaded: LoadedModel, T: int, copies: float = 1.0, streams: bool
     if need > budget:
         L, H = layers_and_heads(loaded.model.config)
         hint = ("pass --stream to compute it a block of rows at a time" if streams else "shorten the text")
-        raise InputError(f"{T} tokens would need about {need / (1 << 30):.1f} GiB for attention "
-                         f"({L} layers × {H} heads × {T}² weights), over the budget of {budget / (1 << 30):.1f} GiB; "
+        raise InputError(f"{T} tokens would need about {size_text(need)} for attention "
+                         f"({L} layers × {H} heads × {T}² weights), over the budget of {size_text(budget)}; "
                          f"{hint}, or raise --max-memory (e.g. 16G) if you have the memory")
 
 

@@ -486,14 +486,14 @@ def _streamed(loaded, encoded, text: str, budget: int, asked: bool, window: tupl
     """Run the streamed path with a progress bar over layers × heads, and say on stderr that it ran."""
     from dataclasses import replace
 
-    from attnviz.model import attention_bytes, layers_and_heads
+    from attnviz.model import attention_bytes, layers_and_heads, size_text
     from attnviz.selection import Selection, find_token
     from attnviz.stream import Window, streamed_capture
 
     T = len(encoded.token_ids)
     L, H = layers_and_heads(loaded.model.config)
-    why = ("--stream" if asked else f"the full attention would take {attention_bytes(loaded, T) / (1 << 30):.1f} GiB, "
-           f"over --max-memory {budget / (1 << 30):.1f} GiB")
+    why = ("--stream" if asked else f"the full attention would take {size_text(attention_bytes(loaded, T))}, "
+           f"over --max-memory {size_text(budget)}")
     say(f"Streamed: {T} tokens, attention computed a block of query rows at a time ({why}); pictures show "
         f"block means.", console=err, style="cyan", wrap=True)
     starts = [n for n, kind in enumerate(encoded.special_kind) if kind == "start"]
@@ -538,7 +538,7 @@ def _streamed_words(loaded, encoded, text: str, budget: int, asked: bool):
     from dataclasses import replace
 
     from attnviz.errors import InputError
-    from attnviz.model import layers_and_heads
+    from attnviz.model import layers_and_heads, size_text
     from attnviz.stream import streamed_capture
     from attnviz.words import word_edges, word_labels
 
@@ -546,8 +546,8 @@ def _streamed_words(loaded, encoded, text: str, budget: int, asked: bool):
     W = len(edges) - 1
     L, H = layers_and_heads(loaded.model.config)
     if (L + 4) * H * W * W * 4 > budget:
-        raise InputError(f"{W} words would need {(L + 4) * H * W * W * 4 / (1 << 30):.1f} GiB of word-level attention, "
-                         f"over --max-memory {budget / (1 << 30):.1f} GiB; drop --words (the token view streams), "
+        raise InputError(f"{W} words would need {size_text((L + 4) * H * W * W * 4)} of word-level attention, "
+                         f"over --max-memory {size_text(budget)}; drop --words (the token view streams), "
                          f"or raise --max-memory")
     say(f"Streamed: {len(encoded.token_ids)} tokens in {W} words, attention computed a block of query rows at a "
         f"time ({'--stream' if asked else 'over --max-memory'}).", console=err, style="cyan", wrap=True)
