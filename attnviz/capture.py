@@ -64,6 +64,18 @@ class LongInput:
         return int(self.edges[1] - self.edges[0]) if len(self.edges) > 1 else 1
 
 
+def _normalise_tokens(obj) -> None:
+    """The per-token fields of a Capture or Side as plain tuples and numpy arrays of fixed dtypes."""
+    # numpy's str arrays drop trailing NUL characters, so a NUL is kept as the visible ␀ from the start
+    object.__setattr__(obj, "tokens", tuple(str(t).replace("\x00", "␀") for t in obj.tokens))
+    object.__setattr__(obj, "token_ids", np.asarray(obj.token_ids, dtype=np.int64))
+    object.__setattr__(obj, "special", np.asarray(obj.special, dtype=bool))
+    object.__setattr__(obj, "special_kind", tuple(str(k) for k in obj.special_kind))
+    object.__setattr__(obj, "subword", np.asarray(obj.subword, dtype=bool))
+    if obj.offsets is not None:
+        object.__setattr__(obj, "offsets", np.asarray(obj.offsets, dtype=np.int64).reshape(-1, 2))
+
+
 @dataclass(frozen=True, eq=False)
 class Side:
     """The tokens along one axis of α, with what is known of each: for cross-attention the keys (the source
@@ -77,13 +89,7 @@ class Side:
     offsets: np.ndarray | None = None  # (S, 2) spans of the source text, (-1, -1) for none
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "tokens", tuple(str(t).replace("\x00", "␀") for t in self.tokens))
-        object.__setattr__(self, "token_ids", np.asarray(self.token_ids, dtype=np.int64))
-        object.__setattr__(self, "special", np.asarray(self.special, dtype=bool))
-        object.__setattr__(self, "special_kind", tuple(str(k) for k in self.special_kind))
-        object.__setattr__(self, "subword", np.asarray(self.subword, dtype=bool))
-        if self.offsets is not None:
-            object.__setattr__(self, "offsets", np.asarray(self.offsets, dtype=np.int64).reshape(-1, 2))
+        _normalise_tokens(self)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -108,14 +114,7 @@ class Capture:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "attentions", np.asarray(self.attentions, dtype=np.float32))
-        # numpy's str arrays drop trailing NUL characters, so a NUL is kept as the visible ␀ from the start
-        object.__setattr__(self, "tokens", tuple(str(t).replace("\x00", "␀") for t in self.tokens))
-        object.__setattr__(self, "token_ids", np.asarray(self.token_ids, dtype=np.int64))
-        object.__setattr__(self, "special", np.asarray(self.special, dtype=bool))
-        object.__setattr__(self, "special_kind", tuple(str(k) for k in self.special_kind))
-        object.__setattr__(self, "subword", np.asarray(self.subword, dtype=bool))
-        if self.offsets is not None:
-            object.__setattr__(self, "offsets", np.asarray(self.offsets, dtype=np.int64).reshape(-1, 2))
+        _normalise_tokens(self)
         if self.generated is not None:
             object.__setattr__(self, "generated", np.asarray(self.generated, dtype=bool))
         self.attentions.setflags(write=False)

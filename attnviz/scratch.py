@@ -247,13 +247,19 @@ ADAPTERS: tuple[Adapter, ...] = (BertAdapter(), DistilBertAdapter(), GPT2Adapter
 SUPPORTED = tuple(f for a in ADAPTERS for f in a.families)
 
 
-def adapter_for(model) -> Adapter:
+def _find(adapters, model, kind: str = ""):
+    """The adapter of the model's family, or a one-line error naming the supported families."""
     model_type = getattr(model.config, "model_type", "?")
-    for adapter in ADAPTERS:
+    for adapter in adapters:
         if model_type in adapter.families:
             return adapter
-    raise UnsupportedArchitectureError(f"the from-scratch path does not support {model_type!r} models yet; "
-                                       f"supported: {', '.join(SUPPORTED)}")
+    supported = ", ".join(f for a in adapters for f in a.families)
+    raise UnsupportedArchitectureError(f"the from-scratch path does not support {model_type!r} {kind}models yet; "
+                                       f"supported: {supported}")
+
+
+def adapter_for(model) -> Adapter:
+    return _find(ADAPTERS, model)
 
 
 # --- encoder-decoder models: encoder, decoder and cross-attention ----------------------------------
@@ -355,16 +361,10 @@ class T5Adapter(Seq2SeqAdapter):
 
 
 SEQ2SEQ_ADAPTERS: tuple[Seq2SeqAdapter, ...] = (BartAdapter(), T5Adapter())
-SEQ2SEQ_SUPPORTED = tuple(f for a in SEQ2SEQ_ADAPTERS for f in a.families)
 
 
 def seq2seq_adapter_for(model) -> Seq2SeqAdapter:
-    model_type = getattr(model.config, "model_type", "?")
-    for adapter in SEQ2SEQ_ADAPTERS:
-        if model_type in adapter.families:
-            return adapter
-    raise UnsupportedArchitectureError(f"the from-scratch path does not support {model_type!r} encoder-decoder "
-                                       f"models yet; supported: {', '.join(SEQ2SEQ_SUPPORTED)}")
+    return _find(SEQ2SEQ_ADAPTERS, model, "encoder-decoder ")
 
 
 def part_masks(source_mask: torch.Tensor, T: int) -> dict[str, torch.Tensor]:

@@ -142,17 +142,22 @@ def build_tiny_model(kind: str, folder, *, lm: bool = False, init: float = 0.5):
     return folder
 
 
+def once(make):
+    """get(kind) -> make(kind), made once per kind."""
+    made: dict = {}
+
+    def get(kind: str):
+        if kind not in made:
+            made[kind] = make(kind)
+        return made[kind]
+
+    return get
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """tiny_model_dir("gpt2") -> folder of a saved tiny random GPT-2 (built once per session)."""
-    built: dict[str, str] = {}
-
-    def get(kind: str) -> str:
-        if kind not in built:
-            built[kind] = str(build_tiny_model(kind, tmp_path_factory.mktemp(f"tiny-{kind}")))
-        return built[kind]
-
-    return get
+    return once(lambda kind: str(build_tiny_model(kind, tmp_path_factory.mktemp(f"tiny-{kind}"))))
 
 
 @pytest.fixture(scope="session")
@@ -160,14 +165,8 @@ def tiny_lm_dir(tmp_path_factory):
     """tiny_lm_dir("llama") -> folder of a tiny random causal LM with its head (GPT-2 or Llama: RoPE, GQA).
     initializer_range 0.3: rows still peaked (mean largest weight ≈ 0.55), logits small enough that float32
     rounding stays near 1e-6."""
-    built: dict[str, str] = {}
-
-    def get(kind: str) -> str:
-        if kind not in built:
-            built[kind] = str(build_tiny_model(kind, tmp_path_factory.mktemp(f"tiny-lm-{kind}"), lm=True, init=0.3))
-        return built[kind]
-
-    return get
+    return once(lambda kind: str(build_tiny_model(kind, tmp_path_factory.mktemp(f"tiny-lm-{kind}"), lm=True,
+                                                  init=0.3)))
 
 
 @pytest.fixture(scope="session")
@@ -175,28 +174,14 @@ def tiny_seq2seq_dir(tmp_path_factory):
     """tiny_seq2seq_dir("t5") -> folder of a tiny random T5, BART or Marian model (2 encoder layers, 3 decoder
     layers, 4 heads; T5 with 8 relative-position buckets up to distance 16, so buckets of both kinds,
     exact and logarithmic, occur in short inputs)."""
-    built: dict[str, str] = {}
-
-    def get(kind: str) -> str:
-        if kind not in built:
-            built[kind] = str(build_tiny_seq2seq(kind, tmp_path_factory.mktemp(f"tiny-{kind}")))
-        return built[kind]
-
-    return get
+    return once(lambda kind: str(build_tiny_seq2seq(kind, tmp_path_factory.mktemp(f"tiny-{kind}"))))
 
 
 @pytest.fixture(scope="session")
 def load_tiny(tiny_model_dir):
     from attnviz.model import load
 
-    loaded: dict = {}
-
-    def get(kind: str):
-        if kind not in loaded:
-            loaded[kind] = load(tiny_model_dir(kind), device="cpu")
-        return loaded[kind]
-
-    return get
+    return once(lambda kind: load(tiny_model_dir(kind), device="cpu"))
 
 
 @pytest.fixture(scope="session")

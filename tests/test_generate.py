@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import make_capture, one_line_error, run
+from conftest import once, make_capture, one_line_error, run
 
 from attnviz.capture import Capture
 from attnviz.errors import AttnvizWarning
@@ -24,14 +24,7 @@ KINDS = ["gpt2", "llama"]
 
 @pytest.fixture(scope="module")
 def lm(tiny_lm_dir):
-    loaded: dict = {}
-
-    def get(kind: str):
-        if kind not in loaded:
-            loaded[kind] = load(tiny_lm_dir(kind), device="cpu", lm_head=True)
-        return loaded[kind]
-
-    return get
+    return once(lambda kind: load(tiny_lm_dir(kind), device="cpu", lm_head=True))
 
 
 def one_pass(model, token_ids) -> np.ndarray:

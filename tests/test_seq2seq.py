@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import one_line_error, run
+from conftest import once, one_line_error, run
 
 from attnviz.capture import Capture, Parts, load_capture
 from attnviz.generate import Decoding
@@ -25,14 +25,7 @@ SOURCE, TARGET = "The cat sat on the mat", "A dog ran in the park"
 
 @pytest.fixture(scope="module")
 def s2s(tiny_seq2seq_dir):
-    loaded: dict = {}
-
-    def get(kind: str):
-        if kind not in loaded:
-            loaded[kind] = load(tiny_seq2seq_dir(kind), device="cpu")
-        return loaded[kind]
-
-    return get
+    return once(lambda kind: load(tiny_seq2seq_dir(kind), device="cpu"))
 
 
 def forward_inputs(parts: Parts) -> dict:
