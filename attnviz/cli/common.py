@@ -609,21 +609,23 @@ class CaptureInput(LongTextInput):
 
     def whole(self):
         """Everything the input has: a Capture, or all parts of an encoder-decoder model (Parts)."""
+        from attnviz.capture import Parts
+
         self.require_source()
         if self.source is not None:
-            saved = self.saved()
-            return _as_words(saved) if self.words and not hasattr(saved, "captures") else saved
-        text = self.require_text()
-        loaded = self.load()
-        self.check_model_kind(loaded, None)
-        if loaded.seq2seq:
-            parts = self.parts(loaded, text)
-            if self.words:
-                from attnviz.capture import Parts
-
-                return Parts({name: _as_words(c) for name, c in parts.captures.items()})
-            return parts
-        return super().capture()
+            whole = self.saved()
+        else:
+            text = self.require_text()
+            loaded = self.load()
+            self.check_model_kind(loaded, None)
+            if not loaded.seq2seq:
+                return super().capture()  # --words applied there
+            whole = self.parts(loaded, text)
+        if not self.words:
+            return whole
+        if isinstance(whole, Parts):
+            return Parts({name: _as_words(c) for name, c in whole.captures.items()})
+        return _as_words(whole)
 
 
 def _chosen_part(loaded, part: str | None, default_part: str):
