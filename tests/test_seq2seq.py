@@ -275,3 +275,15 @@ def test_words_on_cross_attention(s2s):
     assert words.attentions.shape[3] == len(words.keys.tokens) <= parts.part("cross").n_keys
     assert "park" in words.tokens  # "par" + "##k" is one word again
     assert np.allclose(words.attentions.sum(-1), 1, atol=1e-5)
+
+
+def test_export_words_puts_every_part_at_word_level(s2s_file, tmp_path):
+    result = run("export", "--from", s2s_file, "--words", "--out-dir", tmp_path / "words", "--workers", "1")
+    assert result.exit_code == 0, result.output
+    saved = load_capture(tmp_path / "words" / "attention.npz")
+    assert isinstance(saved, Parts)
+    for name in saved.names:
+        part = saved.part(name)
+        assert part.meta["level"] == "word"
+        assert np.allclose(part.attentions.sum(-1), 1, atol=1e-5)
+    assert "park" in saved.part("cross").tokens  # "par" + "##k" pooled into one target word
