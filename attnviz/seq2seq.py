@@ -37,7 +37,7 @@ def _start_token(loaded, start: int) -> tuple[str, str]:
     return (START_LABEL if start == pad or raw is None else str(raw)), "start"
 
 
-def teacher_forced(loaded, encoded, target: str, *, truncate: bool = True) -> tuple[dict, Side, str]:
+def teacher_forced(loaded, target: str, *, truncate: bool = True) -> Side:
     """The decoder's input for a given target text: <start> followed by the target's tokens, shifted right
     (the last token, usually </s>, is what the final position predicts, so it is not an input)."""
     from attnviz.model import encode
@@ -49,7 +49,7 @@ def teacher_forced(loaded, encoded, target: str, *, truncate: bool = True) -> tu
     side = _side((label, *tgt.tokens[:n]), [start, *tgt.token_ids[:n]], [True, *tgt.special[:n]],
                  (kind, *tgt.special_kind[:n]), [False, *tgt.subword[:n]],
                  [(-1, -1), *(tgt.offsets or [(-1, -1)] * n)[:n]])
-    return encoded.inputs, side, target
+    return side
 
 
 def parts_capture(loaded, source: str, *, target: str | None = None, decoding=None, truncate: bool = True,
@@ -69,7 +69,7 @@ def parts_capture(loaded, source: str, *, target: str | None = None, decoding=No
             "model_type": loaded.model_type, "source": "model", "source_text": source,
             "attnviz_version": _version(), "dropped_tokens": encoded.dropped}
     if target is not None:
-        _, target_side, _ = teacher_forced(loaded, encoded, target, truncate=truncate)
+        target_side = teacher_forced(loaded, target, truncate=truncate)
         T = len(target_side)
         check_parts_memory(loaded, S, T)
         ids = torch.tensor([list(target_side.token_ids)], device=loaded.device)

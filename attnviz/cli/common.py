@@ -425,7 +425,7 @@ class TextInput(ModelOptions):
             with err.status("Running the model…"):
                 return parts_capture(loaded, text, target=self.target, truncate=self.truncate)
         decoding = decoding or Decoding(max_new_tokens=self.max_new_tokens or 20)
-        parts = _with_progress("Writing", decoding.max_new_tokens, lambda step: parts_capture(
+        parts = with_progress("Writing", decoding.max_new_tokens, lambda step: parts_capture(
             loaded, text, decoding=decoding, truncate=self.truncate, on_step=step))
         written = parts.meta.get("target_text", "")
         say(f"Decoder input: written by the model ({decoding.describe()}, {len(parts.part('decoder').tokens) - 1} "
@@ -640,7 +640,7 @@ def _chosen_part(loaded, part: str | None, default_part: str):
     return loaded
 
 
-def _with_progress(what: str, total: int, run: Callable):
+def with_progress(what: str, total: int, run: Callable):
     """Run `run(step)` with a progress bar on stderr that `step(n)` advances."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 

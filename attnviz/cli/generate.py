@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from attnviz.cli.common import (HeadSel, JsonOpt, LayerSel, PartOpt, TextInput, app, check_output, cli_errors, err,
-                                finite_float, out, output_path, print_json, say, takes, use_color)
+                                finite_float, out, output_path, print_json, say, takes, use_color, with_progress)
 from attnviz.selection import Selection
 
 STOPPED = {"eos": "the model's end-of-sequence token", "max_new_tokens": "--max-new-tokens",
@@ -109,12 +109,7 @@ def generate(sample: Annotated[bool, typer.Option(
 
 def _generate(loaded, text: str, decoding, truncate: bool):
     """Run the generation with a progress bar over new tokens on stderr."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from attnviz.generate import generate_capture
 
-    progress = Progress(TextColumn("Generating"), BarColumn(), MofNCompleteColumn(), TextColumn("tokens"),
-                        TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal)
-    with progress:
-        task = progress.add_task("generate", total=decoding.max_new_tokens)
-        return generate_capture(loaded, text, decoding, truncate=truncate, on_step=lambda n: progress.advance(task, n))
+    return with_progress("Generating", decoding.max_new_tokens,
+                         lambda step: generate_capture(loaded, text, decoding, truncate=truncate, on_step=step))
