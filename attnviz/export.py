@@ -328,14 +328,8 @@ def export(capture: Capture | Parts, target: str | os.PathLike, *, layers: Seque
 
     if fmt not in FORMATS:
         raise OutputError(f"unknown format {fmt!r}: use {', '.join(FORMATS)}")
-    target = export_folder(target)
-    before = check_target(target, force)
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent))
-    except OSError as exc:
-        raise OutputError(f"cannot write to {target.parent}: {exc.strerror or exc}") from None
-    try:
+
+    def fill(staging: Path) -> None:
         if on_total:
             on_total(sum(item.images for item in items) + 1)
         sections, records = [], []
@@ -360,13 +354,32 @@ def export(capture: Capture | Parts, target: str | os.PathLike, *, layers: Seque
         (staging / "heads.json").write_text(to_json(records, indent=1) + "\n", encoding="utf-8")
         (staging / "heads.csv").write_text(to_csv(records), encoding="utf-8")
         (staging / "index.html").write_text(gallery_html(sections, fmt), encoding="utf-8")
+
+    target = write_folder(target, force, fill, what="export")
+    if on_done:
+        on_done(1)
+    return target
+
+
+def write_folder(target: str | os.PathLike, force: bool, fill: Callable[[Path], None], what: str = "export") -> Path:
+    """Write a folder of attnviz's atomically: `fill(staging)` writes every file into a staging folder beside
+    `target`, which, with a manifest of what it holds, takes `target`'s place only when complete. Returns the
+    folder written (symbolic links resolved). `target` must be absent, empty, or (with `force`) an earlier
+    attnviz folder, unchanged."""
+    target = export_folder(target)
+    before = check_target(target, force)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent))
+    except OSError as exc:
+        raise OutputError(f"cannot write to {target.parent}: {exc.strerror or exc}") from None
+    try:
+        fill(staging)
         write_manifest(staging)
-        if on_done:
-            on_done(1)
         _swap(staging, target, before)
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
-        raise OutputError(f"cannot write the export {target}: {exc.strerror or exc}; nothing was changed") from None
+        raise OutputError(f"cannot write the {what} {target}: {exc.strerror or exc}; nothing was changed") from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -12,6 +12,7 @@ import os
 import socket
 import warnings
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 from pathlib import Path
 from urllib.parse import urlparse
@@ -305,25 +306,45 @@ def encode(loaded: LoadedModel, text: str, *, truncate: bool = True, target: boo
         warnings.warn(f"the text is {n} tokens long; {loaded.name} takes at most {limit}, "
                       f"so the last {dropped} tokens were dropped", AttnvizWarning, stacklevel=2)
     ids = enc["input_ids"][0].tolist()
-    added = enc["special_tokens_mask"][0].tolist()  # what the tokenizer's template added
+    word_ids = enc.word_ids(0) if fast else None
+    offsets = enc["offset_mapping"][0].tolist() if fast else [None] * len(ids)
+    described = describe_tokens(tok, text, ids, enc["special_tokens_mask"][0].tolist(), offsets, word_ids)
+    tokens = _label_unknown(loaded, text, described.tokens, ids, described.special, offsets, word_ids)
+
+    inputs = {k: v for k, v in enc.items() if k in _forward_args(loaded.model)}
+    inputs = {k: v.to(loaded.device) for k, v in inputs.items()}
+    spans = [(int(o[0]), int(o[1])) if o and o[1] > o[0] and not s else (-1, -1)
+             for o, s in zip(offsets, described.special)]
+    return Encoded(inputs=inputs, tokens=tokens, token_ids=ids, special=described.special,
+                   special_kind=described.kinds, offsets=spans, subword=described.subword, dropped=dropped)
+
+
+@dataclass
+class Described:
+    """What attnviz knows of each token of one tokenised text besides its id."""
+
+    tokens: list[str]  # readable
+    special: list[bool]
+    kinds: list[str]  # "" | "start" | "end" | "other"
+    subword: list[bool]
+
+
+def describe_tokens(tok, text: str, ids: list[int], added: list[int], offsets: list, word_ids: list | None,
+                    decode: Callable[[int], str] | None = None) -> Described:
+    """Readable tokens, special flags and kinds, subword flags of one tokenised text, the same for a text run
+    alone (encode) and in a batch (attnviz corpus). `added`: the tokenizer's special-tokens mask; `decode`:
+    id -> tokenizer.decode([id]) (a cache, for many texts). InputError when every token is special."""
+    decode = decode or (lambda i: tok.decode([i]))
     marked = special_ids(tok)
     special = [bool(a) or i in marked for i, a in zip(ids, added)]
     if all(special):
         raise InputError("the text has no tokens besides special ones: give a sentence to look at")
     raw = tok.convert_ids_to_tokens(ids)
-    word_ids = enc.word_ids(0) if fast else None
-    offsets = enc["offset_mapping"][0].tolist() if fast else [None] * len(ids)
     subword = subword_flags(word_ids, raw, special)
-    tokens = [readable_token(r, tok.decode([i]), text[o[0]:o[1]] if o else None, special=s, subword=w)
+    tokens = [readable_token(r, decode(i), text[o[0]:o[1]] if o else None, special=s, subword=w)
               for r, i, o, s, w in zip(raw, ids, offsets, special, subword)]
-    tokens = _label_unknown(loaded, text, tokens, ids, special, offsets, word_ids)
     kinds = [_special_kind(tok, i, pos, s) for pos, (i, s) in enumerate(zip(ids, special))]
-
-    inputs = {k: v for k, v in enc.items() if k in _forward_args(loaded.model)}
-    inputs = {k: v.to(loaded.device) for k, v in inputs.items()}
-    spans = [(int(o[0]), int(o[1])) if o and o[1] > o[0] and not s else (-1, -1) for o, s in zip(offsets, special)]
-    return Encoded(inputs=inputs, tokens=tokens, token_ids=ids, special=special, special_kind=kinds, offsets=spans,
-                   subword=subword, dropped=dropped)
+    return Described(tokens, special, kinds, subword)
 
 
 UNKNOWN_HINT = "a multilingual model reads them, e.g. --model bert-base-multilingual-cased"

@@ -367,14 +367,30 @@ def rollout_panel(capture: Capture, matrix: np.ndarray) -> Panel:
                  row_split=generated_split(capture), col_split=generated_split(capture))
 
 
-def entropy_panel(values: np.ndarray, uniform: float, model: str, *, normalised: bool = False) -> Panel:
+def entropy_panel(values: np.ndarray, uniform: float, model: str, *, normalised: bool = False,
+                  title: str = "mean attention entropy per head") -> Panel:
     """Layers × heads of mean entropy, each value written in its cell, on [0, uniform]."""
-    L, H = values.shape
     unit = "normalised entropy (1 is uniform)" if normalised else f"entropy, nats (ln T = {uniform:.2f} is uniform)"
+    return head_grid_panel(values, Scale(0.0, uniform, unit), f"{short_model(model)} · {title}", "attnviz_entropy")
+
+
+def head_grid_panel(values: np.ndarray, scale: Scale, title: str, name: str, short: str = "") -> Panel:
+    """One number per layer and head as a layers × heads heatmap with the value in each cell."""
+    L, H = values.shape
     return Panel(matrix=np.asarray(values, np.float32), rows=tuple(str(n) for n in range(L)),
-                 cols=tuple(str(n) for n in range(H)), hidden=None, scale=Scale(0.0, uniform, unit),
-                 title=(f"{short_model(model)} · mean attention entropy per head",), name="attnviz_entropy",
-                 row_axis="layer", col_axis="head", values=True)
+                 cols=tuple(str(n) for n in range(H)), hidden=None, scale=scale, title=(title,), name=name,
+                 short=short, row_axis="layer", col_axis="head", values=True)
+
+
+def label_share_page(counts: np.ndarray, labels: Sequence[str], title: str, subtitle: str = "") -> Page:
+    """For each pattern label, the share of texts in which each head got it: one layers × heads panel per
+    label, on one scale from 0 to 1. counts (L, H, len(labels))"""
+    total = np.maximum(counts.sum(axis=-1, keepdims=True), 1)
+    share = counts / total
+    scale = Scale(0.0, 1.0, "share of texts")
+    panels = tuple(head_grid_panel(share[..., n], scale, title, f"labels_{label}", short=label)
+                   for n, label in enumerate(labels))
+    return Page(panels=panels, title=title, name="labels", subtitle=subtitle)
 
 
 def grid_title(capture: Capture, panels: Sequence[Panel]) -> str:

@@ -72,9 +72,10 @@ SHORT_HELP = {
     "capture": "Save α and tokens as a .npz for --from.",
     "generate": "A causal LM writes; its attention kept step by step.",
     "export": "Every head as an image, a grid, the data and an offline gallery.",
+    "corpus": "Head statistics over many texts, batched; shards merged.",
 }
 COMMAND_ORDER = ("heatmap", "token", "steps", "positions", "compare", "heads", "entropy", "rollout", "norms",
-                 "sinks", "explain", "verify", "scaling", "capture", "generate", "export")
+                 "sinks", "explain", "verify", "scaling", "capture", "generate", "export", "corpus")
 
 
 class AttnvizGroup(TyperGroup):

@@ -183,3 +183,20 @@ def generation_table(steps: Sequence[dict], title: str, *, color: bool = True) -
         itself = "–" if step["self"] is None else f"{step['self']:.2f}"
         table.add_row(Text(str(step["position"])), Text(visible(step["token"])), links, Text(itself))
     return titled(title, table)
+
+
+def corpus_layers_table(records: Sequence[dict], title: str) -> Group:
+    """Per layer: the mean weight on start, end and punctuation tokens (over texts; token-weighted beside)."""
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    table.add_column("layer", justify="right")
+    names = [(name, header) for name, header in (("start_mass", "[CLS]/BOS"), ("end_mass", "[SEP]/EOS"),
+                                                 ("punct_mass", "punct")) if records and name in records[0]]
+    for _, header in names:
+        table.add_column(header, justify="right")
+        table.add_column("tok-w", justify="right", style="dim")
+    for record in records:
+        cells = [str(record["layer"])]
+        for name, _ in names:
+            cells += [f"{record[name]:.3f}", f"{record[name + '_tokens']:.3f}"]
+        table.add_row(*cells)
+    return titled(title, table)

@@ -1,0 +1,144 @@
+"""`attnviz corpus --engine ray`: the same job on Ray Data. Files are read by Ray Data (local paths, or any
+path it reads, e.g. s3://), split into numbered lines by the same reader as the local engine, and run through
+`map_batches` by a pool of actors that each load the model once; every batch comes back as a partial
+CorpusState (JSON), merged on the driver with the same merge code as `attnviz corpus merge`.
+
+Ray is imported only here, and only when this engine is asked for (extra: pip install "attnviz[ray]").
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Sequence
+
+from attnviz.corpus import CorpusState, Line, corpus_format, merge_states, read_lines
+from attnviz.errors import InputError
+
+RAY_HINT = 'the Ray engine needs Ray Data: pip install "attnviz[ray]"'
+
+
+def _ray():
+    import os
+
+    os.environ.setdefault("RAY_DATA_DISABLE_PROGRESS_BARS", "1")
+    try:
+        import ray
+        import ray.data
+    except ImportError:
+        raise InputError(RAY_HINT) from None
+    return ray
+
+
+def split_file(row: dict, fmt: str | None, field: str | None) -> list[dict]:
+    """One file read by Ray Data ({"bytes", "path"}) -> its lines, numbered, bad ones marked."""
+    path = str(row["path"])
+    lines = read_lines(io.BytesIO(row["bytes"]), path, corpus_format(path, fmt, field), field or "text")
+    return [_row(line) for line in lines]
+
+
+def _row(line: Line) -> dict:
+    return {"source": line.source, "number": line.number, "text": line.text, "reason": line.reason}
+
+
+class CorpusWorker:
+    """A Ray actor: loads the model once, then turns batches of lines into partial states (JSON)."""
+
+    def __init__(self, model_options: dict, batch_size: int, max_length: int | None, truncate: bool):
+        from attnviz.corpus_run import BatchRunner
+        from attnviz.model import load
+
+        self.runner = BatchRunner(load(**model_options), max_length=max_length, batch_size=batch_size,
+                                  truncate=truncate)
+
+    def __call__(self, batch: dict) -> dict:
+        lines = [Line(str(s), int(n), None if t is None else str(t), str(r or ""))
+                 for s, n, t, r in zip(batch["source"], batch["number"], batch["text"], batch["reason"])]
+        state = self.runner.new_state()
+        state.runs = []  # a piece of this run, not a run of its own
+        self.runner.fold(state, lines)
+        return {"state": [json.dumps(state.to_json())]}
+
+
+def run_ray(paths: Sequence[str], opts, *, fmt: str | None, field: str | None, batch_size: int,
+            max_length: int | None, address: str | None, workers: int, console=None) -> CorpusState:
+    """Every text of `paths` ("-": standard input, read here) through `workers` actors on Ray Data."""
+    import os
+    import sys
+
+    ray = _ray()
+    from attnviz.corpus_run import CHUNK_BATCHES
+    from attnviz.model import load
+    from attnviz.text import visible
+
+    model_options = dict(name=opts.model, revision=opts.revision, device=opts.device, dtype=opts.dtype,
+                         trust_remote_code=opts.trust_remote_code, memory_budget=opts.max_memory)
+    import warnings
+
+    warnings.filterwarnings("ignore", message=r".*ray_remote_args. is deprecated")
+    warnings.filterwarnings("ignore", message=r"The minimum number of concurrent actors")
+    started_here = not ray.is_initialized()
+    status = console.status("Starting Ray…") if console is not None else None
+    if status is not None:
+        status.start()
+    try:
+        if started_here:
+            try:
+                # a local Ray gets one CPU slot beyond the actors', for Ray Data's own reading and splitting
+                cpus = None if address else max(os.cpu_count() or 1, workers) + 1
+                ray.init(address=address, num_cpus=cpus, include_dashboard=False, log_to_driver=False,
+                         logging_level="ERROR", configure_logging=True)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise InputError(f"could not start or join Ray{f' at {address}' if address else ''}: "
+                                 f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        import logging
+
+        for name in ("ray", "ray.data"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+        context = ray.data.DataContext.get_current()
+        context.enable_progress_bars = False
+        context.print_on_execution_start = False
+        files = [p for p in paths if p != "-"]
+        datasets = []
+        if files:
+            # reading and splitting take no CPU slot of their own, so the model actors may have every core
+            raw = ray.data.read_binary_files(files, include_paths=True, num_cpus=0)
+            lines = raw.flat_map(split_file, fn_kwargs={"fmt": fmt, "field": field}, num_cpus=0)
+            # one file is one block: cut it into blocks of a batch of work each, so every actor gets some
+            datasets.append(lines.repartition(target_num_rows_per_block=batch_size * CHUNK_BATCHES))
+        if "-" in paths:
+            stdin = read_lines(sys.stdin.buffer, "standard input", corpus_format("-", fmt, field), field or "text")
+            datasets.append(ray.data.from_items([_row(line) for line in stdin]))
+        data = datasets[0] if len(datasets) == 1 else datasets[0].union(*datasets[1:])
+        gpus = 1 if opts.device == "cuda" else 0
+        states = data.map_batches(
+            CorpusWorker, fn_constructor_kwargs=dict(model_options=model_options, batch_size=batch_size,
+                                                     max_length=max_length, truncate=opts.truncate),
+            batch_size=batch_size * CHUNK_BATCHES, compute=ray.data.ActorPoolStrategy(size=workers), num_gpus=gpus,
+            num_cpus=0 if gpus else 1, max_restarts=0, batch_format="numpy")
+        partials = [CorpusState.from_json(json.loads(row["state"]), "a Ray worker's result")
+                    for row in states.iter_rows()]
+    except InputError:
+        raise
+    except Exception as exc:  # Ray wraps a worker's error in its own exception types
+        cause = getattr(exc, "cause", None) or exc
+        raise InputError(f"the Ray job failed: {type(cause).__name__}: "
+                         f"{str(cause).strip().splitlines()[-1] if str(cause).strip() else ''}") from None
+    finally:
+        if status is not None:
+            status.stop()
+        if started_here and ray.is_initialized():
+            ray.shutdown()
+    if partials:
+        first = partials[0]
+        state = CorpusState.empty(model=first.model, revision=first.revision, model_type=first.model_type,
+                                  causal=first.causal, layers=first.layers, heads=first.heads,
+                                  max_length=first.max_length, metrics=first.metrics, dtype=first.dtype)
+        state = merge_states([state, *partials])
+    else:  # nothing to run: an empty state of the model
+        from attnviz.corpus_run import BatchRunner
+
+        state = BatchRunner(load(**model_options), max_length=max_length, batch_size=batch_size).new_state()
+    state.sources = [visible(p) for p in paths]
+    return state
+

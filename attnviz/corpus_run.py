@@ -1,0 +1,192 @@
+"""Running a corpus through a model: texts tokenised in chunks, sorted by length into batches (so little
+compute goes to padding), right-padded, one forward pass per batch, and each text's statistics computed from
+its own rows and columns of α (the attention mask keeps padding at exactly zero weight, and padded query
+rows are never read). The state it fills is attnviz.corpus.CorpusState; the Ray engine runs the same
+BatchRunner in each worker.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from attnviz.corpus import CorpusState, Line, TextStats, corpus_metrics, text_stats
+from attnviz.errors import AttentionCheckError, InputError
+from attnviz.metrics import Tokens
+from attnviz.model import LoadedModel, _first_line, _forward_args, attention_bytes, attentions_of, describe_tokens
+
+CHUNK_BATCHES = 16  # texts are read and length-sorted this many batches at a time
+
+
+@dataclass
+class Prepared:
+    """One tokenised text, ready to batch."""
+
+    line: Line
+    ids: list[int]
+    tokens: Tokens
+    truncated: bool
+
+
+class BatchRunner:
+    """Tokenises, batches and runs texts through one loaded model; computes each text's statistics."""
+
+    def __init__(self, loaded: LoadedModel, max_length: int | None = None, batch_size: int = 32,
+                 truncate: bool = True):
+        if loaded.seq2seq:
+            raise InputError(f"{loaded.name} is an encoder-decoder model; attnviz corpus reads encoder or decoder-only "
+                             f"models (the heads of one self-attention stack)")
+        if batch_size < 1:
+            raise InputError("--batch-size must be at least 1")
+        limit = loaded.max_positions
+        if max_length is not None and limit and max_length > limit:
+            raise InputError(f"--max-length {max_length} is more than {loaded.name} takes ({limit} tokens)")
+        self.loaded, self.batch_size, self.truncate = loaded, batch_size, truncate
+        self.max_length = max_length or limit or 512
+        self.metrics = corpus_metrics()
+        tok = loaded.tokenizer
+        self.fast = bool(getattr(tok, "is_fast", False))
+        self.pad_id = next((i for i in (tok.pad_token_id, tok.eos_token_id, 0) if i is not None), 0)
+        self.forward_args = _forward_args(loaded.model)
+        self.decode = functools.lru_cache(maxsize=1 << 16)(lambda i: tok.decode([i]))
+
+    def new_state(self) -> CorpusState:
+        from attnviz.model import layers_and_heads
+
+        L, H = layers_and_heads(self.loaded.model.config)
+        return CorpusState.empty(model=self.loaded.name, revision=self.loaded.revision,
+                                 model_type=self.loaded.model_type, causal=bool(self.loaded.causal), layers=L,
+                                 heads=H, max_length=self.max_length, metrics=self.metrics, dtype=self.loaded.dtype)
+
+    # tokenising
+    def prepare(self, lines: Sequence[Line]) -> tuple[list[Prepared], list[Line]]:
+        """Tokenise texts; those that tokenise to nothing but special tokens come back as bad lines."""
+        tok = self.loaded.tokenizer
+        texts = [line.text or "" for line in lines]
+        if not texts:
+            return [], []
+        options = dict(return_special_tokens_mask=True, return_offsets_mapping=self.fast)
+        enc = tok(texts, truncation=False, **options)
+        long = [b for b, ids in enumerate(enc["input_ids"]) if len(ids) > self.max_length]
+        cut = tok([texts[b] for b in long], truncation=True, max_length=self.max_length, **options) if long else None
+        where = {b: (cut, k) for k, b in enumerate(long)}
+        ready, bad = [], []
+        for b, line in enumerate(lines):
+            if b in where and not self.truncate:
+                bad.append(Line(line.source, line.number, None, f"longer than {self.max_length} tokens"))
+                continue
+            source, k = where.get(b, (enc, b))
+            ids = list(source["input_ids"][k])
+            offsets = source["offset_mapping"][k] if self.fast else [None] * len(ids)
+            word_ids = source.word_ids(k) if self.fast else None
+            try:
+                described = describe_tokens(tok, texts[b], ids, source["special_tokens_mask"][k], offsets, word_ids,
+                                            decode=self.decode)
+            except InputError:
+                bad.append(Line(line.source, line.number, None, "no tokens besides special ones"))
+                continue
+            tokens = Tokens(tuple(described.tokens), np.asarray(described.special, bool),
+                            np.array(described.kinds), bool(self.loaded.causal))
+            ready.append(Prepared(line, ids, tokens, b in where))
+        return ready, bad
+
+    def batches(self, ready: Sequence[Prepared]) -> Iterator[list[Prepared]]:
+        """Length-sorted batches of at most batch_size texts, fewer where the attention of a full batch of
+        long texts would pass the memory budget."""
+        ordered = sorted(ready, key=lambda p: len(p.ids))
+        budget = self.loaded.memory_budget or _budget()
+        start = 0
+        while start < len(ordered):
+            end = min(start + self.batch_size, len(ordered))
+            per_text = attention_bytes(self.loaded, len(ordered[end - 1].ids), copies=2.0)
+            end = min(end, start + max(1, budget // max(per_text, 1)))
+            yield ordered[start:end]
+            start = end
+
+    # running
+    def run(self, batch: Sequence[Prepared]) -> list[TextStats]:
+        """One forward pass over a right-padded batch; each text's statistics from its own α."""
+        import torch
+
+        T = max(len(p.ids) for p in batch)
+        ids = torch.full((len(batch), T), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(batch), T), dtype=torch.long)
+        for b, p in enumerate(batch):
+            ids[b, :len(p.ids)] = torch.tensor(p.ids)
+            mask[b, :len(p.ids)] = 1
+        inputs = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in self.forward_args:
+            inputs["token_type_ids"] = torch.zeros_like(ids)
+        inputs = {k: v.to(self.loaded.device) for k, v in inputs.items() if k in self.forward_args}
+        try:
+            with torch.inference_mode():
+                out = self.loaded.model(**inputs, output_attentions=True)
+                alpha = torch.stack(list(attentions_of(out, self.loaded.model, self.loaded.name)))  # (L, B, H, T, T)
+                del out
+                alpha = alpha.float().cpu().numpy()
+        except (ValueError, TypeError, RuntimeError, IndexError) as exc:
+            raise AttentionCheckError(f"{self.loaded.name} could not run on this batch: {_first_line(exc)}") from None
+        if alpha.ndim != 5 or alpha.shape[1] != len(batch) or alpha.shape[-1] != T:
+            raise AttentionCheckError(f"attention of shape {alpha.shape}, expected (L, {len(batch)}, H, {T}, {T})")
+        stats = []
+        for b, p in enumerate(batch):
+            n = len(p.ids)
+            stats.append(text_stats(alpha[:, b, :, :n, :n], p.tokens, self.metrics))
+        return stats
+
+    def fold(self, state: CorpusState, lines: Sequence[Line], on_batch: Callable[[int, int], None] | None = None,
+             stop: Callable[[], bool] | None = None) -> bool:
+        """Tokenise, batch and run `lines` (texts and bad lines), folding everything into `state`, one whole
+        batch at a time. `on_batch(texts, tokens)` after each batch; `stop()` is asked before each batch, and a
+        True answer ends the work there (returns False: the state is partial)."""
+        state.lines += len(lines)
+        for line in lines:
+            if line.text is None:
+                state.add_bad(line)
+        ready, bad = self.prepare([line for line in lines if line.text is not None])
+        for line in bad:
+            state.add_bad(line)
+        if on_batch and bad:
+            on_batch(len(bad), 0)
+        for batch in self.batches(ready):
+            if stop and stop():
+                return False
+            stats = self.run(batch)
+            state.add_texts(stats)
+            state.truncated += sum(p.truncated for p in batch)
+            if on_batch:
+                on_batch(len(batch), sum(s.tokens for s in stats))
+        return True
+
+    def chunk(self) -> int:
+        return self.batch_size * CHUNK_BATCHES
+
+
+def _budget() -> int:
+    from attnviz.model import memory_budget
+
+    return memory_budget()
+
+
+def chunks(lines: Iterable[Line], size: int) -> Iterator[list[Line]]:
+    block: list[Line] = []
+    for line in lines:
+        block.append(line)
+        if len(block) >= size:
+            yield block
+            block = []
+    if block:
+        yield block
+
+
+def run_local(runner: BatchRunner, lines: Iterable[Line], state: CorpusState,
+              on_batch: Callable[[int, int], None] | None = None, stop: Callable[[], bool] | None = None) -> bool:
+    """Every line through `runner` into `state`; False when `stop()` ended it early (the state then
+    holds every whole batch folded so far)."""
+    for block in chunks(lines, runner.chunk()):
+        if not runner.fold(state, block, on_batch, stop):
+            return False
+    return True
