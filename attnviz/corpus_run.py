@@ -51,6 +51,10 @@ class BatchRunner:
         self.fast = bool(getattr(tok, "is_fast", False))
         self.pad_id = next((i for i in (tok.pad_token_id, tok.eos_token_id, 0) if i is not None), 0)
         self.forward_args = _forward_args(loaded.model)
+        # only where the tokenizer makes them (GPT-2's forward takes token_type_ids, its tokenizer gives none,
+        # and zeros there would add token 0's embedding to every position)
+        self.segment_ids = ("token_type_ids" in self.forward_args
+                            and "token_type_ids" in getattr(tok, "model_input_names", ()))
         self.decode = functools.lru_cache(maxsize=1 << 16)(lambda i: tok.decode([i]))
 
     def new_state(self) -> CorpusState:
@@ -118,7 +122,7 @@ class BatchRunner:
             ids[b, :len(p.ids)] = torch.tensor(p.ids)
             mask[b, :len(p.ids)] = 1
         inputs = {"input_ids": ids, "attention_mask": mask}
-        if "token_type_ids" in self.forward_args:
+        if self.segment_ids:  # one sentence: segment 0, as the tokenizer gives it for one text
             inputs["token_type_ids"] = torch.zeros_like(ids)
         inputs = {k: v.to(self.loaded.device) for k, v in inputs.items() if k in self.forward_args}
         try:
