@@ -211,8 +211,9 @@ def text_stats(alpha: np.ndarray, tokens: Tokens, metrics: Sequence[Metric]) -> 
                 rows[m.name].append((np.full(k * H, float(n)), value, np.zeros(k * H)))
             values[m.name].append(value)
     out_values = {name: np.concatenate(parts).reshape(L, H) for name, parts in values.items()}
-    out_rows = {name: tuple(np.concatenate([p[i] for p in parts]).reshape(L, H) for i in range(3))
-                for name, parts in rows.items()}
+    out_rows = {name: (np.concatenate([p[0] for p in parts]).reshape(L, H),
+                       np.concatenate([p[1] for p in parts]).reshape(L, H),
+                       np.concatenate([p[2] for p in parts]).reshape(L, H)) for name, parts in rows.items()}
     block = out_values.get(BLOCK.name, np.full((L, H), np.nan))
     labels = label_heads(out_values, block)
     index = {label: i for i, label in enumerate(LABELS)}

@@ -11,16 +11,17 @@ import numpy as np
 
 from attnviz.corpus import CLARK_GROUPS, STATE_FILE, CorpusState
 from attnviz.metrics import LABELS, uniform_entropy
+from attnviz.panels import Page, Panel
 
 
-def corpus_pictures(state: CorpusState) -> dict[str, object]:
+def corpus_pictures(state: CorpusState) -> dict[str, Panel | Page]:
     """file name -> Page or Panel of the grid pictures."""
     from attnviz.panels import Scale, entropy_panel, head_grid_panel, label_share_page, short_model
 
     model = short_model(state.model)
     over = f"over {state.texts:,} texts{' (partial)' if state.partial else ''}"
     mean_len = state.tokens / max(state.texts, 1)
-    pictures: dict[str, object] = {}
+    pictures: dict[str, Panel | Page] = {}
     if "entropy" in state.metrics:
         pictures["entropy.png"] = entropy_panel(state.grid("entropy"), uniform_entropy(max(round(mean_len), 2)),
                                                 state.model, title=f"mean attention entropy per head, {over} "
@@ -41,7 +42,6 @@ def corpus_pictures(state: CorpusState) -> dict[str, object]:
 def write_corpus_folder(state: CorpusState, out_dir: str | Path, force: bool = False) -> Path:
     """Write every file of a corpus run into `out_dir`, atomically (see export.write_folder)."""
     from attnviz.export import write_folder
-    from attnviz.panels import Page
     from attnviz.records import to_csv, to_json
     from attnviz.render.png import mixed_figure, panel_figure, save_figure
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -76,7 +77,7 @@ class BatchRunner:
         enc = tok(texts, truncation=False, **options)
         long = [b for b, ids in enumerate(enc["input_ids"]) if len(ids) > self.max_length]
         cut = tok([texts[b] for b in long], truncation=True, max_length=self.max_length, **options) if long else None
-        where = {b: (cut, k) for k, b in enumerate(long)}
+        where: dict[int, tuple[Any, int]] = {b: (cut, k) for k, b in enumerate(long)}
         ready, bad = [], []
         for b, line in enumerate(lines):
             if b in where and not self.truncate:
@@ -128,9 +129,10 @@ class BatchRunner:
         try:
             with torch.inference_mode():
                 out = self.loaded.model(**inputs, output_attentions=True)
-                alpha = torch.stack(list(attentions_of(out, self.loaded.model, self.loaded.name)))  # (L, B, H, T, T)
+                stacked = torch.stack(list(attentions_of(out, self.loaded.model, self.loaded.name)))  # (L, B, H, T, T)
                 del out
-                alpha = alpha.float().cpu().numpy()
+                alpha = stacked.float().cpu().numpy()
+                del stacked
         except (ValueError, TypeError, RuntimeError, IndexError) as exc:
             raise AttentionCheckError(f"{self.loaded.name} could not run on this batch: {_first_line(exc)}") from None
         if alpha.ndim != 5 or alpha.shape[1] != len(batch) or alpha.shape[-1] != T:

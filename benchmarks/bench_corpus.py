@@ -52,12 +52,13 @@ class Options:  # what the Ray engine reads of the CLI's model options
 
 def naive(loaded, texts):
     """One text at a time through the single-text path; per-text values aggregated over texts."""
-    from attnviz.corpus import Moments
+    from attnviz.corpus import Moments, corpus_metrics
     from attnviz.metrics import head_values
     from attnviz.model import capture_text
 
-    values = [head_values(capture_text(text, loaded)) for text in texts]
-    return {name: Moments.of(np.stack([v[name] for v in values])) for name in values[0]}
+    metrics = corpus_metrics()  # the numeric ones: what a corpus aggregates
+    values = [head_values(capture_text(text, loaded), metrics) for text in texts]
+    return {m.name: Moments.of(np.stack([v[m.name] for v in values])) for m in metrics}
 
 
 def local(loaded, texts, batch_size):
@@ -68,6 +69,33 @@ def local(loaded, texts, batch_size):
     state = runner.new_state()
     run_local(runner, [Line("bench", n + 1, t) for n, t in enumerate(texts)], state)
     return state
+
+
+def forward_only(loaded, texts, batch_size) -> float:
+    """Seconds for the batched forward passes alone (same batches, no statistics): the floor of the local
+    engine on this hardware."""
+    import torch
+
+    from attnviz.corpus import Line
+    from attnviz.corpus_run import BatchRunner
+
+    runner = BatchRunner(loaded, batch_size=batch_size)
+    ready, _ = runner.prepare([Line("bench", n + 1, t) for n, t in enumerate(texts)])
+    batches = list(runner.batches(ready))
+    start = time.perf_counter()
+    for batch in batches:
+        T = max(len(p.ids) for p in batch)
+        ids = torch.zeros((len(batch), T), dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for b, p in enumerate(batch):
+            ids[b, :len(p.ids)] = torch.tensor(p.ids)
+            mask[b, :len(p.ids)] = 1
+        with torch.inference_mode():
+            loaded.model(input_ids=ids.to(loaded.device), attention_mask=mask.to(loaded.device),
+                         output_attentions=True)
+    if loaded.device == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
 
 
 def worst_difference(reference: dict, state) -> float:
@@ -109,8 +137,10 @@ def main() -> None:
     state = local(loaded, texts, args.batch_size)
     t_local = time.perf_counter() - start
     difference = worst_difference(reference, state)
+    t_forward = forward_only(loaded, texts, args.batch_size)
     rows = [("naive loop (one text at a time)", t_naive, None), (f"attnviz corpus, local, batch {args.batch_size}",
                                                                  t_local, difference)]
+    rows.append(("(floor: the batched forward passes alone)", t_forward, None))
     if not args.no_ray:
         rows += ray_rows(texts, args, state)
     print(f"{'':42} {'seconds':>8} {'texts/s':>8} {'tokens/s':>9} {'× naive':>8} {'max |Δ| vs naive':>17}")

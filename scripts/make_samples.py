@@ -72,6 +72,10 @@ SAMPLES: list[tuple[str, list[str], str]] = [
     ("rollout.png", [], "written by the rollout command above"),
     ("export_cat/", ["export", "--from", "{dir}/cat.npz", "--out-dir", "{out}", "--layers", "0,5", "--heads", "0-3"],
      "an export folder: open index.html"),
+    ("corpus.txt", ["corpus", "scripts/sample_corpus.jsonl", "--top", "12"],
+     "head statistics over 40 sentences (2 bad lines named), means over texts, and Clark-style per-layer mass"),
+    ("corpus/", ["corpus", "scripts/sample_corpus.jsonl", "-o", "{out}"],
+     "the corpus folder: stats.json (mergeable), heads.csv, layers.csv, entropy/special/prev/labels grids"),
 ]
 
 

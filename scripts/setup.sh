@@ -9,4 +9,4 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   # Prefer the CPU build of torch 2.13.0 where one lies on local disk; else install torch the ordinary way.
   pip install "torch==2.13.0" 2>/dev/null || pip install "torch>=2.1"
 fi
-pip install -e ".[test]"
+pip install -e ".[test,ray]"
