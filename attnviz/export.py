@@ -319,6 +319,7 @@ def export(capture: Capture | Parts, target: str | os.PathLike, *, layers: Seque
     from attnviz.metrics import head_records
     from attnviz.records import to_csv, to_json
     from attnviz.render.html import Section, gallery_html
+    from attnviz.render.viewer import viewer_data, viewer_fragment
     from attnviz.render.png import grid_figure, save_grid
 
     if items is None:
@@ -353,7 +354,8 @@ def export(capture: Capture | Parts, target: str | os.PathLike, *, layers: Seque
         capture.save(staging / "attention.npz")
         (staging / "heads.json").write_text(to_json(records, indent=1) + "\n", encoding="utf-8")
         (staging / "heads.csv").write_text(to_csv(records), encoding="utf-8")
-        (staging / "index.html").write_text(gallery_html(sections, fmt), encoding="utf-8")
+        viewer = viewer_fragment(viewer_data(capture))
+        (staging / "index.html").write_text(gallery_html(sections, fmt, viewer), encoding="utf-8")
 
     target = write_folder(target, force, fill, what="export")
     if on_done:

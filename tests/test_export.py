@@ -185,7 +185,8 @@ def test_gallery_is_offline_and_lists_everything(tmp_path):
     target = export(cap, tmp_path / "out", layers=[0, 1], heads=[0, 2])
     html = (target / "index.html").read_text()
     assert not re.search(r"(src|href)=\"(https?:)?//", html)  # nothing fetched from elsewhere
-    assert "<script" not in html and "@import" not in html
+    assert not re.search(r"<script[^>]*\bsrc\s*=", html) and "@import" not in html and "<link" not in html
+    assert html.count("<script") == 2  # the interactive view: its data and its script, both inline
     assert "The &lt;cat&gt; sat &amp; stayed" in html
     for name in ("grid.png", "layer00_head00.png", "layer01_head02.png", "layer01_mean.png", "heads.csv",
                  "attention.npz"):

@@ -72,10 +72,11 @@ SHORT_HELP = {
     "capture": "Save α and tokens as a .npz for --from.",
     "generate": "A causal LM writes; its attention kept step by step.",
     "export": "Every head as an image, a grid, the data and an offline gallery.",
+    "view": "An interactive page (one offline HTML file): head, model and matrix views.",
     "corpus": "Head statistics over many texts, batched; shards merged.",
 }
 COMMAND_ORDER = ("heatmap", "token", "steps", "positions", "compare", "heads", "entropy", "rollout", "norms",
-                 "sinks", "explain", "verify", "scaling", "capture", "generate", "export", "corpus")
+                 "sinks", "explain", "verify", "scaling", "capture", "generate", "export", "view", "corpus")
 
 
 class AttnvizGroup(TyperGroup):

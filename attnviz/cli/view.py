@@ -114,3 +114,41 @@ def _whole(inp: LongTextInput):
 
         return Parts({name: to_words(c) for name, c in parts.captures.items()})
     return parts
+
+
+@app.command(help="An interactive view in one HTML file that works offline in any browser: a head view (hover a "
+                  "token to see what it attends to), a model view (every layer × head) and a matrix view (exact α "
+                  "on hover). Script, styles and data are inside the file; nothing is fetched.")
+@cli_errors
+@takes(inp=CaptureInput)
+def view(output: Annotated[Optional[str], typer.Option(
+             "--output", "-o", metavar="FILE", show_default=False,
+             help="The page: FILE.html; a folder gets attnviz_view.html inside. Default: attnviz_view.html here.")]
+         = None,
+         layer: LayerSel = Selection.everything("layer", "--layer"),
+         precision: Annotated[str, typer.Option(
+             "--precision", metavar="auto|16|8",
+             help="Bits per stored weight: 16, 8, or auto (16 while the weights take at most 4 MB, else 8).")]
+         = "auto",
+         open_page: Annotated[bool, typer.Option("--open", help="Open the page in a web browser.")] = False,
+         *, inp: CaptureInput) -> None:
+    from attnviz.capture import Parts, atomic_output, check_suffix
+    from attnviz.render.viewer import PRECISIONS, viewer_data, viewer_html
+
+    if precision not in PRECISIONS:
+        raise typer.BadParameter(f"{precision!r}: choose one of {', '.join(PRECISIONS)}", param_hint="--precision")
+    check_output(output, (".html", ".htm"))
+    whole = inp.whole()
+    layers = None if isinstance(whole, Parts) else layer.indices(whole.n_layers)
+    if isinstance(whole, Parts) and layer.items != ("all",):
+        raise typer.BadParameter("an encoder-decoder model's view shows every layer of every part",
+                                 param_hint="--layer")
+    page = viewer_html(viewer_data(whole, layers=layers, precision=precision))
+    path = check_suffix(output_path(output, "attnviz_view.html"), (".html", ".htm"))
+    with atomic_output(path) as tmp:
+        tmp.write_text(page, encoding="utf-8")
+    say(path)
+    if open_page:
+        import webbrowser
+
+        webbrowser.open(path.resolve().as_uri())

@@ -1,0 +1,408 @@
+// attnviz interactive viewer: head view, model view, matrix view. Everything it shows comes from the JSON in
+// #attnviz-data; nothing is fetched. Strings from the data are only ever set as textContent.
+(function () {
+  "use strict";
+  var data = JSON.parse(document.getElementById("attnviz-data").textContent);
+  // Paul Tol's "muted" scheme: distinguishable with the common colour-vision deficiencies. Heads past the
+  // ninth reuse a colour with a dashed line.
+  var PALETTE = ["#CC6677", "#332288", "#DDCC77", "#117733", "#88CCEE", "#882255", "#44AA99", "#999933", "#AA4499"];
+  // viridis, 9 stops (matplotlib), interpolated
+  var VIRIDIS = [[68, 1, 84], [71, 44, 122], [59, 81, 139], [44, 113, 142], [33, 144, 141], [39, 173, 129],
+    [92, 200, 99], [170, 220, 50], [253, 231, 37]];
+  var ROW = 20;
+  var $ = function (id) { return document.getElementById(id); };
+
+  function viridis(t) {
+    t = Math.max(0, Math.min(1, t)) * (VIRIDIS.length - 1);
+    var k = Math.min(Math.floor(t), VIRIDIS.length - 2), f = t - k, a = VIRIDIS[k], b = VIRIDIS[k + 1];
+    return [a[0] + (b[0] - a[0]) * f, a[1] + (b[1] - a[1]) * f, a[2] + (b[2] - a[2]) * f];
+  }
+  function headColour(h) { return PALETTE[h % PALETTE.length]; }
+  function dashed(h) { return h >= PALETTE.length; }
+
+  // --- data ---------------------------------------------------------------------------------------
+  var littleEndian = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
+  data.sections.forEach(function (s) {
+    var bin = atob(s.alpha), bytes = new Uint8Array(bin.length);
+    for (var n = 0; n < bin.length; n++) bytes[n] = bin.charCodeAt(n);
+    if (s.bits === 16) {
+      if (littleEndian) s.q = new Uint16Array(bytes.buffer);
+      else { var view = new DataView(bytes.buffer); s.q = new Uint16Array(bytes.length / 2);
+        for (var m = 0; m < s.q.length; m++) s.q[m] = view.getUint16(2 * m, true); }
+    } else s.q = bytes;
+    s.top = s.bits === 16 ? 65535 : 255;
+    s.R = s.rows.length; s.C = s.cols.length; s.L = s.layers.length;
+    delete s.alpha;
+  });
+
+  var state = { section: 0, layer: 0, heads: null, focus: null, view: "head", matrixHead: "mean", cursor: [0, 0],
+    drawn: 0 };
+  function sec() { return data.sections[state.section]; }
+  function weight(s, li, h, i, j) { return s.q[((li * s.heads + h) * s.R + i) * s.C + j] / s.top * s.scale[li][h]; }
+  function shown(s, i, j) { return !(s.causal && j > i); }
+  function meanWeight(s, li, i, j) {
+    var sum = 0;
+    for (var h = 0; h < s.heads; h++) sum += weight(s, li, h, i, j);
+    return sum / s.heads;
+  }
+  function fmt(x) { return x.toFixed(data.bits === 16 ? 4 : 3); }
+  function el(tag, text, cls) {
+    var e = document.createElement(tag);
+    if (text !== undefined) e.textContent = text;
+    if (cls) e.className = cls;
+    return e;
+  }
+
+  // --- header -------------------------------------------------------------------------------------
+  function header() {
+    $("av-text").textContent = data.text;
+    var s0 = data.sections[0];
+    var size = data.sections.map(function (s) {
+      return (data.sections.length > 1 ? s.title + ": " : "") + s.L + " layers × " + s.heads + " heads, " + s.R +
+        (s.R === s.C ? " tokens" : " × " + s.C + " tokens");
+    }).join(" · ");
+    var precision = data.bits === 16 ? "16 bits per weight (each matrix scaled to its largest weight; error ≤ 8e-6 of it)"
+      : "8 bits per weight (each matrix scaled to its largest weight; error ≤ 0.2% of it)";
+    $("av-meta").textContent = "model " + data.model + " · " + size + (s0.causal ? " · causal" : "") +
+      (data.dtype ? " · " + data.dtype : "") + " · α stored with " + precision;
+    $("av-made").textContent = "made by attnviz " + data.version + ": " + data.command;
+  }
+
+  // --- controls -----------------------------------------------------------------------------------
+  function fillSelect(select, options, chosen) {
+    select.textContent = "";
+    options.forEach(function (o) {
+      var opt = el("option", o[1]);
+      opt.value = String(o[0]);
+      if (String(o[0]) === String(chosen)) opt.selected = true;
+      select.appendChild(opt);
+    });
+  }
+  function controls() {
+    var s = sec();
+    if (data.sections.length > 1) {
+      $("av-part-label").hidden = false;
+      fillSelect($("av-part"), data.sections.map(function (x, n) { return [n, x.title]; }), state.section);
+    }
+    fillSelect($("av-layer"), s.layers.map(function (l, n) { return [n, "layer " + l]; }), state.layer);
+    var heads = [["mean", "mean of the heads"]];
+    for (var h = 0; h < s.heads; h++) heads.push([h, "head " + h]);
+    fillSelect($("av-matrix-head"), heads, state.matrixHead);
+    var toggles = $("av-head-toggles");
+    toggles.textContent = "";
+    for (var k = 0; k < s.heads; k++) {
+      var b = el("button", "", "av-toggle");
+      b.type = "button";
+      b.dataset.head = k;
+      b.setAttribute("aria-pressed", state.heads.has(k) ? "true" : "false");
+      var sw = el("span", "", "sw");
+      sw.style.background = dashed(k) ? "repeating-linear-gradient(90deg," + headColour(k) + " 0 5px,#fff 5px 8px)"
+        : headColour(k);
+      b.appendChild(sw);
+      b.appendChild(el("span", String(k)));
+      b.setAttribute("aria-label", "head " + k);
+      toggles.appendChild(b);
+    }
+    var notes = s.notes.slice();
+    if (s.causal) notes.push("causal: a token attends only to itself and earlier tokens (future cells are blank)");
+    if (s.rowSplit !== null && s.rowSplit !== undefined) notes.push("generated tokens begin at " + s.rows[s.rowSplit] +
+      " (a line marks where)");
+    $("av-notes").textContent = notes.join(" · ");
+  }
+
+  // --- head view ----------------------------------------------------------------------------------
+  function tokenList(list, labels, special, side, split) {
+    list.textContent = "";
+    labels.forEach(function (t, n) {
+      var li = el("li", t);
+      li.tabIndex = 0;
+      li.dataset.side = side;
+      li.dataset.index = n;
+      li.title = t;
+      li.setAttribute("aria-label", (side === "left" ? "query " : "key ") + n + ": " + t);
+      if (special[n]) li.classList.add("special");
+      if (split !== null && split !== undefined && n === split && n > 0) li.classList.add("split");
+      list.appendChild(li);
+    });
+  }
+  function headView() {
+    var s = sec();
+    tokenList($("av-left"), s.rows, s.rowSpecial, "left", s.rowSplit);
+    tokenList($("av-right"), s.cols, s.colSpecial, "right", s.colSplit);
+    drawLines();
+  }
+  function drawLines() {
+    var s = sec(), canvas = $("av-lines"), ratio = window.devicePixelRatio || 1;
+    var width = 320, height = Math.max(s.R, s.C) * ROW;
+    canvas.style.width = width + "px";
+    canvas.style.height = height + "px";
+    canvas.width = Math.round(width * ratio);
+    canvas.height = Math.round(height * ratio);
+    var ctx = canvas.getContext("2d");
+    ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
+    ctx.clearRect(0, 0, width, height);
+    ctx.lineWidth = 2;
+    var f = state.focus, drawn = 0, li = state.layer;
+    var rows = [], cols = [], i, j;
+    for (i = 0; i < s.R; i++) if (!f || f.side !== "left" || f.index === i) rows.push(i);
+    for (j = 0; j < s.C; j++) if (!f || f.side !== "right" || f.index === j) cols.push(j);
+    state.heads.forEach(function (h) {
+      ctx.strokeStyle = headColour(h);
+      ctx.setLineDash(dashed(h) ? [5, 3] : []);
+      rows.forEach(function (qi) {
+        cols.forEach(function (kj) {
+          if (!shown(s, qi, kj)) return;
+          var w = weight(s, li, h, qi, kj);
+          if (w < 0.01) return;
+          ctx.globalAlpha = Math.min(1, w);
+          ctx.beginPath();
+          ctx.moveTo(0, qi * ROW + ROW / 2);
+          ctx.lineTo(width, kj * ROW + ROW / 2);
+          ctx.stroke();
+          drawn++;
+        });
+      });
+    });
+    ctx.globalAlpha = 1;
+    state.drawn = drawn;
+    canvas.dataset.lines = String(drawn);
+    document.querySelectorAll(".av-tokens li.active").forEach(function (e) { e.classList.remove("active"); });
+    if (f) {
+      var list = $(f.side === "left" ? "av-left" : "av-right");
+      if (list.children[f.index]) list.children[f.index].classList.add("active");
+    }
+  }
+  function setFocus(target) {
+    var next = target && target.dataset && target.dataset.side ?
+      { side: target.dataset.side, index: Number(target.dataset.index) } : null;
+    var same = (next === null && state.focus === null) || (next && state.focus && next.side === state.focus.side &&
+      next.index === state.focus.index);
+    if (same) return;
+    state.focus = next;
+    drawLines();
+  }
+
+  // --- model view ---------------------------------------------------------------------------------
+  function thumbnail(s, li, h) {
+    var w = Math.min(s.C, 72), hgt = Math.min(s.R, 72);
+    var canvas = el("canvas");
+    canvas.width = w;
+    canvas.height = hgt;
+    var ctx = canvas.getContext("2d"), img = ctx.createImageData(w, hgt);
+    for (var y = 0; y < hgt; y++) {
+      var i = Math.floor(y * s.R / hgt);
+      for (var x = 0; x < w; x++) {
+        var j = Math.floor(x * s.C / w), p = 4 * (y * w + x);
+        if (!shown(s, i, j)) { img.data[p] = img.data[p + 1] = img.data[p + 2] = 255; img.data[p + 3] = 255; continue; }
+        var c = viridis(s.q[((li * s.heads + h) * s.R + i) * s.C + j] / s.top);
+        img.data[p] = c[0]; img.data[p + 1] = c[1]; img.data[p + 2] = c[2]; img.data[p + 3] = 255;
+      }
+    }
+    ctx.putImageData(img, 0, 0);
+    return canvas;
+  }
+  function modelView() {
+    var s = sec(), grid = $("av-thumbs");
+    grid.textContent = "";
+    grid.style.gridTemplateColumns = "auto repeat(" + s.heads + ", auto)";
+    grid.appendChild(el("span", "", "lab"));
+    for (var h = 0; h < s.heads; h++) grid.appendChild(el("span", "head " + h, "lab"));
+    for (var li = 0; li < s.L; li++) {
+      grid.appendChild(el("span", "layer " + s.layers[li], "lab"));
+      for (var k = 0; k < s.heads; k++) {
+        var b = el("button");
+        b.type = "button";
+        b.dataset.layer = li;
+        b.dataset.head = k;
+        b.setAttribute("aria-label", "layer " + s.layers[li] + " head " + k + ": open in the head view");
+        b.title = "layer " + s.layers[li] + ", head " + k;
+        if (li === state.layer && state.heads.size === 1 && state.heads.has(k)) b.classList.add("current");
+        b.appendChild(thumbnail(s, li, k));
+        grid.appendChild(b);
+      }
+    }
+  }
+  function openHead(li, h) {
+    state.layer = li;
+    state.heads = new Set([h]);
+    state.focus = null;
+    controls();
+    showView("head");
+  }
+
+  // --- matrix view --------------------------------------------------------------------------------
+  var matrixGeometry = null;
+  function matrixValue(s, i, j) {
+    return state.matrixHead === "mean" ? meanWeight(s, state.layer, i, j) : weight(s, state.layer, Number(state.matrixHead), i, j);
+  }
+  function matrixView() {
+    var s = sec(), canvas = $("av-matrix"), ratio = window.devicePixelRatio || 1;
+    var cell = Math.max(2, Math.min(24, Math.floor(720 / Math.max(s.R, s.C))));
+    var labels = cell >= 10, margin = labels ? 130 : 4;
+    var width = margin + s.C * cell + 4, height = margin + s.R * cell + 4;
+    canvas.style.width = width + "px";
+    canvas.style.height = height + "px";
+    canvas.width = Math.round(width * ratio);
+    canvas.height = Math.round(height * ratio);
+    var ctx = canvas.getContext("2d");
+    ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
+    ctx.fillStyle = "#fff";
+    ctx.fillRect(0, 0, width, height);
+    var top = 0, i, j, values = new Float64Array(s.R * s.C);
+    for (i = 0; i < s.R; i++) for (j = 0; j < s.C; j++) {
+      var v = shown(s, i, j) ? matrixValue(s, i, j) : NaN;
+      values[i * s.C + j] = v;
+      if (v > top) top = v;
+    }
+    for (i = 0; i < s.R; i++) for (j = 0; j < s.C; j++) {
+      var value = values[i * s.C + j];
+      if (isNaN(value)) { ctx.fillStyle = "#eeeeee"; }
+      else { var c = viridis(top > 0 ? value / top : 0);
+        ctx.fillStyle = "rgb(" + Math.round(c[0]) + "," + Math.round(c[1]) + "," + Math.round(c[2]) + ")"; }
+      ctx.fillRect(margin + j * cell, margin + i * cell, cell, cell);
+    }
+    if (labels) {
+      ctx.fillStyle = "#222";
+      ctx.font = Math.min(12, cell - 1) + "px system-ui, sans-serif";
+      ctx.textAlign = "right";
+      ctx.textBaseline = "middle";
+      for (i = 0; i < s.R; i++) ctx.fillText(s.rows[i].slice(0, 18), margin - 4, margin + i * cell + cell / 2);
+      for (j = 0; j < s.C; j++) {
+        ctx.save();
+        ctx.translate(margin + j * cell + cell / 2, margin - 4);
+        ctx.rotate(-Math.PI / 2);
+        ctx.textAlign = "left";
+        ctx.fillText(s.cols[j].slice(0, 18), 0, 0);
+        ctx.restore();
+      }
+    }
+    matrixGeometry = { margin: margin, cell: cell, top: top };
+    $("av-matrix-scale").textContent = "colours: linear, from 0 (dark purple) to " + fmt(top) +
+      " (yellow), the largest weight shown" + (s.causal ? "; grey cells are future tokens" : "");
+    drawCursor();
+  }
+  function drawCursor() {
+    var s = sec(), g = matrixGeometry, ctx = $("av-matrix").getContext("2d");
+    if (!g || document.activeElement !== $("av-matrix")) return;
+    ctx.strokeStyle = "#d55e00";
+    ctx.lineWidth = 2;
+    ctx.strokeRect(g.margin + state.cursor[1] * g.cell, g.margin + state.cursor[0] * g.cell, g.cell, g.cell);
+    readout(state.cursor[0], state.cursor[1]);
+    void s;
+  }
+  function readout(i, j) {
+    var s = sec();
+    var head = state.matrixHead === "mean" ? "mean of the heads" : "head " + state.matrixHead;
+    var text = s.rowAxis + " " + i + " “" + s.rows[i] + "” → " + s.colAxis + " " + j + " “" + s.cols[j] + "”: ";
+    text += shown(s, i, j) ? "α = " + fmt(matrixValue(s, i, j)) : "(a future token: not attended to)";
+    $("av-readout").textContent = text + "  (layer " + s.layers[state.layer] + ", " + head + ")";
+  }
+
+  // --- views and events ---------------------------------------------------------------------------
+  var TABS = ["head", "model", "matrix"];
+  function showView(name) {
+    state.view = name;
+    TABS.forEach(function (t) {
+      var tab = $("av-tab-" + t), on = t === name;
+      tab.setAttribute("aria-selected", on ? "true" : "false");
+      tab.tabIndex = on ? 0 : -1;
+      $("av-" + t + "-view").hidden = !on;
+    });
+    render();
+  }
+  function render() {
+    if (state.view === "head") headView();
+    else if (state.view === "model") modelView();
+    else matrixView();
+  }
+  function wire() {
+    TABS.forEach(function (t, n) {
+      var tab = $("av-tab-" + t);
+      tab.addEventListener("click", function () { showView(t); });
+      tab.addEventListener("keydown", function (e) {
+        if (e.key !== "ArrowRight" && e.key !== "ArrowLeft") return;
+        var next = TABS[(n + (e.key === "ArrowRight" ? 1 : TABS.length - 1)) % TABS.length];
+        showView(next);
+        $("av-tab-" + next).focus();
+        e.preventDefault();
+      });
+    });
+    $("av-part").addEventListener("change", function (e) {
+      state.section = Number(e.target.value);
+      state.layer = 0;
+      state.heads = allHeads();
+      state.focus = null;
+      state.matrixHead = "mean";
+      controls();
+      render();
+    });
+    $("av-layer").addEventListener("change", function (e) { state.layer = Number(e.target.value); render(); });
+    $("av-matrix-head").addEventListener("change", function (e) { state.matrixHead = e.target.value; render(); });
+    $("av-head-toggles").addEventListener("click", function (e) {
+      var b = e.target.closest("button");
+      if (!b) return;
+      var h = Number(b.dataset.head);
+      if (state.heads.has(h)) state.heads.delete(h); else state.heads.add(h);
+      b.setAttribute("aria-pressed", state.heads.has(h) ? "true" : "false");
+      drawLines();
+    });
+    $("av-all-heads").addEventListener("click", function () { state.heads = allHeads(); controls(); drawLines(); });
+    $("av-no-heads").addEventListener("click", function () { state.heads = new Set(); controls(); drawLines(); });
+    ["av-left", "av-right"].forEach(function (id) {
+      var list = $(id);
+      list.addEventListener("mouseover", function (e) { setFocus(e.target.closest("li")); });
+      list.addEventListener("focusin", function (e) { setFocus(e.target.closest("li")); });
+      list.addEventListener("mouseleave", function () { if (!list.contains(document.activeElement)) setFocus(null); });
+      list.addEventListener("focusout", function (e) { if (!list.contains(e.relatedTarget)) setFocus(null); });
+      list.addEventListener("keydown", function (e) {
+        var li = e.target.closest("li");
+        if (!li || (e.key !== "ArrowDown" && e.key !== "ArrowUp")) return;
+        var next = e.key === "ArrowDown" ? li.nextElementSibling : li.previousElementSibling;
+        if (next) next.focus();
+        e.preventDefault();
+      });
+    });
+    $("av-thumbs").addEventListener("click", function (e) {
+      var b = e.target.closest("button");
+      if (b) openHead(Number(b.dataset.layer), Number(b.dataset.head));
+    });
+    var matrix = $("av-matrix");
+    matrix.addEventListener("mousemove", function (e) {
+      var g = matrixGeometry, s = sec();
+      if (!g) return;
+      var r = matrix.getBoundingClientRect();
+      var j = Math.floor((e.clientX - r.left - g.margin) / g.cell), i = Math.floor((e.clientY - r.top - g.margin) / g.cell);
+      if (i >= 0 && i < s.R && j >= 0 && j < s.C) readout(i, j);
+    });
+    matrix.addEventListener("focus", function () { matrixView(); });
+    matrix.addEventListener("blur", function () { matrixView(); });
+    matrix.addEventListener("keydown", function (e) {
+      var s = sec(), moves = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1] };
+      var m = moves[e.key];
+      if (!m) return;
+      state.cursor = [Math.max(0, Math.min(s.R - 1, state.cursor[0] + m[0])),
+        Math.max(0, Math.min(s.C - 1, state.cursor[1] + m[1]))];
+      matrixView();
+      e.preventDefault();
+    });
+  }
+  function allHeads() {
+    var set = new Set();
+    for (var h = 0; h < sec().heads; h++) set.add(h);
+    return set;
+  }
+
+  header();
+  state.heads = allHeads();
+  controls();
+  wire();
+  showView("head");
+  window.attnvizViewer = {
+    state: state,
+    drawnLines: function () { return state.drawn; },
+    openHead: openHead,
+    weight: function (section, li, h, i, j) { return weight(data.sections[section], li, h, i, j); },
+    readyAt: performance.now()
+  };
+  document.documentElement.dataset.attnvizReady = "1";
+})();

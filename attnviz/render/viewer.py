@@ -1,0 +1,143 @@
+"""The interactive viewer: one self-contained HTML file (script, styles and data inline; nothing is fetched)
+with a head view (query and key tokens in two columns, a line per weight, one colour per head), a model
+view (every layer × head as a thumbnail) and a matrix view (the heatmap, exact weight on hover). It consumes
+Captures (one, or the parts of an encoder-decoder model); the page's script draws everything.
+
+α is stored quantised per layer and head: each matrix divided by its largest value and rounded to 16 bits
+(or 8 when 16 would pass the size budget), base64. The page states the precision it was written with.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shlex
+import sys
+from collections.abc import Sequence
+from html import escape
+from importlib import resources
+
+import numpy as np
+
+from attnviz import __version__
+from attnviz.capture import Capture, Parts
+from attnviz.errors import InputError
+from attnviz.panels import PART_TITLES, generated_split, short_model
+from attnviz.text import repair_unicode, visible
+
+PRECISIONS = ("auto", "16", "8")
+AUTO_16_BIT_BYTES = 4 << 20  # auto: 16 bits per weight while the weights take at most this (base64), else 8
+MAX_PAGE_BYTES = 64 << 20  # a page larger than this is refused (choose fewer layers)
+MAX_TOKEN_CHARS = 80  # a token's label in the page
+
+
+def _asset(name: str) -> str:
+    return resources.files("attnviz.render").joinpath(name).read_text(encoding="utf-8")
+
+
+def _label(token: str) -> str:
+    text = visible(repair_unicode(str(token)))
+    return text if len(text) <= MAX_TOKEN_CHARS else text[:MAX_TOKEN_CHARS - 1] + "…"
+
+
+def _quantise(alpha: np.ndarray, bits: int) -> tuple[str, list[list[float]]]:
+    """α (L, H, R, C) -> base64 of little-endian unsigned integers, and each matrix's scale (its maximum)."""
+    top = (1 << bits) - 1
+    scale = alpha.max(axis=(2, 3)).astype(np.float64)  # (L, H)
+    scale = np.where(np.isfinite(scale) & (scale > 0), scale, 1.0)
+    q = np.rint(np.clip(alpha / scale[:, :, None, None], 0.0, 1.0) * top)
+    q = q.astype("<u2" if bits == 16 else np.uint8)
+    return base64.b64encode(q.tobytes()).decode("ascii"), scale.tolist()
+
+
+def _bits(cells: int, precision: str) -> int:
+    if precision == "8":
+        return 8
+    if precision == "16":
+        return 16
+    return 16 if cells * 2 * 4 / 3 <= AUTO_16_BIT_BYTES else 8
+
+
+def section_data(capture: Capture, name: str, bits: int, layers: Sequence[int]) -> dict:
+    alpha = np.asarray(capture.attentions[list(layers)], np.float32)
+    payload, scale = _quantise(alpha, bits)
+    future = capture.future_mask
+    notes = []
+    if capture.long is not None:
+        notes.append(f"a long input of {capture.long.n_tokens} tokens, pooled into blocks of {capture.long.block}: "
+                     f"each cell is the mean weight of a block of queries on a block of keys")
+    if capture.meta.get("level") == "word":
+        notes.append("word level: to a word, the sum over its pieces; from a word, their mean")
+    if capture.quantity != "alpha":
+        notes.append(f"values: {capture.quantity}")
+    split = generated_split(capture)
+    return {
+        "name": name, "title": PART_TITLES.get(name, "self-attention") if name else "self-attention",
+        "layers": [int(n) for n in layers], "heads": int(capture.n_heads),
+        "rows": [_label(t) for t in capture.tokens], "cols": [_label(t) for t in capture.key_tokens],
+        "rowSpecial": [bool(s) for s in capture.special], "colSpecial": [bool(s) for s in capture.key_special],
+        "causal": future is not None, "rowSplit": split, "colSplit": split if capture.square else None,
+        "rowAxis": "target" if name in ("decoder", "cross") else "query", "colAxis":
+            "source" if name in ("encoder", "cross") else "key",
+        "notes": notes, "bits": bits, "scale": scale, "alpha": payload,
+    }
+
+
+def viewer_data(whole: Capture | Parts, *, layers: Sequence[int] | None = None, precision: str = "auto",
+                command: str | None = None) -> dict:
+    """Everything the page shows, as plain JSON-able data."""
+    if isinstance(whole, Parts):
+        captures = [(name, whole.part(name)) for name in whole.names]
+        meta = whole.meta
+        text = f"{meta.get('source_text', '')} → {meta.get('target_text', '')}"
+        model = whole.model
+    else:
+        captures = [("", whole)]
+        meta = whole.meta
+        text = str(meta.get("text") or " ".join(whole.tokens))
+        model = whole.model
+    cells = 0
+    chosen = {}
+    for name, capture in captures:
+        chosen[name] = list(layers) if layers is not None and not name else list(range(capture.n_layers))
+        cells += len(chosen[name]) * capture.n_heads * capture.n_tokens * capture.n_keys
+    bits = _bits(cells, precision)
+    if cells * bits / 8 * 4 / 3 > MAX_PAGE_BYTES:
+        raise InputError(f"the page would hold {cells:,} weights, more than {MAX_PAGE_BYTES >> 20} MiB; choose fewer "
+                         f"layers with --layer, or pool the input (--stream --pool 128)")
+    return {
+        "text": visible(repair_unicode(text)), "model": visible(repair_unicode(model)),
+        "shortModel": visible(repair_unicode(short_model(model))),
+        "version": __version__, "command": visible(repair_unicode(command or made_by())),
+        "dtype": visible(str(meta.get("dtype", ""))), "bits": bits,
+        "sections": [section_data(capture, name, bits, chosen[name]) for name, capture in captures],
+    }
+
+
+def made_by() -> str:
+    """The command line that is running, as a user would type it."""
+    return "attnviz " + shlex.join(sys.argv[1:])
+
+
+def _json_for_script(data: dict) -> str:
+    """JSON that cannot end the <script> element it sits in."""
+    return json.dumps(data, ensure_ascii=True, allow_nan=False, separators=(",", ":")).replace("</", "<\\/")
+
+
+def viewer_fragment(data: dict) -> tuple[str, str, str]:
+    """(style, body, script) of the viewer, to stand alone or to sit at the top of the export's gallery."""
+    body = _asset("viewer.html")
+    script = (f'<script type="application/json" id="attnviz-data">{_json_for_script(data)}</script>\n'
+              f"<script>{_asset('viewer.js')}</script>")
+    return _asset("viewer.css"), body, script
+
+
+def viewer_html(data: dict) -> str:
+    """The whole page."""
+    style, body, script = viewer_fragment(data)
+    title = escape(f"attnviz · {data['shortModel']} · {data['text'][:80]}")
+    return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+            "script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:\">\n"
+            f"<title>{title}</title>\n<style>{style}</style></head>\n<body>\n{body}\n{script}\n</body></html>\n")
