@@ -1,0 +1,328 @@
+"""The interactive viewer: one self-contained HTML file, checked as a file and in a real browser (Debian's
+Chromium driven by Playwright). Without Chromium or Playwright the browser tests are skipped with a message
+saying what to install; .ci/run installs both."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+
+import numpy as np
+import pytest
+
+from conftest import SENTENCE, make_capture, one_line_error, run
+
+from attnviz.render.viewer import viewer_data, viewer_html
+from attnviz.text import visible
+
+THRESHOLD = 0.01  # the head view draws a line for α ≥ this
+
+
+def chromium_path() -> str | None:
+    return os.environ.get("ATTNVIZ_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("browser tests need Playwright for Python: pip install playwright (in the test extra)")
+    path = chromium_path()
+    if path is None:
+        pytest.skip("browser tests need Chromium: apt-get install chromium (or set ATTNVIZ_CHROMIUM to its path); "
+                    ".ci/run installs it")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=path, args=["--no-sandbox"])
+        yield browser
+        browser.close()
+
+
+class Page:
+    """A page opened offline; every request other than the file itself (and, for the export's gallery, the
+    images beside it) is recorded, and any request off this machine aborted."""
+
+    def __init__(self, browser, path, local_files: bool = False):
+        self.context = browser.new_context(offline=True, viewport={"width": 1400, "height": 1000})
+        self.page = self.context.new_page()
+        self.errors: list[str] = []
+        self.requests: list[str] = []
+        self.dialogs: list[str] = []
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type in ("error", "warning") else None)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        folder = path.parent.as_uri() + "/"
+        self.page.on("request", lambda r: None if r.url == path.as_uri() or (local_files and r.url.startswith(folder))
+                     else self.requests.append(r.url))
+        self.page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
+        self.page.route(re.compile(r"^(?!file:).*"), lambda route: (self.requests.append(route.request.url),
+                                                                    route.abort()))
+        self.page.goto(path.as_uri())
+        self.page.wait_for_function("document.documentElement.dataset.attnvizReady === '1'", timeout=10_000)
+
+    def js(self, expression: str):
+        return self.page.evaluate(expression)
+
+    def lines(self) -> int:
+        return self.js("window.attnvizViewer.drawnLines()")
+
+    def close(self):
+        assert self.errors == [], self.errors
+        assert self.requests == [], self.requests
+        assert self.dialogs == [], self.dialogs
+        self.context.close()
+
+
+def write_page(tmp_path, whole, name="view.html", **kwargs):
+    path = tmp_path / name
+    path.write_text(viewer_html(viewer_data(whole, command="attnviz view (test)", **kwargs)), encoding="utf-8")
+    return path
+
+
+def expected_lines(alpha: np.ndarray, heads, rows=None, cols=None, causal=False) -> tuple[int, int]:
+    """How many lines the head view should draw for one layer's α (H, R, C): a range, as weights within the
+    16-bit quantisation step of the threshold may fall either way."""
+    H, R, C = alpha.shape
+    keep = np.zeros((H, R, C), bool)
+    keep[list(heads)] = True
+    if rows is not None:
+        mask = np.zeros(R, bool)
+        mask[rows] = True
+        keep &= mask[None, :, None]
+    if cols is not None:
+        mask = np.zeros(C, bool)
+        mask[cols] = True
+        keep &= mask[None, None, :]
+    if causal:
+        keep &= ~np.triu(np.ones((R, C), bool), 1)[None]
+    return int((keep & (alpha >= THRESHOLD + 1e-4)).sum()), int((keep & (alpha >= THRESHOLD - 1e-4)).sum())
+
+
+# --- the file --------------------------------------------------------------------------------------------
+
+
+def test_page_is_one_file_that_fetches_nothing(cat_capture, tmp_path):
+    html = write_page(tmp_path, cat_capture).read_text()
+    assert not re.search(r"(src|href)\s*=", html)  # no script, style, font or image from anywhere
+    assert "<link" not in html and "@import" not in html and "url(" not in html
+    assert "default-src 'none'" in html  # the browser refuses any fetch, should one be attempted
+    assert SENTENCE in html and "all-MiniLM-L6-v2" in html and "attnviz view (test)" in html
+
+
+@pytest.mark.parametrize("bits", [16, 8])
+def test_stored_weights_decode_to_alpha_within_the_stated_precision(cat_capture, bits):
+    data = viewer_data(cat_capture, precision=str(bits))
+    section = data["sections"][0]
+    raw = base64.b64decode(section["alpha"])
+    q = np.frombuffer(raw, "<u2" if bits == 16 else np.uint8).astype(np.float64)
+    L, H, T = cat_capture.n_layers, cat_capture.n_heads, cat_capture.n_tokens
+    scale = np.array(section["scale"])[:, :, None, None]
+    decoded = q.reshape(L, H, T, T) / ((1 << bits) - 1) * scale
+    error = np.abs(decoded - cat_capture.attentions) / scale
+    assert error.max() <= 0.5 / ((1 << bits) - 1) + 1e-7
+    assert section["rows"] == list(cat_capture.tokens) and data["bits"] == bits
+
+
+def test_a_12_by_12_capture_at_128_tokens_fits_in_5_mb():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(12, 12, 128, 128)) * 3
+    alpha = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    data = viewer_data(make_capture(alpha), precision="auto")
+    page = viewer_html(data)
+    assert data["bits"] == 8 and len(page.encode()) <= 5 * 10**6, len(page.encode())
+    small = viewer_data(make_capture(alpha[:2, :2]), precision="auto")
+    assert small["bits"] == 16  # auto keeps 16 bits while it fits
+
+
+def test_notes_for_words_pooled_generated_and_causal(tiny_model_dir, tmp_path):
+    from attnviz.model import capture_text, load
+    from attnviz.words import to_words
+
+    loaded = load(tiny_model_dir("gpt2"), device="cpu")
+    capture = capture_text("The cat sat on the mat, happily.", loaded)
+    section = viewer_data(capture)["sections"][0]
+    assert section["causal"] is True
+    words = viewer_data(to_words(capture))["sections"][0]
+    assert any("word level" in n for n in words["notes"]) and len(words["rows"]) < len(section["rows"])
+    generated = capture.with_meta(prompt_length=3)
+    assert viewer_data(generated)["sections"][0]["rowSplit"] in (None, 3)
+
+
+# --- in the browser ------------------------------------------------------------------------------------
+
+
+def test_loads_offline_with_no_errors_and_no_requests(browser, cat_capture, tmp_path):
+    page = Page(browser, write_page(tmp_path, cat_capture))
+    assert page.js("document.querySelectorAll('#av-left li').length") == cat_capture.n_tokens
+    assert page.js("document.getElementById('av-text').textContent") == SENTENCE
+    page.close()
+
+
+def test_hover_keeps_only_that_tokens_lines(browser, cat_capture, tmp_path):
+    page = Page(browser, write_page(tmp_path, cat_capture))
+    alpha = cat_capture.attentions[0]  # layer 0 is shown first, every head on
+    heads = range(cat_capture.n_heads)
+    low, high = expected_lines(alpha, heads)
+    assert low <= page.lines() <= high
+    page.page.hover("#av-left li:nth-child(3)")  # query 2: what it attends to
+    low2, high2 = expected_lines(alpha, heads, rows=[2])
+    assert low2 <= page.lines() <= high2 and high2 < low
+    page.page.hover("#av-right li:nth-child(1)")  # key 0: what attends to it
+    low3, high3 = expected_lines(alpha, heads, cols=[0])
+    assert low3 <= page.lines() <= high3
+    # a head turned off takes its lines away
+    page.page.mouse.move(1300, 5)
+    page.page.click("#av-no-heads")
+    assert page.lines() == 0
+    page.page.click("#av-head-toggles button[data-head='2']")
+    low4, high4 = expected_lines(alpha, [2])
+    assert low4 <= page.lines() <= high4 and page.lines() > 0
+    page.close()
+
+
+def test_clicking_a_thumbnail_opens_that_layer_and_head(browser, cat_capture, tmp_path):
+    page = Page(browser, write_page(tmp_path, cat_capture))
+    page.page.click("#av-tab-model")
+    assert page.js("document.querySelectorAll('#av-thumbs button').length") == cat_capture.n_layers * \
+        cat_capture.n_heads
+    page.page.click("#av-thumbs button[data-layer='4'][data-head='7']")
+    state = page.js("[window.attnvizViewer.state.view, window.attnvizViewer.state.layer, "
+                    "[...window.attnvizViewer.state.heads], document.getElementById('av-layer').value]")
+    assert state == ["head", 4, [7], "4"]
+    low, high = expected_lines(cat_capture.attentions[4], [7])
+    assert low <= page.lines() <= high
+    assert page.js("document.getElementById('av-head-view').hidden") is False
+    page.close()
+
+
+def test_keyboard_reaches_tokens_and_thumbnails(browser, cat_capture, tmp_path):
+    page = Page(browser, write_page(tmp_path, cat_capture))
+    focused = None
+    for _ in range(60):  # Tab from the top until a query token has the focus
+        page.page.keyboard.press("Tab")
+        focused = page.js("document.activeElement.dataset.side || document.activeElement.id")
+        if focused == "left":
+            break
+    assert focused == "left"
+    first = page.js("Number(document.activeElement.dataset.index)")
+    assert first == 0
+    low, high = expected_lines(cat_capture.attentions[0], range(cat_capture.n_heads), rows=[0])
+    assert low <= page.lines() <= high
+    page.page.keyboard.press("ArrowDown")
+    assert page.js("Number(document.activeElement.dataset.index)") == 1
+    # the focused token is visibly marked
+    assert page.js("document.activeElement.classList.contains('active')")
+    # the model view by keyboard: a thumbnail, then Enter
+    page.page.focus("#av-tab-head")
+    page.page.keyboard.press("ArrowRight")
+    assert page.js("window.attnvizViewer.state.view") == "model"
+    page.page.focus("#av-thumbs button[data-layer='1'][data-head='2']")
+    page.page.keyboard.press("Enter")
+    assert page.js("[window.attnvizViewer.state.view, window.attnvizViewer.state.layer, "
+                   "[...window.attnvizViewer.state.heads]]") == ["head", 1, [2]]
+    page.close()
+
+
+def test_matrix_view_shows_the_weight_under_the_pointer(browser, cat_capture, tmp_path):
+    page = Page(browser, write_page(tmp_path, cat_capture))
+    page.page.click("#av-tab-matrix")
+    page.page.select_option("#av-layer", "3")
+    page.page.select_option("#av-matrix-head", "5")
+    box = page.page.locator("#av-matrix").bounding_box()
+    geometry = page.js("[document.getElementById('av-matrix').style.width]")
+    assert geometry[0].endswith("px")
+    margin, cell = 130, 24  # 8 tokens: the largest cells, with labels
+    i, j = 2, 6
+    page.page.mouse.move(box["x"] + margin + j * cell + cell / 2, box["y"] + margin + i * cell + cell / 2)
+    text = page.js("document.getElementById('av-readout').textContent")
+    value = float(re.search(r"α = ([0-9.]+)", text).group(1))
+    assert abs(value - float(cat_capture.attentions[3, 5, i, j])) <= 5e-5
+    assert f"“{cat_capture.tokens[i]}”" in text and f"“{cat_capture.tokens[j]}”" in text
+    # arrow keys move a cursor over the cells and read them out too
+    page.page.focus("#av-matrix")
+    page.page.keyboard.press("ArrowRight")
+    text = page.js("document.getElementById('av-readout').textContent")
+    assert "query 0" in text and "key 1" in text
+    page.close()
+
+
+def test_causal_models_leave_the_future_blank(browser, tiny_model_dir, tmp_path):
+    from attnviz.model import capture_text, load
+
+    capture = capture_text("The cat sat on the mat", load(tiny_model_dir("gpt2"), device="cpu"))
+    page = Page(browser, write_page(tmp_path, capture))
+    page.page.hover("#av-left li:nth-child(1)")  # the first token sees only itself
+    assert 1 <= page.lines() <= capture.n_heads
+    low, high = expected_lines(capture.attentions[0], range(capture.n_heads), causal=True)
+    page.page.mouse.move(1300, 5)
+    assert low <= page.lines() <= high
+    page.page.click("#av-tab-matrix")
+    page.page.focus("#av-matrix")
+    page.page.keyboard.press("ArrowRight")
+    assert "future" in page.js("document.getElementById('av-readout').textContent")
+    page.close()
+
+
+def test_encoder_decoder_parts(browser, tiny_seq2seq_dir, tmp_path):
+    from attnviz.model import load
+    from attnviz.seq2seq import parts_capture
+
+    loaded = load(tiny_seq2seq_dir("bart"), device="cpu")
+    whole = parts_capture(loaded, "The cat sat on the mat", target="Die Katze")
+    page = Page(browser, write_page(tmp_path, whole))
+    assert page.js("document.getElementById('av-part').options.length") == 3
+    names = page.js("[...document.getElementById('av-part').options].map(o => o.textContent)")
+    cross = next(n for n, name in enumerate(names) if "ross" in name)
+    page.page.select_option("#av-part", str(cross))
+    rows = page.js("document.querySelectorAll('#av-left li').length")
+    cols = page.js("document.querySelectorAll('#av-right li').length")
+    part = whole.part("cross")
+    assert (rows, cols) == (part.n_tokens, part.n_keys) and rows != cols
+    page.close()
+
+
+def test_hostile_tokens_are_text(browser, tmp_path):
+    tokens = ["<img src=x onerror=alert(1)>", "</script><script>alert(2)</script>", "\u202eevil", "\x1b[31mred",
+              "' onmouseover='alert(3)"]
+    alpha = np.full((1, 2, len(tokens), len(tokens)), 1 / len(tokens))
+    capture = make_capture(alpha, tokens).with_meta(text="<b>bold</b> \u202e")
+    path = write_page(tmp_path, capture)
+    page = Page(browser, path)
+    shown = page.js("[...document.querySelectorAll('#av-left li')].map(e => e.textContent)")
+    assert shown == [visible(t) for t in tokens]
+    assert page.js("document.querySelectorAll('img, b').length") == 0
+    for n in range(len(tokens)):
+        page.page.hover(f"#av-left li:nth-child({n + 1})")
+    page.close()  # no dialog, no error, no request
+
+
+def test_export_index_has_the_interactive_view(browser, cat_capture, tmp_path):
+    from attnviz.export import export
+
+    target = export(cat_capture, tmp_path / "out", layers=[0, 5], heads=[0, 1])
+    page = Page(browser, target / "index.html", local_files=True)  # the gallery's own images
+    assert page.js("document.getElementById('attnviz-viewer').classList.contains('embedded')")
+    page.page.click("#av-tab-model")
+    assert page.js("document.querySelectorAll('#av-thumbs button').length") == 6 * 12
+    page.close()
+
+
+def test_view_command(tmp_path, tiny_model_dir):
+    out = tmp_path / "cat.html"
+    result = run("view", SENTENCE, "-m", tiny_model_dir("bert"), "-o", out)
+    assert result.exit_code == 0, result.output
+    assert str(out) in result.stdout
+    html = out.read_text()
+    data = json.loads(re.search(r'id="attnviz-data">(.*?)</script>', html, re.S).group(1))
+    assert data["sections"][0]["layers"] == [0, 1] and data["text"] == SENTENCE
+    result = run("view", SENTENCE, "-m", tiny_model_dir("bert"), "--layer", "1", "-o", tmp_path / "one.html")
+    data = json.loads(re.search(r'id="attnviz-data">(.*?)</script>', (tmp_path / "one.html").read_text(),
+                                re.S).group(1))
+    assert data["sections"][0]["layers"] == [1]
+    one_line_error(run("view", SENTENCE, "-m", tiny_model_dir("bert"), "-o", tmp_path / "x.png"), code=1)
+    one_line_error(run("view", SENTENCE, "-m", tiny_model_dir("bert"), "--precision", "12"), code=2)
+    capture = tmp_path / "c.npz"
+    assert run("capture", SENTENCE, "-m", tiny_model_dir("bert"), "-o", capture).exit_code == 0
+    assert run("view", "--from", capture, "-o", tmp_path / "from.html").exit_code == 0
