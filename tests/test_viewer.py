@@ -25,16 +25,23 @@ def chromium_path() -> str | None:
     return os.environ.get("ATTNVIZ_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+def _missing(why: str):
+    """Skip, saying what to install; fail where the browser tests must run (CI sets ATTNVIZ_REQUIRE_BROWSER)."""
+    if os.environ.get("ATTNVIZ_REQUIRE_BROWSER"):
+        pytest.fail(f"ATTNVIZ_REQUIRE_BROWSER is set but {why}")
+    pytest.skip(why)
+
+
 @pytest.fixture(scope="module")
 def browser():
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        pytest.skip("browser tests need Playwright for Python: pip install playwright (in the test extra)")
+        _missing("browser tests need Playwright for Python: pip install playwright (in the test extra)")
     path = chromium_path()
     if path is None:
-        pytest.skip("browser tests need Chromium: apt-get install chromium (or set ATTNVIZ_CHROMIUM to its path); "
-                    ".ci/run installs it")
+        _missing("browser tests need Chromium: apt-get install chromium (or set ATTNVIZ_CHROMIUM to its path); "
+                 ".ci/run installs it")
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=path, args=["--no-sandbox"])
         yield browser
@@ -60,7 +67,7 @@ class Page:
         self.page.route(re.compile(r"^(?!file:).*"), lambda route: (self.requests.append(route.request.url),
                                                                     route.abort()))
         self.page.goto(path.as_uri())
-        self.page.wait_for_function("document.documentElement.dataset.attnvizReady === '1'", timeout=10_000)
+        self.page.wait_for_selector("html[data-attnviz-ready='1']", state="attached", timeout=10_000)
 
     def js(self, expression: str):
         return self.page.evaluate(expression)

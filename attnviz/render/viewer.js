@@ -131,6 +131,7 @@
     tokenList($("av-right"), s.cols, s.colSpecial, "right", s.colSplit);
     drawLines();
   }
+  var pending = null;  // the lines still to draw (a large head view is drawn over several frames)
   function drawLines() {
     var s = sec(), canvas = $("av-lines"), ratio = window.devicePixelRatio || 1;
     var width = 320, height = Math.max(s.R, s.C) * ROW;
@@ -142,30 +143,46 @@
     ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
     ctx.clearRect(0, 0, width, height);
     ctx.lineWidth = 2;
-    var f = state.focus, drawn = 0, li = state.layer;
+    var f = state.focus, li = state.layer, lines = [];
     var rows = [], cols = [], i, j;
     for (i = 0; i < s.R; i++) if (!f || f.side !== "left" || f.index === i) rows.push(i);
     for (j = 0; j < s.C; j++) if (!f || f.side !== "right" || f.index === j) cols.push(j);
     state.heads.forEach(function (h) {
-      ctx.strokeStyle = headColour(h);
-      ctx.setLineDash(dashed(h) ? [5, 3] : []);
       rows.forEach(function (qi) {
         cols.forEach(function (kj) {
           if (!shown(s, qi, kj)) return;
           var w = weight(s, li, h, qi, kj);
-          if (w < 0.01) return;
-          ctx.globalAlpha = Math.min(1, w);
-          ctx.beginPath();
-          ctx.moveTo(0, qi * ROW + ROW / 2);
-          ctx.lineTo(width, kj * ROW + ROW / 2);
-          ctx.stroke();
-          drawn++;
+          if (w >= 0.01) lines.push([h, qi, kj, Math.min(1, w)]);
         });
       });
     });
-    ctx.globalAlpha = 1;
-    state.drawn = drawn;
-    canvas.dataset.lines = String(drawn);
+    state.drawn = lines.length;
+    canvas.dataset.lines = String(lines.length);
+    if (pending !== null) cancelAnimationFrame(pending);
+    pending = null;
+    var next = 0, CHUNK = 1500, head = -1;  // ~1500 lines a frame keeps the page responsive meanwhile
+    function chunk() {
+      var stop = Math.min(lines.length, next + CHUNK);
+      for (; next < stop; next++) {
+        var l = lines[next];
+        if (l[0] !== head) {  // lines come grouped by head
+          head = l[0];
+          ctx.strokeStyle = headColour(head);
+          ctx.setLineDash(dashed(head) ? [5, 3] : []);
+        }
+        ctx.globalAlpha = l[3];
+        ctx.beginPath();
+        ctx.moveTo(0, l[1] * ROW + ROW / 2);
+        ctx.lineTo(width, l[2] * ROW + ROW / 2);
+        ctx.stroke();
+      }
+      ctx.globalAlpha = 1;
+      pending = next < lines.length ? requestAnimationFrame(chunk) : null;
+      if (pending === null && window.attnvizViewer && window.attnvizViewer.drawnAt === undefined) {
+        window.attnvizViewer.drawnAt = performance.now();
+      }
+    }
+    chunk();
     document.querySelectorAll(".av-tokens li.active").forEach(function (e) { e.classList.remove("active"); });
     if (f) {
       var list = $(f.side === "left" ? "av-left" : "av-right");
@@ -405,4 +422,9 @@
     readyAt: performance.now()
   };
   document.documentElement.dataset.attnvizReady = "1";
+  // the first frame with the head view on screen: the next animation frame, then the task after it
+  requestAnimationFrame(function () { setTimeout(function () {
+    window.attnvizViewer.paintedAt = performance.now();
+    document.documentElement.dataset.attnvizPainted = "1";
+  }, 0); });
 })();
