@@ -66,7 +66,8 @@ def main() -> None:
                                           "window.attnvizViewer.drawnAt, window.attnvizViewer.drawnLines()]"))
             context.close()
         browser.close()
-    print(f"12 layers × 12 heads, T = {T}: page {size / 1e6:.2f} MB ({size / 2**20:.2f} MiB), written in {written:.2f} s")
+    print(f"12 layers × 12 heads, T = {T}: page {size / 1e6:.2f} MB ({size / 2**20:.2f} MiB), "
+          f"written in {written:.2f} s")
     print(f"open → interactive (Playwright: goto until the first frame with the head view is painted): median "
           f"{statistics.median(times):.3f} s (runs: {', '.join(f'{t:.3f}' for t in times)})")
     print(f"  the same for an empty page (opening any file here): median {statistics.median(empty_times):.3f} s")
