@@ -21,6 +21,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium")
+    parser.add_argument("--real", action="store_true", help="the bundled MiniLM (6 × 12) on a 138-token text "
+                                                            "instead of random attention")
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -34,6 +36,11 @@ def main() -> None:
     capture = Capture(attentions=alpha, tokens=[f"w{i}" for i in range(T)], token_ids=list(range(T)),
                       special=[False] * T, special_kind=[""] * T, subword=[False] * T,
                       meta={"model": "random 12 × 12", "causal": False, "text": "synthetic"})
+    if args.real:
+        from attnviz.model import capture_text, load
+
+        capture = capture_text(" ".join(["The quick brown fox jumps over the lazy dog while the cat sat on the "
+                                         "mat."] * 8), load(None, device="cpu"))
     start = time.perf_counter()
     page_text = viewer_html(viewer_data(capture, command="bench_view"))
     written = time.perf_counter() - start
@@ -66,7 +73,7 @@ def main() -> None:
                                           "window.attnvizViewer.drawnAt, window.attnvizViewer.drawnLines()]"))
             context.close()
         browser.close()
-    print(f"12 layers × 12 heads, T = {T}: page {size / 1e6:.2f} MB ({size / 2**20:.2f} MiB), "
+    print(f"{capture.model}: {capture.n_layers} layers × {capture.n_heads} heads, T = {capture.n_tokens}: page {size / 1e6:.2f} MB ({size / 2**20:.2f} MiB), "
           f"written in {written:.2f} s")
     print(f"open → interactive (Playwright: goto until the first frame with the head view is painted): median "
           f"{statistics.median(times):.3f} s (runs: {', '.join(f'{t:.3f}' for t in times)})")

@@ -72,6 +72,11 @@ SAMPLES: list[tuple[str, list[str], str]] = [
     ("rollout.png", [], "written by the rollout command above"),
     ("export_cat/", ["export", "--from", "{dir}/cat.npz", "--out-dir", "{out}", "--layers", "0,5", "--heads", "0-3"],
      "an export folder: open index.html"),
+    ("cat_view.html", ["view", IT, "-o", "{out}"],
+     "the interactive view: one offline HTML file (open it in a browser); screenshots below"),
+    ("view_head.png", [], "screenshot (headless Chromium): the head view, layer 0, hovering 'it' (its lines only)"),
+    ("view_model.png", [], "screenshot: the model view, every layer × head"),
+    ("view_matrix.png", [], "screenshot: the matrix view of layer 2, head 8, the weight under the cursor read out"),
     ("corpus.txt", ["corpus", "scripts/sample_corpus.jsonl", "--top", "12"],
      "head statistics over 40 sentences (2 bad lines named), means over texts, and Clark-style per-layer mass"),
     ("corpus/", ["corpus", "scripts/sample_corpus.jsonl", "-o", "{out}"],
@@ -120,6 +125,8 @@ def main() -> None:
         text_output = "{out}" not in " ".join(template)
         print(f"  {name}", flush=True)
         stdout = run(args, color=name.endswith(".svg"))
+        if name.endswith(".html"):
+            screenshots(path)
         if text_output and name.endswith(".svg"):
             path.write_text(ansi_to_svg(stdout, "attnviz " + shlex.join(args)))
         elif text_output:
@@ -127,6 +134,31 @@ def main() -> None:
         prefix = "NO_COLOR=1 " if name.endswith(".txt") else ""
         lines.append(f"| [{name}]({name}) | `{prefix}attnviz {shlex.join(args)}` | {what} |")
     (OUT / "README.md").write_text("\n".join(lines) + "\n")
+
+
+def screenshots(page_path: Path) -> None:
+    """view_head.png, view_model.png, view_matrix.png of the viewer page, taken in headless Chromium."""
+    from playwright.sync_api import sync_playwright
+
+    chromium = os.environ.get("ATTNVIZ_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        page = browser.new_context(offline=True, viewport={"width": 1200, "height": 820}).new_page()
+        page.goto(page_path.resolve().as_uri())
+        page.wait_for_selector("html[data-attnviz-ready='1']", state="attached")
+        it = page.locator("#av-left li", has_text="it").first
+        it.hover()
+        page.wait_for_timeout(300)
+        page.screenshot(path=str(OUT / "view_head.png"), full_page=True)
+        page.click("#av-tab-model")
+        page.screenshot(path=str(OUT / "view_model.png"), full_page=True)
+        page.click("#av-tab-matrix")
+        page.select_option("#av-layer", "2")
+        page.select_option("#av-matrix-head", "8")
+        box = page.locator("#av-matrix").bounding_box()
+        page.mouse.move(box["x"] + 130 + 3 * 24 + 12, box["y"] + 130 + 8 * 24 + 12)
+        page.screenshot(path=str(OUT / "view_matrix.png"), full_page=True)
+        browser.close()
 
 
 def update_readme() -> None:
