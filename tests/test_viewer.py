@@ -153,8 +153,19 @@ def test_notes_for_words_pooled_generated_and_causal(tiny_model_dir, tmp_path):
     assert section["causal"] is True
     words = viewer_data(to_words(capture))["sections"][0]
     assert any("word level" in n for n in words["notes"]) and len(words["rows"]) < len(section["rows"])
-    generated = capture.with_meta(prompt_length=3)
-    assert viewer_data(generated)["sections"][0]["rowSplit"] in (None, 3)
+
+
+
+def test_generated_tokens_are_marked(tiny_lm_dir):
+    from attnviz.generate import Decoding, generate_capture
+    from attnviz.model import load
+
+    loaded = load(tiny_lm_dir("gpt2"), device="cpu", lm_head=True)
+    capture = generate_capture(loaded, "The cat sat", Decoding(max_new_tokens=4))
+    section = viewer_data(capture)["sections"][0]
+    first = int(np.argmax(capture.generated))
+    assert capture.generated[first:].all() and first > 0
+    assert section["rowSplit"] == section["colSplit"] == first
 
 
 # --- in the browser ------------------------------------------------------------------------------------
