@@ -73,7 +73,8 @@ def main() -> None:
                                           "window.attnvizViewer.drawnAt, window.attnvizViewer.drawnLines()]"))
             context.close()
         browser.close()
-    print(f"{capture.model}: {capture.n_layers} layers × {capture.n_heads} heads, T = {capture.n_tokens}: page {size / 1e6:.2f} MB ({size / 2**20:.2f} MiB), "
+    print(f"{capture.model}: {capture.n_layers} layers × {capture.n_heads} heads, T = {capture.n_tokens}: "
+          f"page {size / 1e6:.2f} MB ({size / 2**20:.2f} MiB), "
           f"written in {written:.2f} s")
     print(f"open → interactive (Playwright: goto until the first frame with the head view is painted): median "
           f"{statistics.median(times):.3f} s (runs: {', '.join(f'{t:.3f}' for t in times)})")
