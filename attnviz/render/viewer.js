@@ -131,10 +131,9 @@
     tokenList($("av-right"), s.cols, s.colSpecial, "right", s.colSplit);
     drawLines();
   }
-  var pending = null;  // the lines still to draw (a large head view is drawn over several frames)
-  function drawLines() {
-    var s = sec(), canvas = $("av-lines"), ratio = window.devicePixelRatio || 1;
-    var width = 320, height = Math.max(s.R, s.C) * ROW;
+  function sizedCanvas(canvas, width, height) {
+    // a canvas of width × height CSS pixels, sharp on high-density screens; its 2D context, cleared
+    var ratio = window.devicePixelRatio || 1;
     canvas.style.width = width + "px";
     canvas.style.height = height + "px";
     canvas.width = Math.round(width * ratio);
@@ -142,6 +141,12 @@
     var ctx = canvas.getContext("2d");
     ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
     ctx.clearRect(0, 0, width, height);
+    return ctx;
+  }
+  var pending = null;  // the lines still to draw (a large head view is drawn over several frames)
+  function drawLines() {
+    var s = sec(), width = 320, height = Math.max(s.R, s.C) * ROW, canvas = $("av-lines");
+    var ctx = sizedCanvas(canvas, width, height);
     ctx.lineWidth = 2;
     var f = state.focus, li = state.layer, lines = [];
     var rows = [], cols = [], i, j;
@@ -253,16 +258,11 @@
     return state.matrixHead === "mean" ? meanWeight(s, state.layer, i, j) : weight(s, state.layer, Number(state.matrixHead), i, j);
   }
   function matrixView() {
-    var s = sec(), canvas = $("av-matrix"), ratio = window.devicePixelRatio || 1;
+    var s = sec();
     var cell = Math.max(2, Math.min(24, Math.floor(720 / Math.max(s.R, s.C))));
     var labels = cell >= 10, margin = labels ? 130 : 4;
     var width = margin + s.C * cell + 4, height = margin + s.R * cell + 4;
-    canvas.style.width = width + "px";
-    canvas.style.height = height + "px";
-    canvas.width = Math.round(width * ratio);
-    canvas.height = Math.round(height * ratio);
-    var ctx = canvas.getContext("2d");
-    ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
+    var ctx = sizedCanvas($("av-matrix"), width, height);
     ctx.fillStyle = "#fff";
     ctx.fillRect(0, 0, width, height);
     var top = 0, i, j, values = new Float64Array(s.R * s.C);
@@ -299,13 +299,12 @@
     drawCursor();
   }
   function drawCursor() {
-    var s = sec(), g = matrixGeometry, ctx = $("av-matrix").getContext("2d");
+    var g = matrixGeometry, ctx = $("av-matrix").getContext("2d");
     if (!g || document.activeElement !== $("av-matrix")) return;
     ctx.strokeStyle = "#d55e00";
     ctx.lineWidth = 2;
     ctx.strokeRect(g.margin + state.cursor[1] * g.cell, g.margin + state.cursor[0] * g.cell, g.cell, g.cell);
     readout(state.cursor[0], state.cursor[1]);
-    void s;
   }
   function readout(i, j) {
     var s = sec();
