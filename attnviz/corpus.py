@@ -112,7 +112,7 @@ class Moments:
     """count, mean and M2 (sum of squared deviations from the mean) per layer and head, merged with Chan et
     al.'s formula: merging the moments of two sets gives the moments of their union."""
 
-    count: np.ndarray  # (L, H) float64 (weights may be fractional in principle; here they are counts)
+    count: np.ndarray  # (L, H) float64
     mean: np.ndarray
     m2: np.ndarray
 
@@ -121,15 +121,13 @@ class Moments:
         return cls(np.zeros(shape), np.zeros(shape), np.zeros(shape))
 
     @classmethod
-    def of(cls, values: np.ndarray, weights: np.ndarray | None = None) -> Moments:
-        """The moments of samples (N, ...) (NaN samples left out), each counted `weights` (N,) times."""
+    def of(cls, values: np.ndarray) -> Moments:
+        """The moments of samples (N, ...), NaN samples left out."""
         values = np.asarray(values, np.float64)
-        finite = np.isfinite(values)
-        w = np.ones(values.shape[0]) if weights is None else np.asarray(weights, np.float64)
-        w = np.where(finite, w.reshape((-1,) + (1,) * (values.ndim - 1)), 0.0)
-        x = np.where(finite, values, 0.0)
+        w = np.isfinite(values).astype(np.float64)
+        x = np.where(w > 0, values, 0.0)
         count = w.sum(axis=0)
-        mean = np.divide((w * x).sum(axis=0), count, out=np.zeros_like(count), where=count > 0)
+        mean = np.divide(x.sum(axis=0), count, out=np.zeros_like(count), where=count > 0)
         m2 = (w * (x - mean) ** 2).sum(axis=0)
         return cls(count, mean, m2)
 
@@ -241,6 +239,7 @@ class CorpusState:
     tokens: int = 0
     truncated: int = 0
     lines: int = 0
+    unknown: int = 0  # texts with a word the model does not know (its unknown-word token)
     bad: dict[str, int] = field(default_factory=dict)  # reason -> count
     bad_lines: list[list] = field(default_factory=list)  # [source, line, reason], the first MAX_BAD_LISTED
     sources: list[str] = field(default_factory=list)
@@ -309,7 +308,7 @@ class CorpusState:
             layers=self.layers, heads=self.heads, max_length=self.max_length, metrics=list(self.metrics),
             moments=moments, label_counts=self.label_counts + other.label_counts, texts=self.texts + other.texts,
             tokens=self.tokens + other.tokens, truncated=self.truncated + other.truncated,
-            lines=self.lines + other.lines, bad=bad, bad_lines=(self.bad_lines + other.bad_lines)[:MAX_BAD_LISTED],
+            lines=self.lines + other.lines, unknown=self.unknown + other.unknown, bad=bad, bad_lines=(self.bad_lines + other.bad_lines)[:MAX_BAD_LISTED],
             sources=self.sources + other.sources, runs=self.runs + other.runs,
             partial=self.partial or other.partial, dtype=self.dtype)
 
@@ -362,6 +361,7 @@ class CorpusState:
     def summary(self) -> dict:
         return {"model": self.model, "texts": self.texts, "tokens": self.tokens, "lines": self.lines,
                 "bad_lines": self.bad_total, "bad_reasons": dict(self.bad), "truncated": self.truncated,
+                "texts_with_unknown_words": self.unknown,
                 "max_length": self.max_length, "partial": self.partial, "sources": list(self.sources)}
 
     # saving and loading (stats.json is untrusted on the way in)
@@ -371,7 +371,7 @@ class CorpusState:
             "revision": self.revision, "model_type": self.model_type, "causal": self.causal, "dtype": self.dtype,
             "layers": self.layers, "heads": self.heads, "max_length": self.max_length, "metrics": self.metrics,
             "labels": list(LABELS), "texts": self.texts, "tokens": self.tokens, "truncated": self.truncated,
-            "lines": self.lines, "bad": self.bad, "bad_lines": self.bad_lines, "sources": self.sources,
+            "lines": self.lines, "unknown": self.unknown, "bad": self.bad, "bad_lines": self.bad_lines, "sources": self.sources,
             "runs": self.runs, "partial": self.partial,
             "moments": {w: {name: {"count": m.count.tolist(), "mean": m.mean.tolist(), "m2": m.m2.tolist()}
                             for name, m in per.items()} for w, per in self.moments.items()},
@@ -400,7 +400,7 @@ class CorpusState:
         metrics = get("metrics", list, lambda v: len(v) <= 1000 and all(isinstance(x, str) for x in v))
         if get("labels", list) != list(LABELS):
             raise bad("its pattern labels are not this attnviz's")
-        counts = [get(key, int, lambda v: v >= 0) for key in ("texts", "tokens", "truncated", "lines")]
+        counts = [get(key, int, lambda v: v >= 0) for key in ("texts", "tokens", "truncated", "lines", "unknown")]
         shape = (layers, heads)
 
         def grid(value, key: str) -> np.ndarray:
@@ -444,7 +444,7 @@ class CorpusState:
                    causal=get("causal", bool), layers=layers, heads=heads,
                    max_length=get("max_length", int, lambda v: v > 0), metrics=list(metrics), moments=moments,
                    label_counts=label_counts, texts=counts[0], tokens=counts[1], truncated=counts[2],
-                   lines=counts[3], bad=dict(raw_bad), bad_lines=bad_lines[:MAX_BAD_LISTED],
+                   lines=counts[3], unknown=counts[4], bad=dict(raw_bad), bad_lines=bad_lines[:MAX_BAD_LISTED],
                    sources=[s for s in get("sources", list) if isinstance(s, str)],
                    runs=[r for r in get("runs", list) if isinstance(r, str)], partial=get("partial", bool),
                    dtype=get("dtype", str))
@@ -507,6 +507,10 @@ def summary_lines(state: CorpusState, shown_bad: int = 10) -> list[str]:
     lines = [f"{state.texts:,} texts, {state.tokens:,} tokens from {state.lines:,} lines"
              + (f"; {state.truncated:,} cut at {state.max_length} tokens" if state.truncated else "")
              + ("; PARTIAL (stopped early)" if state.partial else "")]
+    if state.unknown:
+        have = "text has" if state.unknown == 1 else "texts have"
+        lines.append(f"{state.unknown:,} {have} words {state.model} does not know (its unknown-word token stands "
+                     f"for them, so they carry no meaning here); a multilingual model reads them")
     if state.bad:
         reasons = ", ".join(f"{count:,} {reason}" for reason, count in sorted(state.bad.items(), key=lambda x: -x[1]))
         lines.append(f"{state.bad_total:,} lines skipped: {reasons}")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attnviz.corpus import CLARK_GROUPS, STATE_FILE, CorpusState
+from attnviz.corpus import STATE_FILE, CorpusState
 from attnviz.metrics import LABELS, uniform_entropy
 from attnviz.panels import Page, Panel
 
@@ -73,4 +73,3 @@ WEIGHTING_NOTE = ("<metric>, <metric>_std: mean and sample standard deviation ov
                   "query row of every text one sample (column metrics such as vertical and sink: the text's value, "
                   "counted once per row). label: the most frequent pattern label, label_share its share of texts, "
                   "label_<name>: texts that gave each label.")
-CLARK_NOTE = ", ".join(f"{name}: {what}" for name, what in CLARK_GROUPS)

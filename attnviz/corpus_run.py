@@ -30,6 +30,7 @@ class Prepared:
     ids: list[int]
     tokens: Tokens
     truncated: bool
+    unknown: bool  # holds the unknown-word token
 
 
 class BatchRunner:
@@ -56,6 +57,7 @@ class BatchRunner:
         # and zeros there would add token 0's embedding to every position)
         self.segment_ids = ("token_type_ids" in self.forward_args
                             and "token_type_ids" in getattr(tok, "model_input_names", ()))
+        self.unk_id = getattr(tok, "unk_token_id", None)
         self.decode = functools.lru_cache(maxsize=1 << 16)(lambda i: tok.decode([i]))
 
     def new_state(self) -> CorpusState:
@@ -95,7 +97,9 @@ class BatchRunner:
                 continue
             tokens = Tokens(tuple(described.tokens), np.asarray(described.special, bool),
                             np.array(described.kinds), bool(self.loaded.causal))
-            ready.append(Prepared(line, ids, tokens, b in where))
+            unknown = self.unk_id is not None and any(i == self.unk_id and not special
+                                                      for i, special in zip(ids, described.special))
+            ready.append(Prepared(line, ids, tokens, b in where, unknown))
         return ready, bad
 
     def batches(self, ready: Sequence[Prepared]) -> Iterator[list[Prepared]]:
@@ -163,6 +167,7 @@ class BatchRunner:
             stats = self.run(batch)
             state.add_texts(stats)
             state.truncated += sum(p.truncated for p in batch)
+            state.unknown += sum(p.unknown for p in batch)
             if on_batch:
                 on_batch(len(batch), sum(s.tokens for s in stats))
         return True

@@ -222,6 +222,8 @@ def test_truncation_is_counted_and_no_truncate_skips(tmp_path, tiny_model_dir, l
     result = run("corpus", source, "-m", model, "--max-length", 8, "--json")
     summary = json.loads(result.stdout)["summary"]
     assert summary["truncated"] == long and summary["texts"] == len(TEXTS)
+    # the Korean text's words are unknown to this vocabulary: counted and said, once for the whole run
+    assert summary["texts_with_unknown_words"] == 1 and "1 text has words" in result.stderr
     assert json.loads(result.stdout)["summary"]["max_length"] == 8
     result = run("corpus", source, "-m", model, "--max-length", 8, "--no-truncate", "--json")
     summary = json.loads(result.stdout)["summary"]

@@ -90,11 +90,10 @@ def corpus(sources: Annotated[list[str], typer.Argument(
     if engine == "ray":
         from attnviz.corpus_ray import run_ray
 
-        paths = [source for source in sources]
-        for _, stream in opened:
+        for _, stream in opened:  # opened only to check them: Ray Data reads the files itself
             if stream is not sys.stdin.buffer:
                 stream.close()
-        state = run_ray(paths, opts, fmt=fmt, field=field, batch_size=batch_size, max_length=max_length,
+        state = run_ray(list(sources), opts, fmt=fmt, field=field, batch_size=batch_size, max_length=max_length,
                         address=address, workers=workers, console=err)
         complete = True
     else:
