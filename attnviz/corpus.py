@@ -308,7 +308,8 @@ class CorpusState:
             layers=self.layers, heads=self.heads, max_length=self.max_length, metrics=list(self.metrics),
             moments=moments, label_counts=self.label_counts + other.label_counts, texts=self.texts + other.texts,
             tokens=self.tokens + other.tokens, truncated=self.truncated + other.truncated,
-            lines=self.lines + other.lines, unknown=self.unknown + other.unknown, bad=bad, bad_lines=(self.bad_lines + other.bad_lines)[:MAX_BAD_LISTED],
+            lines=self.lines + other.lines, unknown=self.unknown + other.unknown,
+            bad=bad, bad_lines=(self.bad_lines + other.bad_lines)[:MAX_BAD_LISTED],
             sources=self.sources + other.sources, runs=self.runs + other.runs,
             partial=self.partial or other.partial, dtype=self.dtype)
 
@@ -371,8 +372,8 @@ class CorpusState:
             "revision": self.revision, "model_type": self.model_type, "causal": self.causal, "dtype": self.dtype,
             "layers": self.layers, "heads": self.heads, "max_length": self.max_length, "metrics": self.metrics,
             "labels": list(LABELS), "texts": self.texts, "tokens": self.tokens, "truncated": self.truncated,
-            "lines": self.lines, "unknown": self.unknown, "bad": self.bad, "bad_lines": self.bad_lines, "sources": self.sources,
-            "runs": self.runs, "partial": self.partial,
+            "lines": self.lines, "unknown": self.unknown, "bad": self.bad, "bad_lines": self.bad_lines,
+            "sources": self.sources, "runs": self.runs, "partial": self.partial,
             "moments": {w: {name: {"count": m.count.tolist(), "mean": m.mean.tolist(), "m2": m.m2.tolist()}
                             for name, m in per.items()} for w, per in self.moments.items()},
             "label_counts": self.label_counts.tolist(),
