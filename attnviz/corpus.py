@@ -246,17 +246,19 @@ class CorpusState:
     runs: list[str] = field(default_factory=list)
     partial: bool = False
     dtype: str = "float32"
+    level: str = "token"  # "word": statistics of attention between words (--words)
 
     @classmethod
     def empty(cls, *, model: str, revision: str, model_type: str, causal: bool, layers: int, heads: int,
-              max_length: int, metrics: Sequence[Metric | str], dtype: str = "float32") -> CorpusState:
+              max_length: int, metrics: Sequence[Metric | str], dtype: str = "float32",
+              level: str = "token") -> CorpusState:
         names = [m if isinstance(m, str) else m.name for m in metrics]
         shape = (layers, heads)
         return cls(model=model, revision=revision, model_type=model_type, causal=causal, layers=layers, heads=heads,
                    max_length=max_length, metrics=names,
                    moments={w: {name: Moments.zeros(shape) for name in names} for w in WEIGHTINGS},
                    label_counts=np.zeros((layers, heads, len(LABELS)), np.int64), runs=[uuid.uuid4().hex],
-                   dtype=dtype)
+                   dtype=dtype, level=level)
 
     # folding in
     def add_texts(self, stats: Sequence[TextStats]) -> None:
@@ -285,7 +287,7 @@ class CorpusState:
     # merging
     def compatible(self, other: CorpusState) -> str | None:
         """Why the two cannot be merged, or None."""
-        for key in ("model", "revision", "layers", "heads", "max_length", "metrics", "causal", "dtype"):
+        for key in ("model", "revision", "layers", "heads", "max_length", "metrics", "causal", "dtype", "level"):
             if getattr(self, key) != getattr(other, key):
                 return f"they differ in {key.replace('_', ' ')} ({_short(getattr(self, key))} against " \
                        f"{_short(getattr(other, key))})"
@@ -311,7 +313,7 @@ class CorpusState:
             lines=self.lines + other.lines, unknown=self.unknown + other.unknown,
             bad=bad, bad_lines=(self.bad_lines + other.bad_lines)[:MAX_BAD_LISTED],
             sources=self.sources + other.sources, runs=self.runs + other.runs,
-            partial=self.partial or other.partial, dtype=self.dtype)
+            partial=self.partial or other.partial, dtype=self.dtype, level=self.level)
 
     # results
     def records(self) -> list[dict]:
@@ -360,7 +362,8 @@ class CorpusState:
         return records
 
     def summary(self) -> dict:
-        return {"model": self.model, "texts": self.texts, "tokens": self.tokens, "lines": self.lines,
+        return {"model": self.model, "level": self.level, "texts": self.texts, "tokens": self.tokens,
+                "lines": self.lines,
                 "bad_lines": self.bad_total, "bad_reasons": dict(self.bad), "truncated": self.truncated,
                 "texts_with_unknown_words": self.unknown,
                 "max_length": self.max_length, "partial": self.partial, "sources": list(self.sources)}
@@ -370,6 +373,7 @@ class CorpusState:
         return {
             "kind": STATE_KIND, "version": STATE_VERSION, "attnviz_version": __version__, "model": self.model,
             "revision": self.revision, "model_type": self.model_type, "causal": self.causal, "dtype": self.dtype,
+            "level": self.level,
             "layers": self.layers, "heads": self.heads, "max_length": self.max_length, "metrics": self.metrics,
             "labels": list(LABELS), "texts": self.texts, "tokens": self.tokens, "truncated": self.truncated,
             "lines": self.lines, "unknown": self.unknown, "bad": self.bad, "bad_lines": self.bad_lines,
@@ -448,7 +452,7 @@ class CorpusState:
                    lines=counts[3], unknown=counts[4], bad=dict(raw_bad), bad_lines=bad_lines[:MAX_BAD_LISTED],
                    sources=[s for s in get("sources", list) if isinstance(s, str)],
                    runs=[r for r in get("runs", list) if isinstance(r, str)], partial=get("partial", bool),
-                   dtype=get("dtype", str))
+                   dtype=get("dtype", str), level=get("level", str, lambda v: v in ("token", "word")))
 
 
 def _short(value) -> str:
@@ -505,7 +509,8 @@ def table_records(state: CorpusState, weighting: str = "texts") -> list[dict]:
 
 def summary_lines(state: CorpusState, shown_bad: int = 10) -> list[str]:
     """What a run read, in words: texts, tokens, truncation, and the bad lines by number."""
-    lines = [f"{state.texts:,} texts, {state.tokens:,} tokens from {state.lines:,} lines"
+    unit = "words" if state.level == "word" else "tokens"
+    lines = [f"{state.texts:,} texts, {state.tokens:,} {unit} from {state.lines:,} lines"
              + (f"; {state.truncated:,} cut at {state.max_length} tokens" if state.truncated else "")
              + ("; PARTIAL (stopped early)" if state.partial else "")]
     if state.unknown:

@@ -44,12 +44,12 @@ def _row(line: Line) -> dict:
 class CorpusWorker:
     """A Ray actor: loads the model once, then turns batches of lines into partial states (JSON)."""
 
-    def __init__(self, model_options: dict, batch_size: int, max_length: int | None, truncate: bool):
+    def __init__(self, model_options: dict, batch_size: int, max_length: int | None, truncate: bool, words: bool):
         from attnviz.corpus_run import BatchRunner
         from attnviz.model import load
 
         self.runner = BatchRunner(load(**model_options), max_length=max_length, batch_size=batch_size,
-                                  truncate=truncate)
+                                  truncate=truncate, words=words)
 
     def __call__(self, batch: dict) -> dict:
         lines = [Line(str(s), int(n), None if t is None else str(t), str(r or ""))
@@ -61,7 +61,8 @@ class CorpusWorker:
 
 
 def run_ray(paths: Sequence[str], opts, *, fmt: str | None, field: str | None, batch_size: int,
-            max_length: int | None, address: str | None, workers: int, console=None) -> CorpusState:
+            max_length: int | None, address: str | None, workers: int, words: bool = False,
+            console=None) -> CorpusState:
     """Every text of `paths` ("-": standard input, read here) through `workers` actors on Ray Data."""
     import os
     import sys
@@ -113,7 +114,7 @@ def run_ray(paths: Sequence[str], opts, *, fmt: str | None, field: str | None, b
         gpus = 1 if opts.device == "cuda" else 0
         states = data.map_batches(
             CorpusWorker, fn_constructor_kwargs=dict(model_options=model_options, batch_size=batch_size,
-                                                     max_length=max_length, truncate=opts.truncate),
+                                                     max_length=max_length, truncate=opts.truncate, words=words),
             batch_size=batch_size * CHUNK_BATCHES, compute=ray.data.ActorPoolStrategy(size=workers), num_gpus=gpus,
             num_cpus=0 if gpus else 1, max_restarts=0, batch_format="numpy")
         partials = [CorpusState.from_json(json.loads(row["state"]), "a Ray worker's result")
@@ -133,12 +134,14 @@ def run_ray(paths: Sequence[str], opts, *, fmt: str | None, field: str | None, b
         first = partials[0]
         state = CorpusState.empty(model=first.model, revision=first.revision, model_type=first.model_type,
                                   causal=first.causal, layers=first.layers, heads=first.heads,
-                                  max_length=first.max_length, metrics=first.metrics, dtype=first.dtype)
+                                  max_length=first.max_length, metrics=first.metrics, dtype=first.dtype,
+                                  level=first.level)
         state = merge_states([state, *partials])
     else:  # nothing to run: an empty state of the model
         from attnviz.corpus_run import BatchRunner
 
-        state = BatchRunner(load(**model_options), max_length=max_length, batch_size=batch_size).new_state()
+        state = BatchRunner(load(**model_options), max_length=max_length, batch_size=batch_size,
+                            words=words).new_state()
     state.sources = [visible(p) for p in paths]
     return state
 

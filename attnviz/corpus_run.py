@@ -17,7 +17,8 @@ import numpy as np
 from attnviz.corpus import CorpusState, Line, TextStats, corpus_metrics, text_stats
 from attnviz.errors import AttentionCheckError, InputError
 from attnviz.metrics import Tokens
-from attnviz.model import LoadedModel, _first_line, _forward_args, attention_bytes, attentions_of, describe_tokens
+from attnviz.model import (Described, LoadedModel, _first_line, _forward_args, attention_bytes, attentions_of,
+                           describe_tokens)
 
 CHUNK_BATCHES = 16  # texts are read and length-sorted this many batches at a time
 
@@ -31,13 +32,15 @@ class Prepared:
     tokens: Tokens
     truncated: bool
     unknown: bool  # holds the unknown-word token
+    described: Described
+    offsets: list[tuple[int, int]] | None  # each token's span of the text, (-1, -1) for none
 
 
 class BatchRunner:
     """Tokenises, batches and runs texts through one loaded model; computes each text's statistics."""
 
     def __init__(self, loaded: LoadedModel, max_length: int | None = None, batch_size: int = 32,
-                 truncate: bool = True):
+                 truncate: bool = True, words: bool = False):
         if loaded.seq2seq:
             raise InputError(f"{loaded.name} is an encoder-decoder model; attnviz corpus reads encoder or decoder-only "
                              f"models (the heads of one self-attention stack)")
@@ -46,7 +49,7 @@ class BatchRunner:
         limit = loaded.max_positions
         if max_length is not None and limit and max_length > limit:
             raise InputError(f"--max-length {max_length} is more than {loaded.name} takes ({limit} tokens)")
-        self.loaded, self.batch_size, self.truncate = loaded, batch_size, truncate
+        self.loaded, self.batch_size, self.truncate, self.words = loaded, batch_size, truncate, words
         self.max_length = max_length or limit or 512
         self.metrics = corpus_metrics()
         tok = loaded.tokenizer
@@ -66,7 +69,8 @@ class BatchRunner:
         L, H = layers_and_heads(self.loaded.model.config)
         return CorpusState.empty(model=self.loaded.name, revision=self.loaded.revision,
                                  model_type=self.loaded.model_type, causal=bool(self.loaded.causal), layers=L,
-                                 heads=H, max_length=self.max_length, metrics=self.metrics, dtype=self.loaded.dtype)
+                                 heads=H, max_length=self.max_length, metrics=self.metrics, dtype=self.loaded.dtype,
+                                 level="word" if self.words else "token")
 
     # tokenising
     def prepare(self, lines: Sequence[Line]) -> tuple[list[Prepared], list[Line]]:
@@ -99,7 +103,9 @@ class BatchRunner:
                             np.array(described.kinds), bool(self.loaded.causal))
             unknown = self.unk_id is not None and any(i == self.unk_id and not special
                                                       for i, special in zip(ids, described.special))
-            ready.append(Prepared(line, ids, tokens, b in where, unknown))
+            spans = [(int(o[0]), int(o[1])) if o and o[1] > o[0] and not sp else (-1, -1)
+                     for o, sp in zip(offsets, described.special)] if self.fast else None
+            ready.append(Prepared(line, ids, tokens, b in where, unknown, described, spans))
         return ready, bad
 
     def batches(self, ready: Sequence[Prepared]) -> Iterator[list[Prepared]]:
@@ -144,8 +150,26 @@ class BatchRunner:
         stats = []
         for b, p in enumerate(batch):
             n = len(p.ids)
-            stats.append(text_stats(alpha[:, b, :, :n, :n], p.tokens, self.metrics))
+            own = alpha[:, b, :, :n, :n]
+            if self.words:
+                words = self.as_words(own, p)
+                stats.append(text_stats(words.attentions, Tokens.of(words), self.metrics))
+            else:
+                stats.append(text_stats(own, p.tokens, self.metrics))
         return stats
+
+    def as_words(self, alpha: np.ndarray, p: Prepared):
+        """One text's attention between words (attnviz.words, as `--words` gives for one text)."""
+        from attnviz.capture import Capture
+        from attnviz.words import to_words
+
+        d = p.described
+        capture = Capture(attentions=np.ascontiguousarray(alpha), tokens=tuple(d.tokens), token_ids=np.asarray(p.ids),
+                          special=np.asarray(d.special, bool), special_kind=tuple(d.kinds),
+                          subword=np.asarray(d.subword, bool),
+                          meta={"model": self.loaded.name, "causal": bool(self.loaded.causal), "text": p.line.text},
+                          offsets=np.asarray(p.offsets, np.int64) if p.offsets is not None else None)
+        return to_words(capture)
 
     def fold(self, state: CorpusState, lines: Sequence[Line], on_batch: Callable[[int, int], None] | None = None,
              stop: Callable[[], bool] | None = None) -> bool:

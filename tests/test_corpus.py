@@ -69,6 +69,36 @@ def test_a_text_gives_the_same_numbers_alone_as_in_a_padded_batch(kind, load_tin
     assert worst < 1e-5, worst
 
 
+@pytest.mark.parametrize("kind", ["bert", "gpt2"])
+def test_word_level_statistics_equal_the_single_text_words_path(kind, load_tiny, tmp_path):
+    """--words: each text's word-level statistics from the padded batch equal `attnviz heads TEXT --words`
+    (to_words of the text's own capture), to 1e-5; merging a word-level run with a token-level one is refused."""
+    from attnviz.metrics import head_values
+    from attnviz.model import capture_text
+    from attnviz.words import to_words
+
+    loaded = load_tiny(kind)
+    runner = _runner(loaded, batch_size=8, words=True)
+    ready, _ = runner.prepare(_lines(TEXTS))
+    worst, seen, merged_pieces = 0.0, 0, 0
+    for batch in runner.batches(ready):
+        for p, stats in zip(batch, runner.run(batch)):
+            words = to_words(capture_text(p.line.text, loaded))
+            alone = head_values(words)
+            assert stats.tokens == words.n_tokens <= len(p.ids)
+            merged_pieces += words.n_tokens < len(p.ids)
+            for name, value in stats.values.items():
+                if np.isfinite(value).any():
+                    worst = max(worst, float(np.nanmax(np.abs(value - alone[name]))))
+            seen += 1
+    assert seen == len(TEXTS) and worst < 1e-5, worst
+    assert merged_pieces >= 1  # some text really has words of several pieces
+    state = runner.new_state()
+    assert state.level == "word"
+    other = _runner(loaded).new_state()
+    assert "level" in (state.compatible(other) or "")
+
+
 def test_the_batch_really_is_padded(load_tiny):
     """The invariance test above means something only if its batch mixes lengths (padding inside)."""
     runner = _runner(load_tiny("bert"), batch_size=8)

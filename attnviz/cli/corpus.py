@@ -47,6 +47,9 @@ def corpus(sources: Annotated[list[str], typer.Argument(
                help="Write stats.json (mergeable), heads.csv/json, layers.csv and grid PNGs to this folder.")] = None,
            force: Annotated[bool, typer.Option("--force", help="Replace an earlier attnviz folder in --out-dir "
                                                                "(never other files).")] = False,
+           words: Annotated[bool, typer.Option(
+               "--words", help="Statistics of attention between words instead of sub-word tokens (as --words gives "
+                               "for one text: to a word, the sum over its pieces; from a word, their mean).")] = False,
            weight: Annotated[str, typer.Option(
                "--weight", parser=choice_parser(("texts", "tokens"), {"text": "texts", "token": "tokens",
                                                                       "rows": "tokens"}), metavar="texts|tokens",
@@ -65,7 +68,7 @@ def corpus(sources: Annotated[list[str], typer.Argument(
     from attnviz.corpus import merge_states
 
     if sources and sources[0] == "merge":
-        if field is not None or fmt is not None or engine != "local" or max_length is not None:
+        if field is not None or fmt is not None or engine != "local" or max_length is not None or words:
             raise typer.BadParameter("merge takes folders of earlier runs, and -o; no reading options",
                                      param_hint="merge")
         folders = sources[1:]
@@ -94,10 +97,10 @@ def corpus(sources: Annotated[list[str], typer.Argument(
             if stream is not sys.stdin.buffer:
                 stream.close()
         state = run_ray(list(sources), opts, fmt=fmt, field=field, batch_size=batch_size, max_length=max_length,
-                        address=address, workers=workers, console=err)
+                        address=address, workers=workers, words=words, console=err)
         complete = True
     else:
-        state, complete = _run_local(opened, opts, fmt, field, batch_size, max_length)
+        state, complete = _run_local(opened, opts, fmt, field, batch_size, max_length, words)
     if out_dir is not None:
         _write(state, out_dir, force)
     _report(state, weight, top, as_json, as_csv, out_dir)
@@ -132,14 +135,14 @@ def _check_out(out_dir: Path, force: bool) -> None:
     check_target(export_folder(out_dir), force)  # before any model work
 
 
-def _run_local(opened, opts: ModelOptions, fmt, field, batch_size, max_length):
+def _run_local(opened, opts: ModelOptions, fmt, field, batch_size, max_length, words):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from attnviz.corpus import corpus_format, read_lines
     from attnviz.corpus_run import BatchRunner, run_local
 
     loaded = opts.load()
-    runner = BatchRunner(loaded, max_length=max_length, batch_size=batch_size, truncate=opts.truncate)
+    runner = BatchRunner(loaded, max_length=max_length, batch_size=batch_size, truncate=opts.truncate, words=words)
     state = runner.new_state()
     state.sources = [visible(name) for name, _ in opened]
     total = sum(_count_lines(stream) for _, stream in opened) if all(s is not sys.stdin.buffer for _, s in opened) \
