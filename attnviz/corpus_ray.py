@@ -30,6 +30,28 @@ def _ray():
     return ray
 
 
+def check_address(address: str, timeout: float = 3.0) -> None:
+    """InputError, in a few seconds, when nothing answers at a Ray address (host:port or ray://host:port);
+    Ray itself would retry for minutes. "auto" and "local" are left to Ray."""
+    import socket
+    from urllib.parse import urlsplit
+
+    if address in ("auto", "local"):
+        return
+    parts = urlsplit(address if "://" in address else f"ray://{address}")
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        host, port = None, None
+    if not host or port is None:
+        raise InputError(f"--address {address!r} is not host:port, ray://host:port or auto")
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        raise InputError(f"no Ray cluster answers at {address} ({exc.strerror or exc}); start one with `ray start "
+                         f"--head`, or leave out --address for a local Ray") from None
+
+
 def split_file(row: dict, fmt: str | None, field: str | None) -> list[dict]:
     """One file read by Ray Data ({"bytes", "path"}) -> its lines, numbered, bad ones marked."""
     path = str(row["path"])
@@ -67,6 +89,8 @@ def run_ray(paths: Sequence[str], opts, *, fmt: str | None, field: str | None, b
     import os
     import sys
 
+    if address is not None:
+        check_address(address)
     ray = _ray()
     from attnviz.corpus_run import CHUNK_BATCHES
     from attnviz.model import load

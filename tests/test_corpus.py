@@ -398,6 +398,26 @@ def test_ray_engine_equals_the_local_engine(tmp_path, tiny_model_dir):
     assert np.array_equal(ray.label_counts, local.label_counts)
 
 
+def test_an_unreachable_ray_address_is_one_line_in_seconds(tmp_path, tiny_model_dir):
+    """Ray retries a wrong --address for minutes; attnviz checks the port first (before importing Ray)."""
+    import socket
+
+    from attnviz.corpus_ray import check_address
+    from attnviz.errors import InputError
+
+    with socket.socket() as s:  # a port with nothing listening: bind, take its number, close
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}", "no-port", "ray://:5"):
+        with pytest.raises(InputError):
+            check_address(address, timeout=1.0)
+    with socket.socket() as server:  # something listening: accepted
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        check_address(f"127.0.0.1:{server.getsockname()[1]}")
+    check_address("auto")
+
+
 def _has_ray() -> bool:
     import importlib.util
 
