@@ -76,6 +76,8 @@ def read_lines(stream: IO[bytes], source: str, fmt: str = "txt", field_name: str
                 raw = stream.readline(MAX_LINE_BYTES)
             yield Line(source, number, None, "longer than 1 MiB")
             continue
+        if number == 1:
+            raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark
         yield _parse(raw.rstrip(b"\r\n"), source, number, fmt, field_name)
 
 
@@ -101,7 +103,7 @@ def _parse(raw: bytes, source: str, number: int, fmt: str, field_name: str) -> L
             return Line(source, number, None, "not valid Unicode (a lone surrogate escape)")
     if not text.strip():
         return Line(source, number, None, "empty")
-    return Line(source, number, text.removeprefix("\ufeff") if number == 1 else text)
+    return Line(source, number, text)
 
 
 # --- moments that merge --------------------------------------------------------------------------------

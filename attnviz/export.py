@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from attnviz.capture import Capture, Parts, current_umask
-from attnviz.errors import OutputError
+from attnviz.errors import InputError, OutputError
 from attnviz.panels import Panel, Scale, ScaleChoice, attention_panels, text_subtitle
 from attnviz.render.encode import encode_scanlines, rgb_view, scanlines
 from attnviz.render.png import FORMATS as FIGURE_FORMATS
@@ -354,7 +354,12 @@ def export(capture: Capture | Parts, target: str | os.PathLike, *, layers: Seque
         capture.save(staging / "attention.npz")
         (staging / "heads.json").write_text(to_json(records, indent=1) + "\n", encoding="utf-8")
         (staging / "heads.csv").write_text(to_csv(records), encoding="utf-8")
-        viewer = viewer_fragment(viewer_data(capture))
+        try:  # the interactive view; a capture too large for one page goes without it, saying why
+            viewer: tuple[str, str, str] | str = viewer_fragment(viewer_data(capture))
+        except InputError:
+            viewer = ("The interactive view is left out: this capture holds more weights than one page allows "
+                      "(see attnviz view); `attnviz view --from attention.npz --layer 0-1` makes a page of some "
+                      "layers.")
         (staging / "index.html").write_text(gallery_html(sections, fmt, viewer), encoding="utf-8")
 
     target = write_folder(target, force, fill, what="export")

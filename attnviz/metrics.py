@@ -9,7 +9,6 @@ metric registry (METRICS, below), which holds its definition and feeds every tab
 from __future__ import annotations
 
 import functools
-import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -17,6 +16,7 @@ import numpy as np
 
 from attnviz.capture import Capture
 from attnviz.errors import CaptureMismatchError
+from attnviz.tokens import is_punctuation
 
 # Pattern thresholds, after Clark et al. 2019 ("What does BERT look at?") and Kovaleva et al. 2019
 # ("Revealing the dark secrets of BERT"). A head gets the first label whose test it passes, in this order.
@@ -29,11 +29,6 @@ SENTENCE_END = {".", "!", "?", "。", "！", "？"}
 
 
 # --- what the metrics see: the tokens, and blocks of query rows -------------------------------------------
-
-
-def is_punctuation(token: str) -> bool:
-    text = token.removeprefix("##")
-    return bool(text) and all(unicodedata.category(c).startswith("P") for c in text)
 
 
 @dataclass(frozen=True, eq=False)

@@ -36,6 +36,12 @@ def readable_token(raw: str, decoded: str | None, source_text: str | None, *, sp
     return SUBWORD_PREFIX + text if subword else text
 
 
+def is_punctuation(token: str) -> bool:
+    """A token made only of punctuation (a "##" continuation marker aside): "." "," "?!" "。"."""
+    text = token.removeprefix(SUBWORD_PREFIX)
+    return bool(text) and all(unicodedata.category(c).startswith("P") for c in text)
+
+
 def subword_flags(word_ids: list[int | None] | None, raw_tokens: list[str], special: list[bool]) -> list[bool]:
     """True where a token continues the word of the token before it.
 

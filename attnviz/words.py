@@ -13,11 +13,7 @@ from dataclasses import replace
 import numpy as np
 
 from attnviz.capture import Capture, Side
-
-
-def _is_punctuation(token: str) -> bool:
-    text = token.removeprefix("##")
-    return bool(text) and all(unicodedata.category(c).startswith("P") for c in text)
+from attnviz.tokens import is_punctuation
 
 
 def word_edges(tokens: Sequence[str], subword: Sequence[bool] | np.ndarray, special: Sequence[bool] | np.ndarray,
@@ -27,8 +23,8 @@ def word_edges(tokens: Sequence[str], subword: Sequence[bool] | np.ndarray, spec
     a word (no word spans prompt and generated text). (W + 1,)"""
     starts = []
     for i, token in enumerate(tokens):
-        alone = special[i] or _is_punctuation(token)
-        before_alone = i > 0 and (special[i - 1] or _is_punctuation(tokens[i - 1]))
+        alone = special[i] or is_punctuation(token)
+        before_alone = i > 0 and (special[i - 1] or is_punctuation(tokens[i - 1]))
         turn = generated is not None and i > 0 and bool(generated[i]) != bool(generated[i - 1])
         if i == 0 or not subword[i] or alone or before_alone or turn:
             starts.append(i)

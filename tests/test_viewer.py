@@ -327,6 +327,19 @@ def test_export_index_has_the_interactive_view(browser, cat_capture, tmp_path):
     page.close()
 
 
+def test_export_of_a_capture_too_large_for_a_page_still_works(tmp_path, monkeypatch):
+    """The export's gallery goes without the interactive view, saying why, when the capture would pass the
+    page's limit (the limit lowered here); the export itself is unchanged."""
+    import attnviz.render.viewer as viewer
+    from attnviz.export import export
+
+    monkeypatch.setattr(viewer, "MAX_PAGE_BYTES", 100)
+    target = export(make_capture(np.full((1, 2, 8, 8), 1 / 8)), tmp_path / "out", layers=[0], heads=[0, 1])
+    html = (target / "index.html").read_text()
+    assert "interactive view is left out" in html and "attnviz-data" not in html
+    assert (target / "layer00_head01.png").exists()
+
+
 def test_view_command(tmp_path, tiny_model_dir):
     out = tmp_path / "cat.html"
     result = run("view", SENTENCE, "-m", tiny_model_dir("bert"), "-o", out)

@@ -145,8 +145,8 @@ def _run_local(opened, opts: ModelOptions, fmt, field, batch_size, max_length, w
     runner = BatchRunner(loaded, max_length=max_length, batch_size=batch_size, truncate=opts.truncate, words=words)
     state = runner.new_state()
     state.sources = [visible(name) for name, _ in opened]
-    total = sum(_count_lines(stream) for _, stream in opened) if all(s is not sys.stdin.buffer for _, s in opened) \
-        else None
+    counted_files = err.is_terminal and all(s is not sys.stdin.buffer for _, s in opened)  # only for the bar
+    total = sum(_count_lines(stream) for _, stream in opened) if counted_files else None
 
     def lines():
         for name, stream in opened:

@@ -72,10 +72,10 @@ def _tokens(tokens: Sequence[str]) -> str:
     return " ".join(f"<code>{_text(t)}</code>" for t in tokens[:2000]) + (" …" if len(tokens) > 2000 else "")
 
 
-def gallery_html(sections: Sequence[Section], fmt: str, viewer: tuple[str, str, str] | None = None) -> str:
+def gallery_html(sections: Sequence[Section], fmt: str, viewer: tuple[str, str, str] | str | None = None) -> str:
     """The gallery page: text, model and tokens on top, then for each section (one, or per part of an
     encoder-decoder model) the grid and per layer each head's image with its statistics and the layer's
-    head mean."""
+    head mean. `viewer`: the interactive view's (style, body, script) to put on top, or why there is none."""
     from attnviz.panels import PART_TITLES
 
     first = sections[0].capture
@@ -99,7 +99,8 @@ def gallery_html(sections: Sequence[Section], fmt: str, viewer: tuple[str, str, 
     parts = [
         "<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>attnviz · {_text(text[:80])}</title><style>{STYLE}{viewer[0] if viewer else ''}</style></head><body>",
+        f"<title>attnviz · {_text(text[:80])}</title>",
+        f"<style>{STYLE}{viewer[0] if isinstance(viewer, tuple) else ''}</style></head><body>",
         "<header><h1>attnviz export</h1>", f'<p class="text">{_text(text)}</p>',
         f'<p class="meta">model <b>{_text(first.model)}</b> · {size} · '
         f'{_text(first.meta.get("dtype", ""))} · made by attnviz {__version__}</p>',
@@ -112,7 +113,9 @@ def gallery_html(sections: Sequence[Section], fmt: str, viewer: tuple[str, str, 
         links = " · ".join(f'<a href="#{s.part}">{_text(PART_TITLES[s.part or ""])}</a>' for s in sections)
         parts.append(f'<p class="meta">Parts: {links}</p>')
     parts.append("</header>")
-    if viewer is not None:  # the interactive view (its own header would repeat the one above)
+    if isinstance(viewer, str):  # why there is no interactive view
+        parts.append(f'<p class="meta">{_text(viewer)}</p>')
+    elif viewer is not None:  # the interactive view (its own header would repeat the one above)
         parts.append('<section id="interactive"><h2>Interactive view</h2>'
                      + viewer[1].replace('class="av"', 'class="av embedded"', 1) + "</section>")
         parts.append(viewer[2])

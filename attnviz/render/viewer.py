@@ -72,7 +72,7 @@ def section_data(capture: Capture, name: str, bits: int, layers: Sequence[int]) 
         notes.append(f"values: {capture.quantity}")
     split = generated_split(capture)
     return {
-        "name": name, "title": PART_TITLES.get(name, "self-attention") if name else "self-attention",
+        "name": name, "title": PART_TITLES.get(name, "self-attention"),
         "layers": [int(n) for n in layers], "heads": int(capture.n_heads),
         "rows": [_label(t) for t in capture.tokens], "cols": [_label(t) for t in capture.key_tokens],
         "rowSpecial": [bool(s) for s in capture.special], "colSpecial": [bool(s) for s in capture.key_special],
