@@ -59,7 +59,7 @@ def generate_capture(loaded, text: str, decoding: Decoding, *, truncate: bool = 
     import torch
 
     from attnviz.model import _special_kind, check_memory, encode, layers_and_heads, make_capture, special_ids
-    from attnviz.tokens import readable_token
+    from attnviz.tokens import readable_tokens
 
     encoded = encode(loaded, text, truncate=truncate)
     tok = loaded.tokenizer
@@ -114,8 +114,8 @@ def generate_capture(loaded, text: str, decoding: Decoding, *, truncate: bool = 
     subword = [not r.startswith(("Ġ", "▁", "Ċ")) and not s and not before and not tok.decode([i]).startswith(" ")
                for r, i, s, before in zip(raw, new_ids, special, previous_special)]
     full = text + generated_text
-    tokens = [readable_token(r, tok.decode([i]), full[a:b] if a >= 0 else None, special=s, subword=w)
-              for r, i, s, w, (a, b) in zip(raw, new_ids, special, subword, spans)]
+    tokens = readable_tokens(raw, [tok.decode([i]) for i in new_ids], [full[a:b] if a >= 0 else None for a, b in spans],
+                             special, subword)
     kinds = [_special_kind(tok, i, P + n, s) for n, (i, s) in enumerate(zip(new_ids, special))]
     encoded.tokens += tokens
     encoded.token_ids = [*encoded.token_ids, *new_ids]

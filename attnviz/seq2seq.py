@@ -94,7 +94,7 @@ def _written(loaded, encoded, source_side: Side, decoding, meta: dict, on_step) 
 
     from attnviz.generate import _cache_arg, _choose, _written as written_spans
     from attnviz.model import _special_kind, check_parts_memory, part_shapes, special_ids
-    from attnviz.tokens import readable_token
+    from attnviz.tokens import readable_tokens
 
     S = len(source_side)
     start = decoder_start(loaded)
@@ -149,8 +149,8 @@ def _written(loaded, encoded, source_side: Side, decoding, meta: dict, on_step) 
     special = [i in marked for i in new_ids]
     subword = [not r.startswith(("Ġ", "▁", "Ċ")) and not s and n > 0 and not tok.decode([i]).startswith(" ")
                for n, (r, i, s) in enumerate(zip(raw, new_ids, special))]
-    tokens = [readable_token(r, tok.decode([i]), text[a:b] if a >= 0 else None, special=s, subword=w)
-              for r, i, s, w, (a, b) in zip(raw, new_ids, special, subword, spans)]
+    tokens = readable_tokens(raw, [tok.decode([i]) for i in new_ids], [text[a:b] if a >= 0 else None for a, b in spans],
+                             special, subword)
     label, kind = _start_token(loaded, start)
     kinds = [_special_kind(tok, i, n + 1, s) for n, (i, s) in enumerate(zip(new_ids, special))]
     target_side = _side((label, *tokens), [start, *new_ids], [True, *special], (kind, *kinds), [False, *subword],

