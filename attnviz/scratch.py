@@ -758,7 +758,8 @@ def _tokens_by_word(loaded, words: list[str]):
         if special or end <= start:
             specials.append(position)
             continue
-        word = next(n for n, (a, b) in enumerate(spans) if a <= start < b)
+        # a SentencePiece "▁" piece starts on the space before its word: it belongs to the next word
+        word = next(n for n, (_, b) in enumerate(spans) if start < b)
         by_word[word].append(position)
     return encoded, by_word, specials
 

@@ -33,8 +33,16 @@ def readable_token(raw: str, decoded: str | None, source_text: str | None, *, sp
     text = unicodedata.normalize("NFC", text)  # uncased BERT splits Hangul into jamo; recompose
     text = standalone_jamo(text)
     if not text:
-        text = "␣" if raw.strip(" Ġ▁") == "" else raw
+        text = _whitespace_label(decoded if decoded is not None else raw)
     return SUBWORD_PREFIX + text if subword else text
+
+
+def _whitespace_label(text: str) -> str:
+    """A token that is only white space, made visible: "\\n" for a newline, "\\t" for a tab, ␣ for a space."""
+    text = text.replace("Ġ", " ").replace("▁", " ").replace("Ċ", "\n").replace("ĉ", "\t")
+    shown = "".join("\\n" if c == "\n" else "\\t" if c == "\t" else "\\r" if c == "\r" else "␣" if c.isspace() else c
+                    for c in text)
+    return shown.strip() or "␣"
 
 
 def readable_tokens(raw: Sequence[str], decoded: Sequence[str | None], sources: Sequence[str | None],

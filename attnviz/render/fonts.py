@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import warnings
+from pathlib import Path
 
 from attnviz.errors import AttnvizWarning
 
@@ -39,6 +40,41 @@ def _installed() -> tuple[tuple[str, str], ...]:
 
 
 _warned: set[frozenset[str]] = set()
+_refreshed = False
+
+
+def refresh_if_new_fonts() -> bool:
+    """Make matplotlib see fonts installed after its font cache was written (`apt-get install fonts-noto-cjk`
+    today, attnviz tomorrow): when the system has font files the cache does not list, the cache is built
+    again, once per process. True when it was."""
+    global _refreshed
+    from matplotlib import font_manager
+
+    if _refreshed:
+        return False
+    _refreshed = True
+    known = {entry.fname for entry in font_manager.fontManager.ttflist}
+    try:
+        on_disk = set(font_manager.findSystemFonts())
+    except (OSError, RuntimeError):  # pragma: no cover - an unreadable font folder
+        return False
+    new = {path for path in on_disk if path not in known and path.lower().endswith((".ttf", ".otf", ".ttc"))}
+    if not new:
+        return False
+    import matplotlib
+
+    for path in sorted(new):
+        try:
+            font_manager.fontManager.addfont(path)
+        except (OSError, RuntimeError, ValueError):  # a damaged font file: skip it
+            continue
+    try:  # remember them, so the next run does not look again
+        font_manager.json_dump(font_manager.fontManager, Path(matplotlib.get_cachedir()) /
+                               f"fontlist-v{font_manager.FontManager.__version__}.json")
+    except OSError:  # pragma: no cover - a read-only cache folder
+        pass
+    _installed.cache_clear()
+    return True
 
 
 def families_for(text: str) -> list[str]:
@@ -56,6 +92,8 @@ def families_for(text: str) -> list[str]:
             missing -= covered
         if not missing:
             break
+    if missing and refresh_if_new_fonts():  # a font installed since matplotlib last looked may have them
+        return families_for(text)
     if missing:
         chars = frozenset(chr(c) for c in missing)
         if chars not in _warned:

