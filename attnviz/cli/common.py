@@ -263,8 +263,9 @@ class ModelOptions:
     """The options of every command that runs a model, passed on as one object."""
 
     model: Annotated[Optional[str], typer.Option(
-        "--model", "-m", help="Hugging Face id or local folder. Default: $ATTNVIZ_MODEL, else the bundled "
-                              "'minilm' (sentence-transformers/all-MiniLM-L6-v2, works offline).",
+        "--model", "-m", help="Offline: minilm (English BERT, the default), multilingual (Korean, Japanese, "
+                              "Chinese, … ), smollm2 (a causal LM), a .gguf file; or a Hugging Face id or local "
+                              "folder. Default: $ATTNVIZ_MODEL, else minilm.",
         show_default=False)] = None
     revision: Annotated[Optional[str], typer.Option(help="Model revision (branch, tag or commit).",
                                                     show_default=False)] = None

@@ -15,10 +15,10 @@ STOPPED = {"eos": "the model's end-of-sequence token", "max_new_tokens": "--max-
            "max_positions": "the model's maximum positions"}
 
 
-@app.command(help="A causal language model (GPT-2, Llama, …) continues the text with the KV cache; every layer's and "
-                  "head's attention row of every new token is kept as it is produced. Prints the generated text; "
-                  "-o saves the capture for heatmap, heads, export … --from (--rows generated shows only the new "
-                  "tokens' rows); --terminal shows, per new token, the earlier tokens it attends to most.")
+@app.command(help="A causal language model (e.g. -m smollm2, offline) continues the text with the KV cache; every "
+                  "layer's and head's attention row of every new token is kept as it is produced. Prints the "
+                  "generated text; -o saves the capture for heatmap, heads, export … --from (--rows generated shows "
+                  "only the new tokens' rows); --terminal shows, per new token, the earlier tokens it attends to most.")
 @cli_errors
 @takes(inp=TextInput)
 def generate(sample: Annotated[bool, typer.Option(

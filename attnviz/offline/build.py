@@ -63,8 +63,9 @@ def build_gguf(folder: Path, path: Path) -> None:
     except ImportError:  # pragma: no cover - older transformers
         GGUF_SUPPORTED_ARCHITECTURES = []
     if GGUF_SUPPORTED_ARCHITECTURES and summary.architecture not in GGUF_SUPPORTED_ARCHITECTURES:
+        known = ", ".join(a for a in GGUF_SUPPORTED_ARCHITECTURES if a not in ("general", "tokenizer"))
         raise ModelLoadError(f"{path.name} is a {summary.architecture!r} model; transformers reads GGUF files of "
-                             f"{', '.join(a for a in GGUF_SUPPORTED_ARCHITECTURES if a not in ('general', 'tokenizer'))}")
+                             f"{known}")
     where, name = str(path.parent), path.name
     try:
         with warnings.catch_warnings():
@@ -81,8 +82,8 @@ def build_gguf(folder: Path, path: Path) -> None:
     # dequantized weights are ordinary float32 tensors: save them as such
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    model.hf_quantizer = None
-    model.is_quantized = False
+    model.hf_quantizer = None  # type: ignore[assignment]
+    model.is_quantized = False  # type: ignore[assignment]
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
 

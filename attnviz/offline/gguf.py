@@ -31,7 +31,7 @@ class GGUFSummary:
 
 
 def max_model_bytes() -> int:
-    from attnviz.model import parse_size
+    from attnviz.sizes import parse_size
 
     raw = os.environ.get(MAX_MODEL_ENV, "").strip()
     if not raw:
@@ -95,7 +95,7 @@ def inspect(path: Path) -> GGUFSummary:
         raise ModelLoadError(f"{shown} holds no tensors")
     need, limit = parameters * 4, max_model_bytes()
     if need > limit:
-        from attnviz.model import size_text
+        from attnviz.sizes import size_text
 
         raise ModelLoadError(f"{shown} has {parameters:,} weights: {size_text(need)} dequantized to float32, over "
                              f"the limit of {size_text(limit)} ({MAX_MODEL_ENV})")
