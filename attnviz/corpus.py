@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -62,17 +62,21 @@ def corpus_format(path: str, fmt: str | None, field_name: str | None) -> str:
     return "txt"
 
 
-def read_lines(stream: IO[bytes], source: str, fmt: str = "txt", field_name: str = "text") -> Iterator[Line]:
+def read_lines(stream: IO[bytes], source: str, fmt: str = "txt", field_name: str = "text",
+               stop: Callable[[], bool] | None = None) -> Iterator[Line]:
     """The texts of a corpus, one per line, as Line records; bad lines (empty, not UTF-8, not JSON, no such
-    field, longer than MAX_LINE_BYTES) come as Line(text=None, reason=...) and never stop the reading."""
+    field, longer than MAX_LINE_BYTES) come as Line(text=None, reason=...) and never stop the reading.
+    `stop()` is asked before every read, so Ctrl-C or SIGTERM ends even an endless line (`cat /dev/zero`)."""
     number = 0
-    while True:
+    while not (stop and stop()):
         raw = stream.readline(MAX_LINE_BYTES + 1)
         if not raw:
             return
         number += 1
         if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
             while raw and not raw.endswith(b"\n"):  # skip the rest of the line a block at a time
+                if stop and stop():
+                    return
                 raw = stream.readline(MAX_LINE_BYTES)
             yield Line(source, number, None, "longer than 1 MiB")
             continue
@@ -466,9 +470,10 @@ def load_state(folder: str | Path) -> CorpusState:
     """The statistics saved in `folder`/stats.json (or a stats.json path), checked."""
     path = Path(folder)
     path = path / STATE_FILE if path.is_dir() else path
+    from attnviz.files import read_regular
+
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_STATE_BYTES + 1)
+        raw = read_regular(path, MAX_STATE_BYTES, "corpus statistics")
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
     if len(raw) > MAX_STATE_BYTES:

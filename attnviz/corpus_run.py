@@ -224,4 +224,4 @@ def run_local(runner: BatchRunner, lines: Iterable[Line], state: CorpusState,
     for block in chunks(lines, runner.chunk()):
         if not runner.fold(state, block, on_batch, stop):
             return False
-    return True
+    return not (stop and stop())  # the reader may have stopped first (a signal during an endless line)

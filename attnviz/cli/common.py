@@ -351,8 +351,9 @@ def read_text(source: Path | None) -> str:
         if source is None:
             data = sys.stdin.buffer.read(MAX_TEXT_BYTES + 1)
         else:
-            with open(source, "rb") as fh:
-                data = fh.read(MAX_TEXT_BYTES + 1)
+            from attnviz.files import read_regular
+
+            data = read_regular(source, MAX_TEXT_BYTES, "text")
     except OSError as exc:
         raise InputError(f"cannot read the text from {name}: {exc.strerror or exc}") from None
     if len(data) > MAX_TEXT_BYTES:

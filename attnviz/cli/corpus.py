@@ -120,13 +120,12 @@ def _open(source: str):
 
     if source == "-":
         return "standard input", sys.stdin.buffer
+    from attnviz.files import open_regular
+
     path = Path(source).expanduser()
     if path.is_dir():
         raise InputError(f"{path} is a folder; give a text file (one text per line) or JSON lines")
-    try:
-        return str(path), open(path, "rb")
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+    return str(path), open_regular(path, "text")
 
 
 def _check_out(out_dir: Path, force: bool) -> None:
@@ -151,7 +150,8 @@ def _run_local(opened, opts: ModelOptions, fmt, field, batch_size, max_length, w
     def lines():
         for name, stream in opened:
             with stream:
-                yield from read_lines(stream, visible(name), corpus_format(name, fmt, field), field or "text")
+                yield from read_lines(stream, visible(name), corpus_format(name, fmt, field), field or "text",
+                                      stop=lambda: bool(_stopped[0]))
 
     progress = Progress(TextColumn("Reading texts"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=err, transient=True,
