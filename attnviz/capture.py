@@ -138,6 +138,17 @@ class Capture:
         return self.attentions.shape[3]
 
     @property
+    def input_tokens(self) -> int:
+        """Tokens of the input: T, or for a pooled long input the N tokens its blocks stand for (what every
+        T = … and ln T says, not the number of blocks)."""
+        return self.long.n_tokens if self.long is not None else self.n_tokens
+
+    @property
+    def input_keys(self) -> int:
+        """Key tokens of the input: S for cross-attention, else input_tokens."""
+        return self.input_tokens if self.square else self.n_keys
+
+    @property
     def square(self) -> bool:
         """Queries and keys are the same tokens (self-attention)."""
         return self.keys is None
@@ -571,10 +582,9 @@ def load_capture(path: str | os.PathLike) -> Capture | Parts:
 
 
 def _limit(name: str, default: int) -> int:
-    try:
-        return max(int(os.environ.get(name, default)), 1)
-    except ValueError:
-        return default
+    from attnviz.sizes import size_from_env
+
+    return size_from_env(name, default)
 
 
 MAX_ATTENTION_BYTES = 1 << 30  # α as stored: 1 GiB (268M float32 weights); $ATTNVIZ_MAX_CAPTURE_BYTES changes it
@@ -583,6 +593,7 @@ MAX_META_CHARS = 1 << 20  # the metadata JSON: 1M characters
 META_TYPES: dict[str, tuple[type, ...]] = {
     "model": (str,), "revision": (str, type(None)), "device": (str,), "dtype": (str,), "model_type": (str,),
     "causal": (bool,), "text": (str,), "source": (str,), "attnviz_version": (str,), "dropped_tokens": (int,),
+    "unk_token_id": (int,),
     "level": (str,), "pieces": (int,), "quantity": (str,), "norm_check": (float, int), "prompt": (str,),
     "generated_text": (str,), "decoding": (str,), "stopped": (str,), "part": (str,), "source_text": (str,),
     "target_text": (str,), "target_source": (str,),

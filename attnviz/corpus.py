@@ -36,7 +36,11 @@ STATE_FILE = "stats.json"
 WEIGHTINGS = ("texts", "tokens")
 MAX_LINE_BYTES = 1 << 20  # a longer line is counted as bad ("longer than 1 MiB") and skipped, unread
 MAX_BAD_LISTED = 1000  # bad lines listed by number; beyond, only counted
-MAX_STATE_BYTES = 256 << 20  # a stats.json to merge
+MAX_STATE_BYTES = 64 << 20  # a stats.json to merge
+MAX_STATE_CONTAINERS = 2_000_000  # JSON lists and objects in it (each costs ~60 bytes parsed)
+MAX_STATE_CELLS = 65_536  # layers × heads
+MAX_COUNT = 2 ** 53  # texts, tokens, lines, label counts: exact in float64 and summed without overflow
+MAX_VALUE = 1e9  # |mean| of a statistic (entropies, distances in tokens and shares are far below it)
 CLARK_GROUPS = (("start_mass", "[CLS]/BOS"), ("end_mass", "[SEP]/EOS"), ("punct_mass", "punctuation"))
 
 
@@ -408,10 +412,13 @@ class CorpusState:
 
         layers = get("layers", int, lambda v: 0 < v <= 4096)
         heads = get("heads", int, lambda v: 0 < v <= 4096)
+        if layers * heads > MAX_STATE_CELLS:
+            raise bad(f"{layers} × {heads} heads is over the limit of {MAX_STATE_CELLS:,}")
         metrics = get("metrics", list, lambda v: len(v) <= 1000 and all(isinstance(x, str) for x in v))
         if get("labels", list) != list(LABELS):
             raise bad("its pattern labels are not this attnviz's")
-        counts = [get(key, int, lambda v: v >= 0) for key in ("texts", "tokens", "truncated", "lines", "unknown")]
+        counts = [get(key, int, lambda v: 0 <= v <= MAX_COUNT)
+                  for key in ("texts", "tokens", "truncated", "lines", "unknown")]
         shape = (layers, heads)
 
         def grid(value, key: str) -> np.ndarray:
@@ -437,15 +444,23 @@ class CorpusState:
                 m = Moments(*(grid(entry.get(k), f"{w}/{name}/{k}") for k in ("count", "mean", "m2")))
                 if (m.count < 0).any() or (m.m2 < 0).any():
                     raise bad(f"negative counts or M2 in {w}/{name}")
+                if (m.count > MAX_COUNT).any() or (np.abs(m.mean) > MAX_VALUE).any() or \
+                        (m.m2 > m.count * (2 * MAX_VALUE) ** 2).any():
+                    raise bad(f"counts, means or M2 in {w}/{name} out of range (counts at most 2⁵³, |means| at "
+                              f"most {MAX_VALUE:g})")
                 moments[w][name] = m
         try:
             label_counts = np.array(data.get("label_counts"), dtype=np.int64)
         except (TypeError, ValueError, OverflowError):
             raise bad("label_counts is not integers") from None
-        if label_counts.shape != (*shape, len(LABELS)) or (label_counts < 0).any():
+        if label_counts.shape != (*shape, len(LABELS)):
             raise bad("label_counts has the wrong shape")
+        if (label_counts < 0).any() or (label_counts > MAX_COUNT).any():
+            raise bad("label_counts out of range (0 to 2⁵³)")
         raw_bad = get("bad", dict)
-        if not all(isinstance(k, str) and isinstance(v, int) and v >= 0 for k, v in raw_bad.items()):
+        if len(raw_bad) > 1000 or not all(isinstance(k, str) and len(k) <= 200 and isinstance(v, int)
+                                          and not isinstance(v, bool) and 0 <= v <= MAX_COUNT
+                                          for k, v in raw_bad.items()):
             raise bad("'bad' is not counts")
         bad_lines = get("bad_lines", list)
         if not all(isinstance(x, list) and len(x) == 3 and isinstance(x[0], str) and isinstance(x[1], int)
@@ -478,6 +493,9 @@ def load_state(folder: str | Path) -> CorpusState:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
     if len(raw) > MAX_STATE_BYTES:
         raise CaptureFormatError(f"{path} is larger than {MAX_STATE_BYTES >> 20} MiB; it is not corpus statistics")
+    if raw.count(b"[") + raw.count(b"{") > MAX_STATE_CONTAINERS:  # counted before parsing: memory stays bounded
+        raise CaptureFormatError(f"{path} holds more than {MAX_STATE_CONTAINERS:,} JSON lists and objects; it is not "
+                                 f"corpus statistics")
     try:
         data = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
     except (ValueError, RecursionError, UnicodeDecodeError):

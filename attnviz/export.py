@@ -374,7 +374,7 @@ def write_folder(target: str | os.PathLike, force: bool, fill: Callable[[Path], 
     folder written (symbolic links resolved). `target` must be absent, empty, or (with `force`) an earlier
     attnviz folder, unchanged."""
     target = export_folder(target)
-    before = check_target(target, force)
+    before = check_target(target, force, what)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent))
@@ -382,7 +382,7 @@ def write_folder(target: str | os.PathLike, force: bool, fill: Callable[[Path], 
         raise OutputError(f"cannot write to {target.parent}: {exc.strerror or exc}") from None
     try:
         fill(staging)
-        write_manifest(staging)
+        write_manifest(staging, what)
         _swap(staging, target, before)
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
@@ -408,9 +408,10 @@ def export_folder(target: str | os.PathLike) -> Path:
     return path
 
 
-def check_target(target: Path, force: bool) -> str:
-    """What is at `target` now: "absent", "empty", or the manifest digest of an earlier export (only with
-    `force`). Anything else is refused, so --force never deletes a folder of the user's own."""
+def check_target(target: Path, force: bool, what: str = "export") -> str:
+    """What is at `target` now: "absent", "empty", or the manifest digest of an earlier folder of the same
+    kind (`what`: "export", "corpus statistics"; only with `force`). Anything else is refused, so --force never
+    deletes a folder of the user's own, nor one another attnviz command wrote."""
     try:
         entries = list(target.iterdir()) if target.is_dir() else None
     except OSError as exc:
@@ -420,13 +421,22 @@ def check_target(target: Path, force: bool) -> str:
     if not entries:
         return "empty"
     if not force:
-        raise OutputError(f"{target} is not empty; pass --force to replace an earlier attnviz export there")
-    return earlier_export(target)
+        raise OutputError(f"{target} is not empty; pass --force to replace an earlier attnviz {what} there")
+    return earlier_export(target, what)
 
 
-def earlier_export(folder: Path) -> str:
-    """The digest of `folder`'s manifest if the folder holds exactly the files an earlier export wrote,
-    unchanged; otherwise OutputError naming what is not the export's."""
+def written_by(listed: dict) -> str:
+    """What kind of folder a manifest says it is ("export", "corpus statistics"); manifests written before the
+    kind was recorded are told apart by their files."""
+    kind = listed.get("folder")
+    if isinstance(kind, str):
+        return kind
+    return "corpus statistics" if "stats.json" in listed.get("files", {}) else "export"
+
+
+def earlier_export(folder: Path, what: str = "export") -> str:
+    """The digest of `folder`'s manifest if the folder holds exactly the files an earlier `what` (an export,
+    corpus statistics) wrote, unchanged; otherwise OutputError naming what is not that command's."""
     refuse = f"refusing to replace {folder} even with --force"
     manifest = folder / MANIFEST
     try:
@@ -436,7 +446,10 @@ def earlier_export(folder: Path) -> str:
         listed = None
     if (raw is None or not isinstance(listed, dict) or listed.get("kind") != MANIFEST_KIND
             or not isinstance(listed.get("files"), dict)):
-        raise OutputError(f"{folder} is not an attnviz export (it has no {MANIFEST}); {refuse}")
+        raise OutputError(f"{folder} is not an attnviz {what} (it has no {MANIFEST}); {refuse}")
+    if written_by(listed) != what:
+        raise OutputError(f"{folder} holds attnviz {written_by(listed)[:40]}, not an attnviz {what}; {refuse} "
+                          f"(choose another folder)")
     files = listed["files"]
     present = {entry.name for entry in folder.iterdir()} - {MANIFEST}
     strange = [name for name in files if not isinstance(name, str) or name not in present]
@@ -465,12 +478,13 @@ def _fingerprint(path: Path) -> dict:
     return {"size": path.stat().st_size, "sha256": digest.hexdigest()}
 
 
-def write_manifest(folder: Path) -> None:
+def write_manifest(folder: Path, what: str = "export") -> None:
+    """The manifest: every file of the folder with its size and SHA-256, and which command wrote it."""
     from attnviz import __version__
 
     files = {entry.name: _fingerprint(entry) for entry in sorted(folder.iterdir())}
-    (folder / MANIFEST).write_text(json.dumps({"kind": MANIFEST_KIND, "attnviz_version": __version__,
-                                               "files": files}, indent=1) + "\n", encoding="utf-8")
+    manifest = {"kind": MANIFEST_KIND, "folder": what, "attnviz_version": __version__, "files": files}
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
 
 
 def _swap(staging: Path, target: Path, before: str) -> None:
@@ -534,7 +548,9 @@ def _swap_now(staging: Path, target: Path, before: str) -> None:
 
 
 def _digest_or_none(folder: Path) -> str | None:
+    """The manifest digest of an unchanged attnviz folder (of whichever kind), else None."""
     try:
-        return earlier_export(folder)
-    except OutputError:
+        listed = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+        return earlier_export(folder, written_by(listed) if isinstance(listed, dict) else "export")
+    except (OSError, ValueError, RecursionError, TypeError, AttributeError, OutputError):
         return None

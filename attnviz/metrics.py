@@ -9,6 +9,7 @@ metric registry (METRICS, below), which holds its definition and feeds every tab
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -415,14 +416,53 @@ def records_from_values(values: dict[str, np.ndarray]) -> list[dict]:
 
 
 def _stored_stats(capture: Capture, queries: Sequence[int] | None) -> list | None:
-    """The head records a pooled capture carries (statistics of every row: they cannot be narrowed)."""
+    """The head records a pooled capture carries (statistics of every row: they cannot be narrowed), checked
+    against the capture's shape and the metric registry."""
     stored = capture.meta.get("head_stats")
     if isinstance(stored, list) and queries is not None:
         from attnviz.errors import SelectionError
 
         raise SelectionError("this capture is pooled (a long input) and holds statistics of all rows; --rows needs "
                              "the text run again", "--rows")
-    return stored if isinstance(stored, list) else None
+    if not isinstance(stored, list):
+        return None
+    check_head_stats(stored, capture.n_layers, capture.n_heads)
+    return stored
+
+
+def check_head_stats(records: list, layers: int, heads: int) -> None:
+    """A pooled capture's head records come from a file: exactly one per (layer, head) in range, every
+    registered metric present as a number (a finite one or NaN; text metrics as text), a known label.
+    CaptureFormatError names the first record that is not."""
+    from attnviz.errors import CaptureFormatError
+
+    def bad(n: int, what: str) -> CaptureFormatError:
+        return CaptureFormatError(f"this capture's head statistics are damaged: record {n} {what}")
+
+    if len(records) != layers * heads:
+        raise CaptureFormatError(f"this capture's head statistics hold {len(records)} records, not one for each of "
+                                 f"its {layers} × {heads} heads")
+    seen = set()
+    for n, record in enumerate(records):
+        if not isinstance(record, dict):
+            raise bad(n, "is not a record")
+        layer, head = record.get("layer"), record.get("head")
+        if not (isinstance(layer, int) and isinstance(head, int) and not isinstance(layer, bool)
+                and not isinstance(head, bool) and 0 <= layer < layers and 0 <= head < heads):
+            raise bad(n, f"names layer {layer!r}, head {head!r}: the capture has layers 0..{layers - 1}, heads "
+                         f"0..{heads - 1}")
+        if (layer, head) in seen:
+            raise bad(n, f"repeats layer {layer}, head {head}")
+        seen.add((layer, head))
+        for m in METRICS:
+            value = record.get(m.name)
+            if m.kind == "text":
+                if not isinstance(value, str):
+                    raise bad(n, f"has no text {m.name!r}")
+            elif isinstance(value, bool) or not isinstance(value, (int, float)) or math.isinf(value):
+                raise bad(n, f"has no number {m.name!r} (it holds {str(value)[:40]!r})")
+        if record.get("label") not in LABELS:
+            raise bad(n, f"has the unknown label {str(record.get('label'))[:40]!r}")
 
 
 def value_grid(capture: Capture, name: str, queries: Sequence[int] | None = None) -> np.ndarray:

@@ -21,7 +21,7 @@ import numpy as np
 from attnviz import __version__
 from attnviz.capture import Capture
 from attnviz.errors import AttentionCheckError, AttnvizWarning, InputError, ModelLoadError
-from attnviz.sizes import parse_size, size_text
+from attnviz.sizes import size_text
 from attnviz.text import is_valid_unicode
 from attnviz.tokens import readable_tokens, subword_flags
 
@@ -413,13 +413,9 @@ def _special_kind(tok, token_id: int, position: int, special: bool) -> str:
 def memory_budget() -> int:
     """Bytes the full attention tensor may take: $ATTNVIZ_MEMORY_BUDGET (512M, 8G, bytes), else 2 GiB.
     Beyond it the commands that can stream a long input do so; the others refuse."""
-    raw = os.environ.get("ATTNVIZ_MEMORY_BUDGET", "").strip()
-    if not raw:
-        return DEFAULT_MEMORY_BUDGET
-    try:
-        return parse_size(raw)
-    except (ValueError, IndexError):
-        raise InputError(f"ATTNVIZ_MEMORY_BUDGET={raw!r} is not a size (e.g. 8G, 512M)") from None
+    from attnviz.sizes import size_from_env
+
+    return size_from_env("ATTNVIZ_MEMORY_BUDGET", DEFAULT_MEMORY_BUDGET)
 
 
 DEFAULT_MEMORY_BUDGET = 2 << 30
@@ -524,6 +520,9 @@ def make_capture(loaded: LoadedModel, encoded: Encoded, attentions: np.ndarray, 
         "model_type": loaded.model_type, "causal": causal, "text": text, "source": source,
         "attnviz_version": __version__, "dropped_tokens": encoded.dropped,
     }
+    unk = getattr(loaded.tokenizer, "unk_token_id", None)
+    if isinstance(unk, int) and unk not in special_ids(loaded.tokenizer):  # so word labels can say [UNK:…] too
+        meta["unk_token_id"] = unk
     capture = Capture(attentions=attentions, tokens=tuple(encoded.tokens), token_ids=np.asarray(encoded.token_ids),
                       special=np.asarray(encoded.special, bool), special_kind=tuple(encoded.special_kind),
                       subword=np.asarray(encoded.subword, bool), meta=meta,

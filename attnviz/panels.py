@@ -398,7 +398,7 @@ def grid_title(capture: Capture, panels: Sequence[Panel]) -> str:
     shared = all(p.scale == scale for p in panels)
     which = f"one colour scale (0–{scale.vmax:.2f}, {scale.describe().split(',')[0]})" if shared else \
         f"each head its own scale ({scale.describe().split(',')[0]})"
-    return f"{short_model(capture.model)} · every head · T = {capture.n_tokens} · {which}"
+    return f"{short_model(capture.model)} · every head · T = {capture.input_tokens} · {which}"
 
 
 def text_subtitle(capture: Capture, limit: int = 400) -> str:
@@ -490,24 +490,40 @@ def positions_page(result, model: str, layer: int, text: str = "") -> Page:
 # --- one token in every layer and head (attnviz token) ----------------------------------------------------
 
 
+STRIPE_SHARE = 0.5  # a head is a stripe for key j when the other queries give j at least half this weight
+
+
 def token_links(capture: Capture, i: int, top: int = 5) -> list[dict]:
-    """The heads whose query `i` puts the most weight on one other, non-special token: layer, head, key,
-    weight; strongest first."""
-    alpha = capture.attentions[:, :, i, :].astype(np.float64)  # (L, H, T)
-    allowed = ~capture.special.copy()
-    allowed[i] = False
-    if not allowed.any():
+    """The heads in which query `i` singles out one other, non-special token j: ranked by how much more
+    weight i puts on j than the other queries of that head do on average ("lift" = α_ij − mean_q α_qj, over
+    the other non-special queries that can see j). A head where every query looks at j (a vertical stripe)
+    has a small lift however large α_ij is; `typical` gives that mean and `stripe` says so. (The key with the
+    largest α_ij alone would name such stripes first.)"""
+    alpha = capture.attentions.astype(np.float64)  # (L, H, T, T)
+    T = capture.n_tokens
+    keys = ~capture.special.copy()
+    keys[i] = False
+    queries = ~capture.special.copy()
+    queries[i] = False
+    if not keys.any():
         return []
-    masked = np.where(allowed, alpha, -1.0)
-    flat = np.argsort(-masked.reshape(-1))[: top * 4]
-    links, seen = [], set()
-    for index in flat:
-        layer, head, key = np.unravel_index(index, masked.shape)
-        if masked[layer, head, key] <= 0 or (layer, head) in seen:
+    sees = np.ones((T, T), bool) if not capture.causal else np.tril(np.ones((T, T), bool))  # (query, key)
+    others = queries[:, None] & sees  # which other queries count for each key (T, T)
+    counts = others.sum(axis=0)  # (T,)
+    column = np.einsum("lhqk,qk->lhk", alpha, others.astype(np.float64))
+    typical = np.where(counts > 0, column / np.maximum(counts, 1), 0.0)  # (L, H, T)
+    weight = alpha[:, :, i, :]  # (L, H, T)
+    lift = np.where(keys, weight - typical, -np.inf)
+    links = []
+    for index in np.argsort(-lift.reshape(-1), kind="stable"):
+        layer, head, key = (int(v) for v in np.unravel_index(index, lift.shape))
+        if not np.isfinite(lift[layer, head, key]) or lift[layer, head, key] <= 0:
+            break
+        if any((link["layer"], link["head"]) == (layer, head) for link in links):
             continue
-        seen.add((layer, head))
-        links.append({"layer": int(layer), "head": int(head), "key": int(key), "token": capture.tokens[key],
-                      "weight": float(alpha[layer, head, key])})
+        w, t = float(weight[layer, head, key]), float(typical[layer, head, key])
+        links.append({"layer": layer, "head": head, "key": key, "token": capture.tokens[key], "weight": w,
+                      "typical": t, "lift": w - t, "stripe": bool(t >= STRIPE_SHARE * w)})
         if len(links) == top:
             break
     return links

@@ -21,9 +21,9 @@ from typing import Union
 from attnviz.errors import SelectionError
 
 MAX_SPEC_CHARS = 1000
-_RANGE = re.compile(r"^(-?\d{1,18})\s*-\s*(-?\d{1,18})$")
-_INDEX = re.compile(r"^-?\d{1,18}$")
-_SLICE = re.compile(r"^(-?\d{1,18})\s*:\s*(-?\d{1,18})$")  # Python's half-open a:b (b not included)
+_RANGE = re.compile(r"^(-?\d{1,18})\s*-\s*(-?\d{1,18})$", re.ASCII)
+_INDEX = re.compile(r"^-?\d{1,18}$", re.ASCII)
+_SLICE = re.compile(r"^(-?\d{1,18})\s*:\s*(-?\d{1,18})$", re.ASCII)  # Python's half-open a:b (b not included)
 
 Item = Union[int, tuple[int, int], str]  # an index, an inclusive (first, last) range, or a keyword
 Choice = Union[int, str]  # a resolved index, or a keyword ("mean", "max")
@@ -146,6 +146,9 @@ def _norm(text: str) -> str:
     return unicodedata.normalize("NFC", text).casefold()
 
 
+_NTH = re.compile(r"^(.+)#([0-9]{1,9})$", re.DOTALL)
+
+
 def find_token(tokens: list[str] | tuple[str, ...], spec: str, option: str = "--token") -> int:
     """The position of one token, chosen by index (negative counts from the end), by its text
     (case-insensitive, as uncased tokenizers lowercase; "##" may be left out), or as text#n for the n-th
@@ -160,7 +163,8 @@ def find_token(tokens: list[str] | tuple[str, ...], spec: str, option: str = "--
             raise SelectionError(f"token {index} is out of range: there are {T} tokens (0..{T - 1}, or -{T}..-1)",
                                  option)
         return index % T
-    text, _, nth = spec.rpartition("#") if "#" in spec[1:] and spec.rpartition("#")[2].isdigit() else (spec, "", "")
+    numbered = _NTH.match(spec)  # text#n with n in ASCII digits ("the#²" is a token's text, not #2)
+    text, nth = (numbered.group(1), numbered.group(2)) if numbered else (spec, "")
     key = _norm(text)
     matches = [i for i, t in enumerate(tokens) if _norm(t) == key or _norm(t.removeprefix("##")) == key]
     shown = visible(text)

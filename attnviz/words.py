@@ -32,11 +32,16 @@ def word_edges(tokens: Sequence[str], subword: Sequence[bool] | np.ndarray, spec
 
 
 def word_labels(tokens: Sequence[str], edges: np.ndarray, offsets: np.ndarray | None, text: str | None,
-                special: Sequence[bool] | np.ndarray) -> list[str]:
+                special: Sequence[bool] | np.ndarray, unknown: Sequence[bool] | np.ndarray | None = None) -> list[str]:
     """Each word as the user wrote it: its span of the text (from the token offsets) when known, else its
-    pieces joined (Hangul jamo recomposed); special tokens as they are."""
+    pieces joined (Hangul jamo recomposed); special tokens as they are. A word with a piece the model could
+    not read (`unknown`) says so as the token level does: [UNK:먹었다], or 🍕x [UNK:🍕] when only part of it."""
     labels = []
     for start, stop in zip(edges[:-1], edges[1:]):
+        if unknown is not None and not special[start] and any(unknown[start:stop]):
+            labels.append(_unknown_word(tokens[start:stop], unknown[start:stop],
+                                        word_labels(tokens, np.array([start, stop]), offsets, text, special)[0]))
+            continue
         if special[start]:
             labels.append(tokens[start])
             continue
@@ -51,6 +56,16 @@ def word_labels(tokens: Sequence[str], edges: np.ndarray, offsets: np.ndarray | 
             joined = "".join(t.removeprefix("##") for t in tokens[start:stop])
             labels.append(unicodedata.normalize("NFC", joined))
     return labels
+
+
+def _unknown_word(pieces: Sequence[str], unknown: Sequence[bool] | np.ndarray, word: str) -> str:
+    """The label of a word holding unknown pieces, from the token labels ("[UNK:🍕]")."""
+    marks = [p.removeprefix("##") for p, u in zip(pieces, unknown) if u]
+    base = marks[0].split(":", 1)[0] if ":" in marks[0] else "[UNK"
+    if all(unknown):
+        return f"{base}:{word}]"
+    lost = "".join(m.split(":", 1)[1][:-1] if ":" in m else "" for m in marks)
+    return f"{word} {base}:{lost}]" if lost else f"{word} {base}]"
 
 
 def pool_by_edges(alpha: np.ndarray, edges: np.ndarray, key_edges: np.ndarray | None = None) -> np.ndarray:
@@ -73,7 +88,9 @@ def to_words(capture: Capture) -> Capture:
                          "run the text again with --words")
     edges = word_edges(capture.tokens, capture.subword, capture.special, capture.generated)
     offsets = capture.offsets
-    labels = word_labels(capture.tokens, edges, offsets, capture.meta.get("text"), capture.special)
+    unk = capture.meta.get("unk_token_id")
+    unknown = (capture.token_ids == unk) & ~capture.special if isinstance(unk, int) else None
+    labels = word_labels(capture.tokens, edges, offsets, capture.meta.get("text"), capture.special, unknown)
     starts = edges[:-1]
     keys, key_edges = capture.keys, None
     if keys is not None:  # cross-attention: the source's words along the columns

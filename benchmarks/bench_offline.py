@@ -55,9 +55,10 @@ def generation(device: str, new_tokens: int, repeats: int) -> tuple[float, float
         start = time.perf_counter()
         capture = generate_capture(loaded, prompt, Decoding(max_new_tokens=new_tokens))
         ours.append(time.perf_counter() - start)
+        written = capture.n_tokens - capture.prompt_length  # it may stop at the end-of-sequence token first
         start = time.perf_counter()
         with torch.inference_mode():
-            out = loaded.model.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+            out = loaded.model.generate(ids, max_new_tokens=written, min_new_tokens=written, do_sample=False,
                                         attention_mask=torch.ones_like(ids))
         theirs.append(time.perf_counter() - start)
         kept = [int(i) for i in capture.token_ids[capture.prompt_length:]]
@@ -70,7 +71,14 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--new-tokens", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--no-loads", action="store_true", help="only the generation rows")
     args = parser.parse_args()
+    if not args.no_loads:
+        loads(args.device)
+    generating(args)
+
+
+def loads(device: str) -> None:
 
     from attnviz.offline.cache import cache_root
 
@@ -78,19 +86,22 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as empty:
         for name in ("multilingual", "smollm2"):
-            rows.append((name, "first load (conversion)", load_seconds(name, args.device, empty)))
+            rows.append((name, "first load (conversion)", load_seconds(name, device, empty)))
     for name in ("minilm", "multilingual", "smollm2"):
-        load_seconds(name, args.device, warm)  # the cache is built, the files are in the page cache
-        rows.append((name, "cached load", statistics.median(load_seconds(name, args.device, warm) for _ in range(3))))
+        load_seconds(name, device, warm)  # the cache is built, the files are in the page cache
+        rows.append((name, "cached load", statistics.median(load_seconds(name, device, warm) for _ in range(3))))
     minilm = next(s for n, kind, s in rows if n == "minilm")
     print("| model | load | seconds | × MiniLM's load |")
     print("|---|---|---|---|")
     for name, kind, seconds in rows:
         print(f"| {name} | {kind} | {seconds:.2f} | {seconds / minilm:.2f} |")
-
-    ours, theirs, kept, plain = generation(args.device, args.new_tokens, args.repeats)
     print()
-    print(f"generate -n {args.new_tokens} on smollm2 ({args.device}, greedy, median of {args.repeats}):")
+
+
+def generating(args) -> None:
+    ours, theirs, kept, plain = generation(args.device, args.new_tokens, args.repeats)
+    print(f"generate -n {args.new_tokens} on smollm2 ({args.device}, greedy, median of {args.repeats}; "
+          f"{len(kept)} tokens written before it stopped):")
     print("| path | seconds | × model.generate |")
     print("|---|---|---|")
     print(f"| model.generate, no attention kept | {theirs:.3f} | 1.00 |")

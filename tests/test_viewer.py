@@ -316,6 +316,42 @@ def test_hostile_tokens_are_text(browser, tmp_path):
     page.close()  # no dialog, no error, no request
 
 
+BREAKERS = ["<!--<script>", "<script>", "</script>", "<!--", "-->", "]]>", "&lt;b&gt;", "a\u2028b\u2029c",
+            "</SCRIPT >", "<!-- <script> --> x"]
+
+
+def test_embedded_data_cannot_change_how_the_page_parses(browser, tmp_path):
+    """Tokens, text and model name that would end or comment out the data block if only `</` were escaped:
+    the JSON holds no `<`, `>` or `&`, and the page shows every string as it is."""
+    alpha = np.full((1, 2, len(BREAKERS), len(BREAKERS)), 1 / len(BREAKERS))
+    capture = make_capture(alpha, BREAKERS).with_meta(text="<!--<script> text", model="<!--<script>model")
+    path = write_page(tmp_path, capture)
+    html = path.read_text(encoding="utf-8")
+    data = html.split('id="attnviz-data">', 1)[1].split("</script>", 1)[0]
+    assert not set("<>&") & set(data)
+    page = Page(browser, path)
+    shown = page.js("[...document.querySelectorAll('#av-left li')].map(e => e.textContent)")
+    assert shown == [visible(t) for t in BREAKERS]
+    assert page.js("JSON.parse(document.getElementById('attnviz-data').textContent).text") == "<!--<script> text"
+    page.close()
+
+
+def test_export_index_has_a_content_security_policy_and_still_shows_its_images(browser, tmp_path):
+    from attnviz.export import export
+
+    alpha = np.full((1, 2, len(BREAKERS), len(BREAKERS)), 1 / len(BREAKERS))
+    capture = make_capture(alpha, BREAKERS).with_meta(text="<!--<script> text")
+    target = export(capture, tmp_path / "out", layers=[0], heads=[0, 1])
+    html = (target / "index.html").read_text(encoding="utf-8")
+    assert "Content-Security-Policy" in html and "default-src 'none'" in html
+    page = Page(browser, target / "index.html", local_files=True)
+    assert page.js("[...document.querySelectorAll('#av-left li')].map(e => e.textContent)") == \
+        [visible(t) for t in BREAKERS]
+    loaded = page.js("[...document.querySelectorAll('figure img')].map(i => i.complete && i.naturalWidth > 0)")
+    assert loaded and all(loaded)
+    page.close()
+
+
 def test_export_index_has_the_interactive_view(browser, cat_capture, tmp_path):
     from attnviz.export import export
 

@@ -199,7 +199,7 @@ def size_parser(value: Any) -> int:
     """A size in bytes: 512M, 2G, 1.5G or a number of bytes."""
     if isinstance(value, int):
         return value
-    from attnviz.model import parse_size
+    from attnviz.sizes import parse_size
 
     try:
         return parse_size(str(value))
@@ -443,6 +443,11 @@ class TextInput(ModelOptions):
         return parts
 
     def given_text(self) -> str | None:
+        """TEXT, or the text of --text-file or standard input, read once however often it is asked for."""
+        return self._given_text
+
+    @functools.cached_property
+    def _given_text(self) -> str | None:
         if self.text_file is not None:
             if self.text is not None:
                 raise typer.BadParameter("give either TEXT or --text-file, not both")

@@ -131,7 +131,7 @@ def _open(source: str):
 def _check_out(out_dir: Path, force: bool) -> None:
     from attnviz.export import check_target, export_folder
 
-    check_target(export_folder(out_dir), force)  # before any model work
+    check_target(export_folder(out_dir), force, "corpus statistics")  # before any model work
 
 
 def _run_local(opened, opts: ModelOptions, fmt, field, batch_size, max_length, words):

@@ -30,8 +30,9 @@ def generate(sample: Annotated[bool, typer.Option(
                  "--top-p", parser=finite_float(0.0), metavar="P", show_default=False,
                  help="With --sample: draw only from the most likely tokens that together hold P of the "
                       "probability (nucleus sampling). Default 1.")] = None,
-             seed: Annotated[int, typer.Option(min=0, help="With --sample: the random seed (same seed, same "
-                                                         "text).")] = 0,
+             seed: Annotated[int, typer.Option(min=0, max=2**64 - 1, metavar="N",
+                                               help="With --sample: the random seed, 0 to 2⁶⁴−1 (same seed, same "
+                                                    "text).")] = 0,
              output: Annotated[Optional[str], typer.Option(
                  "--output", "-o", metavar="FILE", show_default=False,
                  help="Save the capture of prompt + generated tokens (.npz; a folder gets generation.npz).")] = None,

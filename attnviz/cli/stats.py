@@ -81,7 +81,7 @@ def entropy(output: ImageOut = None,
     capture = inp.capture(pictures=False, part=part)  # the figure shows the statistics, not α
     queries = _query_rows(capture, rows)
     values = metrics.value_grid(capture, "norm_entropy" if normalised else "entropy", queries)
-    uniform = 1.0 if normalised else metrics.uniform_entropy(capture.n_keys)
+    uniform = 1.0 if normalised else metrics.uniform_entropy(capture.input_keys)
     records = [{"layer": layer, "head": head, "entropy": float(values[layer, head]), "uniform": uniform}
                for layer in range(capture.n_layers) for head in range(capture.n_heads)]
     if not emit_records(records, as_json, as_csv):
@@ -186,7 +186,7 @@ def _named(capture) -> str:
 
 def _size(capture) -> str:
     if capture.square:
-        return f"T = {capture.n_tokens}"
+        return f"T = {capture.input_tokens}" + (f" (pictures: {capture.n_tokens} blocks)" if capture.long else "")
     return f"{capture.n_tokens} target × {capture.n_keys} source tokens"
 
 
@@ -255,7 +255,8 @@ def compare(layer: Annotated[Optional[Selection], typer.Option(
             raise typer.BadParameter("give either TEXT or --from, not both")
         captures = [CaptureInput(source=path).capture(part=part) for path in sources]
     else:
-        captures = [replace(inp, model=name).capture(part=part) for name in names]
+        text = inp.given_text()  # read once (standard input, a file), then given to each model as TEXT
+        captures = [replace(inp, model=name, text=text, text_file=None).capture(part=part) for name in names]
     if len(captures) == 2 and ((captures[0].tokens, captures[0].key_tokens)
                                != (captures[1].tokens, captures[1].key_tokens)):
         a, b = captures

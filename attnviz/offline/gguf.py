@@ -7,7 +7,6 @@ checked from the tensor shapes before anything is dequantized. No torch here."""
 
 from __future__ import annotations
 
-import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,15 +30,9 @@ class GGUFSummary:
 
 
 def max_model_bytes() -> int:
-    from attnviz.sizes import parse_size
+    from attnviz.sizes import size_from_env
 
-    raw = os.environ.get(MAX_MODEL_ENV, "").strip()
-    if not raw:
-        return DEFAULT_MAX_MODEL_BYTES
-    try:
-        return parse_size(raw)
-    except (ValueError, IndexError):
-        raise ModelLoadError(f"{MAX_MODEL_ENV}={raw!r} is not a size (e.g. 8G, 512M)") from None
+    return size_from_env(MAX_MODEL_ENV, DEFAULT_MAX_MODEL_BYTES)
 
 
 def check_header(path: Path) -> None:

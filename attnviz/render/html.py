@@ -12,6 +12,7 @@ from attnviz import __version__, metrics
 from attnviz.capture import Capture
 from attnviz.panels import Panel, head_label, short_model
 from attnviz.text import visible
+from attnviz.render.viewer import CSP_WITH_IMAGES
 
 STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5rem;color:#222;background:#fafafa}
@@ -99,6 +100,7 @@ def gallery_html(sections: Sequence[Section], fmt: str, viewer: tuple[str, str, 
     parts = [
         "<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP_WITH_IMAGES}">',
         f"<title>attnviz · {_text(text[:80])}</title>",
         f"<style>{STYLE}{viewer[0] if isinstance(viewer, tuple) else ''}</style></head><body>",
         "<header><h1>attnviz export</h1>", f'<p class="text">{_text(text)}</p>',

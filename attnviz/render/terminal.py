@@ -360,9 +360,11 @@ def token_renderable(capture, i: int, layers: Sequence[int], links: Sequence[dic
     for panel in panels:
         parts.append(panel_renderable(panel, width=width, color=color, cmap=cmap))
     if links:
-        parts.append(Text(f"heads that link {labels[i]!r} most strongly to another token:", style="cyan"))
+        parts.append(Text(f"heads in which {labels[i]!r} singles out another token (its weight on it, against what "
+                          f"the other tokens put there on average):", style="cyan"))
         for link in links:
+            stripe = " — a stripe: every token looks there" if link["stripe"] else ""
             parts.append(Text(f"  layer {link['layer']} head {link['head']} → {labels[link['key']]} "
-                              f"({link['weight']:.2f})"))
+                              f"{link['weight']:.2f} (others {link['typical']:.2f}){stripe}"))
     parts.append(Text("every head: attnviz token … --json, or -o token.png", style="dim"))
     return Group(*parts)

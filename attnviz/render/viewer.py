@@ -119,9 +119,17 @@ def made_by() -> str:
     return "attnviz " + shlex.join(sys.argv[1:])
 
 
+_SCRIPT_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
+CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:")
+CSP_WITH_IMAGES = CSP + " 'self'"  # the export's index: the view, and the gallery's own image files
+
+
 def _json_for_script(data: dict) -> str:
-    """JSON that cannot end the <script> element it sits in."""
-    return json.dumps(data, ensure_ascii=True, allow_nan=False, separators=(",", ":")).replace("</", "<\\/")
+    """JSON that cannot change how the page parses: no `<`, `>` or `&` at all (so neither `</script>` nor
+    `<!--` can appear), every character past ASCII escaped (U+2028 and U+2029 included); the same value for
+    JSON.parse."""
+    text = json.dumps(data, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+    return text.translate(_SCRIPT_SAFE)
 
 
 def viewer_fragment(data: dict) -> tuple[str, str, str]:
@@ -138,6 +146,5 @@ def viewer_html(data: dict) -> str:
     title = escape(f"attnviz · {data['shortModel']} · {data['text'][:80]}")
     return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
-            "script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:\">\n"
+            f"<meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">\n"
             f"<title>{title}</title>\n<style>{style}</style></head>\n<body>\n{body}\n{script}\n</body></html>\n")
