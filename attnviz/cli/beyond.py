@@ -7,8 +7,8 @@ from typing import Annotated
 import numpy as np
 import typer
 
-from attnviz.cli.common import (CmapOpt, CsvOpt, HeadSel, ImageOut, JsonOpt, LayerSel, TextInput, app, check_output,
-                                cli_errors, emit_records, err, out, output_path, print_json, say, takes)
+from attnviz.cli.common import (CmapOpt, CsvOpt, HeadSel, ImageOut, JsonOpt, LayerSel, TextSource, app,
+                                check_output, cli_errors, emit_records, err, out, output_path, print_json, say, takes)
 from attnviz.selection import Selection
 
 
@@ -18,7 +18,7 @@ def _shares(matrix: np.ndarray) -> np.ndarray:
     return np.divide(matrix, totals, out=np.zeros_like(matrix, dtype=np.float64), where=totals > 0)
 
 
-def _norms(inp: TextInput, what: str = "norms"):
+def _norms(inp: TextSource, what: str = "norms"):
     text = inp.require_text()
     loaded = inp.load_single(what)
     from attnviz.scratch import norms_capture
@@ -33,11 +33,11 @@ def _norms(inp: TextInput, what: str = "norms"):
                   "on special tokens by α and by norm; the exact check that the parts add up to the block's "
                   "output; -o draws one head's α beside its norms.")
 @cli_errors
-@takes(inp=TextInput)
+@takes(inp=TextSource)
 def norms(layer: LayerSel = Selection.parse("-1", "layer", option="--layer"),
           head: HeadSel = Selection.parse("0", "head", keywords=("mean", "max"), option="--head"),
           output: ImageOut = None, as_json: JsonOpt = False, as_csv: CsvOpt = False, cmap: CmapOpt = "viridis",
-          *, inp: TextInput) -> None:
+          *, inp: TextSource) -> None:
     from dataclasses import replace
 
     from attnviz.panels import Page, attention_panels, short_model, text_subtitle
@@ -80,11 +80,11 @@ def norms(layer: LayerSel = Selection.parse("-1", "layer", option="--layer"),
                   "can see them, which tokens are sinks in which layers, the share of sink heads per layer, and "
                   "(by value-weighted norms) whether a sink actually moves anything.")
 @cli_errors
-@takes(inp=TextInput)
+@takes(inp=TextSource)
 def sinks(threshold: Annotated[float, typer.Option(
               help="Sink score above which a key is a sink (Gu et al. 2024 use 0.3).", min=0.0, max=1.0,
               metavar="NUMBER")] = 0.3,
-          as_json: JsonOpt = False, as_csv: CsvOpt = False, *, inp: TextInput) -> None:
+          as_json: JsonOpt = False, as_csv: CsvOpt = False, *, inp: TextSource) -> None:
     from attnviz.metrics import Tokens, sink_scores
     from attnviz.panels import short_model
     from attnviz.render.tables import sinks_table

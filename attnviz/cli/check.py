@@ -8,8 +8,8 @@ from typing import Annotated, Optional
 import typer
 
 from attnviz.text import visible
-from attnviz.cli.common import (FromOpt, ImageOut, JsonOpt, TextInput, app, check_output, cli_errors, err,
-                                finite_float, out, output_path, print_json, say, takes)
+from attnviz.cli.common import (FromOpt, ImageOut, JsonOpt, TextInput, TextSource, app, check_output, cli_errors,
+                                err, finite_float, out, output_path, print_json, say, takes)
 
 MISMATCH_EXIT = 3
 # Default tolerance on max |Δα| by dtype. float32 is the target; in half precision the model's own α
@@ -241,8 +241,8 @@ def _verify_norms(loaded, text: str, truncate: bool, tolerance: float | None, as
                   "and the entropy and peak of the softmax, with and without the division; then the "
                   "random-vector check at the model's own d_k and at d_k = 64.")
 @cli_errors
-@takes(inp=TextInput)
-def scaling(output: ImageOut = None, as_json: JsonOpt = False, *, inp: TextInput) -> None:
+@takes(inp=TextSource)
+def scaling(output: ImageOut = None, as_json: JsonOpt = False, *, inp: TextSource) -> None:
     from attnviz.render.png import FORMATS, save_figure, scaling_figure
     from attnviz.render.tables import scaling_table
     from attnviz.scratch import scaling_rows, seq2seq_adapter_for, synthetic_scaling

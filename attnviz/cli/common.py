@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import inspect
 import math
+import re
 import os
 import signal
 import sys
@@ -182,6 +183,43 @@ def selection_parser(what: str, keywords: tuple[str, ...] = (), option: str | No
     return parse
 
 
+def one_index_parser(what: str, option: str | None = None) -> Callable:
+    """A --layer/--head parser for commands that show one at a time (steps, positions): one index, negative
+    counting from the end; a list, range, `all`, `mean` or `max` is a usage error saying so, before any model
+    loads."""
+    option = option or f"--{what}"
+
+    def parse(value: Any) -> Selection:
+        if isinstance(value, Selection):
+            return value
+        text = str(value).strip()
+        if not re.fullmatch(r"-?[0-9]{1,9}", text):
+            raise typer.BadParameter(f"this command shows one {what} at a time: give one index (0, 2, or -1 for "
+                                     f"the last), not {visible(text)[:40]!r}")
+        return Selection.parse(text, what, option=option)
+
+    return parse
+
+
+def whole_number(minimum: int, maximum: int | None = None) -> Callable:
+    """A whole-number option checked here rather than by click's IntRange, whose "[1<=x<=4096]" would widen
+    the help's type column past 80 terminal columns; the help text states the range instead."""
+    def parse(value: Any) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        else:
+            text = str(value).strip()
+            if not re.fullmatch(r"[+-]?[0-9]{1,30}", text):
+                raise typer.BadParameter(f"{visible(text)[:40]!r} is not a whole number")
+            number = int(text)
+        if number < minimum or (maximum is not None and number > maximum):
+            upper = f" to {maximum:,}" if maximum is not None else " or more"
+            raise typer.BadParameter(f"{number} is out of range: give {minimum:,}{upper}")
+        return number
+
+    return parse
+
+
 def choice_parser(choices: tuple[str, ...], aliases: dict[str, str]) -> Callable:
     """One of `choices`, or an alias users type (gpu -> cuda, fp16 -> float16); case-insensitive."""
 
@@ -251,6 +289,11 @@ LayerSel = Annotated[Selection, typer.Option(
 HeadSel = Annotated[Selection, typer.Option(
     "--head", "--heads", "-H", parser=selection_parser("head", ("mean", "max")), metavar="HEADS",
     help="Heads: an index, a list 0,5, a range 0-3, all, or mean / max over the layer's heads.")]
+OneLayer = Annotated[Selection, typer.Option(
+    "--layer", "-l", parser=one_index_parser("layer"), metavar="LAYER",
+    help="One layer: an index (-1 is the last).")]
+OneHead = Annotated[Selection, typer.Option(
+    "--head", "-H", parser=one_index_parser("head"), metavar="HEAD", help="One head: an index (-1 is the last).")]
 HideOpt = Annotated[bool, typer.Option("--hide-special", help="Leave out [CLS], [SEP], <s> and other special "
                                                              "tokens (rows are not renormalised).")]
 CmapOpt = Annotated[str, typer.Option("--cmap", parser=colormap_parser, help="Matplotlib colormap name.")]
@@ -275,13 +318,18 @@ class ModelOptions:
                                        help="float32, float16 (fp16) or bfloat16 (bf16).")] = "float32"
     trust_remote_code: Annotated[bool, typer.Option(
         "--trust-remote-code", help="Run the model repository's own code (only for repositories you trust).")] = False
-    truncate: Annotated[bool, typer.Option(
-        "--truncate/--no-truncate",
-        help="Cut text longer than the model's maximum (with a warning), or refuse it.")] = True
+    no_truncate: Annotated[bool, typer.Option(
+        "--no-truncate",
+        help="Refuse text longer than the model's maximum positions (default: cut it, with a warning).")] = False
     max_memory: Annotated[Optional[int], typer.Option(
         "--max-memory", parser=size_parser, metavar="SIZE", show_default=False,
         help="Memory the full attention tensor may take (512M, 8G); beyond it long inputs are streamed, or "
-             "refused where they cannot be. Default: $ATTNVIZ_MEMORY_BUDGET, else 2G.")] = None
+             "refused where they cannot be. Default: 2G, or the variable ATTNVIZ_MEMORY_BUDGET.")] = None
+
+    @property
+    def truncate(self) -> bool:
+        """Cut a text longer than the model's maximum positions (with a warning) rather than refuse it."""
+        return not self.no_truncate
 
     def load(self, *, lm_head: bool = False):
         """The model, loaded once (with a spinner on stderr); `lm_head`: with its language-model head."""
@@ -303,13 +351,13 @@ class ScaleOptions:
 
     scale: Annotated[str, typer.Option(
         "--scale", parser=choice_parser(("shared", "per-head"), {"per_head": "per-head", "each": "per-head"}),
-        metavar="shared|per-head", help="One colour scale for every panel (shared), or each its own (per-head).")] = \
-        "shared"
+        metavar="SCALE", help="shared or per-head: one colour scale for every panel (shared), or each its own "
+                              "(per-head).")] = "shared"
     norm: Annotated[str, typer.Option(
         "--norm", parser=choice_parser(("auto", "linear", "sqrt", "log"), {"power": "sqrt"}),
-        metavar="auto|linear|sqrt|log",
-        help="How weights map to colours: linear; sqrt or log to see small weights; auto: linear up to 64 "
-             "tokens, log beyond.")] = "auto"
+        metavar="NORM",
+        help="auto, linear, sqrt or log: how weights map to colours (sqrt or log show small weights; auto is "
+             "linear up to 64 tokens, log beyond). Not --norms (value-weighted norms).")] = "auto"
     vmax: Annotated[Optional[float], typer.Option(
         "--vmax", parser=finite_float(0.0), metavar="NUMBER", show_default=False,
         help="Top of the colour scale (default: the largest weight shown).")] = None
@@ -324,7 +372,7 @@ class ScaleOptions:
 
 ValuesOpt = Annotated[bool, typer.Option("--values", help="Write each weight in its cell (when cells are big "
                                                          "enough to read).")]
-StartOpt = Annotated[int, typer.Option("--start", min=0, metavar="N",
+StartOpt = Annotated[int, typer.Option("--start", parser=whole_number(0), metavar="N",
                                        help="Terminal: the first key column shown when the matrix is wider than "
                                             "the terminal.")]
 
@@ -370,77 +418,25 @@ PART_ALIASES = {"enc": "encoder", "dec": "decoder", "cross-attention": "cross", 
 _PART_HELP = ("Encoder-decoder models (T5, BART, Marian): which attention — encoder (source × source), decoder "
               "(target × target, causal) or cross (target rows × source columns).")
 PartOpt = Annotated[Optional[str], typer.Option(
-    "--part", parser=choice_parser(PART_CHOICES, PART_ALIASES), metavar="encoder|decoder|cross", show_default=False,
+    "--part", parser=choice_parser(PART_CHOICES, PART_ALIASES), metavar="PART", show_default=False,
     help=_PART_HELP + " Default: cross.")]
 SelfPartOpt = Annotated[Optional[str], typer.Option(
-    "--part", parser=choice_parser(PART_CHOICES, PART_ALIASES), metavar="encoder|decoder|cross", show_default=False,
+    "--part", parser=choice_parser(PART_CHOICES, PART_ALIASES), metavar="PART", show_default=False,
     help=_PART_HELP + " Default: encoder.")]
 AllPartsOpt = Annotated[Optional[str], typer.Option(
-    "--part", parser=choice_parser(("all", *PART_CHOICES), PART_ALIASES), metavar="all|encoder|decoder|cross",
-    show_default=False, help=_PART_HELP + " Default: all three.")]
+    "--part", parser=choice_parser(("all", *PART_CHOICES), PART_ALIASES), metavar="PART",
+    show_default=False, help=_PART_HELP + " Or all. Default: all three.")]
 
 
 @dataclass(frozen=True)
-class TextInput(ModelOptions):
-    """TEXT (or - for standard input, or --text-file) and the model to run it through."""
+class TextSource(ModelOptions):
+    """TEXT (or - for standard input, or --text-file) and the model to run it through: the commands that show
+    one self-attention (steps, positions, norms, sinks, scaling) take only these."""
 
     text: TextArg = None
     text_file: Annotated[Optional[Path], typer.Option(
         "--text-file", help="Read the text from this file (UTF-8) instead of TEXT.", dir_okay=False,
         show_default=False, metavar="FILE")] = None
-    target: Annotated[Optional[str], typer.Option(
-        "--target", metavar="TEXT", show_default=False,
-        help="Encoder-decoder models: the decoder reads this target text (teacher forcing); without it the "
-             "decoder writes its own (greedy, --max-new-tokens).")] = None
-    max_new_tokens: Annotated[Optional[int], typer.Option(
-        "--max-new-tokens", "-n", min=1, max=MAX_NEW_TOKENS, metavar="N", show_default=False,
-        help="Tokens to write, at most (attnviz generate, and encoder-decoder models without --target): "
-             "default 20; the end-of-sequence token stops earlier.")] = None
-
-    def check_model_kind(self, loaded, part: str | None, *, writes: bool = False) -> None:
-        """--part, --target and --max-new-tokens are for encoder-decoder models (and --max-new-tokens for
-        attnviz generate): refused in one line where they do not apply."""
-        if loaded.seq2seq:
-            if self.target is not None and self.max_new_tokens is not None:
-                raise typer.BadParameter("give either --target (the decoder reads it) or --max-new-tokens (the "
-                                         "decoder writes), not both")
-            return
-        if part is not None:
-            raise typer.BadParameter(f"{loaded.name} has one kind of attention (self-attention); --part is for "
-                                     f"encoder-decoder models (T5, BART, Marian)", param_hint="--part")
-        if self.target is not None or (self.max_new_tokens is not None and not writes):
-            raise typer.BadParameter(f"--target and --max-new-tokens are for encoder-decoder models; {loaded.name} "
-                                     f"is not one (for a causal language model, attnviz generate writes text)")
-
-    def load_single(self, what: str):
-        """The model, for a command that shows one self-attention (steps, positions, norms, sinks)."""
-        loaded = self.load()
-        loaded.require_single(what)
-        self.check_model_kind(loaded, None)
-        return loaded
-
-    def parts(self, loaded, text: str, decoding=None):
-        """All three attention parts of an encoder-decoder model: the decoder reads --target, or writes (a
-        progress bar counts its tokens)."""
-        from attnviz.generate import Decoding
-        from attnviz.seq2seq import parts_capture
-
-        if getattr(self, "stream", False):
-            raise typer.BadParameter("--stream is for long inputs of encoder-only and decoder-only models; an "
-                                     "encoder-decoder model's attention is kept whole (--max-memory bounds it)")
-        if self.target is not None:
-            from attnviz.model import check_text
-
-            check_text(self.target)
-            with err.status("Running the model…"):
-                return parts_capture(loaded, text, target=self.target, truncate=self.truncate)
-        decoding = decoding or Decoding(max_new_tokens=self.max_new_tokens or 20)
-        parts = with_progress("Writing", decoding.max_new_tokens, lambda step: parts_capture(
-            loaded, text, decoding=decoding, truncate=self.truncate, on_step=step))
-        written = parts.meta.get("target_text", "")
-        say(f"Decoder input: written by the model ({decoding.describe()}, {len(parts.part('decoder').tokens) - 1} "
-            f"tokens): “{visible(written)}”; --target gives your own.", console=err, style="dim", wrap=True)
-        return parts
 
     def given_text(self) -> str | None:
         """TEXT, or the text of --text-file or standard input, read once however often it is asked for."""
@@ -465,6 +461,64 @@ class TextInput(ModelOptions):
         from attnviz.model import check_text  # model.py imports torch only inside its functions
 
         return check_text(text)
+
+    def load_single(self, what: str):
+        """The model, for a command that shows one self-attention (steps, positions, norms, sinks)."""
+        loaded = self.load()
+        loaded.require_single(what)
+        return loaded
+
+
+@dataclass(frozen=True)
+class TextInput(TextSource):
+    """TEXT and the model, and for encoder-decoder models what the decoder reads or writes."""
+
+    target: Annotated[Optional[str], typer.Option(
+        "--target", metavar="TEXT", show_default=False,
+        help="Encoder-decoder models: the decoder reads this target text (teacher forcing); without it the "
+             "decoder writes its own (greedy, --max-new-tokens).")] = None
+    max_new_tokens: Annotated[Optional[int], typer.Option(
+        "--max-new-tokens", "-n", parser=whole_number(1, MAX_NEW_TOKENS), metavar="N", show_default=False,
+        help="Tokens to write, at most, 1 to 4,096 (attnviz generate, and encoder-decoder models without "
+             "--target): default 20; the end-of-sequence token stops earlier.")] = None
+
+    def check_model_kind(self, loaded, part: str | None, *, writes: bool = False) -> None:
+        """--part, --target and --max-new-tokens are for encoder-decoder models (and --max-new-tokens for
+        attnviz generate): refused in one line where they do not apply."""
+        if loaded.seq2seq:
+            if self.target is not None and self.max_new_tokens is not None:
+                raise typer.BadParameter("give either --target (the decoder reads it) or --max-new-tokens (the "
+                                         "decoder writes), not both")
+            return
+        if part is not None:
+            raise typer.BadParameter(f"{loaded.name} has one kind of attention (self-attention); --part is for "
+                                     f"encoder-decoder models (T5, BART, Marian)", param_hint="--part")
+        if self.target is not None or (self.max_new_tokens is not None and not writes):
+            raise typer.BadParameter(f"--target and --max-new-tokens are for encoder-decoder models; {loaded.name} "
+                                     f"is not one (for a causal language model, attnviz generate writes text)")
+
+    def parts(self, loaded, text: str, decoding=None):
+        """All three attention parts of an encoder-decoder model: the decoder reads --target, or writes (a
+        progress bar counts its tokens)."""
+        from attnviz.generate import Decoding
+        from attnviz.seq2seq import parts_capture
+
+        if getattr(self, "stream", False):
+            raise typer.BadParameter("--stream is for long inputs of encoder-only and decoder-only models; an "
+                                     "encoder-decoder model's attention is kept whole (--max-memory bounds it)")
+        if self.target is not None:
+            from attnviz.model import check_text
+
+            check_text(self.target)
+            with err.status("Running the model…"):
+                return parts_capture(loaded, text, target=self.target, truncate=self.truncate)
+        decoding = decoding or Decoding(max_new_tokens=self.max_new_tokens or 20)
+        parts = with_progress("Writing", decoding.max_new_tokens, lambda step: parts_capture(
+            loaded, text, decoding=decoding, truncate=self.truncate, on_step=step))
+        written = parts.meta.get("target_text", "")
+        say(f"Decoder input: written by the model ({decoding.describe()}, {len(parts.part('decoder').tokens) - 1} "
+            f"tokens): “{visible(written)}”; --target gives your own.", console=err, style="dim", wrap=True)
+        return parts
 
     def capture(self, *, window: tuple | None = None, rollout_token: str | None = None, pictures: bool = True,
                 part: str | None = None, default_part: str = "cross"):
@@ -581,8 +635,9 @@ class LongTextInput(TextInput):
         "--stream", help="Compute attention a block of query rows at a time (for long inputs): statistics exact, "
                          "pictures pooled. Chosen by itself when the full tensor exceeds --max-memory.")] = False
     pool: Annotated[int, typer.Option(
-        "--pool", min=1, max=4096, metavar="P",
-        help="Streamed pictures: at most P × P cells, each the mean over a block of tokens.")] = 512
+        "--pool", parser=whole_number(1, 4096), metavar="P",
+        help="Streamed pictures: at most P × P cells (P from 1 to 4,096), each the mean over a block of "
+             "tokens.")] = 512
     words: Annotated[bool, typer.Option(
         "--words", help="Attention between words instead of sub-word tokens: to a word, the sum over its pieces; "
                         "from a word, their mean (Clark et al. 2019).")] = False

@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from attnviz.cli.common import whole_number
 from attnviz.cli.common import (CsvOpt, INTERRUPTED_EXIT, TERMINATED_EXIT, JsonOpt, ModelOptions, app, choice_parser,
                                 cli_errors, emit_records, err, error_line, out, print_json, say, takes)
 from attnviz.text import visible
@@ -33,13 +34,14 @@ def corpus(sources: Annotated[list[str], typer.Argument(
                show_default=False)] = None,
            fmt: Annotated[Optional[str], typer.Option(
                "--format", parser=choice_parser(FORMATS, {"json": "jsonl", "ndjson": "jsonl", "text": "txt"}),
-               metavar="txt|jsonl", help="How to read the files (default: jsonl for .jsonl/.json or with --field, "
-                                         "else txt).", show_default=False)] = None,
-           batch_size: Annotated[int, typer.Option("--batch-size", "-b", min=1, max=4096,
-                                                   help="Texts per forward pass (fewer for long texts when the "
-                                                        "attention would pass the memory budget).")] = 32,
+               metavar="FORMAT", help="txt or jsonl: how to read the files (default: jsonl for .jsonl/.json or "
+                                      "with --field, else txt).", show_default=False)] = None,
+           batch_size: Annotated[int, typer.Option("--batch-size", "-b", parser=whole_number(1, 4096),
+                                                   metavar="N", help="Texts per forward pass, 1 to 4,096 (fewer for "
+                                                                     "long texts when the attention would pass the "
+                                                                     "memory budget).")] = 32,
            max_length: Annotated[Optional[int], typer.Option(
-               "--max-length", min=2, metavar="TOKENS", show_default=False,
+               "--max-length", parser=whole_number(2), metavar="TOKENS", show_default=False,
                help="Cut texts longer than this many tokens (counted in the summary). Default: the model's "
                     "maximum.")] = None,
            out_dir: Annotated[Optional[Path], typer.Option(
@@ -52,18 +54,21 @@ def corpus(sources: Annotated[list[str], typer.Argument(
                                "for one text: to a word, the sum over its pieces; from a word, their mean).")] = False,
            weight: Annotated[str, typer.Option(
                "--weight", parser=choice_parser(("texts", "tokens"), {"text": "texts", "token": "tokens",
-                                                                      "rows": "tokens"}), metavar="texts|tokens",
-               help="What the table shows: means over texts, or token-weighted means over query rows.")] = "texts",
-           top: Annotated[Optional[int], typer.Option(help="Show only the first N heads in the table.", min=1,
+                                                                      "rows": "tokens"}), metavar="WEIGHT",
+               help="texts or tokens: what the table shows: means over texts, or token-weighted means over query "
+                    "rows.")] = "texts",
+           top: Annotated[Optional[int], typer.Option(help="Show only the first N heads in the table.",
+                                                      parser=whole_number(1), metavar="N",
                                                       show_default=False)] = None,
-           engine: Annotated[str, typer.Option(parser=choice_parser(ENGINES, {}), metavar="local|ray",
+           engine: Annotated[str, typer.Option(parser=choice_parser(ENGINES, {}), metavar="ENGINE",
                                                help="local: this process; ray: Ray Data (pip install "
                                                     "\"attnviz[ray]\"), a local Ray or --address.")] = "local",
            address: Annotated[Optional[str], typer.Option(
                help="Ray: the cluster to join (ray://host:10001, or auto for a `ray start` cluster on this machine). "
                     "Default: start a local Ray.", show_default=False)] = None,
-           workers: Annotated[int, typer.Option(help="Ray: model replicas (actors), each loading the model once.",
-                                                min=1, max=4096)] = 2,
+           workers: Annotated[int, typer.Option(help="Ray: model replicas (actors), each loading the model once "
+                                                     "(1 to 4,096).", parser=whole_number(1, 4096),
+                                                metavar="N")] = 2,
            as_json: JsonOpt = False, as_csv: CsvOpt = False, *, opts: ModelOptions) -> None:
     from attnviz.corpus import merge_states
 

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from attnviz.cli.common import whole_number
 from attnviz.cli.common import (AllPartsOpt, CaptureInput, CmapOpt, HeadSel, LayerSel, ScaleOptions, app, cli_errors,
                                 err, say, takes)
 from attnviz.selection import Selection
@@ -25,10 +26,12 @@ def export_command(out_dir: Annotated[Path, typer.Option(
                    layer: LayerSel = Selection.everything("layer", "--layer"),
                    head: HeadSel = Selection.everything("head", "--head"),
                    fmt: Annotated[str, typer.Option("--format", help="png, svg or pdf.")] = "png",
-                   dpi: Annotated[int, typer.Option(help="Resolution of raster images.", min=20, max=600)] = 100,
+                   dpi: Annotated[int, typer.Option(help="Resolution of raster images, 20 to 600.",
+                                                    parser=whole_number(20, 600), metavar="DPI")] = 100,
                    workers: Annotated[int, typer.Option(help="Processes drawing images (at most the cores you "
                                                              "have). Default: the cores you have.",
-                                                        min=1, max=1024)] = os.cpu_count() or 1,
+                                                        parser=whole_number(1, 1024),
+                                                        metavar="N")] = os.cpu_count() or 1,
                    force: Annotated[bool, typer.Option("--force", help="Replace an earlier attnviz export in "
                                                                        "--out-dir (never other files).")] = False,
                    cmap: CmapOpt = "viridis", part: AllPartsOpt = None, *, inp: CaptureInput,

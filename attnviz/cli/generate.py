@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from attnviz.cli.common import whole_number
 from attnviz.cli.common import (HeadSel, JsonOpt, LayerSel, PartOpt, TextInput, app, check_output, cli_errors, err,
                                 finite_float, out, output_path, print_json, say, takes, use_color, with_progress)
 from attnviz.selection import Selection
@@ -30,7 +31,7 @@ def generate(sample: Annotated[bool, typer.Option(
                  "--top-p", parser=finite_float(0.0), metavar="P", show_default=False,
                  help="With --sample: draw only from the most likely tokens that together hold P of the "
                       "probability (nucleus sampling). Default 1.")] = None,
-             seed: Annotated[int, typer.Option(min=0, max=2**64 - 1, metavar="N",
+             seed: Annotated[int, typer.Option(parser=whole_number(0, 2**64 - 1), metavar="N",
                                                help="With --sample: the random seed, 0 to 2⁶⁴−1 (same seed, same "
                                                     "text).")] = 0,
              output: Annotated[Optional[str], typer.Option(
@@ -40,8 +41,9 @@ def generate(sample: Annotated[bool, typer.Option(
                  "--terminal", "-t", help="Per new token: the earlier tokens it attends to most.")] = False,
              layer: LayerSel = Selection.parse("-1", "layer", option="--layer"),
              head: HeadSel = Selection.parse("mean", "head", keywords=("mean", "max"), option="--head"),
-             top: Annotated[int, typer.Option(min=1, max=20, metavar="K",
-                                              help="--terminal and --json: the K earlier tokens shown per step.")] = 3,
+             top: Annotated[int, typer.Option(parser=whole_number(1, 20), metavar="K",
+                                              help="--terminal and --json: the K earlier tokens shown per step (1 "
+                                                   "to 20).")] = 3,
              part: PartOpt = None, as_json: JsonOpt = False, *, inp: TextInput) -> None:
     from attnviz.generate import Decoding
 

@@ -7,9 +7,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from attnviz.cli.common import (SelfPartOpt, CaptureInput, CmapOpt, HeadSel, ImageOut, JsonOpt, LayerSel, ScaleOptions,
-                                TextInput, app, check_output, cli_errors, err, out, output_path, print_json, say,
-                                takes, use_color)
+from attnviz.cli.common import whole_number
+from attnviz.cli.common import (SelfPartOpt, CaptureInput, CmapOpt, ImageOut, JsonOpt, LayerSel, OneHead, OneLayer,
+                                ScaleOptions, TextSource, app, check_output, cli_errors, err, out, output_path,
+                                print_json, say, takes, use_color)
 from attnviz.selection import Selection
 
 TokenOpt = Annotated[Optional[str], typer.Option(
@@ -31,11 +32,11 @@ def _one(selection: Selection, n: int, what: str) -> int:
                   "Q·Kᵀ, the scaling by √d_k, the mask, the softmax → α, and α·V; α is checked against the "
                   "model's own. --token follows one query row.")
 @cli_errors
-@takes(inp=TextInput)
-def steps(layer: LayerSel = Selection.parse("0", "layer", option="--layer"),
-          head: HeadSel = Selection.parse("0", "head", keywords=("mean", "max"), option="--head"),
+@takes(inp=TextSource)
+def steps(layer: OneLayer = Selection.parse("0", "layer", option="--layer"),
+          head: OneHead = Selection.parse("0", "head", option="--head"),
           token: TokenOpt = None, output: ImageOut = None, as_json: JsonOpt = False, cmap: CmapOpt = "viridis",
-          *, inp: TextInput) -> None:
+          *, inp: TextSource) -> None:
     from attnviz.render.png import FORMATS
 
     check_output(output, FORMATS)
@@ -74,11 +75,12 @@ def steps(layer: LayerSel = Selection.parse("0", "layer", option="--layer"),
                   "position embeddings zeroed, α of the shuffled text is exactly the same permutation of α "
                   "(self-attention alone sees a set); with them it is not. Encoder models (BERT-like).")
 @cli_errors
-@takes(inp=TextInput)
-def positions(layer: LayerSel = Selection.parse("-1", "layer", option="--layer"),
-              seed: Annotated[int, typer.Option(help="Seed of the word shuffle.", min=0, metavar="N")] = 0,
+@takes(inp=TextSource)
+def positions(layer: OneLayer = Selection.parse("-1", "layer", option="--layer"),
+              seed: Annotated[int, typer.Option(help="Seed of the word shuffle.", parser=whole_number(0),
+                                                metavar="N")] = 0,
               output: ImageOut = None, as_json: JsonOpt = False, cmap: CmapOpt = "viridis",
-              *, inp: TextInput) -> None:
+              *, inp: TextSource) -> None:
     from attnviz.render.png import FORMATS
 
     check_output(output, FORMATS)

@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from attnviz.cli.common import whole_number
 from attnviz.cli.common import (CaptureInput, CmapOpt, CsvOpt, HeadSel, ImageOut, JsonOpt, LayerSel, LongTextInput,
                                 PartOpt, RowsOpt, ScaleOptions, SelfPartOpt, StartOpt, app, check_output, cli_errors,
                                 emit_records, err, out, output_path, print_json, say, selection_parser, takes,
@@ -40,8 +41,8 @@ def heads(layer: LayerSel = ALL_LAYERS, head: HeadSel = Selection.everything("he
           sort: Annotated[Optional[str], typer.Option(help="Sort by this column (its header or name: entropy, "
                                                            "prev, norm_ent, …).", show_default=False)] = None,
           desc: Annotated[bool, typer.Option("--desc", help="Sort largest first.")] = False,
-          top: Annotated[Optional[int], typer.Option(help="Show only the first N rows.", min=1,
-                                                     show_default=False)] = None,
+          top: Annotated[Optional[int], typer.Option(help="Show only the first N rows.", parser=whole_number(1),
+                                                     metavar="N", show_default=False)] = None,
           rows: RowsOpt = None, part: PartOpt = None, as_json: JsonOpt = False, as_csv: CsvOpt = False, *,
           inp: CaptureInput) -> None:
     from attnviz.metrics import LABELS, columns, head_records

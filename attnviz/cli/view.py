@@ -20,7 +20,7 @@ from attnviz.selection import Selection
 def heatmap(output: Annotated[Optional[str], typer.Option(
                 "--output", "-o", metavar="FILE", show_default=False,
                 help="Image file: .png, .svg or .pdf by the suffix; a folder gets the default name inside. "
-                     "Default: attnviz_layer<L>_<head>.png (e.g. attnviz_layer5_mean.png) here.")] = None,
+                     "Default: attnviz_layer5_mean.png and the like (layer and head in the name), here.")] = None,
             terminal: Annotated[bool, typer.Option(
                 "--terminal", "-t", help="Draw in the terminal (and write an image only if -o is given).")] = False,
             layer: LayerSel = Selection.parse("-1", "layer", option="--layer"),
@@ -127,7 +127,7 @@ def view(output: Annotated[Optional[str], typer.Option(
          = None,
          layer: LayerSel = Selection.everything("layer", "--layer"),
          precision: Annotated[str, typer.Option(
-             "--precision", metavar="auto|16|8",
+             "--precision", metavar="BITS",
              help="Bits per stored weight: 16, 8, or auto (16 while the weights take at most 4 MB, else 8).")]
          = "auto",
          open_page: Annotated[bool, typer.Option("--open", help="Open the page in a web browser.")] = False,
