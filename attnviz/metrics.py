@@ -524,7 +524,79 @@ TERMS: dict[str, str] = {
     "generated": "tokens a causal model wrote (attnviz generate), after the prompt. Row t is what token t "
                  "attends to as it is read back in to choose the next token; pictures draw a line where the "
                  "prompt ends, and --rows generated keeps only those rows.",
+    "layer": "one transformer block; layers are numbered from 0 at the input (-1 is the last).",
+    "head": "one attention head of a layer: its own Q, K, V projections and its own α.",
+    "H": "in compare's panel summaries: the mean row entropy of that matrix, in nats (see entropy). Elsewhere "
+         "H is the number of heads per layer, as in L × H.",
+    "sp": "in compare's panel summaries: the mean mass on special tokens (see special tokens).",
+    "d": "in compare's panel summaries: the mean distance |i − j| in tokens between a query and what it "
+         "attends to (see dist).",
+    "T": "the number of tokens of the input (a long input streamed into blocks still counts its tokens).",
+    "d_k": "the size of one head's query and key vectors (hidden size ÷ heads): 32 for MiniLM and the "
+           "multilingual model, 64 for SmolLM2 and BERT-base. The scores are divided by √d_k.",
+    "√d_k": "the square root of d_k, the divisor of Q·Kᵀ: it keeps the scores' spread near 1 however large "
+            "d_k is (attnviz scaling shows why).",
+    "Q·Kᵀ": "the scores: each query vector dotted with each key vector, before scaling and the softmax.",
+    "softmax": "softmax(x)_j = exp(x_j) / Σ_k exp(x_k): turns a row of scores into weights that are positive and "
+               "sum to 1; masked keys (at −∞) get exactly 0.",
+    "Q": "the queries: each token's hidden state times W_Q (plus its bias), one d_k vector per head. q is "
+         "one row of Q.",
+    "K": "the keys: each token's hidden state times W_K (plus its bias). k is one row of K.",
+    "V": "the values: each token's hidden state times W_V (plus its bias); α·V is what the head outputs.",
+    "α·V": "the head's output for each query: the weighted sum of the value vectors, weights α (out in steps).",
+    "mask": "keys a query may not see get −∞ before the softmax, so weight 0: padding, and for causal models "
+            "every later token.",
+    "entropy_tokens": "in corpus output: the token-weighted mean entropy, over every query row of every text "
+                      "(long texts count more), beside entropy, the mean over texts.",
+    "tok-w": "in corpus tables: token-weighted, a mean over every query row of every text rather than over texts.",
+    "label_share": "in corpus output: the share of texts in which the head got its majority label.",
+    "by norm": "value-weighted norms (Kobayashi et al. 2020): ‖α_ij·f(x_j)‖ instead of α_ij, how much key j "
+               "actually moves query i (attnviz norms, sinks).",
+    "by α": "measured with the attention weights α themselves (beside 'by norm').",
+    "stream": "--stream: a long input's attention computed a block of query rows at a time, so memory grows "
+              "with T, not T²; the statistics are exact, pictures show block means.",
+    "sink": "a key that takes a large share of many queries' attention whatever they are (often the first "
+            "token, [CLS] or [SEP]): attnviz sinks lists them (Xiao et al. 2023, Gu et al. 2024).",
+    "sink score": "a key's mean weight over the queries that can see it; above --threshold (0.3) it is a sink.",
+    "|Δ|": "the absolute difference between two computations of the same number (the model's α and the "
+           "from-scratch α, or a sum and its parts); max and mean over every cell.",
+    "lift": "in attnviz token: how much more weight this token puts on a key than the other tokens do on "
+            "average in that head. A large weight with a small lift is a vertical stripe, not a link.",
+    "stripe": "a head where every token looks at the same key (a vertical stripe in its heatmap); attnviz token "
+              "says so rather than calling it a link.",
+    "piece": "a token that holds part of a character: byte-level tokenizers split a character of several UTF-8 "
+             "bytes, and 나(2/3) is the second of the three tokens 나 is spread over.",
+    "[CLS]/BOS": "in corpus layer tables: attention mass on the first special token ([CLS] for BERT, BOS for "
+                 "causal models).",
+    "[SEP]/EOS": "in corpus layer tables: attention mass on the closing special token ([SEP], EOS).",
+    "norm": "the colour scale's mapping (--norm linear, sqrt, log or auto), not value-weighted norms (--norms, "
+            "attnviz norms).",
+    "mean": "in tables of heads: the mean over the layer's heads; `--head mean` draws that mean matrix.",
+    "raw": "in attnviz scaling: the same trained weights and the same Q and K, without the division by √d_k.",
+    "scaled": "in attnviz scaling: with the division by √d_k, as the model computes it.",
+    "std": "standard deviation: over texts in corpus output; in attnviz scaling, of every score in a layer.",
+    "worst head": "in attnviz verify: the head with the largest |Δ| in that layer.",
+    "with positions": "in attnviz positions: the largest |Δ| between α of the shuffled text and α permuted back, "
+                      "with the position embeddings as trained (large: the model knows the order).",
+    "without positions": "in attnviz positions: the same with the position embeddings zeroed (float rounding: "
+                         "self-attention alone sees a set).",
+    "check |Δ|": "in attnviz norms: the largest difference between the attention block's output and the sum of "
+                 "its parts α_ij·f(x_j) (plus the output bias): the exact check of the decomposition.",
+    "sink heads": "in attnviz sinks: how many heads of the layer have a sink (a key whose sink score passes "
+                  "--threshold).",
+    "sinks (token: heads)": "in attnviz sinks: each sink token and in how many of the layer's heads it is one.",
+    "score by α": "in attnviz sinks: the largest sink score in the layer, measured with α (beside 'by norm').",
+    "pos": "in attnviz generate --terminal: the position of the new token in prompt + generated text.",
+    "attends most to": "in attnviz generate --terminal: the earlier tokens the new token's row of α weighs most, "
+                       "with their weights.",
+    "itself": "in attnviz generate --terminal: the new token's weight on itself (the diagonal of α).",
 }
+TERM_ALIASES = {"entropy tokens": "entropy_tokens", "token-weighted": "tok-w", "q": "Q", "k": "K", "v": "V",
+                "out": "α·V", "qk": "Q·Kᵀ", "sqrt(d_k)": "√d_k", "dk": "d_k", "streamed": "stream",
+                "sinks": "sink", "sink_score": "sink score", "alpha·v": "α·V", "pieces": "piece",
+                "share": "label_share", "α": "alpha", "qkᵀ": "Q·Kᵀ", "QKᵀ": "Q·Kᵀ", "QKᵀ/√d_k": "scaled",
+                "mean |Δ|": "|Δ|", "max |Δ|": "|Δ|", "attends most to (weight)": "attends most to",
+                "by α": "by α", "score": "sink score"}
 
 
 def glossary() -> list[tuple[str, str, str]]:
@@ -533,6 +605,20 @@ def glossary() -> list[tuple[str, str, str]]:
     rows += [(label, "label", text) for label, text in label_definitions().items()]
     rows += [(term, "", text) for term, text in TERMS.items()]
     return rows
+
+
+def lookup(term: str) -> list[tuple[str, str, str]]:
+    """The glossary rows for a term as a user types it: a column, label or term by name (exact case first,
+    then any case), its other name, an alias, or a word in a term's name."""
+    rows = glossary()
+    wanted = term.strip()
+    key = TERM_ALIASES.get(wanted, TERM_ALIASES.get(wanted.lower(), wanted))
+    exact = [r for r in rows if key in (r[0], r[1])]
+    if exact:
+        return exact
+    low = key.lower()
+    return [r for r in rows if low in (r[0].lower(), r[1].lower())] or \
+        [r for r in rows if r[1] == "" and len(low) > 2 and low in r[0].lower()]
 
 
 def definitions_markdown() -> str:

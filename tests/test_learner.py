@@ -260,7 +260,7 @@ def command_options():
     return {name: {p.name: p for p in command.params} for name, command in group.commands.items()}
 
 
-SHARED = ("model", "revision", "device", "dtype", "trust_remote_code", "truncate", "text_file", "source", "layer",
+SHARED = ("model", "revision", "device", "dtype", "trust_remote_code", "no_truncate", "text_file", "source", "layer",
           "head", "hide_special", "cmap", "as_json", "as_csv", "scale", "norm", "vmax", "values", "start", "token")
 
 

@@ -18,7 +18,7 @@ import pytest
 from conftest import one_line_error, run
 
 from attnviz import offline
-from attnviz.errors import ModelLoadError
+from attnviz.errors import InputError, ModelLoadError
 from attnviz.offline import cache, e5bin
 from attnviz.offline import gguf as gguf_check
 from attnviz.tokens import readable_tokens, split_character_labels, token_bytes
@@ -274,7 +274,7 @@ def test_the_model_size_limit_is_read_and_checked(monkeypatch):
     monkeypatch.setenv(gguf_check.MAX_MODEL_ENV, "2G")
     assert gguf_check.max_model_bytes() == 2 << 30
     monkeypatch.setenv(gguf_check.MAX_MODEL_ENV, "lots")
-    with pytest.raises(ModelLoadError, match=gguf_check.MAX_MODEL_ENV):
+    with pytest.raises(InputError, match=gguf_check.MAX_MODEL_ENV):
         gguf_check.max_model_bytes()
 
 

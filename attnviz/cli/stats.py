@@ -321,8 +321,9 @@ def explain(term: Annotated[Optional[str], typer.Argument(
 
     rows = glossary()
     if term is not None:
-        key = term.strip().lower()
-        rows = [r for r in rows if key in (r[0].lower(), r[1].lower()) or (r[1] == "" and key in r[0].lower())]
+        from attnviz.metrics import lookup
+
+        rows = lookup(term)
         if not rows:
             known = ", ".join(r[0] for r in glossary())
             raise SelectionError(f"nothing is called {visible(term)!r}; try one of: {known}", "TERM")

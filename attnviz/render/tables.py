@@ -23,7 +23,7 @@ def titled(title: str, table: Table) -> Group:
 
 def verify_table(diffs: Sequence, tolerance: float, title: str) -> Group:
     """One row per layer: max |Δα|, mean |Δα|, worst head; failing layers in red."""
-    table = Table()
+    table = Table(box=box.SIMPLE_HEAD)
     for name in ("layer", "max |Δ|", "mean |Δ|", "worst head"):
         table.add_column(name, justify="right")
     for d in diffs:
@@ -36,7 +36,8 @@ def verify_table(diffs: Sequence, tolerance: float, title: str) -> Group:
 def scaling_table(rows: Sequence, T: int, d_k: int, title: str) -> Group:
     """Raw Q·Kᵀ against Q·Kᵀ/√d_k per layer, beside the uniform entropy ln T."""
     table = Table(caption=Text(f"entropy in nats; uniform attention over T={T} keys has ln T = {np.log(T):.3f}; "
-                               f"d_k = {d_k}, √d_k = {np.sqrt(d_k):.2f}"), caption_justify="left")
+                               f"d_k = {d_k}, √d_k = {np.sqrt(d_k):.2f}"), caption_justify="left",
+                  box=box.SIMPLE_HEAD)
     for name in ("layer", "std QKᵀ", "std QKᵀ/√d_k", "entropy raw", "entropy scaled", "max α raw",
                  "max α scaled"):
         table.add_column(name, justify="right")
@@ -157,7 +158,7 @@ def sinks_table(layers: Sequence[dict], n_heads: int, title: str) -> Group:
 
 def norms_check_table(diffs: Sequence[float], tolerance: float, title: str) -> Group:
     """Per layer: how far the recomputed parts are from the attention block's own output."""
-    table = Table()
+    table = Table(box=box.SIMPLE_HEAD)
     for name in ("layer", "max |Δ| of the output"):
         table.add_column(name, justify="right")
     for n, d in enumerate(diffs):
