@@ -451,8 +451,9 @@ def check_parts_memory(loaded: LoadedModel, S: int, T: int, copies: float = 1.0)
     need = int(sum((copies * L + 4) * H * cells[p] * 4 for p, (L, H) in shapes.items()))
     budget = loaded.memory_budget or memory_budget()
     if need > budget:
-        raise InputError(f"{S} source and {T} target tokens would need about {size_text(need)} for attention, over the "
-                         f"budget of {size_text(budget)}; shorten the text, or raise --max-memory")
+        raise InputError(f"{S} source and {T} target tokens would need about {size_text(need)} for attention, "
+                         f"(layers + 4) × heads × (S² + T² + T·S) weights × 4 bytes, over the budget of "
+                         f"{size_text(budget)}; shorten the text, or raise --max-memory")
 
 
 def attention_bytes(loaded: LoadedModel, T: int, copies: float = 1.0) -> int:
@@ -469,9 +470,11 @@ def check_memory(loaded: LoadedModel, T: int, copies: float = 1.0, streams: bool
     if need > budget:
         L, H = layers_and_heads(loaded.model.config)
         hint = ("pass --stream to compute it a block of rows at a time" if streams else "shorten the text")
-        raise InputError(f"{T} tokens would need about {size_text(need)} for attention "
-                         f"({L} layers × {H} heads × {T}² weights), over the budget of {size_text(budget)}; "
-                         f"{hint}, or raise --max-memory (e.g. 16G) if you have the memory")
+        copies_text = f"{copies:g} × {L}" if copies != 1 else f"{L}"
+        raise InputError(f"{T} tokens would need about {size_text(need)} for attention, "
+                         f"({copies_text} layers + 4 for the model's temporaries) × {H} heads × {T}² weights × 4 "
+                         f"bytes, over the budget of {size_text(budget)}; {hint}, or raise --max-memory (e.g. 16G) "
+                         f"if you have the memory")
 
 
 def model_attentions(loaded: LoadedModel, encoded: Encoded) -> np.ndarray:

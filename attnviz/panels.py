@@ -368,16 +368,20 @@ def rollout_panel(capture: Capture, matrix: np.ndarray) -> Panel:
 
 
 def entropy_panel(values: np.ndarray, uniform: float, model: str, *, normalised: bool = False,
-                  title: str = "mean attention entropy per head") -> Panel:
+                  title: str = "mean attention entropy per head", layers: Sequence[int] | None = None) -> Panel:
     """Layers × heads of mean entropy, each value written in its cell, on [0, uniform]."""
     unit = "normalised entropy (1 is uniform)" if normalised else f"entropy, nats (ln T = {uniform:.2f} is uniform)"
-    return head_grid_panel(values, Scale(0.0, uniform, unit), f"{short_model(model)} · {title}", "attnviz_entropy")
+    return head_grid_panel(values, Scale(0.0, uniform, unit), f"{short_model(model)} · {title}", "attnviz_entropy",
+                           layers=layers)
 
 
-def head_grid_panel(values: np.ndarray, scale: Scale, title: str, name: str, short: str = "") -> Panel:
-    """One number per layer and head as a layers × heads heatmap with the value in each cell."""
+def head_grid_panel(values: np.ndarray, scale: Scale, title: str, name: str, short: str = "",
+                    layers: Sequence[int] | None = None) -> Panel:
+    """One number per layer and head as a layers × heads heatmap with the value in each cell; `values` holds
+    the rows of `layers` (default 0..L-1)."""
     L, H = values.shape
-    return Panel(matrix=np.asarray(values, np.float32), rows=tuple(str(n) for n in range(L)),
+    names = range(L) if layers is None else layers
+    return Panel(matrix=np.asarray(values, np.float32), rows=tuple(str(n) for n in names),
                  cols=tuple(str(n) for n in range(H)), hidden=None, scale=scale, title=(title,), name=name,
                  short=short, row_axis="layer", col_axis="head", values=True)
 
@@ -412,7 +416,10 @@ def text_subtitle(capture: Capture, limit: int = 400) -> str:
     if capture.generated is not None and isinstance(prompt, str) and isinstance(written, str):
         return f"“{visible(shorten(prompt, half))}” → generated “{visible(shorten(written, half))}”"
     text = str(capture.meta.get("text") or " ".join(capture.tokens))
-    return "“" + visible(shorten(text, limit)) + "”"
+    dropped = capture.meta.get("dropped_tokens")
+    cut = (f"cut to the model's {capture.input_tokens} tokens, the last {dropped} dropped: "
+           if isinstance(dropped, int) and dropped > 0 else "")
+    return cut + "“" + visible(shorten(text, limit)) + "”"
 
 
 # --- one head step by step (attnviz steps) ------------------------------------------------------------

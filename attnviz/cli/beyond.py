@@ -84,19 +84,24 @@ def norms(layer: LayerSel = Selection.parse("-1", "layer", option="--layer"),
 def sinks(threshold: Annotated[float, typer.Option(
               help="Sink score above which a key is a sink (Gu et al. 2024 use 0.3).", min=0.0, max=1.0,
               metavar="NUMBER")] = 0.3,
+          output: ImageOut = None, cmap: CmapOpt = "viridis",
           as_json: JsonOpt = False, as_csv: CsvOpt = False, *, inp: TextSource) -> None:
     from attnviz.metrics import Tokens, sink_scores
     from attnviz.panels import short_model
+    from attnviz.render.png import FORMATS
     from attnviz.render.tables import sinks_table
 
+    check_output(output, FORMATS)
     loaded, capture, result = _norms(inp, "sinks")
     alpha = result.alpha[:, 0].astype(np.float64)  # (L, H, T, T)
     shares = _shares(capture.attentions.astype(np.float64))
     tokens = Tokens.of(capture)
     records, per_layer = [], []
+    best = np.zeros((capture.n_layers, capture.n_heads))  # each head's largest sink score, for -o
     for n in range(capture.n_layers):
         by_alpha = sink_scores(alpha[n].mean(axis=-2), tokens)  # (H, T)
         by_norm = sink_scores(shares[n].mean(axis=-2), tokens)
+        best[n] = by_alpha.max(axis=-1)
         heads = []
         for h in range(capture.n_heads):
             key = int(by_alpha[h].argmax())
@@ -121,3 +126,12 @@ def sinks(threshold: Annotated[float, typer.Option(
         say("sink score: the mean weight a key receives from the queries that can see it; by norm: the same for "
             "each query's share of ‖α·f(x)‖. A sink whose norm score is far below its score takes attention but "
             "moves little (the \"no-op\" reading).", wrap=True)
+    if output is not None:
+        from attnviz.panels import Scale, head_grid_panel
+        from attnviz.render.png import panel_figure, save_figure
+
+        panel = head_grid_panel(best, Scale(0.0, 1.0, f"largest sink score (a sink above {threshold:g})"),
+                                f"{short_model(capture.model)} · attention sinks: each head's largest sink score",
+                                "attnviz_sinks")
+        say(save_figure(panel_figure(panel, cmap=cmap), output_path(output, "attnviz_sinks.png")),
+            console=err if as_json or as_csv else out)

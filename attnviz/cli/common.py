@@ -293,7 +293,8 @@ OneLayer = Annotated[Selection, typer.Option(
     "--layer", "--layers", "-l", parser=one_index_parser("layer"), metavar="LAYER",
     help="One layer: an index (-1 is the last).")]
 OneHead = Annotated[Selection, typer.Option(
-    "--head", "--heads", "-H", parser=one_index_parser("head"), metavar="HEAD", help="One head: an index (-1 is the last).")]
+    "--head", "--heads", "-H", parser=one_index_parser("head"), metavar="HEAD",
+    help="One head: an index (-1 is the last).")]
 HideOpt = Annotated[bool, typer.Option("--hide-special", help="Leave out [CLS], [SEP], <s> and other special "
                                                              "tokens (rows are not renormalised).")]
 CmapOpt = Annotated[str, typer.Option("--cmap", parser=colormap_parser, help="Matplotlib colormap name.")]

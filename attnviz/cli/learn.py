@@ -7,10 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from attnviz.cli.common import whole_number
-from attnviz.cli.common import (SelfPartOpt, CaptureInput, CmapOpt, ImageOut, JsonOpt, LayerSel, OneHead, OneLayer,
-                                ScaleOptions, TextSource, app, check_output, cli_errors, err, out, output_path,
-                                print_json, say, takes, use_color)
+from attnviz.cli.common import (SelfPartOpt, CaptureInput, CmapOpt, CsvOpt, ImageOut, JsonOpt, LayerSel, OneHead,
+                                OneLayer, ScaleOptions, TextSource, app, check_output, cli_errors, err, out,
+                                output_path, print_json, say, takes, use_color, whole_number)
 from attnviz.selection import Selection
 
 TokenOpt = Annotated[Optional[str], typer.Option(
@@ -119,8 +118,8 @@ def token(token: Annotated[Optional[str], typer.Argument(
               help="The token: its index, its text (case-insensitive) or text#n for the n-th occurrence "
                    "(after TEXT, or alone with --from).", show_default=False, metavar="TOKEN")] = None,
           layer: LayerSel = Selection.everything("layer", "--layer"),
-          output: ImageOut = None, as_json: JsonOpt = False, cmap: CmapOpt = "viridis", part: SelfPartOpt = None,
-          *, inp: CaptureInput, look: ScaleOptions) -> None:
+          output: ImageOut = None, as_json: JsonOpt = False, as_csv: CsvOpt = False, cmap: CmapOpt = "viridis",
+          part: SelfPartOpt = None, *, inp: CaptureInput, look: ScaleOptions) -> None:
     from attnviz.panels import token_links, token_page
     from attnviz.render.png import FORMATS
     from attnviz.selection import find_token
@@ -150,6 +149,13 @@ def token(token: Annotated[Optional[str], typer.Argument(
         print_json({"model": capture.model, "tokens": list(capture.tokens), "token": i, "layers": layers,
                     "attends_to": capture.attentions[layers, :, i, :],
                     "attended_by": capture.attentions[layers, :, :, i], "strongest_links": links})
+    elif as_csv:  # one row per layer, head and other token: the token's weight on it, and its weight on the token
+        from attnviz.cli.common import emit_records
+
+        emit_records([{"layer": n, "head": h, "other": j, "other_token": capture.tokens[j],
+                       "attends_to": float(capture.attentions[n, h, i, j]),
+                       "attended_by": float(capture.attentions[n, h, j, i])}
+                      for n in layers for h in range(capture.n_heads) for j in range(capture.n_tokens)], False, True)
     else:
         from attnviz.render.terminal import token_renderable
 

@@ -70,8 +70,10 @@ def heads(layer: LayerSel = ALL_LAYERS, head: HeadSel = Selection.everything("he
 @cli_errors
 @takes(inp=CaptureInput)
 def entropy(output: ImageOut = None,
-            normalised: Annotated[bool, typer.Option("--normalised", help="Divide each row by ln(keys it may "
-                                                                         "attend to): 0 one-hot, 1 uniform.")] = False,
+            normalised: Annotated[bool, typer.Option("--normalised", "--normalized",
+                                                     help="Divide each row by ln(keys it may attend to): 0 "
+                                                          "one-hot, 1 uniform.")] = False,
+            layer: LayerSel = Selection.everything("layer", "--layer"),
             cmap: CmapOpt = "viridis", rows: RowsOpt = None, part: PartOpt = None, as_json: JsonOpt = False,
             as_csv: CsvOpt = False, *, inp: CaptureInput) -> None:
     from attnviz import metrics
@@ -81,19 +83,20 @@ def entropy(output: ImageOut = None,
     check_output(output, FORMATS)
     capture = inp.capture(pictures=False, part=part)  # the figure shows the statistics, not α
     queries = _query_rows(capture, rows)
-    values = metrics.value_grid(capture, "norm_entropy" if normalised else "entropy", queries)
+    layers = layer.indices(capture.n_layers)
+    values = metrics.value_grid(capture, "norm_entropy" if normalised else "entropy", queries)[layers]
     uniform = 1.0 if normalised else metrics.uniform_entropy(capture.input_keys)
-    records = [{"layer": layer, "head": head, "entropy": float(values[layer, head]), "uniform": uniform}
-               for layer in range(capture.n_layers) for head in range(capture.n_heads)]
+    records = [{"layer": n, "head": head, "entropy": float(values[row, head]), "uniform": uniform}
+               for row, n in enumerate(layers) for head in range(capture.n_heads)]
     if not emit_records(records, as_json, as_csv):
         out.print(entropy_table(values, uniform, f"{_named(capture)}: mean attention entropy"
                                 f"{' (normalised)' if normalised else ''}, {_size(capture)}"
                                 f"{_rows_note(rows, queries)}", color=use_color(),
-                                cmap=cmap))
+                                cmap=cmap, layers=layers))
     if output is not None:
         from attnviz.render.png import panel_figure, save_figure
 
-        panel = entropy_panel(values, uniform, capture.model, normalised=normalised)
+        panel = entropy_panel(values, uniform, capture.model, normalised=normalised, layers=layers)
         say(save_figure(panel_figure(panel, cmap=cmap), output_path(output, "attnviz_entropy.png")),
             console=err if as_json or as_csv else out)
 
@@ -235,7 +238,8 @@ def compare(layer: Annotated[Optional[Selection], typer.Option(
                 "--from", help="Saved capture(s); give two to compare two captures.", dir_okay=False,
                 show_default=False, metavar="FILE")] = None,
             start: StartOpt = 0, rows: RowsOpt = None, output: ImageOut = None, as_json: JsonOpt = False,
-            cmap: CmapOpt = "viridis", part: PartOpt = None, *, inp: LongTextInput, look: ScaleOptions) -> None:
+            as_csv: CsvOpt = False, cmap: CmapOpt = "viridis", part: PartOpt = None, *, inp: LongTextInput,
+            look: ScaleOptions) -> None:
     from dataclasses import replace
 
     from attnviz.errors import CaptureMismatchError
@@ -290,6 +294,8 @@ def compare(layer: Annotated[Optional[Selection], typer.Option(
     panels = apply_scale(panels, look.choice())
     if as_json:
         print_json({"tokens": list(captures[0].tokens), "panels": records})
+    elif as_csv:  # one row per panel: its summary (the matrices are in --json)
+        emit_records([{k: v for k, v in r.items() if k != "alpha"} for r in records], False, True)
     else:
         from attnviz.render.terminal import panels_side_by_side
 

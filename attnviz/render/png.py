@@ -108,18 +108,30 @@ def draw_splits(ax, panel: Panel) -> None:
 
 def _write_values(ax, matrix: np.ndarray, hidden, cmap: str, scale: Scale, fontsize: float) -> None:
     dark = text_on(rgb(cmap, scale.unit(matrix)))  # (R, C) bool: dark text on light cells
+    shown = matrix if hidden is None else np.where(hidden, 0.0, matrix)
+    write = value_format(shown)
     for (i, j), value in np.ndenumerate(matrix):
         if hidden is not None and hidden[i, j]:
             continue
-        ax.text(j, i, format_value(value), ha="center", va="center", fontsize=fontsize,
+        ax.text(j, i, write(value), ha="center", va="center", fontsize=fontsize,
                 color=".15" if dark[i, j] else "w")
 
 
+def value_format(values: np.ndarray):
+    """One way to write every cell of a picture, so its numbers line up: weights below 1 as ".25" (hundredths,
+    the leading zero left out), anything up to 10 with two decimals ("2.31", "0.05"), up to 100 with one,
+    beyond as whole numbers. Returns value -> text."""
+    finite = np.abs(np.asarray(values, np.float64)[np.isfinite(values)])
+    largest = float(finite.max()) if finite.size else 0.0
+    if largest < 0.995:
+        return lambda v: f"{v:.2f}".replace("0.", ".", 1)
+    decimals = 2 if largest < 9.995 else 1 if largest < 99.95 else 0
+    return lambda v: f"{v:.{decimals}f}"
+
+
 def format_value(value: float) -> str:
-    """A cell value as written in the cell, in at most 4 characters where it can: ".25", "1.00", "-3.1", "135"."""
-    magnitude = abs(float(value))
-    text = f"{value:.0f}" if magnitude >= 9.95 else f"{value:.1f}" if magnitude >= 1.995 else f"{value:.2f}"
-    return text.replace("0.", ".", 1) if text.startswith(("0.", "-0.")) else text
+    """One value on its own, in the format value_format picks for it."""
+    return value_format(np.array([value]))(value)
 
 
 def _set_tick_labels(ax, row_labels, col_labels, *, fontsize: float, step: int, families, rotate: bool) -> None:

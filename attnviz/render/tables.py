@@ -112,9 +112,11 @@ def _cell_style(value: float, vmax: float, cmap: str = "viridis") -> str:
 
 
 def entropy_table(values: np.ndarray, uniform: float, title: str, *, color: bool = True,
-                  cmap: str = "viridis") -> Group:
-    """Layers × heads of mean entropy (nats), cells coloured on [0, ln T], with row and column means."""
+                  cmap: str = "viridis", layers: Sequence[int] | None = None) -> Group:
+    """Layers × heads of mean entropy (nats), cells coloured on [0, ln T], with row and column means. `values`
+    holds the rows of `layers` (default 0..L-1)."""
     L, H = values.shape
+    names = list(range(L)) if layers is None else list(layers)
     table = Table(caption=Text(f"0 = one-hot; {uniform:.3f} = uniform over every key"
                                f"{' (ln T nats)' if uniform != 1.0 else ''}; definitions: attnviz explain entropy"),
                   caption_justify="left", box=box.SIMPLE_HEAD, padding=0, pad_edge=False)
@@ -124,7 +126,7 @@ def entropy_table(values: np.ndarray, uniform: float, title: str, *, color: bool
     table.add_column("mean", justify="right", style="bold")
     for layer in range(L):
         row = [Text(f"{v:.2f}", style=_cell_style(v, uniform, cmap) if color else "") for v in values[layer]]
-        table.add_row(Text(str(layer)), *row, Text(f"{values[layer].mean():.2f}"))
+        table.add_row(Text(str(names[layer])), *row, Text(f"{values[layer].mean():.2f}"))
     table.add_row(Text("mean"), *[Text(f"{v:.2f}") for v in values.mean(axis=0)], Text(f"{values.mean():.2f}"),
                   style="bold", end_section=True)
     return titled(title, table)

@@ -21,8 +21,13 @@ from attnviz.render.colors import DEFAULT_CMAP, rgb, text_on
 from attnviz.text import cells, fit, glyphs, pad
 
 SHADES = " ░▒▓█"  # 0 .. vmax in five steps
-MAX_HEADER_LINES = 5  # vertical key labels are cut to this many characters
+MAX_HEADER_LINES = 12  # vertical key labels longer than this many characters end in "…"
 MAX_ROW_LABEL = 12  # cells
+
+
+def _header(letters: list) -> list:
+    """A vertical key label: every character up to MAX_HEADER_LINES, the last one "…" when it is cut."""
+    return letters if len(letters) <= MAX_HEADER_LINES else [*letters[:MAX_HEADER_LINES - 1], "…"]
 
 
 @dataclass(frozen=True)
@@ -71,7 +76,7 @@ def panel_renderable(panel: Panel, *, width: int = 80, color: bool = True, cmap:
     if title:
         lines.append(Text(panel.title_text if title is True else str(title), style="bold"))
     # vertical column labels: line k holds glyph k of each shown label, each padded to the cell width
-    headers = [glyphs(panel.cols[j])[:MAX_HEADER_LINES] for j in cols]
+    headers = [_header(glyphs(panel.cols[j])) for j in cols]
     depth = max((len(h) for h in headers), default=0)
     for k in range(depth):
         line = Text(" " * lay.label_width)
