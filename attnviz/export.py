@@ -344,10 +344,12 @@ def export(capture: Capture | Parts, target: str | os.PathLike, *, layers: Seque
                           subtitle=text_subtitle(item.capture))
             grid_name = f"{item.prefix}grid.{fmt}"
             per_head = [p for p in panels if p.head != "mean"]
-            save_grid(grid_figure(item.capture, per_head, item.layers, item.heads, cmap=cmap, dpi=dpi),
-                      staging / grid_name, dpi=dpi)
+            every = head_records(item.capture)
+            labels = {(r["layer"], r["head"]): str(r["label"]) for r in every}  # each head's pattern, on the grid
+            save_grid(grid_figure(item.capture, per_head, item.layers, item.heads, cmap=cmap, dpi=dpi,
+                                  labels=labels), staging / grid_name, dpi=dpi)
             chosen_layers, chosen_heads = set(item.layers), set(item.heads)
-            chosen = [({"part": part, **r} if part else r) for r in head_records(item.capture)
+            chosen = [({"part": part, **r} if part else r) for r in every
                       if r["layer"] in chosen_layers and r["head"] in chosen_heads]
             sections.append(Section(item.capture, panels, chosen, grid_name, part))
             records += chosen

@@ -487,6 +487,14 @@ def positions_page(result, model: str, layer: int, text: str = "") -> Page:
             Panel(matrix=diff.astype(np.float32), scale=Scale(0.0, max(top, 1e-9), "|difference|", shared=False),
                   title=(name,), short=f"|difference|: max {diff.max():.1e}", cmap="magma", **common),
         ]
+    if result.similarity is not None:
+        n = len(result.similarity)
+        positions = tuple(str(i) for i in range(n))
+        panels.append(Panel(matrix=result.similarity.astype(np.float32), rows=positions, cols=positions, hidden=None,
+                            scale=Scale(-1.0, 1.0, "cosine similarity", shared=False),
+                            title=("position embeddings",), short=f"the position embeddings themselves: cosine "
+                                                                 f"similarity of positions 0–{n - 1}",
+                            name="positions", cmap="RdBu_r", row_axis="position i", col_axis="position j"))
     title = (f"{short_model(model)} · layer {layer} (mean of heads): without positions, self-attention sees a set")
     note = (f"shuffled: {' '.join(visible(w) for w in result.shuffled)} · max |Δα| over all layers: "
             f"{result.diff_without.max():.1e} without positions, {result.diff_with.max():.2f} with them")

@@ -633,10 +633,41 @@ def synthetic_scaling(d_k: int = 64, n: int = 100_000, seed: int = 0) -> tuple[f
     """The essay's check: for q, k with independent N(0, 1) entries, q·k has variance d_k, so its std is
     √d_k (8 for d_k = 64) raw and 1 after dividing by √d_k. Returns (std raw, std scaled)."""
     gen = torch.Generator().manual_seed(seed)
+    n = min(n, max(20_000_000 // d_k, 1000))  # memory stays near 300 MB at any d_k
     q = torch.randn(n, d_k, generator=gen, dtype=torch.float64)
     k = torch.randn(n, d_k, generator=gen, dtype=torch.float64)
     dots = (q * k).sum(-1)  # (n,)
     return float(dots.std()), float((dots / math.sqrt(d_k)).std())
+
+
+@dataclass
+class SyntheticRow:
+    """Random q, k with N(0, 1) entries at one d_k: the spread of q·k, and what the softmax over T keys does
+    with it, raw and divided by √d_k (entropy in nats; ln T is uniform)."""
+
+    d_k: int
+    std_raw: float
+    std_scaled: float
+    entropy_raw: float
+    entropy_scaled: float
+    max_raw: float
+    max_scaled: float
+
+
+def synthetic_row(d_k: int, T: int, rows: int = 512, seed: int = 0) -> SyntheticRow:
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(rows, d_k, generator=gen, dtype=torch.float64)  # (rows, d_k)
+    k = torch.randn(max(T, 2), d_k, generator=gen, dtype=torch.float64)  # (T, d_k)
+    logits = q @ k.T  # (rows, T)
+
+    def softmax_stats(x: torch.Tensor) -> tuple[float, float]:
+        alpha = torch.softmax(x, dim=-1)
+        entropy = -(alpha * torch.log(alpha.clamp_min(1e-300))).sum(-1)
+        return float(entropy.mean()), float(alpha.max(-1).values.mean())
+
+    raw_std, scaled_std = synthetic_scaling(d_k, seed=seed)
+    (h_raw, m_raw), (h_scaled, m_scaled) = softmax_stats(logits), softmax_stats(logits / math.sqrt(d_k))
+    return SyntheticRow(d_k, raw_std, scaled_std, h_raw, h_scaled, m_raw, m_scaled)
 
 
 # --- one head, step by step (attnviz steps) ------------------------------------------------------------
@@ -707,6 +738,7 @@ class PositionsResult:
     back_with: np.ndarray
     alpha_without: np.ndarray
     back_without: np.ndarray
+    similarity: np.ndarray | None = None  # (P, P) cosine similarity of position embeddings 0..P-1
 
     @staticmethod
     def _per_layer(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -813,7 +845,18 @@ def positions_experiment(loaded, text: str, *, seed: int = 0) -> PositionsResult
         with torch.no_grad():
             table.weight.copy_(saved)
     return PositionsResult(words, shuffled, original.tokens, permutation, alpha_with, back_with, alpha_without,
-                           back_without)
+                           back_without, position_similarity(saved, SIMILARITY_POSITIONS))
+
+
+SIMILARITY_POSITIONS = 64  # positions shown in the similarity picture
+
+
+def position_similarity(weight: torch.Tensor, n: int) -> np.ndarray:
+    """Cosine similarity of the first n position embeddings with each other: how alike the vectors the model
+    adds at positions i and j are. (n, n), 1 on the diagonal."""
+    table = weight[:n].detach().double()  # (n, D)
+    unit = table / table.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+    return (unit @ unit.T).float().cpu().numpy()
 
 
 # --- value-weighted norms (Kobayashi et al. 2020, "Attention is Not Only a Weight") ------------------------

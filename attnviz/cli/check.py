@@ -237,15 +237,31 @@ def _verify_norms(loaded, text: str, truncate: bool, tolerance: float | None, as
         raise typer.Exit(MISMATCH_EXIT)
 
 
+def _dk_list(value) -> list[int]:
+    """--dk 16,64,256: up to 8 whole numbers from 1 to 4,096."""
+    if isinstance(value, list):
+        return value
+    parts = [p.strip() for p in str(value).split(",")]
+    if not 1 <= len(parts) <= 8 or not all(p.isascii() and p.isdigit() and 1 <= int(p) <= 4096 for p in parts):
+        raise typer.BadParameter(f"{visible(str(value))[:40]!r}: give up to 8 whole numbers from 1 to 4,096, "
+                                 f"comma-separated (16,64,256)")
+    return [int(p) for p in parts]
+
+
 @app.command(help="Why attention divides by √d_k: per layer of the real model, the spread of the scores Q·Kᵀ "
                   "and the entropy and peak of the softmax, with and without the division; then the "
                   "random-vector check at the model's own d_k and at d_k = 64.")
 @cli_errors
 @takes(inp=TextSource)
-def scaling(output: ImageOut = None, as_json: JsonOpt = False, *, inp: TextSource) -> None:
+def scaling(output: ImageOut = None, as_json: JsonOpt = False,
+            dk: Annotated[Optional[str], typer.Option(
+                "--dk", metavar="LIST", show_default=False, parser=_dk_list,
+                help="The random-vector check also at these d_k (e.g. 16,64,256; each 1 to 4,096, at most 8), "
+                     "beside the model's own.")] = None,
+            *, inp: TextSource) -> None:
     from attnviz.render.png import FORMATS, save_figure, scaling_figure
-    from attnviz.render.tables import scaling_table
-    from attnviz.scratch import scaling_rows, seq2seq_adapter_for, synthetic_scaling
+    from attnviz.render.tables import scaling_table, synthetic_table
+    from attnviz.scratch import scaling_rows, seq2seq_adapter_for, synthetic_row, synthetic_scaling
 
     check_output(output, FORMATS)
     text = inp.require_text()
@@ -255,12 +271,14 @@ def scaling(output: ImageOut = None, as_json: JsonOpt = False, *, inp: TextSourc
     folds = loaded.seq2seq and seq2seq_adapter_for(loaded.model).folds_scaling  # T5: no ÷√d_k of its own
     raw_own, scaled_own = synthetic_scaling(d_k)
     raw64, scaled64 = synthetic_scaling(64)
+    chosen = [synthetic_row(d, T) for d in dict.fromkeys([d_k, *(dk or [])])] if dk else []
     if as_json:
         print_json({"model": loaded.name, "T": T, "d_k": d_k, "ln_T": math.log(T),
                     "model_divides_by_sqrt_dk": not folds,
                     "layers": [r.__dict__ for r in rows],
                     "synthetic": {"d_k": d_k, "std_raw": raw_own, "std_scaled": scaled_own},
-                    "synthetic_d64": {"std_raw": raw64, "std_scaled": scaled64}})
+                    "synthetic_d64": {"std_raw": raw64, "std_scaled": scaled64},
+                    "synthetic_dk": [r.__dict__ for r in chosen]})
     else:
         where = " (encoder self-attention)" if loaded.seq2seq else ""
         out.print(scaling_table(rows, T, d_k, f"{visible(loaded.name)}{where}: softmax(QKᵀ) vs softmax(QKᵀ/√d_k)"))
@@ -274,6 +292,8 @@ def scaling(output: ImageOut = None, as_json: JsonOpt = False, *, inp: TextSourc
             f"(√{d_k} = {math.sqrt(d_k):.2f}), after ÷√d_k {scaled_own:.2f}; d_k = 64 (the essays' example): "
             f"{raw64:.2f} (√64 = 8), after ÷√d_k {scaled64:.2f}. Without the scaling the logits grow with √d_k, "
             f"the softmax saturates towards one-hot, and its gradients vanish.", wrap=True)
+        if chosen:
+            out.print(synthetic_table(chosen, T, d_k))
     if output is not None:
         path = save_figure(scaling_figure(rows, T, d_k, loaded.name), output_path(output, "attnviz_scaling.png"))
         say(path, console=err if as_json else out)

@@ -97,7 +97,8 @@ def positions(layer: OneLayer = Selection.parse("-1", "layer", option="--layer")
                     "tokens": result.tokens, "permutation": result.permutation,
                     "without_positions": {"max_abs_diff": float(result.diff_without.max()),
                                           "per_layer": result.diff_without},
-                    "with_positions": {"max_abs_diff": float(result.diff_with.max()), "per_layer": result.diff_with}})
+                    "with_positions": {"max_abs_diff": float(result.diff_with.max()), "per_layer": result.diff_with},
+                    "position_similarity": result.similarity})
     else:
         from attnviz.render.terminal import positions_renderable
 

@@ -25,7 +25,7 @@ from attnviz.text import cells
 FORMATS = (".png", ".svg", ".pdf")
 MAX_MATRIX_IN = 16.0  # a single heatmap's matrix is never wider than this (inches)
 MIN_FONT_PT = 5.0  # below this, labels are thinned (every k-th token) instead of shrunk
-MIN_VALUE_PT = 5.0  # below this, cell values are not written
+MIN_VALUE_PT = 6.5  # below this (about 9 pixels at 100 dpi) cell values are not written, and a note says so
 
 
 @dataclass(frozen=True)
@@ -272,14 +272,21 @@ def mixed_figure(page: Page, *, cmap: str = DEFAULT_CMAP, ncols: int = 3) -> Hea
     fig = Figure(figsize=(fig_w, nrows * (panel_in + 0.3) + 0.9), dpi=100, layout="constrained")
     axes, images = [], []
     grid = fig.subplots(nrows, ncols, squeeze=False)
+    matrix_in = panel_in - lay.label_extent_in(panels[0].rows) - 1.2  # what each panel's matrix gets, about
+    dropped = []
     for n, ax in enumerate(grid.flat):
         if n >= len(panels):
             ax.set_visible(False)
             continue
         panel = panels[n]
+        value_pt = min(matrix_in / max(panel.matrix.shape) * 72 / 2.7, 8.0)  # "0.25" fits a cell at this size
+        legible = value_pt >= MIN_VALUE_PT
+        if panel.values and not legible:
+            dropped.append(panel.short)
+        own = LabelLayout.for_tokens(max(panel.matrix.shape), target_in=matrix_in, max_side=matrix_in)
         heatmap(panel.matrix, panel.rows, panel.cols, ax=ax, cmap=panel.cmap or cmap, scale=panel.scale,
-                hidden=panel.hidden, fontsize=min(lay.fontsize, 9.0), step=lay.step, families=families,
-                values=panel.values, value_fontsize=min(lay.value_fontsize, 8.0))
+                hidden=panel.hidden, fontsize=min(own.fontsize, 9.0), step=own.step, families=families,
+                values=panel.values and legible, value_fontsize=value_pt)
         draw_splits(ax, panel)
         ax.set_title(panel.short, fontsize=9, fontfamily=families)
         ax.set_xlabel(panel.col_axis, fontsize=8)
@@ -288,7 +295,9 @@ def mixed_figure(page: Page, *, cmap: str = DEFAULT_CMAP, ncols: int = 3) -> Hea
         axes.append(ax)
         images.append(ax.images[0])
     lines = [page.subtitle] if page.subtitle else []
-    lines += [" · ".join(page.notes)] if page.notes else []
+    notes = list(page.notes) + ([f"numbers left out where cells are too small to read ({', '.join(dropped)}): "
+                                 f"--json has every value"] if dropped else [])
+    lines += [" · ".join(notes)] if notes else []
     title_artist = fig.suptitle(title + ("\n" + "\n".join(lines) if lines else ""), x=0.01, ha="left",
                                 fontsize=title_pt, fontfamily=families)
     return HeatmapFigure(fig, axes, None, images, title_artist)
@@ -356,13 +365,15 @@ class GridFigure:
     axes: Any
     image: Any
     mosaic: np.ndarray
+    tiles: np.ndarray | None = None  # (H_px, W_px) bool: the heads' pixels (the gaps hold their labels)
 
 
 def grid_figure(capture: Capture, panels: Sequence[Panel], layers: Sequence[int], heads: Sequence[int], *,
-                cmap: str = DEFAULT_CMAP, panel_px: int = 64, dpi: int = 100) -> GridFigure:
+                cmap: str = DEFAULT_CMAP, panel_px: int = 64, dpi: int = 100,
+                labels: dict[tuple[int, int], str] | None = None) -> GridFigure:
     """Every selected layer × head as a small panel on the panels' one colour scale: the static
     counterpart of bertviz's model view. Composed as one image (fast for 144+ heads), shown pixel for
-    pixel at `dpi`."""
+    pixel at `dpi`. `labels`: a word under each head (its pattern label)."""
     from matplotlib import cm, colors
     from matplotlib.figure import Figure
 
@@ -370,6 +381,7 @@ def grid_figure(capture: Capture, panels: Sequence[Panel], layers: Sequence[int]
     R, C = panels[0].matrix.shape
     scale = max(1, math.ceil(panel_px / max(R, C)))  # whole pixels per token
     side_h, side_w, gap = R * scale, C * scale, 4
+    gap_v = 13 if labels else gap  # room under each row for the heads' labels
     nL, nH = len(layers), len(heads)
     mapping = colormap(cmap)
     chosen = [by_key[layer, head] for layer in layers for head in heads]
@@ -383,9 +395,13 @@ def grid_figure(capture: Capture, panels: Sequence[Panel], layers: Sequence[int]
         tiles[:, :, chosen[0].row_split * scale] = 255
     if chosen[0].col_split is not None:
         tiles[:, :, :, chosen[0].col_split * scale] = 255
-    mosaic = np.full((nL, side_h + gap, nH, side_w + gap, 3), 255, np.uint8)
+    mosaic = np.full((nL, side_h + gap_v, nH, side_w + gap, 3), 255, np.uint8)
     mosaic[:, :side_h, :, :side_w] = tiles.transpose(0, 2, 1, 3, 4)
-    mosaic = mosaic.reshape(nL * (side_h + gap), nH * (side_w + gap), 3)[:-gap, :-gap]
+    inside = np.zeros((nL, side_h + gap_v, nH, side_w + gap), bool)
+    inside[:, :side_h, :, :side_w] = True
+    keep_rows = nL * (side_h + gap_v) - (0 if labels else gap_v)  # the last row's labels need their gap
+    mosaic = mosaic.reshape(nL * (side_h + gap_v), nH * (side_w + gap), 3)[:keep_rows, :-gap]
+    inside = inside.reshape(nL * (side_h + gap_v), nH * (side_w + gap))[:keep_rows, :-gap]
     height_px, width_px = mosaic.shape[:2]
     left, bottom, top, right = 0.7, 0.55, 0.6, 1.0  # inches
     fig_w = width_px / dpi + left + right
@@ -396,7 +412,12 @@ def grid_figure(capture: Capture, panels: Sequence[Panel], layers: Sequence[int]
     ax = fig.add_axes((left / fig_w, bottom / fig_h, width_px / dpi / fig_w, height_px / dpi / fig_h))
     image = ax.imshow(mosaic, interpolation="nearest", aspect="auto")
     ax.set_xticks([i * (side_w + gap) + side_w / 2 - 0.5 for i in range(nH)], [str(h) for h in heads], fontsize=8)
-    ax.set_yticks([i * (side_h + gap) + side_h / 2 - 0.5 for i in range(nL)], [str(x) for x in layers], fontsize=8)
+    ax.set_yticks([i * (side_h + gap_v) + side_h / 2 - 0.5 for i in range(nL)], [str(x) for x in layers], fontsize=8)
+    for (r, layer), (c, head) in ((rc, hc) for rc in enumerate(layers) for hc in enumerate(heads)):
+        text = (labels or {}).get((layer, head))
+        if text:
+            ax.text(c * (side_w + gap) + side_w / 2 - 0.5, r * (side_h + gap_v) + side_h + gap_v / 2 - 0.5,
+                    shorten_cells(text, max(side_w // 4, 4)), ha="center", va="center", fontsize=6, color="0.25")
     ax.set_xlabel("head", fontsize=9)
     ax.set_ylabel("layer", fontsize=9)
     ax.tick_params(length=0)
@@ -411,7 +432,7 @@ def grid_figure(capture: Capture, panels: Sequence[Panel], layers: Sequence[int]
         bar.set_label("each head from 0 to its own largest weight", fontsize=7)
     fig.suptitle(title, x=0.02, ha="left", y=1 - 0.12 / fig_h, va="top", fontsize=title_pt,
                  fontfamily=families_for(title))
-    return GridFigure(fig, ax, image, mosaic)
+    return GridFigure(fig, ax, image, mosaic, inside)
 
 
 def save_grid(grid: GridFigure, path: str | Path, *, dpi: int = 100) -> Path:
@@ -430,7 +451,11 @@ def save_grid(grid: GridFigure, path: str | Path, *, dpi: int = 100) -> Path:
     box = grid.axes.get_window_extent()
     top, left = int(round(rgb.shape[0] - box.y1)), int(round(box.x0))
     height, width = grid.mosaic.shape[:2]
-    rgb[top:top + height, left:left + width] = grid.mosaic
+    if grid.tiles is None:
+        rgb[top:top + height, left:left + width] = grid.mosaic
+    else:  # only the heads' own pixels: the labels matplotlib drew in the gaps stay
+        region = rgb[top:top + height, left:left + width]
+        region[grid.tiles] = grid.mosaic[grid.tiles]
     with atomic_output(path) as tmp:
         tmp.write_bytes(encode_png(rgb))
     return path

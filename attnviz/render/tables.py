@@ -111,6 +111,21 @@ def _cell_style(value: float, vmax: float, cmap: str = "viridis") -> str:
     return f"{fg} on rgb({r},{g},{b})"
 
 
+def synthetic_table(rows: Sequence, T: int, model_dk: int) -> Group:
+    """The random-vector check at several d_k: the spread of q·k and the softmax over T keys, raw and scaled."""
+    table = Table(box=box.SIMPLE_HEAD, caption=Text(f"random q, k with N(0, 1) entries; softmax over T = {T} keys "
+                                                    f"(ln T = {np.log(max(T, 2)):.3f} is uniform)"),
+                  caption_justify="left")
+    for name in ("d_k", "√d_k", "std QKᵀ", "std QKᵀ/√d_k", "entropy raw", "entropy scaled", "max α raw",
+                 "max α scaled"):
+        table.add_column(name, justify="right")
+    for r in rows:
+        table.add_row(f"{r.d_k}{' (this model)' if r.d_k == model_dk else ''}", f"{np.sqrt(r.d_k):.2f}",
+                      f"{r.std_raw:.2f}", f"{r.std_scaled:.2f}", f"{r.entropy_raw:.3f}", f"{r.entropy_scaled:.3f}",
+                      f"{r.max_raw:.3f}", f"{r.max_scaled:.3f}")
+    return titled("the same check at the d_k you chose", table)
+
+
 def entropy_table(values: np.ndarray, uniform: float, title: str, *, color: bool = True,
                   cmap: str = "viridis", layers: Sequence[int] | None = None) -> Group:
     """Layers × heads of mean entropy (nats), cells coloured on [0, ln T], with row and column means. `values`
