@@ -82,11 +82,18 @@ class CorpusWorker:
         return {"state": [json.dumps(state.to_json())]}
 
 
+class _Stopped(BaseException):
+    """Ctrl-C or SIGTERM while Ray runs: raised from the signal handler to leave Ray's wait at once."""
+
+
 def run_ray(paths: Sequence[str], opts, *, fmt: str | None, field: str | None, batch_size: int,
             max_length: int | None, address: str | None, workers: int, words: bool = False,
-            console=None) -> CorpusState:
-    """Every text of `paths` ("-": standard input, read here) through `workers` actors on Ray Data."""
+            console=None) -> tuple[CorpusState, int]:
+    """Every text of `paths` ("-": standard input, read here) through `workers` actors on Ray Data. Returns
+    the state and the signal that stopped the run early (0: it ran to the end). Ctrl-C or SIGTERM keeps the
+    partial states that came back, shuts Ray down (a local Ray's processes with it) and returns them."""
     import os
+    import signal
     import sys
 
     if address is not None:
@@ -141,8 +148,24 @@ def run_ray(paths: Sequence[str], opts, *, fmt: str | None, field: str | None, b
                                                      max_length=max_length, truncate=opts.truncate, words=words),
             batch_size=batch_size * CHUNK_BATCHES, compute=ray.data.ActorPoolStrategy(size=workers), num_gpus=gpus,
             num_cpus=0 if gpus else 1, max_restarts=0, batch_format="numpy")
-        partials = [CorpusState.from_json(json.loads(row["state"]), "a Ray worker's result")
-                    for row in states.iter_rows()]
+        stopped = 0
+
+        def on_signal(signum, frame) -> None:
+            nonlocal stopped
+            stopped = signum
+            raise _Stopped
+
+        # after ray.init, which installs handlers of its own: ours end the wait and keep what came back
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        partials: list[CorpusState] = []
+        try:
+            for row in states.iter_rows():
+                partials.append(CorpusState.from_json(json.loads(row["state"]), "a Ray worker's result"))
+        except _Stopped:
+            pass
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
     except InputError:
         raise
     except Exception as exc:  # Ray wraps a worker's error in its own exception types
@@ -153,7 +176,7 @@ def run_ray(paths: Sequence[str], opts, *, fmt: str | None, field: str | None, b
         if status is not None:
             status.stop()
         if started_here and ray.is_initialized():
-            ray.shutdown()
+            ray.shutdown()  # a local Ray's raylet, workers and actors end with it
     if partials:
         first = partials[0]
         state = CorpusState.empty(model=first.model, revision=first.revision, model_type=first.model_type,
@@ -167,5 +190,6 @@ def run_ray(paths: Sequence[str], opts, *, fmt: str | None, field: str | None, b
         state = BatchRunner(load(**model_options), max_length=max_length, batch_size=batch_size,
                             words=words).new_state()
     state.sources = [visible(p) for p in paths]
-    return state
+    state.partial = bool(stopped)
+    return state, stopped
 

@@ -174,7 +174,7 @@ def ray_rows(texts, args, state) -> list:
     run_ray([str(one)], options, **kwargs)
     t_start = time.perf_counter() - start
     start = time.perf_counter()
-    result = run_ray([str(every)], options, **kwargs)
+    result, _ = run_ray([str(every)], options, **kwargs)
     t_all = time.perf_counter() - start
     worst = 0.0
     for name in state.metrics:

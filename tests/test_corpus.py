@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 import sys
 
 import numpy as np
@@ -422,3 +423,41 @@ def _has_ray() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("ray") is not None
+
+
+def _ray_processes() -> list[str]:
+    """Command lines of Ray's own processes on this machine (raylet, GCS, workers, actors)."""
+    done = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True)
+    return [line for line in done.stdout.splitlines()
+            if any(name in line for name in ("raylet", "gcs_server", "ray::", "default_worker.py"))]
+
+
+@pytest.mark.slow
+def test_sigterm_during_the_ray_engine_is_one_line_partial_and_leaves_no_ray_process(tmp_path, tiny_model_dir):
+    """SIGTERM while the actors work: attnviz's one line (no Ray stack dump), the partial statistics marked
+    so, exit 143, and the local Ray shut down with every process of it."""
+    if not _has_ray():
+        pytest.skip('Ray Data is not installed (pip install "attnviz[ray]"); .ci/run installs it')
+    if _ray_processes():
+        pytest.skip("another Ray runs on this machine: its processes could not be told apart")
+    source = _corpus(tmp_path, "t.txt", TEXTS * 4000)
+    process = subprocess.Popen([sys.executable, "-m", "attnviz", "corpus", str(source), "-m", tiny_model_dir("bert"),
+                                "--engine", "ray", "--workers", "2", "-b", "2", "-o", str(tmp_path / "out")],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not any("CorpusWorker" in p for p in _ray_processes()):
+        time.sleep(0.5)
+    assert any("CorpusWorker" in p for p in _ray_processes()), "the actors never started"
+    time.sleep(3)  # the actors are at work
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 143, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert lines == [lines[-1]] and lines[-1].startswith("Error: terminated after"), err
+    assert "Traceback" not in err and "Aborted" not in err
+    state = load_state(tmp_path / "out")
+    assert state.partial and 0 <= state.texts < len(TEXTS) * 4000
+    deadline = time.monotonic() + 30
+    while _ray_processes() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _ray_processes() == []

@@ -203,8 +203,11 @@ def test_grid_png_is_standard_and_shows_each_head_in_place(tmp_path):
     target = export(cap, tmp_path / "out", layers=[0, 1], heads=[0, 1, 2])
     from attnviz.render.png import grid_figure
 
+    from attnviz.metrics import head_records
+
     panels = [p for p in export_panels(cap, [0, 1], [0, 1, 2]) if p.head != "mean"]
-    grid = grid_figure(cap, panels, [0, 1], [0, 1, 2])
+    labels = {(r["layer"], r["head"]): r["label"] for r in head_records(cap)}
+    grid = grid_figure(cap, panels, [0, 1], [0, 1, 2], labels=labels)
     image = read_png(target / "grid.png")
     assert image.shape[:2] == tuple(round(v * 100) for v in grid.figure.get_size_inches()[::-1])
     mosaic = grid.mosaic
@@ -215,7 +218,9 @@ def test_grid_png_is_standard_and_shows_each_head_in_place(tmp_path):
     top, left = int(round(image.shape[0] - box.y1)), int(round(box.x0))
     T, scale = cap.n_tokens, max(1, -(-64 // cap.n_tokens))
     side = T * scale
-    np.testing.assert_array_equal(image[top:top + mosaic.shape[0], left:left + mosaic.shape[1]], mosaic)
+    region = image[top:top + mosaic.shape[0], left:left + mosaic.shape[1]]
+    np.testing.assert_array_equal(region[grid.tiles], mosaic[grid.tiles])  # every head's pixels, exactly
+    assert (region[~grid.tiles] != 255).any()  # and the labels drawn in the gaps
     tile_x = left + (side + 4) * 1  # head 1
     row, col = 0, hot[0]
     colour = image[top + row * scale + scale // 2, tile_x + col * scale + scale // 2]

@@ -271,7 +271,9 @@ def test_memory_budget_is_checked_before_running(tiny_model_dir, monkeypatch):
     streamed = run("heatmap", SENTENCE, "-m", tiny_model_dir("gpt2"), "-t")  # over budget: streamed instead
     assert streamed.exit_code == 0 and "Streamed" in streamed.stderr and "over --max-memory" in streamed.stderr
     message = one_line_error(run("verify", SENTENCE, "-m", tiny_model_dir("gpt2")))  # cannot stream: refused
-    assert "--max-memory" in message and "2 layers × 4 heads" in message
+    assert "--max-memory" in message
+    assert "(4 × 2 layers + 4 for the model's temporaries) × 4 heads × 6² weights" in message
+    assert "6.8 KiB" in message  # (4·2 + 4)·4·6²·4 = 6,912 bytes: the formula shown gives the figure shown
     assert "--max-memory" in one_line_error(run("verify", SENTENCE, "-m", tiny_model_dir("gpt2"), "--max-memory", "2K"))
     assert one_line_error(run("verify", SENTENCE, "--max-memory", "lots"), 2)
     monkeypatch.setenv("ATTNVIZ_MEMORY_BUDGET", "lots")

@@ -243,7 +243,7 @@ def test_values_written_in_cells_pick_black_or_white_from_the_cell():
 
         ax = panel_figure(replace(panel, values=True), cmap=cmap).axes[0]
         texts = {(round(t.get_position()[1]), round(t.get_position()[0])): t for t in ax.texts}
-        assert texts[0, 0].get_text() == "1.00" and texts[0, 1].get_text() == ".00"
+        assert texts[0, 0].get_text() == "1.00" and texts[0, 1].get_text() == "0.00"  # one format per picture
         hot, cold = to_rgb(texts[0, 0].get_color()), to_rgb(texts[0, 1].get_color())
         if cmap == "viridis":  # yellow 1.0 -> dark text, purple 0.0 -> white
             assert sum(hot) < 1.0 and sum(cold) == 3.0

@@ -463,3 +463,95 @@ def test_the_terms_a_newcomer_looked_for(term):
 
 def test_the_glossary_walk_can_fail():
     assert not explainable("no-such-header", set())
+
+
+# --- what a student looked for ----------------------------------------------------------------------------------
+
+
+def test_one_number_format_per_picture():
+    from attnviz.render.png import value_format
+
+    write = value_format(np.array([0.0, 1.41, 2.3]))
+    assert [write(v) for v in (0.0, 1.41, 2.3)] == ["0.00", "1.41", "2.30"]
+    write = value_format(np.array([0.0, 0.25]))
+    assert [write(v) for v in (0.0, 0.25)] == [".00", ".25"]
+    assert value_format(np.array([3.0, 42.0]))(3.0) == "3.0"
+
+
+def test_entropy_layers_and_the_american_spelling(tiny_model_dir):
+    data = json.loads(run("entropy", SENTENCE, "-m", tiny_model_dir("bert"), "--layer", "1", "--json").stdout)
+    assert {r["layer"] for r in data} == {1}
+    full = json.loads(run("entropy", SENTENCE, "-m", tiny_model_dir("bert"), "--json", "--normalized").stdout)
+    same = json.loads(run("entropy", SENTENCE, "-m", tiny_model_dir("bert"), "--json", "--normalised").stdout)
+    assert full == same and {r["uniform"] for r in full} == {1.0}
+
+
+def test_sinks_draws_a_picture(tiny_model_dir, tmp_path):
+    result = run("sinks", SENTENCE, "-m", tiny_model_dir("bert"), "-o", tmp_path / "s.png")
+    assert result.exit_code == 0 and (tmp_path / "s.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_compare_and_token_write_csv(tiny_model_dir):
+    import csv
+    import io
+
+    rows = list(csv.DictReader(io.StringIO(run("compare", SENTENCE, "-m", tiny_model_dir("bert"), "--layers",
+                                               "0,1", "--csv").stdout)))
+    panels = json.loads(run("compare", SENTENCE, "-m", tiny_model_dir("bert"), "--layers", "0,1", "--json").stdout)
+    assert [int(r["layer"]) for r in rows] == [p["layer"] for p in panels["panels"]]
+    assert float(rows[0]["entropy"]) == pytest.approx(panels["panels"][0]["entropy"])
+    data = json.loads(run("token", SENTENCE, "cat", "-m", tiny_model_dir("bert"), "--json").stdout)
+    rows = list(csv.DictReader(io.StringIO(run("token", SENTENCE, "cat", "-m", tiny_model_dir("bert"),
+                                               "--csv").stdout)))
+    T = len(data["tokens"])
+    assert len(rows) == len(data["layers"]) * 4 * T
+    row = rows[T + 3]  # layer 0, head 1, other token 3
+    assert float(row["attends_to"]) == pytest.approx(data["attends_to"][0][1][3], abs=1e-6)
+    assert float(row["attended_by"]) == pytest.approx(data["attended_by"][0][1][3], abs=1e-6)
+
+
+def test_scaling_at_the_chosen_d_k(tiny_model_dir):
+    data = json.loads(run("scaling", SENTENCE, "-m", tiny_model_dir("bert"), "--dk", "16,64,256", "--json").stdout)
+    rows = {r["d_k"]: r for r in data["synthetic_dk"]}
+    assert set(rows) == {data["d_k"], 16, 64, 256}
+    for d, r in rows.items():
+        assert r["std_raw"] == pytest.approx(np.sqrt(d), rel=0.05) and r["std_scaled"] == pytest.approx(1, rel=0.05)
+    assert rows[256]["entropy_raw"] < rows[16]["entropy_raw"] < rows[16]["entropy_scaled"]
+    for bad in ("0", "5000", "a,b", ",".join(["8"] * 9)):
+        assert "--dk" in one_line_error(run("scaling", SENTENCE, "-m", tiny_model_dir("bert"), "--dk", bad), 2)
+
+
+def test_positions_shows_the_position_embeddings_similarity(tiny_model_dir, load_tiny, tmp_path):
+    data = json.loads(run("positions", SENTENCE, "-m", tiny_model_dir("bert"), "--json").stdout)
+    similarity = np.array(data["position_similarity"])
+    table = load_tiny("bert").model.embeddings.position_embeddings.weight.detach().double().numpy()
+    n = len(similarity)
+    by_hand = np.array([[table[i] @ table[j] / np.linalg.norm(table[i]) / np.linalg.norm(table[j])
+                         for j in range(n)] for i in range(n)])
+    np.testing.assert_allclose(similarity, by_hand, atol=1e-6)
+    assert n == min(64, len(table))
+    assert run("positions", SENTENCE, "-m", tiny_model_dir("bert"), "-o", tmp_path / "p.png").exit_code == 0
+
+
+def test_the_export_grid_names_each_heads_pattern(cat_capture, tmp_path):
+    from attnviz.export import export_panels
+    from attnviz.metrics import head_records
+    from attnviz.render.png import grid_figure
+
+    panels = [p for p in export_panels(cat_capture, [0, 1], [0, 1, 2]) if p.head != "mean"]
+    labels = {(r["layer"], r["head"]): r["label"] for r in head_records(cat_capture)}
+    grid = grid_figure(cat_capture, panels, [0, 1], [0, 1, 2], labels=labels)
+    drawn = [t.get_text() for t in grid.axes.texts]
+    assert drawn == [labels[layer, head][:16] for layer in (0, 1) for head in (0, 1, 2)]
+    assert grid.tiles is not None and grid.tiles.sum() == 6 * panels[0].matrix.size * (64 // 8) ** 2
+
+
+def test_a_truncated_text_says_so_in_its_figures(tiny_model_dir, load_tiny):
+    from attnviz.model import capture_text
+    from attnviz.panels import text_subtitle
+
+    with pytest.warns(Warning):
+        capture = capture_text(" ".join(["the cat sat"] * 200), load_tiny("bert"))
+    assert capture.meta["dropped_tokens"] > 0
+    assert text_subtitle(capture).startswith(f"cut to the model's {capture.n_tokens} tokens, the last "
+                                             f"{capture.meta['dropped_tokens']} dropped")

@@ -57,7 +57,7 @@ def test_korean_on_minilm_reads_as_five_words(tmp_path):
     result = run("heatmap", "나는 사과를 먹었다", "--words", "-t", "--layer", "0", "--head", "3", env={"NO_COLOR": "1"})
     assert result.exit_code == 0, result.output
     rows = [line.split()[1] for line in result.stdout.splitlines() if line[:1].isdigit()]
-    assert rows == ["[CLS]", "나는", "사과를", "먹었다", "[SEP]"]
+    assert rows == ["[CLS]", "나는", "사과를", "[UNK:먹었다]", "[SEP]"]  # MiniLM cannot read 먹었다: said
     path = tmp_path / "w.npz"
     assert run("capture", "나는 사과를 먹었다", "--words", "-o", path).exit_code == 0
     words = Capture.load(path)

@@ -101,9 +101,9 @@ def corpus(sources: Annotated[list[str], typer.Argument(
         for _, stream in opened:  # opened only to check them: Ray Data reads the files itself
             if stream is not sys.stdin.buffer:
                 stream.close()
-        state = run_ray(list(sources), opts, fmt=fmt, field=field, batch_size=batch_size, max_length=max_length,
-                        address=address, workers=workers, words=words, console=err)
-        complete = True
+        state, signum = run_ray(list(sources), opts, fmt=fmt, field=field, batch_size=batch_size,
+                                max_length=max_length, address=address, workers=workers, words=words, console=err)
+        _stopped[0], complete = signum, not signum
     else:
         state, complete = _run_local(opened, opts, fmt, field, batch_size, max_length, words)
     if out_dir is not None:
