@@ -366,8 +366,8 @@ class CorpusState:
             record: dict = {"layer": layer}
             for name, _ in CLARK_GROUPS:
                 if name in self.metrics:
-                    record[name] = float(np.nanmean(self.grid(name)[layer]))
-                    record[name + "_tokens"] = float(np.nanmean(self.grid(name, "tokens")[layer]))
+                    record[name] = _nanmean(self.grid(name)[layer])
+                    record[name + "_tokens"] = _nanmean(self.grid(name, "tokens")[layer])
             records.append(record)
         return records
 
@@ -474,6 +474,12 @@ class CorpusState:
                    sources=[s for s in get("sources", list) if isinstance(s, str)],
                    runs=[r for r in get("runs", list) if isinstance(r, str)], partial=get("partial", bool),
                    dtype=get("dtype", str), level=get("level", str, lambda v: v in ("token", "word")))
+
+
+def _nanmean(values: np.ndarray) -> float:
+    """The mean of the finite values, NaN when there are none (an empty or partial state), without a warning."""
+    finite = values[np.isfinite(values)]
+    return float(finite.mean()) if finite.size else float("nan")
 
 
 def _short(value) -> str:
