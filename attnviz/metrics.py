@@ -575,6 +575,11 @@ TERMS: dict[str, str] = {
     "raw": "in attnviz scaling: the same trained weights and the same Q and K, without the division by √d_k.",
     "scaled": "in attnviz scaling: with the division by √d_k, as the model computes it.",
     "std": "standard deviation: over texts in corpus output; in attnviz scaling, of every score in a layer.",
+    "largest |output|": "in attnviz verify --norms: the attention block output's largest |value| in that layer.",
+    "relative |Δ|": "in attnviz verify --norms: max |Δ| ÷ max(1, largest |output|), the measure the verdict uses "
+                    "(float32 rounding grows with the values; some models' outputs reach the hundreds).",
+    "max |Δ| of the output": "in attnviz verify --norms: the largest difference between the attention block's "
+                             "output and the sum of its parts α_ij·f(x_j) + b_O.",
     "worst head": "in attnviz verify: the head with the largest |Δ| in that layer.",
     "with positions": "in attnviz positions: the largest |Δ| between α of the shuffled text and α permuted back, "
                       "with the position embeddings as trained (large: the model knows the order).",

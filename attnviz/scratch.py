@@ -887,6 +887,14 @@ class Norms:
     alpha: np.ndarray  # (L, B, H, T, T)
     value_norms: np.ndarray  # (L, B, H, T)
     output_diff: np.ndarray  # (L,)
+    output_scale: np.ndarray | None = None  # (L,) the block output's largest |value|
+
+    @property
+    def relative_diff(self) -> np.ndarray:
+        """max |Δ| over max(1, the output's largest |value|): float32 rounding grows with the values, and
+        some models' outputs reach the hundreds (SmolLM2's later layers). (L,)"""
+        scale = np.ones_like(self.output_diff) if self.output_scale is None else np.maximum(self.output_scale, 1.0)
+        return self.output_diff / scale
 
     @property
     def norms(self) -> np.ndarray:
@@ -914,7 +922,7 @@ def value_norms(model, inputs: dict) -> Norms:
     finally:
         for handle in handles:
             handle.remove()
-    alphas, norms, diffs = [], [], []
+    alphas, norms, diffs, scales = [], [], [], []
     key_mask = inputs.get("attention_mask")
     with torch.inference_mode():
         for n, qkv in enumerate(run.layers):  # in float64: the model's own float32 rounding is what remains
@@ -934,7 +942,12 @@ def value_norms(model, inputs: dict) -> Norms:
             alphas.append(alpha)
             norms.append(f.norm(dim=-1))  # (B, H, T)
             diffs.append(float(delta.max()))
-    return Norms(torch.stack(alphas).cpu().numpy(), torch.stack(norms).cpu().numpy(), np.array(diffs))
+            shown = reported.float().abs()
+            if key_mask is not None:
+                shown = shown * key_mask[:, :, None].to(shown.dtype)
+            scales.append(float(shown.max()))
+    return Norms(torch.stack(alphas).cpu().numpy(), torch.stack(norms).cpu().numpy(), np.array(diffs),
+                 np.array(scales))
 
 
 def norms_capture(loaded, text: str, *, truncate: bool = True):

@@ -220,15 +220,19 @@ def _verify_norms(loaded, text: str, truncate: bool, tolerance: float | None, as
         capture, result = norms_capture(loaded, text, truncate=truncate)
     tolerance = TOLERANCE[loaded.dtype] if tolerance is None else tolerance
     worst = float(result.output_diff.max())
-    ok = worst <= tolerance
+    relative = float(result.relative_diff.max())
+    ok = relative <= tolerance
     if as_json:
         print_json({"model": capture.model, "dtype": loaded.dtype, "tolerance": tolerance, "max_abs_diff": worst,
-                    "passed": ok, "layers": [{"layer": n, "max_abs": float(d)}
-                                             for n, d in enumerate(result.output_diff)]})
+                    "max_rel_diff": relative, "passed": ok,
+                    "layers": [{"layer": n, "max_abs": float(d), "output_max": float(s), "max_rel": float(r)}
+                               for n, (d, s, r) in enumerate(zip(result.output_diff, result.output_scale,
+                                                                 result.relative_diff))]})
     else:
         title = f"{visible(capture.model)}: Σ_h Σ_j α_ij f_h(x_j) + b_O against the block's output"
-        out.print(norms_check_table(result.output_diff, tolerance, title))
-        out.print(verdict(ok, f"max |Δ| = {worst:.2e} {'≤' if ok else '>'} tolerance {tolerance:g}"))
+        out.print(norms_check_table(result.output_diff, tolerance, title, result.output_scale))
+        out.print(verdict(ok, f"max |Δ| / max(1, largest |output|) = {relative:.2e} {'≤' if ok else '>'} "
+                              f"tolerance {tolerance:g} (max |Δ| = {worst:.2e})"))
         say("PASS means: each head's attention-weighted value vectors, through its slice of W_O, add up to what the "
             "attention block itself outputs, so the norms ‖α_ij f_h(x_j)‖ are the true sizes of the parts."
             if ok else "FAIL means: the parts do not add up to the block's output; the norms would be wrong.",

@@ -173,13 +173,21 @@ def sinks_table(layers: Sequence[dict], n_heads: int, title: str) -> Group:
     return titled(title, table)
 
 
-def norms_check_table(diffs: Sequence[float], tolerance: float, title: str) -> Group:
-    """Per layer: how far the recomputed parts are from the attention block's own output."""
+def norms_check_table(diffs: Sequence[float], tolerance: float, title: str,
+                      scales: Sequence[float] | None = None) -> Group:
+    """Per layer: how far the recomputed parts are from the attention block's own output, and that
+    difference relative to the output's largest |value| (the verdict's measure)."""
     table = Table(box=box.SIMPLE_HEAD)
-    for name in ("layer", "max |Δ| of the output"):
+    names = ["layer", "max |Δ| of the output"] + (["largest |output|", "relative |Δ|"] if scales is not None else [])
+    for name in names:
         table.add_column(name, justify="right")
     for n, d in enumerate(diffs):
-        table.add_row(Text(str(n)), Text(f"{d:.2e}", style="" if d <= tolerance else "red"))
+        if scales is None:
+            table.add_row(Text(str(n)), Text(f"{d:.2e}", style="" if d <= tolerance else "red"))
+            continue
+        relative = d / max(float(scales[n]), 1.0)
+        table.add_row(Text(str(n)), Text(f"{d:.2e}"), Text(f"{scales[n]:.3g}"),
+                      Text(f"{relative:.2e}", style="" if relative <= tolerance else "red"))
     return titled(title, table)
 
 
