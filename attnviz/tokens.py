@@ -52,7 +52,7 @@ def readable_tokens(raw: Sequence[str], decoded: Sequence[str | None], sources: 
     each is: 나(1/3) ##나(2/3) ##나(3/3), never as mojibake (ë, Ĥ)."""
     tokens = [readable_token(r, d, t, special=s, subword=w)
               for r, d, t, s, w in zip(raw, decoded, sources, special, subword)]
-    for n, label in split_character_labels(raw, special).items():
+    for n, label in split_character_labels(raw, special, decoded).items():
         tokens[n] = SUBWORD_PREFIX + label if subword[n] else label
     return tokens
 
@@ -71,14 +71,23 @@ def _byte_table() -> dict[str, int]:
     return table
 
 
-def token_bytes(raw: str) -> bytes | None:
-    """The bytes a vocabulary string stands for, where it is byte-level ("ëĤĺ" -> b"\xeb\x82\x98") or a
-    SentencePiece byte fallback ("<0xEB>"); None when it is neither."""
+def fallback_byte(raw: str) -> bytes | None:
+    """A SentencePiece byte-fallback piece ("<0xEB>") as its byte, else None."""
     if len(raw) == 6 and raw.startswith("<0x") and raw.endswith(">"):
         try:
             return bytes([int(raw[3:5], 16)])
         except ValueError:
             return None
+    return None
+
+
+def token_bytes(raw: str) -> bytes | None:
+    """The bytes a vocabulary string stands for, read as byte-level BPE writes them ("ëĤĺ" -> b"\xeb\x82\x98")
+    or as a byte-fallback piece ("<0xEB>"); None when it is neither. Only for byte-level tokenizers: a
+    WordPiece or SentencePiece piece "é" is the character é, not the byte 0xE9."""
+    fallback = fallback_byte(raw)
+    if fallback is not None:
+        return fallback
     table = _byte_table()
     if not raw or any(c not in table for c in raw):
         return None
@@ -89,11 +98,19 @@ def _utf8_length(lead: int) -> int:
     return 1 if lead < 0x80 else 2 if lead >> 5 == 0x6 else 3 if lead >> 4 == 0xE else 4 if lead >> 3 == 0x1E else 0
 
 
-def split_character_labels(raw: Sequence[str], special: Sequence[bool]) -> dict[int, str]:
+def split_character_labels(raw: Sequence[str], special: Sequence[bool],
+                           decoded: Sequence[str | None] | None = None) -> dict[int, str]:
     """{token index: label} for the tokens that hold part of a character whose bytes are spread over several
     tokens. Whole characters inside such a token stay as they are; a split one reads char(k/n), the k-th of
-    the n tokens it is spread over; a stray byte that is no character reads \\xEB."""
-    pieces = [None if s else token_bytes(r) for r, s in zip(raw, special)]
+    the n tokens it is spread over; a stray byte that is no character reads \\xEB.
+
+    Tokens are read as bytes only where the tokenizer is byte-level — some token decodes to U+FFFD (part of a
+    character) and is no byte-fallback piece — or where they are byte-fallback pieces ("<0xEB>"); the pieces
+    of other tokenizers are text. Without `decoded` the vocabulary strings alone decide."""
+    byte_level = decoded is None or any(
+        d is not None and "\ufffd" in d and fallback_byte(r) is None and token_bytes(r) is not None
+        for r, d, s in zip(raw, decoded, special) if not s)
+    pieces = [None if s else (token_bytes(r) if byte_level else fallback_byte(r)) for r, s in zip(raw, special)]
     labels: dict[int, str] = {}
     n = 0
     while n < len(pieces):

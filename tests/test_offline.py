@@ -308,8 +308,23 @@ def test_byte_fallback_pieces_stray_bytes_and_special_tokens():
     raw = ["<s>", "<0xEB>", "<0x82>", "<0x98>", "▁cat", "<0xFF>"]
     labels = split_character_labels(raw, [True, False, False, False, False, False])
     assert labels == {1: "나(1/3)", 2: "나(2/3)", 3: "나(3/3)", 5: "\\xFF"}
-    assert token_bytes("<0xZZ>") is None and token_bytes("<s>") is not None  # '<', 's', '>' are byte stand-ins
+    from attnviz.tokens import fallback_byte
+
+    assert fallback_byte("<0xZZ>") is None and token_bytes("<0xZZ>") == b"<0xZZ>"  # byte-level: its own bytes
+    assert token_bytes("<s>") is not None  # '<', 's', '>' are byte stand-ins too
     assert split_character_labels(["<s>", "<s>"], [True, True]) == {}
+
+
+def test_text_pieces_of_other_tokenizers_are_not_read_as_bytes():
+    """A SentencePiece or WordPiece piece "ï" or "é" is the character, not the byte 0xEF: only a byte-level
+    tokenizer's pieces (some of which decode to U+FFFD) are read as bytes."""
+    raw, decoded = ["▁na", "ï", "ve", "é"], ["na", "ï", "ve", "é"]
+    assert split_character_labels(raw, [False] * 4, decoded) == {}
+    assert readable_tokens(raw, decoded, ["na", "ï", "ve", "é"], [False] * 4, [False, True, True, True]) == \
+        ["na", "##ï", "##ve", "##é"]
+    # the same tokenizer with byte fallback: the <0x..> pieces still make their character
+    raw, decoded = ["▁a", "<0xEB>", "<0x82>", "<0x98>", "é"], ["a", "\ufffd", "\ufffd", "\ufffd", "é"]
+    assert split_character_labels(raw, [False] * 5, decoded) == {1: "나(1/3)", 2: "나(2/3)", 3: "나(3/3)"}
 
 
 def test_whitespace_tokens_are_visible_not_byte_stand_ins():
@@ -457,6 +472,8 @@ def test_commands_on_the_multilingual_model():
     assert positions.exit_code == 0, positions.output
     data = json.loads(positions.stdout)
     assert data["without_positions"]["max_abs_diff"] < 1e-5 < 1e-2 < data["with_positions"]["max_abs_diff"]
+    accents = run("heatmap", "café résumé naïve", "-m", "multilingual", "-t", env={"NO_COLOR": "1", "COLUMNS": "200"})
+    assert "\\x" not in accents.stdout and "##ï" in accents.stdout  # SentencePiece pieces are text, not bytes
     heat = run("heatmap", KOREAN, "-m", "multilingual", "-t", "--layer", "0")
     assert heat.exit_code == 0 and "[UNK" not in heat.stdout and "나는" in heat.stdout and "##었다" in heat.stdout
     assert "became" not in heat.stderr  # every word known
@@ -475,6 +492,8 @@ def test_smollm2_byte_level_pieces_and_words(smollm2):
 
     capture = capture_text(KOREAN, smollm2)
     assert capture.n_tokens == 22
+    accents = capture_text("café naïve", smollm2)  # byte-level: é and ï are two bytes each
+    assert not any(c in "".join(accents.tokens) for c in "Ã\ufffd"), accents.tokens
     joined = "".join(capture.tokens)
     assert not any(c in joined for c in "ëĤĺĬĶ\ufffd"), capture.tokens
     assert capture.tokens[:3] == ("나(1/3)", "##나(2/3)", "##나(3/3)")
