@@ -330,9 +330,11 @@ def test_streamed_entropy_uses_the_inputs_T(tmp_path, tiny_model_dir, load_tiny)
 # --- words the model cannot read, at word level -------------------------------------------------------------------
 
 
-def test_unknown_words_are_marked_at_word_level_too(tiny_model_dir):
-    data = json.loads(run("heads", "나는 사과를 🍕 먹었다", "-m", tiny_model_dir("bert"), "--words", "--json").stdout)
-    result = run("heatmap", "나는 사과를 🍕 먹었다", "-m", tiny_model_dir("bert"), "--words", "-t",
+@pytest.mark.parametrize("stream", [[], ["--stream"]])
+def test_unknown_words_are_marked_at_word_level_too(tiny_model_dir, stream):
+    data = json.loads(run("heads", "나는 사과를 🍕 먹었다", "-m", tiny_model_dir("bert"), "--words", "--json",
+                          *stream).stdout)
+    result = run("heatmap", "나는 사과를 🍕 먹었다", "-m", tiny_model_dir("bert"), "--words", "-t", *stream,
                  env={"NO_COLOR": "1", "COLUMNS": "200"})
     assert result.exit_code == 0 and data
     assert "[UNK:🍕]" in result.stdout and "[UNK:먹었다]" in result.stdout

@@ -622,7 +622,9 @@ def _streamed_words(loaded, encoded, text: str, budget: int, asked: bool):
     say(f"Streamed: {len(encoded.token_ids)} tokens in {W} words, attention computed a block of query rows at a "
         f"time ({'--stream' if asked else 'over --max-memory'}).", console=err, style="cyan", wrap=True)
     capture, _ = streamed_capture(loaded, encoded, text, edges=edges)
-    labels = word_labels(encoded.tokens, edges, encoded.offsets, text, encoded.special)
+    unk = getattr(loaded.tokenizer, "unk_token_id", None)  # words the model cannot read say so, as in full runs
+    unknown = [i == unk and not s for i, s in zip(encoded.token_ids, encoded.special)] if unk is not None else None
+    labels = word_labels(encoded.tokens, edges, encoded.offsets, text, encoded.special, unknown)
     meta = {k: v for k, v in capture.meta.items() if k not in ("pooled", "head_stats")}
     return replace(capture, tokens=tuple(labels), long=None,
                    meta={**meta, "level": "word", "pieces": len(encoded.token_ids)}).validate()
