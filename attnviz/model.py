@@ -11,7 +11,6 @@ import os
 import socket
 import warnings
 from dataclasses import dataclass
-from collections.abc import Callable
 from typing import Any
 from pathlib import Path
 from urllib.parse import urlparse
@@ -23,7 +22,8 @@ from attnviz.capture import Capture
 from attnviz.errors import AttentionCheckError, AttnvizWarning, InputError, ModelLoadError
 from attnviz.sizes import size_text
 from attnviz.text import is_valid_unicode
-from attnviz.tokens import readable_tokens, subword_flags
+from attnviz.tokens import Described, describe_tokens, special_ids  # noqa: F401 (imported from here too)
+from attnviz.tokens import special_kind as _special_kind  # noqa: F401
 
 DEFAULT_MODEL = "minilm"
 MODEL_ENV = "ATTNVIZ_MODEL"
@@ -236,6 +236,16 @@ def load(name: str | None = None, *, revision: str | None = None, device: str = 
                              f"folder needs its tokenizer files (tokenizer.json, or vocab.txt / vocab.json / "
                              f"*.model); without them every word would be [UNK]")
     model = model.to(device).eval()
+    commit = getattr(config, "_commit_hash", None)
+    return _loaded(model, tokenizer, shown, revision or commit or ("local" if local else "main"), device, dtype,
+                   memory_budget)
+
+
+def _loaded(model, tokenizer, shown: str, revision: str, device: str, dtype: str,
+            memory_budget: int | None) -> LoadedModel:
+    """A LoadedModel of a model and tokenizer: causal or not, maximum positions, encoder-decoder or not, from
+    its config."""
+    config = model.config
     model_type = str(getattr(config, "model_type", ""))
     if getattr(config, "is_decoder", False) or model_type in CAUSAL_MODEL_TYPES:
         causal: bool | None = True
@@ -250,11 +260,41 @@ def load(name: str | None = None, *, revision: str | None = None, device: str = 
             break
     if model_type in ("roberta", "xlm-roberta", "camembert") and max_positions:
         max_positions -= 2  # RoBERTa offsets positions by padding_idx + 1
-    commit = getattr(config, "_commit_hash", None)
-    return LoadedModel(model=model, tokenizer=tokenizer, name=shown, revision=revision or commit or
-                       ("local" if local else "main"), device=device, dtype=dtype, causal=causal,
-                       max_positions=max_positions, memory_budget=memory_budget,
+    return LoadedModel(model=model, tokenizer=tokenizer, name=shown, revision=revision, device=device, dtype=dtype,
+                       causal=causal, max_positions=max_positions, memory_budget=memory_budget,
                        seq2seq=bool(getattr(config, "is_encoder_decoder", False)))
+
+
+def wrap(model, tokenizer, *, name: str | None = None, memory_budget: int | None = None) -> LoadedModel:
+    """A model object the user already holds, with its tokenizer, ready to capture. A model loaded with SDPA or
+    flash attention returns no weights: it is switched to eager attention in place (the same computation;
+    a warning says so), not reloaded from disk. The model's device and precision are its own."""
+    import torch
+
+    if not isinstance(model, torch.nn.Module) or not hasattr(model, "config"):
+        raise InputError(f"model= takes a name, a folder, or a Hugging Face model object; got "
+                         f"{type(model).__name__}")
+    if tokenizer is None or not callable(tokenizer):
+        raise InputError("a model object needs its tokenizer: attnviz.capture(text, model=model, "
+                         "tokenizer=tokenizer)")
+    impl = getattr(model.config, "_attn_implementation", "eager")
+    shown = name or str(getattr(model.config, "_name_or_path", "") or type(model).__name__)
+    if impl != "eager":
+        switch = getattr(model, "set_attn_implementation", None)
+        try:
+            if switch is None:
+                raise AttributeError
+            switch("eager")
+        except (AttributeError, ValueError, TypeError, NotImplementedError):
+            setattr(model.config, "_attn_implementation", "eager")  # noqa: B010 (older transformers)
+        warnings.warn(f"{shown} was loaded with attention implementation {impl!r}, which returns no attention "
+                      f"weights; attnviz switched it to 'eager' (the same computation, slower) without reloading",
+                      AttnvizWarning, stacklevel=3)
+    parameter = next(model.parameters(), None)
+    device = str(parameter.device.type) if parameter is not None else "cpu"
+    dtype = str(parameter.dtype).removeprefix("torch.") if parameter is not None else "float32"
+    return _loaded(model, tokenizer, shown, "object", device, dtype if dtype in DTYPES else "float32",
+                   memory_budget)
 
 
 @dataclass
@@ -281,18 +321,6 @@ def check_text(text: str) -> str:
         raise InputError(f"the text is not valid UTF-8 (undecodable bytes at character {at}); "
                          f"save or type it as UTF-8")
     return text
-
-
-def special_ids(tok) -> set[int]:
-    """The ids that are special tokens ([CLS], [SEP], <s>, [PAD], [MASK], ...), whatever the text: typed
-    "[SEP]" is as special as the one the tokenizer adds. The unknown-word token is content (it stands for
-    a word), unless it doubles as a structural token (GPT-2's <|endoftext|>)."""
-    ids = {int(i) for i in getattr(tok, "all_special_ids", []) or []}
-    unk = getattr(tok, "unk_token_id", None)
-    structural = {getattr(tok, f"{name}_token_id", None) for name in ("bos", "eos", "cls", "sep", "pad")}
-    if unk is not None and unk not in structural:
-        ids.discard(int(unk))
-    return ids
 
 
 def encode(loaded: LoadedModel, text: str, *, truncate: bool = True, target: bool = False) -> Encoded:
@@ -333,34 +361,6 @@ def encode(loaded: LoadedModel, text: str, *, truncate: bool = True, target: boo
                    special_kind=described.kinds, offsets=spans, subword=described.subword, dropped=dropped)
 
 
-@dataclass
-class Described:
-    """What attnviz knows of each token of one tokenised text besides its id."""
-
-    tokens: list[str]  # readable
-    special: list[bool]
-    kinds: list[str]  # "" | "start" | "end" | "other"
-    subword: list[bool]
-
-
-def describe_tokens(tok, text: str, ids: list[int], added: list[int], offsets: list, word_ids: list | None,
-                    decode: Callable[[int], str] | None = None) -> Described:
-    """Readable tokens, special flags and kinds, subword flags of one tokenised text, the same for a text run
-    alone (encode) and in a batch (attnviz corpus). `added`: the tokenizer's special-tokens mask; `decode`:
-    id -> tokenizer.decode([id]) (a cache, for many texts). InputError when every token is special."""
-    decode = decode or (lambda i: tok.decode([i]))
-    marked = special_ids(tok)
-    special = [bool(a) or i in marked for i, a in zip(ids, added)]
-    if all(special):
-        raise InputError("the text has no tokens besides special ones: give a sentence to look at")
-    raw = tok.convert_ids_to_tokens(ids)
-    subword = subword_flags(word_ids, raw, special)
-    tokens = readable_tokens(raw, [decode(i) for i in ids], [text[o[0]:o[1]] if o else None for o in offsets],
-                             special, subword)
-    kinds = [_special_kind(tok, i, pos, s) for pos, (i, s) in enumerate(zip(ids, special))]
-    return Described(tokens, special, kinds, subword)
-
-
 UNKNOWN_HINT = "--model multilingual reads them (about 100 languages, offline)"
 
 
@@ -396,18 +396,6 @@ def _label_unknown(loaded: LoadedModel, text: str, tokens: list[str], ids: list[
 def _forward_args(model) -> set[str]:
     wanted = {"input_ids", "attention_mask", "token_type_ids"}
     return wanted & set(inspect.signature(model.forward).parameters)
-
-
-def _special_kind(tok, token_id: int, position: int, special: bool) -> str:
-    if not special:
-        return ""
-    start = {getattr(tok, "cls_token_id", None), getattr(tok, "bos_token_id", None)} - {None}
-    end = {getattr(tok, "sep_token_id", None), getattr(tok, "eos_token_id", None)} - {None}
-    if token_id in start and (position == 0 or token_id not in end):
-        return "start"
-    if token_id in end:
-        return "end"
-    return "other"
 
 
 def memory_budget() -> int:

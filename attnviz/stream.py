@@ -275,3 +275,29 @@ def streamed_capture(loaded, encoded, text: str, *, pool: int = DEFAULT_POOL, ro
                       token_ids=np.asarray([encoded.token_ids[a] for a, _ in spans]), special=np.asarray(special),
                       special_kind=tuple(kinds), subword=np.zeros(len(spans), bool), meta=meta, long=long)
     return capture.validate(atol=max(row_sum_tolerance(loaded.dtype), 1e-4)), result.window
+
+
+def streamed_words(loaded, encoded, text: str, budget: int):
+    """Word-level attention of a long input: streamed with each word as a block, which gives the word-level
+    α exactly (rows averaged over a word's pieces, keys summed), when W × W per head fits the budget. Words
+    the model cannot read are labelled as on the full path ([UNK:먹었다])."""
+    from dataclasses import replace
+
+    from attnviz.errors import InputError
+    from attnviz.model import layers_and_heads, size_text
+    from attnviz.words import word_edges, word_labels
+
+    edges = word_edges(encoded.tokens, encoded.subword, encoded.special)
+    W = len(edges) - 1
+    L, H = layers_and_heads(loaded.model.config)
+    if (L + 4) * H * W * W * 4 > budget:
+        raise InputError(f"{W} words would need {size_text((L + 4) * H * W * W * 4)} of word-level attention, "
+                         f"over --max-memory {size_text(budget)}; drop --words (the token view streams), "
+                         f"or raise --max-memory")
+    capture, _ = streamed_capture(loaded, encoded, text, edges=edges)
+    unk = getattr(loaded.tokenizer, "unk_token_id", None)
+    unknown = [i == unk and not s for i, s in zip(encoded.token_ids, encoded.special)] if unk is not None else None
+    labels = word_labels(encoded.tokens, edges, encoded.offsets, text, encoded.special, unknown)
+    meta = {k: v for k, v in capture.meta.items() if k not in ("pooled", "head_stats")}
+    return replace(capture, tokens=tuple(labels), long=None,
+                   meta={**meta, "level": "word", "pieces": len(encoded.token_ids)}).validate()

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import functools
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from attnviz.errors import InputError
 
 SUBWORD_PREFIX = "##"
 _MARKERS = ("Ġ", "▁", "Ċ")  # byte-level BPE space, SentencePiece space, byte-level newline
@@ -200,3 +203,59 @@ def standalone_jamo(text: str) -> str:
     if not any(0x1100 <= ord(c) < 0x1200 for c in text):
         return text
     return text.translate(_jamo_table())
+
+
+# --- what a tokenizer says of each token (duck-typed: any Hugging Face tokenizer; no transformers import) ---
+
+
+def special_ids(tok) -> set[int]:
+    """The ids that are special tokens ([CLS], [SEP], <s>, [PAD], [MASK], ...), whatever the text: typed
+    "[SEP]" is as special as the one the tokenizer adds. The unknown-word token is content (it stands for
+    a word), unless it doubles as a structural token (GPT-2's <|endoftext|>)."""
+    ids = {int(i) for i in getattr(tok, "all_special_ids", []) or []}
+    unk = getattr(tok, "unk_token_id", None)
+    structural = {getattr(tok, f"{name}_token_id", None) for name in ("bos", "eos", "cls", "sep", "pad")}
+    if unk is not None and unk not in structural:
+        ids.discard(int(unk))
+    return ids
+
+
+def special_kind(tok, token_id: int, position: int, special: bool) -> str:
+    """"start" ([CLS]/BOS), "end" ([SEP]/EOS), "other" for the other special tokens, "" for content."""
+    if not special:
+        return ""
+    start = {getattr(tok, "cls_token_id", None), getattr(tok, "bos_token_id", None)} - {None}
+    end = {getattr(tok, "sep_token_id", None), getattr(tok, "eos_token_id", None)} - {None}
+    if token_id in start and (position == 0 or token_id not in end):
+        return "start"
+    if token_id in end:
+        return "end"
+    return "other"
+
+
+@dataclass
+class Described:
+    """What attnviz knows of each token of one tokenised text besides its id."""
+
+    tokens: list[str]  # readable
+    special: list[bool]
+    kinds: list[str]  # "" | "start" | "end" | "other"
+    subword: list[bool]
+
+
+def describe_tokens(tok, text: str, ids: list[int], added: list[int], offsets: list, word_ids: list | None,
+                    decode: Callable[[int], str] | None = None) -> Described:
+    """Readable tokens, special flags and kinds, subword flags of one tokenised text, the same for a text run
+    alone (encode) and in a batch (attnviz corpus). `added`: the tokenizer's special-tokens mask; `decode`:
+    id -> tokenizer.decode([id]) (a cache, for many texts). InputError when every token is special."""
+    decode = decode or (lambda i: tok.decode([i]))
+    marked = special_ids(tok)
+    special = [bool(a) or i in marked for i, a in zip(ids, added)]
+    if all(special):
+        raise InputError("the text has no tokens besides special ones: give a sentence to look at")
+    raw = tok.convert_ids_to_tokens(ids)
+    subword = subword_flags(word_ids, raw, special)
+    tokens = readable_tokens(raw, [decode(i) for i in ids], [text[o[0]:o[1]] if o else None for o in offsets],
+                             special, subword)
+    kinds = [special_kind(tok, i, pos, s) for pos, (i, s) in enumerate(zip(ids, special))]
+    return Described(tokens, special, kinds, subword)

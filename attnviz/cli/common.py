@@ -603,31 +603,14 @@ def _as_words(capture):
 
 
 def _streamed_words(loaded, encoded, text: str, budget: int, asked: bool):
-    """Word-level attention of a long input: streamed with each word as a block, which gives the word-level
-    α exactly (rows averaged over a word's pieces, keys summed), when W × W per head fits the budget."""
-    from dataclasses import replace
+    """Word-level attention of a long input, streamed (attnviz.stream.streamed_words), said on stderr."""
+    from attnviz.stream import streamed_words
+    from attnviz.words import word_edges
 
-    from attnviz.errors import InputError
-    from attnviz.model import layers_and_heads, size_text
-    from attnviz.stream import streamed_capture
-    from attnviz.words import word_edges, word_labels
-
-    edges = word_edges(encoded.tokens, encoded.subword, encoded.special)
-    W = len(edges) - 1
-    L, H = layers_and_heads(loaded.model.config)
-    if (L + 4) * H * W * W * 4 > budget:
-        raise InputError(f"{W} words would need {size_text((L + 4) * H * W * W * 4)} of word-level attention, "
-                         f"over --max-memory {size_text(budget)}; drop --words (the token view streams), "
-                         f"or raise --max-memory")
+    W = len(word_edges(encoded.tokens, encoded.subword, encoded.special)) - 1
     say(f"Streamed: {len(encoded.token_ids)} tokens in {W} words, attention computed a block of query rows at a "
         f"time ({'--stream' if asked else 'over --max-memory'}).", console=err, style="cyan", wrap=True)
-    capture, _ = streamed_capture(loaded, encoded, text, edges=edges)
-    unk = getattr(loaded.tokenizer, "unk_token_id", None)  # words the model cannot read say so, as in full runs
-    unknown = [i == unk and not s for i, s in zip(encoded.token_ids, encoded.special)] if unk is not None else None
-    labels = word_labels(encoded.tokens, edges, encoded.offsets, text, encoded.special, unknown)
-    meta = {k: v for k, v in capture.meta.items() if k not in ("pooled", "head_stats")}
-    return replace(capture, tokens=tuple(labels), long=None,
-                   meta={**meta, "level": "word", "pieces": len(encoded.token_ids)}).validate()
+    return streamed_words(loaded, encoded, text, budget)
 
 
 @dataclass(frozen=True)

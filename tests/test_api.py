@@ -1,0 +1,229 @@
+"""attnviz from Python: load_model, capture (by name, from a model object, every path), Capture.from_outputs
+for the essays' own code, and what a Capture shows in a notebook — run for real by a Jupyter kernel, its
+HTML opened in headless Chromium."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import attnviz
+from attnviz.errors import AttnvizWarning, CaptureFormatError, InputError
+from conftest import SENTENCE
+
+
+@pytest.fixture(scope="module")
+def bert(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    folder = tiny_model_dir("bert")
+    return folder, AutoTokenizer.from_pretrained(folder)
+
+
+def test_importing_attnviz_pulls_in_neither_torch_nor_transformers():
+    code = "import sys, attnviz; print('torch' in sys.modules, 'transformers' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["False", "False"], done.stderr
+
+
+def test_a_model_object_gives_the_same_alpha_as_its_name(bert):
+    """Loaded with SDPA (transformers' default), it is switched to eager in place, with a warning; α is then
+    exactly what the same model gives by name."""
+    from transformers import AutoModel
+
+    folder, tokenizer = bert
+    model = AutoModel.from_pretrained(folder)
+    assert model.config._attn_implementation != "eager"
+    model.train()
+    with pytest.warns(AttnvizWarning, match="switched it to 'eager'"):
+        by_object = attnviz.capture(SENTENCE, model=model, tokenizer=tokenizer)
+    assert model.training  # its mode is put back
+    by_name = attnviz.capture(SENTENCE, model=folder, device="cpu")
+    assert by_object.tokens == by_name.tokens
+    np.testing.assert_array_equal(by_object.attentions, by_name.attentions)
+    loaded = attnviz.load_model(folder, device="cpu")
+    np.testing.assert_array_equal(attnviz.capture(SENTENCE, model=loaded).attentions, by_name.attentions)
+
+
+def test_the_essays_code_through_from_outputs(bert):
+    import torch
+    from transformers import AutoModel
+
+    folder, tokenizer = bert
+    model = AutoModel.from_pretrained(folder, attn_implementation="eager").eval()
+    inputs = tokenizer(SENTENCE, return_tensors="pt")
+    with torch.no_grad():
+        outputs = model(**inputs, output_attentions=True)
+    capture = attnviz.Capture.from_outputs(outputs, inputs, tokenizer)
+    by_name = attnviz.capture(SENTENCE, model=folder, device="cpu")
+    np.testing.assert_array_equal(capture.attentions, by_name.attentions)
+    assert capture.tokens == by_name.tokens and list(capture.special) == list(by_name.special)
+    assert capture.meta["text"] == SENTENCE.lower()  # decoded by the (uncased) tokenizer
+    np.testing.assert_allclose(capture.attentions.sum(-1), 1.0, atol=1e-5)
+
+
+def test_from_outputs_checks_what_it_is_given(bert):
+    import torch
+
+    folder, tokenizer = bert
+    inputs = tokenizer(SENTENCE, return_tensors="pt")
+    T = inputs["input_ids"].shape[1]
+    good = [torch.full((1, 2, T, T), 1.0 / T) for _ in range(2)]
+    assert attnviz.Capture.from_outputs({"attentions": good}, inputs, tokenizer).n_layers == 2
+    with pytest.raises(CaptureFormatError, match="output_attentions=True"):
+        attnviz.Capture.from_outputs({"attentions": None}, inputs, tokenizer)
+    with pytest.raises(CaptureFormatError, match="output_attentions=True"):
+        attnviz.Capture.from_outputs({"attentions": (None, None)}, inputs, tokenizer)
+    with pytest.raises(CaptureFormatError, match="shape"):
+        attnviz.Capture.from_outputs({"attentions": [torch.zeros(1, 2, T, T + 1)]}, inputs, tokenizer)
+    with pytest.raises(CaptureFormatError, match="shape"):
+        attnviz.Capture.from_outputs({"attentions": [good[0], torch.full((1, 3, T, T), 1.0 / T)]}, inputs, tokenizer)
+    batch = tokenizer([SENTENCE, "A dog"], return_tensors="pt", padding=True)
+    with pytest.raises(CaptureFormatError, match="one text"):
+        attnviz.Capture.from_outputs({"attentions": good}, batch, tokenizer)
+    mask = torch.cat([inputs["attention_mask"][:, :-1], torch.zeros(1, 1, dtype=torch.long)], 1)
+    padded = {**inputs, "attention_mask": mask}
+    with pytest.raises(CaptureFormatError, match="padded"):
+        attnviz.Capture.from_outputs({"attentions": good}, padded, tokenizer)
+    with pytest.raises(Exception, match="sum to 1"):
+        attnviz.Capture.from_outputs({"attentions": [torch.full((1, 2, T, T), 0.5)]}, inputs, tokenizer)
+
+
+def test_from_outputs_respects_the_capture_limit(bert, monkeypatch):
+    import torch
+
+    folder, tokenizer = bert
+    inputs = tokenizer(SENTENCE, return_tensors="pt")
+    T = inputs["input_ids"].shape[1]
+    monkeypatch.setenv("ATTNVIZ_MAX_CAPTURE_BYTES", "1K")
+    with pytest.raises(CaptureFormatError, match="ATTNVIZ_MAX_CAPTURE_BYTES"):
+        attnviz.Capture.from_outputs({"attentions": [torch.full((1, 4, T, T), 1.0 / T)] * 2}, inputs, tokenizer)
+
+
+def test_capture_chooses_the_path(tiny_model_dir, load_tiny):
+    from attnviz.metrics import head_values
+    from attnviz.words import to_words
+
+    folder = tiny_model_dir("bert")
+    full = attnviz.capture(SENTENCE, model=folder, device="cpu")
+    words = attnviz.capture(SENTENCE, model=folder, device="cpu", words=True)
+    np.testing.assert_allclose(words.attentions, to_words(full).attentions, atol=1e-6)
+    streamed = attnviz.capture(SENTENCE, model=folder, device="cpu", stream=True, pool=4)
+    assert streamed.pooled and streamed.input_tokens == full.n_tokens
+    stored = {(r["layer"], r["head"]): r for r in streamed.meta["head_stats"]}
+    for name, values in head_values(full).items():
+        if values.dtype != object and name in stored[(0, 0)]:
+            got = np.array([[stored[(n, h)][name] for h in range(full.n_heads)] for n in range(full.n_layers)])
+            np.testing.assert_allclose(got, values, atol=1e-5, equal_nan=True, err_msg=name)
+    with pytest.raises(InputError, match="encoder-decoder"):
+        attnviz.capture(SENTENCE, model=folder, device="cpu", part="cross")
+    with pytest.raises(InputError, match="empty"):
+        attnviz.capture("   ", model=folder, device="cpu")
+
+
+def test_capture_of_an_encoder_decoder_model(tiny_seq2seq_dir):
+    folder = tiny_seq2seq_dir("t5")
+    whole = attnviz.capture("the cat sat", model=folder, device="cpu", target="the dog ran")
+    assert isinstance(whole, attnviz.Parts) and set(whole.names) == {"encoder", "decoder", "cross"}
+    cross = attnviz.capture("the cat sat", model=folder, device="cpu", target="the dog ran", part="cross")
+    np.testing.assert_array_equal(cross.attentions, whole.part("cross").attentions)
+    assert "iframe" in whole._repr_html_()
+
+
+def test_what_a_capture_shows(tiny_model_dir, tmp_path):
+    from matplotlib.figure import Figure
+
+    from attnviz.metrics import head_records
+
+    capture = attnviz.capture(SENTENCE, model=tiny_model_dir("bert"), device="cpu")
+    figure = capture.heatmap(layer=0, head=1)
+    assert isinstance(figure, Figure)
+    np.testing.assert_allclose(np.asarray(figure.axes[0].images[0].get_array()), capture.attentions[0, 1], atol=1e-6)
+    table = capture.heads()
+    assert table.to_records() == head_records(capture) and len(table) == capture.n_layers * capture.n_heads
+    assert table._repr_html_().count("<tr>") == len(table) + 1
+    page = capture.view(tmp_path / "v.html")
+    assert "attnviz-data" in page.read_text()
+    frame = capture._repr_html_()
+    assert frame.startswith('<iframe class="attnviz-view" srcdoc="') and 'sandbox="allow-scripts"' in frame
+    assert "<script" not in frame  # the page is inside the attribute, escaped: nothing runs in the notebook itself
+    assert "Content-Security-Policy" in frame
+
+
+def _notebook(path):
+    import nbformat
+
+    cells = [
+        "import torch\nimport attnviz\nfrom transformers import AutoModel, AutoTokenizer\n"
+        "from attnviz.model import bundled_model_dir\n%matplotlib inline",
+        # the essays' BERT example, as they write it, with the bundled model
+        "tokenizer = AutoTokenizer.from_pretrained(str(bundled_model_dir()))\n"
+        "model = AutoModel.from_pretrained(str(bundled_model_dir()), attn_implementation='eager')\n"
+        "inputs = tokenizer('The cat sat on the mat', return_tensors='pt')\n"
+        "with torch.no_grad():\n    outputs = model(**inputs, output_attentions=True)\n"
+        "print(len(outputs.attentions), tuple(outputs.attentions[0].shape))",
+        "cap = attnviz.Capture.from_outputs(outputs, inputs, tokenizer)\ncap",
+        "other = attnviz.capture('The cat sat on the mat because it was tired')\nother",
+        "other.heads()",
+        "other.heatmap(layer=0, head=2)",
+    ]
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    nbformat.write(notebook, str(path))
+    return notebook
+
+
+def test_a_real_notebook_shows_working_viewers(tmp_path):
+    """A Jupyter kernel runs the essays' example (nbclient + ipykernel); the two inline viewers it shows,
+    opened in headless Chromium, load with no console error and no request, and do not interfere."""
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    from test_viewer import _missing, chromium_path
+
+    notebook = _notebook(tmp_path / "essay.ipynb")
+    nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    outputs = [o for cell in notebook.cells for o in cell.get("outputs", [])]
+    errors = [o for o in outputs if o.get("output_type") == "error"]
+    assert not errors, errors
+    assert any("6 (1, 12, 8, 8)" in o.get("text", "") for o in outputs)
+    frames = [o["data"]["text/html"] for o in outputs if "text/html" in o.get("data", {})
+              and o["data"]["text/html"].startswith("<iframe")]
+    tables = [o["data"]["text/html"] for o in outputs if "text/html" in o.get("data", {})
+              and "attnviz-heads" in o["data"]["text/html"]]
+    images = [o for o in outputs if "image/png" in o.get("data", {})]
+    assert len(frames) == 2 and len(tables) == 1 and len(images) == 1
+    assert tables[0].count("<tr>") == 6 * 12 + 1
+
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _missing("browser tests need Playwright for Python: pip install playwright (in the test extra)")
+    if chromium_path() is None:
+        _missing("browser tests need Chromium: apt-get install chromium (or set ATTNVIZ_CHROMIUM)")
+    page_path = tmp_path / "outputs.html"
+    page_path.write_text("<!doctype html><html><body>" + "".join(frames) + "</body></html>", encoding="utf-8")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox"])
+        context = browser.new_context(offline=True, viewport={"width": 1400, "height": 1000})
+        page = context.new_page()
+        problems, requests = [], []
+        page.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
+        page.on("pageerror", lambda e: problems.append(str(e)))
+        page.on("request", lambda r: None if r.url in (page_path.as_uri(), "about:srcdoc") else requests.append(r.url))
+        page.goto(page_path.as_uri())
+        views = [f for f in page.frames if f != page.main_frame]
+        assert len(views) == 2
+        for frame in views:
+            frame.wait_for_selector("html[data-attnviz-ready='1']", state="attached", timeout=15_000)
+        first, second = views
+        assert first.evaluate("document.querySelectorAll('#av-left li').length") == 8
+        assert second.evaluate("document.querySelectorAll('#av-left li').length") == 12
+        first.click("#av-tab-model")  # one view's state is its own
+        assert first.evaluate("document.querySelectorAll('#av-thumbs button').length") == 6 * 12
+        assert second.evaluate("getComputedStyle(document.getElementById('av-thumbs')).display") == "none" or \
+            second.evaluate("document.getElementById('av-tab-model').getAttribute('aria-selected')") != "true"
+        browser.close()
+    assert problems == [] and requests == [], (problems, requests)
