@@ -8,6 +8,7 @@ markup. Heavy imports (torch, transformers, matplotlib) happen inside commands s
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -29,6 +30,7 @@ from typer._click import exceptions as click_errors  # typer ≥ 0.29 carries it
 from typer.core import TyperGroup
 
 from attnviz import __version__
+from attnviz.api import Reporter
 from attnviz.errors import AttnvizError, AttnvizWarning
 from attnviz.selection import Selection
 from attnviz.text import visible
@@ -501,25 +503,13 @@ class TextInput(TextSource):
     def parts(self, loaded, text: str, decoding=None):
         """All three attention parts of an encoder-decoder model: the decoder reads --target, or writes (a
         progress bar counts its tokens)."""
-        from attnviz.generate import Decoding
-        from attnviz.seq2seq import parts_capture
+        from attnviz.api import capture
 
         if getattr(self, "stream", False):
             raise typer.BadParameter("--stream is for long inputs of encoder-only and decoder-only models; an "
                                      "encoder-decoder model's attention is kept whole (--max-memory bounds it)")
-        if self.target is not None:
-            from attnviz.model import check_text
-
-            check_text(self.target)
-            with err.status("Running the model…"):
-                return parts_capture(loaded, text, target=self.target, truncate=self.truncate)
-        decoding = decoding or Decoding(max_new_tokens=self.max_new_tokens or 20)
-        parts = with_progress("Writing", decoding.max_new_tokens, lambda step: parts_capture(
-            loaded, text, decoding=decoding, truncate=self.truncate, on_step=step))
-        written = parts.meta.get("target_text", "")
-        say(f"Decoder input: written by the model ({decoding.describe()}, {len(parts.part('decoder').tokens) - 1} "
-            f"tokens): “{visible(written)}”; --target gives your own.", console=err, style="dim", wrap=True)
-        return parts
+        return capture(text, model=loaded, target=self.target, max_new_tokens=self.max_new_tokens, decoding=decoding,
+                       truncate=self.truncate, reporter=CliReporter())
 
     def capture(self, *, window: tuple | None = None, rollout_token: str | None = None, pictures: bool = True,
                 part: str | None = None, default_part: str = "cross"):
@@ -534,83 +524,41 @@ class TextInput(TextSource):
         if loaded.seq2seq:
             chosen = self.parts(loaded, text).part(part or default_part)
             return _as_words(chosen) if getattr(self, "words", False) else chosen
-        from attnviz.model import attention_bytes, check_memory, encode, make_capture, memory_budget, model_attentions
+        from attnviz.api import capture
 
-        encoded = encode(loaded, text, truncate=self.truncate)
-        T = len(encoded.token_ids)
-        budget = loaded.memory_budget or memory_budget()
-        streaming = getattr(self, "stream", None)
-        if streaming is None or not (streaming or attention_bytes(loaded, T) > budget):
-            check_memory(loaded, T, streams=streaming is not None)
-            with err.status("Running the model…"):
-                capture = make_capture(loaded, encoded, model_attentions(loaded, encoded), text)
-            return _as_words(capture) if getattr(self, "words", False) else capture
-        pool = getattr(self, "pool", None) or 512
-        if getattr(self, "words", False):
-            return _streamed_words(loaded, encoded, text, budget, bool(streaming))
-        return _streamed(loaded, encoded, text, budget, bool(streaming), window, rollout_token, pictures, pool)
+        streaming = getattr(self, "stream", None)  # None: this command does not stream
+        return capture(text, model=loaded, words=getattr(self, "words", False), truncate=self.truncate,
+                       stream=False if streaming is None else (True if streaming else None),
+                       pool=getattr(self, "pool", None) or 512, window=window, rollout_token=rollout_token,
+                       pictures=pictures, reporter=CliReporter())
 
 
-def _streamed(loaded, encoded, text: str, budget: int, asked: bool, window: tuple | None, rollout_token: str | None,
-              pictures: bool = True, pool: int = 512):
-    """Run the streamed path with a progress bar over layers × heads, and say on stderr that it ran."""
-    from dataclasses import replace
+class CliReporter(Reporter):
+    """Long work as the command line shows it, on stderr: a spinner, a progress bar, a note."""
 
-    from attnviz.model import attention_bytes, layers_and_heads, size_text
-    from attnviz.selection import Selection, find_token
-    from attnviz.stream import Window, streamed_capture
+    @contextlib.contextmanager
+    def status(self, text: str):
+        with err.status(Text(text)):
+            yield
 
-    T = len(encoded.token_ids)
-    L, H = layers_and_heads(loaded.model.config)
-    why = ("--stream" if asked else f"the full attention would take {size_text(attention_bytes(loaded, T))}, "
-           f"over --max-memory {size_text(budget)}")
-    say(f"Streamed: {T} tokens, attention computed a block of query rows at a time ({why}); pictures show "
-        f"block means.", console=err, style="cyan", wrap=True)
-    starts = [n for n, kind in enumerate(encoded.special_kind) if kind == "start"]
-    causal = bool(loaded.causal)
-    tokens_for_rollout = [T - 1 if causal or not starts else starts[0]]
-    if rollout_token is not None:
-        tokens_for_rollout.append(find_token(encoded.tokens, rollout_token))
-    spec = None
-    if window is not None:
-        import numpy as np
+    @contextlib.contextmanager
+    def progress(self, what: str, total: int, unit: str):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        rows, cols, layers = window
-        rows = rows or Selection.everything("row", "--rows")
-        cols = cols or Selection.everything("col", "--cols")
-        spec = Window(rows=np.asarray(rows.indices(T)), cols=np.asarray(cols.indices(T)),
-                      layers=tuple(layers.indices(L)))
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        bar = Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), TextColumn(unit), TimeElapsedColumn(),
+                       console=err, transient=True, disable=not err.is_terminal)
+        with bar:
+            task = bar.add_task(what, total=total)
+            yield lambda n: bar.advance(task, n)
 
-    progress = Progress(TextColumn("Streaming"), BarColumn(), MofNCompleteColumn(), TextColumn("heads"),
-                        TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal)
-    with progress:
-        task = progress.add_task("stream", total=L * H)
-        rollout = list(dict.fromkeys(tokens_for_rollout)) if pictures else []  # statistics alone need no rollout
-        capture, kept = streamed_capture(loaded, encoded, text, rollout_tokens=rollout,
-                                         window=spec, pool=pool if pictures else 1,
-                                         on_layer_done=lambda heads: progress.advance(task, heads))
-    if spec is not None and capture.long is not None:
-        capture = replace(capture, long=replace(capture.long, window=kept, window_rows=spec.rows,
-                                                window_cols=spec.cols, window_layers=spec.layers))
-    return capture
+    def note(self, text: str) -> None:
+        say(text, console=err, style="cyan", wrap=True)
 
 
 def _as_words(capture):
     from attnviz.words import to_words
 
     return to_words(capture)
-
-
-def _streamed_words(loaded, encoded, text: str, budget: int, asked: bool):
-    """Word-level attention of a long input, streamed (attnviz.stream.streamed_words), said on stderr."""
-    from attnviz.stream import streamed_words
-    from attnviz.words import word_edges
-
-    W = len(word_edges(encoded.tokens, encoded.subword, encoded.special)) - 1
-    say(f"Streamed: {len(encoded.token_ids)} tokens in {W} words, attention computed a block of query rows at a "
-        f"time ({'--stream' if asked else 'over --max-memory'}).", console=err, style="cyan", wrap=True)
-    return streamed_words(loaded, encoded, text, budget)
 
 
 @dataclass(frozen=True)
