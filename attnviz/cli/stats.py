@@ -190,7 +190,8 @@ def _named(capture) -> str:
 
 def _size(capture) -> str:
     if capture.square:
-        return f"T = {capture.input_tokens}" + (f" (pictures: {capture.n_tokens} blocks)" if capture.long else "")
+        blocks = capture.n_tokens if capture.long is not None else 0
+        return f"T = {capture.input_tokens}" + (f" (pictures: {blocks} blocks)" if blocks > 1 else "")
     return f"{capture.n_tokens} target × {capture.n_keys} source tokens"
 
 
