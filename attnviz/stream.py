@@ -222,18 +222,6 @@ class _Run:
         return Streamed(values, pooled, self.edges, self.block, rollout, self.kept)
 
 
-def full_attention_bytes(L: int, H: int, T: int) -> int:
-    """What the full path holds for T tokens: the model's L·H·T² float32 weights, one layer converted at a
-    time, and a few layers' worth of its own temporaries."""
-    return int((L + 4) * H * T * T * 4)
-
-
-def streamed_bytes(L: int, H: int, T: int, hidden: int) -> int:
-    """What the streamed path holds: the kept activations, one block, the pooled matrices."""
-    P = min(T, DEFAULT_POOL)
-    return int(L * T * hidden * 4 + 3 * BLOCK_BYTES + L * H * P * P * 4)
-
-
 def block_labels(tokens: Sequence[str], edges: np.ndarray) -> list[str]:
     """A label per pooled block: its first token, and the token positions it spans."""
     from attnviz.text import fit
@@ -284,14 +272,14 @@ def streamed_words(loaded, encoded, text: str, budget: int):
     from dataclasses import replace
 
     from attnviz.errors import InputError
-    from attnviz.model import layers_and_heads, size_text
+    from attnviz.model import attention_bytes, size_text
     from attnviz.words import word_edges, word_labels
 
     edges = word_edges(encoded.tokens, encoded.subword, encoded.special)
     W = len(edges) - 1
-    L, H = layers_and_heads(loaded.model.config)
-    if (L + 4) * H * W * W * 4 > budget:
-        raise InputError(f"{W} words would need {size_text((L + 4) * H * W * W * 4)} of word-level attention, "
+    need = attention_bytes(loaded, W)  # the same formula as the full path, with W words for T tokens
+    if need > budget:
+        raise InputError(f"{W} words would need {size_text(need)} of word-level attention, "
                          f"over --max-memory {size_text(budget)}; drop --words (the token view streams), "
                          f"or raise --max-memory")
     capture, _ = streamed_capture(loaded, encoded, text, edges=edges)

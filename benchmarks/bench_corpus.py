@@ -63,7 +63,7 @@ def naive(loaded, texts):
 
 def local(loaded, texts, batch_size):
     from attnviz.corpus import Line
-    from attnviz.corpus_run import BatchRunner, run_local
+    from attnviz.corpus.run import BatchRunner, run_local
 
     runner = BatchRunner(loaded, batch_size=batch_size)
     state = runner.new_state()
@@ -77,7 +77,7 @@ def forward_only(loaded, texts, batch_size) -> float:
     import torch
 
     from attnviz.corpus import Line
-    from attnviz.corpus_run import BatchRunner
+    from attnviz.corpus.run import BatchRunner
 
     runner = BatchRunner(loaded, batch_size=batch_size)
     ready, _ = runner.prepare([Line("bench", n + 1, t) for n, t in enumerate(texts)])
@@ -161,7 +161,7 @@ def ray_rows(texts, args, state) -> list:
     except ImportError:
         print('(Ray rows skipped: pip install "attnviz[ray]")')
         return []
-    from attnviz.corpus_ray import run_ray
+    from attnviz.corpus.ray import run_ray
 
     folder = Path(tempfile.mkdtemp())
     one, every = folder / "one.txt", folder / "all.txt"

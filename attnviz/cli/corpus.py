@@ -96,7 +96,7 @@ def corpus(sources: Annotated[list[str], typer.Argument(
     if out_dir is not None:
         _check_out(out_dir, force)
     if engine == "ray":
-        from attnviz.corpus_ray import run_ray
+        from attnviz.corpus.ray import run_ray
 
         for _, stream in opened:  # opened only to check them: Ray Data reads the files itself
             if stream is not sys.stdin.buffer:
@@ -143,7 +143,7 @@ def _run_local(opened, opts: ModelOptions, fmt, field, batch_size, max_length, w
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from attnviz.corpus import corpus_format, read_lines
-    from attnviz.corpus_run import BatchRunner, run_local
+    from attnviz.corpus.run import BatchRunner, run_local
 
     loaded = opts.load()
     runner = BatchRunner(loaded, max_length=max_length, batch_size=batch_size, truncate=opts.truncate, words=words)
@@ -208,7 +208,7 @@ def _count_lines(stream) -> int:
 
 
 def _write(state, out_dir: Path, force: bool) -> None:
-    from attnviz.corpus_output import write_corpus_folder
+    from attnviz.corpus.output import write_corpus_folder
 
     with err.status("Writing the statistics…"):
         target = write_corpus_folder(state, out_dir, force)

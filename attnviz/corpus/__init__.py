@@ -11,7 +11,7 @@ tokens  each query row is one sample (token-weighted): long texts count more. A 
 
 Merging two states gives what one run over both corpora gives (to rounding), so shards can be computed
 anywhere (`attnviz corpus merge`, or Ray workers) and combined. Pure numpy: the model runs in
-`attnviz.corpus_run`.
+`attnviz.corpus.run`.
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ class CorpusWorker:
     """A Ray actor: loads the model once, then turns batches of lines into partial states (JSON)."""
 
     def __init__(self, model_options: dict, batch_size: int, max_length: int | None, truncate: bool, words: bool):
-        from attnviz.corpus_run import BatchRunner
+        from attnviz.corpus.run import BatchRunner
         from attnviz.model import load
 
         self.runner = BatchRunner(load(**model_options), max_length=max_length, batch_size=batch_size,
@@ -99,7 +99,7 @@ def run_ray(paths: Sequence[str], opts, *, fmt: str | None, field: str | None, b
     if address is not None:
         check_address(address)
     ray = _ray()
-    from attnviz.corpus_run import CHUNK_BATCHES
+    from attnviz.corpus.run import CHUNK_BATCHES
     from attnviz.model import load
     from attnviz.text import visible
 
@@ -185,7 +185,7 @@ def run_ray(paths: Sequence[str], opts, *, fmt: str | None, field: str | None, b
                                   level=first.level)
         state = merge_states([state, *partials])
     else:  # nothing to run: an empty state of the model
-        from attnviz.corpus_run import BatchRunner
+        from attnviz.corpus.run import BatchRunner
 
         state = BatchRunner(load(**model_options), max_length=max_length, batch_size=batch_size,
                             words=words).new_state()
