@@ -256,7 +256,7 @@ def head_table(whole: Capture) -> HeadTable:
 
 def write_view(whole: Capture | Parts, path: str | os.PathLike, *, layers: Sequence[int] | None = None) -> Path:
     """The interactive page as one offline HTML file at `path`, written atomically."""
-    from attnviz.capture import atomic_output
+    from attnviz.files import atomic_output
     from attnviz.render.viewer import viewer_data, viewer_html
 
     target = Path(path).expanduser()

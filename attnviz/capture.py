@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Union
@@ -25,6 +24,7 @@ from typing import Any, Union
 import numpy as np
 
 from attnviz.errors import AttentionCheckError, CaptureFormatError, OutputError, SelectionError
+from attnviz.files import atomic_output, current_umask  # noqa: F401 (re-exported)
 from attnviz.npzfile import Member, read_npz
 from attnviz.text import is_valid_unicode
 
@@ -823,40 +823,3 @@ def check_suffix(path: str | os.PathLike, allowed: tuple[str, ...]) -> Path:
     return path
 
 
-class atomic_output:
-    """Context manager yielding a temporary path beside `path`; on success it is renamed onto
-    `path`, on any error it is removed, so no half-written file is left behind.
-    Missing parent folders are created; permission problems become OutputError."""
-
-    def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
-
-    def __enter__(self) -> Path:
-        parent = self.path.parent
-        try:
-            parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".part", dir=parent)
-        except OSError as exc:
-            raise OutputError(f"cannot write to {parent}: {exc.strerror or exc}") from None
-        os.close(fd)
-        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600; give the file the usual mode
-        self.tmp = Path(tmp)
-        return self.tmp
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            try:
-                os.replace(self.tmp, self.path)
-                return
-            except OSError as err:
-                self.tmp.unlink(missing_ok=True)
-                raise OutputError(f"cannot write {self.path}: {err.strerror or err}") from None
-        self.tmp.unlink(missing_ok=True)
-        if isinstance(exc, OSError):  # a full disk, a quota, an I/O error while writing: one line
-            raise OutputError(f"cannot write {self.path}: {exc.strerror or exc}; nothing was written") from None
-
-
-def current_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask

@@ -158,7 +158,7 @@ def test_refuses_non_empty_folder_unless_forced(tmp_path):
 
 
 def test_error_midway_leaves_nothing(tmp_path, monkeypatch):
-    from attnviz import export as export_module
+    from attnviz import files as export_module  # where the folder machinery lives
 
     cap, _ = one_hot_capture()
 

@@ -134,7 +134,7 @@ def _open(source: str):
 
 
 def _check_out(out_dir: Path, force: bool) -> None:
-    from attnviz.export import check_target, export_folder
+    from attnviz.files import check_target, export_folder
 
     check_target(export_folder(out_dir), force, "corpus statistics")  # before any model work
 

@@ -38,7 +38,8 @@ def export_command(out_dir: Annotated[Path, typer.Option(
                    look: ScaleOptions) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from attnviz.export import FORMATS, check_target, export, export_folder
+    from attnviz.export import FORMATS, export
+    from attnviz.files import check_target, export_folder
 
     if fmt not in FORMATS:
         raise typer.BadParameter(f"{fmt!r}: choose one of {', '.join(FORMATS)}", param_hint="--format")

@@ -132,7 +132,8 @@ def view(output: Annotated[Optional[str], typer.Option(
          = "auto",
          open_page: Annotated[bool, typer.Option("--open", help="Open the page in a web browser.")] = False,
          *, inp: CaptureInput) -> None:
-    from attnviz.capture import Parts, atomic_output, check_suffix
+    from attnviz.capture import Parts, check_suffix
+    from attnviz.files import atomic_output
     from attnviz.render.viewer import PRECISIONS, viewer_data, viewer_html
 
     if precision not in PRECISIONS:

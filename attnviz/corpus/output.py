@@ -41,7 +41,7 @@ def corpus_pictures(state: CorpusState) -> dict[str, Panel | Page]:
 
 def write_corpus_folder(state: CorpusState, out_dir: str | Path, force: bool = False) -> Path:
     """Write every file of a corpus run into `out_dir`, atomically (see export.write_folder)."""
-    from attnviz.export import write_folder
+    from attnviz.files import write_folder
     from attnviz.records import to_csv, to_json
     from attnviz.render.png import mixed_figure, panel_figure, save_figure
 

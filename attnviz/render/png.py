@@ -16,7 +16,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from attnviz.capture import Capture, atomic_output, check_suffix
+from attnviz.capture import Capture, check_suffix
+from attnviz.files import atomic_output
 from attnviz.panels import HeadChoice, Page, Panel, Scale, grid_title, heatmap_page, short_model
 from attnviz.render.colors import DEFAULT_CMAP, colormap, rgb, text_on
 from attnviz.render.fonts import families_for
