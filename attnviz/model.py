@@ -32,6 +32,9 @@ BUNDLED_ALIASES = {"minilm", "all-minilm-l6-v2", "sentence-transformers/all-mini
 BUNDLED_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("float32", "float16", "bfloat16")
+DEVICE_ALIASES = {"gpu": "cuda"}
+DTYPE_ALIASES = {"fp32": "float32", "f32": "float32", "float": "float32", "fp16": "float16", "f16": "float16",
+                 "half": "float16", "bf16": "bfloat16"}
 # Decoder-only families: α is causal (lower-triangular). Unknown types are judged from α itself.
 CAUSAL_MODEL_TYPES = {"gpt2", "gpt_neo", "gpt_neox", "gptj", "llama", "mistral", "mixtral", "qwen2", "qwen3",
                       "phi", "phi3", "gemma", "gemma2", "opt", "bloom", "falcon", "olmo", "smollm3", "codegen"}
@@ -118,6 +121,7 @@ class LoadedModel:
 def pick_device(device: str) -> str:
     import torch
 
+    device = DEVICE_ALIASES.get(str(device).strip().lower(), str(device).strip().lower())
     if device not in DEVICES:
         raise InputError(f"unknown device {device!r}: choose one of {', '.join(DEVICES)}")
     if device == "auto":
@@ -180,6 +184,7 @@ def load(name: str | None = None, *, revision: str | None = None, device: str = 
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
     _quiet_transformers()
+    dtype = DTYPE_ALIASES.get(str(dtype).strip().lower(), str(dtype).strip().lower())
     if dtype not in DTYPES:
         raise InputError(f"unknown dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
     device = pick_device(device)

@@ -32,6 +32,7 @@ from typer.core import TyperGroup
 from attnviz import __version__
 from attnviz.api import Reporter
 from attnviz.errors import AttnvizError, AttnvizWarning
+from attnviz.model import DEVICE_ALIASES, DEVICES, DTYPE_ALIASES, DTYPES  # one definition of each (no torch)
 from attnviz.selection import Selection
 from attnviz.text import visible
 
@@ -274,11 +275,6 @@ def finite_float(minimum: float = -math.inf) -> Callable:
     return parse
 
 
-DEVICES = ("auto", "cpu", "cuda", "mps")
-DTYPES = ("float32", "float16", "bfloat16")
-DEVICE_ALIASES = {"gpu": "cuda"}
-DTYPE_ALIASES = {"fp32": "float32", "f32": "float32", "float": "float32", "fp16": "float16", "f16": "float16",
-                 "half": "float16", "bf16": "bfloat16"}
 
 # --- shared options ----------------------------------------------------------------------------------
 
