@@ -641,14 +641,9 @@ def _chosen_part(loaded, part: str | None, default_part: str):
 
 
 def with_progress(what: str, total: int, run: Callable):
-    """Run `run(step)` with a progress bar on stderr that `step(n)` advances."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    progress = Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), TextColumn("tokens"),
-                        TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal)
-    with progress:
-        task = progress.add_task(what, total=total)
-        return run(lambda n: progress.advance(task, n))
+    """Run `run(step)` with a progress bar of tokens on stderr that `step(n)` advances."""
+    with CliReporter().progress(what, total, "tokens") as step:
+        return run(step)
 
 
 def takes(**groups: type) -> Callable:

