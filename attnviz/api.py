@@ -16,43 +16,26 @@ it imports neither torch nor transformers; they load with the first model.
 
 from __future__ import annotations
 
-import contextlib
 import html
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnviz import capture as capture_module
-from attnviz.capture import Capture, Parts
+from attnviz.capture import PART_NAMES, VIEWS, Capture, Parts
 from attnviz.errors import InputError
+from attnviz.progress import Reporter
 
 
 def load_model(name: str | None = None, *, device: str = "auto", dtype: str = "float32", revision: str | None = None,
                trust_remote_code: bool = False, memory_budget: int | None = None, lm_head: bool = False):
     """Load a model once for many captures: an offline name (minilm, multilingual, smollm2), a Hugging Face
     id, a local folder or a .gguf file, with eager attention, in eval mode, on `device`."""
-    from attnviz.model import load
+    from attnviz.engine.loading import load
 
     return load(name, revision=revision, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
                 memory_budget=memory_budget, lm_head=lm_head)
-
-
-class Reporter:
-    """What long work tells whoever called it: the command line shows it (a spinner, a progress bar, a note on
-    stderr); from Python nothing is shown. Subclass and override what you want to see."""
-
-    @contextlib.contextmanager
-    def status(self, text: str) -> Iterator[None]:
-        yield
-
-    @contextlib.contextmanager
-    def progress(self, what: str, total: int, unit: str) -> Iterator[Callable[[int], None]]:
-        yield lambda n: None
-
-    def note(self, text: str) -> None:
-        pass
 
 
 def capture(text: str, model: Any = None, tokenizer: Any = None, *, words: bool = False, stream: bool | None = None,
@@ -72,128 +55,34 @@ def capture(text: str, model: Any = None, tokenizer: Any = None, *, words: bool 
                (`max_new_tokens`, default 20)
     streamed runs also take: `window` (rows, cols, layers: selections with .indices(n)) kept exactly,
     `rollout_token` (a token spec) whose rollout row is kept, `pictures=False` (statistics only), `pool`
-    `decoding` (attnviz.generate.Decoding): how an encoder-decoder model's decoder writes (default greedy)
+    `decoding` (attnviz.engine.generate.Decoding): how an encoder-decoder model's decoder writes (default greedy)
     `reporter` hears of long work (the command line shows it)
     """
-    from attnviz.model import LoadedModel, check_text
+    from attnviz.engine.loading import LoadedModel
+    from attnviz.engine.forward import check_text
 
     check_text(text)
-    if part is not None and part not in capture_module.PART_NAMES:
-        raise InputError(f"part must be one of {', '.join(capture_module.PART_NAMES)}, not {part!r}")
+    if part is not None and part not in PART_NAMES:
+        raise InputError(f"part must be one of {', '.join(PART_NAMES)}, not {part!r}")
     if isinstance(model, LoadedModel):
         loaded = model
     elif model is None or isinstance(model, (str, os.PathLike)):
         loaded = load_model(None if model is None else str(model), device=device, dtype=dtype)
     else:
-        from attnviz.model import wrap
+        from attnviz.engine.loading import wrap
 
         loaded = wrap(model, tokenizer)
     training = bool(getattr(loaded.model, "training", False))
     loaded.model.eval()  # dropout off while capturing; the model's own mode is put back
+    from attnviz.engine.entry import run_capture
+
     try:
-        return _capture(loaded, text, words=words, stream=stream, part=part, target=target,
-                        max_new_tokens=max_new_tokens, truncate=truncate, pool=pool, window=window,
-                        rollout_token=rollout_token, pictures=pictures, decoding=decoding,
-                        reporter=reporter or Reporter())
+        return run_capture(loaded, text, words=words, stream=stream, part=part, target=target,
+                           max_new_tokens=max_new_tokens, truncate=truncate, pool=pool, window=window,
+                           rollout_token=rollout_token, pictures=pictures, decoding=decoding,
+                           reporter=reporter or Reporter())
     finally:
         loaded.model.train(training)
-
-
-def _capture(loaded, text: str, *, words: bool, stream: bool | None, part: str | None, target: str | None,
-             max_new_tokens: int | None, truncate: bool, pool: int, window: tuple | None, rollout_token: str | None,
-             pictures: bool, decoding: Any, reporter: Reporter) -> Capture | Parts:
-    from attnviz.model import attention_bytes, check_memory, encode, make_capture, memory_budget, model_attentions
-    from attnviz.words import to_words
-
-    if loaded.seq2seq:
-        whole = _parts(loaded, text, target, max_new_tokens, truncate, decoding, reporter)
-        if words:
-            whole = Parts({name: to_words(c) for name, c in whole.captures.items()})
-        return whole.part(part) if part is not None else whole
-    if part is not None or target is not None:
-        raise InputError(f"part and target are for encoder-decoder models; {loaded.name} has one kind of attention")
-    encoded = encode(loaded, text, truncate=truncate)
-    T = len(encoded.token_ids)
-    budget = loaded.memory_budget or memory_budget()
-    if stream is False or not (stream or attention_bytes(loaded, T) > budget):
-        check_memory(loaded, T, streams=stream is not False)
-        with reporter.status("Running the model…"):
-            full = make_capture(loaded, encoded, model_attentions(loaded, encoded), text)
-        return to_words(full) if words else full
-    from attnviz.sizes import size_text
-    from attnviz.stream import streamed_words
-
-    if words:
-        from attnviz.words import word_edges
-
-        W = len(word_edges(encoded.tokens, encoded.subword, encoded.special)) - 1
-        reporter.note(f"Streamed: {T} tokens in {W} words, attention computed a block of query rows at a time "
-                      f"({'--stream' if stream else 'over --max-memory'}).")
-        return streamed_words(loaded, encoded, text, budget)
-    why = "--stream" if stream else (f"the full attention would take {size_text(attention_bytes(loaded, T))}, "
-                                     f"over --max-memory {size_text(budget)}")
-    reporter.note(f"Streamed: {T} tokens, attention computed a block of query rows at a time ({why}); pictures "
-                  f"show block means.")
-    return _streamed(loaded, encoded, text, window, rollout_token, pictures, pool, reporter)
-
-
-def _parts(loaded, text: str, target: str | None, max_new_tokens: int | None, truncate: bool, decoding: Any,
-           reporter: Reporter) -> Parts:
-    """An encoder-decoder model's three parts: the decoder reads `target`, or writes (greedy)."""
-    from attnviz.generate import Decoding
-    from attnviz.model import check_text
-    from attnviz.seq2seq import parts_capture
-
-    if target is not None and max_new_tokens is not None:
-        raise InputError("give either target (the decoder reads it) or max_new_tokens (the decoder writes), not both")
-    if target is not None:
-        check_text(target)
-        with reporter.status("Running the model…"):
-            return parts_capture(loaded, text, target=target, truncate=truncate)
-    decoding = decoding or Decoding(max_new_tokens=max_new_tokens or 20)
-    with reporter.progress("Writing", decoding.max_new_tokens, "tokens") as step:
-        parts = parts_capture(loaded, text, decoding=decoding, truncate=truncate, on_step=step)
-    from attnviz.text import visible
-
-    reporter.note(f"Decoder input: written by the model ({decoding.describe()}, "
-                  f"{len(parts.part('decoder').tokens) - 1} tokens): “{visible(parts.meta.get('target_text', ''))}”; "
-                  f"--target gives your own.")
-    return parts
-
-
-def _streamed(loaded, encoded, text: str, window: tuple | None, rollout_token: str | None, pictures: bool,
-              pool: int, reporter: Reporter) -> Capture:
-    """The streamed path: statistics exact, pictures pooled, the rollout row of the first token (the last for
-    causal models) and of `rollout_token`, and the exact `window` (rows, cols, layers) asked for."""
-    from dataclasses import replace
-
-    import numpy as np
-
-    from attnviz.model import layers_and_heads
-    from attnviz.selection import Selection, find_token
-    from attnviz.stream import Window, streamed_capture
-
-    T = len(encoded.token_ids)
-    L, H = layers_and_heads(loaded.model.config)
-    starts = [n for n, kind in enumerate(encoded.special_kind) if kind == "start"]
-    rollout = [T - 1 if loaded.causal or not starts else starts[0]]
-    if rollout_token is not None:
-        rollout.append(find_token(encoded.tokens, rollout_token))
-    spec = None
-    if window is not None:
-        rows, cols, layers = window
-        rows = rows or Selection.everything("row", "--rows")
-        cols = cols or Selection.everything("col", "--cols")
-        spec = Window(rows=np.asarray(rows.indices(T)), cols=np.asarray(cols.indices(T)),
-                      layers=tuple(layers.indices(L)))
-    with reporter.progress("Streaming", L * H, "heads") as step:
-        pooled, kept = streamed_capture(loaded, encoded, text,
-                                        rollout_tokens=list(dict.fromkeys(rollout)) if pictures else [],
-                                        window=spec, pool=pool if pictures else 1, on_layer_done=step)
-    if spec is not None and pooled.long is not None:
-        pooled = replace(pooled, long=replace(pooled.long, window=kept, window_rows=spec.rows,
-                                              window_cols=spec.cols, window_layers=spec.layers))
-    return pooled
 
 
 # --- what a Capture shows in a notebook ---------------------------------------------------------------------
@@ -265,4 +154,4 @@ def write_view(whole: Capture | Parts, path: str | os.PathLike, *, layers: Seque
     return target
 
 
-capture_module.VIEWS.update(html=inline_html, heatmap=heatmap_figure, heads=head_table, view=write_view)
+VIEWS.update(html=inline_html, heatmap=heatmap_figure, heads=head_table, view=write_view)

@@ -649,9 +649,14 @@ def load_capture(path: str | os.PathLike) -> Capture | Parts:
 VIEWS: dict[str, Any] = {}  # "html", "heatmap", "heads", "view" -> function(capture, ...)
 
 
+VIEWS_HOME = "attnviz.api"  # the module that registers them, imported on the first view asked for
+
+
 def _view(name: str):
-    if name not in VIEWS:  # the package's __init__ registers them; this only happens if it was bypassed
-        raise RuntimeError("attnviz's views are registered by `import attnviz`")
+    if not VIEWS:  # loaded by name, not imported from up here: nothing below the renderers imports them
+        import importlib
+
+        importlib.import_module(VIEWS_HOME)
     return VIEWS[name]
 
 

@@ -54,7 +54,7 @@ def naive(loaded, texts):
     """One text at a time through the single-text path; per-text values aggregated over texts."""
     from attnviz.corpus import Moments, corpus_metrics
     from attnviz.metrics import head_values
-    from attnviz.model import capture_text
+    from attnviz.engine.forward import capture_text
 
     metrics = corpus_metrics()  # the numeric ones: what a corpus aggregates
     values = [head_values(capture_text(text, loaded), metrics) for text in texts]
@@ -121,7 +121,7 @@ def main() -> None:
 
     import torch
 
-    from attnviz.model import load
+    from attnviz.engine.loading import load
 
     texts = sentences(args.texts)
     loaded = load(None, device=args.device)

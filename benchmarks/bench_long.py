@@ -29,7 +29,7 @@ def build_model(folder: Path) -> Path:
     import torch
     import transformers as tf
 
-    from attnviz.model import bundled_model_dir
+    from attnviz.engine.loading import bundled_model_dir
 
     torch.manual_seed(0)
     tokenizer = tf.AutoTokenizer.from_pretrained(str(bundled_model_dir()))

@@ -6,7 +6,7 @@ model's own `generate` without it (greedy, same tokens), side by side in one run
     python benchmarks/bench_offline.py --new-tokens 50  # the longer generation row
     python benchmarks/bench_offline.py --device cuda    # the GPU rows
 
-A load is `attnviz.model.load(name)` in a new interpreter, timed inside it from before the import of attnviz
+A load is `attnviz.engine.loading.load(name)` in a new interpreter, timed inside it from before the import of attnviz
 (so torch's and transformers' import is part of every row, as it is for a user). The first load uses an
 empty cache folder made for the run.
 """
@@ -25,7 +25,7 @@ import time
 LOAD = """
 import json, sys, time
 start = time.perf_counter()
-from attnviz.model import load
+from attnviz.engine.loading import load
 loaded = load(sys.argv[1], device=sys.argv[2], lm_head=sys.argv[1] == "smollm2")
 print(json.dumps({"seconds": time.perf_counter() - start}))
 """
@@ -42,8 +42,9 @@ def load_seconds(name: str, device: str, cache: str) -> float:
 def generation(device: str, new_tokens: int, repeats: int) -> tuple[float, float, list[int], list[int]]:
     import torch
 
-    from attnviz.generate import Decoding, generate_capture
-    from attnviz.model import encode, load
+    from attnviz.engine.generate import Decoding, generate_capture
+    from attnviz.engine.forward import encode
+    from attnviz.engine.loading import load
 
     loaded = load("smollm2", device=device, lm_head=True)
     prompt = "The capital of France is"
@@ -80,7 +81,7 @@ def main() -> None:
 
 def loads(device: str) -> None:
 
-    from attnviz.offline.cache import cache_root
+    from attnviz.engine.offline.cache import cache_root
 
     warm = str(cache_root())
     rows = []

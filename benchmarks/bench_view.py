@@ -37,7 +37,8 @@ def main() -> None:
                       special=[False] * T, special_kind=[""] * T, subword=[False] * T,
                       meta={"model": "random 12 × 12", "causal": False, "text": "synthetic"})
     if args.real:
-        from attnviz.model import capture_text, load
+        from attnviz.engine.forward import capture_text
+        from attnviz.engine.loading import load
 
         capture = capture_text(" ".join(["The quick brown fox jumps over the lazy dog while the cat sat on the "
                                          "mat."] * 8), load(None, device="cpu"))

@@ -91,7 +91,7 @@ def build_tiny_seq2seq(kind: str, folder, *, init: float = 0.3):
 def _bert_tokenizer():
     from transformers import AutoTokenizer
 
-    from attnviz.model import bundled_model_dir
+    from attnviz.engine.loading import bundled_model_dir
 
     return AutoTokenizer.from_pretrained(str(bundled_model_dir()))
 
@@ -179,7 +179,7 @@ def tiny_seq2seq_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def load_tiny(tiny_model_dir):
-    from attnviz.model import load
+    from attnviz.engine.loading import load
 
     return once(lambda kind: load(tiny_model_dir(kind), device="cpu"))
 
@@ -187,14 +187,14 @@ def load_tiny(tiny_model_dir):
 @pytest.fixture(scope="session")
 def minilm():
     """The real bundled all-MiniLM-L6-v2, loaded once."""
-    from attnviz.model import load
+    from attnviz.engine.loading import load
 
     return load("minilm", device="cpu")
 
 
 @pytest.fixture(scope="session")
 def cat_capture(minilm):
-    from attnviz.model import capture_text
+    from attnviz.engine.forward import capture_text
 
     return capture_text(SENTENCE, minilm)
 

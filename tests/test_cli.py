@@ -136,7 +136,7 @@ def test_verify_unsupported_architecture_is_one_line(tmp_path):
 
     tf.AlbertModel(tf.AlbertConfig(vocab_size=30522, hidden_size=16, num_attention_heads=2, intermediate_size=32,
                                    num_hidden_layers=1, embedding_size=8)).save_pretrained(tmp_path)
-    from attnviz.model import bundled_model_dir
+    from attnviz.engine.loading import bundled_model_dir
     from transformers import AutoTokenizer
 
     AutoTokenizer.from_pretrained(str(bundled_model_dir())).save_pretrained(tmp_path)

@@ -53,7 +53,7 @@ def test_a_text_gives_the_same_numbers_alone_as_in_a_padded_batch(kind, load_tin
     """Every metric of every head, for each text, from a padded batch of 8 mixed lengths equals what
     `attnviz heads` computes for the text alone (the single-text path: its own forward pass), to 1e-5."""
     from attnviz.metrics import head_values
-    from attnviz.model import capture_text
+    from attnviz.engine.forward import capture_text
 
     loaded = load_tiny(kind)
     batched = _per_text(loaded, TEXTS, batch_size=8)
@@ -75,7 +75,7 @@ def test_word_level_statistics_equal_the_single_text_words_path(kind, load_tiny,
     """--words: each text's word-level statistics from the padded batch equal `attnviz heads TEXT --words`
     (to_words of the text's own capture), to 1e-5; merging a word-level run with a token-level one is refused."""
     from attnviz.metrics import head_values
-    from attnviz.model import capture_text
+    from attnviz.engine.forward import capture_text
     from attnviz.words import to_words
 
     loaded = load_tiny(kind)
@@ -116,7 +116,7 @@ def test_token_weighted_moments_equal_a_direct_computation_over_all_rows(load_ti
     text's own capture with numpy (row entropy, α_i,i−1), against the state's moments."""
     from attnviz.corpus.run import run_local
     from attnviz.metrics import row_entropy
-    from attnviz.model import capture_text
+    from attnviz.engine.forward import capture_text
 
     loaded = load_tiny("gpt2")
     runner = _runner(loaded, batch_size=3)
@@ -243,7 +243,7 @@ def test_reader_streams_lines_with_numbers():
 
 
 def test_truncation_is_counted_and_no_truncate_skips(tmp_path, tiny_model_dir, load_tiny):
-    from attnviz.model import encode
+    from attnviz.engine.forward import encode
 
     model = tiny_model_dir("bert")
     loaded = load_tiny("bert")

@@ -15,8 +15,8 @@ from conftest import once, make_capture, one_line_error, run
 
 from attnviz.capture import Capture
 from attnviz.errors import AttnvizWarning
-from attnviz.generate import Decoding, generate_capture
-from attnviz.model import load
+from attnviz.engine.generate import Decoding, generate_capture
+from attnviz.engine.loading import load
 
 PROMPT = "the quick brown fox"  # both tiny models write 24 tokens after it without an end-of-sequence
 KINDS = ["gpt2", "llama"]
@@ -93,7 +93,7 @@ def test_sampling_is_seeded_and_top_p_near_zero_is_greedy(lm):
 
 
 def test_stops_at_the_end_of_sequence_token(lm, monkeypatch):
-    import attnviz.generate as gen
+    import attnviz.engine.generate as gen
 
     loaded = lm("gpt2")
     eos = loaded.tokenizer.eos_token_id

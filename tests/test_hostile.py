@@ -245,7 +245,7 @@ def test_workers_are_capped_by_jobs_and_cores(hostile_capture, tmp_path):
 
 
 def test_special_ness_follows_the_ids_whatever_the_text(load_tiny):
-    from attnviz.model import capture_text, encode
+    from attnviz.engine.forward import capture_text, encode
 
     loaded = load_tiny("bert")
     encoded = encode(loaded, "the [SEP] cat")

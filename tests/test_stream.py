@@ -2,6 +2,7 @@
 within 1e-5 wherever both fit: metrics, labels, pooled α, rollout rows, exact windows; for an encoder and
 a causal model, with and without padding in a batch, and on the bundled MiniLM."""
 
+import contextlib
 import json
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 
 from attnviz.capture import Capture
 from attnviz.metrics import Tokens, head_values, rollout
-from attnviz.stream import Window, pool_edges, stream
+from attnviz.engine.stream import Window, pool_edges, stream
 from conftest import one_line_error, run
 
 LONG = " ".join(["The cat sat on the mat. A dog ran in the park!"] * 5)
@@ -27,7 +28,7 @@ def pooled_by_hand(alpha: np.ndarray, edges: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("kind", ["bert", "gpt2", "llama"])
 def test_streamed_numbers_equal_the_full_path(kind, load_tiny):
-    from attnviz.model import capture_text, encode
+    from attnviz.engine.forward import capture_text, encode
 
     loaded = load_tiny(kind)
     capture = capture_text(LONG, loaded)
@@ -52,7 +53,7 @@ def test_streamed_numbers_equal_the_full_path(kind, load_tiny):
 
 @pytest.mark.parametrize("kind", ["bert", "gpt2"])
 def test_padding_in_a_batch_gives_each_text_its_own_numbers(kind, load_tiny):
-    from attnviz.model import capture_text
+    from attnviz.engine.forward import capture_text
 
     loaded = load_tiny(kind)
     tok = loaded.tokenizer
@@ -127,7 +128,7 @@ def test_exact_window_streamed_equals_the_full_slice(tiny_model_dir, tmp_path):
 
 @pytest.mark.slow
 def test_streamed_minilm_matches(minilm, cat_capture):
-    from attnviz.model import encode
+    from attnviz.engine.forward import encode
 
     encoded = encode(minilm, "The cat sat on the mat")
     result = stream(minilm.model, encoded.inputs, Tokens.of(cat_capture), pool=3, rollout_tokens=[0])
@@ -150,21 +151,22 @@ def test_pool_option_and_statistics_only_pass(tiny_model_dir, tmp_path):
 
 
 def test_statistics_only_stream_keeps_no_layer_input(load_tiny, monkeypatch):
-    import attnviz.stream as streaming
-    from attnviz.model import capture_text, encode
+    import attnviz.engine.stream as streaming
+    from attnviz.engine.forward import capture_text, encode
 
     loaded = load_tiny("llama")
     capture = capture_text(LONG, loaded)
     encoded = encode(loaded, LONG)
     kept = []
-    real = streaming._record_inputs
+    real = streaming.recording_inputs
 
-    def spy(model, modules, on_seen=None):
-        seen, remove = real(model, modules, on_seen)
-        kept.append((seen, on_seen))
-        return seen, remove
+    @contextlib.contextmanager
+    def spy(modules, on_seen=None):
+        with real(modules, on_seen) as seen:
+            kept.append((seen, on_seen))
+            yield seen
 
-    monkeypatch.setattr(streaming, "_record_inputs", spy)
+    monkeypatch.setattr(streaming, "recording_inputs", spy)
     result = stream(loaded.model, encoded.inputs, Tokens.of(capture), pool=1)
     seen, on_seen = kept[0]
     assert on_seen is not None and all(record is None for record in seen)  # folded in during the forward pass

@@ -144,7 +144,8 @@ def test_a_12_by_12_capture_at_128_tokens_fits_in_5_mb():
 
 
 def test_notes_for_words_pooled_generated_and_causal(tiny_model_dir, tmp_path):
-    from attnviz.model import capture_text, load
+    from attnviz.engine.forward import capture_text
+    from attnviz.engine.loading import load
     from attnviz.words import to_words
 
     loaded = load(tiny_model_dir("gpt2"), device="cpu")
@@ -157,8 +158,8 @@ def test_notes_for_words_pooled_generated_and_causal(tiny_model_dir, tmp_path):
 
 
 def test_generated_tokens_are_marked(tiny_lm_dir):
-    from attnviz.generate import Decoding, generate_capture
-    from attnviz.model import load
+    from attnviz.engine.generate import Decoding, generate_capture
+    from attnviz.engine.loading import load
 
     loaded = load(tiny_lm_dir("gpt2"), device="cpu", lm_head=True)
     capture = generate_capture(loaded, "The cat sat", Decoding(max_new_tokens=4))
@@ -267,7 +268,8 @@ def test_matrix_view_shows_the_weight_under_the_pointer(browser, cat_capture, tm
 
 
 def test_causal_models_leave_the_future_blank(browser, tiny_model_dir, tmp_path):
-    from attnviz.model import capture_text, load
+    from attnviz.engine.forward import capture_text
+    from attnviz.engine.loading import load
 
     capture = capture_text("The cat sat on the mat", load(tiny_model_dir("gpt2"), device="cpu"))
     page = Page(browser, write_page(tmp_path, capture))
@@ -284,8 +286,8 @@ def test_causal_models_leave_the_future_blank(browser, tiny_model_dir, tmp_path)
 
 
 def test_encoder_decoder_parts(browser, tiny_seq2seq_dir, tmp_path):
-    from attnviz.model import load
-    from attnviz.seq2seq import parts_capture
+    from attnviz.engine.loading import load
+    from attnviz.engine.seq2seq import parts_capture
 
     loaded = load(tiny_seq2seq_dir("bart"), device="cpu")
     whole = parts_capture(loaded, "The cat sat on the mat", target="Die Katze")

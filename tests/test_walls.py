@@ -300,7 +300,7 @@ def test_generate_reads_standard_input(tiny_lm_dir):
 @pytest.mark.parametrize("path", ["full", "stream", "words"])
 def test_what_heads_says_of_its_input_matches_the_input(how, path, tmp_path, load_tiny, tiny_model_dir):
     """T printed = the tokens of the input, on the full, streamed and word-level paths, from each source."""
-    from attnviz.model import encode
+    from attnviz.engine.forward import encode
 
     text = "The cat sat on the mat. A dog ran in the park!"
     T = len(encode(load_tiny("bert"), text).token_ids)
@@ -316,7 +316,7 @@ def test_what_heads_says_of_its_input_matches_the_input(how, path, tmp_path, loa
 
 
 def test_streamed_entropy_uses_the_inputs_T(tmp_path, tiny_model_dir, load_tiny):
-    from attnviz.model import encode
+    from attnviz.engine.forward import encode
 
     text = "The cat sat on the mat. A dog ran in the park!"
     T = len(encode(load_tiny("bert"), text).token_ids)
@@ -549,7 +549,7 @@ def test_the_export_grid_names_each_heads_pattern(cat_capture, tmp_path):
 
 
 def test_a_truncated_text_says_so_in_its_figures(tiny_model_dir, load_tiny):
-    from attnviz.model import capture_text
+    from attnviz.engine.forward import capture_text
     from attnviz.panels import text_subtitle
 
     with pytest.warns(Warning):

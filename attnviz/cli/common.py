@@ -30,9 +30,9 @@ from typer._click import exceptions as click_errors  # typer ≥ 0.29 carries it
 from typer.core import TyperGroup
 
 from attnviz import __version__
-from attnviz.api import Reporter
+from attnviz.progress import Reporter
 from attnviz.errors import AttnvizError, AttnvizWarning
-from attnviz.model import DEVICE_ALIASES, DEVICES, DTYPE_ALIASES, DTYPES  # one definition of each (no torch)
+from attnviz.engine.devices import DEVICE_ALIASES, DEVICES, DTYPE_ALIASES, DTYPES  # one definition of each (no torch)
 from attnviz.selection import Selection
 from attnviz.text import visible
 
@@ -332,13 +332,13 @@ class ModelOptions:
 
     def load(self, *, lm_head: bool = False):
         """The model, loaded once (with a spinner on stderr); `lm_head`: with its language-model head."""
-        from attnviz.offline.build import pending
+        from attnviz.engine.offline.build import pending
 
         converting = pending(self.model or os.environ.get("ATTNVIZ_MODEL") or "minilm")
         what = (f"Converting {converting} once into attnviz's model cache (later runs load it at once)…"
                 if converting else "Loading the model…")
         with err.status(Text(what)):
-            from attnviz.model import load
+            from attnviz.engine.loading import load
 
             return load(self.model, revision=self.revision, device=self.device, dtype=self.dtype,
                         trust_remote_code=self.trust_remote_code, memory_budget=self.max_memory, lm_head=lm_head)
@@ -457,7 +457,7 @@ class TextSource(ModelOptions):
         if text is None:
             raise typer.BadParameter("give the TEXT to look at, in quotes (or - to read it from standard "
                                      "input, or --text-file FILE)")
-        from attnviz.model import check_text  # model.py imports torch only inside its functions
+        from attnviz.engine.forward import check_text  # model.py imports torch only inside its functions
 
         return check_text(text)
 

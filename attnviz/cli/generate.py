@@ -45,7 +45,7 @@ def generate(sample: Annotated[bool, typer.Option(
                                               help="--terminal and --json: the K earlier tokens shown per step (1 "
                                                    "to 20).")] = 3,
              part: PartOpt = None, as_json: JsonOpt = False, *, inp: TextInput) -> None:
-    from attnviz.generate import Decoding
+    from attnviz.engine.generate import Decoding
 
     check_output(output, (".npz",))
     if not sample and (temperature is not None or top_p is not None):
@@ -112,7 +112,7 @@ def generate(sample: Annotated[bool, typer.Option(
 
 def _generate(loaded, text: str, decoding, truncate: bool):
     """Run the generation with a progress bar over new tokens on stderr."""
-    from attnviz.generate import generate_capture
+    from attnviz.engine.generate import generate_capture
 
     return with_progress("Generating", decoding.max_new_tokens,
                          lambda step: generate_capture(loaded, text, decoding, truncate=truncate, on_step=step))

@@ -1,4 +1,5 @@
-"""Commands that draw or save attention: heatmap, capture."""
+"""Commands that draw or save attention: heatmap, capture, view (the interactive page), token (one token in
+every layer and head)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from attnviz.cli.common import (CaptureInput, CmapOpt, ColsOpt, HeadSel, HideOpt, LayerSel, LongTextInput, PartOpt,
-                                RowsOpt, ScaleOptions, StartOpt, ValuesOpt, app, check_output, cli_errors, out,
-                                output_path, say, takes, use_color)
+from attnviz.cli.common import (CaptureInput, CmapOpt, ColsOpt, CsvOpt, HeadSel, HideOpt, ImageOut, JsonOpt, LayerSel,
+                                LongTextInput, PartOpt, RowsOpt, ScaleOptions, SelfPartOpt, StartOpt, ValuesOpt, app,
+                                check_output, cli_errors, err, out, output_path, print_json, say, takes, use_color)
 from attnviz.selection import Selection
 
 
@@ -79,7 +80,7 @@ def capture(output: Annotated[str, typer.Option(
             *, inp: LongTextInput) -> None:
     check_output(output, (".npz",))
     if norms:
-        from attnviz.scratch import norms_capture
+        from attnviz.engine.fromscratch.norms import norms_capture
 
         text = inp.require_text()
         loaded = inp.load()
@@ -153,3 +154,61 @@ def view(output: Annotated[Optional[str], typer.Option(
         import webbrowser
 
         webbrowser.open(path.resolve().as_uri())
+
+
+@app.command(help="One token in every layer and head: what it attends to (its row of α) and which tokens "
+                  "attend to it (its column), with the heads that link it most strongly to another token.")
+@cli_errors
+@takes(inp=CaptureInput, look=ScaleOptions)
+def token(token: Annotated[Optional[str], typer.Argument(
+              help="The token: its index, its text (case-insensitive) or text#n for the n-th occurrence "
+                   "(after TEXT, or alone with --from).", show_default=False, metavar="TOKEN")] = None,
+          layer: LayerSel = Selection.everything("layer", "--layer"),
+          output: ImageOut = None, as_json: JsonOpt = False, as_csv: CsvOpt = False, cmap: CmapOpt = "viridis",
+          part: SelfPartOpt = None, *, inp: CaptureInput, look: ScaleOptions) -> None:
+    from attnviz.panels import token_links, token_page
+    from attnviz.render.png import FORMATS
+    from attnviz.selection import find_token
+
+    check_output(output, FORMATS)
+    if token is None and inp.source is not None and inp.text is not None:  # attnviz token --from F TOKEN
+        from dataclasses import replace
+
+        token, inp = inp.text, replace(inp, text=None)
+    if token is None:
+        raise typer.BadParameter("give the TOKEN to look at: attnviz token \"TEXT\" TOKEN, or --from FILE TOKEN")
+    capture = inp.capture(part=part, default_part="encoder")
+    if not capture.square:
+        from attnviz.errors import SelectionError
+
+        raise SelectionError("token follows one token through self-attention; for what a target token attends to "
+                             "in the source use attnviz heatmap --part cross --rows N", "--part")
+    if capture.pooled:
+        from attnviz.errors import InputError
+
+        raise InputError("token needs each token's own row of α, and this long input was streamed and pooled; "
+                         "for one token of a long input use attnviz heatmap TEXT --rows N:N+1")
+    i = find_token(capture.tokens, token, option="TOKEN")
+    layers = layer.indices(capture.n_layers)
+    links = token_links(capture, i)
+    if as_json:
+        print_json({"model": capture.model, "tokens": list(capture.tokens), "token": i, "layers": layers,
+                    "attends_to": capture.attentions[layers, :, i, :],
+                    "attended_by": capture.attentions[layers, :, :, i], "strongest_links": links})
+    elif as_csv:  # one row per layer, head and other token: the token's weight on it, and its weight on the token
+        from attnviz.cli.common import emit_records
+
+        emit_records([{"layer": n, "head": h, "other": j, "other_token": capture.tokens[j],
+                       "attends_to": float(capture.attentions[n, h, i, j]),
+                       "attended_by": float(capture.attentions[n, h, j, i])}
+                      for n in layers for h in range(capture.n_heads) for j in range(capture.n_tokens)], False, True)
+    else:
+        from attnviz.render.terminal import token_renderable
+
+        out.print(token_renderable(capture, i, layers, links, width=out.width, color=use_color(), cmap=cmap))
+    if output is not None:
+        from attnviz.render.png import mixed_figure, save_figure
+
+        page = token_page(capture, i, layers, look.choice())
+        say(save_figure(mixed_figure(page, cmap=cmap, ncols=2), output_path(output, f"{page.name}.png")),
+            console=err if as_json else out)

@@ -68,7 +68,7 @@ class CorpusWorker:
 
     def __init__(self, model_options: dict, batch_size: int, max_length: int | None, truncate: bool, words: bool):
         from attnviz.corpus.run import BatchRunner
-        from attnviz.model import load
+        from attnviz.engine.loading import load
 
         self.runner = BatchRunner(load(**model_options), max_length=max_length, batch_size=batch_size,
                                   truncate=truncate, words=words)
@@ -100,7 +100,7 @@ def run_ray(paths: Sequence[str], opts, *, fmt: str | None, field: str | None, b
         check_address(address)
     ray = _ray()
     from attnviz.corpus.run import CHUNK_BATCHES
-    from attnviz.model import load
+    from attnviz.engine.loading import load
     from attnviz.text import visible
 
     model_options = dict(name=opts.model, revision=opts.revision, device=opts.device, dtype=opts.dtype,

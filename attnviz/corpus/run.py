@@ -17,8 +17,10 @@ import numpy as np
 from attnviz.corpus import CorpusState, Line, TextStats, corpus_metrics, text_stats
 from attnviz.errors import AttentionCheckError, InputError
 from attnviz.metrics import Tokens
-from attnviz.model import (Described, LoadedModel, _first_line, _forward_args, attention_bytes, attentions_of,
-                           describe_tokens)
+from attnviz.tokens import Described, describe_tokens
+from attnviz.engine.loading import LoadedModel, first_line, forward_args
+from attnviz.engine.memory import attention_bytes
+from attnviz.engine.forward import attentions_of
 
 CHUNK_BATCHES = 16  # texts are read and length-sorted this many batches at a time
 
@@ -55,7 +57,7 @@ class BatchRunner:
         tok = loaded.tokenizer
         self.fast = bool(getattr(tok, "is_fast", False))
         self.pad_id = next((i for i in (tok.pad_token_id, tok.eos_token_id, 0) if i is not None), 0)
-        self.forward_args = _forward_args(loaded.model)
+        self.forward_args = forward_args(loaded.model)
         # only where the tokenizer makes them (GPT-2's forward takes token_type_ids, its tokenizer gives none,
         # and zeros there would add token 0's embedding to every position)
         self.segment_ids = ("token_type_ids" in self.forward_args
@@ -64,7 +66,7 @@ class BatchRunner:
         self.decode = functools.lru_cache(maxsize=1 << 16)(lambda i: tok.decode([i]))
 
     def new_state(self) -> CorpusState:
-        from attnviz.model import layers_and_heads
+        from attnviz.engine.loading import layers_and_heads
 
         L, H = layers_and_heads(self.loaded.model.config)
         return CorpusState.empty(model=self.loaded.name, revision=self.loaded.revision,
@@ -144,7 +146,7 @@ class BatchRunner:
                 alpha = stacked.float().cpu().numpy()
                 del stacked
         except (ValueError, TypeError, RuntimeError, IndexError) as exc:
-            raise AttentionCheckError(f"{self.loaded.name} could not run on this batch: {_first_line(exc)}") from None
+            raise AttentionCheckError(f"{self.loaded.name} could not run on this batch: {first_line(exc)}") from None
         if alpha.ndim != 5 or alpha.shape[1] != len(batch) or alpha.shape[-1] != T:
             raise AttentionCheckError(f"attention of shape {alpha.shape}, expected (L, {len(batch)}, H, {T}, {T})")
         stats = []
@@ -201,7 +203,7 @@ class BatchRunner:
 
 
 def _budget() -> int:
-    from attnviz.model import memory_budget
+    from attnviz.engine.memory import memory_budget
 
     return memory_budget()
 

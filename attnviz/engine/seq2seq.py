@@ -40,7 +40,7 @@ def _start_token(loaded, start: int) -> tuple[str, str]:
 def teacher_forced(loaded, target: str, *, truncate: bool = True) -> Side:
     """The decoder's input for a given target text: <start> followed by the target's tokens, shifted right
     (the last token, usually </s>, is what the final position predicts, so it is not an input)."""
-    from attnviz.model import encode
+    from attnviz.engine.forward import encode
 
     tgt = encode(loaded, target, truncate=truncate, target=True)
     start = decoder_start(loaded)
@@ -58,8 +58,9 @@ def parts_capture(loaded, source: str, *, target: str | None = None, decoding=No
     (teacher forcing) or writing greedily (or as `decoding` says) with the KV cache."""
     import torch
 
-    from attnviz.generate import Decoding
-    from attnviz.model import check_parts_memory, encode
+    from attnviz.engine.generate import Decoding
+    from attnviz.engine.memory import check_parts_memory
+    from attnviz.engine.forward import encode
 
     encoded = encode(loaded, source, truncate=truncate)
     source_side = _side(encoded.tokens, encoded.token_ids, encoded.special, encoded.special_kind, encoded.subword,
@@ -92,8 +93,10 @@ def _written(loaded, encoded, source_side: Side, decoding, meta: dict, on_step) 
     import torch
     from transformers.modeling_outputs import BaseModelOutput
 
-    from attnviz.generate import _cache_arg, _choose, _written as written_spans
-    from attnviz.model import _special_kind, check_parts_memory, part_shapes, special_ids
+    from attnviz.engine.generate import _cache_arg, _choose, _written as written_spans
+    from attnviz.tokens import special_kind as _special_kind, special_ids
+    from attnviz.engine.memory import check_parts_memory
+    from attnviz.engine.loading import part_shapes
     from attnviz.tokens import readable_tokens
 
     S = len(source_side)
@@ -182,7 +185,7 @@ def _version() -> str:
 def _assemble(alphas: dict[str, np.ndarray], source: Side, target: Side, generated: np.ndarray | None,
               meta: dict) -> Parts:
     """Parts from the three α arrays and the two sides, each part validated."""
-    from attnviz.model import row_sum_tolerance
+    from attnviz.engine.forward import row_sum_tolerance
 
     atol = row_sum_tolerance(str(meta.get("dtype", "float32")))
     sides = {"encoder": (source, None), "decoder": (target, None), "cross": (target, source)}

@@ -15,8 +15,8 @@ import warnings
 from pathlib import Path
 
 from attnviz.errors import ModelLoadError
-from attnviz.offline import GGUF_INSTALL, MULTILINGUAL, OfflineModel, find, gguf_available, is_gguf_path, sources
-from attnviz.offline.cache import cached_folder, cache_root, is_current
+from attnviz.engine.offline import GGUF_INSTALL, MULTILINGUAL, OfflineModel, find, gguf_available, is_gguf_path, sources
+from attnviz.engine.offline.cache import cached_folder, cache_root, is_current
 
 E5_SPECIALS = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>",
                "mask_token": "<mask>", "cls_token": "<s>", "sep_token": "</s>"}
@@ -27,7 +27,7 @@ def build_e5(folder: Path, weights: Path, tokenizer_json: Path) -> None:
     import torch
     from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
 
-    from attnviz.offline import e5bin
+    from attnviz.engine.offline import e5bin
 
     header, state, vocab = e5bin.read(weights)
     config = BertConfig(vocab_size=header.vocab_rows, hidden_size=header.hidden, num_hidden_layers=header.layers,
@@ -55,7 +55,7 @@ def build_gguf(folder: Path, path: Path) -> None:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from attnviz.offline.gguf import inspect
+    from attnviz.engine.offline.gguf import inspect
 
     summary = inspect(path)
     try:

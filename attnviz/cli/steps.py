@@ -1,5 +1,5 @@
-"""Commands for the learner: steps (one head's formula, step by step), positions (what position embeddings
-do), token (one token's attention in every layer and head)."""
+"""The teaching commands computed from the model's own weights: steps (one head's formula, step by step) and
+positions (what position embeddings do)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from attnviz.cli.common import (SelfPartOpt, CaptureInput, CmapOpt, CsvOpt, ImageOut, JsonOpt, LayerSel, OneHead,
-                                OneLayer, ScaleOptions, TextSource, app, check_output, cli_errors, err, out,
-                                output_path, print_json, say, takes, use_color, whole_number)
+from attnviz.cli.common import (CmapOpt, ImageOut, JsonOpt, OneHead, OneLayer, TextSource, app, check_output, cli_errors,
+                                err, out, output_path, print_json, say, takes, use_color, whole_number)
 from attnviz.selection import Selection
 
 TokenOpt = Annotated[Optional[str], typer.Option(
@@ -41,9 +40,10 @@ def steps(layer: OneLayer = Selection.parse("0", "layer", option="--layer"),
     check_output(output, FORMATS)
     text = inp.require_text()
     loaded = inp.load_single("steps")
-    from attnviz.model import encode, layers_and_heads
+    from attnviz.engine.forward import encode
+    from attnviz.engine.loading import layers_and_heads
     from attnviz.panels import steps_page
-    from attnviz.scratch import head_steps
+    from attnviz.engine.fromscratch.steps import head_steps
     from attnviz.selection import find_token
 
     n_layers, n_heads = layers_and_heads(loaded.model.config)
@@ -85,9 +85,9 @@ def positions(layer: OneLayer = Selection.parse("-1", "layer", option="--layer")
     check_output(output, FORMATS)
     text = inp.require_text()
     loaded = inp.load_single("positions")
-    from attnviz.model import layers_and_heads
+    from attnviz.engine.loading import layers_and_heads
     from attnviz.panels import positions_page
-    from attnviz.scratch import positions_experiment
+    from attnviz.engine.fromscratch.positions import positions_experiment
 
     which = _one(layer, layers_and_heads(loaded.model.config)[0], "layer")
     with err.status("Running the model on both word orders, with and without positions…"):
@@ -108,62 +108,4 @@ def positions(layer: OneLayer = Selection.parse("-1", "layer", option="--layer")
 
         page = positions_page(result, loaded.name, which, text)
         say(save_figure(mixed_figure(page, cmap=cmap), output_path(output, f"{page.name}.png")),
-            console=err if as_json else out)
-
-
-@app.command(help="One token in every layer and head: what it attends to (its row of α) and which tokens "
-                  "attend to it (its column), with the heads that link it most strongly to another token.")
-@cli_errors
-@takes(inp=CaptureInput, look=ScaleOptions)
-def token(token: Annotated[Optional[str], typer.Argument(
-              help="The token: its index, its text (case-insensitive) or text#n for the n-th occurrence "
-                   "(after TEXT, or alone with --from).", show_default=False, metavar="TOKEN")] = None,
-          layer: LayerSel = Selection.everything("layer", "--layer"),
-          output: ImageOut = None, as_json: JsonOpt = False, as_csv: CsvOpt = False, cmap: CmapOpt = "viridis",
-          part: SelfPartOpt = None, *, inp: CaptureInput, look: ScaleOptions) -> None:
-    from attnviz.panels import token_links, token_page
-    from attnviz.render.png import FORMATS
-    from attnviz.selection import find_token
-
-    check_output(output, FORMATS)
-    if token is None and inp.source is not None and inp.text is not None:  # attnviz token --from F TOKEN
-        from dataclasses import replace
-
-        token, inp = inp.text, replace(inp, text=None)
-    if token is None:
-        raise typer.BadParameter("give the TOKEN to look at: attnviz token \"TEXT\" TOKEN, or --from FILE TOKEN")
-    capture = inp.capture(part=part, default_part="encoder")
-    if not capture.square:
-        from attnviz.errors import SelectionError
-
-        raise SelectionError("token follows one token through self-attention; for what a target token attends to "
-                             "in the source use attnviz heatmap --part cross --rows N", "--part")
-    if capture.pooled:
-        from attnviz.errors import InputError
-
-        raise InputError("token needs each token's own row of α, and this long input was streamed and pooled; "
-                         "for one token of a long input use attnviz heatmap TEXT --rows N:N+1")
-    i = find_token(capture.tokens, token, option="TOKEN")
-    layers = layer.indices(capture.n_layers)
-    links = token_links(capture, i)
-    if as_json:
-        print_json({"model": capture.model, "tokens": list(capture.tokens), "token": i, "layers": layers,
-                    "attends_to": capture.attentions[layers, :, i, :],
-                    "attended_by": capture.attentions[layers, :, :, i], "strongest_links": links})
-    elif as_csv:  # one row per layer, head and other token: the token's weight on it, and its weight on the token
-        from attnviz.cli.common import emit_records
-
-        emit_records([{"layer": n, "head": h, "other": j, "other_token": capture.tokens[j],
-                       "attends_to": float(capture.attentions[n, h, i, j]),
-                       "attended_by": float(capture.attentions[n, h, j, i])}
-                      for n in layers for h in range(capture.n_heads) for j in range(capture.n_tokens)], False, True)
-    else:
-        from attnviz.render.terminal import token_renderable
-
-        out.print(token_renderable(capture, i, layers, links, width=out.width, color=use_color(), cmap=cmap))
-    if output is not None:
-        from attnviz.render.png import mixed_figure, save_figure
-
-        page = token_page(capture, i, layers, look.choice())
-        say(save_figure(mixed_figure(page, cmap=cmap, ncols=2), output_path(output, f"{page.name}.png")),
             console=err if as_json else out)

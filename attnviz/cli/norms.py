@@ -1,4 +1,5 @@
-"""Beyond raw α: value-weighted norms (Kobayashi et al. 2020) and attention sinks (Gu et al. 2024)."""
+"""Value-weighted norms (Kobayashi et al. 2020) and the attention sinks they judge (Gu et al. 2024): norms,
+sinks."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def _shares(matrix: np.ndarray) -> np.ndarray:
 def _norms(inp: TextSource, what: str = "norms"):
     text = inp.require_text()
     loaded = inp.load_single(what)
-    from attnviz.scratch import norms_capture
+    from attnviz.engine.fromscratch.norms import norms_capture
 
     with err.status("Running the model and recomputing each head's value vectors…"):
         capture, result = norms_capture(loaded, text, truncate=inp.truncate)

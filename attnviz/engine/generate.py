@@ -58,7 +58,10 @@ def generate_capture(loaded, text: str, decoding: Decoding, *, truncate: bool = 
     position; the Capture of prompt + generated tokens, with `generated` flags."""
     import torch
 
-    from attnviz.model import _special_kind, check_memory, encode, layers_and_heads, make_capture, special_ids
+    from attnviz.tokens import special_kind as _special_kind, special_ids
+    from attnviz.engine.memory import check_memory
+    from attnviz.engine.forward import encode, make_capture
+    from attnviz.engine.loading import layers_and_heads
     from attnviz.tokens import readable_tokens
 
     encoded = encode(loaded, text, truncate=truncate)
@@ -171,7 +174,7 @@ def _cache_arg(out) -> dict:
 
 def _rows(alpha: np.ndarray, out, start: int, stop: int, loaded) -> None:
     """Copy the rows start..stop-1 of every layer's attention (1, H, rows, stop) into alpha."""
-    from attnviz.model import attentions_of
+    from attnviz.engine.forward import attentions_of
 
     for layer, weights in enumerate(attentions_of(out, loaded.model, loaded.name)):
         alpha[layer, :, start:stop, :stop] = weights[0].float().cpu().numpy()

@@ -31,7 +31,7 @@ def verify(tolerance: Annotated[Optional[float], typer.Option(
            source: FromOpt = None, as_json: JsonOpt = False, *, inp: TextInput) -> None:
     from attnviz.metrics import differences
     from attnviz.render.tables import verdict, verify_table
-    from attnviz.scratch import capture_both
+    from attnviz.engine.fromscratch.verify import capture_both
 
     if source is not None:
         _verify_capture(source, inp, tolerance, as_json)
@@ -87,7 +87,7 @@ def _verify_capture(source, inp: TextInput, tolerance: float | None, as_json: bo
     from attnviz.errors import InputError
     from attnviz.metrics import differences
     from attnviz.render.tables import verdict, verify_table
-    from attnviz.scratch import capture_both_ids
+    from attnviz.engine.fromscratch.verify import capture_both_ids
 
     if inp.text is not None or inp.text_file is not None:
         raise typer.BadParameter("give either TEXT or --from, not both")
@@ -140,7 +140,7 @@ def _verify_parts(loaded, parts, source, tolerance: float | None, as_json: bool)
 
     from attnviz.metrics import differences
     from attnviz.render.tables import verdict, verify_table
-    from attnviz.scratch import scratch_parts
+    from attnviz.engine.fromscratch.verify import scratch_parts
 
     encoder = parts.part("encoder") if "encoder" in parts.captures else None
     source_side = parts.part("cross").keys if "cross" in parts.captures else None
@@ -214,7 +214,7 @@ def _verify_norms(loaded, text: str, truncate: bool, tolerance: float | None, as
     """The exact check of value-weighted norms: the heads' weighted, projected values add up to the block's
     output (recorded by a hook), per layer; exit 3 outside the tolerance."""
     from attnviz.render.tables import norms_check_table, verdict
-    from attnviz.scratch import norms_capture
+    from attnviz.engine.fromscratch.norms import norms_capture
 
     with err.status("Running the model and recomputing each head's value vectors…"):
         capture, result = norms_capture(loaded, text, truncate=truncate)
@@ -265,7 +265,8 @@ def scaling(output: ImageOut = None, as_json: JsonOpt = False,
             *, inp: TextSource) -> None:
     from attnviz.render.png import FORMATS, save_figure, scaling_figure
     from attnviz.render.tables import scaling_table, synthetic_table
-    from attnviz.scratch import scaling_rows, seq2seq_adapter_for, synthetic_row, synthetic_scaling
+    from attnviz.engine.fromscratch.scaling import scaling_rows, synthetic_row, synthetic_scaling
+    from attnviz.engine.fromscratch.adapters import seq2seq_adapter_for
 
     check_output(output, FORMATS)
     text = inp.require_text()

@@ -59,7 +59,7 @@ def inspect(path: Path) -> GGUFSummary:
     try:
         from gguf import GGUFReader
     except ImportError:
-        from attnviz.offline import GGUF_INSTALL
+        from attnviz.engine.offline import GGUF_INSTALL
 
         raise ModelLoadError(f"reading GGUF files needs the gguf and accelerate packages: {GGUF_INSTALL}") from None
     size = path.stat().st_size

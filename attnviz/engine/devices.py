@@ -1,0 +1,40 @@
+"""The devices and precisions attnviz runs a model in, and the aliases it accepts for them: one definition,
+used by the library and the command line (importing this module imports no torch)."""
+
+from __future__ import annotations
+
+from attnviz.errors import InputError
+
+DEVICES = ("auto", "cpu", "cuda", "mps")
+DTYPES = ("float32", "float16", "bfloat16")
+DEVICE_ALIASES = {"gpu": "cuda"}
+DTYPE_ALIASES = {"fp32": "float32", "f32": "float32", "float": "float32", "fp16": "float16", "f16": "float16",
+                 "half": "float16", "bf16": "bfloat16"}
+
+
+def dtype_name(dtype: str) -> str:
+    """A dtype name or alias (fp16, bf16, any case) as one of DTYPES, or InputError."""
+    name = str(dtype).strip().lower()
+    name = DTYPE_ALIASES.get(name, name)
+    if name not in DTYPES:
+        raise InputError(f"unknown dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
+    return name
+
+
+def pick_device(device: str) -> str:
+    import torch
+
+    device = DEVICE_ALIASES.get(str(device).strip().lower(), str(device).strip().lower())
+    if device not in DEVICES:
+        raise InputError(f"unknown device {device!r}: choose one of {', '.join(DEVICES)}")
+    if device == "auto":
+        if torch.cuda.is_available():
+            return "cuda"
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return "mps"
+        return "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise InputError("--device cuda was asked for, but no CUDA GPU is available here (try --device cpu)")
+    if device == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise InputError("--device mps was asked for, but MPS is not available here (try --device cpu)")
+    return device

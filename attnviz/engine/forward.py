@@ -1,0 +1,182 @@
+"""Text to Capture on the full path: tokenise, run the model once with output_attentions, check what it
+returns, wrap it in a validated Capture.
+
+    text --tokenizer--> input_ids (1, T) --model(eager, output_attentions)--> L x (1, H, T, T) --> Capture
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from attnviz import __version__
+from attnviz.capture import Capture
+from attnviz.engine.loading import LoadedModel, first_line, forward_args
+from attnviz.engine.memory import check_memory
+from attnviz.errors import AttentionCheckError, AttnvizWarning, InputError
+from attnviz.text import is_valid_unicode
+from attnviz.tokens import describe_tokens, special_ids
+
+@dataclass
+class Encoded:
+    """One tokenised input, ready for the model, plus what the Capture needs to know of each token."""
+
+    inputs: dict  # tensors for model(**inputs), batch of 1, on the model's device
+    tokens: list[str]  # readable (T,)
+    token_ids: list[int]
+    special: list[bool]
+    special_kind: list[str]
+    subword: list[bool]
+    dropped: int  # tokens cut by truncation
+    offsets: list | None = None  # each token's (start, end) in the text, (-1, -1) when it has none
+
+
+def check_text(text: str) -> str:
+    """Raise InputError for empty, whitespace-only or undecodable text (cheap: callers use it before
+    loading a model)."""
+    if not isinstance(text, str) or not text.strip():
+        raise InputError("the text is empty: give a sentence to look at, e.g. \"The cat sat on the mat\"")
+    if not is_valid_unicode(text):
+        at = next(i for i, c in enumerate(text) if 0xD800 <= ord(c) <= 0xDFFF)
+        raise InputError(f"the text is not valid UTF-8 (undecodable bytes at character {at}); "
+                         f"save or type it as UTF-8")
+    return text
+
+
+def encode(loaded: LoadedModel, text: str, *, truncate: bool = True, target: bool = False) -> Encoded:
+    """Tokenise `text` for `loaded`; truncate (with a warning) past the model's maximum positions.
+    `target`: as an encoder-decoder model's target text (Marian has a vocabulary of its own for it)."""
+    check_text(text)
+    tok = loaded.tokenizer
+    fast = bool(getattr(tok, "is_fast", False))
+
+    def _call(**extra):
+        given = {"text_target": text} if target else {"text": text}
+        return tok(**given, return_tensors="pt", return_special_tokens_mask=True,
+                   return_offsets_mapping=fast, **extra)
+
+    enc = _call(truncation=False)
+    n = int(enc["input_ids"].shape[1])
+    limit = loaded.max_positions
+    dropped = 0
+    if limit and n > limit:
+        if not truncate:
+            raise InputError(f"the text is {n} tokens long but {loaded.name} takes at most {limit}; "
+                             f"shorten it, or drop --no-truncate to cut it")
+        enc = _call(truncation=True, max_length=limit)
+        dropped = n - int(enc["input_ids"].shape[1])
+        warnings.warn(f"the text is {n} tokens long; {loaded.name} takes at most {limit}, "
+                      f"so the last {dropped} tokens were dropped", AttnvizWarning, stacklevel=2)
+    ids = enc["input_ids"][0].tolist()
+    word_ids = enc.word_ids(0) if fast else None
+    offsets = enc["offset_mapping"][0].tolist() if fast else [None] * len(ids)
+    described = describe_tokens(tok, text, ids, enc["special_tokens_mask"][0].tolist(), offsets, word_ids)
+    tokens = _label_unknown(loaded, text, described.tokens, ids, described.special, offsets, word_ids)
+
+    inputs = {k: v for k, v in enc.items() if k in forward_args(loaded.model)}
+    inputs = {k: v.to(loaded.device) for k, v in inputs.items()}
+    spans = [(int(o[0]), int(o[1])) if o and o[1] > o[0] and not s else (-1, -1)
+             for o, s in zip(offsets, described.special)]
+    return Encoded(inputs=inputs, tokens=tokens, token_ids=ids, special=described.special,
+                   special_kind=described.kinds, offsets=spans, subword=described.subword, dropped=dropped)
+
+
+UNKNOWN_HINT = "--model multilingual reads them (about 100 languages, offline)"
+
+
+def _label_unknown(loaded: LoadedModel, text: str, tokens: list[str], ids: list[int], special: list[bool],
+                   offsets: list, word_ids: list | None) -> list[str]:
+    """Each unknown-word token labelled with the text it replaced ([UNK:먹었다]), and one warning saying how
+    many words the model cannot read."""
+    unk = getattr(loaded.tokenizer, "unk_token_id", None)
+    positions = [n for n, (i, s) in enumerate(zip(ids, special)) if i == unk and not s]
+    if unk is None or not positions:
+        return tokens
+    out = list(tokens)
+    lost_text = []
+    for n in positions:
+        span = offsets[n]
+        source = text[span[0]:span[1]] if span and span[1] > span[0] else ""
+        if source:
+            base = out[n][:-1] if out[n].endswith("]") else out[n] + "["
+            out[n] = f"{base}:{source}]"
+            lost_text.append(source)
+    if word_ids is not None:
+        words = {w for w, s in zip(word_ids, special) if w is not None and not s}
+        lost = {word_ids[n] for n in positions if word_ids[n] is not None}
+        share = f"{len(lost)} of {len(words)} words"
+    else:
+        share = f"{len(positions)} of {sum(1 for s in special if not s)} tokens"
+    examples = ", ".join(dict.fromkeys(lost_text[:5]))
+    warnings.warn(f"{share} became {loaded.tokenizer.unk_token} ({examples}): {loaded.name} does not know them, so "
+                  f"they carry no meaning here; {UNKNOWN_HINT}", AttnvizWarning, stacklevel=3)
+    return out
+
+
+def model_attentions(loaded: LoadedModel, encoded: Encoded) -> np.ndarray:
+    """Run the model and return its α, checked, as float32 numpy. (L, H, T, T)"""
+    import torch
+
+    check_memory(loaded, len(encoded.token_ids), streams=True)
+    try:
+        with torch.inference_mode():
+            out = loaded.model(**encoded.inputs, output_attentions=True)
+    except (ValueError, TypeError, RuntimeError, IndexError) as exc:
+        raise AttentionCheckError(f"{loaded.name} could not run on this input: {first_line(exc)}") from None
+    attentions = list(attentions_of(out, loaded.model, loaded.name))
+    del out
+    T = len(encoded.token_ids)
+    for i, layer in enumerate(attentions):
+        if layer.ndim != 4 or layer.shape[0] != 1 or tuple(layer.shape[2:]) != (T, T):
+            raise AttentionCheckError(f"layer {i} attention has shape {tuple(layer.shape)}, expected (1, H, {T}, {T})")
+    result = np.empty((len(attentions), *attentions[0].shape[1:]), np.float32)  # (L, H, T, T)
+    for i in range(len(attentions)):  # one layer at a time, each freed once copied: one copy of α at most
+        result[i] = attentions[i][0].float().cpu().numpy()
+        attentions[i] = None
+    return result
+
+
+def attentions_of(output, model, name: str) -> tuple:
+    """The per-layer attention weights of a forward pass with output_attentions=True, or AttentionCheckError
+    when there are none (SDPA and flash attention return an empty tuple or None)."""
+    attentions = getattr(output, "attentions", None)
+    impl = getattr(model.config, "_attn_implementation", "?")
+    if not attentions or any(layer is None for layer in attentions):
+        raise AttentionCheckError(f"{name} returned no attention weights (attention implementation {impl!r}); "
+                                  f"attnviz needs a model loaded with attn_implementation='eager'")
+    return tuple(attentions)
+
+
+def make_capture(loaded: LoadedModel, encoded: Encoded, attentions: np.ndarray, text: str, *,
+                 source: str = "model") -> Capture:
+    """Wrap α and the token information in a validated Capture."""
+    causal = loaded.causal
+    T = attentions.shape[-1]
+    if causal is None:  # unknown family: judge from α
+        causal = bool(T > 1 and np.abs(np.triu(attentions, k=1)).max() < 1e-6)
+    meta = {
+        "model": loaded.name, "revision": loaded.revision, "device": loaded.device, "dtype": loaded.dtype,
+        "model_type": loaded.model_type, "causal": causal, "text": text, "source": source,
+        "attnviz_version": __version__, "dropped_tokens": encoded.dropped,
+    }
+    unk = getattr(loaded.tokenizer, "unk_token_id", None)
+    if isinstance(unk, int) and unk not in special_ids(loaded.tokenizer):  # so word labels can say [UNK:…] too
+        meta["unk_token_id"] = unk
+    capture = Capture(attentions=attentions, tokens=tuple(encoded.tokens), token_ids=np.asarray(encoded.token_ids),
+                      special=np.asarray(encoded.special, bool), special_kind=tuple(encoded.special_kind),
+                      subword=np.asarray(encoded.subword, bool), meta=meta,
+                      offsets=np.asarray(encoded.offsets, np.int64) if encoded.offsets else None)
+    return capture.validate(atol=row_sum_tolerance(loaded.dtype))
+
+
+def row_sum_tolerance(dtype: str) -> float:
+    """How far a row of α may be from summing to 1: 1e-4 in float32, looser in half precision."""
+    return 1e-4 if dtype == "float32" else 2e-2
+
+
+def capture_text(text: str, loaded: LoadedModel, *, truncate: bool = True) -> Capture:
+    """text -> Capture with the model's own attention weights."""
+    encoded = encode(loaded, text, truncate=truncate)
+    return make_capture(loaded, encoded, model_attentions(loaded, encoded), text)
