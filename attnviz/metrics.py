@@ -666,10 +666,17 @@ def rollout(capture: Capture) -> np.ndarray:
     T = capture.n_tokens
     result = np.eye(T)
     for layer in range(capture.n_layers):
-        a = capture.attentions[layer].astype(np.float64).mean(axis=0) + np.eye(T)  # (T, T)
-        a /= a.sum(axis=-1, keepdims=True)
-        result = a @ result
+        result = rollout_rows(capture.attentions[layer], np.arange(T)) @ result
     return result
+
+
+def rollout_rows(alpha_rows: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """One layer's step of rollout for the query rows at positions `at`: Â = rownorm(mean_h α + I), the
+    identity standing for the residual stream. The full rollout multiplies all of Â; the streamed path
+    multiplies these rows a block at a time. α rows (H, b, T) -> Â rows (b, T), float64."""
+    a = np.asarray(alpha_rows, np.float64).mean(axis=0)  # (b, T)
+    a[np.arange(len(at)), at] += 1.0
+    return a / a.sum(axis=-1, keepdims=True)
 
 
 # --- model vs. from-scratch -----------------------------------------------------------------------

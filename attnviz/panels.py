@@ -590,19 +590,20 @@ def coarsen(panel: Panel, k: int) -> Panel:
     sums to 1), labelled by each group's first cell: for a terminal narrower than a pooled picture."""
     if k <= 1:
         return panel
+    from attnviz.blocks import every, pool_blocks, sum_blocks
+
     R, C = panel.matrix.shape
-    row_groups, col_groups = np.arange(0, R, k), np.arange(0, C, k)
-    summed = np.add.reduceat(np.add.reduceat(panel.matrix.astype(np.float64), row_groups, axis=0), col_groups, axis=1)
-    counts = np.diff(np.append(row_groups, R))[:, None]
+    row_edges, col_edges = every(R, k), every(C, k)
+    row_groups, col_groups = row_edges[:-1], col_edges[:-1]
     hidden = None
     if panel.hidden is not None:
-        visible_cells = np.add.reduceat(np.add.reduceat((~panel.hidden).astype(np.int64), row_groups, axis=0),
-                                        col_groups, axis=1)
+        visible_cells = sum_blocks(sum_blocks((~panel.hidden).astype(np.int64), col_edges, 1), row_edges, 0)
         hidden = visible_cells == 0
     title = (*panel.title, f" · pooled again ×{k} to fit")
     def split(at: int | None) -> int | None:  # kept where it falls between two groups
         return at // k if at is not None and at % k == 0 else None
 
-    return replace(panel, matrix=(summed / counts).astype(np.float32), rows=tuple(panel.rows[i] for i in row_groups),
-                   cols=tuple(panel.cols[j] for j in col_groups), hidden=hidden, title=title,
+    return replace(panel, matrix=pool_blocks(panel.matrix, row_edges, col_edges),
+                   rows=tuple(panel.rows[i] for i in row_groups), cols=tuple(panel.cols[j] for j in col_groups),
+                   hidden=hidden, title=title,
                    row_split=split(panel.row_split), col_split=split(panel.col_split))

@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from attnviz.blocks import pool_blocks
 from attnviz.capture import Capture, Side
 from attnviz.tokens import is_punctuation
 
@@ -68,15 +69,6 @@ def _unknown_word(pieces: Sequence[str], unknown: Sequence[bool] | np.ndarray, w
     return f"{word} {base}:{lost}]" if lost else f"{word} {base}]"
 
 
-def pool_by_edges(alpha: np.ndarray, edges: np.ndarray, key_edges: np.ndarray | None = None) -> np.ndarray:
-    """α (..., T, S) pooled into blocks: rows averaged over each block of `edges`, key columns summed over
-    each block of `key_edges` (default the same), so each pooled row still sums to 1. (..., B, B')"""
-    key_edges = edges if key_edges is None else key_edges
-    summed = np.add.reduceat(np.add.reduceat(np.asarray(alpha, np.float64), key_edges[:-1], axis=-1), edges[:-1],
-                             axis=-2)
-    return (summed / np.diff(edges)[:, None]).astype(np.float32)
-
-
 def to_words(capture: Capture) -> Capture:
     """The same attention between words: a capture whose tokens are words and α is (L, H, W, W)."""
     if capture.meta.get("level") == "word":
@@ -103,7 +95,7 @@ def to_words(capture: Capture) -> Capture:
     words = replace(
         capture,
         keys=keys,
-        attentions=pool_by_edges(capture.attentions, edges, key_edges),
+        attentions=pool_blocks(capture.attentions, edges, key_edges),  # (L, H, W, W')
         tokens=tuple(labels),
         token_ids=capture.token_ids[starts],
         special=capture.special[starts],

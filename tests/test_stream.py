@@ -10,7 +10,8 @@ import pytest
 
 from attnviz.capture import Capture
 from attnviz.metrics import Tokens, head_values, rollout
-from attnviz.engine.stream import Window, pool_edges, stream
+from attnviz.blocks import equal_edges as pool_edges
+from attnviz.engine.stream import Window, stream
 from conftest import one_line_error, run
 
 LONG = " ".join(["The cat sat on the mat. A dog ran in the park!"] * 5)

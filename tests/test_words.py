@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from attnviz.capture import Capture
-from attnviz.words import pool_by_edges, to_words, word_edges
+from attnviz.blocks import pool_blocks
+from attnviz.words import to_words, word_edges
 from conftest import make_capture, run
 
 
@@ -95,9 +96,29 @@ def test_streamed_words_equal_full_words(tiny_model_dir):
     assert max(abs(a[k] - b[k]) for a, b in zip(rows, full) for k in a if isinstance(a[k], float)) < 1e-5
 
 
-def test_pool_by_edges_matches_loops():
+def test_pool_blocks_matches_loops():
     rng = np.random.default_rng(1)
     alpha = rng.dirichlet(np.ones(9), size=(2, 9))
     edges = np.array([0, 1, 4, 5, 9])
     groups = [list(range(a, b)) for a, b in zip(edges[:-1], edges[1:])]
-    np.testing.assert_allclose(pool_by_edges(alpha, edges), words_by_hand(alpha, groups), atol=1e-6)
+    np.testing.assert_allclose(pool_blocks(alpha, edges), words_by_hand(alpha, groups), atol=1e-6)
+
+
+def test_a_picture_pooled_again_to_fit_is_the_same_pooling():
+    """panels.coarsen (a terminal narrower than the picture) pools by blocks.pool_blocks: rows averaged,
+    columns summed, so its rows still sum to 1; checked against loops, and a cell is hidden only where
+    every cell of its group was."""
+    from attnviz.panels import Panel, Scale, coarsen
+
+    rng = np.random.default_rng(2)
+    matrix = rng.dirichlet(np.ones(7), size=7).astype(np.float32)  # (7, 7), rows sum to 1
+    hidden = np.triu(np.ones((7, 7), bool), k=1)  # a causal mask
+    labels = tuple(f"t{i}" for i in range(7))
+    panel = Panel(matrix, labels, labels, hidden, Scale(), ("x",), "x")
+    pooled = coarsen(panel, 3)
+    groups = [[0, 1, 2], [3, 4, 5], [6]]
+    by_hand = np.array([[matrix[np.ix_(r, c)].sum(axis=1).mean() for c in groups] for r in groups])
+    np.testing.assert_allclose(pooled.matrix, by_hand, atol=1e-6)
+    np.testing.assert_allclose(pooled.matrix.sum(axis=1), 1.0, atol=1e-6)
+    assert pooled.rows == ("t0", "t3", "t6") and pooled.hidden.tolist() == [[False, True, True], [False, False, True],
+                                                                            [False, False, False]]

@@ -172,7 +172,9 @@ def _long_rollout(capture, token: str | None, output: str | None, as_json: bool,
     if output is not None:
         from attnviz.render.png import panel_figure, save_figure
 
-        pooled = np.add.reduceat(row, long.edges[:-1])[None, :].astype(np.float32)  # (1, P)
+        from attnviz.blocks import sum_blocks
+
+        pooled = sum_blocks(row, long.edges)[None, :].astype(np.float32)  # (1, P)
         panel = Panel(pooled, (visible(long.tokens[i]),), capture.tokens, None,
                       Scale(0.0, max(float(pooled.max()), 1e-9), "rolled-out attention (sum over the block)"),
                       (f"{short_model(capture.model)} · rollout of token {i}, summed over "

@@ -7,8 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from attnviz.cli.common import (CmapOpt, ImageOut, JsonOpt, OneHead, OneLayer, TextSource, app, check_output, cli_errors,
-                                err, out, output_path, print_json, say, takes, use_color, whole_number)
+from attnviz.cli.common import (CmapOpt, ImageOut, JsonOpt, OneHead, OneLayer, TextSource, app, check_output,
+                                cli_errors, err, out, output_path, print_json, say, takes, use_color, whole_number)
 from attnviz.selection import Selection
 
 TokenOpt = Annotated[Optional[str], typer.Option(

@@ -14,14 +14,14 @@ registry's own row functions, so the numbers are the full path's (tests: within 
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from attnviz.metrics import Accumulator, Rows, Tokens, all_metrics
+from attnviz.blocks import equal_edges, sum_blocks
+from attnviz.metrics import Accumulator, Rows, Tokens, all_metrics, rollout_rows
 from attnviz.engine.hooks import recording_inputs
 from attnviz.engine.fromscratch.adapters import adapter_for, layer_qkv
 from attnviz.engine.fromscratch.formula import attention_weights
@@ -56,12 +56,6 @@ class Streamed:
     block: int
     rollout: dict[int, np.ndarray] = field(default_factory=dict)
     window: np.ndarray | None = None
-
-
-def pool_edges(T: int, pool: int = DEFAULT_POOL) -> tuple[np.ndarray, int]:
-    """Block starts for pooling T tokens to at most `pool` blocks of equal size (the last may be shorter)."""
-    block = max(1, math.ceil(T / max(pool, 1)))
-    return np.append(np.arange(0, T, block), T), block
 
 
 def _give_back_memory() -> None:
@@ -163,7 +157,7 @@ class _Run:
         if edges is not None:  # blocks of the caller's choosing (words), not equal ones
             self.edges, self.block = np.asarray(edges, np.int64), int(np.diff(edges).max())
         else:
-            self.edges, self.block = pool_edges(T, pool)
+            self.edges, self.block = equal_edges(T, pool)
         P = len(self.edges) - 1
         self.block_of = np.repeat(np.arange(P), np.diff(self.edges))  # (T,) pooled block of each token
         self.per_layer: list[dict] = [{} for _ in range(L)]
@@ -193,15 +187,14 @@ class _Run:
             del alpha
             at = queries.cpu().numpy()
             acc.add(Rows(rows, at, self.tokens))
-            key_blocks = np.add.reduceat(rows, self.edges[:-1], axis=-1)  # (H, b, P): key columns summed per block
+            # blocks.pool_blocks, a block of rows at a time: key columns summed per block, rows summed here and
+            # divided by the block's size at the end
+            key_blocks = sum_blocks(rows, self.edges, -1)  # (H, b, P)
             ids = self.block_of[at]  # (b,) sorted: the rows of a query block are consecutive
             firsts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
-            self.pooled[layer][:, ids[firsts]] += np.add.reduceat(key_blocks, firsts, axis=1).astype(np.float32)
+            self.pooled[layer][:, ids[firsts]] += sum_blocks(key_blocks, np.r_[firsts, len(at)], 1).astype(np.float32)
             if self.rollout_tokens:
-                mean = rows.mean(axis=0)  # (b, T): the mean over heads
-                mean[np.arange(len(at)), at] += 1.0  # + I, for the residual stream
-                mean /= mean.sum(axis=-1, keepdims=True)
-                rolled += self.vectors[:, at] @ mean
+                rolled += self.vectors[:, at] @ rollout_rows(rows, at)  # (k, T)
             if self.window is not None and layer in self.window.layers:
                 inside = np.nonzero(np.isin(self.window.rows, at))[0]
                 if len(inside) and self.kept is not None:
