@@ -14,6 +14,48 @@ def test_version_and_help():
     assert result.exit_code == 0 and "heatmap" in result.stdout and "capture" in result.stdout
 
 
+def test_the_top_level_help_loads_no_command_module_and_nothing_heavy():
+    """`attnviz --help` lists every command from attnviz.cli.COMMANDS without importing a command's module
+    (nor numpy, matplotlib, torch); running one command imports its module only."""
+    import json
+    import subprocess
+    import sys
+
+    probe = ("import sys, json; sys.argv = ['attnviz'] + {args!r}\nfrom attnviz.cli import main\ntry: main()\n"
+             "except SystemExit: pass\nprint(json.dumps(sorted(m for m in sys.modules if m.startswith('attnviz.cli.') "
+             "or m in ('numpy', 'matplotlib', 'torch', 'transformers'))), file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", probe.format(args=["--help"])], capture_output=True, text=True)
+    from attnviz.cli import COMMANDS
+
+    assert all(name in done.stdout for name in COMMANDS)
+    assert json.loads(done.stderr.strip().splitlines()[-1]) == ["attnviz.cli.common"]
+    done = subprocess.run([sys.executable, "-c", probe.format(args=["explain", "entropy"])], capture_output=True,
+                          text=True)
+    loaded = json.loads(done.stderr.strip().splitlines()[-1])
+    assert "entropy" in done.stdout and {m for m in loaded if m.startswith("attnviz.cli.")} == {
+        "attnviz.cli.common", "attnviz.cli.stats"}
+
+
+def test_the_command_table_is_what_the_modules_register():
+    """Each name in COMMANDS is registered by the module the table names, and no module registers a command
+    the table (and so `attnviz --help`) does not list."""
+    import importlib
+
+    import typer.main
+
+    from attnviz.cli import COMMANDS, app
+
+    for module in {module for module, _ in COMMANDS.values()}:
+        importlib.import_module(f"attnviz.cli.{module}")
+    home = {info.name or typer.main.get_command_name(info.callback.__name__): info.callback.__module__
+            for info in app.registered_commands}
+    for name, (module, summary) in COMMANDS.items():
+        assert home.get(name) == f"attnviz.cli.{module}", name
+        assert summary.endswith(".") and len(summary) < 90
+    registered = [info.name or typer.main.get_command_name(info.callback.__name__) for info in app.registered_commands]
+    assert sorted(registered) == sorted(COMMANDS)
+
+
 @pytest.fixture(scope="module")
 def saved_capture(tmp_path_factory, tiny_model_dir):
     path = tmp_path_factory.mktemp("cap") / "gpt2.npz"

@@ -8,7 +8,6 @@ import math
 import numpy as np
 import pytest
 
-from attnviz.cli import app
 from conftest import one_line_error, run, SENTENCE, make_capture
 
 
@@ -254,10 +253,9 @@ def test_only_one_warning_for_missing_glyphs(tmp_path):
 
 
 def command_options():
-    import typer.main
+    from attnviz.cli import command_group
 
-    group = typer.main.get_command(app)
-    return {name: {p.name: p for p in command.params} for name, command in group.commands.items()}
+    return {name: {p.name: p for p in command.params} for name, command in command_group().commands.items()}
 
 
 SHARED = ("model", "revision", "device", "dtype", "trust_remote_code", "no_truncate", "text_file", "source", "layer",

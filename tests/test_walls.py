@@ -368,11 +368,9 @@ def test_one_layer_and_head_commands_say_so_before_loading(command, args):
 
 
 def commands() -> list[str]:
-    import typer.main
+    from attnviz.cli import command_group
 
-    from attnviz.cli import app
-
-    return sorted(typer.main.get_command(app).commands)
+    return sorted(command_group().commands)
 
 
 @pytest.mark.parametrize("command", commands())

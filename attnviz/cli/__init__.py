@@ -1,9 +1,19 @@
 """The `attnviz` command line: one module per group of commands, all on one Typer app."""
 
-from attnviz.cli.common import app
-from attnviz.cli import corpus, export, generate, norms, stats, steps, verify, view  # noqa: F401  (registers the commands)
+from attnviz.cli.common import COMMANDS, AttnvizGroup, app
 
-__all__ = ["app", "main"]
+__all__ = ["COMMANDS", "app", "command_group", "main"]
+
+
+def command_group() -> AttnvizGroup:
+    """The click group of every command, all of them loaded (each command module registers its commands on
+    `app` when imported; the command line imports only the one it runs)."""
+    import typer.main
+
+    group = typer.main.get_command(app)
+    assert isinstance(group, AttnvizGroup)
+    group.load_all()
+    return group
 
 
 def main() -> None:

@@ -21,13 +21,13 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Optional, get_type_hints
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 
 import typer
 from rich.console import Console
 from rich.text import Text
 from typer._click import exceptions as click_errors  # typer ≥ 0.29 carries its own click
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from attnviz import __version__
 from attnviz.progress import Reporter
@@ -60,43 +60,94 @@ def error_line(message: str, label: str = "Error") -> None:
 # --- one-line usage errors ---------------------------------------------------------------------------
 
 
-SHORT_HELP = {
-    "heatmap": "Draw α as a heatmap: PNG/SVG/PDF, or in the terminal (-t).",
-    "token": "One token in every layer and head: what it attends to, who attends to it.",
-    "steps": "One head step by step: Q, K, Q·Kᵀ, ÷√d_k, mask, softmax → α, α·V.",
-    "positions": "Shuffle the words, with and without position embeddings.",
-    "compare": "Layers (or two models) side by side in the terminal.",
-    "heads": "A table of every head's statistics and pattern label.",
-    "entropy": "Mean attention entropy, layers × heads.",
-    "rollout": "Attention rollout: what reaches a token through all layers.",
-    "norms": "Value-weighted norms: what each key actually moves (Kobayashi et al.).",
-    "sinks": "Attention sinks: tokens that soak up attention, and whether they move anything.",
-    "explain": "What every column, label and term means.",
-    "verify": "Recompute α from the model's weights and compare (exit 3 if not equal).",
-    "scaling": "Why divide by √d_k: the softmax with and without it.",
-    "capture": "Save α and tokens as a .npz for --from.",
-    "generate": "A causal LM writes; its attention kept step by step.",
-    "export": "Every head as an image, a grid, the data and an offline gallery.",
-    "view": "An interactive page (one offline HTML file): head, model and matrix views.",
-    "corpus": "Head statistics over many texts, batched; shards merged.",
+# name -> (the module of attnviz.cli that defines it, its line in `attnviz --help`), in the order a newcomer
+# needs them. A command's module is imported only when that command runs (or its own --help is asked for), so
+# the top-level help and every command start without importing the others.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "heatmap": ("view", "Draw α as a heatmap: PNG/SVG/PDF, or in the terminal (-t)."),
+    "token": ("view", "One token in every layer and head: what it attends to, who attends to it."),
+    "steps": ("steps", "One head step by step: Q, K, Q·Kᵀ, ÷√d_k, mask, softmax → α, α·V."),
+    "positions": ("steps", "Shuffle the words, with and without position embeddings."),
+    "compare": ("stats", "Layers (or two models) side by side in the terminal."),
+    "heads": ("stats", "A table of every head's statistics and pattern label."),
+    "entropy": ("stats", "Mean attention entropy, layers × heads."),
+    "rollout": ("stats", "Attention rollout: what reaches a token through all layers."),
+    "norms": ("norms", "Value-weighted norms: what each key actually moves (Kobayashi et al.)."),
+    "sinks": ("norms", "Attention sinks: tokens that soak up attention, and whether they move anything."),
+    "explain": ("stats", "What every column, label and term means."),
+    "verify": ("verify", "Recompute α from the model's weights and compare (exit 3 if not equal)."),
+    "scaling": ("verify", "Why divide by √d_k: the softmax with and without it."),
+    "capture": ("view", "Save α and tokens as a .npz for --from."),
+    "generate": ("generate", "A causal LM writes; its attention kept step by step."),
+    "export": ("export", "Every head as an image, a grid, the data and an offline gallery."),
+    "view": ("view", "An interactive page (one offline HTML file): head, model and matrix views."),
+    "corpus": ("corpus", "Head statistics over many texts, batched; shards merged."),
 }
-COMMAND_ORDER = ("heatmap", "token", "steps", "positions", "compare", "heads", "entropy", "rollout", "norms",
-                 "sinks", "explain", "verify", "scaling", "capture", "generate", "export", "view", "corpus")
 
 
 class AttnvizGroup(TyperGroup):
-    """Typer's group, with commands listed in the order a newcomer needs them, plain metavars in help, and
-    every usage error as one line on stderr (exit 2) that says what to do, like every other error."""
+    """Typer's group, with commands listed in the order a newcomer needs them and loaded when used, plain
+    metavars in help, and every usage error as one line on stderr (exit 2) that says what to do, like every
+    other error."""
+
+    _listing = False  # True while the top-level help lists the commands (their one line is enough)
 
     def list_commands(self, ctx):
-        names = list(self.commands)
-        return sorted(names, key=lambda n: COMMAND_ORDER.index(n) if n in COMMAND_ORDER else len(COMMAND_ORDER))
+        return [*COMMANDS, *(n for n in self.commands if n not in COMMANDS)]
+
+    def get_command(self, ctx, name):
+        if name not in self.commands and name in COMMANDS:
+            if self._listing:
+                return TyperCommand(name=name, short_help=COMMANDS[name][1], help=COMMANDS[name][1])
+            self._load(COMMANDS[name][0])
+        command = self.commands.get(name)
+        if command is not None:  # built here, or by Typer when the module was imported before the group was made
+            _plain_metavars(command)
+            if name in COMMANDS:
+                command.short_help = COMMANDS[name][1]
+        return command
+
+    def _load(self, module: str) -> None:
+        """Import a command module (it registers its commands on `app`) and build the commands it added."""
+        import importlib
+
+        import typer.main
+
+        importlib.import_module(f"attnviz.cli.{module}")
+        for info in app.registered_commands:
+            name = info.name or typer.main.get_command_name(info.callback.__name__)  # type: ignore[union-attr]
+            if name in self.commands:
+                continue
+            self.commands[name] = typer.main.get_command_from_info(
+                info, pretty_exceptions_short=app.pretty_exceptions_short, rich_markup_mode=app.rich_markup_mode)
+
+    def load_all(self) -> MutableMapping:
+        """Every command, built (for tests and tools that look at all of them)."""
+        for name in self.list_commands(None):
+            self.get_command(None, name)
+        return self.commands
+
+    def format_help(self, ctx, formatter) -> None:
+        self._listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self._listing = False
+
+    def resolve_command(self, ctx, args):
+        try:
+            return super().resolve_command(ctx, args)
+        except click_errors.UsageError as exc:  # Typer suggests from the commands loaded so far: suggest from all
+            if args and "Did you mean" not in exc.message:
+                import difflib
+
+                matches = difflib.get_close_matches(args[0], list(COMMANDS))
+                if matches:
+                    exc.message = f"{exc.message.rstrip('.')}. Did you mean {', '.join(map(repr, matches))}?"
+            raise
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):  # type: ignore[override]
-        for name, command in [("", self), *self.commands.items()]:
-            _plain_metavars(command)
-            if name in SHORT_HELP:
-                command.short_help = SHORT_HELP[name]
+        _plain_metavars(self)
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
         try:
@@ -646,6 +697,21 @@ def with_progress(what: str, total: int, run: Callable):
         return run(step)
 
 
+@functools.cache
+def _group_parameters(cls: type) -> tuple[list[inspect.Parameter], list[inspect.Parameter]]:
+    """An option group's fields as keyword parameters: (arguments, options). Once per group: evaluating the
+    annotations is most of what defining the commands costs at start-up."""
+    hints = get_type_hints(cls, include_extras=True)
+    arguments: list[inspect.Parameter] = []
+    options: list[inspect.Parameter] = []
+    for f in dataclasses.fields(cls):
+        metadata = getattr(hints[f.name], "__metadata__", ())
+        is_argument = any(type(m).__name__ == "ArgumentInfo" for m in metadata)
+        (arguments if is_argument else options).append(
+            inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=hints[f.name]))
+    return arguments, options
+
+
 def takes(**groups: type) -> Callable:
     """Decorator: add the fields of each option-group dataclass to the command's options, and pass each
     group to the command as one object (the way simonw/llm shares option groups through decorators)."""
@@ -657,12 +723,9 @@ def takes(**groups: type) -> Callable:
         arguments: list[inspect.Parameter] = []
         options: list[inspect.Parameter] = []
         for cls in groups.values():
-            hints = get_type_hints(cls, include_extras=True)
-            for f in dataclasses.fields(cls):
-                metadata = getattr(hints[f.name], "__metadata__", ())
-                is_argument = any(type(m).__name__ == "ArgumentInfo" for m in metadata)
-                (arguments if is_argument else options).append(
-                    inspect.Parameter(f.name, keyword, default=f.default, annotation=hints[f.name]))
+            group_arguments, group_options = _group_parameters(cls)
+            arguments += group_arguments
+            options += group_options
         params = arguments + own + options  # TEXT comes first on the command line, the shared options last
 
         @functools.wraps(func)

@@ -3,18 +3,22 @@ sinks."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import numpy as np
 import typer
 
 from attnviz.cli.common import (CmapOpt, CsvOpt, HeadSel, ImageOut, JsonOpt, LayerSel, TextSource, app,
                                 check_output, cli_errors, emit_records, err, out, output_path, print_json, say, takes)
 from attnviz.selection import Selection
 
+if TYPE_CHECKING:
+    import numpy as np
+
 
 def _shares(matrix: np.ndarray) -> np.ndarray:
     """Rows made distributions (each divided by its sum). (..., T, T)"""
+    import numpy as np
+
     totals = matrix.sum(-1, keepdims=True)
     return np.divide(matrix, totals, out=np.zeros_like(matrix, dtype=np.float64), where=totals > 0)
 
@@ -40,6 +44,8 @@ def norms(layer: LayerSel = Selection.parse("-1", "layer", option="--layer"),
           output: ImageOut = None, as_json: JsonOpt = False, as_csv: CsvOpt = False, cmap: CmapOpt = "viridis",
           *, inp: TextSource) -> None:
     from dataclasses import replace
+
+    import numpy as np
 
     from attnviz.panels import Page, attention_panels, short_model, text_subtitle
     from attnviz.render.png import FORMATS
@@ -87,6 +93,8 @@ def sinks(threshold: Annotated[float, typer.Option(
               metavar="NUMBER")] = 0.3,
           output: ImageOut = None, cmap: CmapOpt = "viridis",
           as_json: JsonOpt = False, as_csv: CsvOpt = False, *, inp: TextSource) -> None:
+    import numpy as np
+
     from attnviz.metrics import Tokens, sink_scores
     from attnviz.panels import short_model
     from attnviz.render.png import FORMATS

@@ -12,7 +12,7 @@ from attnviz.cli.common import (CaptureInput, CmapOpt, CsvOpt, HeadSel, ImageOut
                                 PartOpt, RowsOpt, ScaleOptions, SelfPartOpt, StartOpt, app, check_output, cli_errors,
                                 emit_records, err, out, output_path, print_json, say, selection_parser, takes,
                                 use_color)
-from attnviz.render.png import FORMATS  # numpy-only at import; matplotlib loads on use
+from attnviz.render import FORMATS
 from attnviz.selection import Selection
 
 ALL_LAYERS = Selection.everything("layer", "--layer")
@@ -248,7 +248,6 @@ def compare(layer: Annotated[Optional[Selection], typer.Option(
     from attnviz.errors import CaptureMismatchError
     from attnviz.metrics import matrix_summary
     from attnviz.panels import Page, apply_scale, attention_panels, short_model, text_subtitle
-    from attnviz.render.png import FORMATS
     from attnviz.text import visible
 
     check_output(output, FORMATS)

@@ -18,12 +18,12 @@ import numpy as np
 
 from attnviz.capture import Capture, check_suffix
 from attnviz.files import atomic_output
+from attnviz.render import FORMATS
 from attnviz.panels import HeadChoice, Page, Panel, Scale, grid_title, heatmap_page, short_model
 from attnviz.render.colors import DEFAULT_CMAP, colormap, rgb, text_on
 from attnviz.render.fonts import families_for
 from attnviz.text import cells
 
-FORMATS = (".png", ".svg", ".pdf")
 MAX_MATRIX_IN = 16.0  # a single heatmap's matrix is never wider than this (inches)
 MIN_FONT_PT = 5.0  # below this, labels are thinned (every k-th token) instead of shrunk
 MIN_VALUE_PT = 6.5  # below this (about 9 pixels at 100 dpi) cell values are not written, and a note says so
