@@ -98,7 +98,7 @@ def test_stops_at_the_end_of_sequence_token(lm, monkeypatch):
     loaded = lm("gpt2")
     eos = loaded.tokenizer.eos_token_id
     chosen = iter([11, 12, eos, 13])
-    monkeypatch.setattr(gen, "_choose", lambda logits, decoding, generator: next(chosen))
+    monkeypatch.setattr(gen, "choose_token", lambda logits, decoding, generator: next(chosen))
     capture = generate_capture(loaded, PROMPT, Decoding(max_new_tokens=10))
     assert capture.token_ids[capture.prompt_length:].tolist() == [11, 12]  # the EOS itself is not appended
     assert capture.meta["stopped"] == "eos"

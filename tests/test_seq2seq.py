@@ -106,7 +106,7 @@ def test_writing_stops_at_the_end_of_sequence_token(s2s, monkeypatch):
     loaded = s2s("bart")
     eos = loaded.tokenizer.eos_token_id
     chosen = iter([10, 11, eos])
-    monkeypatch.setattr(gen, "_choose", lambda logits, decoding, generator: next(chosen))
+    monkeypatch.setattr(gen, "choose_token", lambda logits, decoding, generator: next(chosen))
     parts = parts_capture(loaded, SOURCE, decoding=Decoding(max_new_tokens=8))
     assert parts.part("decoder").token_ids[1:].tolist() == [10, 11] and parts.meta["stopped"] == "eos"
 

@@ -37,7 +37,7 @@ class Decoding:
         return f"sampled: temperature {self.temperature:g}, top-p {self.top_p:g}, seed {self.seed}"
 
 
-def _choose(logits, decoding: Decoding, generator):
+def choose_token(logits, decoding: Decoding, generator):
     """The next token id from the last position's logits (1, V)."""
     import torch
 
@@ -93,7 +93,7 @@ def generate_capture(loaded, text: str, decoding: Decoding, *, truncate: bool = 
                                output_attentions=True)
             _rows(alpha, out, 0, P, loaded)
             for step in range(room):
-                next_id = _choose(out.logits[:, -1], decoding, generator)
+                next_id = choose_token(out.logits[:, -1], decoding, generator)
                 if next_id in eos:
                     stopped = "eos"
                     break
@@ -101,7 +101,7 @@ def generate_capture(loaded, text: str, decoding: Decoding, *, truncate: bool = 
                 new_ids.append(next_id)
                 out = loaded.model(input_ids=torch.tensor([[next_id]], device=device),
                                    attention_mask=torch.ones((1, t + 1), dtype=ids.dtype, device=device),
-                                   **_cache_arg(out), use_cache=True, output_attentions=True)
+                                   **cache_argument(out), use_cache=True, output_attentions=True)
                 _rows(alpha, out, t, t + 1, loaded)
                 if on_step is not None:
                     on_step(1)
@@ -111,7 +111,7 @@ def generate_capture(loaded, text: str, decoding: Decoding, *, truncate: bool = 
     alpha = np.ascontiguousarray(alpha[:, :, :T, :T])
     marked = special_ids(tok)
     raw = tok.convert_ids_to_tokens(new_ids)
-    generated_text, spans = _written(tok, encoded.token_ids, new_ids, len(text))
+    generated_text, spans = written_spans(tok, encoded.token_ids, new_ids, len(text))
     special = [i in marked for i in new_ids]
     previous_special = [encoded.special[-1], *special[:-1]]
     subword = [not r.startswith(("Ġ", "▁", "Ċ")) and not s and not before and not tok.decode([i]).startswith(" ")
@@ -137,7 +137,8 @@ def generate_capture(loaded, text: str, decoding: Decoding, *, truncate: bool = 
 SPAN_LIMIT = 2048  # new tokens up to which each one's span of the text is worked out (one decode per token)
 
 
-def _written(tok, prompt_ids: list[int], new_ids: list[int], prompt_chars: int) -> tuple[str, list[tuple[int, int]]]:
+def written_spans(tok, prompt_ids: list[int], new_ids: list[int], prompt_chars: int
+                  ) -> tuple[str, list[tuple[int, int]]]:
     """The generated text as it continues the prompt (decoded together with the prompt ids, so a leading
     space is kept), and each new token's (start, end) in prompt + generated text, (-1, -1) where a token
     has no span of its own (a piece of a multi-byte character)."""
@@ -165,7 +166,7 @@ def _written(tok, prompt_ids: list[int], new_ids: list[int], prompt_chars: int) 
     return written, spans
 
 
-def _cache_arg(out) -> dict:
+def cache_argument(out) -> dict:
     """The returned KV cache, passed back under the name this transformers version takes (5.x: `cache`)."""
     if getattr(out, "cache", None) is not None:
         return {"cache": out.cache}

@@ -93,7 +93,7 @@ def _written(loaded, encoded, source_side: Side, decoding, meta: dict, on_step) 
     import torch
     from transformers.modeling_outputs import BaseModelOutput
 
-    from attnviz.engine.generate import _cache_arg, _choose, _written as written_spans
+    from attnviz.engine.generate import cache_argument, choose_token, written_spans
     from attnviz.tokens import special_kind as _special_kind, special_ids
     from attnviz.engine.memory import check_parts_memory
     from attnviz.engine.loading import part_shapes
@@ -132,14 +132,14 @@ def _written(loaded, encoded, source_side: Side, decoding, meta: dict, on_step) 
                     cross[layer, :, t] = c[0, :, -1].float().cpu().numpy()
                 if t == room:
                     break
-                next_id = _choose(out.logits[:, -1], decoding, generator)
+                next_id = choose_token(out.logits[:, -1], decoding, generator)
                 if next_id in eos:
                     stopped = "eos"
                     break
                 new_ids.append(next_id)
                 t += 1
                 out = loaded.model(encoder_outputs=memory, attention_mask=encoded.inputs.get("attention_mask"),
-                                   decoder_input_ids=torch.tensor([[next_id]], device=device), **_cache_arg(out),
+                                   decoder_input_ids=torch.tensor([[next_id]], device=device), **cache_argument(out),
                                    use_cache=True, output_attentions=True)
                 if on_step is not None:
                     on_step(1)
