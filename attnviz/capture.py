@@ -188,15 +188,23 @@ class Capture:
         ‖α_ij f_h(x_j)‖, Kobayashi et al. 2020)."""
         return str(self.meta.get("quantity", "alpha"))
 
+    @property
+    def sinks(self) -> bool:
+        """The family has per-head sink logits (gpt-oss): each row's weights over the real keys sum to 1 − s,
+        s the share the sink logit took."""
+        return bool(self.meta.get("sinks", False))
+
     def as_distribution(self) -> Capture:
-        """The capture with every row a distribution over keys: α itself, or for norms each row divided by
-        its sum (the share of the query's update that comes from each key)."""
-        if self.quantity != "norm":
+        """The capture with every row a distribution over keys: α itself; for norms each row divided by its
+        sum (the share of the query's update that comes from each key); with sink logits each row divided by
+        what the real keys kept (the shares among them)."""
+        if self.quantity != "norm" and not self.sinks:
             return self
         a = self.attentions.astype(np.float64)
         totals = a.sum(axis=-1, keepdims=True)
         shares = np.divide(a, totals, out=np.zeros_like(a), where=totals > 0).astype(np.float32)
-        return replace(self, attentions=shares, meta={**self.meta, "quantity": "norm share"})
+        quantity = "norm share" if self.quantity == "norm" else "alpha share"
+        return replace(self, attentions=shares, meta={**self.meta, "quantity": quantity, "sinks": False})
 
     @property
     def pooled(self) -> bool:
@@ -310,7 +318,12 @@ class Capture:
             low, high = float(layer.min()), float(layer.max())
             if low < -atol or (high > 1 + atol and not norms):
                 raise AttentionCheckError(f"attention weights outside [0, 1]: min {low:.3g}, max {high:.3g}")
-            worst = 0.0 if norms else float(np.abs(layer.sum(axis=-1, dtype=np.float64) - 1.0).max())
+            sums = layer.sum(axis=-1, dtype=np.float64)  # (H, T)
+            if self.sinks:  # the sink logit takes a share: rows sum to at most 1
+                worst = float(max(sums.max() - 1.0, 0.0))
+                if worst > atol:
+                    raise AttentionCheckError(f"attention rows sum to more than 1 (by {worst:.3g} > {atol:g})")
+            worst = 0.0 if norms or self.sinks else float(np.abs(sums - 1.0).max())
             if worst > atol:
                 raise AttentionCheckError(f"attention rows do not sum to 1 (worst deviation {worst:.3g} > {atol:g})")
             if upper is not None and upper.any():
@@ -688,7 +701,7 @@ META_TYPES: dict[str, tuple[type, ...]] = {
     "unk_token_id": (int,),
     "level": (str,), "pieces": (int,), "quantity": (str,), "norm_check": (float, int), "prompt": (str,),
     "generated_text": (str,), "decoding": (str,), "stopped": (str,), "part": (str,), "source_text": (str,),
-    "target_text": (str,), "target_source": (str,),
+    "target_text": (str,), "target_source": (str,), "sinks": (bool,),
 }
 
 

@@ -135,11 +135,65 @@ def build_tiny_model(kind: str, folder, *, lm: bool = False, init: float = 0.5):
             model = tf.MistralModel(tf.MistralConfig(sliding_window=None, **cfg))
         else:
             model = tf.Qwen2Model(tf.Qwen2Config(**cfg))
+    elif kind in TODAYS:
+        tokenizer = _bpe_tokenizer("metaspace")
+        model = _todays_model(kind, tokenizer, small)
     else:
         raise ValueError(kind)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+# Today's families, each with what its attention adds switched on and sized to matter on a short text:
+# sliding windows of 4 tokens, alternating with full layers where the family alternates.
+TODAYS = ("mistral-window", "qwen3", "phi3", "gemma2", "gemma3", "smollm3", "olmo2", "cohere2", "gpt_oss",
+          "modernbert")
+WINDOW = 4
+
+
+def _todays_model(kind: str, tokenizer, small: dict):
+    import torch
+    import transformers as tf
+
+    alternating = ["sliding_attention", "full_attention"]
+    cfg = dict(vocab_size=len(tokenizer), num_key_value_heads=2, bos_token_id=tokenizer.bos_token_id,
+               eos_token_id=tokenizer.eos_token_id, pad_token_id=None, max_position_embeddings=128, **small)
+    if kind == "mistral-window":
+        return tf.MistralModel(tf.MistralConfig(sliding_window=WINDOW, **cfg))
+    if kind == "qwen3":
+        return tf.Qwen3Model(tf.Qwen3Config(head_dim=8, **cfg))
+    if kind == "phi3":
+        return tf.Phi3Model(tf.Phi3Config(**cfg))
+    if kind == "gemma2":
+        return tf.Gemma2Model(tf.Gemma2Config(head_dim=8, sliding_window=WINDOW, query_pre_attn_scalar=6,
+                                              attn_logit_softcapping=3.0, final_logit_softcapping=None,
+                                              layer_types=alternating, **cfg))
+    if kind == "gemma3":
+        return tf.Gemma3TextModel(tf.Gemma3TextConfig(head_dim=8, sliding_window=WINDOW, query_pre_attn_scalar=6,
+                                                      layer_types=alternating, **cfg))
+    if kind == "smollm3":
+        return tf.SmolLM3Model(tf.SmolLM3Config(no_rope_layers=[1, 0], **cfg))
+    if kind == "olmo2":
+        return tf.Olmo2Model(tf.Olmo2Config(**cfg))
+    if kind == "cohere2":
+        return tf.Cohere2Model(tf.Cohere2Config(sliding_window=WINDOW, layer_types=alternating, **cfg))
+    if kind == "gpt_oss":
+        model = tf.GptOssModel(tf.GptOssConfig(head_dim=8, sliding_window=WINDOW, layer_types=alternating,
+                                               num_local_experts=4, num_experts_per_tok=2, **cfg))
+        with torch.no_grad():  # sinks of either sign and size, so rows keep between a tenth and all of their mass
+            for layer in model.layers:
+                layer.self_attn.sinks.copy_(torch.linspace(-3.0, 1.5, layer.self_attn.sinks.numel()))
+        return model
+    if kind == "modernbert":
+        return tf.ModernBertModel(tf.ModernBertConfig(
+            vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+            num_attention_heads=4, local_attention=WINDOW, layer_types=["full_attention", "sliding_attention",
+                                                                          "full_attention"],
+            initializer_range=0.5, pad_token_id=tokenizer.unk_token_id, bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id, cls_token_id=tokenizer.bos_token_id,
+            sep_token_id=tokenizer.eos_token_id, max_position_embeddings=128))
+    raise ValueError(kind)
 
 
 def once(make):

@@ -2,7 +2,6 @@
 within 1e-5 wherever both fit: metrics, labels, pooled α, rollout rows, exact windows; for an encoder and
 a causal model, with and without padding in a batch, and on the bundled MiniLM."""
 
-import contextlib
 import json
 
 import numpy as np
@@ -152,25 +151,33 @@ def test_pool_option_and_statistics_only_pass(tiny_model_dir, tmp_path):
 
 
 def test_statistics_only_stream_keeps_no_layer_input(load_tiny, monkeypatch):
+    """Without rollout rows each layer is folded in as the forward pass reaches it (attention call, fold,
+    attention call, fold): no layer's Q and K are kept for later. With rollout rows, every layer is folded
+    after the pass, top to bottom."""
     import attnviz.engine.stream as streaming
     from attnviz.engine.forward import capture_text, encode
 
     loaded = load_tiny("llama")
     capture = capture_text(LONG, loaded)
     encoded = encode(loaded, LONG)
-    kept = []
-    real = streaming.recording_inputs
+    events: list[str] = []
+    real_output, real_layer = streaming.output, streaming._Run.layer
 
-    @contextlib.contextmanager
-    def spy(modules, on_seen=None):
-        with real(modules, on_seen) as seen:
-            kept.append((seen, on_seen))
-            yield seen
+    def output(attention, value, block_bytes):
+        events.append("call")
+        return real_output(attention, value, block_bytes)
 
-    monkeypatch.setattr(streaming, "recording_inputs", spy)
+    def layer(self, n, attention, batch, positions):
+        events.append(f"fold {n}")
+        return real_layer(self, n, attention, batch, positions)
+
+    monkeypatch.setattr(streaming, "output", output)
+    monkeypatch.setattr(streaming._Run, "layer", layer)
     result = stream(loaded.model, encoded.inputs, Tokens.of(capture), pool=1)
-    seen, on_seen = kept[0]
-    assert on_seen is not None and all(record is None for record in seen)  # folded in during the forward pass
+    assert events == ["call", "fold 0", "call", "fold 1"]
+    events.clear()
+    stream(loaded.model, encoded.inputs, Tokens.of(capture), pool=1, rollout_tokens=[0])
+    assert events == ["call", "call", "fold 1", "fold 0"]
     for name, values in head_values(capture).items():
         if values.dtype != object:
             np.testing.assert_allclose(result.values[name], values, atol=1e-5, equal_nan=True, err_msg=name)

@@ -29,14 +29,18 @@ def run_capture(loaded, text: str, *, words: bool, stream: bool | None, part: st
     encoded = encode(loaded, text, truncate=truncate)
     T = len(encoded.token_ids)
     budget = loaded.memory_budget or memory_budget()
-    if stream is False or not (stream or attention_bytes(loaded, T) > budget):
-        check_memory(loaded, T, streams=stream is not False)
+    from attnviz.engine.families import can, require
+
+    streams = can(loaded, "stream")
+    if stream is False or not (stream or attention_bytes(loaded, T) > budget) or (stream is None and not streams):
+        check_memory(loaded, T, streams=stream is not False and streams)  # over the budget: says why, and how
         with reporter.status("Running the model…"):
             full = make_capture(loaded, encoded, model_attentions(loaded, encoded), text)
         return to_words(full) if words else full
-    from attnviz.sizes import size_text
     from attnviz.engine.stream import streamed_words
+    from attnviz.sizes import size_text
 
+    require(loaded, "stream")
     if words:
         from attnviz.words import word_edges
 

