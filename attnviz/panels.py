@@ -8,7 +8,6 @@ characters made visible). numpy only.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from collections.abc import Sequence
 from typing import Any
@@ -451,7 +450,7 @@ def steps_page(steps, capture_tokens: Sequence[str], model: str, text: str = "")
               title=("Q·Kᵀ",), short="scores Q·Kᵀ", cmap="RdBu_r", values=small, **base),
         Panel(matrix=steps.scaled.astype(np.float32), cols=labels, hidden=hidden,
               scale=_signed(np.where(steps.allowed, steps.scaled, 0.0), "score"), title=("Q·Kᵀ / √d_k",),
-              short=f"÷ √d_k = {math.sqrt(steps.d_k):.2f}" + ("  (masked keys: −∞)" if hidden is not None else ""),
+              short=steps.scaling_text + ("  (masked keys: −∞)" if hidden is not None else ""),
               cmap="RdBu_r", values=small, **base),
         Panel(matrix=steps.alpha.astype(np.float32), cols=labels, hidden=hidden,
               scale=Scale(0.0, 1.0, "attention weight α", shared=False), title=("softmax → α",),
@@ -462,8 +461,10 @@ def steps_page(steps, capture_tokens: Sequence[str], model: str, text: str = "")
     ]
     title = (f"{short_model(model)} · layer {steps.layer} · head {steps.head}: "
              f"α = softmax(Q·Kᵀ/√d_k), out = α·V")
-    note = (f"d_k = {steps.d_k}, √d_k = {math.sqrt(steps.d_k):.2f} · this α equals the model's own: "
-            f"max |Δ| = {steps.max_diff:.1e}")
+    note = (f"d_k = {steps.d_k}, scores {steps.scaling_text}"
+            + ("" if steps.sink is None else
+               f", sink logit {steps.sink:.2f} (rows keep {steps.alpha.sum(-1).mean():.2f} of their weight)")
+            + f" · this α equals the model's own: max |Δ| = {steps.max_diff:.1e}")
     return Page(panels=tuple(panels), title=title, name=f"attnviz_steps_layer{steps.layer}_head{steps.head}",
                 notes=(note,), subtitle=("“" + visible(shorten(text, 400)) + "”") if text else "")
 

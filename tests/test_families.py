@@ -195,7 +195,7 @@ def test_an_untested_family_is_told_in_one_line(monkeypatch, tiny_model_dir):
     from attnviz.engine.families import support_line
 
     assert "capture works" in support_line("falcon") and "streaming and verify do not" in support_line("falcon")
-    assert support_line("gemma2").endswith("capture, stream; not verify")
+    assert support_line("t5").endswith("capture, verify; not stream")
     from attnviz.engine import families
 
     monkeypatch.setattr(families, "FAMILIES", tuple(f for f in families.FAMILIES if "gemma2" not in f.model_types))
@@ -216,3 +216,72 @@ def test_an_extra_the_formula_does_not_know_is_refused(load_tiny):
     with pytest.raises(UnsupportedArchitectureError, match="alibi"):
         layer_attention(module, q, q[:, :2], None, {"alibi": torch.zeros(1)})
     assert layer_attention(module, q, q[:, :2], None, {"position_ids": torch.zeros(1), "scaling": 0.5}).scale == 0.5
+
+
+# --- verify: α from the weights, with hand-written adapters ----------------------------------------------
+
+
+@pytest.mark.parametrize("kind", TODAYS)
+def test_verify_recomputes_todays_families_from_the_weights(kind, tiny_model_dir):
+    """The adapters write out QK-norm, fused QKV, 1/√query_pre_attn_scalar, soft-capping, sink logits, sliding
+    windows, local reach and rotary variants; verify passes within its float32 tolerance (1e-5)."""
+    result = run("verify", TEXT, "-m", tiny_model_dir(kind), "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["passed"] and data["max_abs_diff"] < 1e-5
+
+
+WRONG = {  # kind -> (adapter class, method, replacement): one written-out step left out
+    "gemma2": ("GemmaAdapter", "extras", lambda self, module, config, layer: {}),  # scale and soft-capping
+    "gemma3": ("GemmaAdapter", "normed", lambda self, module, q, k, config: (q, k)),  # QK-norm
+    "qwen3": ("Qwen3Adapter", "normed", lambda self, module, q, k, config: (q, k)),
+    "olmo2": ("LlamaAdapter", "project", None),  # OLMo 2's whole-projection norm
+    "smollm3": ("Qwen3Adapter", "rotates", lambda self, config, layer: True),  # rotary everywhere
+    "cohere2": ("Cohere2Adapter", "rotates", lambda self, config, layer: True),
+    "gpt_oss": ("GptOssAdapter", "extras", lambda self, module, config, layer: {}),  # the sinks
+    "mistral-window": ("LlamaAdapter", "window", lambda self, config, layer=0: None),
+    "modernbert": ("ModernBertAdapter", "qkv", None),  # the local reach
+    "phi3": ("Phi3Adapter", "project", None),  # Q, K, V in the wrong order
+}
+
+
+@pytest.mark.parametrize("kind", TODAYS)
+def test_verify_fails_when_a_step_is_left_out(kind, load_tiny, monkeypatch):
+    from attnviz.engine.fromscratch import adapters
+    from attnviz.engine.fromscratch.verify import capture_both
+    from attnviz.metrics import differences
+
+    name, method, replacement = WRONG[kind]
+    cls = getattr(adapters, name)
+    if kind == "olmo2":
+        replacement = adapters.LlamaAdapter.project
+        monkeypatch.setattr(adapters.Qwen3Adapter, "project", replacement)
+    elif kind == "modernbert":
+        real = adapters.LlamaAdapter.qkv
+        monkeypatch.setattr(cls, "qkv", lambda self, module, seen, layer, config: real(self, module, seen, layer, config))
+    elif kind == "phi3":
+        real_project = cls.project
+
+        def swapped(self, module, x, d):
+            q, k, v = real_project(self, module, x, d)
+            return k.repeat_interleave(q.shape[1] // k.shape[1], dim=1), q[:, :k.shape[1]], v
+
+        monkeypatch.setattr(cls, "project", swapped)
+    else:
+        monkeypatch.setattr(cls, method, replacement)
+    reported, recomputed = capture_both(load_tiny(kind), TEXT)
+    assert max(d.max_abs for d in differences(reported, recomputed)) > 1e-3
+
+
+def test_steps_states_what_the_family_adds(tiny_model_dir):
+    """steps shows Gemma 2's scaling and soft-capping, and gpt-oss's sink logit, and still matches the model."""
+    short = "The cat sat on the mat. A dog ran in the park!"  # steps prints every number up to 16 tokens
+    gemma = run("steps", short, "-m", tiny_model_dir("gemma2"), "--layer", "0", "--head", "1",
+                env={"COLUMNS": "150"}, terminal_width=150)
+    assert gemma.exit_code == 0, gemma.output
+    assert "soft-capped 3·tanh(s/3)" in gemma.stdout and "1/√query_pre_attn_scalar" in gemma.stdout
+    oss = run("steps", short, "-m", tiny_model_dir("gpt_oss"), "--layer", "1", "--head", "0", "--token", "5")
+    assert oss.exit_code == 0, oss.output
+    assert "sink logit" in oss.stdout
+    data = json.loads(run("steps", TEXT, "-m", tiny_model_dir("gemma2"), "--json").stdout)
+    assert data["max_abs_diff"] < 1e-5

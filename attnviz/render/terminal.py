@@ -256,10 +256,10 @@ def _number_grid(matrix: np.ndarray, labels: Sequence[str], fmt: str, hidden: np
 def steps_renderable(page, steps, *, width: int = 80, color: bool = True, token: int | None = None) -> Group:
     """One head's computation, in order: Q and K, Q·Kᵀ, ÷√d_k and the mask, softmax → α, α·V; numbers in
     the cells when they fit, heatmaps otherwise. With `token`, only that query's row, step by step."""
-    import math
 
     labels = page.panels[0].rows
     hidden = page.panels[3].hidden
+    causal = bool(hidden is not None and hidden[np.triu_indices(len(hidden), 1)].all())  # keys after the query hidden
     parts: list = [Text(page.title, style="bold")]
     if page.subtitle:
         parts.append(Text(page.subtitle, style="dim"))
@@ -274,10 +274,14 @@ def steps_renderable(page, steps, *, width: int = 80, color: bool = True, token:
     if token is not None:
         return Group(*parts, *_token_steps(steps, labels, token, hidden, width))
     for number, panel, fmt, what in ((2, page.panels[2], "{:.1f}", "scores Q·Kᵀ: how well each query matches each key"),
-                                     (3, page.panels[3], "{:.2f}", f"divided by √d_k = {math.sqrt(d_k):.2f}"
-                                      + (" ; keys after the query masked to −∞ (causal)" if hidden is not None else
-                                         " ; no mask: every token sees every key")),
-                                     (4, page.panels[4], "{:.2f}", "softmax of each row → α (each row sums to 1)")):
+                                     (3, page.panels[3], "{:.2f}", f"scaled: {steps.scaling_text}"
+                                      + (" ; keys after the query masked to −∞ (causal)" if causal else
+                                         "" if hidden is not None else " ; no mask: every token sees every key")
+                                      + (f" ; {steps.window}" if steps.window else "")),
+                                     (4, page.panels[4], "{:.2f}", "softmax of each row → α " + (
+                                         "(each row sums to 1)" if steps.sink is None else
+                                         f"(with the sink logit {steps.sink:.2f} as one more key, dropped after: "
+                                         f"rows keep {steps.alpha.sum(-1).mean():.2f} of their weight on average)"))):
         parts.append(Text(f"{number}. {what}", style="cyan"))
         grid = _number_grid(panel.matrix, labels, fmt, panel.hidden, width)
         parts.append(grid if grid is not None else panel_renderable(panel, width=width, color=color, title=False))
@@ -291,14 +295,13 @@ def steps_renderable(page, steps, *, width: int = 80, color: bool = True, token:
 
 def _token_steps(steps, labels, i: int, hidden, width: int) -> list:
     """One query row: its scores with every key, scaled, masked, softmaxed; then the weighted sum."""
-    import math
 
     from rich import box
     from rich.table import Table
 
     label_w = min(max(cells(s) for s in labels), MAX_ROW_LABEL)
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
-    for name in ("key", "q·k", f"÷√{steps.d_k}", "α (softmax)", "model α"):
+    for name in ("key", "q·k", f"÷√{steps.d_k}" if not steps.scaling else "scaled", "α (softmax)", "model α"):
         table.add_column(name, justify="left" if name == "key" else "right", no_wrap=True)
     for j, label in enumerate(labels):
         masked = hidden is not None and hidden[i, j]
@@ -308,8 +311,10 @@ def _token_steps(steps, labels, i: int, hidden, width: int) -> list:
     order = np.argsort(-steps.alpha[i])[:4]
     row_diff = float(np.abs(steps.alpha[i] - steps.model_alpha[i]).max())
     terms = " + ".join(f"{steps.alpha[i, j]:.2f}·v({labels[j]})" for j in order if steps.alpha[i, j] > 0.005)
-    return [Text(f"2–4. the query {labels[i]!r} (token {i}): its scores, ÷ √d_k = {math.sqrt(steps.d_k):.2f}, "
-                 f"softmax", style="cyan"), table,
+    sink = ("" if steps.sink is None else
+            f" (with the head's sink logit {steps.sink:.2f} as one more key, dropped after)")
+    return [Text(f"2–4. the query {labels[i]!r} (token {i}): its scores, {steps.scaling_text}, softmax{sink}",
+                 style="cyan"), table,
             Text("5. its output is the α-weighted sum of the value vectors:", style="cyan"),
             Text(f"   out({labels[i]}) = {terms}{' + …' if len(order) and steps.alpha[i, order[-1]] > 0.005 else ''}"
                  f"   (‖out‖ = {np.linalg.norm(steps.out[i]):.2f})"),

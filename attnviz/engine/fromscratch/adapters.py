@@ -11,16 +11,31 @@ from dataclasses import dataclass
 
 import torch
 
+from attnviz.engine.fromscratch.formula import attention_weights
 from attnviz.engine.hooks import Seen
 from attnviz.errors import UnsupportedArchitectureError
 
 
 @dataclass
 class QKV:
+    """One layer's attention as its family computes it, ready for the formula."""
+
     q: torch.Tensor  # (B, H, T, d_k)
     k: torch.Tensor  # (B, H, T, d_k)   (K/V heads already repeated for grouped-query attention)
     v: torch.Tensor  # (B, H, T, d_v)
     bias: torch.Tensor | None = None  # added to the scaled scores (T5's relative positions), (1, H, T, T_k)
+    scale: float | None = None  # the factor on Q·Kᵀ; None: 1/√d_k
+    softcap: float | None = None  # logit soft-capping c·tanh(s/c) (Gemma 2)
+    sinks: torch.Tensor | None = None  # (H,) per-head sink logits (gpt-oss)
+    window: int | None = None  # causal sliding window: key j visible from query i when i − j < window
+    reach: int | None = None  # bidirectional local attention: key j visible when |i − j| ≤ reach (ModernBERT)
+    mask: torch.Tensor | None = None  # (B, 1, T, T) bool, set by recompute from the key mask and the above
+
+    def alpha(self, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """softmax of this layer's scores, everything the family adds written out. (B, H, T, T_k)"""
+        q, k = (self.q, self.k) if dtype is None else (self.q.to(dtype), self.k.to(dtype))
+        return attention_weights(q, k, self.mask, self.bias, scale=self.scale, softcap=self.softcap,
+                                 sinks=self.sinks)
 
 
 def _split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
@@ -44,7 +59,8 @@ class Adapter:
     def qkv(self, module, seen: Seen, layer: int, config) -> QKV:
         raise NotImplementedError
 
-    def window(self, config) -> int | None:
+    def window(self, config, layer: int = 0) -> int | None:
+        """The causal sliding window of a layer (None: all earlier keys)."""
         return None
 
 
@@ -125,11 +141,25 @@ def rotary_cos_sin(positions: torch.Tensor, head_dim: int, theta: float) -> tupl
     return angles.cos(), angles.sin()
 
 
-class LlamaAdapter(Adapter):
-    """Llama, Mistral, Qwen2: q/k/v_proj (Qwen2 with bias), rotary positions computed from the config,
-    grouped-query attention (each K/V head serves num_heads / num_kv_heads query heads), causal."""
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, *, plus_one: bool = False) -> torch.Tensor:
+    """RMSNorm over the last dimension, in float32: x / √(mean(x²) + eps) · w, with Gemma's w = 1 + weight."""
+    x32 = x.float()
+    normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return (normed * (weight.float() + 1.0 if plus_one else weight.float())).to(x.dtype)
 
-    families = ("llama", "mistral", "qwen2")
+
+def _layer_type(config, layer: int) -> str:
+    types = getattr(config, "layer_types", None)
+    return str(types[layer]) if types else "full_attention"
+
+
+class LlamaAdapter(Adapter):
+    """Llama, Mistral, Qwen2 and the decoders built like them: q/k/v_proj (Qwen2 with bias), rotary positions
+    computed from the config, grouped-query attention (each K/V head serves num_heads / num_kv_heads query
+    heads), causal, a sliding window where the config (or the layer's type) has one. Subclasses change one
+    step each: the projection, a norm on Q and K, the scale, soft-capping, sinks, which layers rotate."""
+
+    families: tuple[str, ...] = ("llama", "mistral", "qwen2")
     causal = True
 
     def modules(self, model):
@@ -138,34 +168,68 @@ class LlamaAdapter(Adapter):
     def out_projections(self, model):
         return [layer.self_attn.o_proj for layer in model.layers]
 
-    def window(self, config):
+    def window(self, config, layer: int = 0) -> int | None:
         window = getattr(config, "sliding_window", None)
         if config.model_type == "qwen2" and not getattr(config, "use_sliding_window", False):
             return None
+        if getattr(config, "layer_types", None) and _layer_type(config, layer) != "sliding_attention":
+            return None
         return window
+
+    def project(self, module, x: torch.Tensor, d: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Q (B, H, T, d), K and V (B, H_kv, T, d) from the module's input x (B, T, D)."""
+        return (_split_heads(module.q_proj(x), module.q_proj.out_features // d),
+                _split_heads(module.k_proj(x), module.k_proj.out_features // d),
+                _split_heads(module.v_proj(x), module.v_proj.out_features // d))
+
+    def normed(self, module, q: torch.Tensor, k: torch.Tensor, config) -> tuple[torch.Tensor, torch.Tensor]:
+        """Q and K after the family's norm, if it has one (QK-norm); (B, H, T, d) each."""
+        return q, k
+
+    def rotates(self, config, layer: int) -> bool:
+        return True
+
+    def extras(self, module, config, layer: int) -> dict:
+        """scale, softcap, sinks: what the family adds to the formula."""
+        return {}
 
     def qkv(self, module, seen, layer, config):
         x = seen.hidden  # (B, T, D)
-        d = module.head_dim
-        q = _split_heads(module.q_proj(x), module.q_proj.out_features // d)  # (B, H, T, d)
-        k = _split_heads(module.k_proj(x), module.k_proj.out_features // d)  # (B, H_kv, T, d)
-        v = _split_heads(module.v_proj(x), module.v_proj.out_features // d)  # (B, H_kv, T, d)
-        cos, sin = self._cos_sin(config, d, x.shape[1], seen)  # (T, d) or (B, T, d)
-        cos, sin = cos.to(device=q.device, dtype=q.dtype), sin.to(device=q.device, dtype=q.dtype)
-        if cos.ndim == 3:
-            cos, sin = cos[:, None], sin[:, None]  # (B, 1, T, d)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
+        d = self.head_dim(module, config)
+        q, k, v = self.project(module, x, d)
+        q, k = self.normed(module, q, k, config)
+        if self.rotates(config, layer):
+            q, k = self.rotated(q, k, config, x.shape[1], seen, layer)
         groups = q.size(1) // k.size(1)
         k = k.repeat_interleave(groups, dim=1)  # (B, H, T, d)
         v = v.repeat_interleave(groups, dim=1)
-        return QKV(q, k, v)
+        return QKV(q, k, v, window=self.window(config, layer), **self.extras(module, config, layer))
+
+    def rotated(self, q, k, config, T: int, seen: Seen, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Q and K with rotary positions: dimension i paired with i + d/2 (rotate_half), as Llama does."""
+        d = q.shape[-1]
+        cos, sin = self._cos_sin(config, d, T, seen, layer)  # (T, d) or (B, T, d)
+        cos, sin = cos.to(device=q.device, dtype=q.dtype), sin.to(device=q.device, dtype=q.dtype)
+        if cos.shape[-1] == d // 2:  # (cos, sin) of each pair once: as rotate_half pairs them, twice
+            cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
+        if cos.ndim == 3:
+            cos, sin = cos[:, None], sin[:, None]  # (B, 1, T, d)
+        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
 
     @staticmethod
-    def _cos_sin(config, head_dim: int, T: int, seen: Seen):
+    def head_dim(module, config) -> int:
+        return int(getattr(module, "head_dim", None) or config.hidden_size // config.num_attention_heads)
+
+    @staticmethod
+    def _cos_sin(config, head_dim: int, T: int, seen: Seen, layer: int = 0):
         rope = getattr(config, "rope_parameters", None) or {}
+        if _layer_type(config, layer) in rope:  # one set of rotary parameters per kind of layer (Gemma 3)
+            rope = rope[_layer_type(config, layer)]
         rope_type = rope.get("rope_type", rope.get("type", "default"))
         theta = rope.get("rope_theta", getattr(config, "rope_theta", 10000.0))
+        if float(getattr(config, "partial_rotary_factor", 1.0) or 1.0) != 1.0:
+            raise UnsupportedArchitectureError("partial rotary embeddings are not supported by the from-scratch "
+                                               "path")
         if rope_type == "default":
             return rotary_cos_sin(torch.arange(T), head_dim, theta)
         if seen.position_embeddings is None:
@@ -174,7 +238,131 @@ class LlamaAdapter(Adapter):
         return seen.position_embeddings  # scaled RoPE: use the (cos, sin) the module itself received
 
 
-ADAPTERS: tuple[Adapter, ...] = (BertAdapter(), DistilBertAdapter(), GPT2Adapter(), LlamaAdapter())
+class Qwen3Adapter(LlamaAdapter):
+    """Qwen3 and SmolLM3's cousin OLMo 2 norm Q and K (QK-norm): Qwen3 each head's d values, OLMo 2 the whole
+    projection before it is split into heads. SmolLM3 leaves rotary positions out of some layers."""
+
+    families = ("qwen3", "olmo2", "smollm3")
+
+    def project(self, module, x, d):
+        if getattr(module.config, "model_type", "") != "olmo2":
+            return super().project(module, x, d)
+        eps = module.config.rms_norm_eps
+        q = rms_norm(module.q_proj(x), module.q_norm.weight, eps)  # (B, T, H·d): over the whole projection
+        k = rms_norm(module.k_proj(x), module.k_norm.weight, eps)
+        return (_split_heads(q, q.shape[-1] // d), _split_heads(k, k.shape[-1] // d),
+                _split_heads(module.v_proj(x), module.v_proj.out_features // d))
+
+    def normed(self, module, q, k, config):
+        if config.model_type != "qwen3":
+            return q, k
+        eps = config.rms_norm_eps
+        return rms_norm(q, module.q_norm.weight, eps), rms_norm(k, module.k_norm.weight, eps)  # per head
+
+    def rotates(self, config, layer):
+        no_rope = getattr(config, "no_rope_layers", None)
+        return not (config.model_type == "smollm3" and no_rope is not None and not no_rope[layer])
+
+
+class Phi3Adapter(LlamaAdapter):
+    """Phi-3: one fused qkv_proj, Q then K then V along its output."""
+
+    families = ("phi3",)
+
+    def project(self, module, x, d):
+        qkv = module.qkv_proj(x)  # (B, T, (H + 2·H_kv)·d)
+        H, H_kv = module.config.num_attention_heads, module.config.num_key_value_heads
+        q, k, v = qkv.split([H * d, H_kv * d, H_kv * d], dim=-1)
+        return _split_heads(q, H), _split_heads(k, H_kv), _split_heads(v, H_kv)
+
+
+class GemmaAdapter(LlamaAdapter):
+    """Gemma 2 and 3: scores scaled by 1/√query_pre_attn_scalar instead of 1/√d_k; sliding-window layers
+    between full ones; Gemma 2 soft-caps the scaled scores, s ↦ c·tanh(s/c); Gemma 3 norms Q and K per head
+    with Gemma's RMSNorm (weights stored as w − 1)."""
+
+    families = ("gemma2", "gemma3_text")
+
+    def normed(self, module, q, k, config):
+        if config.model_type != "gemma3_text":
+            return q, k
+        eps = config.rms_norm_eps
+        return (rms_norm(q, module.q_norm.weight, eps, plus_one=True),
+                rms_norm(k, module.k_norm.weight, eps, plus_one=True))
+
+    def extras(self, module, config, layer):
+        scale = float(config.query_pre_attn_scalar) ** -0.5
+        softcap = getattr(config, "attn_logit_softcapping", None) if config.model_type == "gemma2" else None
+        return {"scale": scale, "softcap": None if softcap is None else float(softcap)}
+
+
+class GptOssAdapter(LlamaAdapter):
+    """gpt-oss: q/k/v_proj with bias, one sink logit per head that joins each row's softmax and is dropped
+    after it, sliding-window layers between full ones; rotary positions (YaRN) as the module received them."""
+
+    families = ("gpt_oss",)
+
+    def extras(self, module, config, layer):
+        return {"sinks": module.sinks.detach().float()}
+
+
+class Cohere2Adapter(LlamaAdapter):
+    """Cohere 2: rotary positions only in its sliding-window layers (the full layers have none), and
+    interleaved: dimension 2i paired with 2i + 1, not i with i + d/2."""
+
+    families = ("cohere2",)
+
+    def rotates(self, config, layer):
+        return _layer_type(config, layer) == "sliding_attention"
+
+    def rotated(self, q, k, config, T, seen, layer):
+        rope = getattr(config, "rope_parameters", None) or {}
+        if rope.get("rope_type", "default") != "default":
+            raise UnsupportedArchitectureError("rotary scaling is not supported by the from-scratch path for Cohere 2")
+        d = q.shape[-1]
+        inv_freq = 1.0 / (rope.get("rope_theta", 10000.0) ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+        angles = torch.arange(T, dtype=torch.float64)[:, None] * inv_freq[None, :]  # (T, d/2)
+        angles = angles.repeat_interleave(2, dim=-1)  # (T, d): each pair's angle on both of its dimensions
+        cos, sin = angles.cos().to(q.device, q.dtype), angles.sin().to(q.device, q.dtype)
+
+        def rotate_pairs(x: torch.Tensor) -> torch.Tensor:  # (x_2i, x_2i+1) -> (−x_2i+1, x_2i)
+            return torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)
+
+        return q * cos + rotate_pairs(q) * sin, k * cos + rotate_pairs(k) * sin
+
+
+class ModernBertAdapter(LlamaAdapter):
+    """ModernBERT, an encoder: one fused Wqkv (Q, K, V, each split into heads), rotary positions with a theta
+    per kind of layer, every few layers global attention and local attention between them (key j visible from
+    query i when |i − j| ≤ local_attention / 2)."""
+
+    families = ("modernbert",)
+    causal = False
+
+    def modules(self, model):
+        return [layer.attn for layer in model.layers]
+
+    def out_projections(self, model):
+        return [layer.attn.Wo for layer in model.layers]
+
+    def window(self, config, layer: int = 0) -> int | None:
+        return None
+
+    def project(self, module, x, d):
+        B, T, _ = x.shape
+        qkv = module.Wqkv(x).view(B, T, 3, -1, d)  # (B, T, 3, H, d)
+        q, k, v = qkv.unbind(dim=2)  # (B, T, H, d) each
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
+    def qkv(self, module, seen, layer, config):
+        qkv = super().qkv(module, seen, layer, config)
+        if _layer_type(config, layer) == "sliding_attention":
+            qkv.reach = int(config.sliding_window)  # local_attention // 2
+        return qkv
+
+
+ADAPTERS: tuple[Adapter, ...] = (BertAdapter(), DistilBertAdapter(), GPT2Adapter(), LlamaAdapter(), Qwen3Adapter(),
+                                 Phi3Adapter(), GemmaAdapter(), GptOssAdapter(), Cohere2Adapter(), ModernBertAdapter())
 SUPPORTED = tuple(f for a in ADAPTERS for f in a.families)
 
 

@@ -55,16 +55,20 @@ def attention_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | Non
     return alpha[..., :-1] if sinks is not None else alpha  # (..., T_q, T_k): the sink's column dropped
 
 
-def attention_mask(key_mask: torch.Tensor, *, causal: bool, window: int | None = None) -> torch.Tensor:
+def attention_mask(key_mask: torch.Tensor, *, causal: bool, window: int | None = None,
+                   reach: int | None = None) -> torch.Tensor:
     """Which keys each query may see. key_mask: (B, T) 1 for real tokens, 0 for padding.
-    Returns bool (B, 1, T, T): padding keys hidden; for causal models also j > i (and j ≤ i - window)."""
+    Returns bool (B, 1, T, T): padding keys hidden; for causal models also j > i (and, with a sliding
+    window, j ≤ i − window); with a bidirectional `reach`, keys further than it either way (|i − j| > reach)."""
     B, T = key_mask.shape
     allowed = key_mask.bool()[:, None, None, :].expand(B, 1, T, T)  # (B, 1, T, T)
+    i = torch.arange(T, device=key_mask.device)[:, None]
+    j = torch.arange(T, device=key_mask.device)[None, :]
     if causal:
-        i = torch.arange(T, device=key_mask.device)[:, None]
-        j = torch.arange(T, device=key_mask.device)[None, :]
         keep = j <= i  # (T, T)
         if window is not None:
             keep = keep & (i - j < window)
         allowed = allowed & keep
+    if reach is not None:
+        allowed = allowed & ((i - j).abs() <= reach)
     return allowed

@@ -9,7 +9,6 @@ import numpy as np
 import torch
 
 from attnviz.engine.fromscratch.adapters import adapter_for
-from attnviz.engine.fromscratch.formula import attention_weights
 from attnviz.engine.fromscratch.verify import recompute
 from attnviz.errors import UnsupportedArchitectureError
 
@@ -78,7 +77,7 @@ def value_norms(model, inputs: dict) -> Norms:
     key_mask = inputs.get("attention_mask")
     with torch.inference_mode():
         for n, qkv in enumerate(run.layers):  # in float64: the model's own float32 rounding is what remains
-            alpha = attention_weights(qkv.q.double(), qkv.k.double(), run.mask)  # (B, H, T, T)
+            alpha = qkv.alpha(torch.float64)  # (B, H, T, T)
             weight, bias = _out_weight(projections[n])
             weight, bias = weight.double(), None if bias is None else bias.double()
             f = head_outputs(qkv.v.double(), weight)  # (B, H, T, D)

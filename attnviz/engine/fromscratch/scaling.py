@@ -44,12 +44,13 @@ def scaling_rows(loaded, text: str, *, truncate: bool = True) -> tuple[list[Scal
     encoded = encode(loaded, text, truncate=truncate)
     check_memory(loaded, len(encoded.token_ids), copies=3.0)
     if loaded.seq2seq:  # the encoder's self-attention over the source
-        layers, mask = encoder_qk(loaded, encoded.inputs)
+        pairs, source_mask = encoder_qk(loaded, encoded.inputs)
+        layers = [(q, k, source_mask) for q, k in pairs]
     else:
         run = recompute(loaded.model, encoded.inputs)
-        layers, mask = [(qkv.q, qkv.k) for qkv in run.layers], run.mask
+        layers = [(qkv.q, qkv.k, qkv.mask) for qkv in run.layers if qkv.mask is not None]  # each its own mask
     rows, d_k = [], 0
-    for n, (q, k) in enumerate(layers):
+    for n, (q, k, mask) in enumerate(layers):
         d_k = q.size(-1)
         raw = q @ k.transpose(-2, -1)  # (B, H, T, T)
         scaled = raw / math.sqrt(d_k)

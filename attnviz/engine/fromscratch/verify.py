@@ -14,7 +14,7 @@ import torch
 
 from attnviz.capture import Capture
 from attnviz.engine.fromscratch.adapters import QKV, adapter_for, layer_qkv, seq2seq_adapter_for
-from attnviz.engine.fromscratch.formula import attention_mask, attention_weights, scaled_dot_product_attention
+from attnviz.engine.fromscratch.formula import attention_mask, attention_weights
 from attnviz.engine.hooks import Seen, recording_inputs
 from attnviz.errors import UnsupportedArchitectureError
 from attnviz.text import visible
@@ -77,7 +77,7 @@ class Recomputed:
 
     output: object  # the model's own output (with .attentions)
     layers: list[QKV]  # per layer, (B, H, T, d) each
-    mask: torch.Tensor  # (B, 1, T, T) bool, what the core applies
+    mask: torch.Tensor | None  # (B, 1, T, T) bool, layer 0's mask (each layer's is in its QKV)
 
 
 def recompute(model, inputs: dict) -> Recomputed:
@@ -93,15 +93,16 @@ def recompute(model, inputs: dict) -> Recomputed:
     key_mask = inputs.get("attention_mask")
     if key_mask is None:
         key_mask = torch.ones(inputs["input_ids"].shape, device=inputs["input_ids"].device)
-    mask = attention_mask(key_mask, causal=adapter.causal, window=adapter.window(base.config))
-    return Recomputed(output, layers, mask)
+    for qkv in layers:  # each layer's own mask: its sliding window or local reach, if it has one
+        qkv.mask = attention_mask(key_mask, causal=adapter.causal, window=qkv.window, reach=qkv.reach)
+    return Recomputed(output, layers, layers[0].mask)
 
 
 def scratch_attentions(model, inputs: dict) -> tuple[np.ndarray, np.ndarray]:
     """(scratch α, model α), each float32 (L, B, H, T, T), from one forward pass."""
     run = recompute(model, inputs)
     with torch.inference_mode():
-        alphas = [scaled_dot_product_attention(qkv.q, qkv.k, qkv.v, run.mask)[1] for qkv in run.layers]
+        alphas = [qkv.alpha() for qkv in run.layers]
     from attnviz.engine.forward import attentions_of
 
     reported = attentions_of(run.output, model, getattr(model, "name_or_path", "the model"))
