@@ -126,7 +126,8 @@ class HeadTable:
     def _repr_html_(self) -> str:
         from attnviz.metrics import METRICS
 
-        columns = ["layer", "head", "label", *(m.name for m in METRICS)]
+        present = self.records[0] if self.records else {}
+        columns = ["layer", "head", "label", *(m.name for m in METRICS if m.name in present)]
         head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
 
         def cell(value) -> str:

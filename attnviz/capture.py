@@ -252,6 +252,35 @@ class Capture:
         """Cells a causal model cannot attend to (key after query), or None for encoders. (T, T) bool"""
         return causal_mask(self.n_tokens) if self.causal else None
 
+    @property
+    def windows(self) -> list[int] | None:
+        """Per layer, the sliding window of a layer that has one, 0 for full attention (meta "windows"): for a
+        causal model keys w or more tokens back are masked, for an encoder keys more than w away either way.
+        None when the family has none, and for word-level or pooled captures (the windows are in tokens)."""
+        windows = self.meta.get("windows")
+        if not windows or self.meta.get("level") == "word" or self.pooled or self.keys is not None:
+            return None
+        return [int(w) for w in windows]
+
+    def masked(self, layer: int) -> np.ndarray | None:
+        """Cells layer `layer` cannot attend to: the future (causal models) and what its sliding window
+        leaves out. None when nothing is masked. (T, T) bool"""
+        future = self.future_mask
+        windows = self.windows
+        window = windows[layer] if windows else 0
+        if not window:
+            return future
+        return window_mask(self.n_tokens, window, self.causal) | (future if future is not None else False)
+
+    def window_note(self, layer: int) -> str:
+        """The legend of a layer's sliding window, "" for a full layer."""
+        windows = self.windows
+        window = windows[layer] if windows else 0
+        if not window:
+            return ""
+        return (f"sliding window {window}: keys {window}+ back masked" if self.causal else
+                f"local attention ±{window}: keys further away masked")
+
     def keep_mask(self, hide_special: bool = False) -> np.ndarray:
         """Which token positions to show. (T,) bool"""
         return ~self.special if hide_special else np.ones(self.n_tokens, dtype=bool)
@@ -312,7 +341,17 @@ class Capture:
             raise AttentionCheckError(f"special_kind holds {sorted(kinds)[0]!r}; allowed: {allowed}")
         upper = causal_mask(T) if self.causal else None
         norms = self.quantity == "norm"  # value-weighted norms: ≥ 0, rows need not sum to 1
-        for layer in a:  # (H, T, T): one layer at a time keeps temporaries small for large captures
+        windows = self.meta.get("windows")
+        if windows is not None and (not isinstance(windows, list) or len(windows) != a.shape[0] or not all(
+                isinstance(w, int) and not isinstance(w, bool) and 0 <= w <= 1 << 30 for w in windows)):
+            raise AttentionCheckError(f"meta windows must be one whole number ≥ 0 per layer ({a.shape[0]})")
+        sliding = self.windows
+        for n, layer in enumerate(a):  # (H, T, T): one layer at a time keeps temporaries small for large captures
+            if sliding and sliding[n]:
+                leak = float(np.abs(np.where(window_mask(T, sliding[n], self.causal), layer, 0.0)).max())
+                if leak > atol:
+                    raise AttentionCheckError(f"layer {n} attends outside its sliding window of {sliding[n]} "
+                                              f"(max weight {leak:.3g})")
             if not np.isfinite(layer).all():
                 raise AttentionCheckError("attention weights contain NaN or infinity")
             low, high = float(layer.min()), float(layer.max())
@@ -701,7 +740,7 @@ META_TYPES: dict[str, tuple[type, ...]] = {
     "unk_token_id": (int,),
     "level": (str,), "pieces": (int,), "quantity": (str,), "norm_check": (float, int), "prompt": (str,),
     "generated_text": (str,), "decoding": (str,), "stopped": (str,), "part": (str,), "source_text": (str,),
-    "target_text": (str,), "target_source": (str,), "sinks": (bool,),
+    "target_text": (str,), "target_source": (str,), "sinks": (bool,), "windows": (list,),
 }
 
 
@@ -825,6 +864,13 @@ def _check_structured(key: str, value, path: Path) -> None:
         for v in record.values():
             if isinstance(v, str) and not is_valid_unicode(v):
                 raise CaptureFormatError(f"{path}: metadata 'head_stats' is not valid Unicode")
+
+
+def window_mask(T: int, window: int, causal: bool) -> np.ndarray:
+    """True where a sliding window hides key j from query i: i − j ≥ window (causal), |i − j| > window (an
+    encoder's local attention). (T, T) bool"""
+    offset = np.arange(T)[:, None] - np.arange(T)[None, :]  # i − j
+    return offset >= window if causal else np.abs(offset) > window
 
 
 def causal_mask(T: int) -> np.ndarray:

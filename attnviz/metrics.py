@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -91,11 +91,13 @@ class Rows:
     """A block of query rows of every head of one layer: the unit every metric is computed from, whether α
     comes from a capture or is computed a block at a time for a long input.
 
-    alpha (H, b, T) float64: rows `queries` (b,) of α."""
+    alpha (H, b, T) float64: rows `queries` (b,) of α. kept (H, b): for a family with sink logits, what each
+    row kept over the real keys before it was made its shares (alpha then holds the shares); None otherwise."""
 
     alpha: np.ndarray
     queries: np.ndarray
     tokens: Tokens
+    kept: np.ndarray | None = None
 
     def at(self, offset: int) -> np.ndarray:
         """α_i,i+offset for each row, NaN where that key does not exist (and always for cross-attention,
@@ -186,6 +188,7 @@ class Metric:
     columns: Callable[[np.ndarray, Tokens], np.ndarray] | None = None
     when_empty: float = 0.0  # the value when no row counts (every row NaN)
     square_only: bool = False  # compares query and key positions: undefined (NaN, shown "–") for cross-attention
+    optional: bool = False  # left out of tables and records where it does not apply (every value NaN)
 
     def format(self, value) -> str:
         if self.kind == "text":
@@ -253,13 +256,15 @@ def head_values(capture: Capture, metrics: Sequence[Metric] | None = None,
     one block of rows at a time; over the query rows `queries` only, when given (e.g. the generated
     tokens'). (L, H) each"""
     metrics = list(metrics) if metrics is not None else all_metrics()
-    capture = capture.as_distribution()  # norms: each row's shares
+    sinks = capture.sinks
+    raw, capture = capture, capture.as_distribution()  # norms and sink logits: each row's shares
     tokens = Tokens.of(capture)
     per_layer = []
     for layer in range(capture.n_layers):
         acc = Accumulator(metrics, capture.n_heads, tokens)
+        kept = raw.attentions[layer].sum(axis=-1, dtype=np.float64) if sinks else None  # (H, T)
         for rows in row_blocks(capture.attentions[layer], tokens, queries=queries):
-            acc.add(rows)
+            acc.add(rows if kept is None else replace(rows, kept=kept[:, rows.queries]))
         per_layer.append(acc.result())
     return {m.name: np.stack([values[m.name] for values in per_layer]) for m in metrics}
 
@@ -315,9 +320,11 @@ def find_metric(key: str) -> Metric | None:
     return next((m for m in METRICS if key in (m.name, m.header)), None)
 
 
-def columns() -> list[str]:
-    """Record keys in order: layer, head, every registered metric, label."""
-    return ["layer", "head", *(m.name for m in METRICS), "label"]
+def columns(present: dict | None = None) -> list[str]:
+    """Record keys in order: layer, head, every registered metric, label; an optional metric only where the
+    record `present` has it."""
+    return ["layer", "head", *(m.name for m in METRICS if not (m.optional and present is not None
+                                                               and m.name not in present)), "label"]
 
 
 ENTROPY = Metric("entropy", "entropy", "mean over rows of −Σ_j α_ij ln α_ij, in nats (0·ln 0 = 0); uniform over T "
@@ -334,8 +341,13 @@ VERTICAL = Metric("vertical", "vert", "the largest mean weight one key column ge
 MAX_WEIGHT = Metric("max_weight", "max", "mean over rows of max_j α_ij", lambda r: r.alpha.max(axis=-1))
 DISTANCE = Metric("mean_distance", "dist", "mean over rows of Σ_j α_ij·|i − j|, in tokens", _distance_rows, "{:.1f}",
                   square_only=True)
+KEPT = Metric("kept", "kept", "mean over rows of Σ_j α_ij: what a row keeps for the real keys when a per-head sink "
+              "logit (gpt-oss) takes its share; the other statistics use each row's shares of what it kept. "
+              "Shown for such models only",
+              lambda r: r.kept if r.kept is not None else np.full(r.alpha.shape[:2], np.nan),
+              when_empty=float("nan"), optional=True)
 for _metric in (
-    ENTROPY, NORM_ENTROPY, MAX_WEIGHT, DISTANCE, PREV, SELF, NEXT,
+    ENTROPY, NORM_ENTROPY, MAX_WEIGHT, DISTANCE, PREV, SELF, NEXT, KEPT,
     Metric("start_mass", "start", "mean over rows of the weight on [CLS]/BOS keys", lambda r: r.mass("start")),
     Metric("end_mass", "end", "mean over rows of the weight on [SEP]/EOS keys", lambda r: r.mass("end")),
     VERTICAL,
@@ -408,6 +420,8 @@ def records_from_values(values: dict[str, np.ndarray]) -> list[dict]:
         for head in range(H):
             record: dict = {"layer": layer, "head": head}
             for m in METRICS:
+                if m.optional and not np.isfinite(values[m.name]).any():
+                    continue  # does not apply to this model
                 value = values[m.name][layer, head]
                 record[m.name] = str(value) if m.kind == "text" else float(value)
             record["label"] = str(labels[layer, head])
@@ -455,6 +469,10 @@ def check_head_stats(records: list, layers: int, heads: int) -> None:
             raise bad(n, f"repeats layer {layer}, head {head}")
         seen.add((layer, head))
         for m in METRICS:
+            if m.optional and (m.name in record) != (m.name in records[0]):
+                raise bad(n, f"has {m.name!r} where record 0 has not, or the other way round")
+            if m.optional and m.name not in record:
+                continue  # a metric that does not apply to this model
             value = record.get(m.name)
             if m.kind == "text":
                 if not isinstance(value, str):
@@ -544,8 +562,22 @@ TERMS: dict[str, str] = {
     "K": "the keys: each token's hidden state times W_K (plus its bias). k is one row of K.",
     "V": "the values: each token's hidden state times W_V (plus its bias); α·V is what the head outputs.",
     "α·V": "the head's output for each query: the weighted sum of the value vectors, weights α (out in steps).",
-    "mask": "keys a query may not see get −∞ before the softmax, so weight 0: padding, and for causal models "
-            "every later token.",
+    "mask": "keys a query may not see get −∞ before the softmax, so weight 0: padding, for causal models "
+            "every later token, and in a sliding-window layer every key beyond the window.",
+    "sliding window": "a layer that lets query i see only the last w keys (i − j < w; Mistral, Gemma 2/3, "
+                      "gpt-oss, Cohere 2 alternate such layers with full ones); ModernBERT's local layers see the "
+                      "keys within ±w. The keys beyond are masked: blank in every picture, like a causal "
+                      "model's future, and the legend names the window.",
+    "soft-capping": "Gemma 2 squashes each scaled score s to c·tanh(s/c) before the mask and softmax (c = "
+                    "attn_logit_softcapping, e.g. 50): no score beyond ±c, so no head can put all its weight on "
+                    "one key by a huge score. attnviz steps shows the capped scores; verify writes it out.",
+    "sink logit": "gpt-oss gives each head one learned logit that joins every row's softmax as an extra key and "
+                  "is dropped after: a row's weights over the real keys then sum to less than 1 (the 'kept' "
+                  "column). Head statistics use each row's shares of what it kept; pictures show α as it is "
+                  "(rows fainter where the sink took more). Not the same as a sink token (see 'sink').",
+    "query_pre_attn_scalar": "Gemma scales the scores by 1/√query_pre_attn_scalar instead of 1/√d_k.",
+    "QK-norm": "Qwen3, Gemma 3 and OLMo 2 normalise Q and K (RMSNorm) before the scores: per head (Qwen3, Gemma 3) "
+               "or over the whole projection (OLMo 2).",
     "entropy_tokens": "in corpus output: the token-weighted mean entropy, over every query row of every text "
                       "(long texts count more), beside entropy, the mean over texts.",
     "tok-w": "in corpus tables: token-weighted, a mean over every query row of every text rather than over texts.",
@@ -601,7 +633,10 @@ TERM_ALIASES = {"entropy tokens": "entropy_tokens", "token-weighted": "tok-w", "
                 "sinks": "sink", "sink_score": "sink score", "alpha·v": "α·V", "pieces": "piece",
                 "share": "label_share", "α": "alpha", "qkᵀ": "Q·Kᵀ", "QKᵀ": "Q·Kᵀ", "QKᵀ/√d_k": "scaled",
                 "mean |Δ|": "|Δ|", "max |Δ|": "|Δ|", "attends most to (weight)": "attends most to",
-                "by α": "by α", "score": "sink score"}
+                "by α": "by α", "score": "sink score", "window": "sliding window", "sliding": "sliding window",
+                "local attention": "sliding window", "softcap": "soft-capping", "softcapping": "soft-capping",
+                "soft-cap": "soft-capping", "sink logits": "sink logit", "s_aux": "sink logit",
+                "qk-norm": "QK-norm", "qk norm": "QK-norm"}
 
 
 def glossary() -> list[tuple[str, str, str]]:

@@ -241,8 +241,14 @@ def attention_panels(capture: Capture, layers: Sequence[int], heads: Sequence[He
             if not isinstance(head, str):
                 head = capture.head_index(head)
             label = head_label(head, capture.n_heads)
-            panels.append(Panel(matrix=alpha, rows=labels, cols=cols, hidden=hidden, scale=quantity_scale(capture),
-                                title=(f"{model} · layer {layer} · ", label, *extra),
+            layer_hidden, note = hidden, capture.window_note(layer)
+            if note:  # this layer's sliding window, drawn like the causal mask
+                masked = capture.masked(layer)
+                layer_hidden = masked if everything or masked is None else masked[np.ix_(keep, keep)]
+            panels.append(Panel(matrix=alpha, rows=labels, cols=cols, hidden=layer_hidden,
+                                scale=quantity_scale(capture),
+                                title=(f"{model} · layer {layer} · ", label, *extra,
+                                       *((f" · {note}",) if note else ())),
                                 name=head_filename(layer, head), short=f"layer {layer}", layer=layer, head=head,
                                 **axes))
     choice = scale or ScaleChoice()

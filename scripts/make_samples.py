@@ -1,6 +1,6 @@
 """Regenerate sample_outputs/ by running the real `attnviz` command, and list each file with the
 command that made it in sample_outputs/README.md; also rewrite the README's metric table from the registry.
-Usage: python scripts/make_samples.py [--readme]   (--readme: only the README table)"""
+Usage: python scripts/make_samples.py [--readme]   (--readme: only the README tables)"""
 
 from __future__ import annotations
 
@@ -188,17 +188,21 @@ def screenshots(page_path: Path) -> None:
 
 
 def update_readme() -> None:
-    """The README's metric definitions, between its markers, from attnviz.metrics' registry."""
+    """The README's generated tables, each between its markers: the metric definitions from attnviz.metrics'
+    registry, the model families from attnviz/engine/families.py."""
     import re
 
     sys.path.insert(0, str(ROOT))
+    from attnviz.engine.families import markdown_table
     from attnviz.metrics import definitions_markdown
 
     readme = ROOT / "README.md"
     text = readme.read_text(encoding="utf-8")
     block = "<!-- metrics:start -->\n" + definitions_markdown() + "<!-- metrics:end -->"
-    readme.write_text(re.sub(r"<!-- metrics:start -->\n.*?<!-- metrics:end -->", lambda _: block, text, flags=re.S),
-                      encoding="utf-8")
+    text = re.sub(r"<!-- metrics:start -->\n.*?<!-- metrics:end -->", lambda _: block, text, flags=re.S)
+    block = "<!-- families:start -->\n" + markdown_table() + "\n<!-- families:end -->"
+    text = re.sub(r"<!-- families:start -->\n.*?<!-- families:end -->", lambda _: block, text, flags=re.S)
+    readme.write_text(text, encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -188,7 +188,8 @@ def test_the_readme_lists_the_registered_families():
     from attnviz.engine.families import markdown_table
 
     readme = Path(__file__).resolve().parents[1].joinpath("README.md").read_text(encoding="utf-8")
-    assert markdown_table() in readme, "README's family table is stale: python scripts/families_table.py"
+    block = readme.split("<!-- families:start -->\n", 1)[1].split("\n<!-- families:end -->", 1)[0]
+    assert block == markdown_table(), "README's family table is stale: python scripts/make_samples.py --readme"
 
 
 def test_an_untested_family_is_told_in_one_line(monkeypatch, tiny_model_dir):
@@ -257,8 +258,7 @@ def test_verify_fails_when_a_step_is_left_out(kind, load_tiny, monkeypatch):
         replacement = adapters.LlamaAdapter.project
         monkeypatch.setattr(adapters.Qwen3Adapter, "project", replacement)
     elif kind == "modernbert":
-        real = adapters.LlamaAdapter.qkv
-        monkeypatch.setattr(cls, "qkv", lambda self, module, seen, layer, config: real(self, module, seen, layer, config))
+        monkeypatch.setattr(cls, "qkv", adapters.LlamaAdapter.qkv)  # the reach of local layers left out
     elif kind == "phi3":
         real_project = cls.project
 
@@ -269,7 +269,13 @@ def test_verify_fails_when_a_step_is_left_out(kind, load_tiny, monkeypatch):
         monkeypatch.setattr(cls, "project", swapped)
     else:
         monkeypatch.setattr(cls, method, replacement)
-    reported, recomputed = capture_both(load_tiny(kind), TEXT)
+    from attnviz.errors import AttentionCheckError
+
+    try:
+        reported, recomputed = capture_both(load_tiny(kind), TEXT)
+    except AttentionCheckError as exc:  # α outside the window the capture declares: refused before comparing
+        assert "sliding window" in str(exc) and kind in ("mistral-window", "modernbert")
+        return
     assert max(d.max_abs for d in differences(reported, recomputed)) > 1e-3
 
 

@@ -57,9 +57,10 @@ def heads(layer: LayerSel = ALL_LAYERS, head: HeadSel = Selection.everything("he
     records = [r for r in head_records(capture, queries) if r["layer"] in layers and r["head"] in chosen_heads
                and (label is None or r["label"] == label)]
     if key is not None:
-        records.sort(key=lambda r: (r[key] != r[key], r[key]), reverse=desc)  # NaN last (ascending)
+        nan = float("nan")
+        records.sort(key=lambda r: (r.get(key, nan) != r.get(key, nan), r.get(key, nan)), reverse=desc)  # NaN last
     records = records[:top] if top else records
-    if not emit_records(records, as_json, as_csv, columns()):
+    if not emit_records(records, as_json, as_csv, columns(records[0] if records else None)):
         out.print(heads_table(records, f"{_named(capture)}: {len(records)} heads, {_size(capture)}"
                                        f"{_rows_note(rows, queries)}",
                               width=out.width, caption="column definitions: attnviz explain; sort by any column "

@@ -13,7 +13,7 @@ import numpy as np
 
 from attnviz import __version__
 from attnviz.capture import Capture
-from attnviz.engine.families import has_sinks
+from attnviz.engine.families import has_sinks, layer_windows
 from attnviz.engine.loading import LoadedModel, first_line, forward_args
 from attnviz.engine.memory import check_memory
 from attnviz.errors import AttentionCheckError, AttnvizWarning, InputError
@@ -164,6 +164,9 @@ def make_capture(loaded: LoadedModel, encoded: Encoded, attentions: np.ndarray, 
     }
     if has_sinks(loaded.model_type):
         meta["sinks"] = True
+    windows = layer_windows(loaded.model.config, attentions.shape[0])
+    if windows is not None:
+        meta["windows"] = windows
     unk = getattr(loaded.tokenizer, "unk_token_id", None)
     if isinstance(unk, int) and unk not in special_ids(loaded.tokenizer):  # so word labels can say [UNK:…] too
         meta["unk_token_id"] = unk

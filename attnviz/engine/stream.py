@@ -164,7 +164,7 @@ class _Run:
             rows = alpha.double().cpu().numpy()  # (H, b, T)
             del alpha
             shares = rows if attention.sinks is None else _shares(rows)  # as the full path's as_distribution()
-            acc.add(Rows(shares, at, self.tokens))
+            acc.add(Rows(shares, at, self.tokens, None if attention.sinks is None else rows.sum(axis=-1)))
             # blocks.pool_blocks, a block of rows at a time: key columns summed per block, rows summed here and
             # divided by the block's size at the end
             key_blocks = sum_blocks(rows, self.edges, -1)  # (H, b, P)

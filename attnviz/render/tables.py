@@ -70,9 +70,10 @@ def head_columns() -> list[tuple[str, str, int, bool]]:
 
 def heads_table(records: Sequence[dict], title: str, caption: str | None = None, width: int = 200) -> Group:
     """One row per head with every registered metric and its pattern label. Columns that do not fit in
-    `width` are left out (last in registry order first), and the caption says which."""
+    `width` are left out (last in registry order first), and the caption says which; a metric the records
+    leave out (one that does not apply to this model) is not a column."""
     keys, used = [], 0
-    all_columns = head_columns()
+    all_columns = [c for c in head_columns() if not records or c[0] in records[0]]
     for column in all_columns:  # each column: its width plus one separator
         need = column[2] + 1
         if used + need > width - 1:

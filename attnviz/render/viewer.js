@@ -39,7 +39,11 @@
     drawn: 0 };
   function sec() { return data.sections[state.section]; }
   function weight(s, li, h, i, j) { return s.q[((li * s.heads + h) * s.R + i) * s.C + j] / s.top * s.scale[li][h]; }
-  function shown(s, i, j) { return !(s.causal && j > i); }
+  function shown(s, i, j, li) {  // false for cells the layer masks: the future, and beyond a sliding window
+    if (s.causal && j > i) return false;
+    var w = s.windows ? s.windows[li === undefined ? state.layer : li] : 0;
+    return !w || (s.causal ? i - j < w : Math.abs(i - j) <= w);
+  }
   function meanWeight(s, li, i, j) {
     var sum = 0;
     for (var h = 0; h < s.heads; h++) sum += weight(s, li, h, i, j);
@@ -215,7 +219,7 @@
       var i = Math.floor(y * s.R / hgt);
       for (var x = 0; x < w; x++) {
         var j = Math.floor(x * s.C / w), p = 4 * (y * w + x);
-        if (!shown(s, i, j)) { img.data[p] = img.data[p + 1] = img.data[p + 2] = 255; img.data[p + 3] = 255; continue; }
+        if (!shown(s, i, j, li)) { img.data[p] = img.data[p + 1] = img.data[p + 2] = 255; img.data[p + 3] = 255; continue; }
         var c = viridis(s.q[((li * s.heads + h) * s.R + i) * s.C + j] / s.top);
         img.data[p] = c[0]; img.data[p + 1] = c[1]; img.data[p + 2] = c[2]; img.data[p + 3] = 255;
       }
@@ -310,7 +314,8 @@
     var s = sec();
     var head = state.matrixHead === "mean" ? "mean of the heads" : "head " + state.matrixHead;
     var text = s.rowAxis + " " + i + " “" + s.rows[i] + "” → " + s.colAxis + " " + j + " “" + s.cols[j] + "”: ";
-    text += shown(s, i, j) ? "α = " + fmt(matrixValue(s, i, j)) : "(a future token: not attended to)";
+    text += shown(s, i, j) ? "α = " + fmt(matrixValue(s, i, j)) :
+      (s.causal && j > i ? "(a future token: not attended to)" : "(outside this layer's sliding window: masked)");
     $("av-readout").textContent = text + "  (layer " + s.layers[state.layer] + ", " + head + ")";
   }
 

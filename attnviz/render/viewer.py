@@ -70,13 +70,25 @@ def section_data(capture: Capture, name: str, bits: int, layers: Sequence[int]) 
         notes.append("word level: to a word, the sum over its pieces; from a word, their mean")
     if capture.quantity != "alpha":
         notes.append(f"values: {capture.quantity}")
+    windows = capture.windows
+    shown_windows = [int(windows[n]) for n in layers] if windows else None
+    if shown_windows and any(shown_windows):
+        sliding = [str(n) for n, w in zip(layers, shown_windows) if w]
+        reach = max(shown_windows)
+        notes.append(f"layers {', '.join(sliding)}: " + (f"a sliding window of {reach} (keys {reach} or more back "
+                     f"are blank)" if capture.causal else f"local attention ±{reach} (keys further away are blank)"))
+    if capture.sinks:
+        kept = float(alpha.sum(-1).mean())
+        notes.append(f"sink logits: each head's sink takes part of every row (rows keep {kept:.2f} of their weight "
+                     f"on average)")
     split = generated_split(capture)
     return {
         "name": name, "title": PART_TITLES.get(name, "self-attention"),
         "layers": [int(n) for n in layers], "heads": int(capture.n_heads),
         "rows": [_label(t) for t in capture.tokens], "cols": [_label(t) for t in capture.key_tokens],
         "rowSpecial": [bool(s) for s in capture.special], "colSpecial": [bool(s) for s in capture.key_special],
-        "causal": future is not None, "rowSplit": split, "colSplit": split if capture.square else None,
+        "causal": future is not None, "windows": shown_windows, "rowSplit": split,
+        "colSplit": split if capture.square else None,
         "rowAxis": "target" if name in ("decoder", "cross") else "query", "colAxis":
             "source" if name in ("encoder", "cross") else "key",
         "notes": notes, "bits": bits, "scale": scale, "alpha": payload,
