@@ -182,7 +182,7 @@ def test_verify_unsupported_architecture_is_one_line(tmp_path):
     from transformers import AutoTokenizer
 
     AutoTokenizer.from_pretrained(str(bundled_model_dir())).save_pretrained(tmp_path)
-    assert "supported:" in one_line_error(run("verify", SENTENCE, "-m", tmp_path))
+    assert "no adapter for 'albert'" in one_line_error(run("verify", SENTENCE, "-m", tmp_path))
 
 
 def test_scaling_table_json_and_plot(tiny_model_dir, tmp_path):

@@ -291,3 +291,102 @@ def test_steps_states_what_the_family_adds(tiny_model_dir):
     assert "sink logit" in oss.stdout
     data = json.loads(run("steps", TEXT, "-m", tiny_model_dir("gemma2"), "--json").stdout)
     assert data["max_abs_diff"] < 1e-5
+
+
+# --- what the mechanisms mean, in every view -------------------------------------------------------------
+
+
+def test_a_sliding_window_is_drawn_like_the_causal_mask_and_named(full_and_encoded):
+    """Gemma 2's layer 0 slides (a window of 4), layer 1 is full: the picture blanks the keys beyond the window
+    in layer 0 only, and its title names the window."""
+    from conftest import WINDOW
+
+    from attnviz.capture import window_mask
+    from attnviz.panels import attention_panels
+
+    _, gemma, _ = full_and_encoded("gemma2")
+    assert gemma.windows == [WINDOW, 0]
+    sliding, full = attention_panels(gemma, [0, 1], [0])
+    T = gemma.n_tokens
+    assert np.array_equal(sliding.hidden, window_mask(T, WINDOW, True) | gemma.future_mask)
+    assert np.array_equal(full.hidden, gemma.future_mask)
+    assert any("sliding window 4" in part for part in sliding.title) and not any("window" in p for p in full.title)
+    _, modern, _ = full_and_encoded("modernbert")  # an encoder's local layer: ±2 (local_attention 4 / 2)
+    assert modern.windows == [0, 2, 0] and not modern.causal
+    local = attention_panels(modern, [1], [0])[0]
+    assert np.array_equal(local.hidden, window_mask(T, 2, False)) and any("±2" in p for p in local.title)
+
+
+def test_the_terminal_and_the_page_say_what_is_masked(tiny_model_dir, full_and_encoded):
+    from attnviz.render.viewer import viewer_data
+
+    result = run("heatmap", TEXT, "-m", tiny_model_dir("gemma2"), "-t", "--layer", "0", "--head", "0",
+                 env={"COLUMNS": "200"}, terminal_width=200)
+    assert result.exit_code == 0 and "sliding window 4" in result.stdout
+    _, gemma, _ = full_and_encoded("gemma2")
+    section = viewer_data(gemma)["sections"][0]
+    assert section["windows"] == [4, 0] and any("sliding window of 4" in n for n in section["notes"])
+    _, oss, _ = full_and_encoded("gpt_oss")
+    assert any("sink logits" in n for n in viewer_data(oss)["sections"][0]["notes"])
+
+
+def test_a_capture_whose_alpha_leaves_its_window_is_refused(full_and_encoded):
+    """A shared file is checked against the windows it declares: a weight beyond one is refused in one line."""
+    from dataclasses import replace
+
+    from attnviz.errors import AttentionCheckError
+
+    _, gemma, _ = full_and_encoded("gemma2")
+    with pytest.raises(AttentionCheckError, match="outside its sliding window of 2"):
+        replace(gemma, meta={**gemma.meta, "windows": [2, 0]}).validate()
+    for bad in ([4], [4, -1], [4, True], "4"):
+        with pytest.raises(AttentionCheckError, match="windows"):
+            replace(gemma, meta={**gemma.meta, "windows": bad}).validate()
+
+
+def test_the_kept_column_is_shown_for_sink_models_only(tiny_model_dir):
+    oss = run("heads", TEXT, "-m", tiny_model_dir("gpt_oss"), "--json")
+    records = json.loads(oss.stdout)
+    assert all(0 < r["kept"] <= 1 for r in records) and min(r["kept"] for r in records) < 0.99
+    assert "kept" in run("heads", TEXT, "-m", tiny_model_dir("gpt_oss"), "--csv").stdout.splitlines()[0]
+    llama = json.loads(run("heads", TEXT, "-m", tiny_model_dir("llama"), "--json").stdout)
+    assert "kept" not in llama[0]
+    assert "kept" not in run("heads", TEXT, "-m", tiny_model_dir("llama"), "--csv").stdout.splitlines()[0]
+
+
+def test_kept_is_what_each_row_keeps(full_and_encoded):
+    """Independently: 'kept' is the mean row sum of the raw α, and the other statistics are those of the
+    rows' shares (entropy recomputed here by hand)."""
+    from attnviz.metrics import head_values
+
+    _, oss, _ = full_and_encoded("gpt_oss")
+    values = head_values(oss)
+    a = oss.attentions.astype(np.float64)
+    np.testing.assert_allclose(values["kept"], a.sum(-1).mean(-1), atol=1e-9)
+    shares = a / a.sum(-1, keepdims=True)
+    entropy = -(np.where(shares > 0, shares * np.log(np.where(shares > 0, shares, 1)), 0)).sum(-1).mean(-1)
+    np.testing.assert_allclose(values["entropy"], entropy, atol=1e-9)
+
+
+def test_an_untested_architecture_gets_one_line_for_each_thing(tmp_path):
+    """OPT is in no table here: capture works; --stream and verify each refuse in one line that says what
+    works for it."""
+    import torch
+    import transformers as tf
+
+    from conftest import _bpe_tokenizer
+
+    torch.manual_seed(0)
+    tokenizer = _bpe_tokenizer("bytelevel")
+    model = tf.OPTModel(tf.OPTConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2,
+                                     ffn_dim=64, num_attention_heads=4, word_embed_proj_dim=32,
+                                     max_position_embeddings=128, pad_token_id=0))
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    captured = run("heads", "The cat sat on the mat", "-m", tmp_path, "--json")
+    assert captured.exit_code == 0, captured.output
+    assert len(json.loads(captured.stdout)) == 8
+    streamed = one_line_error(run("heads", "The cat sat on the mat", "-m", tmp_path, "--stream"), 1)
+    assert "streaming" in streamed and "'opt' is not among the families attnviz tests: capture works" in streamed
+    verified = one_line_error(run("verify", "The cat sat on the mat", "-m", tmp_path), 1)
+    assert "no adapter for 'opt'" in verified and "streaming and verify do not" in verified

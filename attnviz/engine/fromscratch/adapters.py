@@ -372,9 +372,10 @@ def _find(adapters, model, kind: str = ""):
     for adapter in adapters:
         if model_type in adapter.families:
             return adapter
-    supported = ", ".join(f for a in adapters for f in a.families)
-    raise UnsupportedArchitectureError(f"the from-scratch path does not support {model_type!r} {kind}models yet; "
-                                       f"supported: {supported}")
+    from attnviz.engine.families import support_line
+
+    raise UnsupportedArchitectureError(f"the from-scratch path (verify, steps, norms, scaling, positions) has no "
+                                       f"adapter for {model_type!r} {kind}models: {support_line(model_type)}")
 
 
 def adapter_for(model) -> Adapter:
