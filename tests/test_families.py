@@ -390,3 +390,18 @@ def test_an_untested_architecture_gets_one_line_for_each_thing(tmp_path):
     assert "streaming" in streamed and "'opt' is not among the families attnviz tests: capture works" in streamed
     verified = one_line_error(run("verify", "The cat sat on the mat", "-m", tmp_path), 1)
     assert "no adapter for 'opt'" in verified and "streaming and verify do not" in verified
+
+
+def test_a_corpus_of_one_text_gives_the_heads_numbers_with_sink_logits(tiny_model_dir, tmp_path):
+    """corpus treats sink-logit rows as heads does: statistics of the shares, and 'kept'; for one text its means
+    are that text's head table."""
+    model = tiny_model_dir("gpt_oss")
+    path = tmp_path / "one.txt"
+    path.write_text(TEXT + "\n", encoding="utf-8")
+    corpus = json.loads(run("corpus", path, "-m", model, "--json").stdout)["heads"]
+    heads = json.loads(run("heads", TEXT, "-m", model, "--json").stdout)
+    for c, h in zip(corpus, heads):
+        for key in ("entropy", "kept", "prev", "max_weight"):
+            assert abs(c[key] - h[key]) < 1e-5, (key, c, h)
+    llama = json.loads(run("corpus", path, "-m", tiny_model_dir("llama"), "--json").stdout)["heads"]
+    assert "kept" not in llama[0] and "kept_std" not in llama[0]

@@ -188,9 +188,10 @@ class TextStats:
 ROWS_BYTES = 64 << 20  # float64 α held at once for one text's statistics
 
 
-def text_stats(alpha: np.ndarray, tokens: Tokens, metrics: Sequence[Metric]) -> TextStats:
+def text_stats(alpha: np.ndarray, tokens: Tokens, metrics: Sequence[Metric], sinks: bool = False) -> TextStats:
     """The statistics of one text from its own α (L, H, n, n), padding already cut away: the values the
-    head table shows for it (head_values), and moments over its query rows."""
+    head table shows for it (head_values), and moments over its query rows. `sinks`: the family's sink
+    logits take part of each row; the statistics then use each row's shares, and 'kept' what it kept."""
     L, H, n, _ = alpha.shape
     values: dict[str, list[np.ndarray]] = {m.name: [] for m in metrics}
     rows: dict[str, list[tuple]] = {m.name: [] for m in metrics}
@@ -199,7 +200,12 @@ def text_stats(alpha: np.ndarray, tokens: Tokens, metrics: Sequence[Metric]) -> 
     for start in range(0, L, per):
         block = np.asarray(alpha[start:start + per], np.float64)
         k = block.shape[0]
-        flat = Rows(block.reshape(k * H, n, n), queries, tokens)
+        kept = None
+        if sinks:  # as head_values does: each row's shares, and what it kept
+            kept = block.sum(axis=-1)  # (k, H, n)
+            block = np.divide(block, kept[..., None], out=np.zeros_like(block), where=kept[..., None] > 0)
+            kept = kept.reshape(k * H, n)
+        flat = Rows(block.reshape(k * H, n, n), queries, tokens, kept)
         column_mean = None
         for m in metrics:
             if m.rows is not None:
@@ -352,8 +358,11 @@ class CorpusState:
         return records
 
     def reported(self) -> list[str]:
-        """The metrics shown (all but the label input block, which is not a head-table column)."""
-        return [name for name in self.metrics if name != BLOCK.name]
+        """The metrics shown: all but the label input block (not a head-table column) and an optional metric
+        that does not apply to this model (no finite value anywhere: 'kept' without sink logits)."""
+        optional = {m.name for m in all_metrics() if m.optional}
+        return [name for name in self.metrics if name != BLOCK.name
+                and not (name in optional and not np.isfinite(self.moments["texts"][name].means()).any())]
 
     def grid(self, name: str, weighting: str = "texts") -> np.ndarray:
         return self.moments[weighting][name].means()

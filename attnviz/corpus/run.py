@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from attnviz.engine.families import has_sinks
 from attnviz.corpus import CorpusState, Line, TextStats, corpus_metrics, text_stats
 from attnviz.errors import AttentionCheckError, InputError
 from attnviz.metrics import Tokens
@@ -54,6 +55,7 @@ class BatchRunner:
         self.loaded, self.batch_size, self.truncate, self.words = loaded, batch_size, truncate, words
         self.max_length = max_length or limit or 512
         self.metrics = corpus_metrics()
+        self.sinks = has_sinks(loaded.model_type)  # statistics of each row's shares, as the heads table
         tok = loaded.tokenizer
         self.fast = bool(getattr(tok, "is_fast", False))
         self.pad_id = next((i for i in (tok.pad_token_id, tok.eos_token_id, 0) if i is not None), 0)
@@ -155,9 +157,9 @@ class BatchRunner:
             own = alpha[:, b, :, :n, :n]
             if self.words:
                 words = self.as_words(own, p)
-                stats.append(text_stats(words.attentions, Tokens.of(words), self.metrics))
+                stats.append(text_stats(words.attentions, Tokens.of(words), self.metrics, self.sinks))
             else:
-                stats.append(text_stats(own, p.tokens, self.metrics))
+                stats.append(text_stats(own, p.tokens, self.metrics, self.sinks))
         return stats
 
     def as_words(self, alpha: np.ndarray, p: Prepared):
