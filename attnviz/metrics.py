@@ -41,6 +41,12 @@ class Tokens:
     kinds: np.ndarray  # (T,) str: "" | "start" | "end" | "other"
     causal: bool
     square: bool = True  # the queries are these same tokens; False for cross-attention (these are the keys)
+    window: int = 0  # this layer's sliding window (causal: the last w keys; encoder: ±w); 0 for none
+
+    def at_layer(self, windows: Sequence[int] | None, layer: int) -> Tokens:
+        """These tokens as layer `layer` sees them: with its sliding window, if it has one."""
+        window = int(windows[layer]) if windows else 0
+        return self if window == self.window else replace(self, window=window)
 
     @classmethod
     def of(cls, capture: Capture) -> Tokens:
@@ -58,8 +64,25 @@ class Tokens:
 
     @functools.cached_property
     def n_keys(self) -> np.ndarray:
-        """Keys each query may attend to: T for encoders, i + 1 for causal models. (T,)"""
-        return np.arange(1, self.T + 1) if self.causal else np.full(self.T, self.T)
+        """Keys each query may attend to: T for encoders, i + 1 for causal models; within a sliding window
+        at most w (causal) or the keys within ±w. (T,)"""
+        i = np.arange(self.T)
+        if not self.window:
+            return i + 1 if self.causal else np.full(self.T, self.T)
+        if self.causal:
+            return np.minimum(i + 1, self.window)
+        return np.minimum(i, self.window) + np.minimum(self.T - 1 - i, self.window) + 1
+
+    @functools.cached_property
+    def seen_by(self) -> np.ndarray:
+        """Queries that can see each key: T for encoders, T − j for causal models; within a sliding window at
+        most w (causal), or the queries within ±w. (T,)"""
+        j = np.arange(self.T)
+        if not self.window:
+            return self.T - j if self.causal else np.full(self.T, self.T)
+        if self.causal:
+            return np.minimum(self.T - j, self.window)
+        return np.minimum(j, self.window) + np.minimum(self.T - 1 - j, self.window) + 1
 
     @functools.cached_property
     def groups(self) -> dict[str, np.ndarray]:
@@ -130,7 +153,7 @@ def row_entropy(alpha: np.ndarray) -> np.ndarray:
 
 def _normalised_entropy_rows(rows: Rows) -> np.ndarray:
     tokens = rows.tokens
-    n = (rows.queries + 1 if tokens.causal else np.full(len(rows.queries), tokens.T)).astype(np.float64)  # (b,)
+    n = tokens.n_keys[rows.queries].astype(np.float64)  # (b,) keys each row may attend to
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(n > 1, rows.entropy / np.log(np.maximum(n, 2)), np.nan)
 
@@ -261,9 +284,10 @@ def head_values(capture: Capture, metrics: Sequence[Metric] | None = None,
     tokens = Tokens.of(capture)
     per_layer = []
     for layer in range(capture.n_layers):
-        acc = Accumulator(metrics, capture.n_heads, tokens)
+        layer_tokens = tokens.at_layer(raw.windows, layer)  # with this layer's sliding window
+        acc = Accumulator(metrics, capture.n_heads, layer_tokens)
         kept = raw.attentions[layer].sum(axis=-1, dtype=np.float64) if sinks else None  # (H, T)
-        for rows in row_blocks(capture.attentions[layer], tokens, queries=queries):
+        for rows in row_blocks(capture.attentions[layer], layer_tokens, queries=queries):
             acc.add(rows if kept is None else replace(rows, kept=kept[:, rows.queries]))
         per_layer.append(acc.result())
     return {m.name: np.stack([values[m.name] for values in per_layer]) for m in metrics}
@@ -287,9 +311,7 @@ SINK_MIN = 0.3  # Gu et al. 2024: a key is an attention sink when its sink score
 def sink_scores(column_mean: np.ndarray, tokens: Tokens) -> np.ndarray:
     """Per key, the mean attention it receives from the queries that can see it (Gu et al. 2024): every
     query for encoders, the queries at or after it for causal models. (H, T)"""
-    T = tokens.T
-    seen_by = np.arange(T, 0, -1) if tokens.causal else np.full(T, T)  # queries that can see key j
-    return column_mean * T / seen_by
+    return column_mean * tokens.T / tokens.seen_by  # the mean over all rows, made one over the rows that see j
 
 
 def _sink(column_mean: np.ndarray, tokens: Tokens) -> np.ndarray:

@@ -405,3 +405,27 @@ def test_a_corpus_of_one_text_gives_the_heads_numbers_with_sink_logits(tiny_mode
             assert abs(c[key] - h[key]) < 1e-5, (key, c, h)
     llama = json.loads(run("corpus", path, "-m", tiny_model_dir("llama"), "--json").stdout)["heads"]
     assert "kept" not in llama[0] and "kept_std" not in llama[0]
+
+
+def test_statistics_count_the_keys_a_window_leaves(full_and_encoded):
+    """In a sliding-window layer a query sees at most w keys (causal) or those within ±w (an encoder's local
+    layer): normalised entropy divides by ln of that count, and a key's sink score averages over the queries
+    that can see it. Checked by hand on Gemma 2's layer 0 and ModernBERT's layer 1."""
+    from attnviz.metrics import Tokens, head_values, sink_scores
+
+    for kind, layer, causal in (("gemma2", 0, True), ("modernbert", 1, False)):
+        _, capture, _ = full_and_encoded(kind)
+        w = capture.windows[layer]
+        a = capture.attentions[layer].astype(np.float64)  # (H, T, T)
+        T = capture.n_tokens
+        i = np.arange(T)
+        if causal:
+            n, seen = np.minimum(i + 1, w), np.minimum(T - i, w)
+        else:
+            n = seen = np.minimum(i, w) + np.minimum(T - 1 - i, w) + 1
+        entropy = -(np.where(a > 0, a * np.log(np.where(a > 0, a, 1)), 0)).sum(-1)  # (H, T)
+        rows = n > 1
+        by_hand = (entropy[:, rows] / np.log(n[rows])).mean(-1)
+        np.testing.assert_allclose(head_values(capture)["norm_entropy"][layer], by_hand, atol=1e-9)
+        tokens = Tokens.of(capture).at_layer(capture.windows, layer)
+        np.testing.assert_allclose(sink_scores(a.mean(axis=1), tokens), a.sum(axis=1) / seen, atol=1e-9)

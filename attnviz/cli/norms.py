@@ -108,8 +108,9 @@ def sinks(threshold: Annotated[float, typer.Option(
     records, per_layer = [], []
     best = np.zeros((capture.n_layers, capture.n_heads))  # each head's largest sink score, for -o
     for n in range(capture.n_layers):
-        by_alpha = sink_scores(alpha[n].mean(axis=-2), tokens)  # (H, T)
-        by_norm = sink_scores(shares[n].mean(axis=-2), tokens)
+        seen = tokens.at_layer(capture.windows, n)  # with the layer's sliding window, if it has one
+        by_alpha = sink_scores(alpha[n].mean(axis=-2), seen)  # (H, T)
+        by_norm = sink_scores(shares[n].mean(axis=-2), seen)
         best[n] = by_alpha.max(axis=-1)
         heads = []
         for h in range(capture.n_heads):

@@ -188,14 +188,16 @@ class TextStats:
 ROWS_BYTES = 64 << 20  # float64 α held at once for one text's statistics
 
 
-def text_stats(alpha: np.ndarray, tokens: Tokens, metrics: Sequence[Metric], sinks: bool = False) -> TextStats:
+def text_stats(alpha: np.ndarray, tokens: Tokens, metrics: Sequence[Metric], sinks: bool = False,
+               windows: Sequence[int] | None = None) -> TextStats:
     """The statistics of one text from its own α (L, H, n, n), padding already cut away: the values the
     head table shows for it (head_values), and moments over its query rows. `sinks`: the family's sink
-    logits take part of each row; the statistics then use each row's shares, and 'kept' what it kept."""
+    logits take part of each row; the statistics then use each row's shares, and 'kept' what it kept.
+    `windows`: each layer's sliding window (then one layer at a time, each counting keys within its own)."""
     L, H, n, _ = alpha.shape
     values: dict[str, list[np.ndarray]] = {m.name: [] for m in metrics}
     rows: dict[str, list[tuple]] = {m.name: [] for m in metrics}
-    per = max(1, ROWS_BYTES // max(H * n * n * 8, 1))  # layers at a time
+    per = 1 if windows else max(1, ROWS_BYTES // max(H * n * n * 8, 1))  # layers at a time
     queries = np.arange(n)
     for start in range(0, L, per):
         block = np.asarray(alpha[start:start + per], np.float64)
@@ -205,7 +207,7 @@ def text_stats(alpha: np.ndarray, tokens: Tokens, metrics: Sequence[Metric], sin
             kept = block.sum(axis=-1)  # (k, H, n)
             block = np.divide(block, kept[..., None], out=np.zeros_like(block), where=kept[..., None] > 0)
             kept = kept.reshape(k * H, n)
-        flat = Rows(block.reshape(k * H, n, n), queries, tokens, kept)
+        flat = Rows(block.reshape(k * H, n, n), queries, tokens.at_layer(windows, start), kept)
         column_mean = None
         for m in metrics:
             if m.rows is not None:
@@ -221,7 +223,7 @@ def text_stats(alpha: np.ndarray, tokens: Tokens, metrics: Sequence[Metric], sin
                 assert m.columns is not None
                 if column_mean is None:
                     column_mean = flat.alpha.mean(axis=1)  # (kH, n)
-                value = np.asarray(m.columns(column_mean, tokens), np.float64)
+                value = np.asarray(m.columns(column_mean, flat.tokens), np.float64)
                 rows[m.name].append((np.full(k * H, float(n)), value, np.zeros(k * H)))
             values[m.name].append(value)
     out_values = {name: np.concatenate(parts).reshape(L, H) for name, parts in values.items()}

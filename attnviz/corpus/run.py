@@ -14,12 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from attnviz.engine.families import has_sinks
+from attnviz.engine.families import has_sinks, layer_windows
 from attnviz.corpus import CorpusState, Line, TextStats, corpus_metrics, text_stats
 from attnviz.errors import AttentionCheckError, InputError
 from attnviz.metrics import Tokens
 from attnviz.tokens import Described, describe_tokens
-from attnviz.engine.loading import LoadedModel, first_line, forward_args
+from attnviz.engine.loading import LoadedModel, first_line, forward_args, layers_and_heads
 from attnviz.engine.memory import attention_bytes
 from attnviz.engine.forward import attentions_of
 
@@ -56,6 +56,7 @@ class BatchRunner:
         self.max_length = max_length or limit or 512
         self.metrics = corpus_metrics()
         self.sinks = has_sinks(loaded.model_type)  # statistics of each row's shares, as the heads table
+        self.windows = layer_windows(loaded.model.config, layers_and_heads(loaded.model.config)[0])
         tok = loaded.tokenizer
         self.fast = bool(getattr(tok, "is_fast", False))
         self.pad_id = next((i for i in (tok.pad_token_id, tok.eos_token_id, 0) if i is not None), 0)
@@ -159,7 +160,7 @@ class BatchRunner:
                 words = self.as_words(own, p)
                 stats.append(text_stats(words.attentions, Tokens.of(words), self.metrics, self.sinks))
             else:
-                stats.append(text_stats(own, p.tokens, self.metrics, self.sinks))
+                stats.append(text_stats(own, p.tokens, self.metrics, self.sinks, self.windows))
         return stats
 
     def as_words(self, alpha: np.ndarray, p: Prepared):

@@ -70,12 +70,14 @@ def _give_back_memory() -> None:
 
 def stream(model, inputs: dict, tokens: Tokens, *, batch: int = 0, pool: int = DEFAULT_POOL,
            rollout_tokens: Sequence[int] = (), window: Window | None = None, edges: np.ndarray | None = None,
-           block_bytes: int = BLOCK_BYTES, on_layer_done: Callable[[int], None] | None = None) -> Streamed:
+           block_bytes: int = BLOCK_BYTES, on_layer_done: Callable[[int], None] | None = None,
+           windows: Sequence[int] | None = None) -> Streamed:
     """One pass over a (long) input: the model once, its attention through attnviz's function in transformers'
     attention interface (engine/interface.py), which computes each module's output a block of query rows at
     a time and folds the same α rows into the metrics, a pooled α, rollout rows and an exact window. `tokens`
     describes the real (unpadded) tokens of batch element `batch`; padding positions are dropped, as if the
-    text had run alone. `on_layer_done(heads)` is called after each layer (for a progress bar).
+    text had run alone. `on_layer_done(heads)` is called after each layer (for a progress bar). `windows`:
+    each layer's sliding window (families.layer_windows), which the statistics count keys within.
 
     Without rollout rows each layer is folded in as the forward pass reaches it and nothing is kept across
     layers; rollout multiplies from the top layer down, so then every layer's Q and K are kept (2·L·H·T·d
@@ -91,7 +93,11 @@ def stream(model, inputs: dict, tokens: Tokens, *, batch: int = 0, pool: int = D
     if T != tokens.T:
         raise ValueError(f"{tokens.T} tokens described, {T} real positions in the batch")
     L, _ = layers_and_heads(model.config)
-    run = _Run(tokens, T, L, pool, rollout_tokens, window, block_bytes, device, edges)
+    if windows is None:
+        from attnviz.engine.families import layer_windows
+
+        windows = layer_windows(model.config, L)
+    run = _Run(tokens, T, L, pool, rollout_tokens, window, block_bytes, device, edges, windows)
     keep = bool(rollout_tokens)
     kept: list[LayerAttention] = []
 
@@ -127,8 +133,10 @@ class _Run:
     """The accumulators of one streamed pass."""
 
     def __init__(self, tokens: Tokens, T: int, L: int, pool: int, rollout_tokens: Sequence[int],
-                 window: Window | None, block_bytes: int, device, edges: np.ndarray | None = None):
+                 window: Window | None, block_bytes: int, device, edges: np.ndarray | None = None,
+                 windows: Sequence[int] | None = None):
         self.tokens, self.T, self.L, self.window, self.block_bytes = tokens, T, L, window, block_bytes
+        self.windows = windows
         self.device, self.folded = device, 0
         self.metrics = all_metrics()
         if edges is not None:  # blocks of the caller's choosing (words), not equal ones
@@ -155,7 +163,8 @@ class _Run:
         if self.window is not None and self.kept is None:
             self.kept = np.zeros((len(self.window.layers), H, len(self.window.rows), len(self.window.cols)),
                                  np.float32)
-        acc = Accumulator(self.metrics, H, self.tokens)
+        tokens = self.tokens.at_layer(self.windows, layer)  # with this layer's sliding window
+        acc = Accumulator(self.metrics, H, tokens)
         rolled = np.zeros_like(self.vectors)
         step = max(1, self.block_bytes // (H * T * 8))
         for start in range(0, T, step):
@@ -164,7 +173,7 @@ class _Run:
             rows = alpha.double().cpu().numpy()  # (H, b, T)
             del alpha
             shares = rows if attention.sinks is None else _shares(rows)  # as the full path's as_distribution()
-            acc.add(Rows(shares, at, self.tokens, None if attention.sinks is None else rows.sum(axis=-1)))
+            acc.add(Rows(shares, at, tokens, None if attention.sinks is None else rows.sum(axis=-1)))
             # blocks.pool_blocks, a block of rows at a time: key columns summed per block, rows summed here and
             # divided by the block's size at the end
             key_blocks = sum_blocks(rows, self.edges, -1)  # (H, b, P)
