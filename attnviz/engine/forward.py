@@ -16,7 +16,7 @@ from attnviz.capture import Capture
 from attnviz.engine.families import has_sinks, layer_windows
 from attnviz.engine.loading import LoadedModel, first_line, forward_args
 from attnviz.engine.memory import check_memory
-from attnviz.errors import AttentionCheckError, AttnvizWarning, InputError
+from attnviz.errors import AttentionCheckError, AttnvizWarning, InputError, ModelLoadError
 from attnviz.text import is_valid_unicode
 from attnviz.tokens import describe_tokens, special_ids
 
@@ -55,8 +55,11 @@ def encode(loaded: LoadedModel, text: str, *, truncate: bool = True, target: boo
 
     def _call(**extra):
         given = {"text_target": text} if target else {"text": text}
-        return tok(**given, return_tensors="pt", return_special_tokens_mask=True,
-                   return_offsets_mapping=fast, **extra)
+        try:
+            return tok(**given, return_tensors="pt", return_special_tokens_mask=True,
+                       return_offsets_mapping=fast, **extra)
+        except Exception as exc:  # a foreign model folder's tokenizer fails in its own ways (bare Exception too)
+            raise ModelLoadError(f"{loaded.name}'s tokenizer cannot read this text: {first_line(exc)}") from None
 
     enc = _call(truncation=False)
     n = int(enc["input_ids"].shape[1])

@@ -67,8 +67,12 @@ def build_gguf(folder: Path, path: Path) -> None:
         raise ModelLoadError(f"{path.name} is a {summary.architecture!r} model; transformers reads GGUF files of "
                              f"{known}")
     where, name = str(path.parent), path.name
-    try:
-        with warnings.catch_warnings():
+    from unittest import mock
+
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+
+    try:  # transformers draws its own tqdm bar over the tensors, whatever its settings say: attnviz shows a spinner
+        with warnings.catch_warnings(), mock.patch.object(gguf_utils, "tqdm", lambda items, **_: items):
             warnings.simplefilter("ignore")
             config = AutoConfig.from_pretrained(where, gguf_file=name)
             tokenizer = AutoTokenizer.from_pretrained(where, gguf_file=name)
