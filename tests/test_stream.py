@@ -161,23 +161,45 @@ def test_statistics_only_stream_keeps_no_layer_input(load_tiny, monkeypatch):
     capture = capture_text(LONG, loaded)
     encoded = encode(loaded, LONG)
     events: list[str] = []
-    real_output, real_layer = streaming.output, streaming._Run.layer
+    real_output, real_end = streaming.output, streaming._Run.end
 
-    def output(attention, value, block_bytes):
+    def output(attention, value, block_bytes, on_block=None):
         events.append("call")
-        return real_output(attention, value, block_bytes)
+        return real_output(attention, value, block_bytes, on_block)
 
-    def layer(self, n, attention, batch, positions):
-        events.append(f"fold {n}")
-        return real_layer(self, n, attention, batch, positions)
+    def end(self):
+        events.append(f"fold {self.current}")
+        return real_end(self)
 
     monkeypatch.setattr(streaming, "output", output)
-    monkeypatch.setattr(streaming._Run, "layer", layer)
+    monkeypatch.setattr(streaming._Run, "end", end)
     result = stream(loaded.model, encoded.inputs, Tokens.of(capture), pool=1)
-    assert events == ["call", "fold 0", "call", "fold 1"]
+    assert events == ["call", "fold 0", "call", "fold 1"]  # each layer folded from the blocks that made its output
     events.clear()
     stream(loaded.model, encoded.inputs, Tokens.of(capture), pool=1, rollout_tokens=[0])
     assert events == ["call", "call", "fold 1", "fold 0"]
     for name, values in head_values(capture).items():
         if values.dtype != object:
             np.testing.assert_allclose(result.values[name], values, atol=1e-5, equal_nan=True, err_msg=name)
+
+
+def test_each_block_of_alpha_is_computed_once(load_tiny, monkeypatch):
+    """Without rollout rows the α rows that make a module's output are the rows the statistics fold: one
+    computation per block, not two."""
+    from attnviz.engine import interface
+    from attnviz.engine.forward import capture_text, encode
+
+    loaded = load_tiny("llama")
+    capture = capture_text(LONG, loaded)
+    encoded = encode(loaded, LONG)
+    calls = []
+    real = interface.LayerAttention.rows
+
+    def rows(self, queries):
+        calls.append(len(queries))
+        return real(self, queries)
+
+    monkeypatch.setattr(interface.LayerAttention, "rows", rows)
+    T, block_bytes = capture.n_tokens, 4 * 8 * capture.n_tokens * 10  # 10 rows of 4 heads a block
+    stream(loaded.model, encoded.inputs, Tokens.of(capture), pool=1, block_bytes=block_bytes)
+    assert sum(calls) == capture.n_layers * T and len(calls) == capture.n_layers * -(-T // 10)

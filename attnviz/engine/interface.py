@@ -104,16 +104,21 @@ def layer_attention(module, query, key, attention_mask, kwargs: dict) -> LayerAt
                           softcap=kwargs.get("softcap"), sinks=None if sinks is None else sinks.float())
 
 
-def output(attention: LayerAttention, value: torch.Tensor, block_bytes: int) -> torch.Tensor:
+def output(attention: LayerAttention, value: torch.Tensor, block_bytes: int,
+           on_block: Callable[[torch.Tensor, torch.Tensor], None] | None = None) -> torch.Tensor:
     """The module's attention output α·V computed a block of query rows at a time, (B, T, H, d_v) as the family's
-    eager attention returns it."""
+    eager attention returns it; `on_block(queries, alpha)` sees each block's α (B, H, b, T) as it is made. A
+    block holds block_bytes of α in float64 (what the numpy side folds)."""
     B, H, T, _ = attention.q.shape
     v = _repeat_heads(value, H)  # (B, H, T, d_v)
     out = torch.empty(B, H, T, v.shape[-1], dtype=value.dtype, device=value.device)
-    step = max(1, block_bytes // (B * H * attention.k.shape[2] * 4))
+    step = max(1, block_bytes // (B * H * attention.k.shape[2] * 8))
     for start in range(0, T, step):
         queries = torch.arange(start, min(start + step, T), device=value.device)
-        out[:, :, start:start + len(queries)] = attention.rows(queries).to(v.dtype) @ v  # (B, H, b, d_v)
+        alpha = attention.rows(queries)  # (B, H, b, T)
+        out[:, :, start:start + len(queries)] = alpha.to(v.dtype) @ v  # (B, H, b, d_v)
+        if on_block is not None:
+            on_block(queries, alpha)
     return out.transpose(1, 2).contiguous()
 
 

@@ -107,12 +107,26 @@ def stream(model, inputs: dict, tokens: Tokens, *, batch: int = 0, pool: int = D
         if on_layer_done is not None:
             on_layer_done(attention.heads)
 
+    index = torch.full((inputs["input_ids"].shape[1],), -1, dtype=torch.long, device=device)
+    index[positions] = torch.arange(T, device=device)  # padded position -> real position (−1: padding)
+
     def on_call(attention: LayerAttention, value: torch.Tensor) -> torch.Tensor:
-        out = output(attention, value, block_bytes)
-        if keep:
+        if keep:  # rollout: the layers are folded after the pass, top to bottom
             kept.append(attention)
-        else:
-            fold(run.folded, attention)
+            return output(attention, value, block_bytes)
+        run.begin(run.folded, attention.heads)
+
+        def on_block(queries: torch.Tensor, alpha: torch.Tensor) -> None:  # the same α rows, computed once
+            real = index[queries]  # (b,)
+            chosen = real >= 0
+            if bool(chosen.any()):
+                run.add(real[chosen].cpu().numpy(), alpha[batch][:, chosen][:, :, positions], attention)
+
+        out = output(attention, value, block_bytes, on_block)
+        run.end()
+        _give_back_memory()
+        if on_layer_done is not None:
+            on_layer_done(attention.heads)
         return out
 
     with streaming(model, on_call) as calls, torch.inference_mode():
@@ -154,43 +168,53 @@ class _Run:
         self.H = 0
 
     def layer(self, layer: int, attention: LayerAttention, batch: int, positions: torch.Tensor) -> None:
-        """Fold one layer's α, computed a block of query rows at a time: batch element `batch`, its real
-        positions only (query rows and key columns)."""
-        T, P = self.T, len(self.edges) - 1
-        self.H = H = attention.heads
+        """Fold one layer's α, computed here a block of query rows at a time: batch element `batch`, its real
+        positions only (query rows and key columns). For layers kept until after the forward pass."""
+        self.begin(layer, attention.heads)
+        step = max(1, self.block_bytes // (attention.heads * self.T * 8))
+        for start in range(0, self.T, step):
+            at = np.arange(start, min(start + step, self.T))  # (b,) real query positions
+            self.add(at, attention.rows(positions[start:start + len(at)])[batch][:, :, positions], attention)
+        self.end()
+
+    def begin(self, layer: int, H: int) -> None:
+        P = len(self.edges) - 1
+        self.H, self.current = H, layer
         if self.pooled is None:
             self.pooled = np.zeros((self.L, H, P, P), np.float32)
         if self.window is not None and self.kept is None:
             self.kept = np.zeros((len(self.window.layers), H, len(self.window.rows), len(self.window.cols)),
                                  np.float32)
-        tokens = self.tokens.at_layer(self.windows, layer)  # with this layer's sliding window
-        acc = Accumulator(self.metrics, H, tokens)
-        rolled = np.zeros_like(self.vectors)
-        step = max(1, self.block_bytes // (H * T * 8))
-        for start in range(0, T, step):
-            at = np.arange(start, min(start + step, T))  # (b,) real query positions
-            alpha = attention.rows(positions[start:start + len(at)])[batch][:, :, positions]  # (H, b, T)
-            rows = alpha.double().cpu().numpy()  # (H, b, T)
-            del alpha
-            shares = rows if attention.sinks is None else _shares(rows)  # as the full path's as_distribution()
-            acc.add(Rows(shares, at, tokens, None if attention.sinks is None else rows.sum(axis=-1)))
-            # blocks.pool_blocks, a block of rows at a time: key columns summed per block, rows summed here and
-            # divided by the block's size at the end
-            key_blocks = sum_blocks(rows, self.edges, -1)  # (H, b, P)
-            ids = self.block_of[at]  # (b,) sorted: the rows of a query block are consecutive
-            firsts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
-            self.pooled[layer][:, ids[firsts]] += sum_blocks(key_blocks, np.r_[firsts, len(at)], 1).astype(np.float32)
-            if self.rollout_tokens:
-                rolled += self.vectors[:, at] @ rollout_rows(shares, at)  # (k, T)
-            if self.window is not None and layer in self.window.layers:
-                inside = np.nonzero(np.isin(self.window.rows, at))[0]
-                if len(inside) and self.kept is not None:
-                    here = self.window.rows[inside] - start
-                    window_layer = self.window.layers.index(layer)
-                    self.kept[window_layer][:, inside] = rows[:, here][:, :, self.window.cols]
+        self.layer_tokens = self.tokens.at_layer(self.windows, layer)  # with this layer's sliding window
+        self.acc = Accumulator(self.metrics, H, self.layer_tokens)
+        self.rolled = np.zeros_like(self.vectors)
+
+    def add(self, at: np.ndarray, alpha: torch.Tensor, attention: LayerAttention) -> None:
+        """Fold α rows (H, b, T) of the real query positions `at` (consecutive) over the real keys."""
+        layer = self.current
+        rows = alpha.double().cpu().numpy()  # (H, b, T)
+        shares = rows if attention.sinks is None else _shares(rows)  # as the full path's as_distribution()
+        self.acc.add(Rows(shares, at, self.layer_tokens, None if attention.sinks is None else rows.sum(axis=-1)))
+        # blocks.pool_blocks, a block of rows at a time: key columns summed per block, rows summed here and
+        # divided by the block's size at the end
+        assert self.pooled is not None
+        key_blocks = sum_blocks(rows, self.edges, -1)  # (H, b, P)
+        ids = self.block_of[at]  # (b,) sorted: the rows of a query block are consecutive
+        firsts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
+        self.pooled[layer][:, ids[firsts]] += sum_blocks(key_blocks, np.r_[firsts, len(at)], 1).astype(np.float32)
         if self.rollout_tokens:
-            self.vectors = rolled
-        self.per_layer[layer] = acc.result()
+            self.rolled += self.vectors[:, at] @ rollout_rows(shares, at)  # (k, T)
+        if self.window is not None and layer in self.window.layers:
+            inside = np.nonzero(np.isin(self.window.rows, at))[0]
+            if len(inside) and self.kept is not None:
+                here = self.window.rows[inside] - at[0]
+                window_layer = self.window.layers.index(layer)
+                self.kept[window_layer][:, inside] = rows[:, here][:, :, self.window.cols]
+
+    def end(self) -> None:
+        if self.rollout_tokens:
+            self.vectors = self.rolled
+        self.per_layer[self.current] = self.acc.result()
         self.folded += 1
 
     def result(self) -> Streamed:
