@@ -109,6 +109,7 @@ def stream(model, inputs: dict, tokens: Tokens, *, batch: int = 0, pool: int = D
 
     index = torch.full((inputs["input_ids"].shape[1],), -1, dtype=torch.long, device=device)
     index[positions] = torch.arange(T, device=device)  # padded position -> real position (−1: padding)
+    unpadded = T == inputs["input_ids"].shape[1]
 
     def on_call(attention: LayerAttention, value: torch.Tensor) -> torch.Tensor:
         if keep:  # rollout: the layers are folded after the pass, top to bottom
@@ -117,6 +118,9 @@ def stream(model, inputs: dict, tokens: Tokens, *, batch: int = 0, pool: int = D
         run.begin(run.folded, attention.heads)
 
         def on_block(queries: torch.Tensor, alpha: torch.Tensor) -> None:  # the same α rows, computed once
+            if unpadded:  # every position is a real token: no copies to pick them out
+                run.add(queries.cpu().numpy(), alpha[batch], attention)
+                return
             real = index[queries]  # (b,)
             chosen = real >= 0
             if bool(chosen.any()):
