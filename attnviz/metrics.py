@@ -153,7 +153,10 @@ def row_entropy(alpha: np.ndarray) -> np.ndarray:
 
 def _normalised_entropy_rows(rows: Rows) -> np.ndarray:
     tokens = rows.tokens
-    n = tokens.n_keys[rows.queries].astype(np.float64)  # (b,) keys each row may attend to
+    if tokens.square:
+        n = tokens.n_keys[rows.queries].astype(np.float64)  # (b,) keys each row may attend to
+    else:  # cross-attention: every target row sees every source key
+        n = np.full(len(rows.queries), float(tokens.T))
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(n > 1, rows.entropy / np.log(np.maximum(n, 2)), np.nan)
 
