@@ -10,6 +10,14 @@ import math
 import numpy as np
 
 
+def row_shares(rows: np.ndarray) -> np.ndarray:
+    """Rows made distributions: each divided by its sum (a row summing to 0 stays 0), in float64. Value-weighted
+    norms become each key's share of the update; sink-logit rows the shares of what the real keys kept."""
+    rows = np.asarray(rows, np.float64)
+    totals = rows.sum(axis=-1, keepdims=True)
+    return np.divide(rows, totals, out=np.zeros_like(rows), where=totals > 0)
+
+
 def equal_edges(n: int, pool: int) -> tuple[np.ndarray, int]:
     """Block edges for n positions in at most `pool` equal blocks (the last may be shorter), and the block
     size: edges[b] is the first position of block b, edges[-1] = n. (B + 1,)"""

@@ -200,9 +200,9 @@ class Capture:
         what the real keys kept (the shares among them)."""
         if self.quantity != "norm" and not self.sinks:
             return self
-        a = self.attentions.astype(np.float64)
-        totals = a.sum(axis=-1, keepdims=True)
-        shares = np.divide(a, totals, out=np.zeros_like(a), where=totals > 0).astype(np.float32)
+        from attnviz.blocks import row_shares
+
+        shares = row_shares(self.attentions).astype(np.float32)
         quantity = "norm share" if self.quantity == "norm" else "alpha share"
         return replace(self, attentions=shares, meta={**self.meta, "quantity": quantity, "sinks": False})
 

@@ -3,24 +3,13 @@ sinks."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from attnviz.cli.common import (CmapOpt, CsvOpt, HeadSel, ImageOut, JsonOpt, LayerSel, TextSource, app,
                                 check_output, cli_errors, emit_records, err, out, output_path, print_json, say, takes)
 from attnviz.selection import Selection
-
-if TYPE_CHECKING:
-    import numpy as np
-
-
-def _shares(matrix: np.ndarray) -> np.ndarray:
-    """Rows made distributions (each divided by its sum). (..., T, T)"""
-    import numpy as np
-
-    totals = matrix.sum(-1, keepdims=True)
-    return np.divide(matrix, totals, out=np.zeros_like(matrix, dtype=np.float64), where=totals > 0)
 
 
 def _norms(inp: TextSource, what: str = "norms"):
@@ -47,6 +36,7 @@ def norms(layer: LayerSel = Selection.parse("-1", "layer", option="--layer"),
 
     import numpy as np
 
+    from attnviz.blocks import row_shares
     from attnviz.panels import Page, attention_panels, short_model, text_subtitle
     from attnviz.render.png import FORMATS
     from attnviz.render.tables import norms_table
@@ -54,7 +44,7 @@ def norms(layer: LayerSel = Selection.parse("-1", "layer", option="--layer"),
     check_output(output, FORMATS)
     loaded, capture, result = _norms(inp)
     alpha = result.alpha[:, 0].astype(np.float64)  # (L, H, T, T)
-    shares = _shares(capture.attentions.astype(np.float64))
+    shares = row_shares(capture.attentions.astype(np.float64))
     special = np.asarray(capture.special)
     records = [{"layer": n, "alpha_on_special": float(alpha[n][..., special].sum(-1).mean()),
                 "norm_on_special": float(shares[n][..., special].sum(-1).mean()),
@@ -95,6 +85,7 @@ def sinks(threshold: Annotated[float, typer.Option(
           as_json: JsonOpt = False, as_csv: CsvOpt = False, *, inp: TextSource) -> None:
     import numpy as np
 
+    from attnviz.blocks import row_shares
     from attnviz.metrics import Tokens, sink_scores
     from attnviz.panels import short_model
     from attnviz.render.png import FORMATS
@@ -103,7 +94,7 @@ def sinks(threshold: Annotated[float, typer.Option(
     check_output(output, FORMATS)
     loaded, capture, result = _norms(inp, "sinks")
     alpha = result.alpha[:, 0].astype(np.float64)  # (L, H, T, T)
-    shares = _shares(capture.attentions.astype(np.float64))
+    shares = row_shares(capture.attentions.astype(np.float64))
     tokens = Tokens.of(capture)
     records, per_layer = [], []
     best = np.zeros((capture.n_layers, capture.n_heads))  # each head's largest sink score, for -o

@@ -28,6 +28,7 @@ import numpy as np
 
 from attnviz import __version__
 from attnviz.errors import CaptureFormatError, InputError
+from attnviz.blocks import row_shares
 from attnviz.metrics import BLOCK, LABELS, Metric, Rows, Tokens, all_metrics, label_heads
 
 STATE_KIND = "attnviz-corpus"
@@ -204,9 +205,8 @@ def text_stats(alpha: np.ndarray, tokens: Tokens, metrics: Sequence[Metric], sin
         k = block.shape[0]
         kept = None
         if sinks:  # as head_values does: each row's shares, and what it kept
-            kept = block.sum(axis=-1)  # (k, H, n)
-            block = np.divide(block, kept[..., None], out=np.zeros_like(block), where=kept[..., None] > 0)
-            kept = kept.reshape(k * H, n)
+            kept = block.sum(axis=-1).reshape(k * H, n)
+            block = row_shares(block)
         flat = Rows(block.reshape(k * H, n, n), queries, tokens.at_layer(windows, start), kept)
         column_mean = None
         for m in metrics:

@@ -73,21 +73,25 @@ def has_sinks(model_type: str) -> bool:
     return bool(family and family.sinks)
 
 
-def layer_windows(config, n_layers: int) -> list[int] | None:
-    """Per layer, the sliding window the config gives it (0: full attention), or None when no layer has one:
-    a decoder's window w (keys w or more back masked), an encoder's local reach (keys more than w away; for
-    ModernBERT local_attention / 2). Layers alternate where the config lists layer_types."""
+def layer_window(config, layer: int) -> int:
+    """The sliding window the config gives layer `layer` (0: full attention): a decoder's window w (keys w or
+    more back masked), an encoder's local reach (keys more than w away; for ModernBERT local_attention / 2).
+    Layers alternate where the config lists layer_types."""
     window = getattr(config, "sliding_window", None)
     if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
-        return None
+        return 0
     if getattr(config, "model_type", "") == "qwen2" and not getattr(config, "use_sliding_window", False):
-        return None
+        return 0
     types = getattr(config, "layer_types", None)
     if types:
-        windows = [window if t == "sliding_attention" else 0 for t in list(types)[:n_layers]]
-    else:
-        windows = [window] * n_layers
-    return windows if any(windows) and len(windows) == n_layers else None
+        return window if layer < len(types) and types[layer] == "sliding_attention" else 0
+    return window
+
+
+def layer_windows(config, n_layers: int) -> list[int] | None:
+    """Per layer, layer_window; None when no layer has one."""
+    windows = [layer_window(config, n) for n in range(n_layers)]
+    return windows if any(windows) else None
 
 
 def decoder_types() -> frozenset[str]:

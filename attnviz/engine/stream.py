@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from attnviz.blocks import equal_edges, sum_blocks
+from attnviz.blocks import equal_edges, row_shares, sum_blocks
 from attnviz.metrics import Accumulator, Rows, Tokens, all_metrics, rollout_rows
 from attnviz.engine.interface import LayerAttention, output, streaming
 from attnviz.errors import UnsupportedArchitectureError
@@ -197,7 +197,7 @@ class _Run:
         """Fold α rows (H, b, T) of the real query positions `at` (consecutive) over the real keys."""
         layer = self.current
         rows = alpha.double().cpu().numpy()  # (H, b, T)
-        shares = rows if attention.sinks is None else _shares(rows)  # as the full path's as_distribution()
+        shares = rows if attention.sinks is None else row_shares(rows)  # as the full path's as_distribution()
         self.acc.add(Rows(shares, at, self.layer_tokens, None if attention.sinks is None else rows.sum(axis=-1)))
         # blocks.pool_blocks, a block of rows at a time: key columns summed per block, rows summed here and
         # divided by the block's size at the end
@@ -227,12 +227,6 @@ class _Run:
         values = {m.name: np.stack([self.per_layer[n][m.name] for n in range(self.L)]) for m in self.metrics}
         rollout = {token: self.vectors[n] for n, token in enumerate(self.rollout_tokens)}
         return Streamed(values, pooled, self.edges, self.block, rollout, self.kept)
-
-
-def _shares(rows: np.ndarray) -> np.ndarray:
-    """Rows with sink logits made distributions over the real keys (each divided by what they kept)."""
-    totals = rows.sum(axis=-1, keepdims=True)
-    return np.divide(rows, totals, out=np.zeros_like(rows), where=totals > 0)
 
 
 def block_labels(tokens: Sequence[str], edges: np.ndarray) -> list[str]:

@@ -169,12 +169,9 @@ class LlamaAdapter(Adapter):
         return [layer.self_attn.o_proj for layer in model.layers]
 
     def window(self, config, layer: int = 0) -> int | None:
-        window = getattr(config, "sliding_window", None)
-        if config.model_type == "qwen2" and not getattr(config, "use_sliding_window", False):
-            return None
-        if getattr(config, "layer_types", None) and _layer_type(config, layer) != "sliding_attention":
-            return None
-        return window
+        from attnviz.engine.families import layer_window
+
+        return layer_window(config, layer) or None
 
     def project(self, module, x: torch.Tensor, d: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Q (B, H, T, d), K and V (B, H_kv, T, d) from the module's input x (B, T, D)."""
@@ -355,9 +352,10 @@ class ModernBertAdapter(LlamaAdapter):
         return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
     def qkv(self, module, seen, layer, config):
+        from attnviz.engine.families import layer_window
+
         qkv = super().qkv(module, seen, layer, config)
-        if _layer_type(config, layer) == "sliding_attention":
-            qkv.reach = int(config.sliding_window)  # local_attention // 2
+        qkv.reach = layer_window(config, layer) or None  # local_attention // 2 in its local layers
         return qkv
 
 

@@ -77,7 +77,6 @@ class Recomputed:
 
     output: object  # the model's own output (with .attentions)
     layers: list[QKV]  # per layer, (B, H, T, d) each
-    mask: torch.Tensor | None  # (B, 1, T, T) bool, layer 0's mask (each layer's is in its QKV)
 
 
 def recompute(model, inputs: dict) -> Recomputed:
@@ -95,7 +94,7 @@ def recompute(model, inputs: dict) -> Recomputed:
         key_mask = torch.ones(inputs["input_ids"].shape, device=inputs["input_ids"].device)
     for qkv in layers:  # each layer's own mask: its sliding window or local reach, if it has one
         qkv.mask = attention_mask(key_mask, causal=adapter.causal, window=qkv.window, reach=qkv.reach)
-    return Recomputed(output, layers, layers[0].mask)
+    return Recomputed(output, layers)
 
 
 def scratch_attentions(model, inputs: dict) -> tuple[np.ndarray, np.ndarray]:
