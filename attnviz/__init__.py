@@ -23,14 +23,16 @@ from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
-__all__ = ["Capture", "Parts", "AttnvizError", "HeadTable", "Reporter", "capture", "load_model", "__version__"]
+__all__ = ["Capture", "Parts", "AttnvizError", "HeadTable", "Reporter", "capture", "load_model", "ablate",
+           "importance", "detect", "__version__"]
 
 _HOMES = {"Capture": "attnviz.capture", "Parts": "attnviz.capture", "AttnvizError": "attnviz.errors",
           "HeadTable": "attnviz.api", "capture": "attnviz.api", "load_model": "attnviz.api",
-          "Reporter": "attnviz.progress"}
+          "Reporter": "attnviz.progress", "ablate": "attnviz.api", "importance": "attnviz.api",
+          "detect": "attnviz.api"}
 
 if TYPE_CHECKING:
-    from attnviz.api import HeadTable, capture, load_model
+    from attnviz.api import HeadTable, ablate, capture, detect, importance, load_model
     from attnviz.capture import Capture, Parts
     from attnviz.errors import AttnvizError
     from attnviz.progress import Reporter

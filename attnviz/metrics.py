@@ -25,7 +25,11 @@ POSITIONAL_MIN = 0.5  # previous-token / next-token / self: mean weight on that 
 VERTICAL_MIN = 0.5  # vertical: mean over rows of the weight on one single key column
 BLOCK_MIN = 0.8  # block: mean mass on keys of the query's own segment (needs ≥ 2 segments)
 BROAD_MIN = 0.85  # broad: normalised entropy
-LABELS = ("previous-token", "next-token", "self", "vertical", "block", "broad", "mixed")
+# induction / duplicate-token (Olsson et al. 2022; TransformerLens's head detector): mean over the rows that have
+# a target (an earlier occurrence of the query's token) of the weight on the targets
+REPEAT_MIN = 0.4
+LABELS = ("induction", "duplicate-token", "previous-token", "next-token", "self", "vertical", "block", "broad",
+          "mixed")
 SENTENCE_END = {".", "!", "?", "。", "！", "？"}
 
 
@@ -42,6 +46,7 @@ class Tokens:
     causal: bool
     square: bool = True  # the queries are these same tokens; False for cross-attention (these are the keys)
     window: int = 0  # this layer's sliding window (causal: the last w keys; encoder: ±w); 0 for none
+    ids: tuple[int, ...] | None = None  # token ids, what "the same token" compares (else the token texts)
 
     def at_layer(self, windows: Sequence[int] | None, layer: int) -> Tokens:
         """These tokens as layer `layer` sees them: with its sliding window, if it has one."""
@@ -55,8 +60,9 @@ class Tokens:
             keys = capture.keys
             return cls(tuple(keys.tokens), np.asarray(keys.special, bool), np.array(keys.special_kind), False,
                        square=False)
+        words = capture.meta.get("level") == "word"  # a word's id is its first piece's: compare the words
         return cls(tuple(capture.tokens), np.asarray(capture.special, bool), np.array(capture.special_kind),
-                   capture.causal)
+                   capture.causal, ids=None if words else tuple(int(i) for i in capture.token_ids))
 
     @property
     def T(self) -> int:
@@ -103,6 +109,11 @@ class Tokens:
             if kind == "end" or token.removeprefix("##") in SENTENCE_END:
                 current += 1
         return np.array(ids, dtype=np.int64)
+
+    @functools.cached_property
+    def keys(self) -> np.ndarray:
+        """What "the same token" compares: the ids, else the texts. (T,)"""
+        return np.asarray(self.ids, dtype=np.int64) if self.ids is not None else np.array(self.tokens, dtype=object)
 
     @functools.cached_property
     def two_segments(self) -> bool:
@@ -174,6 +185,68 @@ def _block_rows(rows: Rows) -> np.ndarray:
     seg = rows.tokens.segments
     same = seg[rows.queries][:, None] == seg[None, :]  # (b, T)
     return (rows.alpha * same).sum(axis=-1)
+
+
+def repeat_targets(keys: np.ndarray, queries: np.ndarray, shift: int) -> np.ndarray:
+    """TransformerLens's head-detector patterns for the rows `queries`, (b, T) bool. shift 0 (duplicate token):
+    key j < i holds the query's token; shift 1 (induction): key j ≤ i follows an earlier occurrence of it
+    (keys[j − 1] = keys[i], j − 1 < i)."""
+    j = np.arange(len(keys))
+    if shift == 0:
+        return (keys[None, :] == keys[queries][:, None]) & (j[None, :] < queries[:, None])
+    before = np.concatenate([keys[:1], keys[:-1]])  # before[j] = keys[j − 1] (j = 0 is excluded below)
+    return (before[None, :] == keys[queries][:, None]) & (j[None, :] >= 1) & (j[None, :] <= queries[:, None])
+
+
+def _repeat_rows(rows: Rows, shift: int) -> np.ndarray:
+    """Per row, the weight on its repeat targets; NaN for a row without any (and for cross-attention)."""
+    if not rows.tokens.square:
+        return np.full(rows.alpha.shape[:2], np.nan)
+    targets = repeat_targets(rows.tokens.keys, rows.queries, shift)  # (b, T)
+    mass = (rows.alpha * targets[None]).sum(axis=-1)  # (H, b)
+    return np.where(targets.any(axis=-1)[None], mass, np.nan)
+
+
+DETECTORS = ("previous-token", "duplicate-token", "induction")
+
+
+def detector_scores(alpha: np.ndarray, keys: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per detector, (TransformerLens's score, the share), (L, H) each, from α (L, H, T, T) and the token ids:
+    TransformerLens's head detector (error measure "mul", nothing excluded) scores Σ α⊙P / Σ α with P its
+    pattern (previous token; earlier occurrences of the query's token; the tokens after them); the share is
+    the same weight averaged over the rows that have a target only."""
+    T = alpha.shape[-1]
+    queries = np.arange(T)
+    patterns = {"previous-token": np.eye(T, k=-1, dtype=bool),
+                "duplicate-token": repeat_targets(keys, queries, 0), "induction": repeat_targets(keys, queries, 1)}
+    total = alpha.sum(axis=(-2, -1))  # (L, H)
+    out = {}
+    for name in DETECTORS:
+        pattern = patterns[name]
+        on = (alpha * pattern).sum(axis=-1)  # (L, H, T) weight on the targets, per row
+        rows = pattern.any(axis=-1)
+        share = on[..., rows].mean(axis=-1) if rows.any() else np.full(total.shape, np.nan)
+        out[name] = (on.sum(axis=-1) / np.maximum(total, 1e-30), share)
+    return out
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman's rank correlation of two arrays (ties share their mean rank); NaN when either is constant."""
+    def ranks(x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, np.float64).ravel()
+        order = np.argsort(x, kind="stable")
+        r = np.empty(len(x))
+        r[order] = np.arange(len(x), dtype=np.float64)
+        for value in np.unique(x):  # ties: their mean rank
+            tied = x == value
+            if tied.sum() > 1:
+                r[tied] = r[tied].mean()
+        return r
+
+    ra, rb = ranks(a), ranks(b)
+    if ra.std() == 0 or rb.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(ra, rb)[0, 1])
 
 
 def uniform_entropy(T: int) -> float:
@@ -371,8 +444,16 @@ KEPT = Metric("kept", "kept", "mean over rows of Σ_j α_ij: what a row keeps fo
               "Shown for such models only",
               lambda r: r.kept if r.kept is not None else np.full(r.alpha.shape[:2], np.nan),
               when_empty=float("nan"), optional=True)
+INDUCTION = Metric("induction", "induct", "mean, over the rows whose token occurred before, of the weight on the keys "
+                   "that followed its earlier occurrences (an induction head: … A B … A → B); the rows of "
+                   "TransformerLens's induction pattern. Shown when the text repeats a token",
+                   lambda r: _repeat_rows(r, 1), when_empty=float("nan"), square_only=True, optional=True)
+DUPLICATE = Metric("duplicate", "dup", "mean, over the rows whose token occurred before, of the weight on its earlier "
+                   "occurrences (a duplicate-token head); the rows of TransformerLens's duplicate-token pattern. "
+                   "Shown when the text repeats a token",
+                   lambda r: _repeat_rows(r, 0), when_empty=float("nan"), square_only=True, optional=True)
 for _metric in (
-    ENTROPY, NORM_ENTROPY, MAX_WEIGHT, DISTANCE, PREV, SELF, NEXT, KEPT,
+    ENTROPY, NORM_ENTROPY, MAX_WEIGHT, DISTANCE, PREV, SELF, NEXT, KEPT, INDUCTION, DUPLICATE,
     Metric("start_mass", "start", "mean over rows of the weight on [CLS]/BOS keys", lambda r: r.mass("start")),
     Metric("end_mass", "end", "mean over rows of the weight on [SEP]/EOS keys", lambda r: r.mass("end")),
     VERTICAL,
@@ -388,7 +469,7 @@ for _metric in (
 # column (it is undefined for a single segment) but decides the block label
 BLOCK = Metric("block", "block", "mean over rows of the weight on keys of the query's own segment", _block_rows,
                when_empty=float("nan"), square_only=True)
-LABEL_INPUTS = (PREV, NEXT, SELF, VERTICAL, NORM_ENTROPY, BLOCK)
+LABEL_INPUTS = (INDUCTION, DUPLICATE, PREV, NEXT, SELF, VERTICAL, NORM_ENTROPY, BLOCK)
 
 
 def all_metrics() -> list[Metric]:
@@ -419,7 +500,11 @@ def segments(capture: Capture) -> np.ndarray:
 
 def label_heads(values: dict[str, np.ndarray], block: np.ndarray) -> np.ndarray:
     """The pattern label of each head from its scores, first match in LABELS order. (L, H) str"""
-    tests = [values["prev"] >= POSITIONAL_MIN, values["next"] >= POSITIONAL_MIN, values["self"] >= POSITIONAL_MIN,
+    def at_least(name: str, minimum: float) -> np.ndarray:
+        value = values.get(name)
+        return np.zeros(values["prev"].shape, bool) if value is None else np.nan_to_num(value, nan=0.0) >= minimum
+
+    tests = [at_least("induction", REPEAT_MIN), at_least("duplicate", REPEAT_MIN), values["prev"] >= POSITIONAL_MIN, values["next"] >= POSITIONAL_MIN, values["self"] >= POSITIONAL_MIN,
              values["vertical"] >= VERTICAL_MIN, np.nan_to_num(block, nan=0.0) >= BLOCK_MIN,
              values["norm_entropy"] >= BROAD_MIN]
     labels = np.full(values["prev"].shape, "mixed", dtype=object)
@@ -533,6 +618,10 @@ def head_records(capture: Capture, queries: Sequence[int] | None = None) -> list
 def label_definitions() -> dict[str, str]:
     """Each pattern label and the test that gives it (the first that applies wins)."""
     return {
+        "induction": f"induct ≥ {REPEAT_MIN}: where a token occurred before, the query looks at the token that "
+                     f"followed it (… A B … A → B; Olsson et al. 2022); needs a text that repeats tokens",
+        "duplicate-token": f"dup ≥ {REPEAT_MIN}: where a token occurred before, the query looks at its earlier "
+                           f"occurrences; needs a text that repeats tokens",
         "previous-token": f"prev ≥ {POSITIONAL_MIN}: most queries look at the token before them",
         "next-token": f"next ≥ {POSITIONAL_MIN}: most queries look at the token after them",
         "self": f"self ≥ {POSITIONAL_MIN}: most queries look at themselves",

@@ -200,3 +200,44 @@ def _words(tokens) -> list[list[str]]:
         else:
             words.append([token])
     return words
+
+
+# --- heads as layer.head pairs (attnviz ablate --heads 5.11,3.0) ---------------------------------------
+
+_PAIR = re.compile(r"^(-?\d{1,9})\s*\.\s*(-?\d{1,9}|all)$", re.ASCII)
+
+
+def looks_like_pairs(spec: str) -> bool:
+    """Whether a --heads value names heads as layer.head pairs (rather than a plain head selection)."""
+    return "." in spec
+
+
+def parse_pairs(spec: str, option: str = "--heads") -> tuple[tuple[int, int | str], ...]:
+    """`5.11,3.0` (layer.head, negative counting from the end; `5.all` for every head of layer 5): the pairs,
+    syntax checked only."""
+    if len(spec) > MAX_SPEC_CHARS:
+        raise SelectionError(f"{option}: the list is {len(spec)} characters long; give layer.head pairs", option)
+    pairs: list[tuple[int, int | str]] = []
+    for part in spec.split(","):
+        m = _PAIR.match(part.strip().lower())
+        if m is None:
+            raise SelectionError(f"{option}: {_shown(part.strip())} is not a layer.head pair; write e.g. 5.11,3.0 "
+                                 f"(layer 5 head 11 and layer 3 head 0), or 2.all", option)
+        head = m.group(2)
+        pairs.append((int(m.group(1)), head if head == "all" else int(head)))
+    return tuple(pairs)
+
+
+def resolve_pairs(pairs: Sequence[tuple[int, int | str]], layers: int, heads: int,
+                  option: str = "--heads") -> list[tuple[int, int]]:
+    """The pairs as (layer, head) within layers × heads, in the order given, without repeats; out of range is
+    an error naming the sizes."""
+    layer_sel = Selection("", "layer", (), option)
+    head_sel = Selection("", "head", (), option)
+    chosen: list[tuple[int, int]] = []
+    for layer, head in pairs:
+        n = layer_sel._index(layer, layers)
+        for h in (range(heads) if head == "all" else [head_sel._index(int(head), heads)]):
+            if (n, h) not in chosen:
+                chosen.append((n, h))
+    return chosen

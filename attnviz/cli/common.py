@@ -74,6 +74,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rollout": ("stats", "Attention rollout: what reaches a token through all layers."),
     "norms": ("norms", "Value-weighted norms: what each key actually moves (Kobayashi et al.)."),
     "sinks": ("norms", "Attention sinks: tokens that soak up attention, and whether they move anything."),
+    "ablate": ("ablate", "Remove heads and see what changes: predictions, embeddings, later attention."),
+    "importance": ("ablate", "Every head removed alone, ranked, beside the gradient estimate."),
+    "detect": ("ablate", "Previous-token, duplicate-token and induction heads, tested by removal."),
     "explain": ("stats", "What every column, label and term means."),
     "verify": ("verify", "Recompute α from the model's weights and compare (exit 3 if not equal)."),
     "scaling": ("verify", "Why divide by √d_k: the softmax with and without it."),
@@ -381,7 +384,7 @@ class ModelOptions:
         """Cut a text longer than the model's maximum positions (with a warning) rather than refuse it."""
         return not self.no_truncate
 
-    def load(self, *, lm_head: bool = False):
+    def load(self, *, lm_head: bool | str = False):
         """The model, loaded once (with a spinner on stderr); `lm_head`: with its language-model head."""
         from attnviz.engine.offline.build import pending
 

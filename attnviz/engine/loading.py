@@ -145,9 +145,10 @@ def first_line(exc: BaseException) -> str:
 
 def load(name: str | None = None, *, revision: str | None = None, device: str = "auto",
          dtype: str = "float32", trust_remote_code: bool = False, memory_budget: int | None = None,
-         lm_head: bool = False) -> LoadedModel:
+         lm_head: bool | str = False) -> LoadedModel:
     """Load model + tokenizer with attn_implementation="eager" (SDPA returns no attention weights).
-    `lm_head`: with its causal language-model head, to generate (a checkpoint saved without one gets it)."""
+    `lm_head`: with its causal language-model head, to generate (a checkpoint saved without one gets it);
+    "auto": with it where the model is a decoder (ablate's next-token distributions), without it otherwise."""
     import torch
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -160,11 +161,15 @@ def load(name: str | None = None, *, revision: str | None = None, device: str = 
 
     def _load(local_only: bool):
         config = AutoConfig.from_pretrained(source, local_files_only=local_only, **kwargs)
-        if lm_head:
+        seq2seq = bool(getattr(config, "is_encoder_decoder", False))
+        head = bool(lm_head)
+        if lm_head == "auto":
+            head = not seq2seq and (getattr(config, "is_decoder", False)
+                                    or str(getattr(config, "model_type", "")) in CAUSAL_MODEL_TYPES)
+        elif lm_head:
             _require_causal(config, shown)
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_only, **kwargs)
-        seq2seq = bool(getattr(config, "is_encoder_decoder", False))
-        if not (lm_head or seq2seq):
+        if not (head or seq2seq):
             model = AutoModel.from_pretrained(source, config=config, local_files_only=local_only,
                                               attn_implementation="eager", dtype=getattr(torch, dtype), **kwargs)
             return config, tokenizer, model
@@ -174,7 +179,7 @@ def load(name: str | None = None, *, revision: str | None = None, device: str = 
             dtype=getattr(torch, dtype), output_loading_info=True, **kwargs)
         model, info = both  # (model, {"missing_keys": …, …})
         missing = list(info.get("missing_keys", ()))
-        if any(str(key).startswith("lm_head") for key in missing):
+        if head and any(str(key).startswith("lm_head") for key in missing):
             warnings.warn(f"{shown} was saved without its language-model head, so the head is random: the "
                           f"generated text means nothing (the attention is the model's own)", AttnvizWarning,
                           stacklevel=2)

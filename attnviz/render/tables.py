@@ -54,7 +54,7 @@ def verdict(ok: bool, message: str) -> Text:
 
 TEXT_WIDTHS = {"label": 14, "layer": 5, "head": 4}  # the widest a text column gets, in cells
 TEXT_METRIC_WIDTH = 8
-LABEL_STYLES = {"previous-token": "cyan", "next-token": "cyan", "self": "magenta", "vertical": "yellow",
+LABEL_STYLES = {"induction": "bold red", "duplicate-token": "red", "previous-token": "cyan", "next-token": "cyan", "self": "magenta", "vertical": "yellow",
                 "block": "green", "broad": "blue", "mixed": "dim"}
 
 
@@ -225,5 +225,26 @@ def corpus_layers_table(records: Sequence[dict], title: str) -> Group:
         cells = [str(record["layer"])]
         for name, _ in names:
             cells += [f"{record[name]:.3f}", f"{record[name + '_tokens']:.3f}"]
+        table.add_row(*cells)
+    return titled(title, table)
+
+
+def records_table(records: Sequence[dict], columns: Sequence[tuple[str, str, str]], title: str,
+                  caption: str | None = None) -> Group:
+    """One row per record: columns are (key, header, format) — format "" for text (made visible), else a
+    format spec for numbers ("–" for None or NaN)."""
+    table = Table(box=box.SIMPLE_HEAD, caption=Text(caption) if caption else None, caption_justify="left")
+    for _, header, fmt in columns:
+        table.add_column(header, justify="left" if not fmt else "right", overflow="fold")
+    for record in records:
+        cells = []
+        for key, _, fmt in columns:
+            value = record.get(key)
+            if not fmt:
+                cells.append(Text(visible(str(value if value is not None else "–"))))
+            elif value is None or (isinstance(value, float) and not np.isfinite(value)):
+                cells.append(Text("–"))
+            else:
+                cells.append(Text(format(value, fmt)))
         table.add_row(*cells)
     return titled(title, table)
