@@ -202,7 +202,7 @@ def _repeat_rows(rows: Rows, shift: int) -> np.ndarray:
     """Per row, the weight on its repeat targets; NaN for a row without any (and for cross-attention)."""
     if not rows.tokens.square:
         return np.full(rows.alpha.shape[:2], np.nan)
-    targets = repeat_targets(rows.tokens.keys, rows.queries, shift)  # (b, T)
+    targets: np.ndarray = np.asarray(repeat_targets(rows.tokens.keys, rows.queries, shift))  # (b, T)
     mass = (rows.alpha * targets[None]).sum(axis=-1)  # (H, b)
     return np.where(targets.any(axis=-1)[None], mass, np.nan)
 
@@ -504,7 +504,8 @@ def label_heads(values: dict[str, np.ndarray], block: np.ndarray) -> np.ndarray:
         value = values.get(name)
         return np.zeros(values["prev"].shape, bool) if value is None else np.nan_to_num(value, nan=0.0) >= minimum
 
-    tests = [at_least("induction", REPEAT_MIN), at_least("duplicate", REPEAT_MIN), values["prev"] >= POSITIONAL_MIN, values["next"] >= POSITIONAL_MIN, values["self"] >= POSITIONAL_MIN,
+    tests = [at_least("induction", REPEAT_MIN), at_least("duplicate", REPEAT_MIN),
+             values["prev"] >= POSITIONAL_MIN, values["next"] >= POSITIONAL_MIN, values["self"] >= POSITIONAL_MIN,
              values["vertical"] >= VERTICAL_MIN, np.nan_to_num(block, nan=0.0) >= BLOCK_MIN,
              values["norm_entropy"] >= BROAD_MIN]
     labels = np.full(values["prev"].shape, "mixed", dtype=object)

@@ -462,7 +462,8 @@ def delta_page(delta: np.ndarray, tokens: Sequence[str], causal: bool, *, after:
                          layer=r["layer"], head=r["most_changed_head"], cmap="RdBu_r", values=T <= 12)
                    for r in chosen)
     notes = (f"each later layer's most changed head; one colour scale, centred on 0 (±{top:.2f})"
-             + ("" if len(chosen) == len(layers) else f"; the {len(chosen)} most changed of {len(layers)} later layers"),)
+             + ("" if len(chosen) == len(layers) else
+                f"; the {len(chosen)} most changed of {len(layers)} later layers"),)
     return Page(panels=panels, title=title, name="attnviz_ablation", notes=notes, subtitle=subtitle)
 
 

@@ -97,7 +97,8 @@ def _means_source(mode: str, mean_over: Path | None) -> list[str] | None:
     if mean_over is None:
         return None
     if mode != "mean":
-        raise typer.BadParameter("--mean-over gives the means of --mode mean; add --mode mean", param_hint="--mean-over")
+        raise typer.BadParameter("--mean-over gives the means of --mode mean; add --mode mean",
+                                 param_hint="--mean-over")
     from attnviz.api import MAX_MEAN_TEXTS
 
     return read_texts(mean_over, MAX_MEAN_TEXTS, "--mean-over")
@@ -264,7 +265,8 @@ def importance(corpus: Annotated[Optional[Path], typer.Option(
                    help="Average over the texts of this file (one per line, at most 1,000) instead of TEXT.")] = None,
                mode: ModeOpt = "zero",
                top: Annotated[int, typer.Option(parser=whole_number(1, 100_000), metavar="K",
-                                                help="The K most important heads in the table (all with --json/--csv).")] = 15,
+                                                help="The K most important heads in the table (all with "
+                                                     "--json/--csv).")] = 15,
                loop: Annotated[bool, typer.Option(
                    "--loop", help="One forward pass per head instead of the batched pass (slow; the same "
                                   "numbers).")] = False,

@@ -237,7 +237,7 @@ def head_means(where: Site, runs: Sequence[dict]) -> list[torch.Tensor]:
                 total = z.double().sum(dim=(0, 1))  # (H, d)
                 sums[n] = total if sums[n] is None else sums[n] + total
             count += int(inputs["input_ids"].numel())
-    return [(s / max(count, 1)).float() for s in sums]  # type: ignore[union-attr]
+    return [(s / max(count, 1)).float() for s in sums if s is not None]
 
 
 @dataclass
@@ -330,7 +330,8 @@ def ablate(where: Site, inputs: dict, removed: Sequence[tuple[int, int]], *, mod
         loss = next_token_loss(torch.cat([clean, after]), ids) if ids.shape[1] > 1 else torch.zeros(2)
         result.kl = kl.cpu().numpy()
         result.top_before, result.top_after = top.cpu().numpy(), q.argmax(-1).cpu().numpy()
-        result.p_top = torch.stack([p.gather(-1, top[:, None])[:, 0], q.gather(-1, top[:, None])[:, 0]], -1).cpu().numpy()
+        result.p_top = torch.stack([p.gather(-1, top[:, None])[:, 0], q.gather(-1, top[:, None])[:, 0]],
+                                   -1).cpu().numpy()
         result.loss = (float(loss[0]), float(loss[1]))
         result.top5 = torch.stack([top5, top5_after], 1).cpu().numpy()
         result.probs5 = torch.stack([top5p, top5q], 1).cpu().numpy()
@@ -475,7 +476,7 @@ def importance(where: Site, texts: Sequence[dict], *, mode: str = "zero", fills:
         effect += np.concatenate([v[0] for v in values]).reshape(L, H)
         estimated += np.concatenate([v[2] for v in values]).reshape(L, H)
         if loss is not None:
-            loss += np.concatenate([v[1] for v in values]).reshape(L, H)  # type: ignore[misc]
+            loss += np.concatenate([v[1] for v in values if v[1] is not None]).reshape(L, H)
         gradient += gradient_scores(where, inputs, causal, used)
         if on_text is not None:
             on_text(1)

@@ -54,7 +54,8 @@ def verdict(ok: bool, message: str) -> Text:
 
 TEXT_WIDTHS = {"label": 14, "layer": 5, "head": 4}  # the widest a text column gets, in cells
 TEXT_METRIC_WIDTH = 8
-LABEL_STYLES = {"induction": "bold red", "duplicate-token": "red", "previous-token": "cyan", "next-token": "cyan", "self": "magenta", "vertical": "yellow",
+LABEL_STYLES = {"induction": "bold red", "duplicate-token": "red",
+                "previous-token": "cyan", "next-token": "cyan", "self": "magenta", "vertical": "yellow",
                 "block": "green", "broad": "blue", "mixed": "dim"}
 
 
