@@ -204,7 +204,8 @@ def _repeat_rows(rows: Rows, shift: int) -> np.ndarray:
         return np.full(rows.alpha.shape[:2], np.nan)
     targets: np.ndarray = np.asarray(repeat_targets(rows.tokens.keys, rows.queries, shift))  # (b, T)
     mass = (rows.alpha * targets[None]).sum(axis=-1)  # (H, b)
-    return np.where(targets.any(axis=-1)[None], mass, np.nan)
+    has_target = np.asarray(targets.any(axis=-1))  # (b,)
+    return np.where(has_target[None], mass, np.nan)
 
 
 DETECTORS = ("previous-token", "duplicate-token", "induction")
@@ -697,6 +698,19 @@ TERMS: dict[str, str] = {
                       "(long texts count more), beside entropy, the mean over texts.",
     "tok-w": "in corpus tables: token-weighted, a mean over every query row of every text rather than over texts.",
     "label_share": "in corpus output: the share of texts in which the head got its majority label.",
+    "ablation": "removing a head (attnviz ablate): its output α·V, where the output projection W_O receives it, "
+                "replaced by 0 (zero ablation) or by its mean over positions (mean ablation); checked against the "
+                "same removal made by editing W_O's weights.",
+    "KL": "in ablate and importance: KL(p_clean ‖ p_removed) = Σ_v p_clean(v) ln(p_clean(v) / p_removed(v)), in "
+          "nats, between the next-token distributions without and with the heads removed; 0 means no change.",
+    "effect": "in importance: what removing one head alone changes — a causal LM's mean KL over positions, or "
+              "‖ê_removed − ê_clean‖ of an encoder's unit sentence embedding (√(2(1 − cos))).",
+    "gradient": "in importance: Michel et al. 2019's estimate, |∂loss/∂ξ_h| at ξ = 1 for a gate ξ_h on head h's "
+                "output (an encoder: ‖∂ê/∂ξ_h‖), the first-order size of removing the head (ξ_h = 0).",
+    "detector share": "in detect: the weight on a detector's targets averaged over the rows that have one (what the "
+             "induction and duplicate-token labels test).",
+    "TL score": "in detect: TransformerLens's head-detector score Σ α⊙P / Σ α over the whole matrix (error measure "
+                "'mul', nothing excluded), P the detector's 0/1 pattern.",
     "by norm": "value-weighted norms (Kobayashi et al. 2020): ‖α_ij·f(x_j)‖ instead of α_ij, how much key j "
                "actually moves query i (attnviz norms, sinks).",
     "by α": "measured with the attention weights α themselves (beside 'by norm').",

@@ -105,7 +105,7 @@ class BatchRunner:
                 bad.append(Line(line.source, line.number, None, "no tokens besides special ones"))
                 continue
             tokens = Tokens(tuple(described.tokens), np.asarray(described.special, bool),
-                            np.array(described.kinds), bool(self.loaded.causal))
+                            np.array(described.kinds), bool(self.loaded.causal), ids=tuple(int(i) for i in ids))
             unknown = self.unk_id is not None and any(i == self.unk_id and not special
                                                       for i, special in zip(ids, described.special))
             spans = [(int(o[0]), int(o[1])) if o and o[1] > o[0] and not sp else (-1, -1)

@@ -439,9 +439,11 @@ def _measures(clean: torch.Tensor, outs: torch.Tensor, causal: bool, ids: torch.
 
 
 def importance(where: Site, texts: Sequence[dict], *, mode: str = "zero", fills: list[torch.Tensor] | None = None,
-               batched: bool = True, on_text: Callable[[int], None] | None = None) -> Importance:
-    """Every head removed alone on each input of `texts` (batches of 1), and the gradient estimate, averaged
-    over the texts. `batched=False` runs one forward pass per head (the loop the batched path must equal)."""
+               batched: bool = True, gradient: bool = True, on_text: Callable[[int], None] | None = None
+               ) -> Importance:
+    """Every head removed alone on each input of `texts` (batches of 1), and (`gradient`) the gradient estimate,
+    averaged over the texts. `batched=False` runs one forward pass per head (the loop the batched path must
+    equal)."""
     causal = is_causal_lm(where.model)
     L, H = where.layers, where.heads
     if mode == "mean" and fills is None:
@@ -450,7 +452,7 @@ def importance(where: Site, texts: Sequence[dict], *, mode: str = "zero", fills:
     pairs = _pairs(L, H)
     effect, estimated = np.zeros((L, H)), np.zeros((L, H))
     loss = np.zeros((L, H)) if causal else None
-    gradient = np.zeros((L, H))
+    scores = np.zeros((L, H))
     clean_losses, tokens = [], 0
     for inputs in texts:
         ids = inputs["input_ids"]
@@ -477,11 +479,12 @@ def importance(where: Site, texts: Sequence[dict], *, mode: str = "zero", fills:
         estimated += np.concatenate([v[2] for v in values]).reshape(L, H)
         if loss is not None:
             loss += np.concatenate([v[1] for v in values if v[1] is not None]).reshape(L, H)
-        gradient += gradient_scores(where, inputs, causal, used)
+        if gradient:
+            scores += gradient_scores(where, inputs, causal, used)
         if on_text is not None:
             on_text(1)
     n = max(len(texts), 1)
-    return Importance("causal" if causal else "encoder", mode, effect / n, gradient / n, estimated / n,
+    return Importance("causal" if causal else "encoder", mode, effect / n, scores / n, estimated / n,
                       None if loss is None else loss / n, texts=len(texts), tokens=tokens,
                       clean_loss=float(np.mean(clean_losses)) if clean_losses else None)
 

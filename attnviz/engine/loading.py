@@ -180,8 +180,8 @@ def load(name: str | None = None, *, revision: str | None = None, device: str = 
         model, info = both  # (model, {"missing_keys": …, …})
         missing = list(info.get("missing_keys", ()))
         if head and any(str(key).startswith("lm_head") for key in missing):
-            warnings.warn(f"{shown} was saved without its language-model head, so the head is random: the "
-                          f"generated text means nothing (the attention is the model's own)", AttnvizWarning,
+            warnings.warn(f"{shown} was saved without its language-model head, so the head is random: what it "
+                          f"writes or predicts means nothing (the attention is the model's own)", AttnvizWarning,
                           stacklevel=2)
         return config, tokenizer, model
 

@@ -255,7 +255,8 @@ def streamed_capture(loaded, encoded, text: str, *, pool: int = DEFAULT_POOL, ro
 
     require(loaded, "stream")
     causal = bool(loaded.causal)
-    tokens = Tokens(tuple(encoded.tokens), np.asarray(encoded.special, bool), np.array(encoded.special_kind), causal)
+    tokens = Tokens(tuple(encoded.tokens), np.asarray(encoded.special, bool), np.array(encoded.special_kind), causal,
+                    ids=tuple(int(i) for i in encoded.token_ids))
     result = stream(loaded.model, encoded.inputs, tokens, pool=pool, rollout_tokens=rollout_tokens, window=window,
                     edges=edges, on_layer_done=on_layer_done)
     edges = result.edges
