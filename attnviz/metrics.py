@@ -454,7 +454,7 @@ DUPLICATE = Metric("duplicate", "dup", "mean, over the rows whose token occurred
                    "Shown when the text repeats a token",
                    lambda r: _repeat_rows(r, 0), when_empty=float("nan"), square_only=True, optional=True)
 for _metric in (
-    ENTROPY, NORM_ENTROPY, MAX_WEIGHT, DISTANCE, PREV, SELF, NEXT, KEPT, INDUCTION, DUPLICATE,
+    ENTROPY, NORM_ENTROPY, MAX_WEIGHT, DISTANCE, PREV, SELF, NEXT, KEPT,
     Metric("start_mass", "start", "mean over rows of the weight on [CLS]/BOS keys", lambda r: r.mass("start")),
     Metric("end_mass", "end", "mean over rows of the weight on [SEP]/EOS keys", lambda r: r.mass("end")),
     VERTICAL,
@@ -463,6 +463,7 @@ for _metric in (
     Metric("first_mass", "first", "mean over rows of the weight on token 0", lambda r: r.mass("first")),
     Metric("sink", "sink", "the largest sink score of a key: the mean weight it receives from the queries that can "
            f"see it (Gu et al. 2024; a sink above {SINK_MIN})", columns=_sink),
+    INDUCTION, DUPLICATE,
 ):
     register(_metric)
 

@@ -104,8 +104,13 @@ def _means_source(mode: str, mean_over: Path | None) -> list[str] | None:
     return read_texts(mean_over, MAX_MEAN_TEXTS, "--mean-over")
 
 
-def _names(pairs) -> str:
-    return ", ".join(f"{layer}.{head}" for layer, head in pairs)
+def _names(pairs, heads: int = 0) -> str:
+    """5.11, 3.0 — or 2.all where every head of a layer is removed."""
+    by_layer: dict[int, list[int]] = {}
+    for layer, head in pairs:
+        by_layer.setdefault(layer, []).append(head)
+    return ", ".join(f"{layer}.all" if heads and len(set(hs)) == heads else ", ".join(f"{layer}.{h}" for h in hs)
+                     for layer, hs in by_layer.items())
 
 
 @app.command(help="Remove heads and see what changes: for a causal LM (e.g. -m smollm2) the next-token "
@@ -165,7 +170,7 @@ def ablate(heads: HeadsOpt = None, layer: LayersOpt = None, mode: ModeOpt = "zer
     else:
         from attnviz.render.tables import records_table
 
-        title = f"{short_model(result.model)} · removed {_names(result.removed)} · {how}"
+        title = f"{short_model(result.model)} · removed {_names(result.removed, where.heads)} · {how}"
         if result.kind == "causal":
             assert result.loss is not None
             before, after = result.loss
@@ -194,8 +199,9 @@ def ablate(heads: HeadsOpt = None, layer: LayersOpt = None, mode: ModeOpt = "zer
             say("no layer follows the heads removed, so no attention changed", style="dim")
         say(f"Check: the same heads removed by editing W_O's weights give the same outputs to within "
             f"{result.check:.1e} ({check['relative']:.1e} of their largest value).", wrap=True, style="dim")
+    names = _names(result.removed, where.heads)
     page = delta_page(delta, result.tokens, result.kind == "causal", after=result.first_layer,
-                      title=f"{short_model(result.model)} · Δα after removing {_names(result.removed)} ({mode})")
+                      title=f"{short_model(result.model)} · Δα after removing {names} ({mode})")
     if terminal and page is not None and not as_json:
         from attnviz.render.terminal import panels_side_by_side
 

@@ -74,9 +74,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rollout": ("stats", "Attention rollout: what reaches a token through all layers."),
     "norms": ("norms", "Value-weighted norms: what each key actually moves (Kobayashi et al.)."),
     "sinks": ("norms", "Attention sinks: tokens that soak up attention, and whether they move anything."),
-    "ablate": ("ablate", "Remove heads and see what changes: predictions, embeddings, later attention."),
-    "importance": ("ablate", "Every head removed alone, ranked, beside the gradient estimate."),
-    "detect": ("ablate", "Previous-token, duplicate-token and induction heads, tested by removal."),
+    "ablate": ("ablate", "Remove heads: what changes in predictions, embeddings, later α."),
+    "importance": ("ablate", "Every head removed alone, ranked, beside its gradient estimate."),
+    "detect": ("ablate", "Induction and other heads found, then tested by removing them."),
     "explain": ("stats", "What every column, label and term means."),
     "verify": ("verify", "Recompute α from the model's weights and compare (exit 3 if not equal)."),
     "scaling": ("verify", "Why divide by √d_k: the softmax with and without it."),
@@ -85,6 +85,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("export", "Every head as an image, a grid, the data and an offline gallery."),
     "view": ("view", "An interactive page (one offline HTML file): head, model and matrix views."),
     "corpus": ("corpus", "Head statistics over many texts, batched; shards merged."),
+    "cost": ("cost", "Time and memory against T: the full path beside the streamed one."),
 }
 
 

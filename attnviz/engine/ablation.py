@@ -35,7 +35,16 @@ from attnviz.errors import InputError, UnsupportedArchitectureError
 
 MODES = ("zero", "mean")
 OUTPUT_BYTES = 256 << 20  # logits (or hidden states) of the batched copies held at once in importance
-JACOBIAN_BATCH = 64  # copies per backward pass for an encoder's embedding Jacobian
+ATTENTION_BYTES = 1 << 30  # what the copies' eager attention may take at once (3 × H·T² float32 each per layer)
+JACOBIAN_BATCH = 64  # copies per backward pass for an encoder's embedding Jacobian, at most
+
+
+def copies_that_fit(where: Site, T: int, width: int, *, backward: bool = False) -> int:
+    """How many copies of a T-token input one batched pass may hold: their outputs (T × width float32) within
+    OUTPUT_BYTES and their attention (3 · H · T² float32 per layer at a time, every layer when a backward pass
+    keeps them) within ATTENTION_BYTES; at least 1."""
+    attention = 3 * where.heads * T * T * 4 * (where.layers if backward else 1)
+    return max(1, min(OUTPUT_BYTES // max(T * width * 4, 1), ATTENTION_BYTES // max(attention, 1)))
 
 
 # --- where heads are removed ---------------------------------------------------------------------------
@@ -189,8 +198,14 @@ def weights_removed(where: Site, removed: Sequence[tuple[int, int]],
 
 
 def is_causal_lm(model) -> bool:
-    return hasattr(model, "lm_head") or hasattr(model, "get_output_embeddings") and \
-        model.get_output_embeddings() is not None and not getattr(model.config, "is_encoder_decoder", False)
+    """A decoder with its language-model head (its outputs are next-token logits)."""
+    from attnviz.engine.families import encoder_types
+
+    config = model.config
+    if getattr(config, "is_encoder_decoder", False) or str(getattr(config, "model_type", "")) in encoder_types():
+        return False
+    heads = getattr(model, "get_output_embeddings", None)
+    return callable(heads) and heads() is not None
 
 
 def _run(model, inputs: dict, *, attentions: bool = False):
@@ -464,8 +479,7 @@ def importance(where: Site, texts: Sequence[dict], *, mode: str = "zero", fills:
             clean_losses.append(float(next_token_loss(clean, ids)[0]))
         values = []
         if batched:
-            per_copy = T * clean.shape[-1] * 4
-            size = max(1, OUTPUT_BYTES // per_copy - 1)
+            size = max(1, copies_that_fit(where, T, clean.shape[-1]) - 1)
             for at in range(0, len(pairs), size):
                 chunk = pairs[at:at + size]
                 outs = removal_outputs(where, inputs, chunk, used, causal)
@@ -520,8 +534,9 @@ def gradient_scores(where: Site, inputs: dict, causal: bool, fills: list[torch.T
         D = None
         squares = torch.zeros(L, H, dtype=torch.float64)
         done = 0
+        fit = min(JACOBIAN_BATCH, copies_that_fit(where, int(ids.shape[1]), 1, backward=True))
         while D is None or done < D:
-            n = JACOBIAN_BATCH if D is None else min(JACOBIAN_BATCH, D - done)
+            n = fit if D is None else min(fit, D - done)
             batch = {k: v.expand(n, *v.shape[1:]) for k, v in inputs.items()}
             gate = torch.ones(n, L, H, dtype=torch.float64, requires_grad=True)
             with editing(where, _gated(where, gate, fills)):

@@ -1,0 +1,91 @@
+"""The cost command: time and memory of the full and the streamed path against T, measured."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from attnviz.cli.common import (CliReporter, ImageOut, JsonOpt, ModelOptions, app, check_output, cli_errors, err,
+                                out, output_path, print_json, say, takes, whole_number)
+
+
+def _lengths(value: str | None) -> list[int] | None:
+    if value is None:
+        return None
+    import re
+
+    items = [v.strip() for v in str(value).split(",")]
+    if not items or any(not re.fullmatch(r"[0-9]{1,7}", v) for v in items):
+        raise typer.BadParameter(f"{value[:40]!r} is not a list of lengths; write e.g. 128,256,512")
+    lengths = sorted({int(v) for v in items})
+    if lengths[0] < 2:
+        raise typer.BadParameter("a length is at least 2 tokens")
+    return lengths
+
+
+@app.command(help="What attention costs as the input grows, measured: time and peak memory of the full path (α "
+                  "kept, L·H·T² weights) and the streamed path (blocks of query rows, as FlashAttention tiles it) "
+                  "at T = 64, 128, … up to the model's maximum positions or --max-length, beside O(T²) and O(T). "
+                  "-o draws both against T. The essays' n = 8192: -m smollm2 --max-length 8192 (slow).")
+@cli_errors
+@takes(inp=ModelOptions)
+def cost(lengths: Annotated[Optional[str], typer.Option(
+             "--lengths", metavar="T,T,…", show_default=False,
+             help="The lengths to measure (default: powers of two from 64).")] = None,
+         max_length: Annotated[int, typer.Option(
+             "--max-length", parser=whole_number(2, 1_000_000), metavar="N",
+             help="The longest input of the default lengths (also capped at the model's maximum "
+                  "positions).")] = 2048,
+         repeats: Annotated[int, typer.Option(parser=whole_number(1, 20), metavar="R",
+                                              help="Runs per length and path; the fastest counts (1 to 20).")] = 1,
+         output: ImageOut = None, as_json: JsonOpt = False, *, inp: ModelOptions) -> None:
+    from attnviz.render.png import FORMATS
+
+    check_output(output, FORMATS)
+    chosen = _lengths(lengths)
+    loaded = inp.load()
+    if loaded.seq2seq:
+        from attnviz.errors import InputError
+
+        raise InputError(f"cost measures one self-attention; {loaded.name} is an encoder-decoder model")
+    limit = loaded.max_positions or max_length
+    if chosen is None:
+        top = min(max_length, limit)
+        chosen = [T for T in (2 ** k for k in range(6, 21)) if T <= top] or [top]
+    elif chosen[-1] > limit:
+        raise typer.BadParameter(f"{loaded.name} takes at most {limit} positions", param_hint="--lengths")
+    from attnviz.engine.cost import measure
+    from attnviz.panels import short_model
+    from attnviz.sizes import size_text
+
+    with CliReporter().progress("Measuring", 2 * len(chosen), "runs") as step:
+        rows = measure(loaded, chosen, repeats=repeats, on_step=step)
+    records = [{"T": r.T, "full_seconds": r.full_seconds, "full_bytes": r.full_bytes,
+                "stream_seconds": r.stream_seconds, "stream_bytes": r.stream_bytes, "alpha_bytes": r.alpha_bytes,
+                "full_note": r.full_note or None} for r in rows]
+    title = (f"{short_model(loaded.name)} on {loaded.device}: the head statistics of a T-token input, full path "
+             f"against streamed")
+    if as_json:
+        print_json({"model": loaded.name, "device": loaded.device, "repeats": repeats, "rows": records})
+    else:
+        from attnviz.render.tables import records_table
+
+        def mib(value):
+            return None if value is None else value / (1 << 20)
+
+        shown = [{**r, "full_mib": mib(r["full_bytes"]), "stream_mib": mib(r["stream_bytes"]),
+                  "alpha": size_text(float(r["alpha_bytes"] or 0)), "full_note": r["full_note"] or ""}
+                 for r in records]
+        out.print(records_table(shown, [("T", "T", "d"), ("full_seconds", "full s", ".2f"),
+                                        ("full_mib", "full MiB", ".0f"), ("stream_seconds", "streamed s", ".2f"),
+                                        ("stream_mib", "streamed MiB", ".0f"), ("alpha", "α alone", ""),
+                                        ("full_note", "", "")], title))
+        say("Peak memory above what the process held before each run (the loaded model). Measured, not computed; "
+            "the full path's α alone is L·H·T²·4 bytes.", wrap=True, style="dim")
+    if output is not None:
+        from attnviz.render.charts import cost_figure
+        from attnviz.render.png import save_figure
+
+        say(save_figure(cost_figure(rows, title), output_path(output, "attnviz_cost.png")),
+            console=err if as_json else out)
