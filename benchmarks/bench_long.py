@@ -1,6 +1,10 @@
 """Long inputs: `attnviz heads` through the full path (the model's output_attentions, L·H·T² weights) against
-the streamed path (attention a block of query rows at a time), each in its own process, side by side in one
-run: peak resident memory, wall time, and whether the numbers agree.
+the streamed path (attention a block of query rows at a time) and against the floor, each in its own process,
+side by side in one run: peak resident memory, wall time, and whether the numbers agree.
+
+The floor is what any exact streamed statistics must at least do: the model's own forward pass (SDPA, no
+weights kept) plus one blockwise recomputation of softmax(Q·Kᵀ/√d_k) from the recorded layer inputs, nothing
+folded; it runs in its own process like the two paths (imports and the model's load included).
 
     python benchmarks/bench_long.py                    # T = 1024, 2048, 4096 both ways; 8192 streamed
     python benchmarks/bench_long.py --tokens 1024,2048 --streamed-only 4096
@@ -62,6 +66,46 @@ def measure(args: list[str]) -> tuple[float, int, str, str]:
     return seconds, usage.ru_maxrss * 1024, out.read().decode(), err.read().decode()
 
 
+FLOOR = """
+import sys, time
+import torch
+from transformers import AutoModel, AutoTokenizer
+from attnviz.engine.fromscratch.adapters import adapter_for
+from attnviz.engine.hooks import recording_inputs
+
+folder, path = sys.argv[1], sys.argv[2]
+tokenizer = AutoTokenizer.from_pretrained(folder)
+model = AutoModel.from_pretrained(folder, attn_implementation="sdpa").eval()
+inputs = tokenizer(open(path, encoding="utf-8").read(), return_tensors="pt")
+adapter = adapter_for(model)
+modules = adapter.modules(model)
+with torch.inference_mode():
+    with recording_inputs(modules) as seen:
+        model(**inputs)  # SDPA: no weights returned or kept
+    for n, (module, record) in enumerate(zip(modules, seen)):
+        qkv = adapter.qkv(module, record, n, model.config)
+        q, k = qkv.q[0], qkv.k[0]  # (H, T, d)
+        scale = q.shape[-1] ** -0.5
+        for start in range(0, q.shape[1], 256):  # one blockwise softmax of every row, nothing folded
+            torch.softmax(q[:, start:start + 256] @ k.transpose(-2, -1) * scale, dim=-1)
+print("ok")
+"""
+
+
+def measure_floor(model: Path, text: Path) -> tuple[float, int]:
+    """(seconds, peak RSS bytes) of the floor's process."""
+    out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+    start = time.perf_counter()
+    process = subprocess.Popen([sys.executable, "-c", FLOOR, str(model), str(text)], stdout=out, stderr=err,
+                               env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    _, status, usage = os.wait4(process.pid, 0)
+    seconds = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) != 0:
+        err.seek(0)
+        sys.exit(f"the floor failed: {err.read().decode()[-400:]}")
+    return seconds, usage.ru_maxrss * 1024
+
+
 def worst_difference(a: list[dict], b: list[dict]) -> float:
     if len(a) != len(b):
         return float("inf")
@@ -83,8 +127,9 @@ def main() -> None:
         model = build_model(folder / "model")
         print("attnviz heads --json on a random 12-layer × 12-head BERT-like model (hidden 768, 8192 positions); "
               f"{os.cpu_count()} cores\n")
-        header = (f"{'T':>5} {'full GiB':>9} {'full s':>7} {'stream GiB':>11} {'stream s':>9} "
-                  f"{'memory full/stream':>19} {'time stream/full':>17} {'max |Δ|':>9}")
+        header = (f"{'T':>5} {'full GiB':>9} {'full s':>7} {'stream GiB':>11} {'stream s':>9} {'floor GiB':>10} "
+                  f"{'floor s':>8} {'memory full/stream':>19} {'time stream/full':>17} {'stream/floor':>13} "
+                  f"{'max |Δ|':>9}")
         print(header)
         print("-" * len(header))
         for T in [int(t) for t in args.tokens.split(",") if t]:
@@ -92,12 +137,14 @@ def main() -> None:
             common = ["heads", "--text-file", path, "-m", str(model), "--json", "--device", "cpu"]
             full = measure([*common, "--max-memory", "1T"])
             streamed = measure([*common, "--stream"])
+            floor = measure_floor(model, Path(path))
             for name, result in (("full", full), ("streamed", streamed)):
                 if not result[2].strip():
                     sys.exit(f"the {name} path failed at T={T}: {result[3][-400:]}")
             diff = worst_difference(json.loads(full[2]), json.loads(streamed[2]))
             print(f"{T:>5} {full[1] / 2**30:>9.2f} {full[0]:>7.1f} {streamed[1] / 2**30:>11.2f} {streamed[0]:>9.1f} "
-                  f"{full[1] / streamed[1]:>18.1f}x {streamed[0] / full[0]:>16.2f}x {diff:>9.1e}", flush=True)
+                  f"{floor[1] / 2**30:>10.2f} {floor[0]:>8.1f} {full[1] / streamed[1]:>18.1f}x "
+                  f"{streamed[0] / full[0]:>16.2f}x {streamed[0] / floor[0]:>12.2f}x {diff:>9.1e}", flush=True)
         for T in [int(t) for t in args.streamed_only.split(",") if t]:
             path = str(text_file(folder, T))
             seconds, peak, stdout, stderr = measure(["heads", "--text-file", path, "-m", str(model), "--json",
@@ -105,8 +152,10 @@ def main() -> None:
             if not stdout.strip():
                 sys.exit(f"the streamed path failed at T={T}: {stderr[-400:]}")
             need = (12 + 4) * 12 * T * T * 4 / 2**30
-            print(f"{T:>5} {'—':>9} {'—':>7} {peak / 2**30:>11.2f} {seconds:>9.1f}   (the full path would hold "
-                  f"about {need:.0f} GiB of attention)", flush=True)
+            floor = measure_floor(model, Path(path))
+            print(f"{T:>5} {'—':>9} {'—':>7} {peak / 2**30:>11.2f} {seconds:>9.1f} {floor[1] / 2**30:>10.2f} "
+                  f"{floor[0]:>8.1f}   stream/floor {seconds / floor[0]:.2f}x (the full path would hold about "
+                  f"{need:.0f} GiB of attention)", flush=True)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
