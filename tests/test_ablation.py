@@ -503,3 +503,37 @@ def test_a_text_list_that_is_not_a_file_is_refused_in_one_line(command, lm, tmp_
     huge.write_text("x\n" * 1001, encoding="utf-8")
     if command == "importance":
         assert "more than 1,000 texts" in one_line_error(run(command, "-m", lm, "--corpus", huge), 1)
+
+
+def test_importance_mean_mode_and_top(lm):
+    import re
+
+    data = json.loads(run("importance", TEXT, "-m", lm, "--mode", "mean", "--json").stdout)
+    assert data["mode"] == "mean" and len(data["heads"]) == 8
+    zero = json.loads(run("importance", TEXT, "-m", lm, "--json").stdout)
+    assert [h["effect"] for h in data["heads"]] != [h["effect"] for h in zero["heads"]]
+    table = run("importance", TEXT, "-m", lm, "--top", "3")
+    assert table.exit_code == 0
+    assert len([line for line in table.stdout.splitlines() if re.match(r"^\s+\d+\s+\d+\s+\d+\s", line)]) == 3
+
+
+def test_detect_seed_and_mode(lm):
+    args = ["detect", "-m", lm, "--length", "6", "--sequences", "1", "--draws", "1", "--json"]
+    first = json.loads(run(*args).stdout)
+    again = json.loads(run(*args).stdout)
+    other = json.loads(run(*args, "--seed", "1").stdout)
+    assert first["scores"] == again["scores"] and first["scores"] != other["scores"]
+    assert run(*args, "--mode", "mean").exit_code == 0
+
+
+def test_the_causal_test_in_mean_mode_uses_the_means(ablatable):
+    import torch
+
+    from attnviz.engine.ablation import Repeated, causal_test, head_means
+
+    _, where, _ = ablatable("llama")
+    seq = Repeated([1, 5, 6, 7, 5, 6, 7], 3, True, 0)
+    inputs = {"input_ids": torch.tensor([seq.ids])}
+    zero = causal_test(where, inputs, seq.second_half, [(1, 0)], draws=1)
+    mean = causal_test(where, inputs, seq.second_half, [(1, 0)], draws=1, fills=head_means(where, [inputs]))
+    assert mean.clean == zero.clean and mean.removed != zero.removed

@@ -67,3 +67,11 @@ def test_cost_refuses_in_one_line(args, words, tiny_model_dir):
 
 def test_cost_refuses_an_encoder_decoder(tiny_seq2seq_dir):
     assert "encoder-decoder" in one_line_error(run("cost", "-m", tiny_seq2seq_dir("t5"), "--lengths", "8"), 1)
+
+
+def test_cost_max_length_and_repeats(tiny_model_dir):
+    result = run("cost", "-m", tiny_model_dir("gpt2"), "--max-length", "16", "--repeats", "2", "--json")
+    assert result.exit_code == 0, result.output
+    assert [r["T"] for r in json.loads(result.stdout)["rows"]] == [16]
+    result = run("cost", "-m", tiny_model_dir("gpt2"), "--max-length", "128", "--json")
+    assert [r["T"] for r in json.loads(result.stdout)["rows"]] == [64]  # the tiny GPT-2 has 64 positions
