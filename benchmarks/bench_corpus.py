@@ -71,6 +71,40 @@ def local(loaded, texts, batch_size):
     return state
 
 
+def stages(loaded, texts, batch_size) -> dict[str, float]:
+    """The local engine's seconds per stage, timed around its own functions (no copy of their code):
+    tokenise (BatchRunner.prepare), forward (BatchRunner.run less the statistics in it), statistics
+    (text_stats, per text), merge (CorpusState.add_texts)."""
+    from attnviz.corpus import CorpusState, Line
+    from attnviz.corpus import run as corpus_run
+
+    spent = {"tokenise": 0.0, "run": 0.0, "statistics": 0.0, "merge": 0.0}
+
+    def timed(key, func):
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return func(*args, **kwargs)
+            finally:
+                spent[key] += time.perf_counter() - start
+        return wrapper
+
+    saved = (corpus_run.BatchRunner.prepare, corpus_run.BatchRunner.run, corpus_run.text_stats,
+             CorpusState.add_texts)
+    corpus_run.BatchRunner.prepare = timed("tokenise", saved[0])
+    corpus_run.BatchRunner.run = timed("run", saved[1])
+    corpus_run.text_stats = timed("statistics", saved[2])
+    CorpusState.add_texts = timed("merge", saved[3])
+    try:
+        runner = corpus_run.BatchRunner(loaded, batch_size=batch_size)
+        corpus_run.run_local(runner, [Line("bench", n + 1, t) for n, t in enumerate(texts)], runner.new_state())
+    finally:
+        (corpus_run.BatchRunner.prepare, corpus_run.BatchRunner.run, corpus_run.text_stats,
+         CorpusState.add_texts) = saved
+    return {"tokenise": spent["tokenise"], "forward": spent["run"] - spent["statistics"],
+            "statistics": spent["statistics"], "merge": spent["merge"]}
+
+
 def forward_only(loaded, texts, batch_size) -> float:
     """Seconds for the batched forward passes alone (same batches, no statistics): the floor of the local
     engine on this hardware."""
@@ -150,6 +184,10 @@ def main() -> None:
               f"{t_naive / seconds:8.2f} {shown:>17}")
     print(f"tokens: {state.tokens} ({state.tokens / len(texts):.1f} per text); statistics agree to 1e-5: "
           f"{'yes' if difference < 1e-5 else 'NO'}")
+    split = stages(loaded, texts, args.batch_size)
+    print("local engine by stage (a second run, timed around its functions): "
+          + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in split.items())
+          + f"; local throughput / floor's: {t_forward / t_local:.2f}")
     if difference >= 1e-5:
         sys.exit(1)
 

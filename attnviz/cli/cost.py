@@ -31,7 +31,7 @@ def _lengths(value: str | None) -> list[int] | None:
 @cli_errors
 @takes(inp=ModelOptions)
 def cost(lengths: Annotated[Optional[str], typer.Option(
-             "--lengths", metavar="T,T,…", show_default=False,
+             "--lengths", metavar="LENGTHS", show_default=False,
              help="The lengths to measure (default: powers of two from 64).")] = None,
          max_length: Annotated[int, typer.Option(
              "--max-length", parser=whole_number(2, 1_000_000), metavar="N",
