@@ -208,24 +208,26 @@ def text_stats(alpha: np.ndarray, tokens: Tokens, metrics: Sequence[Metric], sin
             kept = block.sum(axis=-1).reshape(k * H, n)
             block = row_shares(block)
         flat = Rows(block.reshape(k * H, n, n), queries, tokens.at_layer(windows, start), kept)
+        row_metrics = [(m, m.rows) for m in metrics if m.rows is not None]
+        if row_metrics:  # every row metric's moments at once: one set of array operations, not one per metric
+            v = np.stack([np.asarray(rows_of(flat), np.float64) for _, rows_of in row_metrics])  # (M, kH, n)
+            finite = np.isfinite(v)
+            count = finite.sum(axis=-1).astype(np.float64)  # (M, kH)
+            x = np.where(finite, v, 0.0)
+            mean = np.divide(x.sum(axis=-1), count, out=np.zeros_like(count), where=count > 0)
+            m2 = (np.where(finite, v - mean[..., None], 0.0) ** 2).sum(axis=-1)
+            for i, (m, _) in enumerate(row_metrics):
+                rows[m.name].append((count[i], mean[i], m2[i]))
+                values[m.name].append(np.where(count[i] > 0, mean[i], m.when_empty))
         column_mean = None
         for m in metrics:
-            if m.rows is not None:
-                v = np.asarray(m.rows(flat), np.float64)  # (kH, n)
-                finite = np.isfinite(v)
-                count = finite.sum(axis=-1).astype(np.float64)
-                x = np.where(finite, v, 0.0)
-                mean = np.divide(x.sum(axis=-1), count, out=np.zeros_like(count), where=count > 0)
-                m2 = (np.where(finite, v - mean[:, None], 0.0) ** 2).sum(axis=-1)
-                value = np.where(count > 0, mean, m.when_empty)
-                rows[m.name].append((count, mean, m2))
-            else:
+            if m.rows is None:
                 assert m.columns is not None
                 if column_mean is None:
                     column_mean = flat.alpha.mean(axis=1)  # (kH, n)
                 value = np.asarray(m.columns(column_mean, flat.tokens), np.float64)
                 rows[m.name].append((np.full(k * H, float(n)), value, np.zeros(k * H)))
-            values[m.name].append(value)
+                values[m.name].append(value)
     out_values = {name: np.concatenate(parts).reshape(L, H) for name, parts in values.items()}
     out_rows = {name: (np.concatenate([p[0] for p in parts]).reshape(L, H),
                        np.concatenate([p[1] for p in parts]).reshape(L, H),

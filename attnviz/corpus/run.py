@@ -144,10 +144,12 @@ class BatchRunner:
         try:
             with torch.inference_mode():
                 out = self.loaded.model(**inputs, output_attentions=True)
-                stacked = torch.stack(list(attentions_of(out, self.loaded.model, self.loaded.name)))  # (L, B, H, T, T)
+                layers = list(attentions_of(out, self.loaded.model, self.loaded.name))
                 del out
-                alpha = stacked.float().cpu().numpy()
-                del stacked
+                alpha = np.empty((len(layers), *layers[0].shape), np.float32)  # (L, B, H, T, T), filled per layer
+                for n, layer in enumerate(layers):
+                    alpha[n] = layer.float().cpu().numpy()  # no stacked copy of every layer first
+                    layers[n] = None
         except (ValueError, TypeError, RuntimeError, IndexError) as exc:
             raise AttentionCheckError(f"{self.loaded.name} could not run on this batch: {first_line(exc)}") from None
         if alpha.ndim != 5 or alpha.shape[1] != len(batch) or alpha.shape[-1] != T:
