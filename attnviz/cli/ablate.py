@@ -72,9 +72,6 @@ def _removed(heads: HeadsChoice | None, layer: Selection | None, L: int, H: int)
     return [(n, h) for n in layer.indices(L) for h in chosen.indices(H)]
 
 
-MAX_LIST_TEXTS = 10_000
-
-
 def read_texts(path: Path, limit: int, what: str) -> list[str]:
     """The texts of a file, one per line (blank and undecodable lines skipped), at most `limit`."""
     from attnviz.corpus import read_lines
