@@ -18,7 +18,6 @@ from attnviz.selection import Selection
 class HeadsChoice:
     """--heads as typed: layer.head pairs, or a head selection for the layers of --layer."""
 
-    spec: str
     pairs: tuple | None
     selection: Selection | None
 
@@ -32,8 +31,8 @@ def _heads_parser(value: Any) -> HeadsChoice:
     spec = str(value)
     try:
         if looks_like_pairs(spec):
-            return HeadsChoice(spec, parse_pairs(spec), None)
-        return HeadsChoice(spec, None, Selection.parse(spec, "head", option="--heads"))
+            return HeadsChoice(parse_pairs(spec), None)
+        return HeadsChoice(None, Selection.parse(spec, "head", option="--heads"))
     except SelectionError as exc:
         raise typer.BadParameter(str(exc).removeprefix("--heads: ")) from None
 
@@ -130,10 +129,12 @@ def ablate(heads: HeadsOpt = None, layer: LayersOpt = None, mode: ModeOpt = "zer
     check_output(output, FORMATS)
     text = inp.require_text()
     texts = _means_source(mode, mean_over)
-    from attnviz.api import _ablation_model, ablate as run
+    from attnviz.api import ablate as run
+    from attnviz.engine.loading import layers_and_heads
 
-    loaded, where = _ablation_model(inp.load(lm_head="auto"))
-    removed = _removed(heads, layer, where.layers, where.heads)
+    loaded = inp.load(lm_head="auto")  # the API checks that its heads can be removed
+    L, H = layers_and_heads(loaded.model.config)
+    removed = _removed(heads, layer, L, H)
     with err.status(f"Running the model with {len(removed)} head{'s' if len(removed) != 1 else ''} removed…"):
         result = run(text, removed, loaded, mode=mode, mean_over=texts, truncate=inp.truncate)
     position = None
@@ -167,7 +168,7 @@ def ablate(heads: HeadsOpt = None, layer: LayersOpt = None, mode: ModeOpt = "zer
     else:
         from attnviz.render.tables import records_table
 
-        title = f"{short_model(result.model)} · removed {_names(result.removed, where.heads)} · {how}"
+        title = f"{short_model(result.model)} · removed {_names(result.removed, H)} · {how}"
         if result.kind == "causal":
             assert result.loss is not None
             before, after = result.loss
@@ -196,7 +197,7 @@ def ablate(heads: HeadsOpt = None, layer: LayersOpt = None, mode: ModeOpt = "zer
             say("no layer follows the heads removed, so no attention changed", style="dim")
         say(f"Check: the same heads removed by editing W_O's weights give the same outputs to within "
             f"{result.check:.1e} ({check['relative']:.1e} of their largest value).", wrap=True, style="dim")
-    names = _names(result.removed, where.heads)
+    names = _names(result.removed, H)
     page = delta_page(delta, result.tokens, result.kind == "causal", after=result.first_layer,
                       title=f"{short_model(result.model)} · Δα after removing {names} ({mode})")
     if terminal and page is not None and not as_json:
@@ -285,11 +286,11 @@ def importance(corpus: Annotated[Optional[Path], typer.Option(
         texts = read_texts(corpus, MAX_IMPORTANCE_TEXTS, "--corpus")
     else:
         texts = [inp.require_text()]
-    from attnviz.api import _ablation_model, importance as run
+    from attnviz.api import importance as run
     from attnviz.metrics import spearman
     from attnviz.panels import short_model
 
-    loaded, _ = _ablation_model(inp.load(lm_head="auto"))
+    loaded = inp.load(lm_head="auto")
     result = run(texts, loaded, mode=mode, truncate=inp.truncate, batched=not loop, reporter=CliReporter())
     causal = result.kind == "causal"
     rho = spearman(result.gradient, result.estimated)
@@ -366,10 +367,10 @@ def detect(length: Annotated[int, typer.Option(parser=whole_number(2, 2048), met
     from attnviz.render.png import FORMATS
 
     check_output(output, FORMATS)
-    from attnviz.api import _ablation_model, detect as run
+    from attnviz.api import detect as run
     from attnviz.panels import short_model
 
-    loaded, _ = _ablation_model(inp.load(lm_head="auto"))
+    loaded = inp.load(lm_head="auto")
     result = run(loaded, length=length, sequences=sequences, seed=seed, draws=draws, mode=mode,
                  reporter=CliReporter())
     causal = result.causal

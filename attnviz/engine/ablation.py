@@ -674,7 +674,9 @@ def detection(loaded, where: Site, *, length: int = 50, sequences: int = 4, seed
         seq = repeated_sequence(loaded.tokenizer, length, seed + n)
         ids = torch.tensor([seq.ids], device=device)
         inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-        if "token_type_ids" in _params(where.model):
+        from attnviz.engine.loading import forward_args
+
+        if "token_type_ids" in forward_args(where.model):
             inputs["token_type_ids"] = torch.zeros_like(ids)
         with torch.inference_mode():
             alpha = _alpha(_run(where.model, inputs, attentions=True)).astype(np.float64)

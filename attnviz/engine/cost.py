@@ -55,9 +55,9 @@ class PeakMemory:
 
     def __enter__(self) -> PeakMemory:
         gc.collect()
-        from attnviz.engine.stream import _give_back_memory
+        from attnviz.engine.stream import give_back_memory
 
-        _give_back_memory()
+        give_back_memory()
         if self.device == "cuda":
             import torch
 
@@ -118,12 +118,14 @@ def measure(loaded, lengths: Sequence[int], *, repeats: int = 1, on_step: Callab
             ) -> list[CostRow]:
     """Both paths at each length (the fastest of `repeats` runs, the largest peak), shortest first."""
     from attnviz.engine.families import can
+    from attnviz.engine.loading import layers_and_heads
     from attnviz.engine.memory import attention_bytes, memory_budget
     from attnviz.sizes import size_text
 
     budget = loaded.memory_budget or memory_budget()
     streams = can(loaded, "stream")
     device = "cuda" if str(loaded.device).startswith("cuda") else "cpu"
+    L, H = layers_and_heads(loaded.model.config)
     rows = []
     warm, warm_text = input_of(loaded, min(lengths))
     if attention_bytes(loaded, min(lengths)) <= budget:  # the first run of each path pays for set-up: not measured
@@ -133,23 +135,21 @@ def measure(loaded, lengths: Sequence[int], *, repeats: int = 1, on_step: Callab
     for T in sorted(lengths):
         encoded, text = input_of(loaded, T)
         need = attention_bytes(loaded, T)
-        from attnviz.engine.loading import layers_and_heads
-
-        L, H = layers_and_heads(loaded.model.config)
         alpha_bytes = L * H * T * T * 4
         results: dict[str, tuple[float | None, int | None]] = {}
         for name, run, allowed in (("full", _full, need <= budget), ("stream", _streamed, streams)):
             if not allowed:
                 results[name] = (None, None)
                 continue
-            seconds, peak = float("inf"), 0
+            seconds, peaks = float("inf"), []
             for _ in range(repeats):
                 with PeakMemory(device) as memory:
                     start = time.perf_counter()
                     run(loaded, encoded, text)
                     seconds = min(seconds, time.perf_counter() - start)
-                peak = max(peak, memory.peak or 0) if memory.peak is not None else peak
-            results[name] = (seconds, peak if device == "cuda" or _status("VmHWM") is not None else None)
+                peaks.append(memory.peak)
+            known = [p for p in peaks if p is not None]
+            results[name] = (seconds, max(known) if known else None)  # None: memory cannot be read here
             if on_step is not None:
                 on_step(1)
         note = "" if need <= budget else f"needs {size_text(need)}, over the budget of {size_text(budget)}"

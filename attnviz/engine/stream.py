@@ -57,7 +57,7 @@ class Streamed:
     window: np.ndarray | None = None
 
 
-def _give_back_memory() -> None:
+def give_back_memory() -> None:
     """Return freed heap to the system (glibc keeps it per thread arena; torch's threads allocate in
     several), so that memory stays flat over layers instead of creeping up. A no-op elsewhere."""
     try:
@@ -103,7 +103,7 @@ def stream(model, inputs: dict, tokens: Tokens, *, batch: int = 0, pool: int = D
 
     def fold(layer: int, attention: LayerAttention) -> None:
         run.layer(layer, attention, batch, positions)
-        _give_back_memory()
+        give_back_memory()
         if on_layer_done is not None:
             on_layer_done(attention.heads)
 
@@ -128,7 +128,7 @@ def stream(model, inputs: dict, tokens: Tokens, *, batch: int = 0, pool: int = D
 
         out = output(attention, value, block_bytes, on_block)
         run.end()
-        _give_back_memory()
+        give_back_memory()
         if on_layer_done is not None:
             on_layer_done(attention.heads)
         return out
