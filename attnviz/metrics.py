@@ -120,85 +120,6 @@ class Tokens:
         return len(set(self.segments[~self.special].tolist())) >= 2
 
 
-@dataclass(frozen=True)
-class Rows:
-    """A block of query rows of every head of one layer: the unit every metric is computed from, whether α
-    comes from a capture or is computed a block at a time for a long input.
-
-    alpha (H, b, T) float64: rows `queries` (b,) of α. kept (H, b): for a family with sink logits, what each
-    row kept over the real keys before it was made its shares (alpha then holds the shares); None otherwise."""
-
-    alpha: np.ndarray
-    queries: np.ndarray
-    tokens: Tokens
-    kept: np.ndarray | None = None
-
-    def at(self, offset: int) -> np.ndarray:
-        """α_i,i+offset for each row, NaN where that key does not exist (and always for cross-attention,
-        where query i and key i are different sentences). (H, b)"""
-        out = np.full(self.alpha.shape[:2], np.nan)
-        if not self.tokens.square:
-            return out
-        keys = self.queries + offset
-        inside = (keys >= 0) & (keys < self.tokens.T)
-        rows = np.nonzero(inside)[0]
-        out[:, rows] = self.alpha[:, rows, keys[inside]]
-        return out
-
-    @functools.cached_property
-    def entropy(self) -> np.ndarray:
-        """-Σ_j α_ij ln α_ij for each row, nats, computed once for every metric that needs it. (H, b)"""
-        return row_entropy(self.alpha)
-
-    def mass(self, group: str) -> np.ndarray:
-        """Σ_{j in group} α_ij for each row. (H, b)"""
-        return self.masses[..., list(self.tokens.groups).index(group)]
-
-    @functools.cached_property
-    def masses(self) -> np.ndarray:
-        """Every key group's mass at once: one pass over α instead of one per group. (H, b, groups)"""
-        return self.alpha @ np.stack(list(self.tokens.groups.values()), axis=-1)
-
-
-def row_dot(alpha: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Σ_j α_ij · w_ij for each head and row: alpha (H, b, T), weights (b, T) -> (H, b), as one batched
-    matrix-vector product (no (H, b, T) temporary)."""
-    return np.matmul(alpha.transpose(1, 0, 2), np.asarray(weights, np.float64)[:, :, None])[..., 0].T
-
-
-def row_entropy(alpha: np.ndarray) -> np.ndarray:
-    """-Σ_j α_ij ln α_ij for every row, nats. (..., T) -> (...)"""
-    alpha = np.asarray(alpha, dtype=np.float64)
-    logs = np.maximum(alpha, np.finfo(np.float64).tiny)  # 0·ln 0 = 0: a zero weight meets a finite log
-    np.log(logs, out=logs)
-    return -np.einsum("...t,...t->...", alpha, logs)
-
-
-def _normalised_entropy_rows(rows: Rows) -> np.ndarray:
-    tokens = rows.tokens
-    if tokens.square:
-        n = tokens.n_keys[rows.queries].astype(np.float64)  # (b,) keys each row may attend to
-    else:  # cross-attention: every target row sees every source key
-        n = np.full(len(rows.queries), float(tokens.T))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(n > 1, rows.entropy / np.log(np.maximum(n, 2)), np.nan)
-
-
-def _distance_rows(rows: Rows) -> np.ndarray:
-    if not rows.tokens.square:  # positions in two different sentences
-        return np.full(rows.alpha.shape[:2], np.nan)
-    distance = np.abs(rows.queries[:, None] - np.arange(rows.tokens.T)[None, :])  # (b, T)
-    return row_dot(rows.alpha, distance)
-
-
-def _block_rows(rows: Rows) -> np.ndarray:
-    if not rows.tokens.square or not rows.tokens.two_segments:
-        return np.full(rows.alpha.shape[:2], np.nan)
-    seg = rows.tokens.segments
-    same = seg[rows.queries][:, None] == seg[None, :]  # (b, T)
-    return row_dot(rows.alpha, same)
-
-
 def repeat_targets(keys: np.ndarray, queries: np.ndarray, shift: int) -> np.ndarray:
     """TransformerLens's head-detector patterns for the rows `queries`, (b, T) bool. shift 0 (duplicate token):
     key j < i holds the query's token; shift 1 (induction): key j ≤ i follows an earlier occurrence of it
@@ -210,14 +131,175 @@ def repeat_targets(keys: np.ndarray, queries: np.ndarray, shift: int) -> np.ndar
     return (before[None, :] == keys[queries][:, None]) & (j[None, :] >= 1) & (j[None, :] <= queries[:, None])
 
 
+@dataclass(frozen=True)
+class Weighting:
+    """A row statistic that is a weighted sum Σ_j α_ij·w_ij of its row: `weights(tokens, queries)` gives the
+    weights of the rows `queries` of one text, (T,) for every row alike or (b, T). square_only: defined only
+    when queries and keys are the same tokens (0 for cross-attention, whose metrics are NaN)."""
+
+    name: str
+    weights: Callable[[Tokens, np.ndarray], np.ndarray]
+    square_only: bool = False
+
+
+def _same_segment(tokens: Tokens, queries: np.ndarray) -> np.ndarray:
+    return tokens.segments[queries][:, None] == tokens.segments[None, :]
+
+
+def _group(name: str) -> Callable[[Tokens, np.ndarray], np.ndarray]:
+    return lambda tokens, queries: tokens.groups[name]
+
+
+# Every weighting of a block of rows is summed in one pass over α (Rows.weighted); a metric reads its own.
+WEIGHTINGS: tuple[Weighting, ...] = (
+    *(Weighting(group, _group(group)) for group in ("start", "end", "punct", "first")),
+    Weighting("distance", lambda t, q: np.abs(q[:, None] - np.arange(t.T)[None, :]), square_only=True),
+    Weighting("segment", _same_segment, square_only=True),
+    Weighting("duplicate", lambda t, q: repeat_targets(t.keys, q, 0), square_only=True),
+    Weighting("induction", lambda t, q: repeat_targets(t.keys, q, 1), square_only=True),
+)
+_WEIGHTING_INDEX = {w.name: k for k, w in enumerate(WEIGHTINGS)}
+
+
+@dataclass(frozen=True)
+class Rows:
+    """A block of query rows of every head of one layer: the unit every metric is computed from, whether α
+    comes from a capture, is computed a block at a time for a long input, or holds the rows of several texts
+    of a corpus batch at once.
+
+    alpha (H, b, T): rows `queries` (b,) of α, float64 (float32 for a corpus batch; what is summed over keys
+    is summed in float64). kept (H, b): for a family with sink logits, what each row kept over the real keys
+    before it was made its shares (alpha then holds the shares); None otherwise.
+    texts, counts: rows of several texts, each text's rows in a run (`counts[k]` rows, keys padded with zero
+    weight to the longest text); `queries` are positions within each row's own text and `tokens` is texts[0].
+    Every per-row quantity below is computed for each text from its own tokens."""
+
+    alpha: np.ndarray
+    queries: np.ndarray
+    tokens: Tokens
+    kept: np.ndarray | None = None
+    texts: tuple[Tokens, ...] = ()
+    counts: tuple[int, ...] = ()
+
+    def parts(self) -> list[tuple[Tokens, int, int]]:
+        """(tokens, first row, end row) of each text these rows belong to."""
+        if not self.texts:
+            return [(self.tokens, 0, len(self.queries))]
+        edges = np.cumsum((0, *self.counts))
+        return [(t, int(a), int(b)) for t, a, b in zip(self.texts, edges[:-1], edges[1:])]
+
+    def per_row(self, of: Callable[[Tokens, np.ndarray], np.ndarray]) -> np.ndarray:
+        """A per-row quantity (b,) made by `of(tokens, queries)` for each text's rows."""
+        if not self.texts:
+            return np.asarray(of(self.tokens, self.queries))
+        return np.concatenate([np.asarray(of(t, self.queries[a:b])) for t, a, b in self.parts()])
+
+    @functools.cached_property
+    def lengths(self) -> np.ndarray:
+        """The number of keys of each row's text. (b,)"""
+        return self.per_row(lambda t, q: np.full(len(q), t.T))
+
+    @functools.cached_property
+    def n_keys(self) -> np.ndarray:
+        """Keys each row may attend to (Tokens.n_keys of its text). (b,)"""
+        return self.per_row(lambda t, q: t.n_keys[q])
+
+    @functools.cached_property
+    def two_segments(self) -> np.ndarray:
+        """Whether each row's text has two segments or more. (b,) bool"""
+        return self.per_row(lambda t, q: np.full(len(q), t.two_segments))
+
+    def at(self, offset: int) -> np.ndarray:
+        """α_i,i+offset for each row, NaN where that key does not exist (and always for cross-attention,
+        where query i and key i are different sentences). (H, b)"""
+        out = np.full(self.alpha.shape[:2], np.nan)
+        if not self.tokens.square:
+            return out
+        keys = self.queries + offset
+        inside = (keys >= 0) & (keys < self.lengths)
+        rows = np.nonzero(inside)[0]
+        out[:, rows] = self.alpha[:, rows, keys[inside]]
+        return out
+
+    @functools.cached_property
+    def entropy(self) -> np.ndarray:
+        """-Σ_j α_ij ln α_ij for each row, nats, computed once for every metric that needs it. (H, b)"""
+        return row_entropy(self.alpha)
+
+    @functools.cached_property
+    def weights(self) -> np.ndarray:
+        """Every weighting's weights for these rows, keys beyond a row's text 0. (b, T, weightings)"""
+        out = np.zeros((len(self.queries), self.alpha.shape[-1], len(WEIGHTINGS)))
+        for tokens, a, b in self.parts():
+            for k, weighting in enumerate(WEIGHTINGS):
+                if tokens.square or not weighting.square_only:
+                    out[a:b, :tokens.T, k] = weighting.weights(tokens, self.queries[a:b])
+        return out
+
+    @functools.cached_property
+    def weighted(self) -> np.ndarray:
+        """Σ_j α_ij·w_ij of every weighting, in float64, in one pass over α. (H, b, weightings)"""
+        return np.einsum("hbt,btk->hbk", self.alpha64, self.weights, optimize=True)
+
+    @functools.cached_property
+    def alpha64(self) -> np.ndarray:
+        """alpha in float64, in alpha's own memory layout: what is summed over keys or rows is summed in it."""
+        return self.alpha if self.alpha.dtype == np.float64 else self.alpha.astype(np.float64)
+
+    def weighted_sum(self, name: str) -> np.ndarray:
+        """Σ_j α_ij·w_ij of the weighting `name` for each row. (H, b)"""
+        return self.weighted[..., _WEIGHTING_INDEX[name]]
+
+    def has_weight(self, name: str) -> np.ndarray:
+        """Whether each row has a nonzero weight of `name` (a repeat target, say). (b,)"""
+        return np.asarray(self.weights[..., _WEIGHTING_INDEX[name]].any(axis=-1))
+
+    def mass(self, group: str) -> np.ndarray:
+        """Σ_{j in group} α_ij for each row. (H, b)"""
+        return self.weighted_sum(group)
+
+
+def row_entropy(alpha: np.ndarray) -> np.ndarray:
+    """-Σ_j α_ij ln α_ij for every row, nats, summed in float64; the logarithms in α's own precision (float32
+    or float64). (..., T) -> (...)"""
+    alpha = np.asarray(alpha)
+    if alpha.dtype not in (np.float32, np.float64):
+        alpha = alpha.astype(np.float64)
+    logs = np.maximum(alpha, np.finfo(alpha.dtype).tiny)  # 0·ln 0 = 0: a zero weight meets a finite log
+    np.log(logs, out=logs)
+    if alpha.dtype == np.float64 and alpha.flags.c_contiguous:
+        return -np.einsum("...t,...t->...", alpha, logs)
+    np.multiply(logs, alpha, out=logs)
+    return -logs.sum(axis=-1, dtype=np.float64)
+
+
+def _normalised_entropy_rows(rows: Rows) -> np.ndarray:
+    if rows.tokens.square:
+        n = rows.n_keys.astype(np.float64)  # (b,) keys each row may attend to
+    else:  # cross-attention: every target row sees every source key
+        n = np.full(len(rows.queries), float(rows.tokens.T))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(n > 1, rows.entropy / np.log(np.maximum(n, 2)), np.nan)
+
+
+def _distance_rows(rows: Rows) -> np.ndarray:
+    if not rows.tokens.square:  # positions in two different sentences
+        return np.full(rows.alpha.shape[:2], np.nan)
+    return rows.weighted_sum("distance")
+
+
+def _block_rows(rows: Rows) -> np.ndarray:
+    if not rows.tokens.square:
+        return np.full(rows.alpha.shape[:2], np.nan)
+    return np.where(rows.two_segments[None], rows.weighted_sum("segment"), np.nan)
+
+
 def _repeat_rows(rows: Rows, shift: int) -> np.ndarray:
     """Per row, the weight on its repeat targets; NaN for a row without any (and for cross-attention)."""
     if not rows.tokens.square:
         return np.full(rows.alpha.shape[:2], np.nan)
-    targets: np.ndarray = np.asarray(repeat_targets(rows.tokens.keys, rows.queries, shift))  # (b, T)
-    mass = row_dot(rows.alpha, targets)  # (H, b)
-    has_target = np.asarray(targets.any(axis=-1))  # (b,)
-    return np.where(has_target[None], mass, np.nan)
+    name = "induction" if shift else "duplicate"
+    return np.where(rows.has_weight(name)[None], rows.weighted_sum(name), np.nan)
 
 
 DETECTORS = ("previous-token", "duplicate-token", "induction")
@@ -325,7 +407,7 @@ class Accumulator:
                 finite = np.isfinite(values)
                 self.sums[m.name] += np.where(finite, values, 0.0).sum(axis=-1)
                 self.counts[m.name] += finite.sum(axis=-1)
-        self.column_sum += rows.alpha.sum(axis=1)
+        self.column_sum += rows.alpha.sum(axis=1, dtype=np.float64)
         self.rows_seen += rows.alpha.shape[1]
 
     def result(self) -> dict[str, np.ndarray]:

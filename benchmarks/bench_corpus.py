@@ -74,7 +74,7 @@ def local(loaded, texts, batch_size):
 def stages(loaded, texts, batch_size) -> dict[str, float]:
     """The local engine's seconds per stage, timed around its own functions (no copy of their code):
     tokenise (BatchRunner.prepare), forward (BatchRunner.run less the statistics in it), statistics
-    (text_stats, per text), merge (CorpusState.add_texts)."""
+    (texts_stats, per batch), merge (CorpusState.add_texts)."""
     from attnviz.corpus import CorpusState, Line
     from attnviz.corpus import run as corpus_run
 
@@ -89,17 +89,17 @@ def stages(loaded, texts, batch_size) -> dict[str, float]:
                 spent[key] += time.perf_counter() - start
         return wrapper
 
-    saved = (corpus_run.BatchRunner.prepare, corpus_run.BatchRunner.run, corpus_run.text_stats,
+    saved = (corpus_run.BatchRunner.prepare, corpus_run.BatchRunner.run, corpus_run.texts_stats,
              CorpusState.add_texts)
     corpus_run.BatchRunner.prepare = timed("tokenise", saved[0])
     corpus_run.BatchRunner.run = timed("run", saved[1])
-    corpus_run.text_stats = timed("statistics", saved[2])
+    corpus_run.texts_stats = timed("statistics", saved[2])
     CorpusState.add_texts = timed("merge", saved[3])
     try:
         runner = corpus_run.BatchRunner(loaded, batch_size=batch_size)
         corpus_run.run_local(runner, [Line("bench", n + 1, t) for n, t in enumerate(texts)], runner.new_state())
     finally:
-        (corpus_run.BatchRunner.prepare, corpus_run.BatchRunner.run, corpus_run.text_stats,
+        (corpus_run.BatchRunner.prepare, corpus_run.BatchRunner.run, corpus_run.texts_stats,
          CorpusState.add_texts) = saved
     return {"tokenise": spent["tokenise"], "forward": spent["run"] - spent["statistics"],
             "statistics": spent["statistics"], "merge": spent["merge"]}

@@ -110,6 +110,43 @@ def test_the_batch_really_is_padded(load_tiny):
     assert max(lengths) > 2 * min(lengths)
     assert lengths == sorted(lengths)  # length-sorted
 
+@pytest.mark.parametrize("kind", ["bert", "gpt2"])
+def test_statistics_of_a_batch_do_not_depend_on_how_it_is_cut(kind, load_tiny, monkeypatch):
+    """texts_stats runs the metrics on the rows of several texts at once, in chunks of ROWS_BYTES. Every
+    text's values, row moments and labels are the same whether the whole batch is one chunk, each text is
+    its own chunk, or each layer of each text is (1e-9), and the same as each text computed alone through
+    text_stats; pack and unpack give each text's α back exactly."""
+    import attnviz.corpus as corpus
+    from attnviz.corpus import pack, text_stats, texts_stats, unpack
+    from attnviz.engine.forward import capture_text
+    from attnviz.metrics import Tokens
+
+    loaded = load_tiny(kind)
+    runner = _runner(loaded)
+    captures = [capture_text(text, loaded) for text in TEXTS]
+    alphas = [c.attentions for c in captures]
+    tokens = [Tokens.of(c) for c in captures]
+    lengths = [a.shape[-1] for a in alphas]
+    packed = pack(alphas)
+    starts = np.cumsum([0, *lengths])
+    for a, start, n in zip(alphas, starts, lengths):
+        assert np.array_equal(unpack(packed, int(start), n, a.shape[1]), a)
+    H = alphas[0].shape[1]
+    whole = texts_stats(packed, lengths, tokens, H, runner.metrics)
+    cuts = []
+    for budget in (1, max(lengths) ** 2 * H * 8 * 2):  # one layer of one text at a time; a text, all layers
+        monkeypatch.setattr(corpus, "ROWS_BYTES", budget)
+        cuts.append(texts_stats(packed, lengths, tokens, H, runner.metrics))
+    alone = [text_stats(a, t, runner.metrics) for a, t in zip(alphas, tokens)]
+    for other in (*cuts, corpus.BatchStats.stack(alone)):
+        assert np.array_equal(other.labels, whole.labels)
+        assert np.array_equal(other.tokens, lengths)
+        for name in whole.values:
+            assert np.allclose(other.values[name], whole.values[name], rtol=1e-9, atol=1e-9, equal_nan=True), name
+            for got, want in zip(other.rows[name], whole.rows[name]):
+                assert np.allclose(got, want, rtol=1e-9, atol=1e-9, equal_nan=True), name
+
+
 
 def test_token_weighted_moments_equal_a_direct_computation_over_all_rows(load_tiny):
     """The tokens weighting: mean and sample std over every query row of every text, computed here from each

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from attnviz.engine.families import has_sinks, layer_windows
-from attnviz.corpus import CorpusState, Line, TextStats, corpus_metrics, text_stats
+from attnviz.corpus import BatchStats, CorpusState, Line, corpus_metrics, pack, texts_stats, unpack
 from attnviz.errors import AttentionCheckError, InputError
 from attnviz.metrics import Tokens
 from attnviz.tokens import Described, describe_tokens
@@ -127,8 +127,8 @@ class BatchRunner:
             start = end
 
     # running
-    def run(self, batch: Sequence[Prepared]) -> list[TextStats]:
-        """One forward pass over a right-padded batch; each text's statistics from its own α."""
+    def run(self, batch: Sequence[Prepared]) -> BatchStats:
+        """One forward pass over a right-padded batch; each text's statistics from its own rows and keys of α."""
         import torch
 
         T = max(len(p.ids) for p in batch)
@@ -146,24 +146,37 @@ class BatchRunner:
                 out = self.loaded.model(**inputs, output_attentions=True)
                 layers = list(attentions_of(out, self.loaded.model, self.loaded.name))
                 del out
-                alpha = np.empty((len(layers), *layers[0].shape), np.float32)  # (L, B, H, T, T), filled per layer
-                for n, layer in enumerate(layers):
-                    alpha[n] = layer.float().cpu().numpy()  # no stacked copy of every layer first
-                    layers[n] = None
+                shapes = {tuple(layer.shape) for layer in layers}
+                if len(shapes) != 1 or len(layers[0].shape) != 4 or layers[0].shape[0] != len(batch) \
+                        or layers[0].shape[-2:] != (T, T):
+                    raise AttentionCheckError(f"attention of shapes {sorted(shapes)}, expected "
+                                              f"(L × ({len(batch)}, H, {T}, {T}))")
+                H = layers[0].shape[1]
+                packed = self.pack(layers, mask.to(layers[0].device).bool())
+                del layers
         except (ValueError, TypeError, RuntimeError, IndexError) as exc:
             raise AttentionCheckError(f"{self.loaded.name} could not run on this batch: {first_line(exc)}") from None
-        if alpha.ndim != 5 or alpha.shape[1] != len(batch) or alpha.shape[-1] != T:
-            raise AttentionCheckError(f"attention of shape {alpha.shape}, expected (L, {len(batch)}, H, {T}, {T})")
-        stats = []
-        for b, p in enumerate(batch):
-            n = len(p.ids)
-            own = alpha[:, b, :, :n, :n]
-            if self.words:
-                words = self.as_words(own, p)
-                stats.append(text_stats(words.attentions, Tokens.of(words), self.metrics, self.sinks))
-            else:
-                stats.append(text_stats(own, p.tokens, self.metrics, self.sinks, self.windows))
-        return stats
+        lengths = [len(p.ids) for p in batch]
+        if self.words:
+            starts = np.cumsum([0, *lengths])
+            words = [self.as_words(unpack(packed, int(starts[b]), n, H), p) for b, (p, n) in
+                     enumerate(zip(batch, lengths))]
+            return texts_stats(pack([w.attentions for w in words]), [w.n_tokens for w in words],
+                               [Tokens.of(w) for w in words], H, self.metrics, self.sinks)
+        return texts_stats(packed, lengths, [p.tokens for p in batch], H, self.metrics, self.sinks, self.windows)
+
+    @staticmethod
+    def pack(layers: Sequence, real) -> np.ndarray:
+        """Every layer's α (B, H, T, T) as attnviz.corpus.pack lays texts out: the real query rows of every
+        text (real (B, T) bool), keys first, (T, R, L·H) float32; one gather per layer, on the model's device."""
+        import torch
+
+        rows = [layer.permute(3, 0, 2, 1)[:, real] for layer in layers]  # (T, R, H) each
+        for n in range(len(layers)):
+            layers[n] = None  # type: ignore[index]  # each layer freed once gathered
+        stacked = torch.stack(rows, dim=2)  # (T, R, L, H)
+        del rows
+        return stacked.float().cpu().numpy().reshape(stacked.shape[0], stacked.shape[1], -1)
 
     def as_words(self, alpha: np.ndarray, p: Prepared):
         """One text's attention between words (attnviz.words, as `--words` gives for one text)."""
@@ -200,7 +213,7 @@ class BatchRunner:
             state.truncated += sum(p.truncated for p in batch)
             state.unknown += sum(p.unknown for p in batch)
             if on_batch:
-                on_batch(len(batch), sum(s.tokens for s in stats))
+                on_batch(len(batch), int(stats.tokens.sum()))
         return True
 
     def chunk(self) -> int:

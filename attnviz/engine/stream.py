@@ -14,6 +14,7 @@ Peak memory is the model's activations, its boolean masks (T² bytes each, where
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -22,6 +23,7 @@ import torch
 
 from attnviz.blocks import equal_edges, row_shares, sum_blocks
 from attnviz.metrics import Accumulator, Rows, Tokens, all_metrics, rollout_rows
+from attnviz.parallel import head_groups, run_all
 from attnviz.engine.interface import LayerAttention, output, streaming
 from attnviz.errors import UnsupportedArchitectureError
 
@@ -190,24 +192,35 @@ class _Run:
             self.kept = np.zeros((len(self.window.layers), H, len(self.window.rows), len(self.window.cols)),
                                  np.float32)
         self.layer_tokens = self.tokens.at_layer(self.windows, layer)  # with this layer's sliding window
-        self.acc = Accumulator(self.metrics, H, self.layer_tokens)
+        self.groups = head_groups(H)  # the heads each thread folds
+        self.accs = [Accumulator(self.metrics, h1 - h0, self.layer_tokens) for h0, h1 in self.groups]
         self.rolled = np.zeros_like(self.vectors)
 
     def add(self, at: np.ndarray, alpha: torch.Tensor, attention: LayerAttention) -> None:
-        """Fold α rows (H, b, T) of the real query positions `at` (consecutive) over the real keys."""
+        """Fold α rows (H, b, T) of the real query positions `at` (consecutive) over the real keys: the heads
+        cut into groups, one per thread (parallel.run_all), each group's metrics and pooled rows folded by one."""
         layer = self.current
-        rows = alpha.double().cpu().numpy()  # (H, b, T)
-        shares = rows if attention.sinks is None else row_shares(rows)  # as the full path's as_distribution()
-        self.acc.add(Rows(shares, at, self.layer_tokens, None if attention.sinks is None else rows.sum(axis=-1)))
-        # blocks.pool_blocks, a block of rows at a time: key columns summed per block, rows summed here and
-        # divided by the block's size at the end
-        assert self.pooled is not None
-        key_blocks = sum_blocks(rows, self.edges, -1)  # (H, b, P)
+        rows = alpha.float().cpu().numpy()  # (H, b, T): float32, as the model made it; sums are taken in float64
+        sinks = attention.sinks is not None
         ids = self.block_of[at]  # (b,) sorted: the rows of a query block are consecutive
         firsts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
-        self.pooled[layer][:, ids[firsts]] += sum_blocks(key_blocks, np.r_[firsts, len(at)], 1).astype(np.float32)
+        assert self.pooled is not None
+        pooled = self.pooled[layer]
+
+        def fold(k: int) -> None:
+            h0, h1 = self.groups[k]
+            mine = rows[h0:h1]
+            block = Rows(row_shares(mine) if sinks else mine, at, self.layer_tokens,
+                         mine.sum(axis=-1, dtype=np.float64) if sinks else None)
+            self.accs[k].add(block)  # shares, as the full path's as_distribution()
+            # blocks.pool_blocks, a block of rows at a time: key columns summed per block, rows summed here
+            # and divided by the block's size at the end
+            key_blocks = sum_blocks(np.asarray(mine, np.float64) if sinks else block.alpha64, self.edges, -1)
+            pooled[h0:h1, ids[firsts]] += sum_blocks(key_blocks, np.r_[firsts, len(at)], 1).astype(np.float32)
+
+        run_all([functools.partial(fold, k) for k in range(len(self.groups))])
         if self.rollout_tokens:
-            self.rolled += self.vectors[:, at] @ rollout_rows(shares, at)  # (k, T)
+            self.rolled += self.vectors[:, at] @ rollout_rows(row_shares(rows) if sinks else rows, at)  # (k, T)
         if self.window is not None and layer in self.window.layers:
             inside = np.nonzero(np.isin(self.window.rows, at))[0]
             if len(inside) and self.kept is not None:
@@ -218,7 +231,8 @@ class _Run:
     def end(self) -> None:
         if self.rollout_tokens:
             self.vectors = self.rolled
-        self.per_layer[self.current] = self.acc.result()
+        parts = [acc.result() for acc in self.accs]
+        self.per_layer[self.current] = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
         self.folded += 1
 
     def result(self) -> Streamed:
