@@ -31,7 +31,7 @@ def every(n: int, k: int) -> np.ndarray:
 
 
 def sum_blocks(x: np.ndarray, edges: np.ndarray, axis: int = -1) -> np.ndarray:
-    """x summed over each block of `edges` along `axis` (float64 in, float64 out)."""
+    """x summed over each block of `edges` along `axis`, in x's own dtype."""
     return np.add.reduceat(x, np.asarray(edges)[:-1], axis=axis)
 
 

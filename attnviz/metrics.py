@@ -228,18 +228,18 @@ class Rows:
 
     @functools.cached_property
     def weights(self) -> np.ndarray:
-        """Every weighting's weights for these rows, keys beyond a row's text 0. (b, T, weightings)"""
-        out = np.zeros((len(self.queries), self.alpha.shape[-1], len(WEIGHTINGS)))
+        """Every weighting's weights for these rows, keys beyond a row's text 0. (weightings, b, T) float64"""
+        out = np.zeros((len(WEIGHTINGS), len(self.queries), self.alpha.shape[-1]))
         for tokens, a, b in self.parts():
             for k, weighting in enumerate(WEIGHTINGS):
                 if tokens.square or not weighting.square_only:
-                    out[a:b, :tokens.T, k] = weighting.weights(tokens, self.queries[a:b])
+                    out[k, a:b, :tokens.T] = weighting.weights(tokens, self.queries[a:b])
         return out
 
     @functools.cached_property
     def weighted(self) -> np.ndarray:
         """Σ_j α_ij·w_ij of every weighting, in float64, in one pass over α. (H, b, weightings)"""
-        return np.einsum("hbt,btk->hbk", self.alpha64, self.weights, optimize=True)
+        return np.einsum("hbt,kbt->hbk", self.alpha64, self.weights, optimize=True)
 
     @functools.cached_property
     def alpha64(self) -> np.ndarray:
@@ -252,7 +252,18 @@ class Rows:
 
     def has_weight(self, name: str) -> np.ndarray:
         """Whether each row has a nonzero weight of `name` (a repeat target, say). (b,)"""
-        return np.asarray(self.weights[..., _WEIGHTING_INDEX[name]].any(axis=-1))
+        return np.asarray(self.weights[_WEIGHTING_INDEX[name]].any(axis=-1))
+
+    ROW_CACHES = ("lengths", "n_keys", "two_segments", "weights")  # what depends on the rows, not on α
+
+    def sharing(self, alpha: np.ndarray, kept: np.ndarray | None = None) -> Rows:
+        """The same rows with another α (some heads of this one, say): what depends only on the rows and
+        their tokens (the weightings' weights, the keys each may attend to) is computed once and shared."""
+        other = replace(self, alpha=alpha, kept=kept)
+        for name in self.ROW_CACHES:
+            if name in self.__dict__:
+                other.__dict__[name] = self.__dict__[name]
+        return other
 
     def mass(self, group: str) -> np.ndarray:
         """Σ_{j in group} α_ij for each row. (H, b)"""

@@ -55,6 +55,11 @@ def test_core_fully_masked_row_gives_zeros_not_nan():
     assert torch.isfinite(alpha).all() and torch.isfinite(out).all()
     assert torch.all(alpha[1] == 0) and torch.all(out[1] == 0)
     torch.testing.assert_close(alpha[[0, 2]].sum(-1), torch.ones(2))
+    bias = torch.zeros(3, 3)
+    bias[2] = float("-inf")  # a bias that hides every key of row 2, no mask
+    _, alpha = scaled_dot_product_attention(q, k, v, bias=bias)
+    assert torch.isfinite(alpha).all() and torch.all(alpha[2] == 0)
+    torch.testing.assert_close(alpha[:2], torch.softmax(q[:2] @ k.T / 2.0, dim=-1))
 
 
 def test_rotary_matches_the_formula():

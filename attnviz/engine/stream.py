@@ -207,15 +207,18 @@ class _Run:
         assert self.pooled is not None
         pooled = self.pooled[layer]
 
+        every = Rows(rows, at, self.layer_tokens)
+        every.weights  # noqa: B018  # computed once here, shared by every group's rows
+
         def fold(k: int) -> None:
             h0, h1 = self.groups[k]
             mine = rows[h0:h1]
-            block = Rows(row_shares(mine) if sinks else mine, at, self.layer_tokens,
-                         mine.sum(axis=-1, dtype=np.float64) if sinks else None)
+            block = every.sharing(row_shares(mine) if sinks else mine,
+                                  mine.sum(axis=-1, dtype=np.float64) if sinks else None)
             self.accs[k].add(block)  # shares, as the full path's as_distribution()
-            # blocks.pool_blocks, a block of rows at a time: key columns summed per block, rows summed here
-            # and divided by the block's size at the end
-            key_blocks = sum_blocks(np.asarray(mine, np.float64) if sinks else block.alpha64, self.edges, -1)
+            # blocks.pool_blocks, a block of rows at a time: key columns summed per block (float32 is plenty for
+            # a picture of a few keys each), rows summed here and divided by the block's size at the end
+            key_blocks = sum_blocks(mine, self.edges, -1).astype(np.float64)  # (h, b, P)
             pooled[h0:h1, ids[firsts]] += sum_blocks(key_blocks, np.r_[firsts, len(at)], 1).astype(np.float32)
 
         run_all([functools.partial(fold, k) for k in range(len(self.groups))])
