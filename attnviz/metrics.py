@@ -254,17 +254,6 @@ class Rows:
         """Whether each row has a nonzero weight of `name` (a repeat target, say). (b,)"""
         return np.asarray(self.weights[_WEIGHTING_INDEX[name]].any(axis=-1))
 
-    ROW_CACHES = ("lengths", "n_keys", "two_segments", "weights")  # what depends on the rows, not on α
-
-    def sharing(self, alpha: np.ndarray, kept: np.ndarray | None = None) -> Rows:
-        """The same rows with another α (some heads of this one, say): what depends only on the rows and
-        their tokens (the weightings' weights, the keys each may attend to) is computed once and shared."""
-        other = replace(self, alpha=alpha, kept=kept)
-        for name in self.ROW_CACHES:
-            if name in self.__dict__:
-                other.__dict__[name] = self.__dict__[name]
-        return other
-
     def mass(self, group: str) -> np.ndarray:
         """Σ_{j in group} α_ij for each row. (H, b)"""
         return self.weighted_sum(group)
@@ -420,6 +409,14 @@ class Accumulator:
                 self.counts[m.name] += finite.sum(axis=-1)
         self.column_sum += rows.alpha.sum(axis=1, dtype=np.float64)
         self.rows_seen += rows.alpha.shape[1]
+
+    def absorb(self, other: Accumulator) -> None:
+        """Fold in what another accumulator of the same heads and tokens saw (other rows)."""
+        for name in self.sums:
+            self.sums[name] += other.sums[name]
+            self.counts[name] += other.counts[name]
+        self.column_sum += other.column_sum
+        self.rows_seen += other.rows_seen
 
     def result(self) -> dict[str, np.ndarray]:
         """Each metric's value per head. (H,) each"""

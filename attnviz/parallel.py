@@ -46,8 +46,8 @@ def run_all(tasks: Sequence[Callable[[], object]]) -> None:
         raise errors[0]
 
 
-def head_groups(heads: int) -> list[tuple[int, int]]:
-    """The heads 0..heads cut into threads() runs of near-equal size (fewer when there are fewer heads)."""
-    n = max(1, min(threads(), heads))
-    edges = [round(k * heads / n) for k in range(n + 1)]
+def runs(n: int, parts: int) -> list[tuple[int, int]]:
+    """0..n cut into at most `parts` consecutive runs of near-equal length, none empty."""
+    k = max(1, min(parts, n))
+    edges = [round(i * n / k) for i in range(k + 1)]
     return [(a, b) for a, b in zip(edges[:-1], edges[1:]) if b > a]

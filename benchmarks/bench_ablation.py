@@ -49,7 +49,18 @@ def row(name: str, device: str, repeats: int) -> dict:
     diff = float(np.abs(got["batched"].effect - got["loop"].effect).max())
     return {"model": loaded.name, "heads": where.layers * where.heads, "tokens": int(inputs["input_ids"].shape[1]),
             "loop": t_loop, "batched": t_batched, "speedup": t_loop / t_batched, "max_diff": diff,
-            "largest": float(got["loop"].effect.max())}
+            "largest": float(got["loop"].effect.max()), "flops": flops(loop) / flops(batched)}
+
+
+def flops(run) -> float:
+    """The matrix arithmetic one run does (torch's FlopCounterMode: matmuls and linear layers), so that the
+    speed-up can be read against how much less arithmetic the batched path does: batching removes the layers
+    below each head, not the layers above it nor the output head (the LM head's vocabulary product per copy)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        run()
+    return float(counter.get_total_flops())
 
 
 def main() -> None:
@@ -61,8 +72,9 @@ def main() -> None:
     from attnviz.engine import offline
     from attnviz.errors import ModelLoadError
 
-    print("| model | heads | tokens | one pass per head | batched | speed-up | max \\|Δ effect\\| (largest effect) |")
-    print("|---|---|---|---|---|---|---|")
+    print("| model | heads | tokens | one pass per head | batched | speed-up | arithmetic, loop / batched | "
+          "max \\|Δ effect\\| (largest effect) |")
+    print("|---|---|---|---|---|---|---|---|")
     for name in args.models.split(","):
         known = offline.find(name)
         if known is not None and known is not offline.MINILM:
@@ -73,7 +85,7 @@ def main() -> None:
                 continue
         r = row(name, args.device, args.repeats)
         print(f"| {r['model']} | {r['heads']} | {r['tokens']} | {r['loop']:.2f} s | {r['batched']:.2f} s | "
-              f"{r['speedup']:.1f}× | {r['max_diff']:.1e} ({r['largest']:.3f}) |", flush=True)
+              f"{r['speedup']:.1f}× | {r['flops']:.2f}× | {r['max_diff']:.1e} ({r['largest']:.3f}) |", flush=True)
 
 
 if __name__ == "__main__":

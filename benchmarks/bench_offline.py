@@ -2,7 +2,7 @@
 beside MiniLM's load, each in a fresh process; and generation on SmolLM2 with its attention kept against the
 model's own `generate` without it (greedy, same tokens), side by side in one run.
 
-    python benchmarks/bench_offline.py                  # loads, and generate -n 20
+    python benchmarks/bench_offline.py                  # loads, and generate -n 50
     python benchmarks/bench_offline.py --new-tokens 50  # the longer generation row
     python benchmarks/bench_offline.py --device cuda    # the GPU rows
 
@@ -47,7 +47,7 @@ def generation(device: str, new_tokens: int, repeats: int) -> tuple[float, float
     from attnviz.engine.loading import load
 
     loaded = load("smollm2", device=device, lm_head=True)
-    prompt = "The capital of France is"
+    prompt = "Tell me a long story about a cat who lived by the sea."  # long enough not to stop early
     ids = encode(loaded, prompt).inputs["input_ids"]
     ours, theirs = [], []
     kept: list[int] = []
@@ -70,7 +70,7 @@ def generation(device: str, new_tokens: int, repeats: int) -> tuple[float, float
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--new-tokens", type=int, default=20)
+    parser.add_argument("--new-tokens", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-loads", action="store_true", help="only the generation rows")
     args = parser.parse_args()

@@ -23,7 +23,7 @@ import torch
 
 from attnviz.blocks import equal_edges, row_shares, sum_blocks
 from attnviz.metrics import Accumulator, Rows, Tokens, all_metrics, rollout_rows
-from attnviz.parallel import head_groups, run_all
+from attnviz.parallel import run_all, runs, threads
 from attnviz.engine.interface import LayerAttention, output, streaming
 from attnviz.errors import UnsupportedArchitectureError
 
@@ -192,36 +192,32 @@ class _Run:
             self.kept = np.zeros((len(self.window.layers), H, len(self.window.rows), len(self.window.cols)),
                                  np.float32)
         self.layer_tokens = self.tokens.at_layer(self.windows, layer)  # with this layer's sliding window
-        self.groups = head_groups(H)  # the heads each thread folds
-        self.accs = [Accumulator(self.metrics, h1 - h0, self.layer_tokens) for h0, h1 in self.groups]
+        self.accs = [Accumulator(self.metrics, H, self.layer_tokens) for _ in range(threads())]  # one a thread
         self.rolled = np.zeros_like(self.vectors)
 
     def add(self, at: np.ndarray, alpha: torch.Tensor, attention: LayerAttention) -> None:
-        """Fold α rows (H, b, T) of the real query positions `at` (consecutive) over the real keys: the heads
-        cut into groups, one per thread (parallel.run_all), each group's metrics and pooled rows folded by one."""
+        """Fold α rows (H, b, T) of the real query positions `at` (consecutive) over the real keys: the rows cut
+        into runs, one per thread (parallel.run_all), each run folded into that thread's accumulator."""
         layer = self.current
         rows = alpha.float().cpu().numpy()  # (H, b, T): float32, as the model made it; sums are taken in float64
         sinks = attention.sinks is not None
-        ids = self.block_of[at]  # (b,) sorted: the rows of a query block are consecutive
-        firsts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
-        assert self.pooled is not None
-        pooled = self.pooled[layer]
-
-        every = Rows(rows, at, self.layer_tokens)
-        every.weights  # noqa: B018  # computed once here, shared by every group's rows
+        cuts = runs(len(at), len(self.accs))
+        key_blocks = np.empty((rows.shape[0], len(at), len(self.edges) - 1))  # (H, b, P)
 
         def fold(k: int) -> None:
-            h0, h1 = self.groups[k]
-            mine = rows[h0:h1]
-            block = every.sharing(row_shares(mine) if sinks else mine,
-                                  mine.sum(axis=-1, dtype=np.float64) if sinks else None)
-            self.accs[k].add(block)  # shares, as the full path's as_distribution()
-            # blocks.pool_blocks, a block of rows at a time: key columns summed per block (float32 is plenty for
-            # a picture of a few keys each), rows summed here and divided by the block's size at the end
-            key_blocks = sum_blocks(mine, self.edges, -1).astype(np.float64)  # (h, b, P)
-            pooled[h0:h1, ids[firsts]] += sum_blocks(key_blocks, np.r_[firsts, len(at)], 1).astype(np.float32)
+            r0, r1 = cuts[k]
+            mine = rows[:, r0:r1]
+            self.accs[k].add(Rows(row_shares(mine) if sinks else mine, at[r0:r1], self.layer_tokens,
+                                  mine.sum(axis=-1, dtype=np.float64) if sinks else None))  # shares, as the full
+            # path's as_distribution(); blocks.pool_blocks a block of rows at a time: key columns summed per
+            # block (float32 is plenty for a few keys of a picture), rows summed below, divided at the end
+            key_blocks[:, r0:r1] = sum_blocks(mine, self.edges, -1)
 
-        run_all([functools.partial(fold, k) for k in range(len(self.groups))])
+        run_all([functools.partial(fold, k) for k in range(len(cuts))])
+        assert self.pooled is not None
+        ids = self.block_of[at]  # (b,) sorted: the rows of a query block are consecutive
+        firsts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
+        self.pooled[layer][:, ids[firsts]] += sum_blocks(key_blocks, np.r_[firsts, len(at)], 1).astype(np.float32)
         if self.rollout_tokens:
             self.rolled += self.vectors[:, at] @ rollout_rows(row_shares(rows) if sinks else rows, at)  # (k, T)
         if self.window is not None and layer in self.window.layers:
@@ -234,8 +230,9 @@ class _Run:
     def end(self) -> None:
         if self.rollout_tokens:
             self.vectors = self.rolled
-        parts = [acc.result() for acc in self.accs]
-        self.per_layer[self.current] = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+        for other in self.accs[1:]:
+            self.accs[0].absorb(other)
+        self.per_layer[self.current] = self.accs[0].result()
         self.folded += 1
 
     def result(self) -> Streamed:
