@@ -47,7 +47,7 @@ def generation(device: str, new_tokens: int, repeats: int) -> tuple[float, float
     from attnviz.engine.loading import load
 
     loaded = load("smollm2", device=device, lm_head=True)
-    prompt = "Tell me a long story about a cat who lived by the sea."  # long enough not to stop early
+    prompt = "Once upon a time, in a small town by the sea, there lived a cat who"  # a story: it goes on
     ids = encode(loaded, prompt).inputs["input_ids"]
     ours, theirs = [], []
     kept: list[int] = []
