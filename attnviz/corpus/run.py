@@ -166,17 +166,18 @@ class BatchRunner:
         return texts_stats(packed, lengths, [p.tokens for p in batch], H, self.metrics, self.sinks, self.windows)
 
     @staticmethod
-    def pack(layers: Sequence, real) -> np.ndarray:
+    def pack(layers: list, real) -> np.ndarray:
         """Every layer's α (B, H, T, T) as attnviz.corpus.pack lays texts out: the real query rows of every
-        text (real (B, T) bool), keys first, (T, R, L·H) float32; one gather per layer, on the model's device."""
+        text (real (B, T) bool), keys first, (T, R, L·H) float32; one gather per layer, on the model's device,
+        each layer dropped from `layers` once gathered (so at most one copy of α more than the model's)."""
         import torch
 
-        rows = [layer.permute(3, 0, 2, 1)[:, real] for layer in layers]  # (T, R, H) each
-        for n in range(len(layers)):
-            layers[n] = None  # type: ignore[index]  # each layer freed once gathered
-        stacked = torch.stack(rows, dim=2)  # (T, R, L, H)
-        del rows
-        return stacked.float().cpu().numpy().reshape(stacked.shape[0], stacked.shape[1], -1)
+        L, (_, H, _, T) = len(layers), layers[0].shape
+        out = torch.empty((T, int(real.sum()), L, H), dtype=torch.float32, device=layers[0].device)
+        for n in range(L):
+            out[:, :, n] = layers[n].permute(3, 0, 2, 1)[:, real]  # (T, R, H)
+            layers[n] = None
+        return out.cpu().numpy().reshape(T, out.shape[1], L * H)
 
     def as_words(self, alpha: np.ndarray, p: Prepared):
         """One text's attention between words (attnviz.words, as `--words` gives for one text)."""
