@@ -62,6 +62,25 @@ def test_core_fully_masked_row_gives_zeros_not_nan():
     torch.testing.assert_close(alpha[:2], torch.softmax(q[:2] @ k.T / 2.0, dim=-1))
 
 
+@pytest.mark.parametrize("softcap", [None, 2.0])
+def test_the_fused_softmax_equals_the_written_out_formula(softcap):
+    """The streamed path's fused softmax (torch's kernel) gives the written-out exp / sum's weights to 1e-6,
+    a row with every key masked 0 in both, with a mask and a bias; verify keeps the written-out one."""
+    from attnviz.engine.fromscratch.formula import attention_weights
+
+    gen = torch.Generator().manual_seed(1)
+    q, k = torch.randn(2, 3, 6, 8, generator=gen), torch.randn(2, 3, 9, 8, generator=gen)
+    mask = torch.rand(2, 1, 6, 9, generator=gen) > 0.3
+    mask[0, 0, 2] = False  # a row that sees nothing
+    bias = torch.randn(3, 6, 9, generator=gen)
+    for kwargs in ({}, {"mask": mask}, {"bias": bias}, {"mask": mask, "bias": bias}):
+        written = attention_weights(q, k, scale=0.3, softcap=softcap, **kwargs)
+        fused = attention_weights(q, k, scale=0.3, softcap=softcap, fused=True, **kwargs)
+        assert torch.isfinite(fused).all()
+        torch.testing.assert_close(fused, written, atol=1e-6, rtol=0)
+    assert torch.all(attention_weights(q, k, mask=mask, fused=True)[0, :, 2] == 0)
+
+
 def test_rotary_matches_the_formula():
     cos, sin = rotary_cos_sin(torch.arange(5), head_dim=4, theta=100.0)
     # pair 0 rotates at 1 rad per position, pair 1 at 1/100^(2/4) = 0.1 rad

@@ -64,7 +64,7 @@ class LayerAttention:
         else:
             mask = None
         return attention_weights(self.q[:, :, queries], self.k, mask, scale=self.scale, softcap=self.softcap,
-                                 sinks=self.sinks)
+                                 sinks=self.sinks, fused=True)
 
 
 def _repeat_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
