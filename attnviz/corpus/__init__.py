@@ -255,7 +255,7 @@ def texts_stats(packed: np.ndarray, lengths: Sequence[int], tokens: Sequence[Tok
     tokens; a text's values are then reduced over its own rows. `sinks`: the family's sink logits take part
     of each row; the statistics then use each row's shares, and 'kept' what it kept. `windows`: each layer's
     sliding window (then one layer at a time, each counting keys within its own)."""
-    W, R, G = packed.shape
+    G = packed.shape[-1]
     L, H, B = G // heads, heads, len(lengths)
     sizes = np.asarray(lengths, np.int64)
     starts = np.concatenate([[0], np.cumsum(sizes)])

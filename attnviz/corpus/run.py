@@ -152,7 +152,7 @@ class BatchRunner:
                     raise AttentionCheckError(f"attention of shapes {sorted(shapes)}, expected "
                                               f"(L × ({len(batch)}, H, {T}, {T}))")
                 H = layers[0].shape[1]
-                packed = self.pack(layers, mask.to(layers[0].device).bool())
+                packed = self.gather(layers, mask.to(layers[0].device).bool())
                 del layers
         except (ValueError, TypeError, RuntimeError, IndexError) as exc:
             raise AttentionCheckError(f"{self.loaded.name} could not run on this batch: {first_line(exc)}") from None
@@ -166,7 +166,7 @@ class BatchRunner:
         return texts_stats(packed, lengths, [p.tokens for p in batch], H, self.metrics, self.sinks, self.windows)
 
     @staticmethod
-    def pack(layers: list, real) -> np.ndarray:
+    def gather(layers: list, real) -> np.ndarray:
         """Every layer's α (B, H, T, T) as attnviz.corpus.pack lays texts out: the real query rows of every
         text (real (B, T) bool), keys first, (T, R, L·H) float32; one gather per layer, on the model's device,
         each layer dropped from `layers` once gathered (so at most one copy of α more than the model's)."""
