@@ -35,6 +35,16 @@ def sum_blocks(x: np.ndarray, edges: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.add.reduceat(x, np.asarray(edges)[:-1], axis=axis)
 
 
+def sum_row_blocks(x: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """(..., R, C) summed over each block of rows of `edges`, (..., B, C), in x's own dtype: one product with a
+    one-hot (B, R) matrix, several times faster than reduceat along a middle axis. x must be finite (a NaN
+    would reach every block of its column)."""
+    edges = np.asarray(edges)
+    one_hot = np.zeros((len(edges) - 1, x.shape[-2]), x.dtype)
+    one_hot[np.repeat(np.arange(len(edges) - 1), np.diff(edges)), np.arange(edges[0], edges[-1])] = 1
+    return np.matmul(one_hot, x)
+
+
 def pool_blocks(matrix: np.ndarray, row_edges: np.ndarray, col_edges: np.ndarray | None = None) -> np.ndarray:
     """(..., R, C) pooled to (..., B, B'): rows averaged over each block of `row_edges`, columns summed over
     each block of `col_edges` (default the same), in float64, returned as float32."""

@@ -135,11 +135,15 @@ def repeat_targets(keys: np.ndarray, queries: np.ndarray, shift: int) -> np.ndar
 class Weighting:
     """A row statistic that is a weighted sum Σ_j α_ij·w_ij of its row: `weights(tokens, queries)` gives the
     weights of the rows `queries` of one text, (T,) for every row alike or (b, T). square_only: defined only
-    when queries and keys are the same tokens (0 for cross-attention, whose metrics are NaN)."""
+    when queries and keys are the same tokens (0 for cross-attention, whose metrics are NaN). wide: weights
+    beyond [0, 1] (distances), summed in float64 whatever α's precision; the others are weights in [0, 1] of a
+    row that sums to at most 1, summed in α's own precision (float32: within about 1e-7)."""
 
     name: str
     weights: Callable[[Tokens, np.ndarray], np.ndarray]
     square_only: bool = False
+    wide: bool = False
+    shared: bool = False  # the same weights (T,) for every row, whatever `queries` are
 
 
 def _same_segment(tokens: Tokens, queries: np.ndarray) -> np.ndarray:
@@ -150,14 +154,19 @@ def _group(name: str) -> Callable[[Tokens, np.ndarray], np.ndarray]:
     return lambda tokens, queries: tokens.groups[name]
 
 
-# Every weighting of a block of rows is summed in one pass over α (Rows.weighted); a metric reads its own.
+# Every weighting of a block of rows is summed in one product with α per precision (Rows.weighted); a metric
+# reads its own.
 WEIGHTINGS: tuple[Weighting, ...] = (
-    *(Weighting(group, _group(group)) for group in ("start", "end", "punct", "first")),
-    Weighting("distance", lambda t, q: np.abs(q[:, None] - np.arange(t.T)[None, :]), square_only=True),
+    *(Weighting(group, _group(group), shared=True) for group in ("start", "end", "punct", "first")),
+    Weighting("distance", lambda t, q: np.abs(q[:, None] - np.arange(t.T)[None, :]), square_only=True, wide=True),
     Weighting("segment", _same_segment, square_only=True),
     Weighting("duplicate", lambda t, q: repeat_targets(t.keys, q, 0), square_only=True),
     Weighting("induction", lambda t, q: repeat_targets(t.keys, q, 1), square_only=True),
 )
+_NARROW = tuple(k for k, w in enumerate(WEIGHTINGS) if not w.wide)
+_SHARED = tuple(k for k in _NARROW if WEIGHTINGS[k].shared)
+_PER_ROW = tuple(k for k in _NARROW if not WEIGHTINGS[k].shared)
+_WIDE = tuple(k for k, w in enumerate(WEIGHTINGS) if w.wide)
 _WEIGHTING_INDEX = {w.name: k for k, w in enumerate(WEIGHTINGS)}
 
 
@@ -226,20 +235,66 @@ class Rows:
         """-Σ_j α_ij ln α_ij for each row, nats, computed once for every metric that needs it. (H, b)"""
         return row_entropy(self.alpha)
 
-    @functools.cached_property
-    def weights(self) -> np.ndarray:
-        """Every weighting's weights for these rows, keys beyond a row's text 0. (weightings, b, T) float64"""
-        out = np.zeros((len(WEIGHTINGS), len(self.queries), self.alpha.shape[-1]))
+    def _weights(self, chosen: Sequence[int], dtype) -> np.ndarray:
+        """The weights of the weightings `chosen` (indices into WEIGHTINGS) for these rows, keys beyond a row's
+        text 0. (len(chosen), b, T)"""
+        out = np.zeros((len(chosen), len(self.queries), self.alpha.shape[-1]), dtype)
         for tokens, a, b in self.parts():
-            for k, weighting in enumerate(WEIGHTINGS):
+            for n, k in enumerate(chosen):
+                weighting = WEIGHTINGS[k]
                 if tokens.square or not weighting.square_only:
-                    out[k, a:b, :tokens.T] = weighting.weights(tokens, self.queries[a:b])
+                    out[n, a:b, :tokens.T] = weighting.weights(tokens, self.queries[a:b])
         return out
 
     @functools.cached_property
+    def narrow_weights(self) -> np.ndarray:
+        """The weights in [0, 1] (every weighting but the wide ones), in α's precision. (narrow, b, T)"""
+        return self._weights(_NARROW, self._narrow_dtype)
+
+    @functools.cached_property
+    def _per_row_weights(self) -> np.ndarray:
+        """The weights in [0, 1] that differ from row to row, in α's precision. (per-row, b, T)"""
+        if self.texts:
+            return self.narrow_weights[[_NARROW.index(k) for k in _PER_ROW]]
+        return self._weights(_PER_ROW, self._narrow_dtype)
+
+    @property
+    def _narrow_dtype(self):
+        return np.float32 if self.alpha.dtype == np.float32 else np.float64
+
+    @functools.cached_property
     def weighted(self) -> np.ndarray:
-        """Σ_j α_ij·w_ij of every weighting, in float64, in one pass over α. (H, b, weightings)"""
-        return np.einsum("hbt,kbt->hbk", self.alpha64, self.weights, optimize=True)
+        """Σ_j α_ij·w_ij of every weighting, (H, b, weightings) float64: the weights in [0, 1] in α's own
+        precision (the weights every row shares, of one text, in one product with their few nonzero keys; the
+        others in one batched product), the wide ones in float64, a cache-sized run of rows at a time."""
+        H, b, T = self.alpha.shape
+        out = np.empty((H, b, len(WEIGHTINGS)))
+        alpha = self.alpha if self.alpha.dtype == np.float32 else self.alpha64
+        if self.texts:  # rows of several texts: each row has its own text's weights
+            out[..., list(_NARROW)] = _row_products(alpha, self.narrow_weights)
+        else:
+            if _SHARED:
+                shared = np.zeros((T, len(_SHARED)), self._narrow_dtype)
+                for n, k in enumerate(_SHARED):
+                    if self.tokens.square or not WEIGHTINGS[k].square_only:
+                        shared[:, n] = WEIGHTINGS[k].weights(self.tokens, self.queries)
+                keys = np.flatnonzero(shared.any(axis=1))  # [CLS], [SEP], punctuation, token 0: a few keys
+                few = alpha[..., keys] if 4 * len(keys) < T else alpha
+                sums = few.reshape(-1, few.shape[-1]) @ (shared[keys] if few is not alpha else shared)
+                out[..., list(_SHARED)] = sums.reshape(H, b, -1)
+            if _PER_ROW:
+                out[..., list(_PER_ROW)] = _row_products(alpha, self._per_row_weights)
+        if _WIDE:
+            wide = self._weights(_WIDE, np.float64)
+            if self.alpha.dtype == np.float64:
+                out[..., list(_WIDE)] = _row_products(self.alpha, wide)
+            else:  # float64 a few rows at a time: a copy that stays in the cache, not one of the whole block
+                step = max(1, WIDE_BYTES // max(H * T * 8, 1))
+                for r0 in range(0, b, step):
+                    r1 = min(b, r0 + step)
+                    out[:, r0:r1, list(_WIDE)] = _row_products(self.alpha[:, r0:r1].astype(np.float64),
+                                                               wide[:, r0:r1])
+        return out
 
     @functools.cached_property
     def alpha64(self) -> np.ndarray:
@@ -252,25 +307,40 @@ class Rows:
 
     def has_weight(self, name: str) -> np.ndarray:
         """Whether each row has a nonzero weight of `name` (a repeat target, say). (b,)"""
-        return np.asarray(self.weights[_WEIGHTING_INDEX[name]].any(axis=-1))
+        k = _WEIGHTING_INDEX[name]
+        if WEIGHTINGS[k].wide or WEIGHTINGS[k].shared:
+            return np.asarray(self._weights((k,), np.float64)[0].any(axis=-1))
+        return np.asarray(self._per_row_weights[_PER_ROW.index(k)].any(axis=-1))
 
     def mass(self, group: str) -> np.ndarray:
         """Σ_{j in group} α_ij for each row. (H, b)"""
         return self.weighted_sum(group)
 
 
+WIDE_BYTES = 256 << 10  # float32 rows made float64 at a time for the wide weightings: a copy the cache holds
+
+
+def _row_products(alpha: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Σ_j alpha[h, i, j]·weights[k, i, j] for every head, row and weighting, as one batched product (BLAS) in
+    the arrays' precision: (H, b, T), (k, b, T) -> (H, b, k) float64."""
+    products = np.matmul(weights.transpose(1, 0, 2), alpha.transpose(1, 2, 0))  # (b, k, H)
+    return products.transpose(2, 0, 1).astype(np.float64)
+
+
 def row_entropy(alpha: np.ndarray) -> np.ndarray:
-    """-Σ_j α_ij ln α_ij for every row, nats, summed in float64; the logarithms in α's own precision (float32
-    or float64). (..., T) -> (...)"""
+    """-Σ_j α_ij ln α_ij for every row, nats, in α's own precision (float32 or float64; float32 terms summed
+    blockwise, within about 1e-6 nats of float64), returned as float64. (..., T) -> (...)"""
     alpha = np.asarray(alpha)
     if alpha.dtype not in (np.float32, np.float64):
         alpha = alpha.astype(np.float64)
     logs = np.maximum(alpha, np.finfo(alpha.dtype).tiny)  # 0·ln 0 = 0: a zero weight meets a finite log
     np.log(logs, out=logs)
-    if alpha.dtype == np.float64 and alpha.flags.c_contiguous:
-        return -np.einsum("...t,...t->...", alpha, logs)
+    if alpha.flags.c_contiguous:  # one dot product per row (BLAS)
+        T = alpha.shape[-1]
+        dots = np.matmul(alpha.reshape(-1, 1, T), logs.reshape(-1, T, 1)).reshape(alpha.shape[:-1])
+        return -dots.astype(np.float64)
     np.multiply(logs, alpha, out=logs)
-    return -logs.sum(axis=-1, dtype=np.float64)
+    return -logs.sum(axis=-1).astype(np.float64)
 
 
 def _normalised_entropy_rows(rows: Rows) -> np.ndarray:
@@ -407,7 +477,7 @@ class Accumulator:
                 finite = np.isfinite(values)
                 self.sums[m.name] += np.where(finite, values, 0.0).sum(axis=-1)
                 self.counts[m.name] += finite.sum(axis=-1)
-        self.column_sum += rows.alpha.sum(axis=1, dtype=np.float64)
+        self.column_sum += rows.alpha.sum(axis=1)  # a block's rows in α's precision, blocks in float64
         self.rows_seen += rows.alpha.shape[1]
 
     def absorb(self, other: Accumulator) -> None:

@@ -23,27 +23,49 @@ def threads() -> int:
     return max(1, min(cores, int(cap))) if cap.isdigit() and int(cap) > 0 else max(1, cores)
 
 
-def run_all(tasks: Sequence[Callable[[], object]]) -> None:
-    """Run every task, on up to threads() threads; each task must write only what no other task touches.
-    The first task's exception (in order) is raised once all have finished."""
+class Started:
+    """Tasks handed to the pool by start_all; wait() returns once every one has finished and raises the first
+    task's exception (in order), if any."""
+
+    def __init__(self, futures: list, errors: list[BaseException]):
+        self.futures, self.errors = futures, errors
+
+    def wait(self) -> None:
+        errors = list(self.errors)
+        for future in self.futures:
+            try:
+                future.result()
+            except BaseException as exc:  # every task finishes before one error is raised
+                errors.append(exc)
+        self.futures, self.errors = [], []
+        if errors:
+            raise errors[0]
+
+
+def start_all(tasks: Sequence[Callable[[], object]]) -> Started:
+    """Start every task on up to threads() threads and return at once, so that the caller computes the next
+    piece of work while these run; each task must write only what no other task touches. Run in this thread
+    (done when this returns) with one task, one thread, or outside the main thread."""
     n = threads()
     if len(tasks) <= 1 or n == 1 or threading.current_thread() is not threading.main_thread():
+        errors = []
         for task in tasks:
-            task()
-        return
+            try:
+                task()
+            except BaseException as exc:
+                errors.append(exc)
+        return Started([], errors)
     global _pool
     with _lock:
         if _pool is None or getattr(_pool, "_max_workers", 0) != n:
             _pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="attnviz")
-    futures = [_pool.submit(task) for task in tasks]
-    errors = []
-    for future in futures:
-        try:
-            future.result()
-        except BaseException as exc:  # every task finishes before one error is raised
-            errors.append(exc)
-    if errors:
-        raise errors[0]
+    return Started([_pool.submit(task) for task in tasks], [])
+
+
+def run_all(tasks: Sequence[Callable[[], object]]) -> None:
+    """Run every task, on up to threads() threads; each task must write only what no other task touches.
+    The first task's exception (in order) is raised once all have finished."""
+    start_all(tasks).wait()
 
 
 def runs(n: int, parts: int) -> list[tuple[int, int]]:

@@ -141,10 +141,11 @@ def test_statistics_of_a_batch_do_not_depend_on_how_it_is_cut(kind, load_tiny, m
     for other in (*cuts, corpus.BatchStats.stack(alone)):
         assert np.array_equal(other.labels, whole.labels)
         assert np.array_equal(other.tokens, lengths)
-        for name in whole.values:
-            assert np.allclose(other.values[name], whole.values[name], rtol=1e-9, atol=1e-9, equal_nan=True), name
+        for name in whole.values:  # the weights in [0, 1] are summed in float32 (within about 1e-7), the rest in
+            # float64; how a batch is cut changes only how BLAS blocks the float32 sums
+            assert np.allclose(other.values[name], whole.values[name], rtol=0, atol=1e-6, equal_nan=True), name
             for got, want in zip(other.rows[name], whole.rows[name]):
-                assert np.allclose(got, want, rtol=1e-9, atol=1e-9, equal_nan=True), name
+                assert np.allclose(got, want, rtol=0, atol=1e-6, equal_nan=True), name
 
 
 

@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import pytest
 
-from attnviz.parallel import run_all, runs, threads
+from attnviz.parallel import run_all, runs, start_all, threads
 
 
 @pytest.mark.parametrize("n,parts", [(0, 2), (1, 2), (5, 2), (7, 3), (85, 2), (3, 8)])
@@ -46,6 +46,67 @@ def test_run_all_runs_every_task_and_raises_the_first_error_after_all(monkeypatc
     with pytest.raises(ValueError, match="task 3"):
         run_all([task(k) for k in range(8)])
     assert sorted(done) == list(range(8))  # every task ran, the failing ones too
+
+
+def test_start_all_returns_while_its_tasks_run_and_wait_raises_their_error(monkeypatch):
+    """The streamed path folds a block while torch computes the next: start_all must not wait for its tasks."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    release, finished = threading.Event(), []
+
+    def slow(k):
+        def go():
+            assert release.wait(10)
+            finished.append(k)
+            if k == 1:
+                raise RuntimeError("task 1")
+        return go
+
+    started = start_all([slow(0), slow(1)])
+    assert finished == []  # both are still waiting for the event: start_all came back first
+    release.set()
+    with pytest.raises(RuntimeError, match="task 1"):
+        started.wait()
+    assert sorted(finished) == [0, 1]
+    started.wait()  # waited once: nothing left, nothing raised again
+
+
+def test_one_task_or_one_thread_runs_at_once_and_keeps_its_error(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    done = []
+
+    def fail():
+        done.append(1)
+        raise ValueError("boom")
+
+    started = start_all([fail, lambda: done.append(2)])
+    assert done == [1, 2]  # ran in this thread before start_all returned
+    with pytest.raises(ValueError, match="boom"):
+        started.wait()
+
+
+def test_torch_runs_on_one_thread_beside_the_fold_and_gets_its_threads_back(monkeypatch):
+    import torch
+
+    from attnviz.engine.stream import torch_beside_fold
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with torch_beside_fold("cpu"):
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+        with pytest.raises(KeyError):
+            with torch_beside_fold(torch.device("cpu")):
+                raise KeyError("an error inside the layer")
+        assert torch.get_num_threads() == 2  # restored on the way out of an error too
+        with torch_beside_fold("meta"):  # not the CPU: torch's threads are left alone
+            assert torch.get_num_threads() == 2
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")  # no fold threads: nothing to make room for
+        with torch_beside_fold("cpu"):
+            assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize("kind", ["bert", "gpt2"])

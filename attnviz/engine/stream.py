@@ -14,16 +14,18 @@ Peak memory is the model's activations, its boolean masks (T² bytes each, where
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from attnviz.blocks import equal_edges, row_shares, sum_blocks
+from attnviz.blocks import equal_edges, row_shares, sum_blocks, sum_row_blocks
 from attnviz.metrics import Accumulator, Rows, Tokens, all_metrics, rollout_rows
-from attnviz.parallel import run_all, runs, threads
+from attnviz.parallel import Started, runs, start_all, threads
 from attnviz.engine.interface import LayerAttention, output, streaming
 from attnviz.errors import UnsupportedArchitectureError
 
@@ -70,6 +72,23 @@ def give_back_memory() -> None:
         pass
 
 
+@contextlib.contextmanager
+def torch_beside_fold(device) -> Iterator[None]:
+    """While a layer's blocks are computed and folded: torch on this one thread, the fold's threads on the other
+    cores (each block is folded while torch computes the next). torch's own OpenMP workers would otherwise
+    spin after each operation on the cores the fold needs (benchmarks/bench_long.py: 35.9 s against 26.9 s
+    at T = 4096 on 2 cores). The thread count is restored after the layer; a GPU's work is not affected."""
+    if torch.device(device).type != "cpu" or threads() == 1:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def stream(model, inputs: dict, tokens: Tokens, *, batch: int = 0, pool: int = DEFAULT_POOL,
            rollout_tokens: Sequence[int] = (), window: Window | None = None, edges: np.ndarray | None = None,
            block_bytes: int = BLOCK_BYTES, on_layer_done: Callable[[int], None] | None = None,
@@ -104,7 +123,8 @@ def stream(model, inputs: dict, tokens: Tokens, *, batch: int = 0, pool: int = D
     kept: list[LayerAttention] = []
 
     def fold(layer: int, attention: LayerAttention) -> None:
-        run.layer(layer, attention, batch, positions)
+        with torch_beside_fold(device):
+            run.layer(layer, attention, batch, positions)
         give_back_memory()
         if on_layer_done is not None:
             on_layer_done(attention.heads)
@@ -128,8 +148,9 @@ def stream(model, inputs: dict, tokens: Tokens, *, batch: int = 0, pool: int = D
             if bool(chosen.any()):
                 run.add(real[chosen].cpu().numpy(), alpha[batch][:, chosen][:, :, positions], attention)
 
-        out = output(attention, value, block_bytes, on_block)
-        run.end()
+        with torch_beside_fold(device):
+            out = output(attention, value, block_bytes, on_block)
+            run.end()
         give_back_memory()
         if on_layer_done is not None:
             on_layer_done(attention.heads)
@@ -172,6 +193,7 @@ class _Run:
         self.vectors[np.arange(len(self.rollout_tokens)), self.rollout_tokens] = 1.0
         self.kept: np.ndarray | None = None
         self.H = 0
+        self.folding = Started([], [])  # the runs of the last block, while they are folded
 
     def layer(self, layer: int, attention: LayerAttention, batch: int, positions: torch.Tensor) -> None:
         """Fold one layer's α, computed here a block of query rows at a time: batch element `batch`, its real
@@ -202,22 +224,28 @@ class _Run:
         rows = alpha.float().cpu().numpy()  # (H, b, T): float32, as the model made it; sums are taken in float64
         sinks = attention.sinks is not None
         cuts = runs(len(at), len(self.accs))
-        key_blocks = np.empty((rows.shape[0], len(at), len(self.edges) - 1))  # (H, b, P)
+        ids = self.block_of[at]  # (b,) sorted: the rows of a query block are consecutive
+        assert self.pooled is not None
+        pooled = self.pooled[layer]
 
         def fold(k: int) -> None:
             r0, r1 = cuts[k]
             mine = rows[:, r0:r1]
             self.accs[k].add(Rows(row_shares(mine) if sinks else mine, at[r0:r1], self.layer_tokens,
                                   mine.sum(axis=-1, dtype=np.float64) if sinks else None))  # shares, as the full
-            # path's as_distribution(); blocks.pool_blocks a block of rows at a time: key columns summed per
-            # block (float32 is plenty for a few keys of a picture), rows summed below, divided at the end
-            key_blocks[:, r0:r1] = sum_blocks(mine, self.edges, -1)
+            # path's as_distribution(); blocks.pool_blocks a block of rows at a time: rows summed per query
+            # block, then key columns per key block (float32 is plenty for a few rows and keys of a picture);
+            # divided at the end
+            mine_ids = ids[r0:r1]
+            firsts = np.flatnonzero(np.r_[True, mine_ids[1:] != mine_ids[:-1]])
+            summed = sum_blocks(sum_row_blocks(mine, np.r_[firsts, len(mine_ids)]), self.edges, -1)  # (H, g, P)
+            with lock:  # two runs may share a query block
+                pooled[:, mine_ids[firsts]] += summed
 
-        run_all([functools.partial(fold, k) for k in range(len(cuts))])
-        assert self.pooled is not None
-        ids = self.block_of[at]  # (b,) sorted: the rows of a query block are consecutive
-        firsts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
-        self.pooled[layer][:, ids[firsts]] += sum_blocks(key_blocks, np.r_[firsts, len(at)], 1).astype(np.float32)
+        lock = threading.Lock()
+        self.folding.wait()  # the block before: each accumulator takes one run at a time
+        self.folding = start_all([functools.partial(fold, k) for k in range(len(cuts))])  # while the model
+        # computes the next block
         if self.rollout_tokens:
             self.rolled += self.vectors[:, at] @ rollout_rows(row_shares(rows) if sinks else rows, at)  # (k, T)
         if self.window is not None and layer in self.window.layers:
@@ -228,6 +256,7 @@ class _Run:
                 self.kept[window_layer][:, inside] = rows[:, here][:, :, self.window.cols]
 
     def end(self) -> None:
+        self.folding.wait()
         if self.rollout_tokens:
             self.vectors = self.rolled
         for other in self.accs[1:]:
