@@ -39,10 +39,7 @@ def attention_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | Non
              path uses for speed; verify and steps keep the formula written out, independent of the model's
              own softmax"""
     factor = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
-    if fused:  # the factor on the b × d queries, not on the b × T scores: one pass less
-        scores = (q * factor) @ k.transpose(-2, -1)  # (..., T_q, T_k)
-    else:
-        scores = (q @ k.transpose(-2, -1)) * factor  # (..., T_q, T_k)
+    scores = (q @ k.transpose(-2, -1)) * factor  # (..., T_q, T_k)
     if softcap is not None:
         scores = torch.tanh(scores / softcap) * softcap
     if bias is not None:
