@@ -286,8 +286,9 @@ class Rows:
                 out[..., list(_PER_ROW)] = _row_products(alpha, self._per_row_weights)
         if _WIDE:
             wide = self._weights(_WIDE, np.float64)
-            if self.alpha.dtype == np.float64:
-                out[..., list(_WIDE)] = _row_products(self.alpha, wide)
+            if self.alpha.dtype == np.float64 or self.texts:  # a corpus batch's chunk: its float64 copy is made
+                # for the column sums anyway, and holds at most corpus.ROWS_BYTES
+                out[..., list(_WIDE)] = _row_products(self.alpha64, wide)
             else:  # float64 a few rows at a time: a copy that stays in the cache, not one of the whole block
                 step = max(1, WIDE_BYTES // max(H * T * 8, 1))
                 for r0 in range(0, b, step):
