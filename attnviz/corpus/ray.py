@@ -143,11 +143,14 @@ def run_ray(paths: Sequence[str], opts, *, fmt: str | None, field: str | None, b
             datasets.append(ray.data.from_items([_row(line) for line in stdin]))
         data = datasets[0] if len(datasets) == 1 else datasets[0].union(*datasets[1:])
         gpus = 1 if opts.device == "cuda" else 0
+        # one block in flight per actor: Ray Data would otherwise queue several blocks on the first actor that
+        # is ready while the others still load the model (with 1,000 texts, all of them on one of two actors)
+        pool = ray.data.ActorPoolStrategy(size=workers, max_tasks_in_flight_per_actor=1)
         states = data.map_batches(
             CorpusWorker, fn_constructor_kwargs=dict(model_options=model_options, batch_size=batch_size,
                                                      max_length=max_length, truncate=opts.truncate, words=words),
-            batch_size=batch_size * CHUNK_BATCHES, compute=ray.data.ActorPoolStrategy(size=workers), num_gpus=gpus,
-            num_cpus=0 if gpus else 1, max_restarts=0, batch_format="numpy")
+            batch_size=batch_size * CHUNK_BATCHES, compute=pool, num_gpus=gpus, num_cpus=0 if gpus else 1,
+            max_restarts=0, batch_format="numpy")
         stopped = 0
 
         def on_signal(signum, frame) -> None:
