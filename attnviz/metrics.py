@@ -176,9 +176,11 @@ class Rows:
     comes from a capture, is computed a block at a time for a long input, or holds the rows of several texts
     of a corpus batch at once.
 
-    alpha (H, b, T): rows `queries` (b,) of α, float64 (float32 for a corpus batch; what is summed over keys
-    is summed in float64). kept (H, b): for a family with sink logits, what each row kept over the real keys
-    before it was made its shares (alpha then holds the shares); None otherwise.
+    alpha (H, b, T): rows `queries` (b,) of α, float64 from a capture, float32 as a model gives it on the
+    streamed and corpus paths (then the entropy and the weights in [0, 1] are summed in float32 by BLAS, within
+    about 1e-6 of float64, and the distances in float64; see Weighting). kept (H, b): for a family with sink
+    logits, what each row kept over the real keys before it was made its shares (alpha then holds the shares);
+    None otherwise.
     texts, counts: rows of several texts, each text's rows in a run (`counts[k]` rows, keys padded with zero
     weight to the longest text); `queries` are positions within each row's own text and `tokens` is texts[0].
     Every per-row quantity below is computed for each text from its own tokens."""
@@ -299,7 +301,8 @@ class Rows:
 
     @functools.cached_property
     def alpha64(self) -> np.ndarray:
-        """alpha in float64, in alpha's own memory layout: what is summed over keys or rows is summed in it."""
+        """alpha in float64, in alpha's own memory layout: the wide weightings of a corpus chunk and its column
+        sums are summed in it."""
         return self.alpha if self.alpha.dtype == np.float64 else self.alpha.astype(np.float64)
 
     def weighted_sum(self, name: str) -> np.ndarray:
