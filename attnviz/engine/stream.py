@@ -76,8 +76,9 @@ def give_back_memory() -> None:
 def torch_beside_fold(device) -> Iterator[None]:
     """While a layer's blocks are computed and folded: torch on this one thread, the fold's threads on the other
     cores (each block is folded while torch computes the next). torch's own OpenMP workers would otherwise
-    spin after each operation on the cores the fold needs (benchmarks/bench_long.py: 35.9 s against 26.9 s
-    at T = 4096 on 2 cores). The thread count is restored after the layer; a GPU's work is not affected."""
+    spin after each operation on the cores the fold needs (at T = 4096 on 2 cores, measured in one process:
+    35.9 s with torch on two threads against 26.9 s on one). The thread count is restored after the layer; a
+    GPU's work is not affected."""
     if torch.device(device).type != "cpu" or threads() == 1:
         yield
         return
@@ -221,7 +222,8 @@ class _Run:
         """Fold α rows (H, b, T) of the real query positions `at` (consecutive) over the real keys: the rows cut
         into runs, one per thread (parallel.run_all), each run folded into that thread's accumulator."""
         layer = self.current
-        rows = alpha.float().cpu().numpy()  # (H, b, T): float32, as the model made it; sums are taken in float64
+        rows = alpha.float().cpu().numpy()  # (H, b, T): float32, as the model made it (metrics.Rows: which sums
+        # are taken in float32, which in float64)
         sinks = attention.sinks is not None
         cuts = runs(len(at), len(self.accs))
         ids = self.block_of[at]  # (b,) sorted: the rows of a query block are consecutive
