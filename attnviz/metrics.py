@@ -154,8 +154,8 @@ def _group(name: str) -> Callable[[Tokens, np.ndarray], np.ndarray]:
     return lambda tokens, queries: tokens.groups[name]
 
 
-# Every weighting of a block of rows is summed in one product with α per precision (Rows.weighted); a metric
-# reads its own.
+# Every weighting of a block of rows is summed in a few products with α, one per kind (Rows.weighted); a
+# metric reads its own.
 WEIGHTINGS: tuple[Weighting, ...] = (
     *(Weighting(group, _group(group), shared=True) for group in ("start", "end", "punct", "first")),
     Weighting("distance", lambda t, q: np.abs(q[:, None] - np.arange(t.T)[None, :]), square_only=True, wide=True),
@@ -177,7 +177,7 @@ class Rows:
     of a corpus batch at once.
 
     alpha (H, b, T): rows `queries` (b,) of α, float64 from a capture, float32 as a model gives it on the
-    streamed and corpus paths (then the entropy and the weights in [0, 1] are summed in float32 by BLAS, within
+    streamed and corpus paths (then the entropy and the weights in [0, 1] are summed in float32, within
     about 1e-6 of float64, and the distances in float64; see Weighting). kept (H, b): for a family with sink
     logits, what each row kept over the real keys before it was made its shares (alpha then holds the shares);
     None otherwise.

@@ -662,6 +662,7 @@ def detection(loaded, where: Site, *, length: int = 50, sequences: int = 4, seed
               mode: str = "zero", on_step: Callable[[int], None] | None = None) -> Detection:
     """The three detectors on `sequences` random sequences of `length` tokens repeated once, and (for a causal
     LM) the causal test on the same sequences."""
+    from attnviz.engine.loading import forward_args
     from attnviz.metrics import POSITIONAL_MIN, REPEAT_MIN, detector_scores
 
     thresholds = {"previous-token": POSITIONAL_MIN, "duplicate-token": REPEAT_MIN, "induction": REPEAT_MIN}
@@ -674,8 +675,6 @@ def detection(loaded, where: Site, *, length: int = 50, sequences: int = 4, seed
         seq = repeated_sequence(loaded.tokenizer, length, seed + n)
         ids = torch.tensor([seq.ids], device=device)
         inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-        from attnviz.engine.loading import forward_args
-
         if "token_type_ids" in forward_args(where.model):
             inputs["token_type_ids"] = torch.zeros_like(ids)
         with torch.inference_mode():
