@@ -4,11 +4,11 @@ Data flows one way, and the packages show it:
 
     text -> engine/ (the torch side: loading, the one capture entry, streaming, generation,
                      encoder-decoders, the input-recording hooks; fromscratch/ recomputes α from the weights)
-         -> Capture (capture.py) -> metrics (metrics.py) -> Panels (panels.py) -> renderers (render/)
-         -> the public API (api.py) -> the command line (cli/)
+         -> data/ (Capture, Parts, the .npz format) -> metrics -> panels -> render/
+         -> api/ (the public API: the only door) -> cli/ (the command line, which calls only the API)
 
 Only engine/ imports torch and transformers, and only when a model is loaded. Importing attnviz imports
-nothing heavy: the names below load on first use.
+nothing heavy: the public names (attnviz.api's) load on first use.
 
     import attnviz
     cap = attnviz.capture("The cat sat on the mat")     # the bundled MiniLM
@@ -17,34 +17,37 @@ nothing heavy: the names below load on first use.
 
 from __future__ import annotations
 
-import sys
-import types
+import importlib
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
+from attnviz import display as _display  # noqa: F401 (registers the views every Capture shows; imports no numpy)
+from attnviz._version import __version__
 
-__all__ = ["Capture", "Parts", "AttnvizError", "HeadTable", "Reporter", "capture", "load_model", "ablate",
-           "importance", "detect", "__version__"]
+_PUBLIC = ("Ablation", "Capture", "CorpusState", "Cost", "DEVICES", "DTYPES", "Decoding", "Detection", "Generation",
+           "HeadTable", "Importance", "Keep", "MAX_IMPORTANCE_TEXTS", "MAX_MEAN_TEXTS", "Model", "ModelSpec", "Norms",
+           "Parts", "Positions", "Rollout", "Scaling", "Sinks", "Steps", "TOLERANCE", "Verification", "ablate",
+           "capture", "conversion_pending", "corpus", "cost", "detect", "export", "from_outputs", "generate",
+           "heads", "importance", "list_families", "list_metrics", "load_capture", "load_model", "merge", "norms",
+           "positions", "register_metric", "resolve_model", "rollout", "scaling", "sinks", "steps", "to_words",
+           "verify", "view")
+_ELSEWHERE = {"AttnvizError": "attnviz.errors", "AttnvizWarning": "attnviz.errors", "Reporter": "attnviz.progress"}
 
-_HOMES = {"Capture": "attnviz.capture", "Parts": "attnviz.capture", "AttnvizError": "attnviz.errors",
-          "HeadTable": "attnviz.api", "capture": "attnviz.api", "load_model": "attnviz.api",
-          "Reporter": "attnviz.progress", "ablate": "attnviz.api", "importance": "attnviz.api",
-          "detect": "attnviz.api"}
+__all__ = [*_PUBLIC, *_ELSEWHERE, "__version__"]
 
 if TYPE_CHECKING:
-    from attnviz.api import HeadTable, ablate, capture, detect, importance, load_model
-    from attnviz.capture import Capture, Parts
-    from attnviz.errors import AttnvizError
-    from attnviz.progress import Reporter
+    from attnviz.api import *  # noqa: F403
+    from attnviz.errors import AttnvizError, AttnvizWarning  # noqa: F401
+    from attnviz.progress import Reporter  # noqa: F401
 
 
 def __getattr__(name: str):
     """The public names, imported when first used (PEP 562), so `import attnviz` and the CLI start fast."""
-    home = _HOMES.get(name)
-    if home is None:
+    if name in _PUBLIC:
+        home = "attnviz.api"
+    elif name in _ELSEWHERE:
+        home = _ELSEWHERE[name]
+    else:
         raise AttributeError(f"module 'attnviz' has no attribute {name!r}")
-    import importlib
-
     value = getattr(importlib.import_module(home), name)
     globals()[name] = value
     return value
@@ -52,17 +55,3 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
-
-
-class _Package(types.ModuleType):
-    """attnviz.capture is the function; the module of the same name (the Capture class and its file format)
-    is imported as `from attnviz.capture import Capture`. Importing that module would otherwise bind it over
-    the function on the package."""
-
-    def __setattr__(self, name: str, value) -> None:
-        if name == "capture" and isinstance(value, types.ModuleType):
-            return  # still in sys.modules["attnviz.capture"], where `from attnviz.capture import …` finds it
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

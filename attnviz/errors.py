@@ -1,5 +1,31 @@
 """Errors a user can cause. The CLI prints their message as one line and exits with `exit_code`:
-1 for what went wrong with an input or output, 2 for a malformed or out-of-range option (a usage error)."""
+1 for what went wrong with an input or output, 2 for a malformed or out-of-range option (a usage error).
+
+A message names the library's arguments, never the command line's flags. Where it names one, it writes
+`arg("max_length")`; `str(error)` spells it as Python does (`max_length`), and the command line asks for
+`error.spelled(spell)` with its own spelling (`--max-length`). `field` is the argument an error concerns.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+_ARG = re.compile("\ue000([a-z_]+)\ue001")
+
+
+def arg(name: str) -> str:
+    """The argument `name`, marked in a message so that each caller spells it its own way."""
+    return f"\ue000{name}\ue001"
+
+
+def python_spelling(name: str) -> str:
+    return name
+
+
+def spell(text: str, spelling: Callable[[str], str] = python_spelling) -> str:
+    """`text` with every argument marked by arg() spelled by `spelling` (notes and warnings carry marks too)."""
+    return _ARG.sub(lambda m: spelling(m.group(1)), text)
 
 
 class AttnvizError(Exception):
@@ -7,19 +33,27 @@ class AttnvizError(Exception):
 
     exit_code = 1
 
+    def __init__(self, message: str = "", field: str | None = None):
+        super().__init__(message)
+        self.template = message
+        self.field = field  # the library argument the error concerns ("layer", "part"), when known
+
+    def spelled(self, spell: Callable[[str], str] = python_spelling) -> str:
+        """The message with every argument it names spelled by `spell` (the command line: its flag)."""
+        return _ARG.sub(lambda m: spell(m.group(1)), self.template)
+
+    def __str__(self) -> str:
+        return self.spelled()
+
 
 class InputError(AttnvizError):
     """Bad text or an input that cannot be processed (empty, too long with --no-truncate, over a limit)."""
 
 
 class UsageError(AttnvizError):
-    """An option value that is malformed or does not fit the data (exit code 2, like any usage error)."""
+    """An argument value that is malformed or does not fit the data (exit code 2, like any usage error)."""
 
     exit_code = 2
-
-    def __init__(self, message: str, option: str | None = None):
-        super().__init__(message)
-        self.option = option  # "--layer", when known
 
 
 class SelectionError(UsageError):

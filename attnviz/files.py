@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-from attnviz.errors import InputError, OutputError
+from attnviz.errors import InputError, OutputError, arg
 
 _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
@@ -143,7 +143,7 @@ def export_folder(target: str | os.PathLike) -> Path:
     path = Path(target).expanduser()
     if path.is_symlink():
         if not path.exists():
-            raise OutputError(f"{path} is a broken symbolic link; remove it or choose another --out-dir")
+            raise OutputError(f"{path} is a broken symbolic link; remove it or choose another {arg('out_dir')}")
     path = path.resolve()
     if path.parent == path:
         raise OutputError(f"cannot export to {path}: choose a folder below it")
@@ -165,7 +165,7 @@ def check_target(target: Path, force: bool, what: str = "export") -> str:
     if not entries:
         return "empty"
     if not force:
-        raise OutputError(f"{target} is not empty; pass --force to replace an earlier attnviz {what} there")
+        raise OutputError(f"{target} is not empty; pass {arg('force')} to replace an earlier attnviz {what} there")
     return earlier_export(target, what)
 
 
@@ -181,7 +181,7 @@ def written_by(listed: dict) -> str:
 def earlier_export(folder: Path, what: str = "export") -> str:
     """The digest of `folder`'s manifest if the folder holds exactly the files an earlier `what` (an export,
     corpus statistics) wrote, unchanged; otherwise OutputError naming what is not that command's."""
-    refuse = f"refusing to replace {folder} even with --force"
+    refuse = f"refusing to replace {folder} even with {arg('force')}"
     manifest = folder / MANIFEST
     try:
         raw = manifest.read_bytes() if manifest.is_file() and not manifest.is_symlink() else None
@@ -224,7 +224,7 @@ def _fingerprint(path: Path) -> dict:
 
 def write_manifest(folder: Path, what: str = "export") -> None:
     """The manifest: every file of the folder with its size and SHA-256, and which command wrote it."""
-    from attnviz import __version__
+    from attnviz._version import __version__
 
     files = {entry.name: _fingerprint(entry) for entry in sorted(folder.iterdir())}
     manifest = {"kind": MANIFEST_KIND, "folder": what, "attnviz_version": __version__, "files": files}
@@ -298,3 +298,12 @@ def _digest_or_none(folder: Path) -> str | None:
         return earlier_export(folder, written_by(listed) if isinstance(listed, dict) else "export")
     except (OSError, ValueError, RecursionError, TypeError, AttributeError, OutputError):
         return None
+
+
+def check_suffix(path: str | os.PathLike, allowed: tuple[str, ...]) -> Path:
+    """Raise OutputError unless `path` ends in one of `allowed` (".png", ...). Returns it as a Path."""
+    path = Path(path)
+    if path.suffix.lower() not in allowed:
+        raise OutputError(f"unknown output format {path.suffix or '(no suffix)'!r} for {path}: use "
+                          f"{', '.join(allowed)}")
+    return path

@@ -15,8 +15,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from attnviz.capture import Capture
-from attnviz.errors import CaptureMismatchError
+from attnviz.data.capture import Capture
+from attnviz.errors import CaptureMismatchError, arg
 from attnviz.tokens import is_punctuation
 
 # Pattern thresholds, after Clark et al. 2019 ("What does BERT look at?") and Kovaleva et al. 2019
@@ -590,6 +590,14 @@ def unregister(name: str) -> None:
     METRICS[:] = [m for m in METRICS if m.name != name]
 
 
+register_metric = register  # the public name (attnviz.register_metric)
+
+
+def list_metrics() -> tuple[Metric, ...]:
+    """Every metric the head tables show, in column order: name, header, format and definition."""
+    return tuple(METRICS)
+
+
 def find_metric(key: str) -> Metric | None:
     """The metric whose name or header is `key`."""
     return next((m for m in METRICS if key in (m.name, m.header)), None)
@@ -725,8 +733,8 @@ def _stored_stats(capture: Capture, queries: Sequence[int] | None) -> list | Non
     if isinstance(stored, list) and queries is not None:
         from attnviz.errors import SelectionError
 
-        raise SelectionError("this capture is pooled (a long input) and holds statistics of all rows; --rows needs "
-                             "the text run again", "--rows")
+        raise SelectionError(f"this capture is pooled (a long input) and holds statistics of all rows; "
+                             f"{arg('rows')} needs the text run again", "rows")
     if not isinstance(stored, list):
         return None
     check_head_stats(stored, capture.n_layers, capture.n_heads)
@@ -1002,7 +1010,7 @@ def rollout(capture: Capture) -> np.ndarray:
         from attnviz.errors import SelectionError
 
         raise SelectionError("rollout follows self-attention through the layers; cross-attention has none to follow: "
-                             "use --part encoder or --part decoder", "--part")
+                             f"use {arg('part')} encoder or {arg('part')} decoder", "part")
     capture = capture.as_distribution()
     T = capture.n_tokens
     result = np.eye(T)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from attnviz.capture import Capture
+from attnviz.data.capture import Capture
 from attnviz.errors import SelectionError
 from attnviz.text import shorten, visible
 

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Union
 
-from attnviz.errors import SelectionError
+from attnviz.errors import SelectionError, arg
 
 MAX_SPEC_CHARS = 1000
 _RANGE = re.compile(r"^(-?\d{1,18})\s*-\s*(-?\d{1,18})$", re.ASCII)
@@ -42,24 +42,24 @@ class Selection:
     spec: str
     what: str
     items: tuple[Item, ...]
-    option: str | None = None
+    field: str | None = None  # the argument it came from ("layers", "rows"), for messages
 
     @classmethod
     def parse(cls, spec: str, what: str = "layer", *, keywords: tuple[str, ...] = (),
-              option: str | None = None) -> Selection:
+              field: str | None = None) -> Selection:
         """Parse `spec`; raise SelectionError (a usage error) for anything malformed."""
-        option = option or f"--{what}"
+        field = field or what
         words = " or ".join([*(repr(k) for k in ("all", *keywords))])
         valid = (f"use an index (0, or -1 for the last), a list (0,3,5), a range (0-2) or {words}")
         if len(spec) > MAX_SPEC_CHARS:
-            raise SelectionError(f"{option}: the selection is {len(spec)} characters long; {valid}", option)
+            raise SelectionError(f"{arg(field)}: the selection is {len(spec)} characters long; {valid}", field)
         if not spec.strip():
-            raise SelectionError(f"{option}: the selection is empty; {valid}", option)
+            raise SelectionError(f"{arg(field)}: the selection is empty; {valid}", field)
         items: list[Item] = []
         for part in spec.split(","):
             part = part.strip().lower()
             if not part:
-                raise SelectionError(f"{option}: {_shown(spec)} has an empty item; {valid}", option)
+                raise SelectionError(f"{arg(field)}: {_shown(spec)} has an empty item; {valid}", field)
             if part == "all" or part in keywords:
                 items.append(part)
             elif _INDEX.match(part):
@@ -67,26 +67,26 @@ class Selection:
             elif (m := _SLICE.match(part)) is not None:
                 first, stop = int(m.group(1)), int(m.group(2))
                 if first >= 0 and stop >= 0 and stop <= first:
-                    raise SelectionError(f"{option}: the slice {part} is empty; write a:b with b > a", option)
+                    raise SelectionError(f"{arg(field)}: the slice {part} is empty; write a:b with b > a", field)
                 items.append((first, stop - 1) if stop != 0 else (first, -1))
             elif (m := _RANGE.match(part)) is not None:
                 first, last = int(m.group(1)), int(m.group(2))
                 if first >= 0 and last >= 0 and first > last:
-                    raise SelectionError(f"{option}: the range {part} is reversed; write {last}-{first}", option)
+                    raise SelectionError(f"{arg(field)}: the range {part} is reversed; write {last}-{first}", field)
                 items.append((first, last))
             else:
-                raise SelectionError(f"{option}: {_shown(part)} is not a {what} selection; {valid}", option)
-        return cls(spec=spec, what=what, items=tuple(items), option=option)
+                raise SelectionError(f"{arg(field)}: {_shown(part)} is not a {what} selection; {valid}", field)
+        return cls(spec=spec, what=what, items=tuple(items), field=field)
 
     @classmethod
-    def everything(cls, what: str = "layer", option: str | None = None) -> Selection:
-        return cls(spec="all", what=what, items=("all",), option=option or f"--{what}")
+    def everything(cls, what: str = "layer", field: str | None = None) -> Selection:
+        return cls(spec="all", what=what, items=("all",), field=field or what)
 
     def _index(self, value: int, n: int) -> int:
         if not -n <= value < n:
             plural = f"{self.what}s" if n != 1 else self.what
             raise SelectionError(f"{self.what} {value} is out of range: there are {n} {plural} (0..{n - 1}, "
-                                 f"or -{n}..-1 from the end)", self.option)
+                                 f"or -{n}..-1 from the end)", self.field)
         return value % n
 
     def resolve(self, n: int) -> list[Choice]:
@@ -101,9 +101,9 @@ class Selection:
             elif isinstance(item, tuple):
                 first, last = (self._index(v, n) for v in item)  # bounds first: nothing expanded yet
                 if first > last:
-                    raise SelectionError(f"{self.option}: the range {item[0]}-{item[1]} selects {self.what}s "
+                    raise SelectionError(f"{arg(self.field)}: the range {item[0]}-{item[1]} selects {self.what}s "
                                          f"{first} down to {last} of 0..{n - 1}, which is reversed; "
-                                         f"write {last}-{first}", self.option)
+                                         f"write {last}-{first}", self.field)
                 values = list(range(first, last + 1))
             else:
                 values = [self._index(item, n)]
@@ -124,12 +124,12 @@ class Selection:
             elif choice in named:
                 values = named[choice]
                 if not len(values):
-                    raise SelectionError(f"{self.option}: this input has no {choice} tokens"
+                    raise SelectionError(f"{arg(self.field)}: this input has no {choice} tokens"
                                          + (" (they come from attnviz generate)" if choice == "generated" else ""),
-                                         self.option)
+                                         self.field)
             else:
-                raise SelectionError(f"{self.option}: {choice!r} cannot be used here; give {self.what} indices, "
-                                     f"ranges or 'all'", self.option)
+                raise SelectionError(f"{arg(self.field)}: {choice!r} cannot be used here; give {self.what} indices, "
+                                     f"ranges or 'all'", self.field)
             chosen.extend(int(v) for v in values)
         return list(dict.fromkeys(chosen))
 
@@ -149,7 +149,7 @@ def _norm(text: str) -> str:
 _NTH = re.compile(r"^(.+)#([0-9]{1,9})$", re.DOTALL)
 
 
-def find_token(tokens: list[str] | tuple[str, ...], spec: str, option: str = "--token") -> int:
+def find_token(tokens: list[str] | tuple[str, ...], spec: str, field: str = "token") -> int:
     """The position of one token, chosen by index (negative counts from the end), by its text
     (case-insensitive, as uncased tokenizers lowercase; "##" may be left out), or as text#n for the n-th
     occurrence. An ambiguous text says which occurrences exist; a missing one lists the tokens."""
@@ -161,7 +161,7 @@ def find_token(tokens: list[str] | tuple[str, ...], spec: str, option: str = "--
         index = int(spec)
         if not -T <= index < T:
             raise SelectionError(f"token {index} is out of range: there are {T} tokens (0..{T - 1}, or -{T}..-1)",
-                                 option)
+                                 field)
         return index % T
     numbered = _NTH.match(spec)  # text#n with n in ASCII digits ("the#²" is a token's text, not #2)
     text, nth = (numbered.group(1), numbered.group(2)) if numbered else (spec, "")
@@ -174,20 +174,20 @@ def find_token(tokens: list[str] | tuple[str, ...], spec: str, option: str = "--
                       and len(pieces) > 1), None)
         if split:
             raise SelectionError(f"{shown!r} is split into {' '.join(visible(p) for p in split)}: choose one piece, "
-                                 f"e.g. {visible(split[0])!r}, or give its index", option)
+                                 f"e.g. {visible(split[0])!r}, or give its index", field)
         listing = " ".join(f"{i}:{visible(t)}" for i, t in enumerate(tokens[:60])) + (" …" if T > 60 else "")
-        raise SelectionError(f"no token {shown!r}; the tokens are {listing}", option)
+        raise SelectionError(f"no token {shown!r}; the tokens are {listing}", field)
     if nth:
         n = int(nth)
         if not 1 <= n <= len(matches):
             raise SelectionError(f"{shown!r} occurs {len(matches)} time{'s' if len(matches) > 1 else ''}; "
-                                 f"#{n} does not exist", option)
+                                 f"#{n} does not exist", field)
         return matches[n - 1]
     if len(matches) > 1:
         places = ", ".join(str(i) for i in matches)
         choices = " or ".join(f"{text}#{n}" for n in range(1, len(matches) + 1))
         raise SelectionError(f"{shown!r} occurs {len(matches)} times (tokens {places}): write {visible(choices)}, "
-                             f"or give an index", option)
+                             f"or give an index", field)
     return matches[0]
 
 
@@ -212,28 +212,28 @@ def looks_like_pairs(spec: str) -> bool:
     return "." in spec
 
 
-def parse_pairs(spec: str, option: str = "--heads") -> tuple[tuple[int, int | str], ...]:
+def parse_pairs(spec: str, field: str = "heads") -> tuple[tuple[int, int | str], ...]:
     """`5.11,3.0` (layer.head, negative counting from the end; `5.all` for every head of layer 5): the pairs,
     syntax checked only."""
     if len(spec) > MAX_SPEC_CHARS:
-        raise SelectionError(f"{option}: the list is {len(spec)} characters long; give layer.head pairs", option)
+        raise SelectionError(f"{arg(field)}: the list is {len(spec)} characters long; give layer.head pairs", field)
     pairs: list[tuple[int, int | str]] = []
     for part in spec.split(","):
         m = _PAIR.match(part.strip().lower())
         if m is None:
-            raise SelectionError(f"{option}: {_shown(part.strip())} is not a layer.head pair; write e.g. 5.11,3.0 "
-                                 f"(layer 5 head 11 and layer 3 head 0), or 2.all", option)
+            raise SelectionError(f"{arg(field)}: {_shown(part.strip())} is not a layer.head pair; write e.g. 5.11,3.0 "
+                                 f"(layer 5 head 11 and layer 3 head 0), or 2.all", field)
         head = m.group(2)
         pairs.append((int(m.group(1)), head if head == "all" else int(head)))
     return tuple(pairs)
 
 
 def resolve_pairs(pairs: Sequence[tuple[int, int | str]], layers: int, heads: int,
-                  option: str = "--heads") -> list[tuple[int, int]]:
+                  field: str = "heads") -> list[tuple[int, int]]:
     """The pairs as (layer, head) within layers × heads, in the order given, without repeats; out of range is
     an error naming the sizes."""
-    layer_sel = Selection("", "layer", (), option)
-    head_sel = Selection("", "head", (), option)
+    layer_sel = Selection("", "layer", (), field)
+    head_sel = Selection("", "head", (), field)
     chosen: list[tuple[int, int]] = []
     for layer, head in pairs:
         n = layer_sel._index(layer, layers)

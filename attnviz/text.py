@@ -9,6 +9,8 @@ import unicodedata
 
 from rich.cells import cell_len
 
+from attnviz.errors import InputError
+
 ELLIPSIS = "…"
 # Characters that reorder a line (Trojan Source) or break it, besides the controls (category Cc).
 _BIDI = {*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F, 0x061C}
@@ -106,3 +108,15 @@ def shorten(text: str, limit: int = 80) -> str:
     """One line of at most `limit` characters: whitespace runs folded, … when cut."""
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 1].rstrip() + ELLIPSIS
+
+
+def check_text(text: str) -> str:
+    """Raise InputError for empty, whitespace-only or undecodable text (cheap: callers use it before
+    loading a model)."""
+    if not isinstance(text, str) or not text.strip():
+        raise InputError("the text is empty: give a sentence to look at, e.g. \"The cat sat on the mat\"")
+    if not is_valid_unicode(text):
+        at = next(i for i, c in enumerate(text) if 0xD800 <= ord(c) <= 0xDFFF)
+        raise InputError(f"the text is not valid UTF-8 (undecodable bytes at character {at}); "
+                         f"save or type it as UTF-8")
+    return text

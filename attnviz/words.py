@@ -13,7 +13,8 @@ from dataclasses import replace
 import numpy as np
 
 from attnviz.blocks import pool_blocks
-from attnviz.capture import Capture, Side
+from attnviz.data.capture import Capture
+from attnviz.data.sides import Side
 from attnviz.tokens import is_punctuation
 
 
@@ -74,10 +75,10 @@ def to_words(capture: Capture) -> Capture:
     if capture.meta.get("level") == "word":
         return capture
     if capture.pooled:
-        from attnviz.errors import InputError
+        from attnviz.errors import InputError, arg
 
         raise InputError("this capture is pooled into blocks of tokens; word-level attention needs the tokens: "
-                         "run the text again with --words")
+                         f"run the text again with {arg('words')}")
     edges = word_edges(capture.tokens, capture.subword, capture.special, capture.generated)
     offsets = capture.offsets
     unk = capture.meta.get("unk_token_id")

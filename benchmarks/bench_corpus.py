@@ -52,7 +52,7 @@ class Options:  # what the Ray engine reads of the CLI's model options
 
 def naive(loaded, texts):
     """One text at a time through the single-text path; per-text values aggregated over texts."""
-    from attnviz.corpus import Moments, corpus_metrics
+    from attnviz.corpora import Moments, corpus_metrics
     from attnviz.metrics import head_values
     from attnviz.engine.forward import capture_text
 
@@ -62,8 +62,8 @@ def naive(loaded, texts):
 
 
 def local(loaded, texts, batch_size):
-    from attnviz.corpus import Line
-    from attnviz.corpus.run import BatchRunner, run_local
+    from attnviz.corpora import Line
+    from attnviz.corpora.run import BatchRunner, run_local
 
     runner = BatchRunner(loaded, batch_size=batch_size)
     state = runner.new_state()
@@ -75,8 +75,8 @@ def stages(loaded, texts, batch_size) -> dict[str, float]:
     """The local engine's seconds per stage, timed around its own functions (no copy of their code):
     tokenise (BatchRunner.prepare), forward (BatchRunner.run less the statistics in it), statistics
     (texts_stats, per batch), merge (CorpusState.add_texts)."""
-    from attnviz.corpus import CorpusState, Line
-    from attnviz.corpus import run as corpus_run
+    from attnviz.corpora import CorpusState, Line
+    from attnviz.corpora import run as corpus_run
 
     spent = {"tokenise": 0.0, "run": 0.0, "statistics": 0.0, "merge": 0.0}
 
@@ -110,8 +110,8 @@ def forward_only(loaded, texts, batch_size) -> float:
     engine on this hardware."""
     import torch
 
-    from attnviz.corpus import Line
-    from attnviz.corpus.run import BatchRunner
+    from attnviz.corpora import Line
+    from attnviz.corpora.run import BatchRunner
 
     runner = BatchRunner(loaded, batch_size=batch_size)
     ready, _ = runner.prepare([Line("bench", n + 1, t) for n, t in enumerate(texts)])
@@ -199,7 +199,7 @@ def ray_rows(texts, args, state) -> list:
     except ImportError:
         print('(Ray rows skipped: pip install "attnviz[ray]")')
         return []
-    from attnviz.corpus.ray import run_ray
+    from attnviz.corpora.ray import run_ray
 
     folder = Path(tempfile.mkdtemp())
     one, every = folder / "one.txt", folder / "all.txt"

@@ -26,7 +26,7 @@ def main() -> None:
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
-    from attnviz.capture import Capture
+    from attnviz.data.capture import Capture
     from attnviz.render.viewer import viewer_data, viewer_html
 
     T = args.tokens

@@ -266,7 +266,7 @@ def make_capture(alpha, tokens=None, *, causal=False, special=None, kinds=None):
     """A Capture from a hand-made α (L, H, T, T) for metric and renderer tests."""
     import numpy as np
 
-    from attnviz.capture import Capture
+    from attnviz.data.capture import Capture
 
     alpha = np.asarray(alpha, dtype=np.float32)
     T = alpha.shape[-1]

@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 
-from attnviz.capture import Capture
+from attnviz.data.capture import Capture
 from attnviz.errors import AttentionCheckError, CaptureFormatError, OutputError, SelectionError
 from conftest import make_capture
 

@@ -3,7 +3,7 @@
 import pytest
 
 from attnviz import __version__
-from attnviz.capture import Capture
+from attnviz.data.capture import Capture
 from conftest import one_line_error, run, SENTENCE
 
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from conftest import one_line_error, run
 
-from attnviz.corpus import CorpusState, Line, Moments, load_state, read_lines
+from attnviz.corpora import CorpusState, Line, Moments, load_state, read_lines
 
 TEXTS = ["The cat sat on the mat.", "Dogs bark", "A much longer sentence, with commas, runs on and on until it stops.",
          "Hi", "고양이가 매트 위에 앉았다.", "Birds sing over the green hills while the river flows by the town.",
@@ -27,7 +27,7 @@ CAUSAL = ("gpt2", "llama")
 
 
 def _runner(loaded, **kwargs):
-    from attnviz.corpus.run import BatchRunner
+    from attnviz.corpora.run import BatchRunner
 
     return BatchRunner(loaded, **kwargs)
 
@@ -116,8 +116,8 @@ def test_statistics_of_a_batch_do_not_depend_on_how_it_is_cut(kind, load_tiny, m
     text's values, row moments and labels are the same whether the whole batch is one chunk, each text is
     its own chunk, or each layer of each text is (1e-9), and the same as each text computed alone through
     text_stats; pack and unpack give each text's α back exactly."""
-    import attnviz.corpus as corpus
-    from attnviz.corpus import pack, text_stats, texts_stats, unpack
+    import attnviz.corpora as corpus
+    from attnviz.corpora import pack, text_stats, texts_stats, unpack
     from attnviz.engine.forward import capture_text
     from attnviz.metrics import Tokens
 
@@ -152,7 +152,7 @@ def test_statistics_of_a_batch_do_not_depend_on_how_it_is_cut(kind, load_tiny, m
 def test_token_weighted_moments_equal_a_direct_computation_over_all_rows(load_tiny):
     """The tokens weighting: mean and sample std over every query row of every text, computed here from each
     text's own capture with numpy (row entropy, α_i,i−1), against the state's moments."""
-    from attnviz.corpus.run import run_local
+    from attnviz.corpora.run import run_local
     from attnviz.metrics import row_entropy
     from attnviz.engine.forward import capture_text
 
@@ -382,7 +382,7 @@ def test_usage_errors(tmp_path):
 def test_interrupt_writes_partial_statistics(tmp_path, tiny_model_dir, monkeypatch):
     """Ctrl-C during a run: the batch in progress finishes, what was folded so far is written, marked
     partial, and the exit code is 130."""
-    from attnviz.corpus.run import BatchRunner
+    from attnviz.corpora.run import BatchRunner
 
     calls = []
     original = BatchRunner.run
@@ -441,7 +441,7 @@ def test_an_unreachable_ray_address_is_one_line_in_seconds(tmp_path, tiny_model_
     """Ray retries a wrong --address for minutes; attnviz checks the port first (before importing Ray)."""
     import socket
 
-    from attnviz.corpus.ray import check_address
+    from attnviz.corpora.ray import check_address
     from attnviz.errors import InputError
 
     with socket.socket() as s:  # a port with nothing listening: bind, take its number, close

@@ -6,9 +6,9 @@ import re
 import numpy as np
 import pytest
 
-from attnviz.capture import Capture
+from attnviz.data.capture import Capture
 from attnviz.errors import OutputError
-from attnviz.export import MANIFEST, HeadImageWriter, export, export_panels, render_panels
+from attnviz.gallery import MANIFEST, HeadImageWriter, export, export_panels, render_panels
 from attnviz.render.encode import encode_png
 from attnviz.panels import attention_panels, head_filename, text_subtitle
 from attnviz.render.png import heatmap_figure

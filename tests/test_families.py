@@ -142,7 +142,7 @@ def test_sliding_windows_and_sinks_are_in_the_alpha(full_and_encoded):
 def test_a_sink_capture_is_checked_and_saved(full_and_encoded, tmp_path):
     from dataclasses import replace
 
-    from attnviz.capture import Capture
+    from attnviz.data.capture import Capture
     from attnviz.errors import AttentionCheckError
 
     _, oss, _ = full_and_encoded("gpt_oss")
@@ -301,7 +301,7 @@ def test_a_sliding_window_is_drawn_like_the_causal_mask_and_named(full_and_encod
     in layer 0 only, and its title names the window."""
     from conftest import WINDOW
 
-    from attnviz.capture import window_mask
+    from attnviz.data.sides import window_mask
     from attnviz.panels import attention_panels
 
     _, gemma, _ = full_and_encoded("gemma2")
@@ -507,7 +507,7 @@ def test_gguf_files_of_todays_families_load_verify_and_stream(kind, tmp_path, mo
     assert max(abs(a[k] - b[k]) for a, b in zip(streamed, full) for k in a if isinstance(a[k], float)) < 1e-5
     saved = tmp_path / "c.npz"
     assert run("capture", TEXT, "-m", path, "-o", saved).exit_code == 0
-    from attnviz.capture import Capture
+    from attnviz.data.capture import Capture
 
     capture = Capture.load(saved)
     assert capture.meta["model_type"] == kind and capture.causal

@@ -13,7 +13,7 @@ import torch
 
 from conftest import once, make_capture, one_line_error, run
 
-from attnviz.capture import Capture
+from attnviz.data.capture import Capture
 from attnviz.errors import AttnvizWarning
 from attnviz.engine.generate import Decoding, generate_capture
 from attnviz.engine.loading import load
@@ -220,7 +220,7 @@ def test_panels_mark_where_the_prompt_ends(gen_file):
 
 
 def test_the_line_is_drawn_in_images_and_the_terminal(gen_file):
-    from attnviz.export import HeadImageWriter, export_panels
+    from attnviz.gallery import HeadImageWriter, export_panels
     from attnviz.render.png import page_figure
     from attnviz.panels import heatmap_page
 

@@ -9,7 +9,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from attnviz.capture import Capture
+from attnviz.data.capture import Capture
 from attnviz.errors import CaptureFormatError
 from conftest import one_line_error, run, SENTENCE, make_capture
 
@@ -236,7 +236,7 @@ def test_hostile_option_values_are_usage_errors(tmp_path, hostile_capture):
 def test_workers_are_capped_by_jobs_and_cores(hostile_capture, tmp_path):
     import os
 
-    from attnviz.export import worker_count
+    from attnviz.gallery import worker_count
 
     assert worker_count(1000, 5) == min(5, os.cpu_count() or 1)
     assert worker_count(1000, 1) == 1

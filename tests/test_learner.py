@@ -175,7 +175,7 @@ def test_scale_choices_per_head_vmax_and_auto(tmp_path):
 
 
 def test_export_per_head_scale_frames_match_full_figures(tmp_path):
-    from attnviz.export import HeadImageWriter, export_panels
+    from attnviz.gallery import HeadImageWriter, export_panels
     from attnviz.panels import ScaleChoice, text_subtitle
     from attnviz.render.png import panel_figure
 

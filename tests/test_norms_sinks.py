@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from attnviz.capture import Capture
+from attnviz.data.capture import Capture
 from attnviz.metrics import Tokens, head_values, sink_scores
 from conftest import SENTENCE, make_capture, one_line_error, run
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from attnviz import export as export_module
-from attnviz.capture import Capture
+from attnviz.data.capture import Capture
 from attnviz.errors import OutputError
-from attnviz.export import export
+from attnviz.gallery import export
 from conftest import one_line_error, run, make_capture
 
 
@@ -165,7 +165,7 @@ def test_two_exports_into_one_folder_one_wins_the_other_says_so(tmp_path):
 def test_a_manifest_naming_files_elsewhere_is_refused(tmp_path):
     import json
 
-    from attnviz.export import MANIFEST
+    from attnviz.gallery import MANIFEST
 
     victim = tmp_path / "victim.txt"
     victim.write_text("not attnviz's")

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from attnviz import metrics
-from attnviz.capture import Capture
+from attnviz.data.capture import Capture
 from attnviz.text import cells, fit, is_valid_unicode, pad, visible
 from attnviz.tokens import readable_token
 from conftest import make_capture

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from attnviz import metrics
 from attnviz.cli import app
-from attnviz.export import export
+from attnviz.gallery import export
 from conftest import make_capture
 
 README = Path(__file__).resolve().parent.parent / "README.md"

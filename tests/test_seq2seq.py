@@ -13,7 +13,8 @@ import torch
 
 from conftest import once, one_line_error, run
 
-from attnviz.capture import Capture, Parts, load_capture
+from attnviz.data.capture import Capture
+from attnviz.data.parts import Parts, load_capture
 from attnviz.engine.generate import Decoding
 from attnviz.engine.loading import load
 from attnviz.engine.fromscratch.verify import scratch_parts

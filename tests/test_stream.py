@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from attnviz.capture import Capture
+from attnviz.data.capture import Capture
 from attnviz.metrics import Tokens, head_values, rollout
 from attnviz.blocks import equal_edges as pool_edges
 from attnviz.engine.stream import Window, stream

@@ -339,7 +339,7 @@ def test_embedded_data_cannot_change_how_the_page_parses(browser, tmp_path):
 
 
 def test_export_index_has_a_content_security_policy_and_still_shows_its_images(browser, tmp_path):
-    from attnviz.export import export
+    from attnviz.gallery import export
 
     alpha = np.full((1, 2, len(BREAKERS), len(BREAKERS)), 1 / len(BREAKERS))
     capture = make_capture(alpha, BREAKERS).with_meta(text="<!--<script> text")
@@ -355,7 +355,7 @@ def test_export_index_has_a_content_security_policy_and_still_shows_its_images(b
 
 
 def test_export_index_has_the_interactive_view(browser, cat_capture, tmp_path):
-    from attnviz.export import export
+    from attnviz.gallery import export
 
     target = export(cat_capture, tmp_path / "out", layers=[0, 5], heads=[0, 1])
     page = Page(browser, target / "index.html", local_files=True)  # the gallery's own images
@@ -369,7 +369,7 @@ def test_export_of_a_capture_too_large_for_a_page_still_works(tmp_path, monkeypa
     """The export's gallery goes without the interactive view, saying why, when the capture would pass the
     page's limit (the limit lowered here); the export itself is unchanged."""
     import attnviz.render.viewer as viewer
-    from attnviz.export import export
+    from attnviz.gallery import export
 
     monkeypatch.setattr(viewer, "MAX_PAGE_BYTES", 100)
     target = export(make_capture(np.full((1, 2, 8, 8), 1 / 8)), tmp_path / "out", layers=[0], heads=[0, 1])

@@ -18,7 +18,7 @@ import pytest
 
 from conftest import SENTENCE, make_capture, one_line_error, run
 
-from attnviz.capture import Capture
+from attnviz.data.capture import Capture
 
 TEXTS = ["The cat sat on the mat.", "A dog ran in the park!", "Attention is all you need."]
 
@@ -116,7 +116,7 @@ def test_numbers_out_of_range_are_refused_in_one_line(tmp_path, shard, change, w
 def test_a_state_of_empty_lists_is_refused_before_it_is_parsed(tmp_path, shard, monkeypatch):
     """Memory stays bounded: a file of many JSON containers is refused by counting, not by parsing (the
     limit is lowered here so the file can stay small)."""
-    import attnviz.corpus as corpus
+    import attnviz.corpora as corpus
 
     monkeypatch.setattr(corpus, "MAX_STATE_CONTAINERS", 1000)
     folder = tmp_path / "lists"
@@ -130,7 +130,7 @@ def test_a_state_of_empty_lists_is_refused_before_it_is_parsed(tmp_path, shard, 
 
 
 def test_merging_many_large_shards_stays_finite(tmp_path, shard):
-    from attnviz.corpus import load_state, merge_states
+    from attnviz.corpora import load_state, merge_states
 
     def big(d):
         for per in d["moments"].values():
@@ -534,7 +534,7 @@ def test_positions_shows_the_position_embeddings_similarity(tiny_model_dir, load
 
 
 def test_the_export_grid_names_each_heads_pattern(cat_capture, tmp_path):
-    from attnviz.export import export_panels
+    from attnviz.gallery import export_panels
     from attnviz.metrics import head_records
     from attnviz.render.png import grid_figure
 

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from attnviz.capture import Capture
+from attnviz.data.capture import Capture
 from attnviz.blocks import pool_blocks
 from attnviz.words import to_words, word_edges
 from conftest import make_capture, run

@@ -8,9 +8,9 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from attnviz.cli.common import (CsvOpt, ImageOut, JsonOpt, ModelOptions, TextSource, app, check_output, cli_errors,
-                                emit_records, err, out, output_path, print_json, say, selection_parser, takes,
-                                use_color, whole_number, CliReporter, choice_parser)
+from attnviz.cli.common import (app, check_output, choice_parser, cli_errors, CliReporter, CsvOpt, emit_records, err,
+                                flag, ImageOut, JsonOpt, ModelOptions, out, output_path, print_json, say,
+                                selection_parser, takes, TextSource, use_color, whole_number)
 from attnviz.selection import Selection
 
 
@@ -32,9 +32,9 @@ def _heads_parser(value: Any) -> HeadsChoice:
     try:
         if looks_like_pairs(spec):
             return HeadsChoice(parse_pairs(spec), None)
-        return HeadsChoice(None, Selection.parse(spec, "head", option="--heads"))
+        return HeadsChoice(None, Selection.parse(spec, "head", field="heads"))
     except SelectionError as exc:
-        raise typer.BadParameter(str(exc).removeprefix("--heads: ")) from None
+        raise typer.BadParameter(exc.spelled(flag).removeprefix("--heads: ")) from None
 
 
 HeadsOpt = Annotated[Optional[HeadsChoice], typer.Option(
@@ -73,7 +73,7 @@ def _removed(heads: HeadsChoice | None, layer: Selection | None, L: int, H: int)
 
 def read_texts(path: Path, limit: int, what: str) -> list[str]:
     """The texts of a file, one per line (blank and undecodable lines skipped), at most `limit`."""
-    from attnviz.corpus import read_lines
+    from attnviz.corpora import read_lines
     from attnviz.errors import InputError
     from attnviz.files import open_regular
 
@@ -130,13 +130,12 @@ def ablate(heads: HeadsOpt = None, layer: LayersOpt = None, mode: ModeOpt = "zer
     text = inp.require_text()
     texts = _means_source(mode, mean_over)
     from attnviz.api import ablate as run
-    from attnviz.engine.loading import layers_and_heads
 
     loaded = inp.load(lm_head="auto")  # the API checks that its heads can be removed
-    L, H = layers_and_heads(loaded.model.config)
+    L, H = loaded.shape
     removed = _removed(heads, layer, L, H)
     with err.status(f"Running the model with {len(removed)} head{'s' if len(removed) != 1 else ''} removed…"):
-        result = run(text, removed, loaded, mode=mode, mean_over=texts, truncate=inp.truncate)
+        result = run(text, heads=removed, model=loaded, mode=mode, mean_over=texts, truncate=inp.truncate)
     position = None
     if at is not None:
         if result.kind != "causal":
@@ -144,7 +143,7 @@ def ablate(heads: HeadsOpt = None, layer: LayersOpt = None, mode: ModeOpt = "zer
                                      param_hint="--at")
         from attnviz.selection import find_token
 
-        position = find_token(result.tokens, at, "--at")
+        position = find_token(result.tokens, at, "at")
     records = _position_records(result, loaded.tokenizer)
     from attnviz.panels import delta_layers, delta_page, short_model
 
@@ -291,7 +290,7 @@ def importance(corpus: Annotated[Optional[Path], typer.Option(
     from attnviz.panels import short_model
 
     loaded = inp.load(lm_head="auto")
-    result = run(texts, loaded, mode=mode, truncate=inp.truncate, batched=not loop, reporter=CliReporter())
+    result = run(texts, model=loaded, mode=mode, truncate=inp.truncate, batched=not loop, reporter=CliReporter())
     causal = result.kind == "causal"
     rho = spearman(result.gradient, result.estimated)
     rho_effect = spearman(result.gradient, result.effect)
@@ -371,7 +370,7 @@ def detect(length: Annotated[int, typer.Option(parser=whole_number(2, 2048), met
     from attnviz.panels import short_model
 
     loaded = inp.load(lm_head="auto")
-    result = run(loaded, length=length, sequences=sequences, seed=seed, draws=draws, mode=mode,
+    result = run(model=loaded, length=length, sequences=sequences, seed=seed, draws=draws, mode=mode,
                  reporter=CliReporter())
     causal = result.causal
     summary: dict = {"model": loaded.name, "length": length, "sequences": sequences, "seed": seed,

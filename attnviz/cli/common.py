@@ -29,10 +29,10 @@ from rich.text import Text
 from typer._click import exceptions as click_errors  # typer ≥ 0.29 carries its own click
 from typer.core import TyperCommand, TyperGroup
 
-from attnviz import __version__
+from attnviz._version import __version__
 from attnviz.progress import Reporter
-from attnviz.errors import AttnvizError, AttnvizWarning
-from attnviz.engine.devices import DEVICE_ALIASES, DEVICES, DTYPE_ALIASES, DTYPES  # one definition of each (no torch)
+from attnviz.errors import AttnvizError, AttnvizWarning, spell
+from attnviz.devices import DEVICE_ALIASES, DEVICES, DTYPE_ALIASES, DTYPES  # one definition of each (no torch)
 from attnviz.selection import Selection
 from attnviz.text import visible
 
@@ -50,6 +50,16 @@ def say(*parts: Any, console: Console | None = None, style: str = "", wrap: bool
     wrapped to the terminal's width (sentences)."""
     text = Text(visible(" ".join(str(p) for p in parts)), style=style)
     (console or out).print(text, soft_wrap=not wrap, highlight=False)
+
+
+# How the command line spells a library argument that an error names: its flag (the few arguments that are
+# not flags by their own name are listed).
+FLAG_NAMES = {"token_argument": "TOKEN", "text": "TEXT", "sources": "SOURCE", "source": "--from"}
+
+
+def flag(name: str) -> str:
+    """The command line's spelling of the library argument `name`: max_length -> --max-length."""
+    return FLAG_NAMES.get(name) or "--" + name.replace("_", "-")
 
 
 def error_line(message: str, label: str = "Error") -> None:
@@ -223,10 +233,10 @@ app = typer.Typer(cls=AttnvizGroup, help="See what a transformer's self-attentio
 # --- option types ------------------------------------------------------------------------------------
 
 
-def selection_parser(what: str, keywords: tuple[str, ...] = (), option: str | None = None) -> Callable:
+def selection_parser(what: str, keywords: tuple[str, ...] = (), field: str | None = None) -> Callable:
     """A --layer/--head parser: indices, negative indices, ranges, lists, 'all' (and 'mean'/'max' for heads),
     by attnviz.selection; anything malformed is a usage error that says what is valid."""
-    option = option or f"--{what}"
+    field = field or what
 
     def parse(value: Any) -> Selection:
         if isinstance(value, Selection):
@@ -234,18 +244,18 @@ def selection_parser(what: str, keywords: tuple[str, ...] = (), option: str | No
         from attnviz.errors import SelectionError
 
         try:
-            return Selection.parse(str(value), what, keywords=keywords, option=option)
+            return Selection.parse(str(value), what, keywords=keywords, field=field)
         except SelectionError as exc:
-            raise typer.BadParameter(str(exc).removeprefix(f"{option}: ")) from None
+            raise typer.BadParameter(exc.spelled(flag).removeprefix(f"{flag(field)}: ")) from None
 
     return parse
 
 
-def one_index_parser(what: str, option: str | None = None) -> Callable:
+def one_index_parser(what: str, field: str | None = None) -> Callable:
     """A --layer/--head parser for commands that show one at a time (steps, positions): one index, negative
     counting from the end; a list, range, `all`, `mean` or `max` is a usage error saying so, before any model
     loads."""
-    option = option or f"--{what}"
+    field = field or what
 
     def parse(value: Any) -> Selection:
         if isinstance(value, Selection):
@@ -254,7 +264,7 @@ def one_index_parser(what: str, option: str | None = None) -> Callable:
         if not re.fullmatch(r"-?[0-9]{1,9}", text):
             raise typer.BadParameter(f"this command shows one {what} at a time: give one index (0, 2, or -1 for "
                                      f"the last), not {visible(text)[:40]!r}")
-        return Selection.parse(text, what, option=option)
+        return Selection.parse(text, what, field=field)
 
     return parse
 
@@ -385,17 +395,23 @@ class ModelOptions:
         """Cut a text longer than the model's maximum positions (with a warning) rather than refuse it."""
         return not self.no_truncate
 
+    def spec(self):
+        """The model options as an attnviz.ModelSpec (for workers that load their own copy)."""
+        from attnviz.api import ModelSpec
+
+        return ModelSpec(self.model, self.revision, self.device, self.dtype, self.trust_remote_code, self.max_memory)
+
     def load(self, *, lm_head: bool | str = False):
         """The model, loaded once (with a spinner on stderr); `lm_head`: with its language-model head."""
-        from attnviz.engine.offline.build import pending
+        from attnviz.api import conversion_pending
 
-        converting = pending(self.model or os.environ.get("ATTNVIZ_MODEL") or "minilm")
+        converting = conversion_pending(self.model)
         what = (f"Converting {converting} once into attnviz's model cache (later runs load it at once)…"
                 if converting else "Loading the model…")
         with err.status(Text(what)):
-            from attnviz.engine.loading import load
+            from attnviz.api import load_model
 
-            return load(self.model, revision=self.revision, device=self.device, dtype=self.dtype,
+            return load_model(self.model, revision=self.revision, device=self.device, dtype=self.dtype,
                         trust_remote_code=self.trust_remote_code, memory_budget=self.max_memory, lm_head=lm_head)
 
 
@@ -433,11 +449,11 @@ StartOpt = Annotated[int, typer.Option("--start", parser=whole_number(0), metava
 
 TOKEN_GROUPS = ("generated", "prompt")  # named token positions of a capture from attnviz generate
 RowsOpt = Annotated[Optional[Selection], typer.Option(
-    "--rows", parser=selection_parser("row", TOKEN_GROUPS, option="--rows"), metavar="ROWS", show_default=False,
+    "--rows", parser=selection_parser("row", TOKEN_GROUPS, field="rows"), metavar="ROWS", show_default=False,
     help="Only these query rows, exactly: 0-40, 4000:4100 (a window into a long input), or generated / prompt "
          "(a capture from attnviz generate).")]
 ColsOpt = Annotated[Optional[Selection], typer.Option(
-    "--cols", parser=selection_parser("col", TOKEN_GROUPS, option="--cols"), metavar="COLS", show_default=False,
+    "--cols", parser=selection_parser("col", TOKEN_GROUPS, field="cols"), metavar="COLS", show_default=False,
     help="Only these key columns, exactly: 0-40, 0:8192, or generated / prompt.")]
 
 
@@ -512,7 +528,7 @@ class TextSource(ModelOptions):
         if text is None:
             raise typer.BadParameter("give the TEXT to look at, in quotes (or - to read it from standard "
                                      "input, or --text-file FILE)")
-        from attnviz.engine.forward import check_text  # model.py imports torch only inside its functions
+        from attnviz.text import check_text
 
         return check_text(text)
 
@@ -575,13 +591,15 @@ class TextInput(TextSource):
         if loaded.seq2seq:
             chosen = self.parts(loaded, text).part(part or default_part)
             return _as_words(chosen) if getattr(self, "words", False) else chosen
-        from attnviz.api import capture
+        from attnviz.api import Keep, capture
 
         streaming = getattr(self, "stream", None)  # None: this command does not stream
+        rows, cols, layers = window if window is not None else (None, None, None)
+        keep = Keep(pool=getattr(self, "pool", None) or 512, rows=rows, cols=cols, layers=layers,
+                    rollout_token=rollout_token, pictures=pictures)
         return capture(text, model=loaded, words=getattr(self, "words", False), truncate=self.truncate,
-                       stream=False if streaming is None else (True if streaming else None),
-                       pool=getattr(self, "pool", None) or 512, window=window, rollout_token=rollout_token,
-                       pictures=pictures, reporter=CliReporter())
+                       stream=False if streaming is None else (True if streaming else None), keep=keep,
+                       reporter=CliReporter())
 
 
 class CliReporter(Reporter):
@@ -603,7 +621,7 @@ class CliReporter(Reporter):
             yield lambda n: bar.advance(task, n)
 
     def note(self, text: str) -> None:
-        say(text, console=err, style="cyan", wrap=True)
+        say(spell(text, flag), console=err, style="cyan", wrap=True)
 
 
 def _as_words(capture):
@@ -652,7 +670,7 @@ class CaptureInput(LongTextInput):
 
     def saved(self):
         """The --from file: a Capture, or an encoder-decoder model's Parts."""
-        from attnviz.capture import load_capture
+        from attnviz.data.parts import load_capture
 
         if self.text is not None or self.text_file is not None:
             raise typer.BadParameter("give either TEXT or --from, not both")
@@ -664,7 +682,7 @@ class CaptureInput(LongTextInput):
 
     def whole(self):
         """Everything the input has: a Capture, or all parts of an encoder-decoder model (Parts)."""
-        from attnviz.capture import Parts
+        from attnviz.data.parts import Parts
 
         self.require_source()
         if self.source is not None:
@@ -685,7 +703,7 @@ class CaptureInput(LongTextInput):
 
 def _chosen_part(loaded, part: str | None, default_part: str):
     """A saved Capture as it is (--part refused: it has one kind of attention), or one part of Parts."""
-    from attnviz.capture import Parts
+    from attnviz.data.parts import Parts
 
     if isinstance(loaded, Parts):
         return loaded.part(part or default_part)
@@ -758,7 +776,7 @@ def _on_sigterm(signum, frame) -> None:
 
 
 def _print_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    error_line(str(message), "Warning" if issubclass(category, AttnvizWarning) else category.__name__)
+    error_line(spell(str(message), flag), "Warning" if issubclass(category, AttnvizWarning) else category.__name__)
 
 
 def cli_errors(func: Callable) -> Callable:
@@ -781,7 +799,7 @@ def cli_errors(func: Callable) -> Callable:
                 logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)
                 return func(*args, **kwargs)
         except AttnvizError as exc:
-            error_line(str(exc))
+            error_line(exc.spelled(flag))
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             error_line("interrupted; nothing half-written was left")
@@ -820,7 +838,6 @@ def emit_records(records: list[dict], as_json: bool, as_csv: bool, columns: list
 
 
 def _folder_like(value: str) -> bool:
-    import os
 
     return value.endswith(("/", os.sep)) or Path(value).expanduser().is_dir()
 
@@ -829,7 +846,7 @@ def check_output(value: str | None, formats: tuple[str, ...]) -> None:
     """-o is checked before any model work: a folder is fine (the default name goes inside), a file needs
     one of `formats` as its suffix."""
     if value is not None and not _folder_like(value):
-        from attnviz.capture import check_suffix
+        from attnviz.files import check_suffix
 
         check_suffix(value, formats)
 

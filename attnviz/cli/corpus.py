@@ -11,8 +11,8 @@ from typing import Annotated, Optional
 import typer
 
 from attnviz.cli.common import whole_number
-from attnviz.cli.common import (CsvOpt, INTERRUPTED_EXIT, TERMINATED_EXIT, JsonOpt, ModelOptions, app, choice_parser,
-                                cli_errors, emit_records, err, error_line, out, print_json, say, takes)
+from attnviz.cli.common import (app, choice_parser, cli_errors, CliReporter, CsvOpt, emit_records, err, error_line,
+                                INTERRUPTED_EXIT, JsonOpt, ModelOptions, out, print_json, say, takes, TERMINATED_EXIT)
 from attnviz.text import visible
 
 ENGINES = ("local", "ray")
@@ -70,7 +70,7 @@ def corpus(sources: Annotated[list[str], typer.Argument(
                                                      "(1 to 4,096).", parser=whole_number(1, 4096),
                                                 metavar="N")] = 2,
            as_json: JsonOpt = False, as_csv: CsvOpt = False, *, opts: ModelOptions) -> None:
-    from attnviz.corpus import merge_states
+    from attnviz.corpora import merge_states
 
     if sources and sources[0] == "merge":
         if field is not None or fmt is not None or engine != "local" or max_length is not None or words:
@@ -82,7 +82,7 @@ def corpus(sources: Annotated[list[str], typer.Argument(
         if out_dir is None:
             raise typer.BadParameter("where should the merged statistics go? give -o DIR", param_hint="--out-dir")
         _check_out(out_dir, force)
-        from attnviz.corpus import load_state
+        from attnviz.corpora import load_state
 
         state = merge_states(load_state(folder) for folder in folders)
         _write(state, out_dir, force)
@@ -96,13 +96,14 @@ def corpus(sources: Annotated[list[str], typer.Argument(
     if out_dir is not None:
         _check_out(out_dir, force)
     if engine == "ray":
-        from attnviz.corpus.ray import run_ray
+        from attnviz.corpora.ray import run_ray
 
         for _, stream in opened:  # opened only to check them: Ray Data reads the files itself
             if stream is not sys.stdin.buffer:
                 stream.close()
-        state, signum = run_ray(list(sources), opts, fmt=fmt, field=field, batch_size=batch_size,
-                                max_length=max_length, address=address, workers=workers, words=words, console=err)
+        state, signum = run_ray(list(sources), opts.spec(), fmt=fmt, field=field, batch_size=batch_size,
+                                max_length=max_length, address=address, workers=workers, words=words,
+                                truncate=opts.truncate, reporter=CliReporter())
         _stopped[0], complete = signum, not signum
     else:
         state, complete = _run_local(opened, opts, fmt, field, batch_size, max_length, words)
@@ -142,8 +143,8 @@ def _check_out(out_dir: Path, force: bool) -> None:
 def _run_local(opened, opts: ModelOptions, fmt, field, batch_size, max_length, words):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from attnviz.corpus import corpus_format, read_lines
-    from attnviz.corpus.run import BatchRunner, run_local
+    from attnviz.corpora import corpus_format, read_lines
+    from attnviz.corpora.run import BatchRunner, run_local
 
     loaded = opts.load()
     runner = BatchRunner(loaded, max_length=max_length, batch_size=batch_size, truncate=opts.truncate, words=words)
@@ -208,7 +209,7 @@ def _count_lines(stream) -> int:
 
 
 def _write(state, out_dir: Path, force: bool) -> None:
-    from attnviz.corpus.output import write_corpus_folder
+    from attnviz.corpora.output import write_corpus_folder
 
     with err.status("Writing the statistics…"):
         target = write_corpus_folder(state, out_dir, force)
@@ -217,7 +218,7 @@ def _write(state, out_dir: Path, force: bool) -> None:
 
 
 def _report(state, weight: str, top: int | None, as_json: bool, as_csv: bool, out_dir: Path | None) -> None:
-    from attnviz.corpus import summary_lines, table_records
+    from attnviz.corpora import summary_lines, table_records
     from attnviz.render.tables import corpus_layers_table, heads_table
 
     for line in summary_lines(state, SHOWN_BAD):

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from attnviz.cli.common import (CliReporter, ImageOut, JsonOpt, ModelOptions, app, check_output, cli_errors, err,
+from attnviz.cli.common import (CliReporter, ImageOut, JsonOpt, ModelOptions, app, check_output, cli_errors, err, flag,
                                 out, output_path, print_json, say, takes, whole_number)
 
 
@@ -45,29 +45,19 @@ def cost(lengths: Annotated[Optional[str], typer.Option(
     check_output(output, FORMATS)
     chosen = _lengths(lengths)
     loaded = inp.load()
-    if loaded.seq2seq:
-        from attnviz.errors import InputError
-
-        raise InputError(f"cost measures one self-attention; {loaded.name} is an encoder-decoder model")
-    limit = loaded.max_positions or max_length
-    if chosen is None:
-        top = min(max_length, limit)
-        chosen = [T for T in (2 ** k for k in range(6, 21)) if T <= top] or [top]
-    elif chosen[-1] > limit:
-        raise typer.BadParameter(f"{loaded.name} takes at most {limit} positions", param_hint="--lengths")
-    from attnviz.engine.cost import measure
-    from attnviz.panels import short_model
+    from attnviz.api import cost as measure
     from attnviz.sizes import size_text
 
-    with CliReporter().progress("Measuring", 2 * len(chosen), "runs") as step:
-        rows = measure(loaded, chosen, repeats=repeats, on_step=step)
-    records = [{"T": r.T, "full_seconds": r.full_seconds, "full_bytes": r.full_bytes,
-                "stream_seconds": r.stream_seconds, "stream_bytes": r.stream_bytes, "alpha_bytes": r.alpha_bytes,
-                "full_note": r.full_note or None} for r in rows]
-    title = (f"{short_model(loaded.name)} on {loaded.device}: the head statistics of a T-token input, full path "
-             f"against streamed")
+    from attnviz.errors import UsageError
+
+    try:
+        result = measure(model=loaded, lengths=chosen, max_length=max_length, repeats=repeats,
+                         reporter=CliReporter())
+    except UsageError as exc:
+        raise typer.BadParameter(exc.spelled(flag), param_hint=flag(exc.field or "lengths")) from None
+    records, title = result.records(), result.title
     if as_json:
-        print_json({"model": loaded.name, "device": loaded.device, "repeats": repeats, "rows": records})
+        print_json(result.to_dict())
     else:
         from attnviz.render.tables import records_table
 
@@ -84,8 +74,6 @@ def cost(lengths: Annotated[Optional[str], typer.Option(
         say("Peak memory above what the process held before each run (the loaded model). Measured, not computed; "
             "the full path's α alone is L·H·T²·4 bytes.", wrap=True, style="dim")
     if output is not None:
-        from attnviz.render.charts import cost_figure
         from attnviz.render.png import save_figure
 
-        say(save_figure(cost_figure(rows, title), output_path(output, "attnviz_cost.png")),
-            console=err if as_json else out)
+        say(save_figure(result.figure(), output_path(output, "attnviz_cost.png")), console=err if as_json else out)

@@ -23,8 +23,8 @@ from attnviz.selection import Selection
 def export_command(out_dir: Annotated[Path, typer.Option(
                        "--out-dir", "--output", "-o", "-d", help="Folder to create.",
                        file_okay=False)] = Path("attnviz_export"),
-                   layer: LayerSel = Selection.everything("layer", "--layer"),
-                   head: HeadSel = Selection.everything("head", "--head"),
+                   layer: LayerSel = Selection.everything("layer", "layer"),
+                   head: HeadSel = Selection.everything("head", "head"),
                    fmt: Annotated[str, typer.Option("--format", help="png, svg or pdf.")] = "png",
                    dpi: Annotated[int, typer.Option(help="Resolution of raster images, 20 to 600.",
                                                     parser=whole_number(20, 600), metavar="DPI")] = 100,
@@ -38,14 +38,14 @@ def export_command(out_dir: Annotated[Path, typer.Option(
                    look: ScaleOptions) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from attnviz.export import FORMATS, export
+    from attnviz.gallery import FORMATS, export
     from attnviz.files import check_target, export_folder
 
     if fmt not in FORMATS:
         raise typer.BadParameter(f"{fmt!r}: choose one of {', '.join(FORMATS)}", param_hint="--format")
     check_target(export_folder(out_dir), force)  # before any model work
-    from attnviz.capture import Parts
-    from attnviz.export import ExportPart
+    from attnviz.data.parts import Parts
+    from attnviz.gallery import ExportPart
 
     whole = inp.whole()
     if isinstance(whole, Parts):  # an encoder-decoder model: each part its own images, grid and section

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Annotated, Optional
 
 import typer
 
 from attnviz.cli.common import whole_number
 from attnviz.cli.common import (HeadSel, JsonOpt, LayerSel, PartOpt, TextInput, app, check_output, cli_errors, err,
-                                finite_float, out, output_path, print_json, say, takes, use_color, with_progress)
+                                finite_float, out, output_path, print_json, say, takes, use_color, CliReporter)
 from attnviz.selection import Selection
 
 STOPPED = {"eos": "the model's end-of-sequence token", "max_new_tokens": "--max-new-tokens",
@@ -39,13 +38,13 @@ def generate(sample: Annotated[bool, typer.Option(
                  help="Save the capture of prompt + generated tokens (.npz; a folder gets generation.npz).")] = None,
              terminal: Annotated[bool, typer.Option(
                  "--terminal", "-t", help="Per new token: the earlier tokens it attends to most.")] = False,
-             layer: LayerSel = Selection.parse("-1", "layer", option="--layer"),
-             head: HeadSel = Selection.parse("mean", "head", keywords=("mean", "max"), option="--head"),
+             layer: LayerSel = Selection.parse("-1", "layer", field="layer"),
+             head: HeadSel = Selection.parse("mean", "head", keywords=("mean", "max"), field="head"),
              top: Annotated[int, typer.Option(parser=whole_number(1, 20), metavar="K",
                                               help="--terminal and --json: the K earlier tokens shown per step (1 "
                                                    "to 20).")] = 3,
              part: PartOpt = None, as_json: JsonOpt = False, *, inp: TextInput) -> None:
-    from attnviz.engine.generate import Decoding
+    from attnviz.api import Decoding, generate as run_generate
 
     check_output(output, (".npz",))
     if not sample and (temperature is not None or top_p is not None):
@@ -59,35 +58,27 @@ def generate(sample: Annotated[bool, typer.Option(
     text = inp.require_text()
     loaded = inp.load(lm_head=True)
     inp.check_model_kind(loaded, part, writes=True)
-    whole = None
-    if loaded.seq2seq:  # the decoder writes; the per-step view follows --part (default: cross-attention)
-        if inp.target is not None:
-            raise typer.BadParameter("generate writes the target; --target is for the viewing commands")
-        if part == "encoder":
-            raise typer.BadParameter("the encoder reads the source and writes nothing: the per-step view is of "
-                                     "the decoder or cross-attention", param_hint="--part")
-        whole = inp.parts(loaded, text, decoding)
-        capture = whole.part(part or "cross")
-        capture = replace(capture, meta={**capture.meta, "prompt": text,
-                                         "generated_text": capture.meta.get("target_text", "")})
-    else:
-        capture = _generate(loaded, text, decoding, inp.truncate)
+    if loaded.seq2seq and inp.target is not None:
+        raise typer.BadParameter("generate writes the target; --target is for the viewing commands")
+    if loaded.seq2seq and part == "encoder":
+        raise typer.BadParameter("the encoder reads the source and writes nothing: the per-step view is of "
+                                 "the decoder or cross-attention", param_hint="--part")
+    generation = run_generate(text, model=loaded, decoding=decoding, part=part, truncate=inp.truncate,
+                              reporter=CliReporter())
+    capture, whole = generation.capture, generation.whole
     layers = layer.indices(capture.n_layers)
     heads = head.resolve(capture.n_heads)
     if len(layers) != 1 or len(heads) != 1:
         raise typer.BadParameter("the per-step view shows one layer and one head (or the head mean)",
                                  param_hint="--layer" if len(layers) != 1 else "--head")
-    from attnviz.panels import PART_TITLES, generation_steps, head_label, short_model
+    from attnviz.panels import PART_TITLES, head_label, short_model
     from attnviz.text import visible
 
-    path = (whole or capture).save(output_path(output, "generation.npz")) if output is not None else None
-    steps = generation_steps(capture, layers[0], heads[0], top)
+    path = generation.save(output_path(output, "generation.npz")) if output is not None else None
+    steps = generation.steps(layers[0], heads[0], top)
     meta = capture.meta
     if as_json:
-        print_json({"model": capture.model, "prompt": meta["prompt"], "generated_text": meta["generated_text"],
-                    "decoding": meta["decoding"], "stopped": meta["stopped"], "tokens": list(capture.tokens),
-                    "generated": capture.generated, "layer": layers[0], "head": heads[0], "steps": steps,
-                    "capture": None if path is None else str(path)})
+        print_json(generation.to_dict(layers[0], heads[0], top, None if path is None else str(path)))
         return
     from rich.text import Text
 
@@ -109,10 +100,3 @@ def generate(sample: Annotated[bool, typer.Option(
         say(f"{path}  ({capture.n_layers} layers × {capture.n_heads} heads × {capture.n_tokens} tokens, "
             f"{n_new} generated) · see it: attnviz heatmap --from {path} --rows generated")
 
-
-def _generate(loaded, text: str, decoding, truncate: bool):
-    """Run the generation with a progress bar over new tokens on stderr."""
-    from attnviz.engine.generate import generate_capture
-
-    return with_progress("Generating", decoding.max_new_tokens,
-                         lambda step: generate_capture(loaded, text, decoding, truncate=truncate, on_step=step))

@@ -15,7 +15,7 @@ from attnviz.cli.common import (CaptureInput, CmapOpt, CsvOpt, HeadSel, ImageOut
 from attnviz.render import FORMATS
 from attnviz.selection import Selection
 
-ALL_LAYERS = Selection.everything("layer", "--layer")
+ALL_LAYERS = Selection.everything("layer", "layer")
 
 
 def _sort_key(value: str | None) -> str | None:
@@ -35,7 +35,7 @@ def _sort_key(value: str | None) -> str | None:
                   'punctuation, and a pattern label (attnviz explain defines each).')
 @cli_errors
 @takes(inp=CaptureInput)
-def heads(layer: LayerSel = ALL_LAYERS, head: HeadSel = Selection.everything("head", "--head"),
+def heads(layer: LayerSel = ALL_LAYERS, head: HeadSel = Selection.everything("head", "head"),
           label: Annotated[Optional[str], typer.Option(help="Only heads with this pattern label.",
                                                        show_default=False)] = None,
           sort: Annotated[Optional[str], typer.Option(help="Sort by this column (its header or name: entropy, "
@@ -74,7 +74,7 @@ def entropy(output: ImageOut = None,
             normalised: Annotated[bool, typer.Option("--normalised", "--normalized",
                                                      help="Divide each row by ln(keys it may attend to): 0 "
                                                           "one-hot, 1 uniform.")] = False,
-            layer: LayerSel = Selection.everything("layer", "--layer"),
+            layer: LayerSel = Selection.everything("layer", "layer"),
             cmap: CmapOpt = "viridis", rows: RowsOpt = None, part: PartOpt = None, as_json: JsonOpt = False,
             as_csv: CsvOpt = False, *, inp: CaptureInput) -> None:
     from attnviz import metrics
@@ -159,7 +159,7 @@ def _long_rollout(capture, token: str | None, output: str | None, as_json: bool,
     if i not in long.rollout:
         stored = ", ".join(f"{t} {visible(long.tokens[t])}" for t in sorted(long.rollout))
         raise SelectionError(f"this long input was streamed with the rollout of token(s) {stored} only; run "
-                             f"attnviz rollout TEXT --token {i} to compute token {i}'s", "--token")
+                             f"attnviz rollout TEXT --token {i} to compute token {i}'s", "token")
     row = long.rollout[i]
     records = [{"index": j, "token": t, "rollout": float(row[j])} for j, t in enumerate(long.tokens)]
     if as_json:
@@ -206,7 +206,7 @@ def _query_rows(capture, rows: Selection | None) -> list[int] | None:
         from attnviz.errors import SelectionError
 
         raise SelectionError("this capture is pooled (a long input) and holds statistics of all rows; --rows needs "
-                             "a token-level capture", "--rows")
+                             "a token-level capture", "rows")
     return rows.indices(capture.n_tokens, capture.named_positions())
 
 
@@ -234,7 +234,7 @@ def compare(layer: Annotated[Optional[Selection], typer.Option(
                 "--layer", "--layers", "-l", parser=selection_parser("layer"), metavar="LAYERS", show_default=False,
                 help="Layers: an index (-1 is the last), a list 0,3,5, a range 0-2, or all. Default: first, "
                      "middle and last.")] = None,
-            head: HeadSel = Selection.parse("mean", "head", keywords=("mean", "max"), option="--head"),
+            head: HeadSel = Selection.parse("mean", "head", keywords=("mean", "max"), field="head"),
             models: Annotated[Optional[str], typer.Option(
                 help="Two models, comma-separated (or -m A,B), compared layer by layer on the same text.",
                 show_default=False, metavar="A,B")] = None,
@@ -274,7 +274,7 @@ def compare(layer: Annotated[Optional[Selection], typer.Option(
                                    f"cell by cell")
     n_layers = min(c.n_layers for c in captures)
     chosen = (layer or Selection.parse(f"0,{n_layers // 2},{n_layers - 1}" if n_layers > 2 else "all", "layer",
-                                       option="--layer")).indices(n_layers)
+                                       field="layer")).indices(n_layers)
     heads = head.resolve(min(c.n_heads for c in captures))
     shown_rows = _query_rows(captures[0], rows)
     panels, records = [], []

@@ -24,8 +24,8 @@ def heatmap(output: Annotated[Optional[str], typer.Option(
                      "Default: attnviz_layer5_mean.png and the like (layer and head in the name), here.")] = None,
             terminal: Annotated[bool, typer.Option(
                 "--terminal", "-t", help="Draw in the terminal (and write an image only if -o is given).")] = False,
-            layer: LayerSel = Selection.parse("-1", "layer", option="--layer"),
-            head: HeadSel = Selection.parse("mean", "head", keywords=("mean", "max"), option="--head"),
+            layer: LayerSel = Selection.parse("-1", "layer", field="layer"),
+            head: HeadSel = Selection.parse("mean", "head", keywords=("mean", "max"), field="head"),
             hide_special: HideOpt = False, values: ValuesOpt = False, cmap: CmapOpt = "viridis",
             start: StartOpt = 0, rows: RowsOpt = None, cols: ColsOpt = None, part: PartOpt = None,
             *, inp: CaptureInput, look: ScaleOptions) -> None:
@@ -80,12 +80,13 @@ def capture(output: Annotated[str, typer.Option(
             *, inp: LongTextInput) -> None:
     check_output(output, (".npz",))
     if norms:
-        from attnviz.engine.fromscratch.norms import norms_capture
+        from attnviz.api import norms as value_norms
+        from attnviz.cli.common import CliReporter
 
         text = inp.require_text()
         loaded = inp.load()
         loaded.require_single("capture --norms")
-        result, _ = norms_capture(loaded, text, truncate=inp.truncate)
+        result = value_norms(text, model=loaded, truncate=inp.truncate, reporter=CliReporter()).capture
         if inp.words:
             from attnviz.words import to_words
 
@@ -110,7 +111,7 @@ def _whole(inp: LongTextInput):
         return inp.capture()
     parts = inp.parts(loaded, text)
     if inp.words:
-        from attnviz.capture import Parts
+        from attnviz.data.parts import Parts
         from attnviz.words import to_words
 
         return Parts({name: to_words(c) for name, c in parts.captures.items()})
@@ -126,14 +127,15 @@ def view(output: Annotated[Optional[str], typer.Option(
              "--output", "-o", metavar="FILE", show_default=False,
              help="The page: FILE.html; a folder gets attnviz_view.html inside. Default: attnviz_view.html here.")]
          = None,
-         layer: LayerSel = Selection.everything("layer", "--layer"),
+         layer: LayerSel = Selection.everything("layer", "layer"),
          precision: Annotated[str, typer.Option(
              "--precision", metavar="BITS",
              help="Bits per stored weight: 16, 8, or auto (16 while the weights take at most 4 MB, else 8).")]
          = "auto",
          open_page: Annotated[bool, typer.Option("--open", help="Open the page in a web browser.")] = False,
          *, inp: CaptureInput) -> None:
-    from attnviz.capture import Parts, check_suffix
+    from attnviz.data.parts import Parts
+    from attnviz.files import check_suffix
     from attnviz.files import atomic_output
     from attnviz.render.viewer import PRECISIONS, viewer_data, viewer_html
 
@@ -163,7 +165,7 @@ def view(output: Annotated[Optional[str], typer.Option(
 def token(token: Annotated[Optional[str], typer.Argument(
               help="The token: its index, its text (case-insensitive) or text#n for the n-th occurrence "
                    "(after TEXT, or alone with --from).", show_default=False, metavar="TOKEN")] = None,
-          layer: LayerSel = Selection.everything("layer", "--layer"),
+          layer: LayerSel = Selection.everything("layer", "layer"),
           output: ImageOut = None, as_json: JsonOpt = False, as_csv: CsvOpt = False, cmap: CmapOpt = "viridis",
           part: SelfPartOpt = None, *, inp: CaptureInput, look: ScaleOptions) -> None:
     from attnviz.panels import token_links, token_page
@@ -188,7 +190,7 @@ def token(token: Annotated[Optional[str], typer.Argument(
 
         raise InputError("token needs each token's own row of α, and this long input was streamed and pooled; "
                          "for one token of a long input use attnviz heatmap TEXT --rows N:N+1")
-    i = find_token(capture.tokens, token, option="TOKEN")
+    i = find_token(capture.tokens, token, field="token_argument")
     layers = layer.indices(capture.n_layers)
     links = token_links(capture, i)
     if as_json:

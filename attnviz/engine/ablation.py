@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from attnviz.errors import InputError, UnsupportedArchitectureError
+from attnviz.errors import InputError, UnsupportedArchitectureError, arg
 
 MODES = ("zero", "mean")
 OUTPUT_BYTES = 256 << 20  # logits (or hidden states) of the batched copies held at once in importance
@@ -317,9 +317,10 @@ def ablate(where: Site, inputs: dict, removed: Sequence[tuple[int, int]], *, mod
            fills: list[torch.Tensor] | None = None, means_from: str = "the text") -> Ablation:
     """The text `inputs` (batch of 1) through the clean model and with the heads `removed` taken away."""
     if mode not in MODES:
-        raise InputError(f"--mode must be one of {', '.join(MODES)}, not {mode!r}")
+        raise InputError(f"{arg('mode')} must be one of {', '.join(MODES)}, not {mode!r}")
     if not removed:
-        raise InputError("no heads to remove: name them with --heads 5.11,3.0, or --layer and --head")
+        raise InputError(f"no heads to remove: name them with {arg('heads')} 5.11,3.0, or {arg('layer')} and "
+                         f"{arg('head')}", "heads")
     model = where.model
     causal = is_causal_lm(model)
     if mode == "mean" and fills is None:

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from attnviz.capture import Capture, Parts
-from attnviz.errors import InputError
+from attnviz.data.capture import Capture
+from attnviz.data.parts import Parts
+from attnviz.errors import InputError, arg
 from attnviz.progress import Reporter
 
 
@@ -46,10 +47,10 @@ def run_capture(loaded, text: str, *, words: bool, stream: bool | None, part: st
 
         W = len(word_edges(encoded.tokens, encoded.subword, encoded.special)) - 1
         reporter.note(f"Streamed: {T} tokens in {W} words, attention computed a block of query rows at a time "
-                      f"({'--stream' if stream else 'over --max-memory'}).")
+                      f"({arg('stream') if stream else 'over ' + arg('max_memory')}).")
         return streamed_words(loaded, encoded, text, budget)
-    why = "--stream" if stream else (f"the full attention would take {size_text(attention_bytes(loaded, T))}, "
-                                     f"over --max-memory {size_text(budget)}")
+    why = arg("stream") if stream else (f"the full attention would take {size_text(attention_bytes(loaded, T))}, "
+                                        f"over {arg('max_memory')} {size_text(budget)}")
     reporter.note(f"Streamed: {T} tokens, attention computed a block of query rows at a time ({why}); pictures "
                   f"show block means.")
     return _streamed(loaded, encoded, text, window, rollout_token, pictures, pool, reporter)
@@ -59,7 +60,7 @@ def _parts(loaded, text: str, target: str | None, max_new_tokens: int | None, tr
            reporter: Reporter) -> Parts:
     """An encoder-decoder model's three parts: the decoder reads `target`, or writes (greedy)."""
     from attnviz.engine.generate import Decoding
-    from attnviz.engine.forward import check_text
+    from attnviz.text import check_text
     from attnviz.engine.seq2seq import parts_capture
 
     if target is not None and max_new_tokens is not None:
@@ -75,7 +76,7 @@ def _parts(loaded, text: str, target: str | None, max_new_tokens: int | None, tr
 
     reporter.note(f"Decoder input: written by the model ({decoding.describe()}, "
                   f"{len(parts.part('decoder').tokens) - 1} tokens): “{visible(parts.meta.get('target_text', ''))}”; "
-                  f"--target gives your own.")
+                  f"{arg('target')} gives your own.")
     return parts
 
 
@@ -100,8 +101,8 @@ def _streamed(loaded, encoded, text: str, window: tuple | None, rollout_token: s
     spec = None
     if window is not None:
         rows, cols, layers = window
-        rows = rows or Selection.everything("row", "--rows")
-        cols = cols or Selection.everything("col", "--cols")
+        rows = rows or Selection.everything("row", "rows")
+        cols = cols or Selection.everything("col", "cols")
         spec = Window(rows=np.asarray(rows.indices(T)), cols=np.asarray(cols.indices(T)),
                       layers=tuple(layers.indices(L)))
     with reporter.progress("Streaming", L * H, "heads") as step:

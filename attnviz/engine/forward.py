@@ -11,13 +11,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnviz import __version__
-from attnviz.capture import Capture
+from attnviz._version import __version__
+from attnviz.data.capture import Capture
 from attnviz.engine.families import has_sinks, layer_windows
 from attnviz.engine.loading import LoadedModel, first_line, forward_args
 from attnviz.engine.memory import check_memory
-from attnviz.errors import AttentionCheckError, AttnvizWarning, InputError, ModelLoadError
-from attnviz.text import is_valid_unicode
+from attnviz.errors import AttentionCheckError, AttnvizWarning, InputError, ModelLoadError, arg
+from attnviz.text import check_text
 from attnviz.tokens import describe_tokens, special_ids
 
 @dataclass
@@ -32,18 +32,6 @@ class Encoded:
     subword: list[bool]
     dropped: int  # tokens cut by truncation
     offsets: list | None = None  # each token's (start, end) in the text, (-1, -1) when it has none
-
-
-def check_text(text: str) -> str:
-    """Raise InputError for empty, whitespace-only or undecodable text (cheap: callers use it before
-    loading a model)."""
-    if not isinstance(text, str) or not text.strip():
-        raise InputError("the text is empty: give a sentence to look at, e.g. \"The cat sat on the mat\"")
-    if not is_valid_unicode(text):
-        at = next(i for i, c in enumerate(text) if 0xD800 <= ord(c) <= 0xDFFF)
-        raise InputError(f"the text is not valid UTF-8 (undecodable bytes at character {at}); "
-                         f"save or type it as UTF-8")
-    return text
 
 
 def encode(loaded: LoadedModel, text: str, *, truncate: bool = True, target: bool = False) -> Encoded:
@@ -68,7 +56,7 @@ def encode(loaded: LoadedModel, text: str, *, truncate: bool = True, target: boo
     if limit and n > limit:
         if not truncate:
             raise InputError(f"the text is {n} tokens long but {loaded.name} takes at most {limit}; "
-                             f"shorten it, or drop --no-truncate to cut it")
+                             f"shorten it, or drop {arg('no_truncate')} to cut it")
         enc = _call(truncation=True, max_length=limit)
         dropped = n - int(enc["input_ids"].shape[1])
         warnings.warn(f"the text is {n} tokens long; {loaded.name} takes at most {limit}, "

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnviz.capture import Capture
+from attnviz.data.capture import Capture
 from attnviz.errors import AttentionCheckError, AttnvizWarning, InputError
 
 

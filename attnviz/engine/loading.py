@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from attnviz.engine.devices import DTYPES, dtype_name, pick_device
+from attnviz.devices import DTYPES, dtype_name, pick_device
 from attnviz.engine.families import decoder_types, encoder_types
 from attnviz.errors import AttnvizWarning, InputError, ModelLoadError
 from attnviz.tokens import special_ids
@@ -101,8 +101,32 @@ class LoadedModel:
                              f"{self.name} is an encoder-decoder model (heatmap, heads, export and verify take it)")
 
     @property
+    def shape(self) -> tuple[int, int]:
+        """(layers, heads) of the model's attention (of an encoder-decoder model: its encoder's)."""
+        return layers_and_heads(self.model.config)
+
+    @property
     def model_type(self) -> str:
         return str(getattr(self.model.config, "model_type", "?"))
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """How to load a model, as plain values (for a worker process to load its own copy): what load() takes."""
+
+    name: str | None = None
+    revision: str | None = None
+    device: str = "auto"
+    dtype: str = "float32"
+    trust_remote_code: bool = False
+    memory_budget: int | None = None
+
+    def as_kwargs(self) -> dict:
+        return dict(name=self.name, revision=self.revision, device=self.device, dtype=self.dtype,
+                    trust_remote_code=self.trust_remote_code, memory_budget=self.memory_budget)
+
+    def load(self, *, lm_head: bool | str = False) -> LoadedModel:
+        return load(**self.as_kwargs(), lm_head=lm_head)
 
 
 def _require_causal(config, shown: str) -> None:

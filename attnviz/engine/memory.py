@@ -4,7 +4,7 @@ checked before anything runs."""
 from __future__ import annotations
 
 from attnviz.engine.loading import LoadedModel, layers_and_heads, part_shapes
-from attnviz.errors import InputError
+from attnviz.errors import InputError, arg
 from attnviz.sizes import size_text
 
 def memory_budget() -> int:
@@ -28,7 +28,7 @@ def check_parts_memory(loaded: LoadedModel, S: int, T: int, copies: float = 1.0)
     if need > budget:
         raise InputError(f"{S} source and {T} target tokens would need about {size_text(need)} for attention, "
                          f"(layers + 4) × heads × (S² + T² + T·S) weights × 4 bytes, over the budget of "
-                         f"{size_text(budget)}; shorten the text, or raise --max-memory")
+                         f"{size_text(budget)}; shorten the text, or raise {arg('max_memory')}")
 
 
 def attention_bytes(loaded: LoadedModel, T: int, copies: float = 1.0) -> int:
@@ -44,9 +44,10 @@ def check_memory(loaded: LoadedModel, T: int, copies: float = 1.0, streams: bool
     need, budget = attention_bytes(loaded, T, copies), loaded.memory_budget or memory_budget()
     if need > budget:
         L, H = layers_and_heads(loaded.model.config)
-        hint = ("pass --stream to compute it a block of rows at a time" if streams else "shorten the text")
+        hint = (f"pass {arg('stream')} to compute it a block of rows at a time" if streams else "shorten the text")
         copies_text = f"{copies:g} × {L}" if copies != 1 else f"{L}"
         raise InputError(f"{T} tokens would need about {size_text(need)} for attention, "
                          f"({copies_text} layers + 4 for the model's temporaries) × {H} heads × {T}² weights × 4 "
-                         f"bytes, over the budget of {size_text(budget)}; {hint}, or raise --max-memory (e.g. 16G) "
+                         f"bytes, over the budget of {size_text(budget)}; {hint}, or raise {arg('max_memory')} "
+                         f"(e.g. 16G) "
                          f"if you have the memory")

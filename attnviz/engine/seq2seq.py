@@ -14,7 +14,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from attnviz.capture import Capture, Parts, Side, part_meta
+from attnviz.data.capture import Capture
+from attnviz.data.parts import Parts, part_meta
+from attnviz.data.sides import Side
 from attnviz.errors import AttentionCheckError, AttnvizWarning, InputError
 
 START_LABEL = "<start>"  # T5 and Marian start the decoder with their padding id: it is no padding here
@@ -177,7 +179,7 @@ def _stack(layers, name: str, part: str) -> np.ndarray:
 
 
 def _version() -> str:
-    from attnviz import __version__
+    from attnviz._version import __version__
 
     return __version__
 

@@ -27,7 +27,7 @@ from attnviz.blocks import equal_edges, row_shares, sum_blocks, sum_row_blocks
 from attnviz.metrics import Accumulator, Rows, Tokens, all_metrics, rollout_rows
 from attnviz.parallel import Started, runs, start_all, threads
 from attnviz.engine.interface import LayerAttention, output, streaming
-from attnviz.errors import UnsupportedArchitectureError
+from attnviz.errors import UnsupportedArchitectureError, arg
 
 BLOCK_BYTES = 16 << 20  # one block of α rows in float64 (the numpy side); the torch side holds a float32 copy
 DEFAULT_POOL = 512  # pooled pictures have at most this many cells a side
@@ -291,8 +291,9 @@ def streamed_capture(loaded, encoded, text: str, *, pool: int = DEFAULT_POOL, ro
     """A pooled Capture of a long input: α averaged over blocks of tokens (at most `pool` a side, each row
     still summing to 1), the head statistics and rollout rows of the exact α computed a block of rows at a
     time, and the exact window when one was asked for (returned beside the capture)."""
-    from attnviz import __version__
-    from attnviz.capture import Capture, LongInput
+    from attnviz._version import __version__
+    from attnviz.data.capture import Capture
+    from attnviz.data.sides import LongInput
     from attnviz.metrics import records_from_values
     from attnviz.engine.forward import row_sum_tolerance
 
@@ -338,8 +339,8 @@ def streamed_words(loaded, encoded, text: str, budget: int):
     need = attention_bytes(loaded, W)  # the same formula as the full path, with W words for T tokens
     if need > budget:
         raise InputError(f"{W} words would need {size_text(need)} of word-level attention, "
-                         f"over --max-memory {size_text(budget)}; drop --words (the token view streams), "
-                         f"or raise --max-memory")
+                         f"over {arg('max_memory')} {size_text(budget)}; drop {arg('words')} (the token view streams), "
+                         f"or raise {arg('max_memory')}")
     capture, _ = streamed_capture(loaded, encoded, text, edges=edges)
     unk = getattr(loaded.tokenizer, "unk_token_id", None)
     unknown = [i == unk and not s for i, s in zip(encoded.token_ids, encoded.special)] if unk is not None else None

@@ -25,7 +25,7 @@ def colormap(name: str):
         from attnviz.text import visible
 
         raise ColormapError(f"unknown colormap {visible(str(name))!r}; try viridis, magma, Blues or any "
-                            f"matplotlib colormap name", "--cmap") from None
+                            f"matplotlib colormap name", "cmap") from None
 
 
 def rgb(cmap: str, x: np.ndarray | float) -> np.ndarray:

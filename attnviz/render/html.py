@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from html import escape
 from collections.abc import Sequence
 
-from attnviz import __version__, metrics
-from attnviz.capture import Capture
+from attnviz import metrics
+from attnviz._version import __version__
+from attnviz.data.capture import Capture
 from attnviz.panels import Panel, head_label, short_model
 from attnviz.text import visible
 from attnviz.render.viewer import CSP_WITH_IMAGES

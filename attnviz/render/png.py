@@ -16,7 +16,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from attnviz.capture import Capture, check_suffix
+from attnviz.data.capture import Capture
+from attnviz.files import check_suffix
 from attnviz.files import atomic_output
 from attnviz.render import FORMATS
 from attnviz.panels import HeadChoice, Page, Panel, Scale, grid_title, heatmap_page, short_model
@@ -333,7 +334,7 @@ def save_figure(fig, path: str | Path, *, dpi: int = 150) -> Path:
 
 
 def _metadata(suffix: str) -> dict:
-    from attnviz import __version__
+    from attnviz._version import __version__
 
     software = f"attnviz {__version__}"
     return {"Software": software} if suffix == ".png" else {"Creator": software}

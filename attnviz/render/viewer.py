@@ -19,8 +19,9 @@ from importlib import resources
 
 import numpy as np
 
-from attnviz import __version__
-from attnviz.capture import Capture, Parts
+from attnviz._version import __version__
+from attnviz.data.capture import Capture
+from attnviz.data.parts import Parts
 from attnviz.errors import InputError
 from attnviz.panels import PART_TITLES, generated_split, short_model
 from attnviz.text import repair_unicode, visible

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from attnviz.capture import Capture
+from attnviz.data.capture import Capture
 from attnviz.engine.fromscratch.adapters import QKV, adapter_for, layer_qkv, seq2seq_adapter_for
 from attnviz.engine.fromscratch.formula import attention_mask, attention_weights
 from attnviz.engine.hooks import Seen, recording_inputs
-from attnviz.errors import UnsupportedArchitectureError
+from attnviz.errors import UnsupportedArchitectureError, arg
 from attnviz.text import visible
 
 
@@ -132,7 +132,8 @@ def capture_both_ids(loaded, saved: Capture) -> tuple[Capture, Capture]:
     from attnviz.engine.memory import check_memory
 
     if saved.pooled or saved.meta.get("level") == "word" or saved.quantity != "alpha":
-        raise InputError("verify --from needs a capture of token-level α (not pooled, --words or --norms)")
+        raise InputError(f"verify {arg('source')} needs a capture of token-level α (not pooled, {arg('words')} or "
+                         f"{arg('norms')})")
     from attnviz.engine.loading import layers_and_heads
 
     made_by = f"give the model that made it (the capture names {visible(saved.model)!r})"

@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from attnviz import __version__
+from attnviz._version import __version__
 from attnviz.errors import ModelLoadError
 
 CACHE_ENV = "ATTNVIZ_CACHE_DIR"

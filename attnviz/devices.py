@@ -3,7 +3,7 @@ used by the library and the command line (importing this module imports no torch
 
 from __future__ import annotations
 
-from attnviz.errors import InputError
+from attnviz.errors import InputError, arg
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("float32", "float16", "bfloat16")
@@ -34,7 +34,9 @@ def pick_device(device: str) -> str:
             return "mps"
         return "cpu"
     if device == "cuda" and not torch.cuda.is_available():
-        raise InputError("--device cuda was asked for, but no CUDA GPU is available here (try --device cpu)")
+        raise InputError(f"{arg('device')} cuda was asked for, but no CUDA GPU is available here (try "
+                         f"{arg('device')} cpu)", "device")
     if device == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise InputError("--device mps was asked for, but MPS is not available here (try --device cpu)")
+        raise InputError(f"{arg('device')} mps was asked for, but MPS is not available here (try "
+                         f"{arg('device')} cpu)", "device")
     return device

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attnviz.corpus import STATE_FILE, CorpusState
+from attnviz.corpora import STATE_FILE, CorpusState
 from attnviz.metrics import LABELS, uniform_entropy
 from attnviz.panels import Page, Panel
 

@@ -11,7 +11,7 @@ tokens  each query row is one sample (token-weighted): long texts count more. A 
 
 Merging two states gives what one run over both corpora gives (to rounding), so shards can be computed
 anywhere (`attnviz corpus merge`, or Ray workers) and combined. Pure numpy: the model runs in
-`attnviz.corpus.run`.
+`attnviz.corpora.run`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import IO
 
 import numpy as np
 
-from attnviz import __version__
+from attnviz._version import __version__
 from attnviz.errors import CaptureFormatError, InputError
 from attnviz.blocks import row_shares
 from attnviz.parallel import run_all

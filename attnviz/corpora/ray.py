@@ -12,8 +12,10 @@ import io
 import json
 from collections.abc import Sequence
 
-from attnviz.corpus import CorpusState, Line, corpus_format, merge_states, read_lines
-from attnviz.errors import InputError
+from attnviz.corpora import CorpusState, Line, corpus_format, merge_states, read_lines
+from attnviz.engine.loading import ModelSpec
+from attnviz.errors import InputError, arg
+from attnviz.progress import Reporter
 
 RAY_HINT = 'the Ray engine needs Ray Data: pip install "attnviz[ray]"'
 
@@ -44,12 +46,12 @@ def check_address(address: str, timeout: float = 3.0) -> None:
     except ValueError:
         host, port = None, None
     if not host or port is None:
-        raise InputError(f"--address {address!r} is not host:port, ray://host:port or auto")
+        raise InputError(f"{arg('address')} {address!r} is not host:port, ray://host:port or auto")
     try:
         socket.create_connection((host, port), timeout=timeout).close()
     except OSError as exc:
         raise InputError(f"no Ray cluster answers at {address} ({exc.strerror or exc}); start one with `ray start "
-                         f"--head`, or leave out --address for a local Ray") from None
+                         f"--head`, or leave out {arg('address')} for a local Ray") from None
 
 
 def split_file(row: dict, fmt: str | None, field: str | None) -> list[dict]:
@@ -67,7 +69,7 @@ class CorpusWorker:
     """A Ray actor: loads the model once, then turns batches of lines into partial states (JSON)."""
 
     def __init__(self, model_options: dict, batch_size: int, max_length: int | None, truncate: bool, words: bool):
-        from attnviz.corpus.run import BatchRunner
+        from attnviz.corpora.run import BatchRunner
         from attnviz.engine.loading import load
 
         self.runner = BatchRunner(load(**model_options), max_length=max_length, batch_size=batch_size,
@@ -86,12 +88,13 @@ class _Stopped(BaseException):
     """Ctrl-C or SIGTERM while Ray runs: raised from the signal handler to leave Ray's wait at once."""
 
 
-def run_ray(paths: Sequence[str], opts, *, fmt: str | None, field: str | None, batch_size: int,
-            max_length: int | None, address: str | None, workers: int, words: bool = False,
-            console=None) -> tuple[CorpusState, int]:
+def run_ray(paths: Sequence[str], spec: ModelSpec, *, fmt: str | None, field: str | None, batch_size: int,
+            max_length: int | None, address: str | None, workers: int, words: bool = False, truncate: bool = True,
+            reporter: Reporter | None = None) -> tuple[CorpusState, int]:
     """Every text of `paths` ("-": standard input, read here) through `workers` actors on Ray Data. Returns
     the state and the signal that stopped the run early (0: it ran to the end). Ctrl-C or SIGTERM keeps the
     partial states that came back, shuts Ray down (a local Ray's processes with it) and returns them."""
+    import contextlib
     import os
     import signal
     import sys
@@ -99,20 +102,18 @@ def run_ray(paths: Sequence[str], opts, *, fmt: str | None, field: str | None, b
     if address is not None:
         check_address(address)
     ray = _ray()
-    from attnviz.corpus.run import CHUNK_BATCHES
+    from attnviz.corpora.run import CHUNK_BATCHES
     from attnviz.engine.loading import load
     from attnviz.text import visible
 
-    model_options = dict(name=opts.model, revision=opts.revision, device=opts.device, dtype=opts.dtype,
-                         trust_remote_code=opts.trust_remote_code, memory_budget=opts.max_memory)
+    model_options = spec.as_kwargs()
     import warnings
 
     warnings.filterwarnings("ignore", message=r".*ray_remote_args. is deprecated")
     warnings.filterwarnings("ignore", message=r"The minimum number of concurrent actors")
     started_here = not ray.is_initialized()
-    status = console.status("Starting Ray…") if console is not None else None
-    if status is not None:
-        status.start()
+    status = contextlib.ExitStack()
+    status.enter_context((reporter or Reporter()).status("Starting Ray…"))
     try:
         if started_here:
             try:
@@ -142,13 +143,13 @@ def run_ray(paths: Sequence[str], opts, *, fmt: str | None, field: str | None, b
             stdin = read_lines(sys.stdin.buffer, "standard input", corpus_format("-", fmt, field), field or "text")
             datasets.append(ray.data.from_items([_row(line) for line in stdin]))
         data = datasets[0] if len(datasets) == 1 else datasets[0].union(*datasets[1:])
-        gpus = 1 if opts.device == "cuda" else 0
+        gpus = 1 if spec.device == "cuda" else 0
         # one block in flight per actor: Ray Data would otherwise queue several blocks on the first actor that
         # is ready while the others still load the model (with 1,000 texts, all of them on one of two actors)
         pool = ray.data.ActorPoolStrategy(size=workers, max_tasks_in_flight_per_actor=1)
         states = data.map_batches(
             CorpusWorker, fn_constructor_kwargs=dict(model_options=model_options, batch_size=batch_size,
-                                                     max_length=max_length, truncate=opts.truncate, words=words),
+                                                     max_length=max_length, truncate=truncate, words=words),
             batch_size=batch_size * CHUNK_BATCHES, compute=pool, num_gpus=gpus, num_cpus=0 if gpus else 1,
             max_restarts=0, batch_format="numpy")
         stopped = 0
@@ -176,8 +177,7 @@ def run_ray(paths: Sequence[str], opts, *, fmt: str | None, field: str | None, b
         raise InputError(f"the Ray job failed: {type(cause).__name__}: "
                          f"{str(cause).strip().splitlines()[-1] if str(cause).strip() else ''}") from None
     finally:
-        if status is not None:
-            status.stop()
+        status.close()
         if started_here and ray.is_initialized():
             ray.shutdown()  # a local Ray's raylet, workers and actors end with it
     if partials:
@@ -188,7 +188,7 @@ def run_ray(paths: Sequence[str], opts, *, fmt: str | None, field: str | None, b
                                   level=first.level)
         state = merge_states([state, *partials])
     else:  # nothing to run: an empty state of the model
-        from attnviz.corpus.run import BatchRunner
+        from attnviz.corpora.run import BatchRunner
 
         state = BatchRunner(load(**model_options), max_length=max_length, batch_size=batch_size,
                             words=words).new_state()

@@ -21,7 +21,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from attnviz.files import MANIFEST, write_folder  # noqa: F401 (MANIFEST re-exported)
-from attnviz.capture import Capture, Parts
+from attnviz.data.capture import Capture
+from attnviz.data.parts import Parts
 from attnviz.errors import InputError, OutputError
 from attnviz.panels import Panel, Scale, ScaleChoice, attention_panels, text_subtitle
 from attnviz.render.encode import encode_scanlines, rgb_view, scanlines

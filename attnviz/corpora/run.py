@@ -1,7 +1,7 @@
 """Running a corpus through a model: texts tokenised in chunks, sorted by length into batches (so little
 compute goes to padding), right-padded, one forward pass per batch, and each text's statistics computed from
 its own rows and columns of α (the attention mask keeps padding at exactly zero weight, and padded query
-rows are never read). The state it fills is attnviz.corpus.CorpusState; the Ray engine runs the same
+rows are never read). The state it fills is attnviz.corpora.CorpusState; the Ray engine runs the same
 BatchRunner in each worker.
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from attnviz.engine.families import has_sinks, layer_windows
-from attnviz.corpus import BatchStats, CorpusState, Line, corpus_metrics, pack, texts_stats, unpack
-from attnviz.errors import AttentionCheckError, InputError
+from attnviz.corpora import BatchStats, CorpusState, Line, corpus_metrics, pack, texts_stats, unpack
+from attnviz.errors import AttentionCheckError, InputError, arg
 from attnviz.metrics import Tokens
 from attnviz.tokens import Described, describe_tokens
 from attnviz.engine.loading import LoadedModel, first_line, forward_args, layers_and_heads
@@ -48,10 +48,10 @@ class BatchRunner:
             raise InputError(f"{loaded.name} is an encoder-decoder model; attnviz corpus reads encoder or decoder-only "
                              f"models (the heads of one self-attention stack)")
         if batch_size < 1:
-            raise InputError("--batch-size must be at least 1")
+            raise InputError(f"{arg('batch_size')} must be at least 1", "batch_size")
         limit = loaded.max_positions
         if max_length is not None and limit and max_length > limit:
-            raise InputError(f"--max-length {max_length} is more than {loaded.name} takes ({limit} tokens)")
+            raise InputError(f"{arg('max_length')} {max_length} is more than {loaded.name} takes ({limit} tokens)")
         self.loaded, self.batch_size, self.truncate, self.words = loaded, batch_size, truncate, words
         self.max_length = max_length or limit or 512
         self.metrics = corpus_metrics()
@@ -167,7 +167,7 @@ class BatchRunner:
 
     @staticmethod
     def gather(layers: list, real) -> np.ndarray:
-        """Every layer's α (B, H, T, T) as attnviz.corpus.pack lays texts out: the real query rows of every
+        """Every layer's α (B, H, T, T) as attnviz.corpora.pack lays texts out: the real query rows of every
         text (real (B, T) bool), keys first, (T, R, L·H) float32; one gather per layer, on the model's device,
         each layer dropped from `layers` once gathered (so at most one copy of α more than the model's)."""
         import torch
@@ -181,7 +181,7 @@ class BatchRunner:
 
     def as_words(self, alpha: np.ndarray, p: Prepared):
         """One text's attention between words (attnviz.words, as `--words` gives for one text)."""
-        from attnviz.capture import Capture
+        from attnviz.data.capture import Capture
         from attnviz.words import to_words
 
         d = p.described

@@ -1,0 +1,86 @@
+"""attnviz from Python and notebooks: the one door to the library. The command line calls these functions and
+nothing else of the library's model side; so can you.
+
+    import attnviz
+    model = attnviz.load_model("minilm")                  # or "multilingual", "smollm2", a folder, a .gguf
+    cap = attnviz.capture("The cat sat on the mat", model=model)
+    cap                                                   # in Jupyter / VS Code: the interactive viewer
+    cap.heatmap(layer=0, head=2)                          # a matplotlib Figure
+    attnviz.verify("The cat sat on the mat", model=model).passed
+
+Every function takes its input first and everything else by keyword (`fn(text, *, model=None, …)`), and
+returns a frozen, typed result with `to_dict()` (what the command's --json prints) and, where a picture
+suits, `figure()`. Errors are attnviz.AttnvizError subclasses whose messages name these functions' arguments.
+Importing this module imports neither torch nor transformers; they load with the first model.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+# name -> the module that defines it. Each module loads when one of its names is first used (PEP 562), so the
+# command line, which imports one function, loads only what that command needs (removal's module, for one,
+# imports torch).
+_HOMES = {
+    **dict.fromkeys(("Keep", "capture", "from_outputs", "load_capture", "to_words"), "attnviz.api.capturing"),
+    **dict.fromkeys(("CorpusState", "corpus", "merge"), "attnviz.api.corpora"),
+    **dict.fromkeys(("Cost", "cost"), "attnviz.api.costs"),
+    **dict.fromkeys(("DEVICES", "DTYPES", "Model", "conversion_pending", "list_families", "load_model",
+                     "resolve_model"), "attnviz.api.models"),
+    **dict.fromkeys(("MAX_IMPORTANCE_TEXTS", "MAX_MEAN_TEXTS", "Ablation", "Detection", "Importance", "ablate",
+                     "detect", "importance"), "attnviz.api.removal"),
+    **dict.fromkeys(("TOLERANCE", "Positions", "Scaling", "Steps", "Verification", "positions", "scaling", "steps",
+                     "verify"), "attnviz.api.scratch"),
+    **dict.fromkeys(("HeadTable", "Rollout", "heads", "rollout"), "attnviz.api.stats"),
+    **dict.fromkeys(("Norms", "Sinks", "norms", "sinks"), "attnviz.api.values"),
+    **dict.fromkeys(("Decoding", "Generation", "generate"), "attnviz.api.writing"),
+    "Capture": "attnviz.data.capture", "Parts": "attnviz.data.parts", "ModelSpec": "attnviz.engine.loading",
+    "export": "attnviz.gallery", "list_metrics": "attnviz.metrics", "register_metric": "attnviz.metrics",
+}
+_RENAMED = {"view": ("attnviz.display", "write_view")}
+
+if TYPE_CHECKING:
+    from attnviz.api.capturing import Keep, capture, from_outputs, load_capture, to_words
+    from attnviz.api.corpora import CorpusState, corpus, merge
+    from attnviz.api.costs import Cost, cost
+    from attnviz.api.models import (DEVICES, DTYPES, Model, conversion_pending, list_families,
+                                    load_model, resolve_model)
+    from attnviz.api.removal import (MAX_IMPORTANCE_TEXTS, MAX_MEAN_TEXTS, Ablation, Detection,
+                                     Importance, ablate, detect, importance)
+    from attnviz.api.scratch import (TOLERANCE, Positions, Scaling, Steps, Verification, positions,
+                                     scaling, steps, verify)
+    from attnviz.api.stats import HeadTable, Rollout, heads, rollout
+    from attnviz.api.values import Norms, Sinks, norms, sinks
+    from attnviz.api.writing import Decoding, Generation, generate
+    from attnviz.data.capture import Capture
+    from attnviz.data.parts import Parts
+    from attnviz.display import write_view as view
+    from attnviz.engine.loading import ModelSpec
+    from attnviz.gallery import export
+    from attnviz.metrics import list_metrics, register_metric
+
+
+def __getattr__(name: str):
+    if name in _RENAMED:
+        home, attribute = _RENAMED[name]
+    elif name in _HOMES:
+        home, attribute = _HOMES[name], name
+    else:
+        raise AttributeError(f"module 'attnviz.api' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+__all__ = ["Ablation", "Capture", "CorpusState", "Cost", "DEVICES", "DTYPES", "Decoding", "Detection", "Generation",
+           "HeadTable", "Importance", "Keep", "MAX_IMPORTANCE_TEXTS", "MAX_MEAN_TEXTS", "Model", "ModelSpec", "Norms",
+           "Parts", "Positions", "Rollout", "Scaling", "Sinks", "Steps", "TOLERANCE", "Verification", "ablate",
+           "capture", "conversion_pending", "corpus", "cost", "detect", "export", "from_outputs", "generate",
+           "heads", "importance", "list_families", "list_metrics", "load_capture", "load_model", "merge", "norms",
+           "positions", "register_metric", "resolve_model", "rollout", "scaling", "sinks", "steps", "to_words",
+           "verify", "view"]

@@ -1,0 +1,94 @@
+"""The one way a text becomes attention: attnviz.capture(text, model=…), and a Capture from a forward pass the
+user ran themselves (from_outputs) or from a file (load_capture)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from attnviz.api.models import resolve_model
+from attnviz.data.capture import Capture
+from attnviz.data.parts import PART_NAMES, Parts, load_capture
+from attnviz.errors import InputError
+from attnviz.progress import Reporter
+from attnviz.selection import Selection
+from attnviz.text import check_text
+
+__all__ = ["capture", "Keep", "from_outputs", "load_capture", "to_words"]
+
+
+@dataclass(frozen=True)
+class Keep:
+    """What a streamed capture keeps beside its statistics (a long input's α is never held whole).
+
+    pool           the pooled pictures: at most pool × pool cells, each a block mean
+    rows, cols     a window of α kept exactly (selections of query rows, key columns); layers: of these layers
+    rollout_token  a token (index or text) whose rollout row is kept
+    pictures       False: statistics only (no pooled matrices, no rollout rows)
+    """
+
+    pool: int = 512
+    rows: Selection | None = None
+    cols: Selection | None = None
+    layers: Selection | None = None
+    rollout_token: str | None = None
+    pictures: bool = True
+
+    def window(self) -> tuple | None:
+        if self.rows is None and self.cols is None:
+            return None
+        return (self.rows, self.cols, self.layers or Selection.everything("layer", "layers"))
+
+
+def capture(text: str, *, model: Any = None, tokenizer: Any = None, words: bool = False, stream: bool | None = None,
+            keep: Keep | None = None, part: str | None = None, target: str | None = None,
+            max_new_tokens: int | None = None, decoding: Any = None, truncate: bool = True, device: str = "auto",
+            dtype: str = "float32", reporter: Reporter | None = None) -> Capture | Parts:
+    """The attention of `text`: the one place that chooses how it is computed.
+
+    model          a name or folder (loaded here), a Model from load_model(), or a Hugging Face model object
+                   with its `tokenizer` (switched to eager attention in place if it was loaded with SDPA)
+    words          attention between words instead of sub-word tokens
+    stream         True: a block of query rows at a time (exact statistics, pooled pictures); None: only when
+                   the full α would pass the memory budget; False: never. `keep`: what a streamed run keeps
+    part           an encoder-decoder model's encoder, decoder or cross attention; None gives all three (Parts)
+    target         an encoder-decoder model's decoder reads this text; without it the decoder writes
+                   (`max_new_tokens`, default 20; `decoding`: an attnviz.Decoding, default greedy)
+    reporter       hears of long work (the command line shows it)
+    """
+    check_text(text)
+    if part is not None and part not in PART_NAMES:
+        raise InputError(f"part must be one of {', '.join(PART_NAMES)}, not {part!r}", "part")
+    loaded = resolve_model(model, tokenizer, device=device, dtype=dtype)
+    keep = keep or Keep()
+    training = bool(getattr(loaded.model, "training", False))
+    loaded.model.eval()  # dropout off while capturing; the model's own mode is put back
+    from attnviz.engine.entry import run_capture
+
+    try:
+        return run_capture(loaded, text, words=words, stream=stream, part=part, target=target,
+                           max_new_tokens=max_new_tokens, truncate=truncate, pool=keep.pool, window=keep.window(),
+                           rollout_token=keep.rollout_token, pictures=keep.pictures, decoding=decoding,
+                           reporter=reporter or Reporter())
+    finally:
+        loaded.model.train(training)
+
+
+def from_outputs(outputs: Any, inputs: Any, tokenizer: Any, *, text: str | None = None,
+                 model: str | None = None) -> Capture:
+    """The Capture of the essays' own code: `out = model(**inputs, output_attentions=True)`, then
+    `attnviz.from_outputs(out, inputs, tokenizer)`. Checked like a capture file (shapes, the α limit, rows
+    sum to 1)."""
+    from attnviz.engine.outputs import capture_from_outputs
+
+    return capture_from_outputs(outputs, inputs, tokenizer, text=text, model=model)
+
+
+def to_words(whole: Capture | Parts) -> Capture | Parts:
+    """Attention between words (Clark et al. 2019): to a word, the sum over its pieces; from a word, their mean.
+    Of Parts, every part."""
+    from attnviz.words import to_words as word_level
+
+    if isinstance(whole, Parts):
+        return Parts({name: word_level(c) for name, c in whole.captures.items()})
+    return word_level(whole)

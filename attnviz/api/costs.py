@@ -1,0 +1,77 @@
+"""What attention costs as T grows, measured: cost."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from attnviz.api.models import resolve_model
+from attnviz.errors import InputError, UsageError
+from attnviz.progress import Reporter
+
+__all__ = ["cost", "Cost"]
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Time and peak memory of the full path (α kept, L·H·T² weights) and the streamed path at each T.
+    `rows`: T, full_seconds, full_bytes, stream_seconds, stream_bytes, alpha_bytes, full_note."""
+
+    model: str
+    device: str
+    repeats: int
+    rows: tuple  # attnviz.engine.cost.CostRow
+
+    def records(self) -> list[dict]:
+        return [{"T": r.T, "full_seconds": r.full_seconds, "full_bytes": r.full_bytes,
+                 "stream_seconds": r.stream_seconds, "stream_bytes": r.stream_bytes, "alpha_bytes": r.alpha_bytes,
+                 "full_note": r.full_note or None} for r in self.rows]
+
+    def to_dict(self) -> dict:
+        """What `attnviz cost --json` prints."""
+        return {"model": self.model, "device": self.device, "repeats": self.repeats, "rows": self.records()}
+
+    @property
+    def title(self) -> str:
+        from attnviz.panels import short_model
+
+        return (f"{short_model(self.model)} on {self.device}: the head statistics of a T-token input, full path "
+                f"against streamed")
+
+    def figure(self):
+        """Both paths' time and memory against T, beside ∝ T² and ∝ T."""
+        from attnviz.render.charts import cost_figure
+
+        return cost_figure(list(self.rows), self.title)
+
+    def _repr_html_(self) -> str:
+        from attnviz.display import records_html
+
+        records = self.records()
+        return records_html(records, list(records[0]) if records else [], self.title)
+
+
+def cost(*, model: Any = None, tokenizer: Any = None, lengths: Sequence[int] | None = None, max_length: int = 2048,
+         repeats: int = 1, device: str = "auto", dtype: str = "float32", reporter: Reporter | None = None) -> Cost:
+    """Measure both paths at each of `lengths` (default: powers of two from 64 up to `max_length` and the
+    model's maximum positions); the fastest of `repeats` runs counts."""
+    loaded = resolve_model(model, tokenizer, device=device, dtype=dtype)
+    if loaded.seq2seq:
+        raise InputError(f"cost measures one self-attention; {loaded.name} is an encoder-decoder model")
+    chosen = sorted(set(int(n) for n in lengths)) if lengths is not None else None
+    if chosen is not None and (not chosen or chosen[0] < 2):
+        raise UsageError("a length is at least 2 tokens", "lengths")
+    limit = loaded.max_positions or max_length
+    if chosen is None:
+        top = min(max_length, limit)
+        chosen = [T for T in (2 ** k for k in range(6, 21)) if T <= top] or [top]
+    elif chosen[-1] > limit:
+        raise UsageError(f"{loaded.name} takes at most {limit} positions", "lengths")
+    from attnviz.engine.cost import measure
+
+    with (reporter or Reporter()).progress("Measuring", 2 * len(chosen), "runs") as step:
+        rows = measure(loaded, chosen, repeats=repeats, on_step=step)
+    return Cost(loaded.name, loaded.device, repeats, tuple(rows))
+
+

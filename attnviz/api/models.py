@@ -1,0 +1,56 @@
+"""Models: load one once for many calls, or hand in your own. Every API function takes `model=` as a name, a
+folder, a .gguf file, a Model from load_model(), or a Hugging Face model object with its `tokenizer`.
+
+Importing this module imports neither torch nor transformers; they load with the first model.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from attnviz.devices import DEVICE_ALIASES, DEVICES, DTYPE_ALIASES, DTYPES  # noqa: F401 (re-exported)
+from attnviz.engine.families import FAMILIES, Family
+from attnviz.engine.loading import LoadedModel as Model
+
+__all__ = ["Model", "load_model", "resolve_model", "conversion_pending", "list_families", "DEVICES", "DTYPES"]
+
+
+def load_model(name: str | None = None, *, device: str = "auto", dtype: str = "float32", revision: str | None = None,
+               trust_remote_code: bool = False, memory_budget: int | None = None, lm_head: bool | str = False) -> Model:
+    """Load a model once for many captures: an offline name (minilm, multilingual, smollm2), a Hugging Face
+    id, a local folder or a .gguf file, with eager attention, in eval mode, on `device`. `lm_head`: with its
+    language-model head (True), or where it is a decoder ("auto")."""
+    from attnviz.engine.loading import load
+
+    return load(name, revision=revision, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
+                memory_budget=memory_budget, lm_head=lm_head)
+
+
+def resolve_model(model: Any = None, tokenizer: Any = None, *, device: str = "auto", dtype: str = "float32",
+                  lm_head: bool | str = False) -> Model:
+    """`model=` as every API function takes it, as a Model: loaded by name (None: the default), or a model
+    object the user holds, wrapped (borrowed: its mode, hooks and weights are given back as they were)."""
+    if isinstance(model, Model):
+        return model
+    if model is None or isinstance(model, (str, os.PathLike)):
+        return load_model(None if model is None else str(model), device=device, dtype=dtype, lm_head=lm_head)
+    from attnviz.engine.loading import wrap
+
+    return wrap(model, tokenizer)
+
+
+def conversion_pending(name: str | None) -> str | None:
+    """The offline model that `name` names, if its one-time conversion into the model cache is still to run
+    (the first load takes longer then); else None."""
+    from attnviz.engine.loading import default_model
+    from attnviz.engine.offline.build import pending
+
+    return pending(name or default_model())
+
+
+def list_families() -> tuple[Family, ...]:
+    """The model families attnviz knows, each declared once with its adapter: name, model types, whether it
+    is causal, and what its from-scratch check covers."""
+    return tuple(FAMILIES)
+

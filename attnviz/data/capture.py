@@ -1,0 +1,427 @@
+"""The Capture: attention weights of one input, as plain numpy, plus what is needed to read them.
+
+    attentions  float32 (L, H, T, T)   [layer, head, query_pos, key_pos]; row i = where query i looks
+    tokens      str     (T,)           readable tokens, sub-word continuations prefixed with "##"
+    token_ids   int64   (T,)           ids from the tokenizer
+    special     bool    (T,)           token is a special token ([CLS], [SEP], <s>, <|endoftext|> ...)
+    special_kind str    (T,)           "" | "start" ([CLS]/BOS) | "end" ([SEP]/EOS) | "other"
+    subword     bool    (T,)           token continues the word of the token before it
+    meta        dict                   model, revision, device, dtype, causal, text, source, ...
+
+Saved as .npz with exactly these keys (meta as one JSON string); loading never unpickles.
+Nothing here imports torch or transformers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from attnviz import registry
+from attnviz.data.npzformat import (FORMAT_VERSION, MAX_ATTENTION_BYTES, PARTS_FORMAT_VERSION,
+                                    capture_members, checked_flags, checked_long, checked_meta, checked_offsets,
+                                    format_version, limit, long_members)
+from attnviz.data.sides import SPECIAL_KINDS, HeadSpec, LongInput, Side, causal_mask, normalise_tokens, window_mask
+from attnviz.errors import AttentionCheckError, CaptureFormatError, OutputError, SelectionError
+from attnviz.files import atomic_output, check_suffix
+from attnviz.npzfile import read_npz
+from attnviz.text import is_valid_unicode
+
+ROW_SUM_ATOL = 1e-4
+
+
+@dataclass(frozen=True, eq=False)
+class Capture:
+    """Attention of one input. Index it like TransformerLens's cache: cap[layer] -> (H, T, T),
+    cap[layer, head] -> (T, T). Metrics and renderers read it and never change it."""
+
+    attentions: np.ndarray  # (L, H, T, T) float32
+    tokens: tuple[str, ...]  # (T,)
+    token_ids: np.ndarray  # (T,) int64
+    special: np.ndarray  # (T,) bool
+    special_kind: tuple[str, ...]  # (T,)
+    subword: np.ndarray  # (T,) bool
+    meta: dict = field(default_factory=dict)
+    long: LongInput | None = None  # a long input streamed and pooled: T counts blocks, long.tokens the input
+    offsets: np.ndarray | None = None  # (T, 2) int64: each token's span of meta["text"]; (-1, -1) for none
+    generated: np.ndarray | None = None  # (T,) bool: written by the model (attnviz generate), not the prompt
+    keys: Side | None = None  # cross-attention: the key tokens (S of them; α is (L, H, T, S)); None: the queries
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "attentions", np.asarray(self.attentions, dtype=np.float32))
+        normalise_tokens(self)
+        if self.generated is not None:
+            object.__setattr__(self, "generated", np.asarray(self.generated, dtype=bool))
+        self.attentions.setflags(write=False)
+
+    # --- shape -------------------------------------------------------------------------------
+    @property
+    def n_layers(self) -> int:
+        return self.attentions.shape[0]
+
+    @property
+    def n_heads(self) -> int:
+        return self.attentions.shape[1]
+
+    @property
+    def n_tokens(self) -> int:
+        return self.attentions.shape[2]
+
+    @property
+    def n_keys(self) -> int:
+        """Key positions: T for self-attention, S (the source) for cross-attention."""
+        return self.attentions.shape[3]
+
+    @property
+    def input_tokens(self) -> int:
+        """Tokens of the input: T, or for a pooled long input the N tokens its blocks stand for (what every
+        T = … and ln T says, not the number of blocks)."""
+        return self.long.n_tokens if self.long is not None else self.n_tokens
+
+    @property
+    def input_keys(self) -> int:
+        """Key tokens of the input: S for cross-attention, else input_tokens."""
+        return self.input_tokens if self.square else self.n_keys
+
+    @property
+    def square(self) -> bool:
+        """Queries and keys are the same tokens (self-attention)."""
+        return self.keys is None
+
+    @property
+    def key_side(self) -> Side:
+        """The key tokens: the queries themselves, or the source of cross-attention."""
+        if self.keys is not None:
+            return self.keys
+        return Side(self.tokens, self.token_ids, self.special, self.special_kind, self.subword, self.offsets)
+
+    @property
+    def key_tokens(self) -> tuple[str, ...]:
+        return self.tokens if self.keys is None else self.keys.tokens
+
+    @property
+    def key_special(self) -> np.ndarray:
+        return self.special if self.keys is None else self.keys.special
+
+    @property
+    def part(self) -> str | None:
+        """Which attention of an encoder-decoder model: "encoder", "decoder" or "cross"; None otherwise."""
+        part = self.meta.get("part")
+        return str(part) if part else None
+
+    @property
+    def causal(self) -> bool:
+        return bool(self.meta.get("causal", False))
+
+    @property
+    def model(self) -> str:
+        return str(self.meta.get("model", "?"))
+
+    @property
+    def quantity(self) -> str:
+        """What the matrices hold: "alpha" (attention weights, rows sum to 1) or "norm" (value-weighted norms
+        ‖α_ij f_h(x_j)‖, Kobayashi et al. 2020)."""
+        return str(self.meta.get("quantity", "alpha"))
+
+    @property
+    def sinks(self) -> bool:
+        """The family has per-head sink logits (gpt-oss): each row's weights over the real keys sum to 1 − s,
+        s the share the sink logit took."""
+        return bool(self.meta.get("sinks", False))
+
+    def as_distribution(self) -> Capture:
+        """The capture with every row a distribution over keys: α itself; for norms each row divided by its
+        sum (the share of the query's update that comes from each key); with sink logits each row divided by
+        what the real keys kept (the shares among them)."""
+        if self.quantity != "norm" and not self.sinks:
+            return self
+        from attnviz.blocks import row_shares
+
+        shares = row_shares(self.attentions).astype(np.float32)
+        quantity = "norm share" if self.quantity == "norm" else "alpha share"
+        return replace(self, attentions=shares, meta={**self.meta, "quantity": quantity, "sinks": False})
+
+    @property
+    def pooled(self) -> bool:
+        """α holds block means of a long input (see `long`), not one row per token."""
+        return self.long is not None
+
+    def __getitem__(self, index):
+        return self.attentions[index]
+
+    def __repr__(self) -> str:
+        L, H, T, _ = self.attentions.shape
+        preview = " ".join(self.tokens[:8]) + (" …" if T > 8 else "")
+        return (f"Capture(model={self.model!r}, layers={L}, heads={H}, tokens={T}, "
+                f"causal={self.causal}, source={self.meta.get('source', 'model')!r}: {preview})")
+
+    # --- selection ---------------------------------------------------------------------------
+    def layer_index(self, layer: int) -> int:
+        """Normalise a layer index (negative counts from the end); raise SelectionError if out of range."""
+        L = self.n_layers
+        if not -L <= layer < L:
+            raise SelectionError(f"layer {layer} is out of range: this model has {L} layers (0..{L - 1}, "
+                                 f"or -{L}..-1 from the end)")
+        return layer % L
+
+    def head_index(self, head: int) -> int:
+        H = self.n_heads
+        if not -H <= head < H:
+            raise SelectionError(f"head {head} is out of range: this model has {H} heads per layer "
+                                 f"(0..{H - 1}), or use 'mean' or 'max'")
+        return head % H
+
+    def head_matrix(self, layer: int, head: HeadSpec = "mean") -> np.ndarray:
+        """α of one head, or the mean / elementwise max over the heads of a layer. (T, T)"""
+        per_head = self.attentions[self.layer_index(layer)]  # (H, T, T)
+        if head == "mean":
+            return per_head.mean(axis=0)
+        if head == "max":
+            return per_head.max(axis=0)
+        if isinstance(head, str):
+            raise SelectionError(f"head must be an index, 'mean' or 'max', not {head!r}")
+        return per_head[self.head_index(head)]
+
+    @property
+    def future_mask(self) -> np.ndarray | None:
+        """Cells a causal model cannot attend to (key after query), or None for encoders. (T, T) bool"""
+        return causal_mask(self.n_tokens) if self.causal else None
+
+    @property
+    def windows(self) -> list[int] | None:
+        """Per layer, the sliding window of a layer that has one, 0 for full attention (meta "windows"): for a
+        causal model keys w or more tokens back are masked, for an encoder keys more than w away either way.
+        None when the family has none, and for word-level or pooled captures (the windows are in tokens)."""
+        windows = self.meta.get("windows")
+        if not windows or self.meta.get("level") == "word" or self.pooled or self.keys is not None:
+            return None
+        return [int(w) for w in windows]
+
+    def masked(self, layer: int) -> np.ndarray | None:
+        """Cells layer `layer` cannot attend to: the future (causal models) and what its sliding window
+        leaves out. None when nothing is masked. (T, T) bool"""
+        future = self.future_mask
+        windows = self.windows
+        window = windows[layer] if windows else 0
+        if not window:
+            return future
+        return window_mask(self.n_tokens, window, self.causal) | (future if future is not None else False)
+
+    def window_note(self, layer: int) -> str:
+        """The legend of a layer's sliding window, "" for a full layer."""
+        windows = self.windows
+        window = windows[layer] if windows else 0
+        if not window:
+            return ""
+        return (f"sliding window {window}: keys {window}+ back masked" if self.causal else
+                f"local attention ±{window}: keys further away masked")
+
+    def keep_mask(self, hide_special: bool = False) -> np.ndarray:
+        """Which token positions to show. (T,) bool"""
+        return ~self.special if hide_special else np.ones(self.n_tokens, dtype=bool)
+
+    def key_keep_mask(self, hide_special: bool = False) -> np.ndarray:
+        """Which key positions to show. (S,) bool"""
+        return ~self.key_special if hide_special else np.ones(self.n_keys, dtype=bool)
+
+    @property
+    def prompt_length(self) -> int:
+        """Tokens before the first generated one (all of them when nothing was generated)."""
+        if self.generated is None or not self.generated.any():
+            return self.n_tokens
+        return int(np.argmax(self.generated))
+
+    def named_positions(self) -> dict[str, list[int]]:
+        """Token positions by name, for --rows/--cols: "prompt" and "generated" (empty when none)."""
+        P = self.prompt_length
+        return {"prompt": list(range(P)), "generated": list(range(P, self.n_tokens))}
+
+    def named_key_positions(self) -> dict[str, list[int]]:
+        """The same for key columns (--cols): the source of cross-attention has no generated tokens."""
+        if self.keys is None:
+            return self.named_positions()
+        return {"prompt": list(range(self.n_keys)), "generated": []}
+
+    # --- checks ------------------------------------------------------------------------------
+    def validate(self, atol: float = ROW_SUM_ATOL) -> Capture:
+        """Raise AttentionCheckError unless α is (L, H, T, T), finite, in [0, 1], rows sum to 1,
+        and the per-token arrays line up with T. Causal captures must be lower-triangular."""
+        a = self.attentions
+        if a.ndim != 4 or (self.keys is None and a.shape[2] != a.shape[3]) or 0 in a.shape:
+            raise AttentionCheckError(f"attention must be (layers, heads, T, T), got shape {a.shape}")
+        T = a.shape[2]
+        for name in ("tokens", "token_ids", "special", "special_kind", "subword"):
+            if len(getattr(self, name)) != T:
+                raise AttentionCheckError(f"{name} has {len(getattr(self, name))} entries but α has {T} tokens")
+        if self.keys is not None:
+            S = a.shape[3]
+            for name in ("tokens", "token_ids", "special", "special_kind", "subword"):
+                if len(getattr(self.keys, name)) != S:
+                    raise AttentionCheckError(f"the keys' {name} has {len(getattr(self.keys, name))} entries but α "
+                                              f"has {S} key positions")
+            if self.causal:
+                raise AttentionCheckError("cross-attention is never causal")
+            if set(self.keys.special_kind) - set(SPECIAL_KINDS):
+                raise AttentionCheckError("the keys' special_kind holds an unknown kind")
+        if self.generated is not None:
+            if len(self.generated) != T:
+                raise AttentionCheckError(f"generated has {len(self.generated)} entries but α has {T} tokens")
+            if self.generated[self.prompt_length:].size and not self.generated[self.prompt_length:].all():
+                raise AttentionCheckError("generated tokens must all follow the prompt")
+            if self.generated.any() and not (self.causal or self.part == "cross"):
+                raise AttentionCheckError("only a causal model's capture can hold generated tokens")
+        kinds = set(self.special_kind) - set(SPECIAL_KINDS)
+        if kinds:
+            allowed = ", ".join(map(repr, SPECIAL_KINDS))
+            raise AttentionCheckError(f"special_kind holds {sorted(kinds)[0]!r}; allowed: {allowed}")
+        upper = causal_mask(T) if self.causal else None
+        norms = self.quantity == "norm"  # value-weighted norms: ≥ 0, rows need not sum to 1
+        windows = self.meta.get("windows")
+        if windows is not None and (not isinstance(windows, list) or len(windows) != a.shape[0] or not all(
+                isinstance(w, int) and not isinstance(w, bool) and 0 <= w <= 1 << 30 for w in windows)):
+            raise AttentionCheckError(f"meta windows must be one whole number ≥ 0 per layer ({a.shape[0]})")
+        sliding = self.windows
+        for n, layer in enumerate(a):  # (H, T, T): one layer at a time keeps temporaries small for large captures
+            if sliding and sliding[n]:
+                leak = float(np.abs(np.where(window_mask(T, sliding[n], self.causal), layer, 0.0)).max())
+                if leak > atol:
+                    raise AttentionCheckError(f"layer {n} attends outside its sliding window of {sliding[n]} "
+                                              f"(max weight {leak:.3g})")
+            if not np.isfinite(layer).all():
+                raise AttentionCheckError("attention weights contain NaN or infinity")
+            low, high = float(layer.min()), float(layer.max())
+            if low < -atol or (high > 1 + atol and not norms):
+                raise AttentionCheckError(f"attention weights outside [0, 1]: min {low:.3g}, max {high:.3g}")
+            sums = layer.sum(axis=-1, dtype=np.float64)  # (H, T)
+            if self.sinks:  # the sink logit takes a share: rows sum to at most 1
+                worst = float(max(sums.max() - 1.0, 0.0))
+                if worst > atol:
+                    raise AttentionCheckError(f"attention rows sum to more than 1 (by {worst:.3g} > {atol:g})")
+            worst = 0.0 if norms or self.sinks else float(np.abs(sums - 1.0).max())
+            if worst > atol:
+                raise AttentionCheckError(f"attention rows do not sum to 1 (worst deviation {worst:.3g} > {atol:g})")
+            if upper is not None and upper.any():
+                leak = float(np.abs(np.where(upper, layer, 0.0)).max())
+                if leak > atol:
+                    raise AttentionCheckError(f"causal model attends to future tokens (max weight {leak:.3g})")
+        return self
+
+    # --- persistence -------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the capture as .npz (plain arrays + JSON meta), atomically: format 1, or for one part of an
+        encoder-decoder model format 2 with that part."""
+        if self.part is not None:  # format 2, written by Parts (the one edge up to it: imported only here)
+            from attnviz.data.parts import Parts
+
+            return Parts({self.part: self}).save(path)
+        path = check_suffix(path, (".npz",))
+        most = limit("ATTNVIZ_MAX_CAPTURE_BYTES", MAX_ATTENTION_BYTES)
+        if self.attentions.nbytes > most:
+            raise OutputError(f"α takes {self.attentions.nbytes:,} bytes, over the {most:,} a capture may hold "
+                              f"(so it could not be read back); set ATTNVIZ_MAX_CAPTURE_BYTES to raise the limit")
+        arrays: dict[str, Any] = {
+            "attentions": self.attentions,
+            "tokens": np.array(self.tokens, dtype=np.str_),
+            "token_ids": self.token_ids,
+            "special": self.special,
+            "special_kind": np.array(self.special_kind, dtype=np.str_),
+            "subword": self.subword,
+            "meta": np.array(json.dumps({**self.meta, "format_version": FORMAT_VERSION}, sort_keys=True)),
+        }
+        if self.offsets is not None:
+            arrays["offsets"] = self.offsets
+        if self.generated is not None:
+            arrays["generated"] = self.generated
+        if self.long is not None:
+            rollout_tokens = sorted(self.long.rollout)
+            arrays.update({
+                "long_tokens": np.array(self.long.tokens, dtype=np.str_), "long_special": self.long.special,
+                "long_kinds": np.array(self.long.special_kind, dtype=np.str_),
+                "long_edges": np.asarray(self.long.edges, np.int64),
+                "rollout_tokens": np.array(rollout_tokens, np.int64),
+                "rollout": np.array([self.long.rollout[t] for t in rollout_tokens], np.float32).reshape(
+                    len(rollout_tokens), self.long.n_tokens)})
+        with atomic_output(path) as tmp:
+            with open(tmp, "wb") as fh:
+                np.savez_compressed(fh, **arrays)
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Capture:
+        """Read a capture written by save(), treating the file as untrusted: each member's .npy header is
+        read before its data, and a member whose dtype, shape or size is wrong is refused before anything
+        is allocated. Raises CaptureFormatError (one line) for anything but a valid capture within
+        LIMITS; memory stays within the α limit plus one float32 copy of α. A format-2 file (an
+        encoder-decoder model) must hold one part; `load_capture` reads any."""
+        path = Path(path)
+        raw = read_npz(path, {"meta": capture_members()["meta"]})["meta"]
+        if format_version(raw) == PARTS_FORMAT_VERSION:
+            raise CaptureFormatError(f"{path} holds the attention of an encoder-decoder model (its encoder, decoder "
+                                     f"and cross parts): read it with attnviz.load_capture, which gives each part")
+        return cls._load_v1(path)
+
+    @classmethod
+    def _load_v1(cls, path: Path) -> Capture:
+        data = read_npz(path, capture_members(), optional=long_members())
+        meta = checked_meta(data["meta"], path)
+        long = checked_long(data, path)
+        T = data["attentions"].shape[2] if data["attentions"].ndim == 4 else -1
+        for key in ("tokens", "token_ids", "special", "special_kind", "subword"):
+            if data[key].shape != (T,) or data["attentions"].shape[3] != T:
+                raise CaptureFormatError(f"{path}: {key} has shape {data[key].shape} but α is "
+                                         f"{data['attentions'].shape}: they must line up on T")
+        for key in ("tokens", "special_kind"):
+            bad = next((i for i, t in enumerate(data[key].tolist()) if not is_valid_unicode(t)), None)
+            if bad is not None:
+                raise CaptureFormatError(f"{path}: {key}[{bad}] is not valid Unicode (a lone surrogate)")
+        capture = cls(
+            attentions=data["attentions"],
+            tokens=tuple(data["tokens"].tolist()),
+            token_ids=data["token_ids"],
+            special=data["special"],
+            special_kind=tuple(data["special_kind"].tolist()),
+            subword=data["subword"],
+            meta=meta,
+            long=long,
+            offsets=checked_offsets(data.get("offsets"), T, meta, path),
+            generated=checked_flags(data.get("generated"), T, "generated", path),
+        )
+        if long is not None and len(long.edges) - 1 != capture.n_tokens:
+            raise CaptureFormatError(f"{path}: {len(long.edges) - 1} pooled blocks, but α has {capture.n_tokens}")
+        try:
+            return capture.validate()
+        except AttentionCheckError as exc:
+            raise CaptureFormatError(f"{path}: {exc}") from None
+
+    def layer_slice(self, start: int, stop: int) -> Capture:
+        """The same capture with only layers start..stop-1 (a view of α, nothing copied, not re-validated)."""
+        return replace(self, attentions=self.attentions[start:stop])
+
+    # --- from a forward pass the user ran, and views for notebooks ------------------------------------------
+
+
+    def _repr_html_(self) -> str:
+        """In a notebook: the interactive viewer, inline and offline (one sandboxed frame per view)."""
+        return registry.view("html")(self)
+
+    def heatmap(self, layer: int = -1, head: int | str = "mean", **options):
+        """α of one layer and head (or "mean", "max") as a matplotlib Figure."""
+        return registry.view("heatmap")(self, layer, head, **options)
+
+    def heads(self):
+        """The head statistics table (a HeadTable: shown as HTML in a notebook; .to_records() for data)."""
+        return registry.view("heads")(self)
+
+    def view(self, path: str | os.PathLike) -> Path:
+        """Write the interactive page (one offline HTML file) to `path`."""
+        return registry.view("view")(self, path)
+
+    def with_meta(self, **updates) -> Capture:
+        return replace(self, meta={**self.meta, **updates})
+
+

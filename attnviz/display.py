@@ -1,0 +1,96 @@
+"""What a Capture shows in a notebook: the interactive viewer inline, a heatmap Figure, the head table, the
+page written to a file. These need the renderers, which sit above the Capture, so they register themselves
+in attnviz.registry (imported by attnviz/__init__.py) rather than being imported from below.
+
+The renderers are imported inside each function: `import attnviz` stays light (no numpy, no matplotlib).
+"""
+
+from __future__ import annotations
+
+import html
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from attnviz import registry
+
+FRAME_HEIGHT_PX = 760
+
+
+def inline_html(whole: Any) -> str:
+    """The interactive viewer as one sandboxed frame: its own document (scripts, styles, data and the page's
+    Content-Security-Policy inside), so several views in one notebook never share an id or a script."""
+    from attnviz.render.viewer import viewer_data, viewer_html
+
+    page = viewer_html(viewer_data(whole, command="attnviz in a notebook"))
+    return (f'<iframe class="attnviz-view" srcdoc="{html.escape(page, quote=True)}" sandbox="allow-scripts" '
+            f'style="width: 100%; height: {FRAME_HEIGHT_PX}px; border: 0" title="attnviz view"></iframe>')
+
+
+def heatmap_figure(whole: Any, layer: int = -1, head: int | str = "mean", *, cmap: str = "viridis"):
+    """α of one layer and head (an index, "mean" or "max") as a matplotlib Figure."""
+    from attnviz.panels import heatmap_page
+    from attnviz.render.png import page_figure
+
+    layer_index = whole.layer_index(layer)
+    return page_figure(heatmap_page(whole, [layer_index], [head]), cmap=cmap).figure
+
+
+def records_html(records: Sequence[dict], columns: Sequence[str], title: str = "") -> str:
+    """Records as an HTML table (numbers to 3 significant digits, every string escaped)."""
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in columns)
+
+    def cell(value) -> str:
+        return f"{value:.3g}" if isinstance(value, float) else html.escape(str(value))
+
+    rows = "".join("<tr>" + "".join(f"<td>{cell(r.get(c, ''))}</td>" for c in columns) + "</tr>" for r in records)
+    caption = f"<caption>{html.escape(title)}</caption>" if title else ""
+    return f'<table class="attnviz-table">{caption}<thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
+
+
+@dataclass(frozen=True)
+class HeadTable:
+    """The head statistics of a capture: one record per layer and head, every registered metric and the
+    pattern label. Shown as an HTML table in a notebook; `to_records()` for data."""
+
+    records: tuple[dict, ...]
+
+    def to_records(self) -> list[dict]:
+        return [dict(r) for r in self.records]
+
+    def to_dict(self) -> list[dict]:
+        return self.to_records()
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def _repr_html_(self) -> str:
+        from attnviz.metrics import METRICS
+
+        present = self.records[0] if self.records else {}
+        columns = ["layer", "head", "label", *(m.name for m in METRICS if m.name in present)]
+        return records_html(self.records, columns).replace('class="attnviz-table"', 'class="attnviz-heads"', 1)
+
+
+def head_table(whole: Any) -> HeadTable:
+    from attnviz.metrics import head_records
+
+    return HeadTable(tuple(head_records(whole)))
+
+
+def write_view(whole: Any, path: str | os.PathLike, *, layers: Sequence[int] | None = None) -> Path:
+    """The interactive page as one offline HTML file at `path`, written atomically."""
+    from attnviz.files import atomic_output
+    from attnviz.render.viewer import viewer_data, viewer_html
+
+    target = Path(path).expanduser()
+    with atomic_output(target) as tmp:
+        tmp.write_text(viewer_html(viewer_data(whole, layers=layers, command="attnviz in Python")), encoding="utf-8")
+    return target
+
+
+for _name, _function in (("html", inline_html), ("heatmap", heatmap_figure), ("heads", head_table),
+                         ("view", write_view)):
+    registry.register_view(_name, _function)
