@@ -22,7 +22,7 @@ def ablatable(tiny_model_dir):
     """kind -> (loaded, site, inputs): a tiny random model of the family, with a causal-LM head for decoders."""
     from conftest import once
 
-    from attnviz.api import _ablation_model
+    from attnviz.api.removal import _ablation_model
     from attnviz.engine.forward import encode
     from attnviz.engine.loading import load
 
@@ -423,7 +423,7 @@ def test_detect_on_the_command_line(lm, tmp_path):
 def test_minilm_hook_and_weights_agree_and_the_gradient_ranks_like_removal(minilm):
     """On the real MiniLM: zero ablation through the hook equals the weights edited exactly; the gradient
     estimate ranks the heads as removing them does (Spearman ρ > 0.8 on this sentence)."""
-    from attnviz.api import _ablation_model
+    from attnviz.api.removal import _ablation_model
     from attnviz.engine.ablation import ablate, importance
     from attnviz.engine.forward import encode
     from attnviz.metrics import spearman
@@ -447,7 +447,7 @@ def test_smollm2_has_induction_heads_and_removing_them_hurts_the_repeat():
     require_real(offline.SMOLLM2)
     import attnviz
 
-    result = attnviz.detect("smollm2", length=30, sequences=2, draws=5)
+    result = attnviz.detect(model="smollm2", length=30, sequences=2, draws=5)
     assert len(result.detected["induction"]) >= 3
     assert result.causal is not None
     assert result.causal.removed > result.causal.clean + 1.0
@@ -462,7 +462,7 @@ def test_the_hook_equals_the_weights_edited_on_real_weights(which):
     loop on a short text."""
     from test_offline import require_real
 
-    from attnviz.api import _ablation_model
+    from attnviz.api.removal import _ablation_model
     from attnviz.engine import offline
     from attnviz.engine.ablation import ablate, importance
     from attnviz.engine.forward import encode

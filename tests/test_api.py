@@ -57,7 +57,7 @@ def test_the_essays_code_through_from_outputs(bert):
     inputs = tokenizer(SENTENCE, return_tensors="pt")
     with torch.no_grad():
         outputs = model(**inputs, output_attentions=True)
-    capture = attnviz.Capture.from_outputs(outputs, inputs, tokenizer)
+    capture = attnviz.from_outputs(outputs, inputs, tokenizer)
     by_name = attnviz.capture(SENTENCE, model=folder, device="cpu")
     np.testing.assert_array_equal(capture.attentions, by_name.attentions)
     assert capture.tokens == by_name.tokens and list(capture.special) == list(by_name.special)
@@ -72,24 +72,24 @@ def test_from_outputs_checks_what_it_is_given(bert):
     inputs = tokenizer(SENTENCE, return_tensors="pt")
     T = inputs["input_ids"].shape[1]
     good = [torch.full((1, 2, T, T), 1.0 / T) for _ in range(2)]
-    assert attnviz.Capture.from_outputs({"attentions": good}, inputs, tokenizer).n_layers == 2
+    assert attnviz.from_outputs({"attentions": good}, inputs, tokenizer).n_layers == 2
     with pytest.raises(CaptureFormatError, match="output_attentions=True"):
-        attnviz.Capture.from_outputs({"attentions": None}, inputs, tokenizer)
+        attnviz.from_outputs({"attentions": None}, inputs, tokenizer)
     with pytest.raises(CaptureFormatError, match="output_attentions=True"):
-        attnviz.Capture.from_outputs({"attentions": (None, None)}, inputs, tokenizer)
+        attnviz.from_outputs({"attentions": (None, None)}, inputs, tokenizer)
     with pytest.raises(CaptureFormatError, match="shape"):
-        attnviz.Capture.from_outputs({"attentions": [torch.zeros(1, 2, T, T + 1)]}, inputs, tokenizer)
+        attnviz.from_outputs({"attentions": [torch.zeros(1, 2, T, T + 1)]}, inputs, tokenizer)
     with pytest.raises(CaptureFormatError, match="shape"):
-        attnviz.Capture.from_outputs({"attentions": [good[0], torch.full((1, 3, T, T), 1.0 / T)]}, inputs, tokenizer)
+        attnviz.from_outputs({"attentions": [good[0], torch.full((1, 3, T, T), 1.0 / T)]}, inputs, tokenizer)
     batch = tokenizer([SENTENCE, "A dog"], return_tensors="pt", padding=True)
     with pytest.raises(CaptureFormatError, match="one text"):
-        attnviz.Capture.from_outputs({"attentions": good}, batch, tokenizer)
+        attnviz.from_outputs({"attentions": good}, batch, tokenizer)
     mask = torch.cat([inputs["attention_mask"][:, :-1], torch.zeros(1, 1, dtype=torch.long)], 1)
     padded = {**inputs, "attention_mask": mask}
     with pytest.raises(CaptureFormatError, match="padded"):
-        attnviz.Capture.from_outputs({"attentions": good}, padded, tokenizer)
+        attnviz.from_outputs({"attentions": good}, padded, tokenizer)
     with pytest.raises(Exception, match="sum to 1"):
-        attnviz.Capture.from_outputs({"attentions": [torch.full((1, 2, T, T), 0.5)]}, inputs, tokenizer)
+        attnviz.from_outputs({"attentions": [torch.full((1, 2, T, T), 0.5)]}, inputs, tokenizer)
 
 
 def test_from_outputs_respects_the_capture_limit(bert, monkeypatch):
@@ -100,7 +100,7 @@ def test_from_outputs_respects_the_capture_limit(bert, monkeypatch):
     T = inputs["input_ids"].shape[1]
     monkeypatch.setenv("ATTNVIZ_MAX_CAPTURE_BYTES", "1K")
     with pytest.raises(CaptureFormatError, match="ATTNVIZ_MAX_CAPTURE_BYTES"):
-        attnviz.Capture.from_outputs({"attentions": [torch.full((1, 4, T, T), 1.0 / T)] * 2}, inputs, tokenizer)
+        attnviz.from_outputs({"attentions": [torch.full((1, 4, T, T), 1.0 / T)] * 2}, inputs, tokenizer)
 
 
 def test_capture_chooses_the_path(tiny_model_dir, load_tiny):
@@ -111,7 +111,7 @@ def test_capture_chooses_the_path(tiny_model_dir, load_tiny):
     full = attnviz.capture(SENTENCE, model=folder, device="cpu")
     words = attnviz.capture(SENTENCE, model=folder, device="cpu", words=True)
     np.testing.assert_allclose(words.attentions, to_words(full).attentions, atol=1e-6)
-    streamed = attnviz.capture(SENTENCE, model=folder, device="cpu", stream=True, pool=4)
+    streamed = attnviz.capture(SENTENCE, model=folder, device="cpu", stream=True, keep=attnviz.Keep(pool=4))
     assert streamed.pooled and streamed.input_tokens == full.n_tokens
     stored = {(r["layer"], r["head"]): r for r in streamed.meta["head_stats"]}
     for name, values in head_values(full).items():
@@ -165,7 +165,7 @@ def _notebook(path):
         "inputs = tokenizer('The cat sat on the mat', return_tensors='pt')\n"
         "with torch.no_grad():\n    outputs = model(**inputs, output_attentions=True)\n"
         "print(len(outputs.attentions), tuple(outputs.attentions[0].shape))",
-        "cap = attnviz.Capture.from_outputs(outputs, inputs, tokenizer)\ncap",
+        "cap = attnviz.from_outputs(outputs, inputs, tokenizer)\ncap",
         "other = attnviz.capture('The cat sat on the mat because it was tired')\nother",
         "other.heads()",
         "other.heatmap(layer=0, head=2)",

@@ -168,7 +168,7 @@ def test_terminal_color_cells_use_colormap():
 
 
 def test_renderers_and_capture_do_not_import_torch():
-    code = ("import sys, attnviz.capture, attnviz.render.png, attnviz.render.terminal, attnviz.cli;"
+    code = ("import sys, attnviz.data.capture, attnviz.render.png, attnviz.render.terminal, attnviz.cli;"
             "print('torch' in sys.modules, 'transformers' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.split() == ["False", "False"]

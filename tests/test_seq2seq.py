@@ -124,7 +124,7 @@ def test_format_2_round_trip_and_format_1_still_loads(s2s, tmp_path, cat_capture
         assert np.array_equal(a.attentions, b.attentions) and a.tokens == b.tokens and a.key_tokens == b.key_tokens
         assert b.part == name and b.causal == (name == "decoder")
     assert back.meta["source_text"] == SOURCE and back.meta["target_text"] == TARGET
-    with pytest.raises(Exception, match="choose one with --part"):
+    with pytest.raises(Exception, match="choose one with part"):
         Capture.load(tmp_path / "s2s.npz")
     alone = Capture.load(parts.part("cross").save(tmp_path / "cross.npz"))  # one part: format 2, one part
     assert alone.part == "cross" and alone.keys is not None

@@ -27,7 +27,7 @@ from attnviz.data.npzformat import (FORMAT_VERSION, MAX_ATTENTION_BYTES, PARTS_F
                                     capture_members, checked_flags, checked_long, checked_meta, checked_offsets,
                                     format_version, limit, long_members)
 from attnviz.data.sides import SPECIAL_KINDS, HeadSpec, LongInput, Side, causal_mask, normalise_tokens, window_mask
-from attnviz.errors import AttentionCheckError, CaptureFormatError, OutputError, SelectionError
+from attnviz.errors import AttentionCheckError, CaptureFormatError, OutputError, SelectionError, arg
 from attnviz.files import atomic_output, check_suffix
 from attnviz.npzfile import read_npz
 from attnviz.text import is_valid_unicode
@@ -360,9 +360,14 @@ class Capture:
         encoder-decoder model) must hold one part; `load_capture` reads any."""
         path = Path(path)
         raw = read_npz(path, {"meta": capture_members()["meta"]})["meta"]
-        if format_version(raw) == PARTS_FORMAT_VERSION:
-            raise CaptureFormatError(f"{path} holds the attention of an encoder-decoder model (its encoder, decoder "
-                                     f"and cross parts): read it with attnviz.load_capture, which gives each part")
+        if format_version(raw) == PARTS_FORMAT_VERSION:  # format 2: read by Parts (imported only here)
+            from attnviz.data.parts import Parts
+
+            loaded = Parts._load(path, raw)
+            if len(loaded.names) != 1:
+                raise CaptureFormatError(f"{path} holds the {', '.join(loaded.names)} attention of an "
+                                         f"encoder-decoder model: choose one with {arg('part')}", "part")
+            return loaded.part(loaded.names[0])
         return cls._load_v1(path)
 
     @classmethod

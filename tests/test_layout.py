@@ -1,0 +1,81 @@
+"""The shape of the package, held by tests: the command line enters the library only through the API, and
+every import edge — at the top of a module, inside a function, or by name through importlib — is seen."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "attnviz"
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module `path` imports: import statements anywhere in it (functions included), relative imports
+    resolved, and importlib.import_module / __import__ called with a string literal."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    package = parts[:-1] if parts[-1] != "__init__" else parts[:-1]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name in ("import_module", "__import__"):
+                found.add(node.args[0].value)
+    return found
+
+
+def test_the_walk_sees_imports_inside_functions_and_by_name(tmp_path):
+    source = PACKAGE / "cli" / "_probe_for_test.py"
+    source.write_text("def f():\n    from attnviz.engine import loading\n    import importlib\n"
+                      "    importlib.import_module('attnviz.engine.stream')\n", encoding="utf-8")
+    try:
+        seen = imported_modules(source)
+    finally:
+        source.unlink()
+    assert {"attnviz.engine", "attnviz.engine.loading", "attnviz.engine.stream"} <= seen
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "cli").glob("*.py")), ids=lambda p: p.name)
+def test_the_command_line_never_imports_the_engine(path):
+    """cli/ calls attnviz.api (and the viewing layers below it), never the torch side directly."""
+    engine = sorted(m for m in imported_modules(path) if m == "attnviz.engine" or m.startswith("attnviz.engine."))
+    assert engine == [], f"{path.name} imports {engine}"
+
+
+def test_the_version_lives_in_one_leaf():
+    for path in PACKAGE.rglob("*.py"):
+        if path.name == "_version.py":
+            assert imported_modules(path) <= {"__future__"}
+            continue
+        assert "attnviz.__version__" not in imported_modules(path), path
+    import attnviz
+    from attnviz._version import __version__
+
+    assert attnviz.__version__ == __version__
+
+
+def test_the_capture_function_is_never_shadowed_by_a_module():
+    """No module of the package is named like a public function (no module-class override is needed)."""
+    import importlib
+
+    import attnviz
+
+    public = set(attnviz.__all__)
+    modules = {p.stem for p in PACKAGE.glob("*.py")} | {p.name for p in PACKAGE.iterdir() if p.is_dir()}
+    assert not public & modules, public & modules
+    for name in ("attnviz.data.capture", "attnviz.gallery", "attnviz.corpora"):
+        importlib.import_module(name)
+    assert callable(attnviz.capture) and callable(attnviz.export) and callable(attnviz.corpus)
+    assert type(attnviz).__name__ == "module"
