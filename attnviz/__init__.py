@@ -22,14 +22,8 @@ from typing import TYPE_CHECKING
 
 from attnviz import display as _display  # noqa: F401 (registers the views every Capture shows; imports no numpy)
 from attnviz._version import __version__
+from attnviz.api import __all__ as _PUBLIC  # the API's names (attnviz.api imports its modules lazily)
 
-_PUBLIC = ("Ablation", "Capture", "CorpusState", "Cost", "DEVICES", "DTYPES", "Decoding", "Detection", "Generation",
-           "HeadTable", "Importance", "Keep", "MAX_IMPORTANCE_TEXTS", "MAX_MEAN_TEXTS", "Model", "ModelSpec", "Norms",
-           "Parts", "Positions", "Rollout", "Scaling", "Sinks", "Steps", "TOLERANCE", "Verification", "ablate",
-           "capture", "conversion_pending", "corpus", "cost", "detect", "export", "from_outputs", "generate",
-           "heads", "importance", "list_families", "list_metrics", "load_capture", "load_model", "merge", "norms",
-           "positions", "register_metric", "resolve_model", "rollout", "scaling", "sinks", "steps", "to_words",
-           "verify", "view")
 _ELSEWHERE = {"AttnvizError": "attnviz.errors", "AttnvizWarning": "attnviz.errors", "Reporter": "attnviz.progress"}
 
 __all__ = [*_PUBLIC, *_ELSEWHERE, "__version__"]
@@ -42,11 +36,8 @@ if TYPE_CHECKING:
 
 def __getattr__(name: str):
     """The public names, imported when first used (PEP 562), so `import attnviz` and the CLI start fast."""
-    if name in _PUBLIC:
-        home = "attnviz.api"
-    elif name in _ELSEWHERE:
-        home = _ELSEWHERE[name]
-    else:
+    home = "attnviz.api" if name in _PUBLIC else _ELSEWHERE.get(name)
+    if home is None:
         raise AttributeError(f"module 'attnviz' has no attribute {name!r}")
     value = getattr(importlib.import_module(home), name)
     globals()[name] = value

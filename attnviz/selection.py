@@ -82,6 +82,11 @@ class Selection:
     def everything(cls, what: str = "layer", field: str | None = None) -> Selection:
         return cls(spec="all", what=what, items=("all",), field=field or what)
 
+    @property
+    def argument(self) -> str:
+        """The argument this selection was given as (for messages): its field, else what it selects."""
+        return self.field or self.what
+
     def _index(self, value: int, n: int) -> int:
         if not -n <= value < n:
             plural = f"{self.what}s" if n != 1 else self.what
@@ -101,7 +106,7 @@ class Selection:
             elif isinstance(item, tuple):
                 first, last = (self._index(v, n) for v in item)  # bounds first: nothing expanded yet
                 if first > last:
-                    raise SelectionError(f"{arg(self.field)}: the range {item[0]}-{item[1]} selects {self.what}s "
+                    raise SelectionError(f"{arg(self.argument)}: the range {item[0]}-{item[1]} selects {self.what}s "
                                          f"{first} down to {last} of 0..{n - 1}, which is reversed; "
                                          f"write {last}-{first}", self.field)
                 values = list(range(first, last + 1))
@@ -124,11 +129,11 @@ class Selection:
             elif choice in named:
                 values = named[choice]
                 if not len(values):
-                    raise SelectionError(f"{arg(self.field)}: this input has no {choice} tokens"
+                    raise SelectionError(f"{arg(self.argument)}: this input has no {choice} tokens"
                                          + (" (they come from attnviz generate)" if choice == "generated" else ""),
                                          self.field)
             else:
-                raise SelectionError(f"{arg(self.field)}: {choice!r} cannot be used here; give {self.what} indices, "
+                raise SelectionError(f"{arg(self.argument)}: {choice!r} cannot be used here; give {self.what} indices, "
                                      f"ranges or 'all'", self.field)
             chosen.extend(int(v) for v in values)
         return list(dict.fromkeys(chosen))

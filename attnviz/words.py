@@ -9,11 +9,13 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import overload
 
 import numpy as np
 
 from attnviz.blocks import pool_blocks
 from attnviz.data.capture import Capture
+from attnviz.data.parts import Parts
 from attnviz.data.sides import Side
 from attnviz.tokens import is_punctuation
 
@@ -70,8 +72,17 @@ def _unknown_word(pieces: Sequence[str], unknown: Sequence[bool] | np.ndarray, w
     return f"{word} {base}:{lost}]" if lost else f"{word} {base}]"
 
 
-def to_words(capture: Capture) -> Capture:
-    """The same attention between words: a capture whose tokens are words and α is (L, H, W, W)."""
+@overload
+def to_words(capture: Capture) -> Capture: ...
+@overload
+def to_words(capture: Parts) -> Parts: ...
+
+
+def to_words(capture: Capture | Parts) -> Capture | Parts:
+    """The same attention between words: a capture whose tokens are words and α is (L, H, W, W) (to a word,
+    the sum over its pieces; from a word, their mean: Clark et al. 2019). Of Parts, every part."""
+    if isinstance(capture, Parts):
+        return Parts({name: to_words(c) for name, c in capture.captures.items()})
     if capture.meta.get("level") == "word":
         return capture
     if capture.pooled:

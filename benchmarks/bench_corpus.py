@@ -18,7 +18,6 @@ import random
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -37,17 +36,6 @@ def sentences(n: int, seed: int = 0) -> list[str]:
             words[i] += rng.choice(MARKS[:3])
         out.append(" ".join(words).capitalize() + rng.choice(MARKS[1:]))
     return out
-
-
-@dataclass
-class Options:  # what the Ray engine reads of the CLI's model options
-    model: str | None = None
-    revision: str | None = None
-    device: str = "cpu"
-    dtype: str = "float32"
-    trust_remote_code: bool = False
-    max_memory: int | None = None
-    truncate: bool = True
 
 
 def naive(loaded, texts):
@@ -199,13 +187,14 @@ def ray_rows(texts, args, state) -> list:
     except ImportError:
         print('(Ray rows skipped: pip install "attnviz[ray]")')
         return []
+    from attnviz.api import ModelSpec
     from attnviz.corpora.ray import run_ray
 
     folder = Path(tempfile.mkdtemp())
     one, every = folder / "one.txt", folder / "all.txt"
     one.write_text(texts[0] + "\n")
     every.write_text("\n".join(texts) + "\n")
-    options = Options(device=args.device)
+    options = ModelSpec(device=args.device)
     kwargs = dict(fmt=None, field=None, batch_size=args.batch_size, max_length=None, address=None,
                   workers=args.workers)
     start = time.perf_counter()

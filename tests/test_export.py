@@ -136,8 +136,11 @@ def test_refuses_non_empty_folder_unless_forced(tmp_path):
     target = tmp_path / "out"
     target.mkdir()
     (target / "keep.txt").write_text("mine")
-    with pytest.raises(OutputError, match="--force"):
+    with pytest.raises(OutputError, match="pass force to replace") as refused:  # the library's argument
         export(cap, target, layers=[0], heads=[0])
+    from attnviz.cli.common import flag
+
+    assert "pass --force to replace" in refused.value.spelled(flag)  # the command line's flag
     assert (target / "keep.txt").exists()
     with pytest.raises(OutputError, match="not an attnviz export"):  # --force never deletes the user's folder
         export(cap, target, layers=[0], heads=[0], force=True)

@@ -54,6 +54,32 @@ def test_the_command_line_never_imports_the_engine(path):
     assert engine == [], f"{path.name} imports {engine}"
 
 
+def test_no_import_cycles_in_the_package():
+    """Following every import of an attnviz module (top-level, inside functions, by name), the modules form no
+    cycle. The package root re-exports and is left out; a package and its own modules are one."""
+    modules = {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__"): p
+               for p in PACKAGE.rglob("*.py")}
+    graph = {name: {m for m in imported_modules(path) if m in modules and m not in (name, "attnviz")}
+             for name, path in modules.items()}
+    seen: set[str] = set()
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        if node in stack:
+            raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(node):] + [node]))
+        if node in seen:
+            return
+        stack.append(node)
+        for dep in graph[node]:
+            if not (dep.startswith(node + ".") or node.startswith(dep + ".")):
+                visit(dep)
+        stack.pop()
+        seen.add(node)
+
+    for module in graph:
+        visit(module)
+
+
 def test_the_version_lives_in_one_leaf():
     for path in PACKAGE.rglob("*.py"):
         if path.name == "_version.py":

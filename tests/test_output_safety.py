@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnviz import export as export_module
+from attnviz import gallery as export_module
 from attnviz.data.capture import Capture
 from attnviz.errors import OutputError
 from attnviz.gallery import export

@@ -6,13 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from attnviz.api.models import resolve_model
+from attnviz.api.models import borrows, resolve_model
 from attnviz.data.capture import Capture
 from attnviz.data.parts import PART_NAMES, Parts, load_capture
 from attnviz.errors import InputError
 from attnviz.progress import Reporter
 from attnviz.selection import Selection
 from attnviz.text import check_text
+from attnviz.words import to_words  # re-exported: a Capture or Parts at word level
 
 __all__ = ["capture", "Keep", "from_outputs", "load_capture", "to_words"]
 
@@ -40,6 +41,7 @@ class Keep:
         return (self.rows, self.cols, self.layers or Selection.everything("layer", "layers"))
 
 
+@borrows
 def capture(text: str, *, model: Any = None, tokenizer: Any = None, words: bool = False, stream: bool | None = None,
             keep: Keep | None = None, part: str | None = None, target: str | None = None,
             max_new_tokens: int | None = None, decoding: Any = None, truncate: bool = True, device: str = "auto",
@@ -61,17 +63,12 @@ def capture(text: str, *, model: Any = None, tokenizer: Any = None, words: bool 
         raise InputError(f"part must be one of {', '.join(PART_NAMES)}, not {part!r}", "part")
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype)
     keep = keep or Keep()
-    training = bool(getattr(loaded.model, "training", False))
-    loaded.model.eval()  # dropout off while capturing; the model's own mode is put back
     from attnviz.engine.entry import run_capture
 
-    try:
-        return run_capture(loaded, text, words=words, stream=stream, part=part, target=target,
-                           max_new_tokens=max_new_tokens, truncate=truncate, pool=keep.pool, window=keep.window(),
-                           rollout_token=keep.rollout_token, pictures=keep.pictures, decoding=decoding,
-                           reporter=reporter or Reporter())
-    finally:
-        loaded.model.train(training)
+    return run_capture(loaded, text, words=words, stream=stream, part=part, target=target,
+                       max_new_tokens=max_new_tokens, truncate=truncate, pool=keep.pool, window=keep.window(),
+                       rollout_token=keep.rollout_token, pictures=keep.pictures, decoding=decoding,
+                       reporter=reporter or Reporter())
 
 
 def from_outputs(outputs: Any, inputs: Any, tokenizer: Any, *, text: str | None = None,
@@ -83,12 +80,3 @@ def from_outputs(outputs: Any, inputs: Any, tokenizer: Any, *, text: str | None 
 
     return capture_from_outputs(outputs, inputs, tokenizer, text=text, model=model)
 
-
-def to_words(whole: Capture | Parts) -> Capture | Parts:
-    """Attention between words (Clark et al. 2019): to a word, the sum over its pieces; from a word, their mean.
-    Of Parts, every part."""
-    from attnviz.words import to_words as word_level
-
-    if isinstance(whole, Parts):
-        return Parts({name: word_level(c) for name, c in whole.captures.items()})
-    return word_level(whole)

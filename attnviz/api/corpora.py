@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from attnviz.api.models import resolve_model
+from attnviz.api.models import borrows, resolve_model
 from attnviz.corpora import CorpusState, Line, merge_states
 from attnviz.progress import Reporter
 
 __all__ = ["corpus", "merge", "CorpusState"]
 
 
+@borrows
 def corpus(texts: Iterable[str], *, model: Any = None, tokenizer: Any = None, batch_size: int = 32,
            max_length: int | None = None, words: bool = False, truncate: bool = True, device: str = "auto",
            dtype: str = "float32", reporter: Reporter | None = None) -> CorpusState:

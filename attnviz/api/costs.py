@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from attnviz.api.models import resolve_model
+from attnviz.api.models import borrows, resolve_model
 from attnviz.errors import InputError, UsageError
 from attnviz.progress import Reporter
 
@@ -52,6 +52,7 @@ class Cost:
         return records_html(records, list(records[0]) if records else [], self.title)
 
 
+@borrows
 def cost(*, model: Any = None, tokenizer: Any = None, lengths: Sequence[int] | None = None, max_length: int = 2048,
          repeats: int = 1, device: str = "auto", dtype: str = "float32", reporter: Reporter | None = None) -> Cost:
     """Measure both paths at each of `lengths` (default: powers of two from 64 up to `max_length` and the

@@ -6,10 +6,12 @@ Importing this module imports neither torch nor transformers; they load with the
 
 from __future__ import annotations
 
+import functools
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from attnviz.devices import DEVICE_ALIASES, DEVICES, DTYPE_ALIASES, DTYPES  # noqa: F401 (re-exported)
+from attnviz.devices import DEVICES, DTYPES  # re-exported
 from attnviz.engine.families import FAMILIES, Family
 from attnviz.engine.loading import LoadedModel as Model
 
@@ -29,15 +31,40 @@ def load_model(name: str | None = None, *, device: str = "auto", dtype: str = "f
 
 def resolve_model(model: Any = None, tokenizer: Any = None, *, device: str = "auto", dtype: str = "float32",
                   lm_head: bool | str = False) -> Model:
-    """`model=` as every API function takes it, as a Model: loaded by name (None: the default), or a model
-    object the user holds, wrapped (borrowed: its mode, hooks and weights are given back as they were)."""
+    """`model=` as every API function takes it, as a Model in eval mode: loaded by name (None: the default), or
+    a model object the user holds, wrapped. A function that takes `model=` is @borrows: the mode of a model
+    handed in is put back when it returns."""
     if isinstance(model, Model):
-        return model
-    if model is None or isinstance(model, (str, os.PathLike)):
+        loaded = model
+    elif model is None or isinstance(model, (str, os.PathLike)):
         return load_model(None if model is None else str(model), device=device, dtype=dtype, lm_head=lm_head)
-    from attnviz.engine.loading import wrap
+    else:
+        from attnviz.engine.loading import wrap
 
-    return wrap(model, tokenizer)
+        loaded = wrap(model, tokenizer)
+    loaded.model.eval()  # dropout off while attnviz runs it; @borrows puts the caller's mode back
+    return loaded
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def borrows(function: F) -> F:
+    """An API function that takes `model=`: a model handed in (a Model or a model object) gets its training
+    mode back, whatever the function did and however it ended."""
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        given = kwargs.get("model")
+        module = given.model if isinstance(given, Model) else given
+        training = getattr(module, "training", None) if callable(getattr(module, "train", None)) else None
+        try:
+            return function(*args, **kwargs)
+        finally:
+            if training is not None and module is not None:
+                module.train(training)
+
+    return wrapper  # type: ignore[return-value]
 
 
 def conversion_pending(name: str | None) -> str | None:

@@ -3,10 +3,10 @@ detect (previous-token, duplicate-token and induction heads, then the causal tes
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
+from attnviz.api.models import borrows, resolve_model
 from attnviz.engine.ablation import Ablation, Detection, Importance
 from attnviz.errors import InputError
 from attnviz.progress import Reporter
@@ -23,21 +23,14 @@ MAX_IMPORTANCE_TEXTS = 1_000  # texts importance runs every head's removal on
 def _ablation_model(model: Any, tokenizer: Any = None, *, device: str = "auto", dtype: str = "float32"):
     """A LoadedModel with its causal-LM head where it is a decoder, and where its heads can be removed."""
     from attnviz.engine.ablation import is_causal_lm, site
-    from attnviz.engine.loading import LoadedModel, load, wrap
 
-    if isinstance(model, LoadedModel):
-        loaded = model
-    elif model is None or isinstance(model, (str, os.PathLike)):
-        loaded = load(None if model is None else str(model), device=device, dtype=dtype, lm_head="auto")
-    else:
-        loaded = wrap(model, tokenizer)
+    loaded = resolve_model(model, tokenizer, device=device, dtype=dtype, lm_head="auto")
     if loaded.seq2seq:
         raise InputError(f"{loaded.name} is an encoder-decoder model; removing heads is shown for encoder-only "
                          f"and decoder-only models")
     if loaded.causal and not is_causal_lm(loaded.model):
         raise InputError(f"{loaded.name} is a decoder without its language-model head: load it with "
                          f"attnviz.load_model(name, lm_head=True) to see the next-token distributions")
-    loaded.model.eval()
     return loaded, site(loaded.model)
 
 
@@ -57,6 +50,7 @@ def _head_pairs(heads: Any, L: int, H: int) -> list[tuple[int, int]]:
     return resolve_pairs(pairs, L, H)
 
 
+@borrows
 def ablate(text: str, *, heads: Any, model: Any = None, tokenizer: Any = None, mode: str = "zero",
            mean_over: Sequence[str] | None = None, truncate: bool = True, device: str = "auto",
            dtype: str = "float32"):
@@ -85,6 +79,7 @@ def ablate(text: str, *, heads: Any, model: Any = None, tokenizer: Any = None, m
     return result
 
 
+@borrows
 def importance(texts: str | Sequence[str], *, model: Any = None, tokenizer: Any = None, mode: str = "zero",
                truncate: bool = True, device: str = "auto", dtype: str = "float32", batched: bool = True,
                reporter: Reporter | None = None):
@@ -109,6 +104,7 @@ def importance(texts: str | Sequence[str], *, model: Any = None, tokenizer: Any 
         return run_importance(where, inputs, mode=mode, batched=batched, on_text=step)
 
 
+@borrows
 def detect(*, model: Any = None, tokenizer: Any = None, length: int = 50, sequences: int = 4, seed: int = 0,
            draws: int = 10, mode: str = "zero", device: str = "auto", dtype: str = "float32",
            reporter: Reporter | None = None):

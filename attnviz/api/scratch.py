@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from attnviz.api.capturing import capture as capture_text
-from attnviz.api.models import Model, resolve_model
+from attnviz.api.models import Model, borrows, resolve_model
 from attnviz.data.capture import Capture
 from attnviz.data.parts import Parts, load_capture
 from attnviz.errors import InputError
@@ -114,6 +114,7 @@ class Verification:
                             f"{self.model}: {verdict} (tolerance {self.tolerance:g})")
 
 
+@borrows
 def verify(text: str | None = None, *, model: Any = None, tokenizer: Any = None,
            capture: Capture | Parts | str | os.PathLike | None = None, source: str | None = None,
            norms: bool = False, tolerance: float | None = None, truncate: bool = True, target: str | None = None,
@@ -144,6 +145,7 @@ def verify(text: str | None = None, *, model: Any = None, tokenizer: Any = None,
     if loaded.seq2seq:
         parts = capture_text(text, model=loaded, target=target, max_new_tokens=max_new_tokens, truncate=truncate,
                              reporter=reporter)
+        assert isinstance(parts, Parts)  # an encoder-decoder model without `part`: all three
         return _verify_parts(loaded, parts, None, tolerance, reporter)
     if target is not None or max_new_tokens is not None:
         raise InputError(f"target and max_new_tokens are for encoder-decoder models; {loaded.name} is not one",
@@ -281,6 +283,7 @@ class Steps:
         return mixed_figure(self.page(), cmap=cmap)
 
 
+@borrows
 def steps(text: str, *, model: Any = None, tokenizer: Any = None, layer: int = 0, head: int = 0,
           token: str | int | None = None, truncate: bool = True, device: str = "auto", dtype: str = "float32",
           reporter: Reporter | None = None) -> Steps:
@@ -335,6 +338,7 @@ class Positions:
         return mixed_figure(self.page(layer), cmap=cmap)
 
 
+@borrows
 def positions(text: str, *, model: Any = None, tokenizer: Any = None, seed: int = 0, device: str = "auto",
               dtype: str = "float32", reporter: Reporter | None = None) -> Positions:
     """Shuffle the words (seeded) and run the model on both orders, with its position embeddings and with them
@@ -384,6 +388,7 @@ class Scaling:
         return scaling_figure(list(self.rows), self.T, self.d_k, self.model)
 
 
+@borrows
 def scaling(text: str, *, model: Any = None, tokenizer: Any = None, dk: list[int] | None = None,
             truncate: bool = True, device: str = "auto", dtype: str = "float32",
             reporter: Reporter | None = None) -> Scaling:

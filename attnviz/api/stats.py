@@ -9,6 +9,7 @@ import numpy as np
 
 from attnviz.api.capturing import Keep, capture as capture_text
 from attnviz.data.capture import Capture
+from attnviz.data.parts import Parts
 from attnviz.display import HeadTable, head_table
 from attnviz.errors import SelectionError, arg
 from attnviz.selection import find_token
@@ -53,6 +54,7 @@ class Rollout:
         if self.matrix is not None:
             return rollout_panel(self.capture, self.matrix)
         long = self.capture.long
+        assert long is not None  # no matrix: a streamed long input
         pooled = sum_blocks(self.row, long.edges)[None, :].astype(np.float32)  # (1, P)
         return Panel(pooled, (visible(long.tokens[self.token]),), self.capture.tokens, None,
                      Scale(0.0, max(float(pooled.max()), 1e-9), "rolled-out attention (sum over the block)"),
@@ -85,8 +87,9 @@ def rollout(source: Capture | str, *, token: str | int | None = None, **capture_
         capture = source
     else:
         keep = capture_options.pop("keep", None) or Keep()
-        capture = capture_text(source, keep=Keep(keep.pool, keep.rows, keep.cols, keep.layers, spec, keep.pictures),
-                               **capture_options)
+        whole = capture_text(source, keep=Keep(keep.pool, keep.rows, keep.cols, keep.layers, spec, keep.pictures),
+                             **capture_options)
+        capture = whole.part("encoder") if isinstance(whole, Parts) else whole  # rollout follows self-attention
     long = capture.long
     if long is None:
         from attnviz.metrics import rollout as compute_rollout

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from attnviz.api.models import resolve_model
+from attnviz.api.models import borrows, resolve_model
 from attnviz.data.capture import Capture
 from attnviz.errors import UsageError
 from attnviz.progress import Reporter
@@ -79,6 +79,7 @@ class Norms:
         return mixed_figure(self.page(layer, head), cmap=cmap, ncols=2)
 
 
+@borrows
 def norms(text: str, *, model: Any = None, tokenizer: Any = None, truncate: bool = True, device: str = "auto",
           dtype: str = "float32", reporter: Reporter | None = None) -> Norms:
     """Value-weighted norms of every layer and head (Kobayashi et al. 2020), with the exact check."""
@@ -105,10 +106,13 @@ class Sinks:
     model: str
     threshold: float
     tokens: tuple[str, ...]
-    n_heads: int
     layers: tuple[dict, ...]
     sinks: tuple[dict, ...]
     best: np.ndarray  # (L, H)
+
+    @property
+    def n_heads(self) -> int:
+        return self.best.shape[1]
 
     def to_dict(self) -> dict:
         """What `attnviz sinks --json` prints."""
@@ -135,6 +139,7 @@ class Sinks:
         return panel_figure(self.panel(), cmap=cmap)
 
 
+@borrows
 def sinks(text: str, *, model: Any = None, tokenizer: Any = None, threshold: float = 0.3, truncate: bool = True,
           device: str = "auto", dtype: str = "float32", reporter: Reporter | None = None) -> Sinks:
     """Which tokens are sinks in which layers (a sink score above `threshold`, 0 to 1), and by value-weighted
@@ -171,5 +176,4 @@ def sinks(text: str, *, model: Any = None, tokenizer: Any = None, threshold: flo
                           "tokens": counts,
                           "alpha": float(np.mean([r["sink_score"] for r in mine])) if mine else 0.0,
                           "norm": float(np.mean([r["norm_score"] for r in mine])) if mine else 0.0})
-    return Sinks(capture.model, threshold, tuple(capture.tokens), capture.n_heads, tuple(per_layer), tuple(records),
-                 best)
+    return Sinks(capture.model, threshold, tuple(capture.tokens), tuple(per_layer), tuple(records), best)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from attnviz.api.capturing import capture as capture_text
-from attnviz.api.models import resolve_model
+from attnviz.api.models import borrows, resolve_model
 from attnviz.data.capture import Capture
 from attnviz.data.parts import Parts
 from attnviz.engine.generate import Decoding
@@ -34,6 +34,12 @@ class Generation:
     def text(self) -> str:
         """The generated text."""
         return self.capture.meta["generated_text"]
+
+    @property
+    def new_tokens(self) -> int:
+        """How many tokens the model wrote."""
+        generated = self.capture.generated
+        return int(generated.sum()) if generated is not None else 0
 
     @property
     def stopped(self) -> str:
@@ -68,6 +74,7 @@ class Generation:
         return f"<p>{html.escape(self.prompt)}<b>{html.escape(self.text)}</b></p>" + self.capture._repr_html_()
 
 
+@borrows
 def generate(text: str, *, model: Any = None, tokenizer: Any = None, decoding: Decoding | None = None,
              max_new_tokens: int | None = None, part: str | None = None, truncate: bool = True, device: str = "auto",
              dtype: str = "float32", reporter: Reporter | None = None) -> Generation:
@@ -84,6 +91,7 @@ def generate(text: str, *, model: Any = None, tokenizer: Any = None, decoding: D
             raise UsageError("the encoder reads the source and writes nothing: the per-step view is of the decoder "
                              "or cross-attention", "part")
         whole = capture_text(text, model=loaded, decoding=decoding, truncate=truncate, reporter=reporter)
+        assert isinstance(whole, Parts)  # an encoder-decoder model without `part`: all three
         chosen = whole.part(part or "cross")
         chosen = replace(chosen, meta={**chosen.meta, "prompt": text,
                                        "generated_text": chosen.meta.get("target_text", "")})

@@ -62,6 +62,18 @@ def flag(name: str) -> str:
     return FLAG_NAMES.get(name) or "--" + name.replace("_", "-")
 
 
+@contextlib.contextmanager
+def usage_errors():
+    """A library UsageError about one argument, as the command line's usage error about its flag (one line,
+    "Invalid value for '--part': …", exit 2), where a command checks that argument only through the library."""
+    from attnviz.errors import UsageError
+
+    try:
+        yield
+    except UsageError as exc:
+        raise typer.BadParameter(exc.spelled(flag), param_hint=flag(exc.field) if exc.field else None) from None
+
+
 def error_line(message: str, label: str = "Error") -> None:
     line = Text.assemble((f"{label}:", "red" if label == "Error" else "yellow"), " ", visible(message))
     err.print(line, soft_wrap=True, highlight=False)
@@ -412,7 +424,8 @@ class ModelOptions:
             from attnviz.api import load_model
 
             return load_model(self.model, revision=self.revision, device=self.device, dtype=self.dtype,
-                        trust_remote_code=self.trust_remote_code, memory_budget=self.max_memory, lm_head=lm_head)
+                              trust_remote_code=self.trust_remote_code, memory_budget=self.max_memory,
+                              lm_head=lm_head)
 
 
 @dataclass(frozen=True)
@@ -624,10 +637,10 @@ class CliReporter(Reporter):
         say(spell(text, flag), console=err, style="cyan", wrap=True)
 
 
-def _as_words(capture):
-    from attnviz.words import to_words
+def _as_words(whole):
+    from attnviz.api import to_words
 
-    return to_words(capture)
+    return to_words(whole)
 
 
 @dataclass(frozen=True)
@@ -682,8 +695,6 @@ class CaptureInput(LongTextInput):
 
     def whole(self):
         """Everything the input has: a Capture, or all parts of an encoder-decoder model (Parts)."""
-        from attnviz.data.parts import Parts
-
         self.require_source()
         if self.source is not None:
             whole = self.saved()
@@ -694,11 +705,7 @@ class CaptureInput(LongTextInput):
             if not loaded.seq2seq:
                 return super().capture()  # --words applied there
             whole = self.parts(loaded, text)
-        if not self.words:
-            return whole
-        if isinstance(whole, Parts):
-            return Parts({name: _as_words(c) for name, c in whole.captures.items()})
-        return _as_words(whole)
+        return _as_words(whole) if self.words else whole
 
 
 def _chosen_part(loaded, part: str | None, default_part: str):
@@ -838,7 +845,6 @@ def emit_records(records: list[dict], as_json: bool, as_csv: bool, columns: list
 
 
 def _folder_like(value: str) -> bool:
-
     return value.endswith(("/", os.sep)) or Path(value).expanduser().is_dir()
 
 

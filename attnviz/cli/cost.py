@@ -6,8 +6,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from attnviz.cli.common import (CliReporter, ImageOut, JsonOpt, ModelOptions, app, check_output, cli_errors, err, flag,
-                                out, output_path, print_json, say, takes, whole_number)
+from attnviz.cli.common import (CliReporter, ImageOut, JsonOpt, ModelOptions, app, check_output, cli_errors, err,
+                                out, output_path, print_json, say, takes, usage_errors, whole_number)
 
 
 def _lengths(value: str | None) -> list[int] | None:
@@ -48,13 +48,9 @@ def cost(lengths: Annotated[Optional[str], typer.Option(
     from attnviz.api import cost as measure
     from attnviz.sizes import size_text
 
-    from attnviz.errors import UsageError
-
-    try:
+    with usage_errors():
         result = measure(model=loaded, lengths=chosen, max_length=max_length, repeats=repeats,
                          reporter=CliReporter())
-    except UsageError as exc:
-        raise typer.BadParameter(exc.spelled(flag), param_hint=flag(exc.field or "lengths")) from None
     records, title = result.records(), result.title
     if as_json:
         print_json(result.to_dict())

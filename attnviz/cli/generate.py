@@ -8,7 +8,8 @@ import typer
 
 from attnviz.cli.common import whole_number
 from attnviz.cli.common import (HeadSel, JsonOpt, LayerSel, PartOpt, TextInput, app, check_output, cli_errors, err,
-                                finite_float, out, output_path, print_json, say, takes, use_color, CliReporter)
+                                finite_float, out, output_path, print_json, say, takes, use_color, CliReporter,
+                                usage_errors)
 from attnviz.selection import Selection
 
 STOPPED = {"eos": "the model's end-of-sequence token", "max_new_tokens": "--max-new-tokens",
@@ -60,11 +61,9 @@ def generate(sample: Annotated[bool, typer.Option(
     inp.check_model_kind(loaded, part, writes=True)
     if loaded.seq2seq and inp.target is not None:
         raise typer.BadParameter("generate writes the target; --target is for the viewing commands")
-    if loaded.seq2seq and part == "encoder":
-        raise typer.BadParameter("the encoder reads the source and writes nothing: the per-step view is of "
-                                 "the decoder or cross-attention", param_hint="--part")
-    generation = run_generate(text, model=loaded, decoding=decoding, part=part, truncate=inp.truncate,
-                              reporter=CliReporter())
+    with usage_errors():
+        generation = run_generate(text, model=loaded, decoding=decoding, part=part, truncate=inp.truncate,
+                                  reporter=CliReporter())
     capture, whole = generation.capture, generation.whole
     layers = layer.indices(capture.n_layers)
     heads = head.resolve(capture.n_heads)
@@ -85,7 +84,7 @@ def generate(sample: Annotated[bool, typer.Option(
     written = Text(visible(meta["prompt"]) + (" → " if whole is not None else ""))
     written.append(visible(meta["generated_text"]), style="bold green" if use_color() else "")
     out.print(written)
-    n_new = int(capture.generated.sum())
+    n_new = generation.new_tokens
     say(f"{n_new} new token{'s' if n_new != 1 else ''} ({meta['decoding']}); stopped at {STOPPED[meta['stopped']]}.",
         console=err, style="dim")
     if terminal:

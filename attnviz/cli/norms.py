@@ -37,12 +37,10 @@ def norms(layer: LayerSel = Selection.parse("-1", "layer", field="layer"),
         say(f"Check: Σ_h Σ_j α_ij f_h(x_j) + b_O equals the attention block's own output (before the residual) to "
             f"within {result.output_diff.max():.1e} in every layer.", wrap=True)
     if output is not None:
-        from attnviz.render.png import save_figure
+        from attnviz.render.png import mixed_figure, save_figure
 
-        which_layer = layer.indices(capture.n_layers)[0]
-        which_head = head.resolve(capture.n_heads)[0]
-        page = result.page(which_layer, which_head)
-        say(save_figure(result.figure(which_layer, which_head, cmap=cmap), output_path(output, f"{page.name}.png")),
+        page = result.page(layer.indices(capture.n_layers)[0], head.resolve(capture.n_heads)[0])
+        say(save_figure(mixed_figure(page, cmap=cmap, ncols=2), output_path(output, f"{page.name}.png")),
             console=err if as_json or as_csv else out)
 
 

@@ -111,77 +111,37 @@ def rollout(token: Annotated[Optional[str], typer.Option(
                      "encoders, the last token for causal models.", show_default=False)] = None,
             output: ImageOut = None, cmap: CmapOpt = "viridis", part: SelfPartOpt = None, as_json: JsonOpt = False,
             as_csv: CsvOpt = False, *, inp: CaptureInput) -> None:
-    from attnviz.metrics import rollout as compute_rollout
-    from attnviz.panels import rollout_panel, short_model, token_labels
+    import numpy as np
+
+    from attnviz.api import rollout as roll_out
+    from attnviz.panels import short_model, token_labels
     from attnviz.render.terminal import bar_chart
+    from attnviz.text import visible
 
     check_output(output, FORMATS)
     capture = inp.capture(rollout_token=token, part=part, default_part="encoder")
-    if capture.long is not None:  # a long input: the rows its streamed pass computed (no T × T matrix)
-        _long_rollout(capture, token, output, as_json, as_csv)
-        return
-    matrix = compute_rollout(capture)  # (T, T)
-    i = pick_token(capture, token)
-    records = [{"index": j, "token": t, "rollout": float(matrix[i, j])} for j, t in enumerate(capture.tokens)]
+    result = roll_out(capture, token=token)
+    i, row = result.token, result.row
     if as_json:
-        print_json({"model": capture.model, "tokens": list(capture.tokens), "token": i,
-                    "rollout": matrix[i], "matrix": matrix})
-    elif not emit_records(records, False, as_csv):
-        labels = token_labels(capture)
-        out.print(bar_chart(labels, matrix[i].tolist(), width=out.width,
-                            title=f"{short_model(capture.model)}: rollout for token {i} {labels[i]!r} "
-                                  f"(sums to {matrix[i].sum():.3f})"))
+        print_json(result.to_dict())
+    elif not emit_records(result.records(), False, as_csv):
+        if result.matrix is not None:
+            labels = token_labels(capture)
+            out.print(bar_chart(labels, row.tolist(), width=out.width,
+                                title=f"{short_model(capture.model)}: rollout for token {i} {labels[i]!r} "
+                                      f"(sums to {row.sum():.3f})"))
+        else:  # a long input: the rows its streamed pass computed, as bars of the largest values
+            top = np.argsort(-row)[:20]
+            top_labels = [f"{j} {visible(result.tokens[j])}" for j in top]
+            out.print(bar_chart(top_labels, row[top].tolist(), width=out.width,
+                                title=f"{short_model(capture.model)}: rollout for token {i} "
+                                      f"{visible(result.tokens[i])!r}, its 20 largest of {len(result.tokens)} "
+                                      f"(sums to {row.sum():.3f})"))
     if output is not None:
-        from attnviz.render.png import panel_figure, save_figure
+        from attnviz.render.png import save_figure
 
-        path = save_figure(panel_figure(rollout_panel(capture, matrix), cmap=cmap),
-                           output_path(output, "attnviz_rollout.png"))
+        path = save_figure(result.figure(cmap=cmap), output_path(output, "attnviz_rollout.png"))
         say(path, console=err if as_json or as_csv else out)
-
-
-def _long_rollout(capture, token: str | None, output: str | None, as_json: bool, as_csv: bool) -> None:
-    """Rollout of a streamed long input: the stored row of the chosen token, as bars of its largest
-    values, JSON or CSV; -o draws the row pooled into the capture's blocks."""
-    import numpy as np
-
-    from attnviz.errors import SelectionError
-    from attnviz.panels import Panel, Scale, short_model
-    from attnviz.render.terminal import bar_chart
-    from attnviz.selection import find_token
-    from attnviz.text import visible
-
-    long = capture.long
-    if token is None:
-        starts = [n for n, kind in enumerate(long.special_kind) if kind == "start"]
-        i = long.n_tokens - 1 if capture.causal or not starts else starts[0]
-    else:
-        i = find_token(long.tokens, token)
-    if i not in long.rollout:
-        stored = ", ".join(f"{t} {visible(long.tokens[t])}" for t in sorted(long.rollout))
-        raise SelectionError(f"this long input was streamed with the rollout of token(s) {stored} only; run "
-                             f"attnviz rollout TEXT --token {i} to compute token {i}'s", "token")
-    row = long.rollout[i]
-    records = [{"index": j, "token": t, "rollout": float(row[j])} for j, t in enumerate(long.tokens)]
-    if as_json:
-        print_json({"model": capture.model, "tokens": list(long.tokens), "token": i, "rollout": row, "matrix": None})
-    elif not emit_records(records, False, as_csv):
-        top = np.argsort(-row)[:20]
-        labels = [f"{j} {visible(long.tokens[j])}" for j in top]
-        out.print(bar_chart(labels, row[top].tolist(), width=out.width,
-                            title=f"{short_model(capture.model)}: rollout for token {i} {visible(long.tokens[i])!r}, "
-                                  f"its 20 largest of {long.n_tokens} (sums to {row.sum():.3f})"))
-    if output is not None:
-        from attnviz.render.png import panel_figure, save_figure
-
-        from attnviz.blocks import sum_blocks
-
-        pooled = sum_blocks(row, long.edges)[None, :].astype(np.float32)  # (1, P)
-        panel = Panel(pooled, (visible(long.tokens[i]),), capture.tokens, None,
-                      Scale(0.0, max(float(pooled.max()), 1e-9), "rolled-out attention (sum over the block)"),
-                      (f"{short_model(capture.model)} · rollout of token {i}, summed over "
-                       f"{long.block}-token blocks",), "attnviz_rollout", row_axis="token", col_axis="input block")
-        say(save_figure(panel_figure(panel), output_path(output, "attnviz_rollout.png")),
-            console=err if as_json or as_csv else out)
 
 
 def _named(capture) -> str:
@@ -212,17 +172,6 @@ def _query_rows(capture, rows: Selection | None) -> list[int] | None:
 
 def _rows_note(rows: Selection | None, queries: list[int] | None) -> str:
     return "" if rows is None or queries is None else f", query rows {rows.spec} ({len(queries)} of them)"
-
-
-def pick_token(capture, token: str | None) -> int:
-    """--token: an index, a text or text#n; by default [CLS]/the first start token for encoders, the last
-    token for causal models."""
-    from attnviz.selection import find_token
-
-    if token is None:
-        starts = [n for n, kind in enumerate(capture.special_kind) if kind == "start"]
-        return capture.n_tokens - 1 if capture.causal or not starts else starts[0]
-    return find_token(capture.tokens, token)
 
 
 @app.command(help="Layers side by side in the terminal (the head mean or one head), on one colour scale, each "

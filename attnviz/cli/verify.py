@@ -156,7 +156,8 @@ def scaling(output: ImageOut = None, as_json: JsonOpt = False,
     check_output(output, FORMATS)
     text = inp.require_text()
     loaded = inp.load()
-    result = run_scaling(text, model=loaded, dk=dk, truncate=inp.truncate, reporter=CliReporter())
+    result = run_scaling(text, model=loaded, dk=_dk_list(dk) if dk else None, truncate=inp.truncate,
+                         reporter=CliReporter())
     rows, T, d_k = list(result.rows), result.T, result.d_k
     (raw_own, scaled_own), (raw64, scaled64), chosen = result.synthetic, result.synthetic_d64, list(result.chosen)
     if as_json:

@@ -4,7 +4,7 @@ every layer and head)."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -80,17 +80,14 @@ def capture(output: Annotated[str, typer.Option(
             *, inp: LongTextInput) -> None:
     check_output(output, (".npz",))
     if norms:
-        from attnviz.api import norms as value_norms
+        from attnviz.api import norms as value_norms, to_words
         from attnviz.cli.common import CliReporter
 
         text = inp.require_text()
         loaded = inp.load()
         loaded.require_single("capture --norms")
-        result = value_norms(text, model=loaded, truncate=inp.truncate, reporter=CliReporter()).capture
-        if inp.words:
-            from attnviz.words import to_words
-
-            result = to_words(result)
+        shares = value_norms(text, model=loaded, truncate=inp.truncate, reporter=CliReporter()).capture
+        result: Any = to_words(shares) if inp.words else shares
     else:
         result = _whole(inp)
     path = result.save(output_path(output, "capture.npz"))
@@ -111,10 +108,9 @@ def _whole(inp: LongTextInput):
         return inp.capture()
     parts = inp.parts(loaded, text)
     if inp.words:
-        from attnviz.data.parts import Parts
-        from attnviz.words import to_words
+        from attnviz.api import to_words
 
-        return Parts({name: to_words(c) for name, c in parts.captures.items()})
+        return to_words(parts)
     return parts
 
 

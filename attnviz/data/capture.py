@@ -26,10 +26,11 @@ from attnviz import registry
 from attnviz.data.npzformat import (FORMAT_VERSION, MAX_ATTENTION_BYTES, PARTS_FORMAT_VERSION,
                                     capture_members, checked_flags, checked_long, checked_meta, checked_offsets,
                                     format_version, limit, long_members)
-from attnviz.data.sides import SPECIAL_KINDS, HeadSpec, LongInput, Side, causal_mask, normalise_tokens, window_mask
+from attnviz.data.sides import (PART_AXES, PART_META, PART_NAMES, SIDE_KEYS, SPECIAL_KINDS, HeadSpec, LongInput, Side,
+                                causal_mask, normalise_tokens, part_meta, window_mask)
 from attnviz.errors import AttentionCheckError, CaptureFormatError, OutputError, SelectionError, arg
 from attnviz.files import atomic_output, check_suffix
-from attnviz.npzfile import read_npz
+from attnviz.npzfile import Member, read_npz
 from attnviz.text import is_valid_unicode
 
 ROW_SUM_ATOL = 1e-4
@@ -315,10 +316,8 @@ class Capture:
     def save(self, path: str | os.PathLike) -> Path:
         """Write the capture as .npz (plain arrays + JSON meta), atomically: format 1, or for one part of an
         encoder-decoder model format 2 with that part."""
-        if self.part is not None:  # format 2, written by Parts (the one edge up to it: imported only here)
-            from attnviz.data.parts import Parts
-
-            return Parts({self.part: self}).save(path)
+        if self.part is not None:  # one part of an encoder-decoder model: format 2
+            return write_parts({self.part: self}, path)
         path = check_suffix(path, (".npz",))
         most = limit("ATTNVIZ_MAX_CAPTURE_BYTES", MAX_ATTENTION_BYTES)
         if self.attentions.nbytes > most:
@@ -360,14 +359,12 @@ class Capture:
         encoder-decoder model) must hold one part; `load_capture` reads any."""
         path = Path(path)
         raw = read_npz(path, {"meta": capture_members()["meta"]})["meta"]
-        if format_version(raw) == PARTS_FORMAT_VERSION:  # format 2: read by Parts (imported only here)
-            from attnviz.data.parts import Parts
-
-            loaded = Parts._load(path, raw)
-            if len(loaded.names) != 1:
-                raise CaptureFormatError(f"{path} holds the {', '.join(loaded.names)} attention of an "
-                                         f"encoder-decoder model: choose one with {arg('part')}", "part")
-            return loaded.part(loaded.names[0])
+        if format_version(raw) == PARTS_FORMAT_VERSION:  # format 2: one part reads as a Capture
+            parts = read_parts(path, raw)
+            if len(parts) != 1:
+                raise CaptureFormatError(f"{path} holds the {', '.join(parts)} attention of an encoder-decoder "
+                                         f"model: choose one with {arg('part')}", "part")
+            return next(iter(parts.values()))
         return cls._load_v1(path)
 
     @classmethod
@@ -430,3 +427,100 @@ class Capture:
         return replace(self, meta={**self.meta, **updates})
 
 
+# --- format 2: an encoder-decoder model's parts (attnviz.data.parts.Parts holds them) -------------------------
+
+
+def _source_side(captures: dict[str, Capture]) -> Side | None:
+    for name in ("encoder", "cross"):
+        if name in captures:
+            return captures[name].key_side
+    return None
+
+def _target_side(captures: dict[str, Capture]) -> tuple[Side, np.ndarray | None] | None:
+    for name in ("decoder", "cross"):
+        if name in captures:
+            c = captures[name]
+            return Side(c.tokens, c.token_ids, c.special, c.special_kind, c.subword, c.offsets), c.generated
+    return None
+
+
+def write_parts(captures: dict[str, Capture], path: str | os.PathLike) -> Path:
+    """Write format 2 atomically (an encoder-decoder model's parts, or one of them): each part's α, the source
+    and target tokens once, one meta (the first part's, less what is each part's own)."""
+    path = check_suffix(path, (".npz",))
+    most = limit("ATTNVIZ_MAX_CAPTURE_BYTES", MAX_ATTENTION_BYTES)
+    arrays: dict[str, Any] = {}
+    for name, capture in captures.items():
+        if capture.attentions.nbytes > most:
+            raise OutputError(f"the {name} α takes {capture.attentions.nbytes:,} bytes, over the {most:,} a "
+                              f"capture may hold; set ATTNVIZ_MAX_CAPTURE_BYTES to raise the limit")
+        arrays[f"{name}_attentions"] = capture.attentions
+    target = _target_side(captures)
+    for prefix, side in (("source", _source_side(captures)), ("target", None if target is None else target[0])):
+        if side is None:
+            continue
+        for key in SIDE_KEYS:
+            value = getattr(side, key)
+            arrays[f"{prefix}_{key}"] = np.array(value, dtype=np.str_) if key in ("tokens", "special_kind") \
+                else value
+        if side.offsets is not None:
+            arrays[f"{prefix}_offsets"] = side.offsets
+    if target is not None and target[1] is not None:
+        arrays["target_generated"] = target[1]
+    shared = {k: v for k, v in next(iter(captures.values())).meta.items() if k not in PART_META}
+    meta = {**shared, "format_version": PARTS_FORMAT_VERSION, "parts": list(captures)}
+    arrays["meta"] = np.array(json.dumps(meta, sort_keys=True))
+    with atomic_output(path) as tmp:
+        with open(tmp, "wb") as fh:
+            np.savez_compressed(fh, **arrays)
+    return path
+
+
+def read_parts(path: Path, raw_meta: np.ndarray) -> dict[str, Capture]:
+    """The parts of a format-2 file, each checked as a capture file is (the parts' agreement is Parts' to
+    check)."""
+    meta = checked_meta(raw_meta, path, version=PARTS_FORMAT_VERSION)
+    names = meta.pop("parts", None)
+    if not (isinstance(names, list) and names and all(n in PART_NAMES for n in names)
+            and len(set(names)) == len(names)):
+        raise CaptureFormatError(f"{path}: metadata 'parts' must list some of {', '.join(PART_NAMES)}")
+    sides = {side for n in names for side in PART_AXES[n]}
+    alpha = limit("ATTNVIZ_MAX_CAPTURE_BYTES", MAX_ATTENTION_BYTES)
+    side_members = {f"{side}_{key}": spec for side in sides for key, spec in capture_members().items()
+                    if key in SIDE_KEYS}
+    members = {**{f"{n}_attentions": Member("f", 4, alpha) for n in names}, **side_members}
+    optional = {f"{side}_offsets": long_members()["offsets"] for side in sides}
+    optional["target_generated"] = long_members()["generated"]
+    data = read_npz(path, members, optional=optional)
+    built: dict[str, Side] = {}
+    for side in sides:
+        n = data[f"{side}_tokens"].shape[0] if data[f"{side}_tokens"].ndim == 1 else -1
+        for key in SIDE_KEYS:
+            if data[f"{side}_{key}"].shape != (n,):
+                raise CaptureFormatError(f"{path}: {side}_{key} does not line up with {side}_tokens")
+        for key in ("tokens", "special_kind"):
+            if not all(is_valid_unicode(t) for t in data[f"{side}_{key}"].tolist()):
+                raise CaptureFormatError(f"{path}: {side}_{key} is not valid Unicode (a lone surrogate)")
+        text = meta.get(f"{side}_text", "")
+        built[side] = Side(tuple(data[f"{side}_tokens"].tolist()), data[f"{side}_token_ids"],
+                           data[f"{side}_special"], tuple(data[f"{side}_special_kind"].tolist()),
+                           data[f"{side}_subword"],
+                           checked_offsets(data.get(f"{side}_offsets"), n, {"text": text}, path))
+    generated = checked_flags(data.get("target_generated"), len(built["target"]) if "target" in built else 0,
+                               "target_generated", path)
+    captures = {}
+    for name in names:
+        rows, cols = (built[side] for side in PART_AXES[name])
+        a = data[f"{name}_attentions"]
+        if a.ndim != 4 or a.shape[2:] != (len(rows), len(cols)):
+            raise CaptureFormatError(f"{path}: {name}_attentions is {a.shape}, expected (L, H, {len(rows)}, "
+                                     f"{len(cols)}) for its {PART_AXES[name][0]} × {PART_AXES[name][1]} tokens")
+        capture = Capture(attentions=a, tokens=rows.tokens, token_ids=rows.token_ids, special=rows.special,
+                          special_kind=rows.special_kind, subword=rows.subword, meta=part_meta(meta, name),
+                          offsets=rows.offsets, generated=generated if PART_AXES[name][0] == "target" else None,
+                          keys=cols if name == "cross" else None)
+        try:
+            captures[name] = capture.validate()
+        except AttentionCheckError as exc:
+            raise CaptureFormatError(f"{path}: the {name} part: {exc}") from None
+    return captures

@@ -84,3 +84,16 @@ def causal_mask(T: int) -> np.ndarray:
     return np.triu(np.ones((T, T), dtype=bool), k=1)
 
 
+# --- an encoder-decoder model's parts: which token side runs along each axis of α -----------------------
+
+PART_NAMES = ("encoder", "decoder", "cross")
+PART_AXES = {"encoder": ("source", "source"), "decoder": ("target", "target"), "cross": ("target", "source")}
+SIDE_KEYS = ("tokens", "token_ids", "special", "special_kind", "subword")
+PART_META = ("part", "causal", "text")  # what each part's meta has of its own; the rest is shared
+
+
+def part_meta(shared: dict, name: str) -> dict:
+    """A part's meta from the shared meta of an encoder-decoder capture: its name, causality, and as "text"
+    the text of its queries (the source for the encoder, the target for decoder and cross)."""
+    text = shared.get("source_text", "") if name == "encoder" else shared.get("target_text", "")
+    return {**shared, "part": name, "causal": name == "decoder", "text": text}

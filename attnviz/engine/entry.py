@@ -23,7 +23,7 @@ def run_capture(loaded, text: str, *, words: bool, stream: bool | None, part: st
     if loaded.seq2seq:
         whole = _parts(loaded, text, target, max_new_tokens, truncate, decoding, reporter)
         if words:
-            whole = Parts({name: to_words(c) for name, c in whole.captures.items()})
+            whole = to_words(whole)
         return whole.part(part) if part is not None else whole
     if part is not None or target is not None:
         raise InputError(f"part and target are for encoder-decoder models; {loaded.name} has one kind of attention")
