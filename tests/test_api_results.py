@@ -116,7 +116,7 @@ def test_errors_name_the_argument_and_the_command_line_spells_the_flag(bert, ber
     with pytest.raises(attnviz.AttnvizError) as caught:
         attnviz.steps(SENTENCE, model=bert_model, layer=9)
     assert caught.value.field == "layer" and str(caught.value).startswith("layer 9 is out of range: there are 2")
-    from attnviz.cli.common import flag
+    from attnviz.cli.output import flag
     from attnviz.errors import SelectionError
     from attnviz.selection import Selection
 

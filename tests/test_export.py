@@ -138,7 +138,7 @@ def test_refuses_non_empty_folder_unless_forced(tmp_path):
     (target / "keep.txt").write_text("mine")
     with pytest.raises(OutputError, match="pass force to replace") as refused:  # the library's argument
         export(cap, target, layers=[0], heads=[0])
-    from attnviz.cli.common import flag
+    from attnviz.cli.output import flag
 
     assert "pass --force to replace" in refused.value.spelled(flag)  # the command line's flag
     assert (target / "keep.txt").exists()

@@ -8,9 +8,11 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from attnviz.cli.common import (app, check_output, choice_parser, cli_errors, CliReporter, CsvOpt, emit_records, err,
-                                flag, ImageOut, JsonOpt, ModelOptions, out, output_path, print_json, say,
-                                selection_parser, takes, TextSource, use_color, whole_number)
+from attnviz.cli.output import check_output, emit_records, err, flag, out, output_path, print_json, say, use_color
+from attnviz.cli.errors import cli_errors
+from attnviz.cli.app import app
+from attnviz.cli.params import choice_parser, CsvOpt, ImageOut, JsonOpt, ModelOptions, selection_parser, whole_number
+from attnviz.cli.inputs import CliReporter, takes, TextSource
 from attnviz.selection import Selection
 
 

@@ -10,9 +10,12 @@ from typing import Annotated, Optional
 
 import typer
 
-from attnviz.cli.common import whole_number
-from attnviz.cli.common import (app, choice_parser, cli_errors, CliReporter, CsvOpt, emit_records, err, error_line,
-                                INTERRUPTED_EXIT, JsonOpt, ModelOptions, out, print_json, say, takes, TERMINATED_EXIT)
+from attnviz.cli.params import whole_number
+from attnviz.cli.output import emit_records, err, error_line, out, print_json, say
+from attnviz.cli.errors import cli_errors, INTERRUPTED_EXIT, TERMINATED_EXIT
+from attnviz.cli.app import app
+from attnviz.cli.params import choice_parser, CsvOpt, JsonOpt, ModelOptions
+from attnviz.cli.inputs import CliReporter, takes
 from attnviz.text import visible
 
 ENGINES = ("local", "ray")

@@ -6,8 +6,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from attnviz.cli.common import (CliReporter, ImageOut, JsonOpt, ModelOptions, app, check_output, cli_errors, err,
-                                out, output_path, print_json, say, takes, usage_errors, whole_number)
+from attnviz.cli.output import check_output, err, out, output_path, print_json, say
+from attnviz.cli.errors import cli_errors, usage_errors
+from attnviz.cli.app import app
+from attnviz.cli.params import ImageOut, JsonOpt, ModelOptions, whole_number
+from attnviz.cli.inputs import CliReporter, takes
 
 
 def _lengths(value: str | None) -> list[int] | None:

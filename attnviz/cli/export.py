@@ -8,9 +8,12 @@ from typing import Annotated
 
 import typer
 
-from attnviz.cli.common import whole_number
-from attnviz.cli.common import (AllPartsOpt, CaptureInput, CmapOpt, HeadSel, LayerSel, ScaleOptions, app, cli_errors,
-                                err, say, takes)
+from attnviz.cli.params import whole_number
+from attnviz.cli.output import err, say
+from attnviz.cli.errors import cli_errors
+from attnviz.cli.app import app
+from attnviz.cli.params import AllPartsOpt, CmapOpt, HeadSel, LayerSel, ScaleOptions
+from attnviz.cli.inputs import CaptureInput, takes
 from attnviz.selection import Selection
 
 

@@ -6,10 +6,12 @@ from typing import Annotated, Optional
 
 import typer
 
-from attnviz.cli.common import whole_number
-from attnviz.cli.common import (HeadSel, JsonOpt, LayerSel, PartOpt, TextInput, app, check_output, cli_errors, err,
-                                finite_float, out, output_path, print_json, say, takes, use_color, CliReporter,
-                                usage_errors)
+from attnviz.cli.params import whole_number
+from attnviz.cli.output import check_output, err, out, output_path, print_json, say, use_color
+from attnviz.cli.errors import cli_errors, usage_errors
+from attnviz.cli.app import app
+from attnviz.cli.params import finite_float, HeadSel, JsonOpt, LayerSel, PartOpt
+from attnviz.cli.inputs import CliReporter, takes, TextInput
 from attnviz.selection import Selection
 
 STOPPED = {"eos": "the model's end-of-sequence token", "max_new_tokens": "--max-new-tokens",

@@ -7,8 +7,11 @@ from typing import Annotated
 
 import typer
 
-from attnviz.cli.common import (CliReporter, CmapOpt, CsvOpt, HeadSel, ImageOut, JsonOpt, LayerSel, TextSource, app,
-                                check_output, cli_errors, emit_records, err, out, output_path, print_json, say, takes)
+from attnviz.cli.output import check_output, emit_records, err, out, output_path, print_json, say
+from attnviz.cli.errors import cli_errors
+from attnviz.cli.app import app
+from attnviz.cli.params import CmapOpt, CsvOpt, HeadSel, ImageOut, JsonOpt, LayerSel
+from attnviz.cli.inputs import CliReporter, takes, TextSource
 from attnviz.selection import Selection
 
 

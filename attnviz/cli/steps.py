@@ -7,8 +7,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from attnviz.cli.common import (app, check_output, cli_errors, CliReporter, CmapOpt, err, ImageOut, JsonOpt, OneHead,
-                                OneLayer, out, output_path, print_json, say, takes, TextSource, use_color, whole_number)
+from attnviz.cli.output import check_output, err, out, output_path, print_json, say, use_color
+from attnviz.cli.errors import cli_errors
+from attnviz.cli.app import app
+from attnviz.cli.params import CmapOpt, ImageOut, JsonOpt, OneHead, OneLayer, whole_number
+from attnviz.cli.inputs import CliReporter, takes, TextSource
 from attnviz.selection import Selection
 
 TokenOpt = Annotated[Optional[str], typer.Option(

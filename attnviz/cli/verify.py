@@ -8,8 +8,11 @@ from typing import Annotated, Optional
 import typer
 
 from attnviz.text import visible
-from attnviz.cli.common import (app, check_output, cli_errors, CliReporter, err, finite_float, FromOpt, ImageOut,
-                                JsonOpt, out, output_path, print_json, say, takes, TextInput, TextSource)
+from attnviz.cli.output import check_output, err, out, output_path, print_json, say
+from attnviz.cli.errors import cli_errors
+from attnviz.cli.app import app
+from attnviz.cli.params import finite_float, FromOpt, ImageOut, JsonOpt
+from attnviz.cli.inputs import CliReporter, takes, TextInput, TextSource
 
 MISMATCH_EXIT = 3
 

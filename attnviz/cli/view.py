@@ -8,9 +8,12 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from attnviz.cli.common import (CaptureInput, CmapOpt, ColsOpt, CsvOpt, HeadSel, HideOpt, ImageOut, JsonOpt, LayerSel,
-                                LongTextInput, PartOpt, RowsOpt, ScaleOptions, SelfPartOpt, StartOpt, ValuesOpt, app,
-                                check_output, cli_errors, err, out, output_path, print_json, say, takes, use_color)
+from attnviz.cli.output import check_output, err, out, output_path, print_json, say, use_color
+from attnviz.cli.errors import cli_errors
+from attnviz.cli.app import app
+from attnviz.cli.params import (CmapOpt, ColsOpt, CsvOpt, HeadSel, HideOpt, ImageOut, JsonOpt, LayerSel, PartOpt,
+                                RowsOpt, ScaleOptions, SelfPartOpt, StartOpt, ValuesOpt)
+from attnviz.cli.inputs import CaptureInput, LongTextInput, takes
 from attnviz.selection import Selection
 
 
@@ -81,7 +84,7 @@ def capture(output: Annotated[str, typer.Option(
     check_output(output, (".npz",))
     if norms:
         from attnviz.api import norms as value_norms, to_words
-        from attnviz.cli.common import CliReporter
+        from attnviz.cli.inputs import CliReporter
 
         text = inp.require_text()
         loaded = inp.load()
@@ -194,7 +197,7 @@ def token(token: Annotated[Optional[str], typer.Argument(
                     "attends_to": capture.attentions[layers, :, i, :],
                     "attended_by": capture.attentions[layers, :, :, i], "strongest_links": links})
     elif as_csv:  # one row per layer, head and other token: the token's weight on it, and its weight on the token
-        from attnviz.cli.common import emit_records
+        from attnviz.cli.output import emit_records
 
         emit_records([{"layer": n, "head": h, "other": j, "other_token": capture.tokens[j],
                        "attends_to": float(capture.attentions[n, h, i, j]),

@@ -1,0 +1,91 @@
+"""Library errors as one line on stderr and their exit code (1, or 2 for an option that does not fit the
+data); warnings one line each; Ctrl-C and SIGTERM a clean exit (130, 143) after cleanup.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import signal
+import warnings
+from collections.abc import Callable
+
+import typer
+
+from attnviz.errors import AttnvizError, AttnvizWarning, spell
+from attnviz.cli.output import error_line, flag
+
+
+TERMINATED_EXIT = 143  # 128 + SIGTERM
+INTERRUPTED_EXIT = 130  # 128 + SIGINT
+
+
+@contextlib.contextmanager
+def usage_errors():
+    """A library UsageError about one argument, as the command line's usage error about its flag (one line,
+    "Invalid value for '--part': …", exit 2), where a command checks that argument only through the library."""
+    from attnviz.errors import UsageError
+
+    try:
+        yield
+    except UsageError as exc:
+        raise typer.BadParameter(exc.spelled(flag), param_hint=flag(exc.field) if exc.field else None) from None
+
+
+# --- errors and signals ------------------------------------------------------------------------------
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where the program is, so cleanup (temporary files, worker processes) runs."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise Terminated()
+
+
+def _print_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    error_line(spell(str(message), flag), "Warning" if issubclass(category, AttnvizWarning) else category.__name__)
+
+
+def cli_errors(func: Callable) -> Callable:
+    """Turn library errors into one line on stderr and their exit code; warnings into one line each;
+    Ctrl-C and SIGTERM into a clean exit (130, 143) after cleanup."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        previous = warnings.showwarning
+        warnings.showwarning = _print_warning
+        old_term = signal.signal(signal.SIGTERM, _on_sigterm) if _main_thread() else None
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("default", AttnvizWarning)
+                # attnviz names missing glyphs once itself; matplotlib would repeat it for every label
+                warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from", category=UserWarning)
+                warnings.filterwarnings("ignore", message=r".*(missing from font|not found\. Falling back)")
+                import logging
+
+                logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)
+                return func(*args, **kwargs)
+        except AttnvizError as exc:
+            error_line(exc.spelled(flag))
+            raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            error_line("interrupted; nothing half-written was left")
+            raise typer.Exit(INTERRUPTED_EXIT) from None
+        except Terminated:
+            error_line("terminated; nothing half-written was left")
+            raise typer.Exit(TERMINATED_EXIT) from None
+        finally:
+            warnings.showwarning = previous
+            if old_term is not None:
+                signal.signal(signal.SIGTERM, old_term)
+
+    return wrapper
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+

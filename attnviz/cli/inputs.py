@@ -1,0 +1,310 @@
+"""What a command looks at, resolved once: TEXT, - (standard input) or --text-file, a saved capture
+(--from), long inputs (--stream, --words), and the model; the option groups a command takes (@takes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import inspect
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Optional, get_type_hints
+from collections.abc import Callable
+
+import typer
+from rich.text import Text
+
+from attnviz.progress import Reporter
+from attnviz.errors import spell
+from attnviz.cli.output import err, flag, say
+from attnviz.cli.params import FromOpt, MAX_NEW_TOKENS, ModelOptions, TextArg, whole_number
+
+
+MAX_TEXT_BYTES = 1_000_000  # text from a file or stdin
+
+
+def read_text(source: Path | None) -> str:
+    """The text of a file (or of stdin for None), as UTF-8, at most MAX_TEXT_BYTES."""
+    from attnviz.errors import InputError
+
+    name = "standard input" if source is None else str(source)
+    try:
+        if source is None:
+            data = sys.stdin.buffer.read(MAX_TEXT_BYTES + 1)
+        else:
+            from attnviz.files import read_regular
+
+            data = read_regular(source, MAX_TEXT_BYTES, "text")
+    except OSError as exc:
+        raise InputError(f"cannot read the text from {name}: {exc.strerror or exc}") from None
+    if len(data) > MAX_TEXT_BYTES:
+        raise InputError(f"the text in {name} is over {MAX_TEXT_BYTES:,} bytes; give a shorter one")
+    try:
+        return data.decode("utf-8-sig").rstrip("\r\n")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"the text in {name} is not UTF-8 (byte {exc.start}); save it as UTF-8") from None
+
+
+@dataclass(frozen=True)
+class TextSource(ModelOptions):
+    """TEXT (or - for standard input, or --text-file) and the model to run it through: the commands that show
+    one self-attention (steps, positions, norms, sinks, scaling) take only these."""
+
+    text: TextArg = None
+    text_file: Annotated[Optional[Path], typer.Option(
+        "--text-file", help="Read the text from this file (UTF-8) instead of TEXT.", dir_okay=False,
+        show_default=False, metavar="FILE")] = None
+
+    def given_text(self) -> str | None:
+        """TEXT, or the text of --text-file or standard input, read once however often it is asked for."""
+        return self._given_text
+
+    @functools.cached_property
+    def _given_text(self) -> str | None:
+        if self.text_file is not None:
+            if self.text is not None:
+                raise typer.BadParameter("give either TEXT or --text-file, not both")
+            return read_text(self.text_file)
+        if self.text == "-":
+            return read_text(None)
+        return self.text
+
+    def require_text(self) -> str:
+        """The text is required (usage error if missing) and must not be blank (InputError)."""
+        text = self.given_text()
+        if text is None:
+            raise typer.BadParameter("give the TEXT to look at, in quotes (or - to read it from standard "
+                                     "input, or --text-file FILE)")
+        from attnviz.text import check_text
+
+        return check_text(text)
+
+    def load_single(self, what: str):
+        """The model, for a command that shows one self-attention (steps, positions, norms, sinks)."""
+        loaded = self.load()
+        loaded.require_single(what)
+        return loaded
+
+
+@dataclass(frozen=True)
+class TextInput(TextSource):
+    """TEXT and the model, and for encoder-decoder models what the decoder reads or writes."""
+
+    target: Annotated[Optional[str], typer.Option(
+        "--target", metavar="TEXT", show_default=False,
+        help="Encoder-decoder models: the decoder reads this target text (teacher forcing); without it the "
+             "decoder writes its own (greedy, --max-new-tokens).")] = None
+    max_new_tokens: Annotated[Optional[int], typer.Option(
+        "--max-new-tokens", "-n", parser=whole_number(1, MAX_NEW_TOKENS), metavar="N", show_default=False,
+        help="Tokens to write, at most, 1 to 4,096 (attnviz generate, and encoder-decoder models without "
+             "--target): default 20; the end-of-sequence token stops earlier.")] = None
+
+    def check_model_kind(self, loaded, part: str | None, *, writes: bool = False) -> None:
+        """--part, --target and --max-new-tokens are for encoder-decoder models (and --max-new-tokens for
+        attnviz generate): refused in one line where they do not apply."""
+        if loaded.seq2seq:
+            if self.target is not None and self.max_new_tokens is not None:
+                raise typer.BadParameter("give either --target (the decoder reads it) or --max-new-tokens (the "
+                                         "decoder writes), not both")
+            return
+        if part is not None:
+            raise typer.BadParameter(f"{loaded.name} has one kind of attention (self-attention); --part is for "
+                                     f"encoder-decoder models (T5, BART, Marian)", param_hint="--part")
+        if self.target is not None or (self.max_new_tokens is not None and not writes):
+            raise typer.BadParameter(f"--target and --max-new-tokens are for encoder-decoder models; {loaded.name} "
+                                     f"is not one (for a causal language model, attnviz generate writes text)")
+
+    def parts(self, loaded, text: str, decoding=None):
+        """All three attention parts of an encoder-decoder model: the decoder reads --target, or writes (a
+        progress bar counts its tokens)."""
+        from attnviz.api import capture
+
+        if getattr(self, "stream", False):
+            raise typer.BadParameter("--stream is for long inputs of encoder-only and decoder-only models; an "
+                                     "encoder-decoder model's attention is kept whole (--max-memory bounds it)")
+        return capture(text, model=loaded, target=self.target, max_new_tokens=self.max_new_tokens, decoding=decoding,
+                       truncate=self.truncate, reporter=CliReporter())
+
+    def capture(self, *, window: tuple | None = None, rollout_token: str | None = None, pictures: bool = True,
+                part: str | None = None, default_part: str = "cross"):
+        """The model's Capture of the text: the full α when it fits the memory budget; else (or with
+        --stream, where the command offers it) a pooled capture streamed a block of rows at a time, with the
+        exact window (rows, cols, layers selections) and rollout row asked for. `pictures=False` (a command
+        that shows only statistics) skips the pooled matrices and rollout rows, and keeps no layer's input.
+        For an encoder-decoder model: the `part` asked for (else `default_part`) of its three."""
+        text = self.require_text()
+        loaded = self.load()
+        self.check_model_kind(loaded, part)
+        if loaded.seq2seq:
+            chosen = self.parts(loaded, text).part(part or default_part)
+            return _as_words(chosen) if getattr(self, "words", False) else chosen
+        from attnviz.api import Keep, capture
+
+        streaming = getattr(self, "stream", None)  # None: this command does not stream
+        rows, cols, layers = window if window is not None else (None, None, None)
+        keep = Keep(pool=getattr(self, "pool", None) or 512, rows=rows, cols=cols, layers=layers,
+                    rollout_token=rollout_token, pictures=pictures)
+        return capture(text, model=loaded, words=getattr(self, "words", False), truncate=self.truncate,
+                       stream=False if streaming is None else (True if streaming else None), keep=keep,
+                       reporter=CliReporter())
+
+
+class CliReporter(Reporter):
+    """Long work as the command line shows it, on stderr: a spinner, a progress bar, a note."""
+
+    @contextlib.contextmanager
+    def status(self, text: str):
+        with err.status(Text(text)):
+            yield
+
+    @contextlib.contextmanager
+    def progress(self, what: str, total: int, unit: str):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        bar = Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), TextColumn(unit), TimeElapsedColumn(),
+                       console=err, transient=True, disable=not err.is_terminal)
+        with bar:
+            task = bar.add_task(what, total=total)
+            yield lambda n: bar.advance(task, n)
+
+    def note(self, text: str) -> None:
+        say(spell(text, flag), console=err, style="cyan", wrap=True)
+
+
+def _as_words(whole):
+    from attnviz.api import to_words
+
+    return to_words(whole)
+
+
+@dataclass(frozen=True)
+class LongTextInput(TextInput):
+    """TEXT and the model, for commands that can stream a long input instead of holding L·H·T² weights."""
+
+    stream: Annotated[bool, typer.Option(
+        "--stream", help="Compute attention a block of query rows at a time (for long inputs): statistics exact, "
+                         "pictures pooled. Chosen by itself when the full tensor exceeds --max-memory.")] = False
+    pool: Annotated[int, typer.Option(
+        "--pool", parser=whole_number(1, 4096), metavar="P",
+        help="Streamed pictures: at most P × P cells (P from 1 to 4,096), each the mean over a block of "
+             "tokens.")] = 512
+    words: Annotated[bool, typer.Option(
+        "--words", help="Attention between words instead of sub-word tokens: to a word, the sum over its pieces; "
+                        "from a word, their mean (Clark et al. 2019).")] = False
+
+
+@dataclass(frozen=True)
+class CaptureInput(LongTextInput):
+    """Where a command's Capture comes from: TEXT run through the model, or a saved --from capture."""
+
+    source: FromOpt = None
+
+    def capture(self, *, window: tuple | None = None, rollout_token: str | None = None, pictures: bool = True,
+                part: str | None = None, default_part: str = "cross"):
+        """A Capture from --from, or by running the model on the text; of an encoder-decoder model, the
+        `part` asked for (else `default_part`)."""
+        if self.source is not None:
+            loaded = self.saved()
+            capture = _chosen_part(loaded, part, default_part)
+            return _as_words(capture) if self.words else capture
+        self.require_source()
+        return super().capture(window=window, rollout_token=rollout_token, pictures=pictures, part=part,
+                               default_part=default_part)
+
+    def require_source(self) -> None:
+        if self.text is None and self.text_file is None and self.source is None:
+            raise typer.BadParameter("give the TEXT to look at (in quotes), or --from CAPTURE.npz")
+
+    def saved(self):
+        """The --from file: a Capture, or an encoder-decoder model's Parts."""
+        from attnviz.data.parts import load_capture
+
+        if self.text is not None or self.text_file is not None:
+            raise typer.BadParameter("give either TEXT or --from, not both")
+        if self.target is not None or self.max_new_tokens is not None:
+            raise typer.BadParameter("--target and --max-new-tokens choose what the model reads; with --from "
+                                     "nothing is run")
+        assert self.source is not None
+        return load_capture(self.source)
+
+    def whole(self):
+        """Everything the input has: a Capture, or all parts of an encoder-decoder model (Parts)."""
+        self.require_source()
+        if self.source is not None:
+            whole = self.saved()
+        else:
+            text = self.require_text()
+            loaded = self.load()
+            self.check_model_kind(loaded, None)
+            if not loaded.seq2seq:
+                return super().capture()  # --words applied there
+            whole = self.parts(loaded, text)
+        return _as_words(whole) if self.words else whole
+
+
+def _chosen_part(loaded, part: str | None, default_part: str):
+    """A saved Capture as it is (--part refused: it has one kind of attention), or one part of Parts."""
+    from attnviz.data.parts import Parts
+
+    if isinstance(loaded, Parts):
+        return loaded.part(part or default_part)
+    if part is not None:
+        raise typer.BadParameter("this capture has one kind of attention (self-attention); --part is for captures "
+                                 "of encoder-decoder models", param_hint="--part")
+    return loaded
+
+
+def with_progress(what: str, total: int, run: Callable):
+    """Run `run(step)` with a progress bar of tokens on stderr that `step(n)` advances."""
+    with CliReporter().progress(what, total, "tokens") as step:
+        return run(step)
+
+
+@functools.cache
+def _group_parameters(cls: type) -> tuple[list[inspect.Parameter], list[inspect.Parameter]]:
+    """An option group's fields as keyword parameters: (arguments, options). Once per group: evaluating the
+    annotations is most of what defining the commands costs at start-up."""
+    hints = get_type_hints(cls, include_extras=True)
+    arguments: list[inspect.Parameter] = []
+    options: list[inspect.Parameter] = []
+    for f in dataclasses.fields(cls):
+        metadata = getattr(hints[f.name], "__metadata__", ())
+        is_argument = any(type(m).__name__ == "ArgumentInfo" for m in metadata)
+        (arguments if is_argument else options).append(
+            inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=hints[f.name]))
+    return arguments, options
+
+
+def takes(**groups: type) -> Callable:
+    """Decorator: add the fields of each option-group dataclass to the command's options, and pass each
+    group to the command as one object (the way simonw/llm shares option groups through decorators)."""
+
+    def decorate(func: Callable) -> Callable:
+        signature = inspect.signature(func, eval_str=True)
+        keyword = inspect.Parameter.KEYWORD_ONLY
+        own = [p.replace(kind=keyword) for p in signature.parameters.values() if p.name not in groups]
+        arguments: list[inspect.Parameter] = []
+        options: list[inspect.Parameter] = []
+        for cls in groups.values():
+            group_arguments, group_options = _group_parameters(cls)
+            arguments += group_arguments
+            options += group_options
+        params = arguments + own + options  # TEXT comes first on the command line, the shared options last
+
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            for arg, cls in groups.items():
+                kwargs[arg] = cls(**{f.name: kwargs.pop(f.name) for f in dataclasses.fields(cls)})
+            return func(*args, **kwargs)
+
+        wrapper.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in params}
+        del wrapper.__wrapped__  # Typer must see the new signature, not the function's own
+        return wrapper
+
+    return decorate
+
+

@@ -1,0 +1,272 @@
+"""Option types and the options commands share: one typed selection for every layer/head/token option
+(bounds checked before anything is expanded), the model options as one object, scales, parts, -o.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Optional
+from collections.abc import Callable
+
+import typer
+from rich.text import Text
+
+from attnviz.devices import DEVICE_ALIASES, DEVICES, DTYPE_ALIASES, DTYPES  # one definition of each (no torch)
+from attnviz.selection import Selection
+from attnviz.text import visible
+from attnviz.cli.output import err, flag
+
+
+# --- option types ------------------------------------------------------------------------------------
+
+
+def selection_parser(what: str, keywords: tuple[str, ...] = (), field: str | None = None) -> Callable:
+    """A --layer/--head parser: indices, negative indices, ranges, lists, 'all' (and 'mean'/'max' for heads),
+    by attnviz.selection; anything malformed is a usage error that says what is valid."""
+    field = field or what
+
+    def parse(value: Any) -> Selection:
+        if isinstance(value, Selection):
+            return value
+        from attnviz.errors import SelectionError
+
+        try:
+            return Selection.parse(str(value), what, keywords=keywords, field=field)
+        except SelectionError as exc:
+            raise typer.BadParameter(exc.spelled(flag).removeprefix(f"{flag(field)}: ")) from None
+
+    return parse
+
+
+def one_index_parser(what: str, field: str | None = None) -> Callable:
+    """A --layer/--head parser for commands that show one at a time (steps, positions): one index, negative
+    counting from the end; a list, range, `all`, `mean` or `max` is a usage error saying so, before any model
+    loads."""
+    field = field or what
+
+    def parse(value: Any) -> Selection:
+        if isinstance(value, Selection):
+            return value
+        text = str(value).strip()
+        if not re.fullmatch(r"-?[0-9]{1,9}", text):
+            raise typer.BadParameter(f"this command shows one {what} at a time: give one index (0, 2, or -1 for "
+                                     f"the last), not {visible(text)[:40]!r}")
+        return Selection.parse(text, what, field=field)
+
+    return parse
+
+
+def whole_number(minimum: int, maximum: int | None = None) -> Callable:
+    """A whole-number option checked here rather than by click's IntRange, whose "[1<=x<=4096]" would widen
+    the help's type column past 80 terminal columns; the help text states the range instead."""
+    def parse(value: Any) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        else:
+            text = str(value).strip()
+            if not re.fullmatch(r"[+-]?[0-9]{1,30}", text):
+                raise typer.BadParameter(f"{visible(text)[:40]!r} is not a whole number")
+            number = int(text)
+        if number < minimum or (maximum is not None and number > maximum):
+            upper = f" to {maximum:,}" if maximum is not None else " or more"
+            raise typer.BadParameter(f"{number} is out of range: give {minimum:,}{upper}")
+        return number
+
+    return parse
+
+
+def choice_parser(choices: tuple[str, ...], aliases: dict[str, str]) -> Callable:
+    """One of `choices`, or an alias users type (gpu -> cuda, fp16 -> float16); case-insensitive."""
+
+    def parse(value: Any) -> str:
+        key = str(value).strip().lower()
+        key = aliases.get(key, key)
+        if key not in choices:
+            raise typer.BadParameter(f"{visible(str(value))!r} is not one of {', '.join(choices)}")
+        return key
+
+    return parse
+
+
+def size_parser(value: Any) -> int:
+    """A size in bytes: 512M, 2G, 1.5G or a number of bytes."""
+    if isinstance(value, int):
+        return value
+    from attnviz.sizes import parse_size
+
+    try:
+        return parse_size(str(value))
+    except (ValueError, IndexError):
+        raise typer.BadParameter(f"{visible(str(value))!r} is not a size; write e.g. 512M, 2G or 16G") from None
+
+
+def colormap_parser(value: Any) -> str:
+    """A matplotlib colormap name, checked when the options are parsed (before any model work)."""
+    from attnviz.errors import ColormapError
+    from attnviz.render.colors import colormap
+
+    try:
+        colormap(str(value))
+    except ColormapError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    return str(value)
+
+
+def finite_float(minimum: float = -math.inf) -> Callable:
+    """A finite float (no nan, no inf), at least `minimum`."""
+
+    def parse(value: Any) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise typer.BadParameter(f"{visible(str(value))!r} is not a number") from None
+        if not math.isfinite(number) or number < minimum:
+            raise typer.BadParameter(f"{visible(str(value))!r} must be a finite number ≥ {minimum:g}")
+        return number
+
+    return parse
+
+
+
+# --- shared options ----------------------------------------------------------------------------------
+
+TextArg = Annotated[Optional[str], typer.Argument(help="The text to look at (in quotes).", show_default=False)]
+FromOpt = Annotated[Optional[Path], typer.Option("--from", help="Read a saved capture (.npz) instead of running "
+                                                                "a model.", dir_okay=False, show_default=False)]
+LayerSel = Annotated[Selection, typer.Option(
+    "--layer", "--layers", "-l", parser=selection_parser("layer"), metavar="LAYERS",
+    help="Layers: an index (-1 is the last), a list 0,3,5, a range 0-2, or all.")]
+HeadSel = Annotated[Selection, typer.Option(
+    "--head", "--heads", "-H", parser=selection_parser("head", ("mean", "max")), metavar="HEADS",
+    help="Heads: an index, a list 0,5, a range 0-3, all, or mean / max over the layer's heads.")]
+OneLayer = Annotated[Selection, typer.Option(
+    "--layer", "--layers", "-l", parser=one_index_parser("layer"), metavar="LAYER",
+    help="One layer: an index (-1 is the last).")]
+OneHead = Annotated[Selection, typer.Option(
+    "--head", "--heads", "-H", parser=one_index_parser("head"), metavar="HEAD",
+    help="One head: an index (-1 is the last).")]
+HideOpt = Annotated[bool, typer.Option("--hide-special", help="Leave out [CLS], [SEP], <s> and other special "
+                                                             "tokens (rows are not renormalised).")]
+CmapOpt = Annotated[str, typer.Option("--cmap", parser=colormap_parser, help="Matplotlib colormap name.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the data as JSON on stdout instead of a table.")]
+CsvOpt = Annotated[bool, typer.Option("--csv", help="Print the data as CSV on stdout instead of a table.")]
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """The options of every command that runs a model, passed on as one object."""
+
+    model: Annotated[Optional[str], typer.Option(
+        "--model", "-m", help="Offline: minilm (English BERT, the default), multilingual (Korean, Japanese, "
+                              "Chinese, … ), smollm2 (a causal LM), a .gguf file; or a Hugging Face id or local "
+                              "folder. Default: $ATTNVIZ_MODEL, else minilm.",
+        show_default=False)] = None
+    revision: Annotated[Optional[str], typer.Option(help="Model revision (branch, tag or commit).",
+                                                    show_default=False)] = None
+    device: Annotated[str, typer.Option(parser=choice_parser(DEVICES, DEVICE_ALIASES), metavar="DEVICE",
+                                        help="auto (CUDA, then MPS, then CPU), cpu, cuda (or gpu) or mps.")] = "auto"
+    dtype: Annotated[str, typer.Option(parser=choice_parser(DTYPES, DTYPE_ALIASES), metavar="DTYPE",
+                                       help="float32, float16 (fp16) or bfloat16 (bf16).")] = "float32"
+    trust_remote_code: Annotated[bool, typer.Option(
+        "--trust-remote-code", help="Run the model repository's own code (only for repositories you trust).")] = False
+    no_truncate: Annotated[bool, typer.Option(
+        "--no-truncate",
+        help="Refuse text longer than the model's maximum positions (default: cut it, with a warning).")] = False
+    max_memory: Annotated[Optional[int], typer.Option(
+        "--max-memory", parser=size_parser, metavar="SIZE", show_default=False,
+        help="Memory the full attention tensor may take (512M, 8G); beyond it long inputs are streamed, or "
+             "refused where they cannot be. Default: 2G, or the variable ATTNVIZ_MEMORY_BUDGET.")] = None
+
+    @property
+    def truncate(self) -> bool:
+        """Cut a text longer than the model's maximum positions (with a warning) rather than refuse it."""
+        return not self.no_truncate
+
+    def spec(self):
+        """The model options as an attnviz.ModelSpec (for workers that load their own copy)."""
+        from attnviz.api import ModelSpec
+
+        return ModelSpec(self.model, self.revision, self.device, self.dtype, self.trust_remote_code, self.max_memory)
+
+    def load(self, *, lm_head: bool | str = False):
+        """The model, loaded once (with a spinner on stderr); `lm_head`: with its language-model head."""
+        from attnviz.api import conversion_pending
+
+        converting = conversion_pending(self.model)
+        what = (f"Converting {converting} once into attnviz's model cache (later runs load it at once)…"
+                if converting else "Loading the model…")
+        with err.status(Text(what)):
+            from attnviz.api import load_model
+
+            return load_model(self.model, revision=self.revision, device=self.device, dtype=self.dtype,
+                              trust_remote_code=self.trust_remote_code, memory_budget=self.max_memory,
+                              lm_head=lm_head)
+
+
+@dataclass(frozen=True)
+class ScaleOptions:
+    """How weights map to colours, for every command that draws attention."""
+
+    scale: Annotated[str, typer.Option(
+        "--scale", parser=choice_parser(("shared", "per-head"), {"per_head": "per-head", "each": "per-head"}),
+        metavar="SCALE", help="shared or per-head: one colour scale for every panel (shared), or each its own "
+                              "(per-head).")] = "shared"
+    norm: Annotated[str, typer.Option(
+        "--norm", parser=choice_parser(("auto", "linear", "sqrt", "log"), {"power": "sqrt"}),
+        metavar="NORM",
+        help="auto, linear, sqrt or log: how weights map to colours (sqrt or log show small weights; auto is "
+             "linear up to 64 tokens, log beyond). Not --norms (value-weighted norms).")] = "auto"
+    vmax: Annotated[Optional[float], typer.Option(
+        "--vmax", parser=finite_float(0.0), metavar="NUMBER", show_default=False,
+        help="Top of the colour scale (default: the largest weight shown).")] = None
+
+    def choice(self):
+        from attnviz.panels import ScaleChoice
+
+        if self.vmax is not None and self.vmax <= 0:
+            raise typer.BadParameter("must be above 0", param_hint="--vmax")
+        return ScaleChoice(kind=self.scale, norm=self.norm, vmax=self.vmax)
+
+
+ValuesOpt = Annotated[bool, typer.Option("--values", help="Write each weight in its cell (when cells are big "
+                                                         "enough to read).")]
+StartOpt = Annotated[int, typer.Option("--start", parser=whole_number(0), metavar="N",
+                                       help="Terminal: the first key column shown when the matrix is wider than "
+                                            "the terminal.")]
+
+
+TOKEN_GROUPS = ("generated", "prompt")  # named token positions of a capture from attnviz generate
+RowsOpt = Annotated[Optional[Selection], typer.Option(
+    "--rows", parser=selection_parser("row", TOKEN_GROUPS, field="rows"), metavar="ROWS", show_default=False,
+    help="Only these query rows, exactly: 0-40, 4000:4100 (a window into a long input), or generated / prompt "
+         "(a capture from attnviz generate).")]
+ColsOpt = Annotated[Optional[Selection], typer.Option(
+    "--cols", parser=selection_parser("col", TOKEN_GROUPS, field="cols"), metavar="COLS", show_default=False,
+    help="Only these key columns, exactly: 0-40, 0:8192, or generated / prompt.")]
+
+
+MAX_NEW_TOKENS = 4096
+PART_CHOICES = ("encoder", "decoder", "cross")
+PART_ALIASES = {"enc": "encoder", "dec": "decoder", "cross-attention": "cross", "encoder-decoder": "cross"}
+_PART_HELP = ("Encoder-decoder models (T5, BART, Marian): which attention — encoder (source × source), decoder "
+              "(target × target, causal) or cross (target rows × source columns).")
+PartOpt = Annotated[Optional[str], typer.Option(
+    "--part", parser=choice_parser(PART_CHOICES, PART_ALIASES), metavar="PART", show_default=False,
+    help=_PART_HELP + " Default: cross.")]
+SelfPartOpt = Annotated[Optional[str], typer.Option(
+    "--part", parser=choice_parser(PART_CHOICES, PART_ALIASES), metavar="PART", show_default=False,
+    help=_PART_HELP + " Default: encoder.")]
+AllPartsOpt = Annotated[Optional[str], typer.Option(
+    "--part", parser=choice_parser(("all", *PART_CHOICES), PART_ALIASES), metavar="PART",
+    show_default=False, help=_PART_HELP + " Or all. Default: all three.")]
+
+
+
+ImageOut = Annotated[Optional[str], typer.Option(
+    "--output", "-o", metavar="FILE", show_default=False,
+    help="Also write a figure: .png, .svg or .pdf by the suffix; a folder gets the default name inside.")]
+
+

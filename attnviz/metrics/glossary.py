@@ -1,0 +1,174 @@
+"""The glossary behind : every metric, label and term with its definition.
+"""
+
+from __future__ import annotations
+
+
+
+
+from attnviz.metrics.labels import LABELS, label_definitions
+from attnviz.metrics.registry import METRICS
+
+
+TERMS: dict[str, str] = {
+    "alpha": "α, the attention weights: softmax(Q·Kᵀ/√d_k) with masked keys at −∞. Row i (a query) says how "
+             "much token i looks at each key j; every row sums to 1.",
+    "label": "the pattern label of a head, after Clark et al. 2019 and Kovaleva et al. 2019: the first of "
+             + ", ".join(LABELS) + " whose test passes (see `attnviz explain <label>`).",
+    "rollout": "attention rollout (Abnar & Zuidema 2020): per layer Â = rownorm(mean over heads of α + I), the "
+               "identity standing for the residual stream, multiplied through the layers. Row i says how much "
+               "of each input token reaches position i at the top.",
+    "scale": "the colour scale: 0 to the largest weight shown, one scale for every panel of a picture; the "
+             "legend and the colorbar give its end.",
+    "entropy baseline": "ln T nats: the entropy of uniform attention over T keys. 0 is one-hot.",
+    "causal": "decoder models (GPT-2, Llama) attend only to earlier tokens: α is lower-triangular and the "
+              "future cells are drawn blank.",
+    "special tokens": "[CLS], [SEP], <s>, </s>, … as the tokenizer's own special-token ids say; "
+                      "--hide-special leaves them out of pictures (rows are not renormalised).",
+    "part": "which attention of an encoder-decoder model (T5, BART, Marian) is shown (--part): encoder (source × "
+            "source), decoder (target × target, causal) or cross (target rows × source columns).",
+    "cross-attention": "in an encoder-decoder model, each target token's query against the encoder's output for "
+                       "every source token: which source words a target word looks at. Rows sum to 1 over the "
+                       "source; prev, self, next and dist compare positions of one sentence and are shown as –.",
+    "generated": "tokens a causal model wrote (attnviz generate), after the prompt. Row t is what token t "
+                 "attends to as it is read back in to choose the next token; pictures draw a line where the "
+                 "prompt ends, and --rows generated keeps only those rows.",
+    "layer": "one transformer block; layers are numbered from 0 at the input (-1 is the last).",
+    "head": "one attention head of a layer: its own Q, K, V projections and its own α.",
+    "H": "in compare's panel summaries: the mean row entropy of that matrix, in nats (see entropy). Elsewhere "
+         "H is the number of heads per layer, as in L × H.",
+    "sp": "in compare's panel summaries: the mean mass on special tokens (see special tokens).",
+    "d": "in compare's panel summaries: the mean distance |i − j| in tokens between a query and what it "
+         "attends to (see dist).",
+    "T": "the number of tokens of the input (a long input streamed into blocks still counts its tokens).",
+    "d_k": "the size of one head's query and key vectors (hidden size ÷ heads): 32 for MiniLM and the "
+           "multilingual model, 64 for SmolLM2 and BERT-base. The scores are divided by √d_k.",
+    "√d_k": "the square root of d_k, the divisor of Q·Kᵀ: it keeps the scores' spread near 1 however large "
+            "d_k is (attnviz scaling shows why).",
+    "Q·Kᵀ": "the scores: each query vector dotted with each key vector, before scaling and the softmax.",
+    "softmax": "softmax(x)_j = exp(x_j) / Σ_k exp(x_k): turns a row of scores into weights that are positive and "
+               "sum to 1; masked keys (at −∞) get exactly 0.",
+    "Q": "the queries: each token's hidden state times W_Q (plus its bias), one d_k vector per head. q is "
+         "one row of Q.",
+    "K": "the keys: each token's hidden state times W_K (plus its bias). k is one row of K.",
+    "V": "the values: each token's hidden state times W_V (plus its bias); α·V is what the head outputs.",
+    "α·V": "the head's output for each query: the weighted sum of the value vectors, weights α (out in steps).",
+    "mask": "keys a query may not see get −∞ before the softmax, so weight 0: padding, for causal models "
+            "every later token, and in a sliding-window layer every key beyond the window.",
+    "sliding window": "a layer that lets query i see only the last w keys (i − j < w; Mistral, Gemma 2/3, "
+                      "gpt-oss, Cohere 2 alternate such layers with full ones); ModernBERT's local layers see the "
+                      "keys within ±w. The keys beyond are masked: blank in every picture, like a causal "
+                      "model's future, and the legend names the window.",
+    "soft-capping": "Gemma 2 squashes each scaled score s to c·tanh(s/c) before the mask and softmax (c = "
+                    "attn_logit_softcapping, e.g. 50): no score beyond ±c, so no head can put all its weight on "
+                    "one key by a huge score. attnviz steps shows the capped scores; verify writes it out.",
+    "sink logit": "gpt-oss gives each head one learned logit that joins every row's softmax as an extra key and "
+                  "is dropped after: a row's weights over the real keys then sum to less than 1 (the 'kept' "
+                  "column). Head statistics use each row's shares of what it kept; pictures show α as it is "
+                  "(rows fainter where the sink took more). Not the same as a sink token (see 'sink').",
+    "query_pre_attn_scalar": "Gemma scales the scores by 1/√query_pre_attn_scalar instead of 1/√d_k.",
+    "QK-norm": "Qwen3, Gemma 3 and OLMo 2 normalise Q and K (RMSNorm) before the scores: per head (Qwen3, Gemma 3) "
+               "or over the whole projection (OLMo 2).",
+    "entropy_tokens": "in corpus output: the token-weighted mean entropy, over every query row of every text "
+                      "(long texts count more), beside entropy, the mean over texts.",
+    "tok-w": "in corpus tables: token-weighted, a mean over every query row of every text rather than over texts.",
+    "label_share": "in corpus output: the share of texts in which the head got its majority label.",
+    "ablation": "removing a head (attnviz ablate): its output α·V, where the output projection W_O receives it, "
+                "replaced by 0 (zero ablation) or by its mean over positions (mean ablation); checked against the "
+                "same removal made by editing W_O's weights.",
+    "KL": "in ablate and importance: KL(p_clean ‖ p_removed) = Σ_v p_clean(v) ln(p_clean(v) / p_removed(v)), in "
+          "nats, between the next-token distributions without and with the heads removed; 0 means no change.",
+    "effect": "in importance: what removing one head alone changes — a causal LM's mean KL over positions, or "
+              "‖ê_removed − ê_clean‖ of an encoder's unit sentence embedding (√(2(1 − cos))).",
+    "gradient": "in importance: Michel et al. 2019's estimate, |∂loss/∂ξ_h| at ξ = 1 for a gate ξ_h on head h's "
+                "output (an encoder: ‖∂ê/∂ξ_h‖), the first-order size of removing the head (ξ_h = 0).",
+    "detector share": "in detect: the weight on a detector's targets averaged over the rows that have one (what the "
+             "induction and duplicate-token labels test).",
+    "TL score": "in detect: TransformerLens's head-detector score Σ α⊙P / Σ α over the whole matrix (error measure "
+                "'mul', nothing excluded), P the detector's 0/1 pattern.",
+    "by norm": "value-weighted norms (Kobayashi et al. 2020): ‖α_ij·f(x_j)‖ instead of α_ij, how much key j "
+               "actually moves query i (attnviz norms, sinks).",
+    "by α": "measured with the attention weights α themselves (beside 'by norm').",
+    "stream": "--stream: a long input's attention computed a block of query rows at a time, so memory grows "
+              "with T, not T²; the statistics are exact, pictures show block means.",
+    "sink": "a key that takes a large share of many queries' attention whatever they are (often the first "
+            "token, [CLS] or [SEP]): attnviz sinks lists them (Xiao et al. 2023, Gu et al. 2024).",
+    "sink score": "a key's mean weight over the queries that can see it; above --threshold (0.3) it is a sink.",
+    "|Δ|": "the absolute difference between two computations of the same number (the model's α and the "
+           "from-scratch α, or a sum and its parts); max and mean over every cell.",
+    "lift": "in attnviz token: how much more weight this token puts on a key than the other tokens do on "
+            "average in that head. A large weight with a small lift is a vertical stripe, not a link.",
+    "stripe": "a head where every token looks at the same key (a vertical stripe in its heatmap); attnviz token "
+              "says so rather than calling it a link.",
+    "piece": "a token that holds part of a character: byte-level tokenizers split a character of several UTF-8 "
+             "bytes, and 나(2/3) is the second of the three tokens 나 is spread over.",
+    "[CLS]/BOS": "in corpus layer tables: attention mass on the first special token ([CLS] for BERT, BOS for "
+                 "causal models).",
+    "[SEP]/EOS": "in corpus layer tables: attention mass on the closing special token ([SEP], EOS).",
+    "norm": "the colour scale's mapping (--norm linear, sqrt, log or auto), not value-weighted norms (--norms, "
+            "attnviz norms).",
+    "mean": "in tables of heads: the mean over the layer's heads; `--head mean` draws that mean matrix.",
+    "raw": "in attnviz scaling: the same trained weights and the same Q and K, without the division by √d_k.",
+    "scaled": "in attnviz scaling: with the division by √d_k, as the model computes it.",
+    "std": "standard deviation: over texts in corpus output; in attnviz scaling, of every score in a layer.",
+    "largest |output|": "in attnviz verify --norms: the attention block output's largest |value| in that layer.",
+    "relative |Δ|": "in attnviz verify --norms: max |Δ| ÷ max(1, largest |output|), the measure the verdict uses "
+                    "(float32 rounding grows with the values; some models' outputs reach the hundreds).",
+    "max |Δ| of the output": "in attnviz verify --norms: the largest difference between the attention block's "
+                             "output and the sum of its parts α_ij·f(x_j) + b_O.",
+    "worst head": "in attnviz verify: the head with the largest |Δ| in that layer.",
+    "with positions": "in attnviz positions: the largest |Δ| between α of the shuffled text and α permuted back, "
+                      "with the position embeddings as trained (large: the model knows the order).",
+    "without positions": "in attnviz positions: the same with the position embeddings zeroed (float rounding: "
+                         "self-attention alone sees a set).",
+    "check |Δ|": "in attnviz norms: the largest difference between the attention block's output and the sum of "
+                 "its parts α_ij·f(x_j) (plus the output bias): the exact check of the decomposition.",
+    "sink heads": "in attnviz sinks: how many heads of the layer have a sink (a key whose sink score passes "
+                  "--threshold).",
+    "sinks (token: heads)": "in attnviz sinks: each sink token and in how many of the layer's heads it is one.",
+    "score by α": "in attnviz sinks: the largest sink score in the layer, measured with α (beside 'by norm').",
+    "pos": "in attnviz generate --terminal: the position of the new token in prompt + generated text.",
+    "attends most to": "in attnviz generate --terminal: the earlier tokens the new token's row of α weighs most, "
+                       "with their weights.",
+    "itself": "in attnviz generate --terminal: the new token's weight on itself (the diagonal of α).",
+}
+TERM_ALIASES = {"entropy tokens": "entropy_tokens", "token-weighted": "tok-w", "q": "Q", "k": "K", "v": "V",
+                "out": "α·V", "qk": "Q·Kᵀ", "sqrt(d_k)": "√d_k", "dk": "d_k", "streamed": "stream",
+                "sinks": "sink", "sink_score": "sink score", "alpha·v": "α·V", "pieces": "piece",
+                "share": "label_share", "α": "alpha", "qkᵀ": "Q·Kᵀ", "QKᵀ": "Q·Kᵀ", "QKᵀ/√d_k": "scaled",
+                "mean |Δ|": "|Δ|", "max |Δ|": "|Δ|", "attends most to (weight)": "attends most to",
+                "by α": "by α", "score": "sink score", "window": "sliding window", "sliding": "sliding window",
+                "local attention": "sliding window", "softcap": "soft-capping", "softcapping": "soft-capping",
+                "soft-cap": "soft-capping", "sink logits": "sink logit", "s_aux": "sink logit",
+                "qk-norm": "QK-norm", "qk norm": "QK-norm"}
+
+
+def glossary() -> list[tuple[str, str, str]]:
+    """(term, other name, definition) for every metric, label and term, for `attnviz explain`."""
+    rows = [(m.header, m.name if m.name != m.header else "", m.definition) for m in METRICS]
+    rows += [(label, "label", text) for label, text in label_definitions().items()]
+    rows += [(term, "", text) for term, text in TERMS.items()]
+    return rows
+
+
+def lookup(term: str) -> list[tuple[str, str, str]]:
+    """The glossary rows for a term as a user types it: a column, label or term by name (exact case first,
+    then any case), its other name, an alias, or a word in a term's name."""
+    rows = glossary()
+    wanted = term.strip()
+    key = TERM_ALIASES.get(wanted, TERM_ALIASES.get(wanted.lower(), wanted))
+    exact = [r for r in rows if key in (r[0], r[1])]
+    if exact:
+        return exact
+    low = key.lower()
+    return [r for r in rows if low in (r[0].lower(), r[1].lower())] or \
+        [r for r in rows if r[1] == "" and len(low) > 2 and low in r[0].lower()]
+
+
+def definitions_markdown() -> str:
+    """The README's metric table, from the registry."""
+    rows = ["| metric | column | definition |", "|---|---|---|"]
+    rows += [f"| `{m.name}` | `{m.header}` | {m.definition.replace('|', chr(92) + '|')} |" for m in METRICS]
+    return "\n".join(rows) + "\n"
+
+
