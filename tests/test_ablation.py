@@ -38,10 +38,10 @@ def ablatable(tiny_model_dir):
 def _outputs(where, inputs):
     import torch
 
-    from attnviz.engine.ablation import _run, is_causal_lm, outputs_of
+    from attnviz.engine.ablation import is_causal_lm, outputs_of, run_model
 
     with torch.inference_mode():
-        return outputs_of(_run(where.model, inputs), is_causal_lm(where.model))
+        return outputs_of(run_model(where.model, inputs), is_causal_lm(where.model))
 
 
 @pytest.mark.parametrize("kind", FAMILIES)
@@ -98,10 +98,11 @@ def test_batched_importance_equals_the_loop(kind, ablatable):
 
 def test_batched_importance_in_chunks_equals_one_batch(ablatable, monkeypatch):
     from attnviz.engine import ablation
+    from attnviz.engine.ablation import seam
 
     _, where, inputs = ablatable("llama")
     whole = ablation.importance(where, [inputs], mode="mean")
-    monkeypatch.setattr(ablation, "OUTPUT_BYTES", 1)  # one head per pass
+    monkeypatch.setattr(seam, "OUTPUT_BYTES", 1)  # one head per pass
     chunked = ablation.importance(where, [inputs], mode="mean")
     np.testing.assert_allclose(chunked.effect, whole.effect, rtol=1e-5, atol=1e-7)
 
@@ -112,8 +113,9 @@ def test_the_gradient_is_the_derivative_of_the_gated_model(kind, ablatable):
     an encoder the norm of ê's derivative along ξ_h, each head of layer 0 and the last layer (rel. 2e-2)."""
     import torch
 
-    from attnviz.engine.ablation import (_gated, _run, editing, embedding, gradient_scores, is_causal_lm,
-                                         next_token_loss, outputs_of)
+    from attnviz.engine.ablation import (editing, embedding, gradient_scores, is_causal_lm, next_token_loss,
+                                         outputs_of, run_model)
+    from attnviz.engine.ablation.ranking import _gated
 
     _, where, inputs = ablatable(kind)
     causal = is_causal_lm(where.model)
@@ -124,7 +126,7 @@ def test_the_gradient_is_the_derivative_of_the_gated_model(kind, ablatable):
         gate = torch.ones(1, where.layers, where.heads, dtype=torch.float64)
         gate[0, layer, head] = value
         with editing(where, _gated(where, gate, None)), torch.inference_mode():
-            out = outputs_of(_run(where.model, inputs), causal)
+            out = outputs_of(run_model(where.model, inputs), causal)
         return next_token_loss(out, inputs["input_ids"])[0] if causal else embedding(out)[0].double()
 
     for layer in (0, where.layers - 1):
@@ -483,12 +485,13 @@ def test_the_hook_equals_the_weights_edited_on_real_weights(which):
 
 def test_the_encoder_jacobian_in_small_batches_is_the_same(ablatable, monkeypatch):
     from attnviz.engine import ablation
+    from attnviz.engine.ablation import ranking, seam
 
     _, where, inputs = ablatable("bert")
     whole = ablation.gradient_scores(where, inputs, False, None)
-    monkeypatch.setattr(ablation, "JACOBIAN_BATCH", 3)  # 32 dimensions in 11 backward passes
+    monkeypatch.setattr(ranking, "JACOBIAN_BATCH", 3)  # 32 dimensions in 11 backward passes
     np.testing.assert_allclose(ablation.gradient_scores(where, inputs, False, None), whole, rtol=1e-6, atol=1e-9)
-    monkeypatch.setattr(ablation, "ATTENTION_BYTES", 1)  # the memory bound: one copy per pass
+    monkeypatch.setattr(seam, "ATTENTION_BYTES", 1)  # the memory bound: one copy per pass
     assert ablation.copies_that_fit(where, 12, 32, backward=True) == 1
     np.testing.assert_allclose(ablation.gradient_scores(where, inputs, False, None), whole, rtol=1e-6, atol=1e-9)
 

@@ -30,7 +30,7 @@ def test_the_top_level_help_loads_no_command_module_and_nothing_heavy():
     command_modules = {f"attnviz.cli.{module}" for module, _ in COMMANDS.values()}
     assert all(name in done.stdout for name in COMMANDS)
     loaded = json.loads(done.stderr.strip().splitlines()[-1])
-    assert "attnviz.cli.app" in loaded and not set(loaded) & (command_modules | {"numpy", "matplotlib", "torch",
+    assert "attnviz.cli.group" in loaded and not set(loaded) & (command_modules | {"numpy", "matplotlib", "torch",
                                                                                    "transformers"})
     done = subprocess.run([sys.executable, "-c", probe.format(args=["explain", "entropy"])], capture_output=True,
                           text=True)

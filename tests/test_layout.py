@@ -105,3 +105,17 @@ def test_the_capture_function_is_never_shadowed_by_a_module():
         importlib.import_module(name)
     assert callable(attnviz.capture) and callable(attnviz.export) and callable(attnviz.corpus)
     assert type(attnviz).__name__ == "module"
+
+
+def test_no_package_shadows_its_own_modules():
+    """In every package, a name the package binds that is also one of its modules is that module: a function
+    re-exported under a module's name would hide the module (monkeypatching it, reading its constants)."""
+    import importlib
+
+    for init in sorted(PACKAGE.rglob("__init__.py")):
+        folder = init.parent
+        dotted = ".".join(folder.relative_to(PACKAGE.parent).parts)
+        package = importlib.import_module(dotted)
+        for module in sorted(p.stem for p in folder.glob("*.py") if p.stem != "__init__"):
+            bound = vars(package).get(module)
+            assert bound is None or type(bound).__name__ == "module", f"{dotted}.{module} is hidden by {bound!r}"

@@ -1,6 +1,6 @@
 """The `attnviz` command line: one module per group of commands, all on one Typer app."""
 
-from attnviz.cli.app import app, AttnvizGroup, COMMANDS
+from attnviz.cli.group import app, AttnvizGroup, COMMANDS
 
 __all__ = ["COMMANDS", "app", "command_group", "main"]
 

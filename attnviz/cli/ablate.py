@@ -10,7 +10,7 @@ import typer
 
 from attnviz.cli.output import check_output, emit_records, err, flag, out, output_path, print_json, say, use_color
 from attnviz.cli.errors import cli_errors
-from attnviz.cli.app import app
+from attnviz.cli.group import app
 from attnviz.cli.params import choice_parser, CsvOpt, ImageOut, JsonOpt, ModelOptions, selection_parser, whole_number
 from attnviz.cli.inputs import CliReporter, takes, TextSource
 from attnviz.selection import Selection

@@ -8,7 +8,7 @@ import typer
 
 from attnviz.cli.output import check_output, err, out, output_path, print_json, say
 from attnviz.cli.errors import cli_errors, usage_errors
-from attnviz.cli.app import app
+from attnviz.cli.group import app
 from attnviz.cli.params import ImageOut, JsonOpt, ModelOptions, whole_number
 from attnviz.cli.inputs import CliReporter, takes
 

@@ -9,7 +9,7 @@ import typer
 
 from attnviz.cli.output import check_output, emit_records, err, out, output_path, print_json, say
 from attnviz.cli.errors import cli_errors
-from attnviz.cli.app import app
+from attnviz.cli.group import app
 from attnviz.cli.params import CmapOpt, CsvOpt, HeadSel, ImageOut, JsonOpt, LayerSel
 from attnviz.cli.inputs import CliReporter, takes, TextSource
 from attnviz.selection import Selection

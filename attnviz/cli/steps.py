@@ -9,7 +9,7 @@ import typer
 
 from attnviz.cli.output import check_output, err, out, output_path, print_json, say, use_color
 from attnviz.cli.errors import cli_errors
-from attnviz.cli.app import app
+from attnviz.cli.group import app
 from attnviz.cli.params import CmapOpt, ImageOut, JsonOpt, OneHead, OneLayer, whole_number
 from attnviz.cli.inputs import CliReporter, takes, TextSource
 from attnviz.selection import Selection

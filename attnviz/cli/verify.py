@@ -10,7 +10,7 @@ import typer
 from attnviz.text import visible
 from attnviz.cli.output import check_output, err, out, output_path, print_json, say
 from attnviz.cli.errors import cli_errors
-from attnviz.cli.app import app
+from attnviz.cli.group import app
 from attnviz.cli.params import finite_float, FromOpt, ImageOut, JsonOpt
 from attnviz.cli.inputs import CliReporter, takes, TextInput, TextSource
 

@@ -10,7 +10,7 @@ import typer
 
 from attnviz.cli.output import check_output, err, out, output_path, print_json, say, use_color
 from attnviz.cli.errors import cli_errors
-from attnviz.cli.app import app
+from attnviz.cli.group import app
 from attnviz.cli.params import (CmapOpt, ColsOpt, CsvOpt, HeadSel, HideOpt, ImageOut, JsonOpt, LayerSel, PartOpt,
                                 RowsOpt, ScaleOptions, SelfPartOpt, StartOpt, ValuesOpt)
 from attnviz.cli.inputs import CaptureInput, LongTextInput, takes

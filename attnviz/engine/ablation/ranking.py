@@ -1,0 +1,209 @@
+"""Every head removed alone, batched layer by layer, beside the gradient estimate of Michel et al. 2019.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from attnviz.errors import UnsupportedArchitectureError
+
+from attnviz.engine.ablation.seam import Edit, Site, copies_that_fit, editing, every_head, removal
+from attnviz.engine.ablation.runs import embedding, head_means, is_causal_lm, outputs_of, run_model
+from attnviz.engine.ablation.removing import kl_rows, next_token_loss
+
+JACOBIAN_BATCH = 64  # copies per backward pass for an encoder's embedding Jacobian, at most
+
+
+
+# --- every head alone: importance ----------------------------------------------------------------------
+
+
+@dataclass
+class Importance:
+    """Every head removed alone, over one or more texts (means over the texts).
+
+    effect    (L, H): causal LM, the mean over positions of KL(p_clean ‖ p_removed), nats; encoder,
+              ‖ê_removed − ê_clean‖ of the unit sentence embeddings (= √(2(1 − cos)))
+    loss      (L, H) causal only: the next-token loss with the head removed minus the clean loss, nats
+    gradient  (L, H): |∂loss/∂ξ_h| (causal) or ‖∂ê/∂ξ_h‖ (encoder) at ξ = 1, Michel et al. 2019
+    estimated (L, H): what the gradient estimates to first order: |Δloss| (causal) or ‖Δê‖ (encoder)"""
+
+    kind: str
+    mode: str
+    effect: np.ndarray
+    gradient: np.ndarray
+    estimated: np.ndarray
+    loss: np.ndarray | None = None
+    texts: int = 1
+    tokens: int = 0
+    clean_loss: float | None = None
+
+
+def removal_outputs(where: Site, inputs: dict, pairs: Sequence[tuple[int, int]],
+                    fills: list[torch.Tensor] | None, causal: bool) -> torch.Tensor:
+    """The outputs with each of `pairs` removed alone, in one forward pass: element 0 is the clean model,
+    element 1 + n has pairs[n] removed (B = 1 + len(pairs), T, V or D). `pairs` must be in layer order. The
+    batch grows at each layer block: a copy of the clean element per head of that layer, so the layers below
+    run once."""
+    order = [layer for layer, _ in pairs]
+    if order != sorted(order):
+        raise ValueError("pairs must be in layer order")
+    start: dict[int, int] = {}
+    by_layer: dict[int, list[int]] = {}
+    for n, (layer, head) in enumerate(pairs):
+        start.setdefault(layer, 1 + n)
+        by_layer.setdefault(layer, []).append(head)
+
+    def grow(module, args, kwargs):
+        layer = blocks.index(module)
+        if layer not in by_layer:
+            return None
+        if args:
+            hidden = args[0]
+            more = hidden[:1].expand(len(by_layer[layer]), *hidden.shape[1:])
+            return (torch.cat([hidden, more]), *args[1:]), kwargs
+        name = next(k for k in ("hidden_states", "x", "hidden_state") if k in kwargs)
+        hidden = kwargs[name]
+        more = hidden[:1].expand(len(by_layer[layer]), *hidden.shape[1:])
+        return args, {**kwargs, name: torch.cat([hidden, more])}
+
+    def edit(layer: int, z: torch.Tensor) -> torch.Tensor:
+        heads = by_layer.get(layer)
+        if not heads:
+            return z
+        z = z.clone()
+        rows = torch.arange(start[layer], start[layer] + len(heads), device=z.device)
+        cols = torch.tensor(heads, device=z.device)
+        z[rows, :, cols] = 0.0 if fills is None else fills[layer][cols].to(z.dtype)[:, None, :]
+        return z
+
+    blocks = where.blocks
+    handles = [b.register_forward_pre_hook(grow, with_kwargs=True) for b in blocks]
+    try:
+        with editing(where, edit), torch.inference_mode():
+            out = outputs_of(run_model(where.model, inputs), causal)
+    finally:
+        for handle in handles:
+            handle.remove()
+    if out.shape[0] != 1 + len(pairs):
+        raise UnsupportedArchitectureError(f"{type(where.model).__name__} did not keep the batch it was given "
+                                           f"({out.shape[0]} outputs for {1 + len(pairs)})")
+    return out
+
+
+def _measures(clean: torch.Tensor, outs: torch.Tensor, causal: bool, ids: torch.Tensor
+              ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """(effect, Δloss, estimated) of each element of `outs` against `clean` (1, T, ·)."""
+    if causal:
+        kl = kl_rows(clean, outs).mean(dim=-1)
+        if ids.shape[1] > 1:
+            loss = next_token_loss(outs, ids) - next_token_loss(clean, ids)
+        else:
+            loss = torch.zeros(outs.shape[0], dtype=torch.float64)
+        return kl.cpu().numpy(), loss.cpu().numpy(), loss.abs().cpu().numpy()
+    change = (embedding(outs) - embedding(clean)).double().norm(dim=-1).cpu().numpy()
+    return change, None, change
+
+
+def importance(where: Site, texts: Sequence[dict], *, mode: str = "zero", fills: list[torch.Tensor] | None = None,
+               batched: bool = True, gradient: bool = True, on_text: Callable[[int], None] | None = None
+               ) -> Importance:
+    """Every head removed alone on each input of `texts` (batches of 1), and (`gradient`) the gradient estimate,
+    averaged over the texts. `batched=False` runs one forward pass per head (the loop the batched path must
+    equal)."""
+    causal = is_causal_lm(where.model)
+    L, H = where.layers, where.heads
+    if mode == "mean" and fills is None:
+        fills = head_means(where, texts)
+    used = fills if mode == "mean" else None
+    pairs = every_head(L, H)
+    effect, estimated = np.zeros((L, H)), np.zeros((L, H))
+    loss = np.zeros((L, H)) if causal else None
+    scores = np.zeros((L, H))
+    clean_losses, tokens = [], 0
+    for inputs in texts:
+        ids = inputs["input_ids"]
+        T = ids.shape[1]
+        tokens += T
+        with torch.inference_mode():
+            clean = outputs_of(run_model(where.model, inputs), causal)
+        if causal and T > 1:
+            clean_losses.append(float(next_token_loss(clean, ids)[0]))
+        values = []
+        if batched:
+            size = max(1, copies_that_fit(where, T, clean.shape[-1]) - 1)
+            for at in range(0, len(pairs), size):
+                chunk = pairs[at:at + size]
+                outs = removal_outputs(where, inputs, chunk, used, causal)
+                values.append(_measures(clean, outs[1:], causal, ids))
+        else:
+            for pair in pairs:
+                with editing(where, removal([pair], used)), torch.inference_mode():
+                    outs = outputs_of(run_model(where.model, inputs), causal)
+                values.append(_measures(clean, outs, causal, ids))
+        effect += np.concatenate([v[0] for v in values]).reshape(L, H)
+        estimated += np.concatenate([v[2] for v in values]).reshape(L, H)
+        if loss is not None:
+            loss += np.concatenate([v[1] for v in values if v[1] is not None]).reshape(L, H)
+        if gradient:
+            scores += gradient_scores(where, inputs, causal, used)
+        if on_text is not None:
+            on_text(1)
+    n = max(len(texts), 1)
+    return Importance("causal" if causal else "encoder", mode, effect / n, scores / n, estimated / n,
+                      None if loss is None else loss / n, texts=len(texts), tokens=tokens,
+                      clean_loss=float(np.mean(clean_losses)) if clean_losses else None)
+
+
+def _gated(where: Site, gate: torch.Tensor, fills: list[torch.Tensor] | None) -> Edit:
+    """z_h -> m_h + ξ_h (z_h − m_h) with a gate (B, L, H) per element (m = 0 for zero ablation)."""
+    def edit(layer: int, z: torch.Tensor) -> torch.Tensor:
+        xi = gate[:, layer][:, None, :, None].to(z.dtype)  # (B, 1, H, 1)
+        if fills is None:
+            return z * xi
+        m = fills[layer].to(z.dtype)  # (H, d)
+        return m + xi * (z - m)
+    return edit
+
+
+def gradient_scores(where: Site, inputs: dict, causal: bool, fills: list[torch.Tensor] | None) -> np.ndarray:
+    """Michel et al. 2019's estimate, (L, H): |∂loss/∂ξ_h| for a causal LM's next-token loss; for an encoder,
+    ‖∂ê/∂ξ_h‖ from the exact Jacobian of the unit sentence embedding ê (one backward pass per embedding
+    dimension, JACOBIAN_BATCH of them batched)."""
+    L, H = where.layers, where.heads
+    model = where.model
+    ids = inputs["input_ids"]
+    with torch.enable_grad():
+        if causal:
+            if ids.shape[1] < 2:
+                return np.zeros((L, H))
+            gate = torch.ones(1, L, H, dtype=torch.float64, requires_grad=True)
+            with editing(where, _gated(where, gate, fills)):
+                loss = next_token_loss(outputs_of(run_model(model, inputs), True), ids)[0]
+            loss.backward()
+            assert gate.grad is not None
+            return gate.grad[0].abs().cpu().numpy()
+        D = None
+        squares = torch.zeros(L, H, dtype=torch.float64)
+        done = 0
+        fit = min(JACOBIAN_BATCH, copies_that_fit(where, int(ids.shape[1]), 1, backward=True))
+        while D is None or done < D:
+            n = fit if D is None else min(fit, D - done)
+            batch = {k: v.expand(n, *v.shape[1:]) for k, v in inputs.items()}
+            gate = torch.ones(n, L, H, dtype=torch.float64, requires_grad=True)
+            with editing(where, _gated(where, gate, fills)):
+                e = embedding(outputs_of(run_model(model, batch), False))  # (n, D)
+            D = D or e.shape[-1]
+            n = min(n, D - done)
+            picked = e[torch.arange(n), torch.arange(done, done + n)]  # element b: ê's dimension done + b
+            picked.sum().backward()
+            assert gate.grad is not None
+            squares += gate.grad[:n].pow(2).sum(dim=0).cpu()
+            done += n
+        return squares.sqrt().numpy()
+
+

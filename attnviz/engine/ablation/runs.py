@@ -1,0 +1,82 @@
+"""One text through a model: its inputs, a run with or without α, what the model outputs (logits of a
+causal LM, an encoder's sentence embedding), and each head's mean z_h (the fill of mean ablation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from attnviz.errors import UnsupportedArchitectureError
+
+from attnviz.engine.ablation.seam import Site, recording
+
+
+# --- one text: inputs, runs, what the model outputs ----------------------------------------------------
+
+
+def is_causal_lm(model) -> bool:
+    """A decoder with its language-model head (its outputs are next-token logits)."""
+    from attnviz.engine.families import encoder_types
+
+    config = model.config
+    if getattr(config, "is_encoder_decoder", False) or str(getattr(config, "model_type", "")) in encoder_types():
+        return False
+    heads = getattr(model, "get_output_embeddings", None)
+    return callable(heads) and heads() is not None
+
+
+def run_model(model, inputs: dict, *, attentions: bool = False):
+    kwargs = dict(inputs)
+    if attentions:
+        kwargs["output_attentions"] = True
+    return model(**kwargs, use_cache=False) if "use_cache" in _params(model) else model(**kwargs)
+
+
+def _params(model) -> set[str]:
+    import inspect
+
+    return set(inspect.signature(model.forward).parameters)
+
+
+def outputs_of(output, causal: bool) -> torch.Tensor:
+    """What the comparison reads: the logits (B, T, V) of a causal LM, else the last hidden state (B, T, D)."""
+    if causal:
+        return output.logits.float()
+    hidden = getattr(output, "last_hidden_state", None)
+    if hidden is None:
+        hidden = output.hidden_states[-1]
+    return hidden.float()
+
+
+def embedding(hidden: torch.Tensor) -> torch.Tensor:
+    """The sentence embedding as sentence-transformers pools these models: the mean over the tokens, made unit
+    length (B, T, D) -> (B, D)."""
+    pooled = hidden.mean(dim=1)
+    return pooled / pooled.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+
+
+def head_means(where: Site, runs: Sequence[dict]) -> list[torch.Tensor]:
+    """Per layer (H, d): each head's z_h averaged over every token of the inputs `runs` (the clean model)."""
+    sums: list[torch.Tensor | None] = [None] * where.layers
+    count = 0
+    with torch.inference_mode():
+        for inputs in runs:
+            with recording(where) as seen:
+                run_model(where.model, inputs)
+            for n, z in enumerate(seen):
+                if z is None:
+                    raise UnsupportedArchitectureError(f"layer {n}'s output projection was not called")
+                total = z.double().sum(dim=(0, 1))  # (H, d)
+                sums[n] = total if sums[n] is None else sums[n] + total
+            count += int(inputs["input_ids"].numel())
+    return [(s / max(count, 1)).float() for s in sums if s is not None]
+
+
+
+
+def alpha_of(output) -> np.ndarray:
+    """α of a run with output_attentions, as float32 numpy. (L, H, T, T)"""
+    return np.stack([a[0].float().cpu().numpy() for a in output.attentions])
