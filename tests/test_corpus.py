@@ -116,7 +116,7 @@ def test_statistics_of_a_batch_do_not_depend_on_how_it_is_cut(kind, load_tiny, m
     text's values, row moments and labels are the same whether the whole batch is one chunk, each text is
     its own chunk, or each layer of each text is (1e-9), and the same as each text computed alone through
     text_stats; pack and unpack give each text's α back exactly."""
-    import attnviz.corpora as corpus
+    import attnviz.corpora.texts as corpus
     from attnviz.corpora import pack, text_stats, texts_stats, unpack
     from attnviz.engine.forward import capture_text
     from attnviz.metrics import Tokens

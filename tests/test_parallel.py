@@ -113,7 +113,7 @@ def test_torch_runs_on_one_thread_beside_the_fold_and_gets_its_threads_back(monk
 def test_one_thread_and_two_give_the_same_numbers(kind, load_tiny, monkeypatch):
     """The streamed path (rows of a block cut over threads) and a corpus batch (texts cut over threads) give
     the same values with OMP_NUM_THREADS=1 and 2, to 1e-12."""
-    import attnviz.corpora as corpus
+    import attnviz.corpora.texts as corpus
     from attnviz.corpora import Line
     from attnviz.corpora.run import BatchRunner
     from attnviz.engine.forward import capture_text, encode

@@ -116,7 +116,7 @@ def test_numbers_out_of_range_are_refused_in_one_line(tmp_path, shard, change, w
 def test_a_state_of_empty_lists_is_refused_before_it_is_parsed(tmp_path, shard, monkeypatch):
     """Memory stays bounded: a file of many JSON containers is refused by counting, not by parsing (the
     limit is lowered here so the file can stay small)."""
-    import attnviz.corpora as corpus
+    import attnviz.corpora.state as corpus
 
     monkeypatch.setattr(corpus, "MAX_STATE_CONTAINERS", 1000)
     folder = tmp_path / "lists"
