@@ -5,7 +5,8 @@ capture  the model's own α (eager attention, output_attentions): every family w
 stream   long inputs a block of query rows at a time, through attnviz's function in transformers' attention
          interface (engine/interface.py); tested per family against the full path
 verify   α recomputed from the weights by a hand-written adapter (engine/fromscratch/adapters.py), which does
-         not call the model's attention
+         not call the model's attention: a family names its adapter here, and nowhere else says which
+         families an adapter serves
 
 The README's table of families, the help and the tests all read FAMILIES. Pure: no torch.
 """
@@ -24,36 +25,45 @@ class Family:
     kind: str  # "encoder", "decoder" or "encoder-decoder"
     adds: str = ""  # what its attention adds to softmax(Q·Kᵀ/√d_k)·V
     stream: bool = False
-    verify: bool = False
+    adapter: str = ""  # the class in engine/fromscratch/adapters.py that recomputes its α ("": none, no verify)
     sinks: bool = False  # per-head sink logits: a row's weights over the real keys sum to less than 1
+
+    @property
+    def verify(self) -> bool:
+        return bool(self.adapter)
 
 
 FAMILIES: tuple[Family, ...] = (
-    Family("BERT (MiniLM)", ("bert",), "encoder", "", stream=True, verify=True),
-    Family("RoBERTa, XLM-R", ("roberta", "xlm-roberta", "camembert"), "encoder", "", stream=True, verify=True),
-    Family("ELECTRA", ("electra",), "encoder", "", stream=True, verify=True),
-    Family("DistilBERT", ("distilbert",), "encoder", "", stream=True, verify=True),
+    Family("BERT (MiniLM)", ("bert",), "encoder", "", stream=True, adapter="BertAdapter"),
+    Family("RoBERTa, XLM-R", ("roberta", "xlm-roberta", "camembert"), "encoder", "", stream=True,
+           adapter="BertAdapter"),
+    Family("ELECTRA", ("electra",), "encoder", "", stream=True, adapter="BertAdapter"),
+    Family("DistilBERT", ("distilbert",), "encoder", "", stream=True, adapter="DistilBertAdapter"),
     Family("ModernBERT", ("modernbert",), "encoder", "rotary; local (sliding-window) layers between global ones",
-           stream=True, verify=True),
-    Family("GPT-2", ("gpt2",), "decoder", "fused QKV", stream=True, verify=True),
-    Family("Llama (SmolLM2)", ("llama",), "decoder", "rotary, grouped-query", stream=True, verify=True),
-    Family("Mistral", ("mistral",), "decoder", "rotary, grouped-query, sliding window", stream=True, verify=True),
-    Family("Qwen2", ("qwen2",), "decoder", "rotary, grouped-query, QKV bias", stream=True, verify=True),
-    Family("Qwen3", ("qwen3",), "decoder", "QK-norm", stream=True, verify=True),
-    Family("Phi-3", ("phi3",), "decoder", "fused QKV", stream=True, verify=True),
+           stream=True, adapter="ModernBertAdapter"),
+    Family("GPT-2", ("gpt2",), "decoder", "fused QKV", stream=True, adapter="GPT2Adapter"),
+    Family("Llama (SmolLM2)", ("llama",), "decoder", "rotary, grouped-query", stream=True, adapter="LlamaAdapter"),
+    Family("Mistral", ("mistral",), "decoder", "rotary, grouped-query, sliding window", stream=True,
+           adapter="LlamaAdapter"),
+    Family("Qwen2", ("qwen2",), "decoder", "rotary, grouped-query, QKV bias", stream=True, adapter="LlamaAdapter"),
+    Family("Qwen3", ("qwen3",), "decoder", "QK-norm", stream=True, adapter="Qwen3Adapter"),
+    Family("Phi-3", ("phi3",), "decoder", "fused QKV", stream=True, adapter="Phi3Adapter"),
     Family("Gemma 2", ("gemma2",), "decoder",
-           "logit soft-capping, alternating sliding window, query_pre_attn_scalar", stream=True, verify=True),
+           "logit soft-capping, alternating sliding window, query_pre_attn_scalar", stream=True,
+           adapter="GemmaAdapter"),
     Family("Gemma 3", ("gemma3_text",), "decoder", "QK-norm, sliding window, query_pre_attn_scalar", stream=True,
-           verify=True),
-    Family("SmolLM3", ("smollm3",), "decoder", "layers without rotary positions", stream=True, verify=True),
-    Family("OLMo 2", ("olmo2",), "decoder", "QK-norm over the whole projection", stream=True, verify=True),
+           adapter="GemmaAdapter"),
+    Family("SmolLM3", ("smollm3",), "decoder", "layers without rotary positions", stream=True,
+           adapter="Qwen3Adapter"),
+    Family("OLMo 2", ("olmo2",), "decoder", "QK-norm over the whole projection", stream=True,
+           adapter="Qwen3Adapter"),
     Family("Cohere 2", ("cohere2",), "decoder", "interleaved rotary in the sliding-window layers only", stream=True,
-           verify=True),
+           adapter="Cohere2Adapter"),
     Family("gpt-oss", ("gpt_oss",), "decoder", "per-head sink logits, alternating sliding window", stream=True,
-           verify=True, sinks=True),
-    Family("T5", ("t5",), "encoder-decoder", "relative position bias, no 1/√d_k", verify=True),
-    Family("BART", ("bart",), "encoder-decoder", "", verify=True),
-    Family("Marian", ("marian",), "encoder-decoder", "", verify=True),
+           adapter="GptOssAdapter", sinks=True),
+    Family("T5", ("t5",), "encoder-decoder", "relative position bias, no 1/√d_k", adapter="T5Adapter"),
+    Family("BART", ("bart",), "encoder-decoder", "", adapter="BartAdapter"),
+    Family("Marian", ("marian",), "encoder-decoder", "", adapter="BartAdapter"),
 )
 
 # Decoder families attnviz has not tested: their α is causal (lower-triangular) all the same.

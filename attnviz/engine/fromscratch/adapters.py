@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from attnviz.engine.fromscratch.formula import attention_weights
+from attnviz.engine.families import family_of, layer_window, support_line
 from attnviz.engine.hooks import Seen
 from attnviz.errors import UnsupportedArchitectureError
 
@@ -43,10 +44,19 @@ def _split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
     return x.view(B, T, heads, D // heads).transpose(1, 2)  # (B, heads, T, d)
 
 
-class Adapter:
-    """How one family of models computes Q, K, V. Subclasses name the attention modules."""
+REGISTERED: dict[str, type] = {}  # class name -> adapter class; engine/families.py names one for each family
 
-    families: tuple[str, ...] = ()
+
+def registered(cls: type) -> type:
+    """Make an adapter class available to the families that name it (engine/families.py, Family.adapter)."""
+    REGISTERED[cls.__name__] = cls
+    return cls
+
+
+class Adapter:
+    """How one family of models computes Q, K, V. Subclasses name the attention modules. The families it
+    serves name it in engine/families.py (Family.adapter)."""
+
     causal = False
 
     def modules(self, model) -> list:
@@ -64,10 +74,10 @@ class Adapter:
         return None
 
 
+@registered
 class BertAdapter(Adapter):
     """BERT, RoBERTa, ELECTRA (and the bundled MiniLM): separate query/key/value Linear layers."""
 
-    families = ("bert", "roberta", "xlm-roberta", "electra", "camembert")
 
     def modules(self, model):
         if getattr(model.config, "position_embedding_type", "absolute") not in (None, "absolute"):
@@ -85,10 +95,10 @@ class BertAdapter(Adapter):
                    _split_heads(module.value(x), heads))
 
 
+@registered
 class DistilBertAdapter(Adapter):
     """DistilBERT: q_lin / k_lin / v_lin."""
 
-    families = ("distilbert",)
 
     def modules(self, model):
         return [layer.attention for layer in model.transformer.layer]
@@ -103,10 +113,10 @@ class DistilBertAdapter(Adapter):
                    _split_heads(module.v_lin(x), heads))
 
 
+@registered
 class GPT2Adapter(Adapter):
     """GPT-2: one fused Conv1D c_attn, x @ W + b with W of shape (D, 3D) (transposed vs. Linear); causal."""
 
-    families = ("gpt2",)
     causal = True
 
     def modules(self, model):
@@ -153,13 +163,13 @@ def _layer_type(config, layer: int) -> str:
     return str(types[layer]) if types else "full_attention"
 
 
+@registered
 class LlamaAdapter(Adapter):
     """Llama, Mistral, Qwen2 and the decoders built like them: q/k/v_proj (Qwen2 with bias), rotary positions
     computed from the config, grouped-query attention (each K/V head serves num_heads / num_kv_heads query
     heads), causal, a sliding window where the config (or the layer's type) has one. Subclasses change one
     step each: the projection, a norm on Q and K, the scale, soft-capping, sinks, which layers rotate."""
 
-    families: tuple[str, ...] = ("llama", "mistral", "qwen2")
     causal = True
 
     def modules(self, model):
@@ -169,8 +179,6 @@ class LlamaAdapter(Adapter):
         return [layer.self_attn.o_proj for layer in model.layers]
 
     def window(self, config, layer: int = 0) -> int | None:
-        from attnviz.engine.families import layer_window
-
         return layer_window(config, layer) or None
 
     def project(self, module, x: torch.Tensor, d: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -235,11 +243,11 @@ class LlamaAdapter(Adapter):
         return seen.position_embeddings  # scaled RoPE: use the (cos, sin) the module itself received
 
 
+@registered
 class Qwen3Adapter(LlamaAdapter):
     """Qwen3 and SmolLM3's cousin OLMo 2 norm Q and K (QK-norm): Qwen3 each head's d values, OLMo 2 the whole
     projection before it is split into heads. SmolLM3 leaves rotary positions out of some layers."""
 
-    families = ("qwen3", "olmo2", "smollm3")
 
     def project(self, module, x, d):
         if getattr(module.config, "model_type", "") != "olmo2":
@@ -261,10 +269,10 @@ class Qwen3Adapter(LlamaAdapter):
         return not (config.model_type == "smollm3" and no_rope is not None and not no_rope[layer])
 
 
+@registered
 class Phi3Adapter(LlamaAdapter):
     """Phi-3: one fused qkv_proj, Q then K then V along its output."""
 
-    families = ("phi3",)
 
     def project(self, module, x, d):
         qkv = module.qkv_proj(x)  # (B, T, (H + 2·H_kv)·d)
@@ -273,12 +281,12 @@ class Phi3Adapter(LlamaAdapter):
         return _split_heads(q, H), _split_heads(k, H_kv), _split_heads(v, H_kv)
 
 
+@registered
 class GemmaAdapter(LlamaAdapter):
     """Gemma 2 and 3: scores scaled by 1/√query_pre_attn_scalar instead of 1/√d_k; sliding-window layers
     between full ones; Gemma 2 soft-caps the scaled scores, s ↦ c·tanh(s/c); Gemma 3 norms Q and K per head
     with Gemma's RMSNorm (weights stored as w − 1)."""
 
-    families = ("gemma2", "gemma3_text")
 
     def normed(self, module, q, k, config):
         if config.model_type != "gemma3_text":
@@ -293,21 +301,21 @@ class GemmaAdapter(LlamaAdapter):
         return {"scale": scale, "softcap": None if softcap is None else float(softcap)}
 
 
+@registered
 class GptOssAdapter(LlamaAdapter):
     """gpt-oss: q/k/v_proj with bias, one sink logit per head that joins each row's softmax and is dropped
     after it, sliding-window layers between full ones; rotary positions (YaRN) as the module received them."""
 
-    families = ("gpt_oss",)
 
     def extras(self, module, config, layer):
         return {"sinks": module.sinks.detach().float()}
 
 
+@registered
 class Cohere2Adapter(LlamaAdapter):
     """Cohere 2: rotary positions only in its sliding-window layers (the full layers have none), and
     interleaved: dimension 2i paired with 2i + 1, not i with i + d/2."""
 
-    families = ("cohere2",)
 
     def rotates(self, config, layer):
         return _layer_type(config, layer) == "sliding_attention"
@@ -328,12 +336,12 @@ class Cohere2Adapter(LlamaAdapter):
         return q * cos + rotate_pairs(q) * sin, k * cos + rotate_pairs(k) * sin
 
 
+@registered
 class ModernBertAdapter(LlamaAdapter):
     """ModernBERT, an encoder: one fused Wqkv (Q, K, V, each split into heads), rotary positions with a theta
     per kind of layer, every few layers global attention and local attention between them (key j visible from
     query i when |i − j| ≤ local_attention / 2)."""
 
-    families = ("modernbert",)
     causal = False
 
     def modules(self, model):
@@ -352,32 +360,24 @@ class ModernBertAdapter(LlamaAdapter):
         return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
     def qkv(self, module, seen, layer, config):
-        from attnviz.engine.families import layer_window
-
         qkv = super().qkv(module, seen, layer, config)
         qkv.reach = layer_window(config, layer) or None  # local_attention // 2 in its local layers
         return qkv
 
 
-ADAPTERS: tuple[Adapter, ...] = (BertAdapter(), DistilBertAdapter(), GPT2Adapter(), LlamaAdapter(), Qwen3Adapter(),
-                                 Phi3Adapter(), GemmaAdapter(), GptOssAdapter(), Cohere2Adapter(), ModernBertAdapter())
-SUPPORTED = tuple(f for a in ADAPTERS for f in a.families)
-
-
-def _find(adapters, model, kind: str = ""):
-    """The adapter of the model's family, or a one-line error naming the supported families."""
+def _find(model, base: type, kind: str = ""):
+    """The adapter the model's family names (engine/families.py), or a one-line error naming what works."""
     model_type = getattr(model.config, "model_type", "?")
-    for adapter in adapters:
-        if model_type in adapter.families:
-            return adapter
-    from attnviz.engine.families import support_line
-
-    raise UnsupportedArchitectureError(f"the from-scratch path (verify, steps, norms, scaling, positions) has no "
-                                       f"adapter for {model_type!r} {kind}models: {support_line(model_type)}")
+    family = family_of(model_type)
+    cls = REGISTERED.get(family.adapter) if family is not None else None
+    if cls is None or not issubclass(cls, base):
+        raise UnsupportedArchitectureError(f"the from-scratch path (verify, steps, norms, scaling, positions) has "
+                                           f"no adapter for {model_type!r} {kind}models: {support_line(model_type)}")
+    return cls()
 
 
 def adapter_for(model) -> Adapter:
-    return _find(ADAPTERS, model)
+    return _find(model, Adapter)
 
 
 # --- encoder-decoder models: encoder, decoder and cross-attention ----------------------------------
@@ -388,7 +388,6 @@ class Seq2SeqAdapter:
     over the source, the decoder's causal self-attention over the target, and cross-attention from target
     queries to the encoder's output."""
 
-    families: tuple[str, ...] = ()
     folds_scaling = False  # True: the model does not divide by √d_k (qkv's q is multiplied by √d_k to undo it)
 
     def parts(self, model) -> dict[str, list]:
@@ -399,11 +398,11 @@ class Seq2SeqAdapter:
         raise NotImplementedError
 
 
+@registered
 class BartAdapter(Seq2SeqAdapter):
     """BART and Marian: q/k/v_proj with biases, scaled by 1/√d_k; positions (learned or sinusoidal) are
     added to the inputs, so they are in what the modules receive."""
 
-    families = ("bart", "marian")
 
     def parts(self, model):
         encoder, decoder = model.get_encoder(), model.get_decoder()
@@ -442,12 +441,12 @@ def t5_relative_bucket(relative: torch.Tensor, *, bidirectional: bool, buckets: 
     return out + torch.where(distance < exact, distance, far)
 
 
+@registered
 class T5Adapter(Seq2SeqAdapter):
     """T5: q/k/v without bias and *without* 1/√d_k (T5 folds the scaling into its initialisation), and a
     learned relative position bias per head, computed in the first layer of each stack and added to every
     layer's scores: bidirectional buckets in the encoder, past-only in the decoder, none in cross-attention."""
 
-    families = ("t5",)
     folds_scaling = True
 
     def parts(self, model):
@@ -478,11 +477,8 @@ class T5Adapter(Seq2SeqAdapter):
         return QKV(q, k, v, bias)
 
 
-SEQ2SEQ_ADAPTERS: tuple[Seq2SeqAdapter, ...] = (BartAdapter(), T5Adapter())
-
-
 def seq2seq_adapter_for(model) -> Seq2SeqAdapter:
-    return _find(SEQ2SEQ_ADAPTERS, model, "encoder-decoder ")
+    return _find(model, Seq2SeqAdapter, "encoder-decoder ")
 
 
 def layer_qkv(adapter: Adapter, module, record: Seen | None, n: int, config) -> QKV:
