@@ -11,12 +11,21 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-_ARG = re.compile("\ue000([a-z_]+)\ue001")
+_ARG = re.compile("\ue000([a-z_]+)(?:\ue002([^\ue001]*))?\ue001")
 
 
-def arg(name: str) -> str:
-    """The argument `name`, marked in a message so that each caller spells it its own way."""
-    return f"\ue000{name}\ue001"
+def arg(name: str, value: str | None = None) -> str:
+    """The argument `name` (with a value to give it, if any), marked in a message so that each caller spells
+    it its own way: `model='multilingual'` in Python, `--model multilingual` on the command line."""
+    return f"\ue000{name}\ue001" if value is None else f"\ue000{name}\ue002{value}\ue001"
+
+
+def _spelled(match: re.Match, spelling: Callable[[str], str]) -> str:
+    name = spelling(match.group(1))
+    value = match.group(2)
+    if value is None:
+        return name
+    return f"{name} {value}" if name.startswith("-") or name.isupper() else f"{name}={value!r}"
 
 
 def python_spelling(name: str) -> str:
@@ -25,7 +34,7 @@ def python_spelling(name: str) -> str:
 
 def spell(text: str, spelling: Callable[[str], str] = python_spelling) -> str:
     """`text` with every argument marked by arg() spelled by `spelling` (notes and warnings carry marks too)."""
-    return _ARG.sub(lambda m: spelling(m.group(1)), text)
+    return _ARG.sub(lambda m: _spelled(m, spelling), text)
 
 
 class AttnvizError(Exception):
@@ -40,7 +49,7 @@ class AttnvizError(Exception):
 
     def spelled(self, spell: Callable[[str], str] = python_spelling) -> str:
         """The message with every argument it names spelled by `spell` (the command line: its flag)."""
-        return _ARG.sub(lambda m: spell(m.group(1)), self.template)
+        return _ARG.sub(lambda m: _spelled(m, spell), self.template)
 
     def __str__(self) -> str:
         return self.spelled()
@@ -89,4 +98,8 @@ class UnsupportedArchitectureError(AttnvizError):
 
 
 class AttnvizWarning(UserWarning):
-    """Something the user should know (truncation, missing glyphs); shown as one line on stderr."""
+    """Something the user should know (truncation, missing glyphs); shown as one line on stderr. Arguments it
+    names are spelled as Python's (the command line spells its flags from args[0])."""
+
+    def __str__(self) -> str:
+        return spell(str(self.args[0])) if self.args else ""

@@ -185,3 +185,21 @@ def test_each_result_against_an_independent_computation(bert_model):
     assert sorted(positions["shuffled"]) == sorted(positions["words"]) == sorted(SENTENCE.split())
     assert len(positions["with_positions"]["per_layer"]) == L
     assert positions["without_positions"]["max_abs_diff"] < 1e-5 < positions["with_positions"]["max_abs_diff"]
+
+
+def test_a_warning_names_the_argument_in_python_and_the_flag_on_the_command_line(bert, bert_model):
+    """The unknown-words warning says which model reads them: model='multilingual' to a notebook,
+    --model multilingual on the command line; no private mark leaks into either."""
+    import warnings
+
+    from transformers import AutoTokenizer
+
+    text = "The cat 먹었다 ✂ here"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        attnviz.capture(text, model=bert_model, tokenizer=AutoTokenizer.from_pretrained(bert))
+    said = [str(w.message) for w in caught if issubclass(w.category, attnviz.AttnvizWarning)]
+    assert any("model='multilingual' reads them" in s for s in said), said
+    assert not any("\ue000" in s or "--model" in s for s in said)
+    done = run("heads", text, "-m", bert, "--device", "cpu")
+    assert done.exit_code == 0 and "--model multilingual reads them" in done.stderr and "\ue000" not in done.stderr

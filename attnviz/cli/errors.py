@@ -44,7 +44,8 @@ def _on_sigterm(signum, frame) -> None:
 
 
 def _print_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    error_line(spell(str(message), flag), "Warning" if issubclass(category, AttnvizWarning) else category.__name__)
+    template = message.args[0] if isinstance(message, Warning) and message.args else message  # arguments marked
+    error_line(spell(str(template), flag), "Warning" if issubclass(category, AttnvizWarning) else category.__name__)
 
 
 def cli_errors(func: Callable) -> Callable:

@@ -75,7 +75,7 @@ def encode(loaded: LoadedModel, text: str, *, truncate: bool = True, target: boo
                    special_kind=described.kinds, offsets=spans, subword=described.subword, dropped=dropped)
 
 
-UNKNOWN_HINT = "--model multilingual reads them (about 100 languages, offline)"
+UNKNOWN_HINT = f"{arg('model', 'multilingual')} reads them (about 100 languages, offline)"
 
 
 def _label_unknown(loaded: LoadedModel, text: str, tokens: list[str], ids: list[int], special: list[bool],

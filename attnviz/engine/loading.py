@@ -133,7 +133,7 @@ def _require_causal(config, shown: str) -> None:
     """generate writes with a causal LM or an encoder-decoder model's decoder; an encoder cannot write."""
     model_type = str(getattr(config, "model_type", ""))
     if model_type in ENCODER_MODEL_TYPES and not getattr(config, "is_encoder_decoder", False):
-        raise ModelLoadError(f"generate needs a causal language model (e.g. --model smollm2, offline); "
+        raise ModelLoadError(f"generate needs a causal language model (e.g. {arg('model', 'smollm2')}, offline); "
                              f"{shown} is an encoder model ({model_type})")
 
 

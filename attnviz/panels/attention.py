@@ -86,13 +86,13 @@ def window_panels(capture: Capture, layers: Sequence[int], heads: Sequence[HeadC
     else:
         if long.window is None or long.window_rows is None or long.window_cols is None:
             raise SelectionError("this capture is pooled (a long input): an exact window needs the text run again, "
-                                 "e.g. attnviz heatmap TEXT --rows 4000:4100", "--rows")
+                                 f"e.g. with {arg('rows', '4000:4100')}", "rows")
         rows, cols = [int(i) for i in long.window_rows], [int(j) for j in long.window_cols]
         tokens = keys = long.tokens
         future = np.triu(np.ones((long.n_tokens, long.n_tokens), bool), 1) if capture.causal else None
         missing = [layer for layer in layers if layer not in long.window_layers]
         if missing:
-            raise SelectionError(f"layer {missing[0]} was not streamed into the window", "--layer")
+            raise SelectionError(f"layer {missing[0]} was not streamed into the window", "layer")
         source = {layer: long.window[long.window_layers.index(layer)] for layer in layers}
     hidden = None if future is None else future[np.ix_(rows, cols)]
     row_labels = tuple(f"{i} {visible(tokens[i])}" for i in rows)

@@ -52,8 +52,8 @@ def key_labels(capture: Capture, keep: np.ndarray | None = None) -> tuple[str, .
 def kept_tokens(capture: Capture, hide_special: bool) -> np.ndarray:
     keep = capture.keep_mask(hide_special)
     if not keep.any() or not capture.key_keep_mask(hide_special).any():
-        raise SelectionError("every token of this input is a special token, so --hide-special leaves nothing "
-                             "to show; drop --hide-special", "--hide-special")
+        raise SelectionError(f"every token of this input is a special token, so {arg('hide_special')} leaves "
+                             f"nothing to show; drop {arg('hide_special')}", "hide_special")
     return keep
 
 
