@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 
 from attnviz.devices import DTYPES, dtype_name, pick_device
 from attnviz.engine.families import decoder_types, encoder_types
-from attnviz.errors import AttnvizWarning, InputError, ModelLoadError
+from attnviz.errors import AttnvizWarning, InputError, ModelLoadError, arg
 from attnviz.tokens import special_ids
 
 DEFAULT_MODEL = "minilm"

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from attnviz.data.capture import Capture
-from attnviz.errors import SelectionError
+from attnviz.errors import SelectionError, arg
 from attnviz.text import visible
 
 from attnviz.panels.page import HeadChoice, Page, Panel, Scale, ScaleChoice
