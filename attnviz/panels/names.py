@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from attnviz.data.capture import Capture
-from attnviz.errors import SelectionError
+from attnviz.errors import SelectionError, arg
 from attnviz.text import shorten, visible
 
 from attnviz.panels.page import HeadChoice, Panel, Scale
