@@ -84,7 +84,7 @@ def _read_member(zf: zipfile.ZipFile, name: str, spec: Member, path: Path) -> np
         nbytes = math.prod(shape) * dtype.itemsize  # Python ints: no overflow
         if nbytes > spec.max_bytes:
             raise _fail(path, f"{key} would take {nbytes:,} bytes, over the limit of {spec.max_bytes:,} "
-                              f"(see 'Errors' in the README)")
+                              f"(see docs/errors.md)")
         data = fh.read(nbytes)  # never more than the checked header allows
         if len(data) != nbytes:
             raise _fail(path, f"{key} is truncated ({len(data):,} of {nbytes:,} bytes)")

@@ -1,6 +1,6 @@
 """Regenerate sample_outputs/ by running the real `attnviz` command, and list each file with the
-command that made it in sample_outputs/README.md; also rewrite the README's metric table from the registry.
-Usage: python scripts/make_samples.py [--readme]   (--readme: only the README tables)"""
+command that made it in sample_outputs/README.md; also rewrite the docs' metric and family tables from the
+registries. Usage: python scripts/make_samples.py [--tables]   (--tables: only the docs' tables)"""
 
 from __future__ import annotations
 
@@ -201,25 +201,28 @@ def screenshots(page_path: Path) -> None:
         browser.close()
 
 
-def update_readme() -> None:
-    """The README's generated tables, each between its markers: the metric definitions from attnviz.metrics'
-    registry, the model families from attnviz/engine/families.py."""
+def update_tables() -> None:
+    """The docs' generated tables, each between its markers: the metric definitions from attnviz.metrics'
+    registry (docs/commands.md), the model families from attnviz/engine/families.py (docs/models.md)."""
     import re
 
     sys.path.insert(0, str(ROOT))
     from attnviz.engine.families import markdown_table
     from attnviz.metrics import definitions_markdown
 
-    readme = ROOT / "README.md"
-    text = readme.read_text(encoding="utf-8")
+    page = ROOT / "docs" / "commands.md"
+    text = page.read_text(encoding="utf-8")
     block = "<!-- metrics:start -->\n" + definitions_markdown() + "<!-- metrics:end -->"
-    text = re.sub(r"<!-- metrics:start -->\n.*?<!-- metrics:end -->", lambda _: block, text, flags=re.S)
+    page.write_text(re.sub(r"<!-- metrics:start -->\n.*?<!-- metrics:end -->", lambda _: block, text, flags=re.S),
+                    encoding="utf-8")
+    page = ROOT / "docs" / "models.md"
+    text = page.read_text(encoding="utf-8")
     block = "<!-- families:start -->\n" + markdown_table() + "\n<!-- families:end -->"
-    text = re.sub(r"<!-- families:start -->\n.*?<!-- families:end -->", lambda _: block, text, flags=re.S)
-    readme.write_text(text, encoding="utf-8")
+    page.write_text(re.sub(r"<!-- families:start -->\n.*?<!-- families:end -->", lambda _: block, text, flags=re.S),
+                    encoding="utf-8")
 
 
 if __name__ == "__main__":
-    update_readme()
-    if "--readme" not in sys.argv[1:]:
+    update_tables()
+    if "--tables" not in sys.argv[1:]:
         main()

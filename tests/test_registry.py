@@ -13,7 +13,7 @@ from attnviz.cli import app
 from attnviz.gallery import export
 from conftest import make_capture
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+COMMANDS_PAGE = Path(__file__).resolve().parent.parent / "docs" / "commands.md"
 
 
 @pytest.fixture
@@ -64,11 +64,11 @@ def test_names_and_headers_are_unique():
     assert len(keys) == len(set(keys))
 
 
-def test_readme_definition_table_is_the_registry():
-    """The README's table is generated (python scripts/make_samples.py --readme) and must match."""
-    text = README.read_text(encoding="utf-8")
+def test_the_docs_definition_table_is_the_registry():
+    """The docs' table is generated (python scripts/make_samples.py --tables) and must match."""
+    text = COMMANDS_PAGE.read_text(encoding="utf-8")
     block = re.search(r"<!-- metrics:start -->\n(.*?)<!-- metrics:end -->", text, re.S)
-    assert block is not None, "README lost its metrics markers"
+    assert block is not None, "docs/commands.md lost its metrics markers"
     assert block.group(1) == metrics.definitions_markdown()
 
 

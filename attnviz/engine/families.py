@@ -8,7 +8,7 @@ verify   α recomputed from the weights by a hand-written adapter (engine/fromsc
          not call the model's attention: a family names its adapter here, and nowhere else says which
          families an adapter serves
 
-The README's table of families, the help and the tests all read FAMILIES. Pure: no torch.
+The docs' table of families (docs/models.md), the help and the tests all read FAMILIES. Pure: no torch.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def support_line(model_type: str) -> str:
     family = family_of(model_type)
     if family is None:
         return (f"{model_type!r} is not among the families attnviz tests: capture works where its eager attention "
-                f"returns weights; streaming and verify do not (see the README's list of families)")
+                f"returns weights; streaming and verify do not (see the list of families in the docs, docs/models.md)")
     works = ["capture"] + [w for w in ("stream", "verify") if getattr(family, w)]
     missing = [w for w in ("stream", "verify") if not getattr(family, w)]
     text = f"{family.name} ({model_type}): {', '.join(works)}"
@@ -139,7 +139,7 @@ def require(loaded, what: str) -> None:
 
 
 def markdown_table() -> str:
-    """The README's table of families, made from FAMILIES."""
+    """The docs' table of families, made from FAMILIES."""
     rows = ["| family | `model_type` | kind | what its attention adds | capture | stream | verify |",
             "|---|---|---|---|---|---|---|"]
     for f in FAMILIES:

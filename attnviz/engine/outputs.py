@@ -64,4 +64,4 @@ def _plain(value):
     return np.asarray(value)
 
 
-# --- limits on what a capture file may hold (see "Errors" in the README) --------------------------------
+# --- limits on what a capture file may hold (see docs/errors.md) --------------------------------

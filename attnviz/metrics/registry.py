@@ -17,7 +17,7 @@ from attnviz.metrics.rows import Rows, Tokens, own_segment_rows, distance_rows, 
 
 # --- the metric registry ---------------------------------------------------------------------------
 # One row per head metric. The heads table, --json/--csv, the export's heads.csv/heads.json, the gallery
-# captions and glossary, `attnviz explain` and the README's definition table are all made from it, and so
+# captions and glossary, `attnviz explain` and the docs' definition table are all made from it, and so
 # is every number of a long input's streamed path: a new metric is one register() call below.
 
 
@@ -28,7 +28,7 @@ class Metric:
 
     name        key in JSON/CSV and the long --sort key ("norm_entropy")
     header      the column header in terminal tables, also accepted by --sort ("norm_ent")
-    definition  one line, shown by `attnviz explain`, the README and the gallery glossary
+    definition  one line, shown by `attnviz explain`, the docs and the gallery glossary
     rows        Rows -> (H, b): a value per head and query row; the metric is their mean over rows (NaN
                 rows are left out; none left gives 0)
     columns     instead of rows: (mean over rows of α, (H, T); Tokens) -> (H,), for column statistics

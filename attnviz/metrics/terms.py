@@ -166,7 +166,7 @@ def lookup(term: str) -> list[tuple[str, str, str]]:
 
 
 def definitions_markdown() -> str:
-    """The README's metric table, from the registry."""
+    """The docs' metric table (docs/commands.md), from the registry."""
     rows = ["| metric | column | definition |", "|---|---|---|"]
     rows += [f"| `{m.name}` | `{m.header}` | {m.definition.replace('|', chr(92) + '|')} |" for m in METRICS]
     return "\n".join(rows) + "\n"
