@@ -11,7 +11,7 @@ import warnings
 import numpy as np
 import pytest
 
-from conftest import TODAYS, make_capture, one_line_error, run
+from helpers import TODAYS, make_capture, one_line_error, run
 
 TEXT = "The cat sat on the mat. The cat sat on the mat"
 FAMILIES = ("bert", "roberta", "electra", "distilbert", "gpt2", "llama", "qwen2", *TODAYS)
@@ -20,7 +20,7 @@ FAMILIES = ("bert", "roberta", "electra", "distilbert", "gpt2", "llama", "qwen2"
 @pytest.fixture(scope="module")
 def ablatable(tiny_model_dir):
     """kind -> (loaded, site, inputs): a tiny random model of the family, with a causal-LM head for decoders."""
-    from conftest import once
+    from helpers import once
 
     from attnviz.api.removal import _ablation_model
     from attnviz.engine.forward import encode
@@ -45,6 +45,7 @@ def _outputs(where, inputs):
 
 
 @pytest.mark.parametrize("kind", FAMILIES)
+@pytest.mark.slow
 def test_the_hook_equals_the_weights_edited(kind, ablatable):
     """Zero ablation: the pre-hook on W_O's input and W_O's columns zeroed give the same outputs within 1e-6 of
     their largest value; mean ablation (the mean moved into the bias) within 1e-5. Removing the head changes
@@ -67,6 +68,7 @@ def test_the_hook_equals_the_weights_edited(kind, ablatable):
     assert torch.equal(_outputs(where, inputs), clean)  # the weights were put back
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", FAMILIES)
 def test_removing_nothing_is_the_model_itself(kind, ablatable):
     import torch
@@ -315,6 +317,7 @@ def test_ablate_reads_text_stdin_and_a_file(how, lm, tmp_path):
     assert data["check"]["relative"] <= 1e-6
 
 
+@pytest.mark.slow
 def test_ablate_on_an_encoder_and_its_picture(tiny_model_dir, tmp_path):
     out = tmp_path / "delta.png"
     result = run("ablate", TEXT, "-m", tiny_model_dir("bert"), "--layer", "0", "--mode", "mean", "-o", out, "-t")
@@ -383,6 +386,7 @@ def test_importance_on_every_input(how, lm, tmp_path):
     assert -1 <= data["spearman_gradient_vs_estimated"] <= 1
 
 
+@pytest.mark.slow
 def test_importance_batched_equals_loop_on_the_command_line(tiny_model_dir, tmp_path):
     model = tiny_model_dir("bert")
     batched = json.loads(run("importance", TEXT, "-m", model, "--json").stdout)
@@ -422,6 +426,7 @@ def test_detect_on_the_command_line(lm, tmp_path):
 # --- the real models -------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_minilm_hook_and_weights_agree_and_the_gradient_ranks_like_removal(minilm):
     """On the real MiniLM: zero ablation through the hook equals the weights edited exactly; the gradient
     estimate ranks the heads as removing them does (Spearman ρ > 0.8 on this sentence)."""

@@ -12,7 +12,7 @@ import pytest
 
 import attnviz
 from attnviz.errors import AttnvizWarning, CaptureFormatError, InputError
-from conftest import SENTENCE
+from helpers import SENTENCE
 
 
 @pytest.fixture(scope="module")
@@ -175,6 +175,8 @@ def _notebook(path):
     return notebook
 
 
+@pytest.mark.kernel
+@pytest.mark.browser
 def test_a_real_notebook_shows_working_viewers(tmp_path):
     """A Jupyter kernel runs the essays' example (nbclient + ipykernel); the two inline viewers it shows,
     opened in headless Chromium, load with no console error and no request, and do not interfere."""

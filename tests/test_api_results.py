@@ -10,7 +10,7 @@ import pytest
 
 import attnviz
 from attnviz.records import to_json
-from conftest import run
+from helpers import run
 
 SENTENCE = "the cat sat on the mat"
 
@@ -46,6 +46,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.slow
 def test_the_command_prints_its_functions_to_dict(name, bert, bert_model):
     args, call = CASES[name]
     command = name.split("_")[0]
@@ -73,6 +74,7 @@ def test_verify_of_a_saved_capture_names_it(bert, bert_model, tmp_path):
     assert set(result.to_dict()) >= {"saved_vs_model", "model_vs_scratch"}
 
 
+@pytest.mark.slow
 def test_generate_and_cost(tiny_lm_dir):
     folder = tiny_lm_dir("gpt2")
     model = attnviz.load_model(folder, device="cpu", lm_head=True)

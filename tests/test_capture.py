@@ -5,7 +5,7 @@ import pytest
 
 from attnviz.data.capture import Capture
 from attnviz.errors import AttentionCheckError, CaptureFormatError, OutputError, SelectionError
-from conftest import make_capture
+from helpers import make_capture
 
 
 def uniform(L=2, H=3, T=4):

@@ -4,7 +4,7 @@ import pytest
 
 from attnviz import __version__
 from attnviz.data.capture import Capture
-from conftest import one_line_error, run, SENTENCE
+from helpers import one_line_error, run, SENTENCE
 
 
 
@@ -309,6 +309,7 @@ def test_heatmap_terminal_with_output_writes_both(saved_capture, tmp_path):
 
 @pytest.mark.parametrize("command", [["heatmap", "-o", "{tmp}/h.png"], ["heads", "--json"], ["entropy"],
                                      ["rollout"], ["compare"], ["export", "--out-dir", "{tmp}/e", "--workers", "1"]])
+@pytest.mark.slow
 def test_commands_from_a_capture_never_import_torch(command, saved_capture, tmp_path):
     """Re-rendering a saved capture needs neither torch nor transformers: importing either fails here."""
     import subprocess

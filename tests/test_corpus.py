@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import one_line_error, run
+from helpers import one_line_error, run
 
 from attnviz.corpora import CorpusState, Line, Moments, load_state, read_lines
 
@@ -212,6 +212,7 @@ def _moments_close(a: CorpusState, b: CorpusState, rtol: float) -> float:
     return worst
 
 
+@pytest.mark.slow
 def test_merge_of_shards_equals_one_run_over_the_union(tmp_path, tiny_model_dir):
     """Two shards run separately and merged give what one run over both gives: every moment to 1e-9
     relative, label counts, texts, tokens and bad lines exactly. (--batch-size 1: each text's forward pass
@@ -237,6 +238,7 @@ def test_merge_of_shards_equals_one_run_over_the_union(tmp_path, tiny_model_dir)
     assert not (tmp_path / "twice").exists() and not (tmp_path / "t2").exists()
 
 
+@pytest.mark.slow
 def test_merge_refuses_different_models(tmp_path, tiny_model_dir):
     source = _corpus(tmp_path, "a.txt", TEXTS[:3])
     for kind in ("bert", "gpt2"):
@@ -300,6 +302,7 @@ def test_truncation_is_counted_and_no_truncate_skips(tmp_path, tiny_model_dir, l
     one_line_error(run("corpus", source, "-m", model, "--max-length", 100000))
 
 
+@pytest.mark.slow
 def test_output_folder(tmp_path, tiny_model_dir):
     from PIL import Image
 
@@ -337,6 +340,7 @@ def test_standard_input_and_plain_strings(tiny_model_dir):
 
 @pytest.mark.parametrize("content", [b"not json", b'{"kind": "attnviz-corpus", "version": 1}', b"[" * 100000,
                                      b'{"kind": "attnviz-corpus", "version": 99}', b"\xff\xfe"])
+@pytest.mark.slow
 def test_merge_refuses_hostile_stats(tmp_path, tiny_model_dir, content):
     good = tmp_path / "good"
     assert run("corpus", _corpus(tmp_path, "t.txt", TEXTS[:2]), "-m", tiny_model_dir("bert"), "-o", good
@@ -348,6 +352,7 @@ def test_merge_refuses_hostile_stats(tmp_path, tiny_model_dir, content):
     assert not (tmp_path / "m").exists()
 
 
+@pytest.mark.slow
 def test_merge_refuses_tampered_numbers(tmp_path, tiny_model_dir):
     out = tmp_path / "a"
     assert run("corpus", _corpus(tmp_path, "t.txt", TEXTS[:2]), "-m", tiny_model_dir("bert"), "-o", out
@@ -379,6 +384,7 @@ def test_usage_errors(tmp_path):
     one_line_error(run("corpus", tmp_path))
 
 
+@pytest.mark.slow
 def test_interrupt_writes_partial_statistics(tmp_path, tiny_model_dir, monkeypatch):
     """Ctrl-C during a run: the batch in progress finishes, what was folded so far is written, marked
     partial, and the exit code is 130."""
@@ -403,6 +409,7 @@ def test_interrupt_writes_partial_statistics(tmp_path, tiny_model_dir, monkeypat
     assert "PARTIAL" in result.stdout
 
 
+@pytest.mark.slow
 def test_local_engine_never_imports_ray(tmp_path, tiny_model_dir):
     source = _corpus(tmp_path, "t.txt", TEXTS[:2])
     code = ("import sys; from typer.testing import CliRunner; from attnviz.cli import app; "
@@ -413,6 +420,7 @@ def test_local_engine_never_imports_ray(tmp_path, tiny_model_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_ray_engine_equals_the_local_engine(tmp_path, tiny_model_dir):
     """--engine ray on a local Ray with 2 CPUs and 2 actors: the same statistics as the local engine, to 1e-6."""
     if not _has_ray():
@@ -471,6 +479,7 @@ def _ray_processes() -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_sigterm_during_the_ray_engine_is_one_line_partial_and_leaves_no_ray_process(tmp_path, tiny_model_dir):
     """SIGTERM while the actors work: attnviz's one line (no Ray stack dump), the partial statistics marked
     so, exit 143, and the local Ray shut down with every process of it."""

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import one_line_error, run
+from helpers import one_line_error, run
 
 
 def test_the_memory_meter_sees_an_allocation():
@@ -35,6 +35,7 @@ def test_an_input_of_exactly_t_tokens(T, load_tiny):
     assert len(encoded.tokens) == len(encoded.token_ids) == len(encoded.special) == T
 
 
+@pytest.mark.slow
 def test_cost_on_the_command_line(tiny_model_dir, tmp_path):
     model = tiny_model_dir("bert")
     out = tmp_path / "cost.png"
@@ -69,6 +70,7 @@ def test_cost_refuses_an_encoder_decoder(tiny_seq2seq_dir):
     assert "encoder-decoder" in one_line_error(run("cost", "-m", tiny_seq2seq_dir("t5"), "--lengths", "8"), 1)
 
 
+@pytest.mark.slow
 def test_cost_max_length_and_repeats(tiny_model_dir):
     result = run("cost", "-m", tiny_model_dir("gpt2"), "--max-length", "16", "--repeats", "2", "--json")
     assert result.exit_code == 0, result.output

@@ -12,7 +12,7 @@ from attnviz.gallery import MANIFEST, HeadImageWriter, export, export_panels, re
 from attnviz.render.encode import encode_png
 from attnviz.panels import attention_panels, head_filename, text_subtitle
 from attnviz.render.png import heatmap_figure
-from conftest import make_capture
+from helpers import make_capture
 
 TOKENS = ["[CLS]", "the", "cat", "sat", "on", "the", "mat", "[SEP]"]
 
@@ -232,6 +232,7 @@ def test_grid_png_is_standard_and_shows_each_head_in_place(tmp_path):
 
 
 @pytest.mark.parametrize("norm", ["linear", "sqrt", "log"])
+@pytest.mark.slow
 def test_every_norm_exports_and_a_long_input_defaults_to_log(tmp_path, norm):
     from attnviz.panels import ScaleChoice
 

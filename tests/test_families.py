@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import TODAYS, one_line_error, run
+from helpers import TODAYS, one_line_error, run
 
 TEXT = " ".join(["The cat sat on the mat. A dog ran in the park!"] * 2)  # 25 tokens: windows of 4 matter
 STREAMED = ("bert", "roberta", "electra", "distilbert", "gpt2", "llama", "qwen2", *TODAYS)
@@ -126,7 +126,7 @@ def test_a_wrong_formula_is_caught(kind, full_and_encoded, monkeypatch):
 def test_sliding_windows_and_sinks_are_in_the_alpha(full_and_encoded):
     """What the tiny configs switch on is there: keys beyond the window get 0 in sliding layers and not in full
     ones; gpt-oss rows keep less than 1 (the sink logit's share), and a capture says so."""
-    from conftest import WINDOW
+    from helpers import WINDOW
 
     _, gemma, _ = full_and_encoded("gemma2")  # layer 0 sliding, layer 1 full
     T = gemma.n_tokens
@@ -305,7 +305,7 @@ def test_steps_states_what_the_family_adds(tiny_model_dir):
 def test_a_sliding_window_is_drawn_like_the_causal_mask_and_named(full_and_encoded):
     """Gemma 2's layer 0 slides (a window of 4), layer 1 is full: the picture blanks the keys beyond the window
     in layer 0 only, and its title names the window."""
-    from conftest import WINDOW
+    from helpers import WINDOW
 
     from attnviz.data.sides import window_mask
     from attnviz.panels import attention_panels
@@ -380,10 +380,10 @@ def test_an_untested_architecture_gets_one_line_for_each_thing(tmp_path):
     import torch
     import transformers as tf
 
-    from conftest import _bpe_tokenizer
+    from helpers import bpe_tokenizer
 
     torch.manual_seed(0)
-    tokenizer = _bpe_tokenizer("bytelevel")
+    tokenizer = bpe_tokenizer("bytelevel")
     model = tf.OPTModel(tf.OPTConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2,
                                      ffn_dim=64, num_attention_heads=4, word_embed_proj_dim=32,
                                      max_position_embeddings=128, pad_token_id=0))
@@ -450,10 +450,10 @@ def write_tiny_gguf(kind: str, path, *, unknown_token: bool = True):
     from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
     from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS, TensorProcessor, get_gguf_hf_weights_map
 
-    from conftest import _bpe_tokenizer
+    from helpers import bpe_tokenizer
 
     torch.manual_seed(0)
-    tok = _bpe_tokenizer("bytelevel")
+    tok = bpe_tokenizer("bytelevel")
     small = dict(vocab_size=len(tok), num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                  hidden_size=32, intermediate_size=64, max_position_embeddings=128, initializer_range=0.5,
                  bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=None)
@@ -501,6 +501,7 @@ def write_tiny_gguf(kind: str, path, *, unknown_token: bool = True):
 
 
 @pytest.mark.parametrize("kind", ["qwen3", "gemma2", "phi3"])
+@pytest.mark.slow
 def test_gguf_files_of_todays_families_load_verify_and_stream(kind, tmp_path, monkeypatch):
     pytest.importorskip("gguf")
     monkeypatch.setenv("ATTNVIZ_CACHE_DIR", str(tmp_path / "cache"))

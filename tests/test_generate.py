@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import once, make_capture, one_line_error, run
+from helpers import once, make_capture, one_line_error, run
 
 from attnviz.data.capture import Capture
 from attnviz.errors import AttnvizWarning

@@ -11,7 +11,7 @@ import pytest
 
 from attnviz.data.capture import Capture
 from attnviz.errors import CaptureFormatError
-from conftest import one_line_error, run, SENTENCE, make_capture
+from helpers import one_line_error, run, SENTENCE, make_capture
 
 
 

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from conftest import one_line_error, run, SENTENCE, make_capture
+from helpers import one_line_error, run, SENTENCE, make_capture
 
 
 
@@ -38,6 +38,7 @@ def test_steps_intermediates_follow_the_formula_and_match_the_model(kind, tiny_m
         assert (allowed == np.tril(np.ones((T, T), bool))).all() and np.abs(np.triu(alpha, 1)).max() == 0
 
 
+@pytest.mark.slow
 def test_steps_terminal_figure_and_one_token(tiny_model_dir, tmp_path):
     result = run("steps", SENTENCE, "-m", tiny_model_dir("bert"), "-o", tmp_path / "s.png", env={"COLUMNS": "120"})
     assert result.exit_code == 0, result.output
@@ -109,6 +110,7 @@ def test_a_stripe_head_is_not_taken_for_a_link(tmp_path):
     assert "others 0.11" in text
 
 
+@pytest.mark.slow
 def test_token_view_rows_columns_and_links(tmp_path):
     rng = np.random.default_rng(0)
     tokens = ["[CLS]", "the", "cat", "sat", "because", "it", "was", "the", "[SEP]"]

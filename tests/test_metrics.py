@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from attnviz import metrics
-from conftest import make_capture
+from helpers import make_capture
 
 
 def one_head(alpha, **kwargs):

@@ -5,7 +5,7 @@ import pytest
 from attnviz.errors import AttnvizWarning, InputError, ModelLoadError
 from attnviz.engine.forward import capture_text
 from attnviz.engine.loading import load, resolve_model
-from conftest import SENTENCE
+from helpers import SENTENCE
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,7 @@ import pytest
 
 from attnviz.data.capture import Capture
 from attnviz.metrics import Tokens, head_values, sink_scores
-from conftest import SENTENCE, make_capture, one_line_error, run
+from helpers import SENTENCE, make_capture, one_line_error, run
 
 FAMILIES = ["bert", "roberta", "distilbert", "gpt2", "llama", "qwen2"]
 

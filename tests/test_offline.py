@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import one_line_error, run
+from helpers import one_line_error, run
 
 from attnviz.engine import offline
 from attnviz.errors import InputError, ModelLoadError

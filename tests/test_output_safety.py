@@ -15,7 +15,7 @@ from attnviz import gallery as export_module
 from attnviz.data.capture import Capture
 from attnviz.errors import OutputError
 from attnviz.gallery import export
-from conftest import one_line_error, run, make_capture
+from helpers import one_line_error, run, make_capture
 
 
 
@@ -128,6 +128,7 @@ def attnviz_command() -> list[str]:
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc to find worker processes")
 @pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+@pytest.mark.slow
 def test_signal_mid_export_cleans_up_and_stops_the_workers(tmp_path, sig, code):
     capture = big_capture(tmp_path / "big.npz")
     target = tmp_path / f"sig-{sig.name}-target"
@@ -147,6 +148,7 @@ def test_signal_mid_export_cleans_up_and_stops_the_workers(tmp_path, sig, code):
     assert processes_mentioning(target.name) == [], "worker processes outlived the export"
 
 
+@pytest.mark.slow
 def test_two_exports_into_one_folder_one_wins_the_other_says_so(tmp_path):
     capture = big_capture(tmp_path / "big.npz", T=32)
     target = tmp_path / "shared"

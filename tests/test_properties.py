@@ -12,7 +12,7 @@ from attnviz import metrics
 from attnviz.data.capture import Capture
 from attnviz.text import cells, fit, is_valid_unicode, pad, visible
 from attnviz.tokens import readable_token
-from conftest import make_capture
+from helpers import make_capture
 
 valid_text = st.text(st.characters(exclude_categories=("Cs",)), max_size=12)
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from attnviz import metrics
 from attnviz.cli import app
 from attnviz.gallery import export
-from conftest import make_capture
+from helpers import make_capture
 
 COMMANDS_PAGE = Path(__file__).resolve().parent.parent / "docs" / "commands.md"
 

@@ -8,7 +8,7 @@ import pytest
 from rich.console import Console
 
 from attnviz.errors import OutputError
-from conftest import make_capture
+from helpers import make_capture
 from attnviz.panels import Panel, Scale, attention_panels, heatmap_page
 from attnviz.render.png import heatmap, heatmap_figure, page_figure, save_figure
 from attnviz.render.terminal import SHADES, panel_renderable

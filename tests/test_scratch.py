@@ -14,7 +14,7 @@ from attnviz.engine.fromscratch.adapters import adapter_for, rotary_cos_sin
 from attnviz.engine.fromscratch.formula import attention_mask, scaled_dot_product_attention
 from attnviz.engine.fromscratch.verify import capture_both, recompute, scratch_attentions
 from attnviz.engine.fromscratch.scaling import scaling_rows, synthetic_scaling
-from conftest import SENTENCE
+from helpers import SENTENCE
 
 FAMILIES = ["bert", "roberta", "electra", "distilbert", "gpt2", "llama", "mistral", "qwen2"]
 TEXT = SENTENCE + ", and the dog ran in the park!"

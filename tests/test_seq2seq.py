@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import once, one_line_error, run
+from helpers import once, one_line_error, run
 
 from attnviz.data.capture import Capture
 from attnviz.data.parts import Parts, load_capture
@@ -215,6 +215,7 @@ def test_every_viewer_takes_a_part(s2s_file, tmp_path):
     assert T and S
 
 
+@pytest.mark.slow
 def test_export_writes_every_part(s2s_file, tmp_path):
     result = run("export", "--from", s2s_file, "--out-dir", tmp_path / "all", "--workers", "1")
     assert result.exit_code == 0, result.output
@@ -279,6 +280,7 @@ def test_words_on_cross_attention(s2s):
     assert np.allclose(words.attentions.sum(-1), 1, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_export_words_puts_every_part_at_word_level(s2s_file, tmp_path):
     result = run("export", "--from", s2s_file, "--words", "--out-dir", tmp_path / "words", "--workers", "1")
     assert result.exit_code == 0, result.output

@@ -11,7 +11,7 @@ from attnviz.data.capture import Capture
 from attnviz.metrics import Tokens, head_values, rollout
 from attnviz.blocks import equal_edges as pool_edges
 from attnviz.engine.stream import Window, stream
-from conftest import one_line_error, run
+from helpers import one_line_error, run
 
 LONG = " ".join(["The cat sat on the mat. A dog ran in the park!"] * 5)
 
@@ -93,6 +93,7 @@ def test_cli_streams_when_asked_or_over_budget_and_says_so(tiny_model_dir, tmp_p
     assert "Streamed" not in run("heads", LONG, "-m", model, "--json").stderr  # within budget: the full path
 
 
+@pytest.mark.slow
 def test_a_pooled_capture_is_read_by_every_viewer(tiny_model_dir, tmp_path):
     model = tiny_model_dir("gpt2")
     text = " ".join(["The cat sat on the mat."] * 10)

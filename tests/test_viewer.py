@@ -13,7 +13,7 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import SENTENCE, make_capture, one_line_error, run
+from helpers import SENTENCE, make_capture, one_line_error, run
 
 from attnviz.render.viewer import viewer_data, viewer_html
 from attnviz.text import visible
@@ -172,6 +172,7 @@ def test_generated_tokens_are_marked(tiny_lm_dir):
 # --- in the browser ------------------------------------------------------------------------------------
 
 
+@pytest.mark.browser
 def test_loads_offline_with_no_errors_and_no_requests(browser, cat_capture, tmp_path):
     page = Page(browser, write_page(tmp_path, cat_capture))
     assert page.js("document.querySelectorAll('#av-left li').length") == cat_capture.n_tokens
@@ -179,6 +180,7 @@ def test_loads_offline_with_no_errors_and_no_requests(browser, cat_capture, tmp_
     page.close()
 
 
+@pytest.mark.browser
 def test_hover_keeps_only_that_tokens_lines(browser, cat_capture, tmp_path):
     page = Page(browser, write_page(tmp_path, cat_capture))
     alpha = cat_capture.attentions[0]  # layer 0 is shown first, every head on
@@ -201,6 +203,7 @@ def test_hover_keeps_only_that_tokens_lines(browser, cat_capture, tmp_path):
     page.close()
 
 
+@pytest.mark.browser
 def test_clicking_a_thumbnail_opens_that_layer_and_head(browser, cat_capture, tmp_path):
     page = Page(browser, write_page(tmp_path, cat_capture))
     page.page.click("#av-tab-model")
@@ -216,6 +219,7 @@ def test_clicking_a_thumbnail_opens_that_layer_and_head(browser, cat_capture, tm
     page.close()
 
 
+@pytest.mark.browser
 def test_keyboard_reaches_tokens_and_thumbnails(browser, cat_capture, tmp_path):
     page = Page(browser, write_page(tmp_path, cat_capture))
     focused = None
@@ -244,6 +248,7 @@ def test_keyboard_reaches_tokens_and_thumbnails(browser, cat_capture, tmp_path):
     page.close()
 
 
+@pytest.mark.browser
 def test_matrix_view_shows_the_weight_under_the_pointer(browser, cat_capture, tmp_path):
     page = Page(browser, write_page(tmp_path, cat_capture))
     page.page.click("#av-tab-matrix")
@@ -267,6 +272,7 @@ def test_matrix_view_shows_the_weight_under_the_pointer(browser, cat_capture, tm
     page.close()
 
 
+@pytest.mark.browser
 def test_causal_models_leave_the_future_blank(browser, tiny_model_dir, tmp_path):
     from attnviz.engine.forward import capture_text
     from attnviz.engine.loading import load
@@ -285,6 +291,7 @@ def test_causal_models_leave_the_future_blank(browser, tiny_model_dir, tmp_path)
     page.close()
 
 
+@pytest.mark.browser
 def test_encoder_decoder_parts(browser, tiny_seq2seq_dir, tmp_path):
     from attnviz.engine.loading import load
     from attnviz.engine.seq2seq import parts_capture
@@ -303,6 +310,7 @@ def test_encoder_decoder_parts(browser, tiny_seq2seq_dir, tmp_path):
     page.close()
 
 
+@pytest.mark.browser
 def test_hostile_tokens_are_text(browser, tmp_path):
     tokens = ["<img src=x onerror=alert(1)>", "</script><script>alert(2)</script>", "\u202eevil", "\x1b[31mred",
               "' onmouseover='alert(3)"]
@@ -322,6 +330,7 @@ BREAKERS = ["<!--<script>", "<script>", "</script>", "<!--", "-->", "]]>", "&lt;
             "</SCRIPT >", "<!-- <script> --> x"]
 
 
+@pytest.mark.browser
 def test_embedded_data_cannot_change_how_the_page_parses(browser, tmp_path):
     """Tokens, text and model name that would end or comment out the data block if only `</` were escaped:
     the JSON holds no `<`, `>` or `&`, and the page shows every string as it is."""
@@ -338,6 +347,7 @@ def test_embedded_data_cannot_change_how_the_page_parses(browser, tmp_path):
     page.close()
 
 
+@pytest.mark.browser
 def test_export_index_has_a_content_security_policy_and_still_shows_its_images(browser, tmp_path):
     from attnviz.gallery import export
 
@@ -354,6 +364,7 @@ def test_export_index_has_a_content_security_policy_and_still_shows_its_images(b
     page.close()
 
 
+@pytest.mark.browser
 def test_export_index_has_the_interactive_view(browser, cat_capture, tmp_path):
     from attnviz.gallery import export
 

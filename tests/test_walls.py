@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import SENTENCE, make_capture, one_line_error, run
+from helpers import SENTENCE, make_capture, one_line_error, run
 
 from attnviz.data.capture import Capture
 
@@ -49,6 +49,7 @@ def run_bounded(*args, timeout=60, **kwargs):
     ["heatmap", "--from", "{fifo}", "-t"],
     ["capture", "--text-file", "/dev/zero", "-o", "{out}.npz"],
 ])
+@pytest.mark.slow
 def test_a_fifo_or_device_is_refused_at_once(args, fifo, tmp_path, tiny_model_dir):
     filled = [a.format(fifo=fifo, out=tmp_path / "out") for a in args]
     model = [] if "--from" in filled or "merge" in filled else ["-m", tiny_model_dir("bert")]
@@ -61,6 +62,7 @@ def test_a_fifo_or_device_is_refused_at_once(args, fifo, tmp_path, tiny_model_di
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.npz").exists()
 
 
+@pytest.mark.slow
 def test_sigterm_ends_an_endless_line_with_partial_statistics(tiny_model_dir, tmp_path):
     """`cat /dev/zero | attnviz corpus -` is one endless line: the reader skips it a block at a time, and
     SIGTERM stops it there, with attnviz's line, the partial statistics and exit 143."""
@@ -106,6 +108,7 @@ def forged(tmp_path, shard, change, name="forged"):
     (lambda d: d.__setitem__("bad", {"x": True}), "'bad'"),
     (lambda d: d.update(layers=4096, heads=4096), "over the limit"),
 ])
+@pytest.mark.slow
 def test_numbers_out_of_range_are_refused_in_one_line(tmp_path, shard, change, words):
     folder = forged(tmp_path, shard, change)
     line = one_line_error(run("corpus", "merge", shard, folder, "-o", tmp_path / "m"))
@@ -236,6 +239,7 @@ def test_a_bad_capture_limit_stops_the_command(tmp_path, cat_capture):
 # --- --force replaces only what the same command wrote --------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_force_never_replaces_another_commands_folder(tmp_path, shard, cat_capture, tiny_model_dir):
     import shutil
 
@@ -284,6 +288,7 @@ STDIN_COMMANDS = [
 
 
 @pytest.mark.parametrize("args", STDIN_COMMANDS, ids=lambda a: " ".join(a[:3]))
+@pytest.mark.slow
 def test_every_command_reads_standard_input(args, tmp_path, tiny_model_dir):
     filled = [a.format(tmp=tmp_path) for a in args]
     result = run(*filled, "-m", tiny_model_dir("bert"), input=SENTENCE + "\n")
@@ -298,6 +303,7 @@ def test_generate_reads_standard_input(tiny_lm_dir):
 
 @pytest.mark.parametrize("how", ["text", "stdin", "file"])
 @pytest.mark.parametrize("path", ["full", "stream", "words"])
+@pytest.mark.slow
 def test_what_heads_says_of_its_input_matches_the_input(how, path, tmp_path, load_tiny, tiny_model_dir):
     """T printed = the tokens of the input, on the full, streamed and word-level paths, from each source."""
     from attnviz.engine.forward import encode
@@ -437,6 +443,7 @@ def every_output(tmp_path_factory, tiny_model_dir, tiny_lm_dir):
     return outputs
 
 
+@pytest.mark.slow
 def test_every_table_header_has_an_explanation(every_output):
     tokens = {"[CLS]", "[SEP]"} | {w.lower() for w in "The cat sat on the mat because it was tired".split()}
     missing = {(command, cell) for command, output in every_output for cell in header_cells(output)
@@ -510,6 +517,7 @@ def test_compare_and_token_write_csv(tiny_model_dir):
     assert float(row["attended_by"]) == pytest.approx(data["attended_by"][0][1][3], abs=1e-6)
 
 
+@pytest.mark.slow
 def test_scaling_at_the_chosen_d_k(tiny_model_dir):
     data = json.loads(run("scaling", SENTENCE, "-m", tiny_model_dir("bert"), "--dk", "16,64,256", "--json").stdout)
     rows = {r["d_k"]: r for r in data["synthetic_dk"]}
@@ -521,6 +529,7 @@ def test_scaling_at_the_chosen_d_k(tiny_model_dir):
         assert "--dk" in one_line_error(run("scaling", SENTENCE, "-m", tiny_model_dir("bert"), "--dk", bad), 2)
 
 
+@pytest.mark.slow
 def test_positions_shows_the_position_embeddings_similarity(tiny_model_dir, load_tiny, tmp_path):
     data = json.loads(run("positions", SENTENCE, "-m", tiny_model_dir("bert"), "--json").stdout)
     similarity = np.array(data["position_similarity"])

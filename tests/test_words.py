@@ -9,7 +9,7 @@ import pytest
 from attnviz.data.capture import Capture
 from attnviz.blocks import pool_blocks
 from attnviz.words import to_words, word_edges
-from conftest import make_capture, run
+from helpers import make_capture, run
 
 
 def words_by_hand(alpha: np.ndarray, groups: list[list[int]]) -> np.ndarray:
@@ -65,6 +65,7 @@ def test_korean_on_minilm_reads_as_five_words(tmp_path):
     assert words.attentions.shape == (6, 12, 5, 5) and words.meta["level"] == "word" and words.meta["pieces"] == 15
 
 
+@pytest.mark.slow
 def test_every_viewer_reads_word_level(tiny_model_dir, tmp_path):
     model = tiny_model_dir("bert")
     text = "Tokenization of unbelievably long words, isn't it?"

@@ -1,0 +1,234 @@
+"""What the tests share besides fixtures: tiny random models of each family built from configs and saved
+with a tokenizer (no downloads), hand-made captures, and running `attnviz` as a user does."""
+
+from __future__ import annotations
+
+CORPUS = ["The cat sat on the mat.", "A dog ran in the park!", "Attention is all you need, they said.",
+          "The quick brown fox jumps over the lazy dog", "tokenization of unbelievably long words"] * 4
+SENTENCE = "The cat sat on the mat"
+
+
+def bpe_tokenizer(kind: str):
+    """A small BPE tokenizer trained on CORPUS: byte-level (GPT-2 style, Ġ) or metaspace (Llama style, ▁)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    if kind == "bytelevel":
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=500, special_tokens=["<|endoftext|>"],
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        tok.train_from_iterator(CORPUS, trainer)
+        return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
+                                       unk_token="<|endoftext|>")
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=False))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"])
+    tok.train_from_iterator(CORPUS, trainer)
+    bos = tok.token_to_id("<s>")
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", bos)])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+
+
+def seq2seq_tokenizer(kind: str):
+    """A small metaspace BPE tokenizer with <pad>, </s>, <unk>, <s>: T5 and Marian append </s>; BART wraps
+    the text in <s> … </s>."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<pad>", "</s>", "<unk>", "<s>"])
+    tok.train_from_iterator(CORPUS, trainer)
+    ids = {t: tok.token_to_id(t) for t in ("<pad>", "</s>", "<unk>", "<s>")}
+    template = "<s> $A </s>" if kind == "bart" else "$A </s>"
+    tok.post_processor = processors.TemplateProcessing(single=template, special_tokens=[
+        ("<s>", ids["<s>"]), ("</s>", ids["</s>"])])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>",
+                                   bos_token="<s>"), ids
+
+
+def build_tiny_seq2seq(kind: str, folder, *, init: float = 0.3):
+    """Save a tiny random encoder-decoder model (T5, BART or Marian) with its language-model head and a
+    tokenizer into `folder`; return the folder."""
+    import torch
+    import transformers as tf
+
+    torch.manual_seed(0)
+    tokenizer, ids = seq2seq_tokenizer(kind)
+    vocab = len(tokenizer)
+    if kind == "t5":
+        config = tf.T5Config(vocab_size=vocab, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=3,
+                             num_heads=4, relative_attention_num_buckets=8, relative_attention_max_distance=16,
+                             pad_token_id=ids["<pad>"], eos_token_id=ids["</s>"],
+                             decoder_start_token_id=ids["<pad>"], initializer_factor=init * 3)
+        model = tf.T5ForConditionalGeneration(config)
+    else:
+        common = dict(vocab_size=vocab, d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_heads=4,
+                      decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
+                      pad_token_id=ids["<pad>"], eos_token_id=ids["</s>"], bos_token_id=ids["<s>"],
+                      forced_eos_token_id=None, init_std=init)
+        if kind == "bart":
+            model = tf.BartForConditionalGeneration(tf.BartConfig(decoder_start_token_id=ids["</s>"], **common))
+        else:
+            model = tf.MarianMTModel(tf.MarianConfig(decoder_start_token_id=ids["<pad>"],
+                                                     decoder_vocab_size=vocab, **common))
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def bert_tokenizer():
+    from transformers import AutoTokenizer
+
+    from attnviz.engine.loading import bundled_model_dir
+
+    return AutoTokenizer.from_pretrained(str(bundled_model_dir()))
+
+
+def build_tiny_model(kind: str, folder, *, lm: bool = False, init: float = 0.5):
+    """Save a tiny random model of `kind` with a tokenizer into `folder`; return the folder. `lm`: a causal
+    language model with its head (GPT-2, Llama), for generation."""
+    import torch
+    import transformers as tf
+
+    torch.manual_seed(0)
+    # initializer_range 0.5 (not 0.02) gives peaked attention, so a wrong detail shows up as a big |Δ|
+    small = dict(num_hidden_layers=2, num_attention_heads=4, hidden_size=32, intermediate_size=64,
+                 initializer_range=init)
+    if kind in ("bert", "roberta", "electra", "distilbert"):
+        tokenizer = bert_tokenizer()
+        vocab = tokenizer.vocab_size
+        if kind == "bert":
+            model = tf.BertModel(tf.BertConfig(vocab_size=vocab, **small))
+        elif kind == "roberta":
+            model = tf.RobertaModel(tf.RobertaConfig(vocab_size=vocab, pad_token_id=0, **small))
+        elif kind == "electra":
+            model = tf.ElectraModel(tf.ElectraConfig(vocab_size=vocab, embedding_size=16, **small))
+        else:
+            model = tf.DistilBertModel(tf.DistilBertConfig(vocab_size=vocab, n_layers=2, n_heads=4, dim=32,
+                                                           hidden_dim=64, initializer_range=0.5))
+    elif kind == "gpt2":
+        tokenizer = bpe_tokenizer("bytelevel")
+        eot = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+        model = (tf.GPT2LMHeadModel if lm else tf.GPT2Model)(tf.GPT2Config(
+            vocab_size=len(tokenizer), n_layer=2, n_head=4, n_embd=32, n_positions=64, bos_token_id=eot,
+            eos_token_id=eot, initializer_range=init))
+    elif kind in ("llama", "mistral", "qwen2"):
+        tokenizer = bpe_tokenizer("metaspace")
+        cfg = dict(vocab_size=len(tokenizer), num_key_value_heads=2, bos_token_id=tokenizer.bos_token_id,
+                   eos_token_id=tokenizer.eos_token_id, pad_token_id=None, max_position_embeddings=128,
+                   rope_theta=10000.0, **small)
+        if kind == "llama":
+            model = (tf.LlamaForCausalLM if lm else tf.LlamaModel)(tf.LlamaConfig(**cfg))
+        elif kind == "mistral":
+            model = tf.MistralModel(tf.MistralConfig(sliding_window=None, **cfg))
+        else:
+            model = tf.Qwen2Model(tf.Qwen2Config(**cfg))
+    elif kind in TODAYS:
+        tokenizer = bpe_tokenizer("metaspace")
+        model = todays_model(kind, tokenizer, small)
+    else:
+        raise ValueError(kind)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+# Today's families, each with what its attention adds switched on and sized to matter on a short text:
+# sliding windows of 4 tokens, alternating with full layers where the family alternates.
+TODAYS = ("mistral-window", "qwen3", "phi3", "gemma2", "gemma3", "smollm3", "olmo2", "cohere2", "gpt_oss",
+          "modernbert")
+WINDOW = 4
+
+
+def todays_model(kind: str, tokenizer, small: dict):
+    import torch
+    import transformers as tf
+
+    alternating = ["sliding_attention", "full_attention"]
+    cfg = dict(vocab_size=len(tokenizer), num_key_value_heads=2, bos_token_id=tokenizer.bos_token_id,
+               eos_token_id=tokenizer.eos_token_id, pad_token_id=None, max_position_embeddings=128, **small)
+    if kind == "mistral-window":
+        return tf.MistralModel(tf.MistralConfig(sliding_window=WINDOW, **cfg))
+    if kind == "qwen3":
+        return tf.Qwen3Model(tf.Qwen3Config(head_dim=8, **cfg))
+    if kind == "phi3":
+        return tf.Phi3Model(tf.Phi3Config(**cfg))
+    if kind == "gemma2":
+        return tf.Gemma2Model(tf.Gemma2Config(head_dim=8, sliding_window=WINDOW, query_pre_attn_scalar=6,
+                                              attn_logit_softcapping=3.0, final_logit_softcapping=None,
+                                              layer_types=alternating, **cfg))
+    if kind == "gemma3":
+        return tf.Gemma3TextModel(tf.Gemma3TextConfig(head_dim=8, sliding_window=WINDOW, query_pre_attn_scalar=6,
+                                                      layer_types=alternating, **cfg))
+    if kind == "smollm3":
+        return tf.SmolLM3Model(tf.SmolLM3Config(no_rope_layers=[1, 0], **cfg))
+    if kind == "olmo2":
+        return tf.Olmo2Model(tf.Olmo2Config(**cfg))
+    if kind == "cohere2":
+        return tf.Cohere2Model(tf.Cohere2Config(sliding_window=WINDOW, layer_types=alternating, **cfg))
+    if kind == "gpt_oss":
+        model = tf.GptOssModel(tf.GptOssConfig(head_dim=8, sliding_window=WINDOW, layer_types=alternating,
+                                               num_local_experts=4, num_experts_per_tok=2, **cfg))
+        with torch.no_grad():  # sinks of either sign and size, so rows keep between a tenth and all of their mass
+            for layer in model.layers:
+                layer.self_attn.sinks.copy_(torch.linspace(-3.0, 1.5, layer.self_attn.sinks.numel()))
+        return model
+    if kind == "modernbert":
+        return tf.ModernBertModel(tf.ModernBertConfig(
+            vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+            num_attention_heads=4, local_attention=WINDOW, layer_types=["full_attention", "sliding_attention",
+                                                                          "full_attention"],
+            initializer_range=0.5, pad_token_id=tokenizer.unk_token_id, bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id, cls_token_id=tokenizer.bos_token_id,
+            sep_token_id=tokenizer.eos_token_id, max_position_embeddings=128))
+    raise ValueError(kind)
+
+
+def once(make):
+    """get(kind) -> make(kind), made once per kind."""
+    made: dict = {}
+
+    def get(kind: str):
+        if kind not in made:
+            made[kind] = make(kind)
+        return made[kind]
+
+    return get
+
+
+def make_capture(alpha, tokens=None, *, causal=False, special=None, kinds=None):
+    """A Capture from a hand-made α (L, H, T, T) for metric and renderer tests."""
+    import numpy as np
+
+    from attnviz.data.capture import Capture
+
+    alpha = np.asarray(alpha, dtype=np.float32)
+    T = alpha.shape[-1]
+    tokens = tokens or [f"t{i}" for i in range(T)]
+    special = special if special is not None else [False] * T
+    kinds = kinds or ["" if not s else "other" for s in special]
+    return Capture(attentions=alpha, tokens=tokens, token_ids=list(range(T)), special=special,
+                   special_kind=kinds, subword=[False] * T, meta={"model": "hand-made", "causal": causal})
+
+
+def run(*args, **kwargs):
+    """`attnviz ARGS` through Typer's CliRunner (stdout and stderr kept apart)."""
+    from typer.testing import CliRunner
+
+    from attnviz.cli import app
+
+    return CliRunner().invoke(app, [str(a) for a in args], **kwargs)
+
+
+def one_line_error(result, code=1):
+    """Assert the command failed with `code` and said so in exactly one line on stderr; return that line."""
+    assert result.exit_code == code, (result.exit_code, result.output)
+    assert "Traceback" not in result.output + result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error:"), result.stderr
+    return lines[0]
