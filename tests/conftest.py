@@ -10,7 +10,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-from helpers import SENTENCE, build_tiny_model, build_tiny_seq2seq, once  # after the environment is set
+from helpers import SENTENCE, TEXTS, build_tiny_model, build_tiny_seq2seq, once, run  # after the environment is set
 
 
 @pytest.fixture(scope="session")
@@ -65,3 +65,11 @@ def _close_figures():
 
     if "matplotlib.pyplot" in sys.modules:
         sys.modules["matplotlib.pyplot"].close("all")
+
+
+@pytest.fixture(scope="module")
+def shard(tmp_path_factory, tiny_model_dir):
+    folder = tmp_path_factory.mktemp("shard")
+    (folder / "t.txt").write_text("\n".join(TEXTS) + "\n")
+    assert run("corpus", folder / "t.txt", "-m", tiny_model_dir("bert"), "-o", folder / "a").exit_code == 0
+    return folder / "a"

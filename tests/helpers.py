@@ -3,6 +3,9 @@ with a tokenizer (no downloads), hand-made captures, and running `attnviz` as a 
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 CORPUS = ["The cat sat on the mat.", "A dog ran in the park!", "Attention is all you need, they said.",
           "The quick brown fox jumps over the lazy dog", "tokenization of unbelievably long words"] * 4
 SENTENCE = "The cat sat on the mat"
@@ -232,3 +235,48 @@ def one_line_error(result, code=1):
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("Error:"), result.stderr
     return lines[0]
+
+
+TEXTS = ["The cat sat on the mat.", "A dog ran in the park!", "Attention is all you need."]
+
+
+def run_bounded(*args, timeout=60, **kwargs):
+    """attnviz in a fresh process with a time limit: a command that blocks fails the test instead of hanging."""
+    return subprocess.run([sys.executable, "-m", "attnviz", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, **kwargs)
+
+
+def chromium_path() -> str | None:
+    """The Chromium the browser tests drive: $ATTNVIZ_CHROMIUM, else the system's."""
+    import os
+    import shutil
+
+    return os.environ.get("ATTNVIZ_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def browser_missing(why: str):
+    """Skip, saying what to install; fail where the browser tests must run (CI sets ATTNVIZ_REQUIRE_BROWSER)."""
+    import os
+
+    import pytest
+
+    if os.environ.get("ATTNVIZ_REQUIRE_BROWSER"):
+        pytest.fail(f"ATTNVIZ_REQUIRE_BROWSER is set but {why}")
+    pytest.skip(why)
+
+
+def require_real(model):
+    """The offline model's source files; skip (saying what to install) unless CI requires the real models."""
+    import os
+
+    import pytest
+
+    from attnviz.engine import offline
+    from attnviz.errors import ModelLoadError
+
+    try:
+        return offline.sources(model)
+    except ModelLoadError as exc:
+        if os.environ.get("ATTNVIZ_REQUIRE_REAL_MODELS"):
+            pytest.fail(f"ATTNVIZ_REQUIRE_REAL_MODELS is set but {exc}")
+        pytest.skip(str(exc))

@@ -10,7 +10,6 @@ import warnings
 
 import numpy as np
 import pytest
-
 from helpers import TODAYS, make_capture, one_line_error, run
 
 TEXT = "The cat sat on the mat. The cat sat on the mat"
@@ -83,6 +82,7 @@ def test_removing_nothing_is_the_model_itself(kind, ablatable):
         assert not module._forward_pre_hooks  # the hooks are gone
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", FAMILIES)
 def test_batched_importance_equals_the_loop(kind, ablatable):
     """The one growing batch gives every head's effect, loss change and gradient as one forward pass per head."""
@@ -115,8 +115,15 @@ def test_the_gradient_is_the_derivative_of_the_gated_model(kind, ablatable):
     an encoder the norm of ê's derivative along ξ_h, each head of layer 0 and the last layer (rel. 2e-2)."""
     import torch
 
-    from attnviz.engine.ablation import (editing, embedding, gradient_scores, is_causal_lm, next_token_loss,
-                                         outputs_of, run_model)
+    from attnviz.engine.ablation import (
+        editing,
+        embedding,
+        gradient_scores,
+        is_causal_lm,
+        next_token_loss,
+        outputs_of,
+        run_model,
+    )
     from attnviz.engine.ablation.ranking import _gated
 
     _, where, inputs = ablatable(kind)
@@ -409,6 +416,7 @@ def test_importance_refuses_text_and_corpus_together(lm, tmp_path):
     assert "no texts" in one_line_error(run("importance", "-m", lm, "--corpus", empty), 1)
 
 
+@pytest.mark.slow
 def test_detect_on_the_command_line(lm, tmp_path):
     out = tmp_path / "d.png"
     result = run("detect", "-m", lm, "--length", "8", "--sequences", "2", "--draws", "2", "--json", "-o", out)
@@ -447,7 +455,7 @@ def test_minilm_hook_and_weights_agree_and_the_gradient_ranks_like_removal(minil
 def test_smollm2_has_induction_heads_and_removing_them_hurts_the_repeat():
     """On the real SmolLM2: induction heads are found on repeated random tokens, and removing them raises the
     loss on the repeated half more than removing as many random heads does on average."""
-    from test_offline import require_real
+    from helpers import require_real
 
     from attnviz.engine import offline
 
@@ -467,7 +475,7 @@ def test_the_hook_equals_the_weights_edited_on_real_weights(which):
     """The multilingual encoder (Korean) and SmolLM2: zero ablation through the hook and through the weights
     agree within 1e-6 of the outputs' largest value, mean ablation within 1e-5; batched importance equals the
     loop on a short text."""
-    from test_offline import require_real
+    from helpers import require_real
 
     from attnviz.api.removal import _ablation_model
     from attnviz.engine import offline

@@ -9,10 +9,10 @@ import sys
 
 import numpy as np
 import pytest
+from helpers import SENTENCE
 
 import attnviz
 from attnviz.errors import AttnvizWarning, CaptureFormatError, InputError
-from helpers import SENTENCE
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +182,7 @@ def test_a_real_notebook_shows_working_viewers(tmp_path):
     opened in headless Chromium, load with no console error and no request, and do not interfere."""
     nbclient = pytest.importorskip("nbclient")
     pytest.importorskip("ipykernel")
-    from test_viewer import _missing, chromium_path
+    from helpers import browser_missing, chromium_path
 
     notebook = _notebook(tmp_path / "essay.ipynb")
     nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3",
@@ -202,9 +202,9 @@ def test_a_real_notebook_shows_working_viewers(tmp_path):
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        _missing("browser tests need Playwright for Python: pip install playwright (in the test extra)")
+        browser_missing("browser tests need Playwright for Python: pip install playwright (in the test extra)")
     if chromium_path() is None:
-        _missing("browser tests need Chromium: apt-get install chromium (or set ATTNVIZ_CHROMIUM)")
+        browser_missing("browser tests need Chromium: apt-get install chromium (or set ATTNVIZ_CHROMIUM)")
     page_path = tmp_path / "outputs.html"
     page_path.write_text("<!doctype html><html><body>" + "".join(frames) + "</body></html>", encoding="utf-8")
     with sync_playwright() as p:

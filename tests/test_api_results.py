@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers import run
 
 import attnviz
 from attnviz.records import to_json
-from helpers import run
 
 SENTENCE = "the cat sat on the mat"
 

@@ -2,10 +2,10 @@ import json
 
 import numpy as np
 import pytest
+from helpers import make_capture
 
 from attnviz.data.capture import Capture
 from attnviz.errors import AttentionCheckError, CaptureFormatError, OutputError, SelectionError
-from helpers import make_capture
 
 
 def uniform(L=2, H=3, T=4):

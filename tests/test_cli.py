@@ -1,11 +1,15 @@
 """The CLI through typer's CliRunner: every command, and every error a user can cause."""
 
+from __future__ import annotations
+
+import re
+
+import numpy as np
 import pytest
+from helpers import SENTENCE, make_capture, one_line_error, run
 
 from attnviz import __version__
 from attnviz.data.capture import Capture
-from helpers import one_line_error, run, SENTENCE
-
 
 
 def test_version_and_help():
@@ -180,13 +184,15 @@ def test_verify_unsupported_architecture_is_one_line(tmp_path):
 
     tf.AlbertModel(tf.AlbertConfig(vocab_size=30522, hidden_size=16, num_attention_heads=2, intermediate_size=32,
                                    num_hidden_layers=1, embedding_size=8)).save_pretrained(tmp_path)
-    from attnviz.engine.loading import bundled_model_dir
     from transformers import AutoTokenizer
+
+    from attnviz.engine.loading import bundled_model_dir
 
     AutoTokenizer.from_pretrained(str(bundled_model_dir())).save_pretrained(tmp_path)
     assert "no adapter for 'albert'" in one_line_error(run("verify", SENTENCE, "-m", tmp_path))
 
 
+@pytest.mark.slow
 def test_scaling_table_json_and_plot(tiny_model_dir, tmp_path):
     import json
 
@@ -324,3 +330,89 @@ def test_commands_from_a_capture_never_import_torch(command, saved_capture, tmp_
 
 def test_unknown_colormap_in_terminal_is_one_line(saved_capture):
     assert "colormap" in one_line_error(run("heatmap", "--from", saved_capture, "-t", "--cmap", "nope"), 2)
+
+
+@pytest.mark.parametrize("command, args", [
+    *(("steps", ["--head", h]) for h in ("mean", "all", "0-2", "0,1")),
+    *((c, ["--layer", v]) for c in ("steps", "positions") for v in ("all", "1-2", "0,1"))])
+def test_one_layer_and_head_commands_say_so_before_loading(command, args):
+    result = run(command, "The cat", *args, "-m", "/no/such/model")  # the model would fail differently
+    line = one_line_error(result, 2)
+    assert "one index" in line and "no such" not in line
+
+
+def commands() -> list[str]:
+    from attnviz.cli import command_group
+
+    return sorted(command_group().commands)
+
+
+@pytest.mark.parametrize("command", commands())
+def test_help_is_readable_at_80_columns(command):
+    result = run(command, "--help", env={"COLUMNS": "80", "NO_COLOR": "1"}, terminal_width=80)
+    assert result.exit_code == 0
+    text = result.stdout.replace("FILE…", "").replace("DIR…", "")
+    assert not re.search(r"[^\s(]…", text), f"{command}: a word cut short: " + \
+        next(line for line in text.splitlines() if re.search(r"[^\s(]…", line))
+    assert max(len(line) for line in text.splitlines()) <= 80
+
+
+@pytest.mark.parametrize("command", ["steps", "positions", "norms", "sinks", "scaling"])
+def test_single_attention_commands_list_no_encoder_decoder_options(command):
+    result = run(command, "--help", env={"COLUMNS": "200"})
+    assert "--target" not in result.stdout and "--max-new-tokens" not in result.stdout
+
+
+def test_errors_point_the_right_way(tmp_path, monkeypatch):
+    cap = make_capture(np.full((1, 1, 3, 3), 1 / 3, np.float32)).save(tmp_path / "c.npz")
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "pictures"
+    result = run("heatmap", "--from", cap, "-o", f"{folder}/")
+    assert result.exit_code == 0 and (folder / "attnviz_layer0_mean.png").exists()
+    result = run("entropy", "--from", cap, "-o", folder)  # an existing folder, no slash
+    assert result.exit_code == 0 and (folder / "attnviz_entropy.png").exists()
+    assert "no such folder" in one_line_error(run("heatmap", "x", "-m", "./no-such-model"))
+    assert "put the text in quotes" in one_line_error(run("heatmap", "The", "cat", "sat"), 2)
+    assert 'attnviz heatmap "some text"' in one_line_error(run("some text"), 2)
+    assert "not one of" in one_line_error(run("heatmap", "x", "--device", "tpu"), 2)
+    assert run("heatmap", "--from", cap, "--dtype", "bf16", "-t").exit_code == 0  # aliases users type
+
+
+def command_options():
+    from attnviz.cli import command_group
+
+    return {name: {p.name: p for p in command.params} for name, command in command_group().commands.items()}
+
+
+SHARED = ("model", "revision", "device", "dtype", "trust_remote_code", "no_truncate", "text_file", "source", "layer",
+          "head", "hide_special", "cmap", "as_json", "as_csv", "scale", "norm", "vmax", "values", "start", "token")
+
+
+def test_shared_options_have_one_name_type_and_help_everywhere():
+    commands = command_options()
+    for key in SHARED:
+        seen = [(name, params[key]) for name, params in commands.items()
+                if key in params and params[key].param_type_name == "option"]
+        flags = {(tuple(sorted(p.opts)), tuple(sorted(p.secondary_opts))) for _, p in seen}
+        assert len(flags) == 1, (key, flags)
+        types = {str(p.type_descriptor.annotation).replace("typing.", "").replace("Optional[", "").rstrip("]")
+                 for _, p in seen}
+        assert len(types) == 1, (key, types)
+        if key not in ("layer", "head", "source", "token"):  # help mentions each command's default
+            assert len({p.help for _, p in seen}) == 1, (key, [(n, p.help) for n, p in seen])
+    for name, params in commands.items():  # -o is the output everywhere there is one
+        for p in params.values():
+            if "-o" in p.opts:
+                assert "--output" in p.opts or "--out-dir" in p.opts, name
+    assert {"layer", "head"} <= set(commands["heads"]) and {"as_json", "as_csv"} <= set(commands["rollout"])
+    assert "as_json" in commands["compare"] and "start" in commands["compare"]
+
+
+def test_help_lists_commands_for_a_newcomer_without_type_placeholders():
+    top = run("--help")
+    assert top.exit_code == 0
+    order = [top.stdout.index(f" {name} ") for name in ("heatmap", "token", "steps", "compare", "export")]
+    assert order == sorted(order)
+    for name in command_options():
+        text = run(name, "--help", env={"COLUMNS": "200"}).stdout
+        assert "<bool>" not in text and "<list" not in text and "<str>" not in text, name

@@ -7,15 +7,14 @@ import json
 import os
 import signal
 import subprocess
-import time
 import sys
+import time
 
 import numpy as np
 import pytest
+from helpers import one_line_error, run
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from helpers import one_line_error, run
 
 from attnviz.corpora import CorpusState, Line, Moments, load_state, read_lines
 
@@ -52,8 +51,8 @@ def _per_text(loaded, texts, batch_size):
 def test_a_text_gives_the_same_numbers_alone_as_in_a_padded_batch(kind, load_tiny):
     """Every metric of every head, for each text, from a padded batch of 8 mixed lengths equals what
     `attnviz heads` computes for the text alone (the single-text path: its own forward pass), to 1e-5."""
-    from attnviz.metrics import head_values
     from attnviz.engine.forward import capture_text
+    from attnviz.metrics import head_values
 
     loaded = load_tiny(kind)
     batched = _per_text(loaded, TEXTS, batch_size=8)
@@ -74,8 +73,8 @@ def test_a_text_gives_the_same_numbers_alone_as_in_a_padded_batch(kind, load_tin
 def test_word_level_statistics_equal_the_single_text_words_path(kind, load_tiny, tmp_path):
     """--words: each text's word-level statistics from the padded batch equal `attnviz heads TEXT --words`
     (to_words of the text's own capture), to 1e-5; merging a word-level run with a token-level one is refused."""
-    from attnviz.metrics import head_values
     from attnviz.engine.forward import capture_text
+    from attnviz.metrics import head_values
     from attnviz.words import to_words
 
     loaded = load_tiny(kind)
@@ -153,8 +152,8 @@ def test_token_weighted_moments_equal_a_direct_computation_over_all_rows(load_ti
     """The tokens weighting: mean and sample std over every query row of every text, computed here from each
     text's own capture with numpy (row entropy, α_i,i−1), against the state's moments."""
     from attnviz.corpora.run import run_local
-    from attnviz.metrics import row_entropy
     from attnviz.engine.forward import capture_text
+    from attnviz.metrics import row_entropy
 
     loaded = load_tiny("gpt2")
     runner = _runner(loaded, batch_size=3)
@@ -513,3 +512,80 @@ def test_sigterm_during_the_ray_engine_is_one_line_partial_and_leaves_no_ray_pro
     while _ray_processes() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert _ray_processes() == []
+
+
+@pytest.mark.slow
+def test_sigterm_ends_an_endless_line_with_partial_statistics(tiny_model_dir, tmp_path):
+    """`cat /dev/zero | attnviz corpus -` is one endless line: the reader skips it a block at a time, and
+    SIGTERM stops it there, with attnviz's line, the partial statistics and exit 143."""
+    process = subprocess.Popen([sys.executable, "-m", "attnviz", "corpus", "-", "-m", tiny_model_dir("bert"),
+                                "-o", str(tmp_path / "out")], stdin=open("/dev/zero", "rb"),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(8)  # the model loads, then the reader is inside the endless line
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 143, err
+    assert "terminated" in err and "partial" in err and "Traceback" not in err
+    stats = json.loads((tmp_path / "out" / "stats.json").read_text())
+    assert stats["partial"] is True and stats["texts"] == 0
+
+
+def forged(tmp_path, shard, change, name="forged"):
+    data = json.loads((shard / "stats.json").read_text())
+    data["runs"] = ["another run"]
+    change(data)
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "stats.json").write_text(json.dumps(data) if isinstance(data, dict) else data)
+    return folder
+
+
+@pytest.mark.parametrize("change, words", [
+    (lambda d: d["moments"]["texts"]["entropy"]["count"][0].__setitem__(0, 1e308), "out of range"),
+    (lambda d: d["moments"]["texts"]["entropy"]["mean"][0].__setitem__(0, 1e300), "out of range"),
+    (lambda d: d.__setitem__("texts", 10 ** 400), "'texts'"),
+    (lambda d: d.__setitem__("tokens", -1), "'tokens'"),
+    (lambda d: d["label_counts"][0][0].__setitem__(0, 2 ** 60), "label_counts"),
+    (lambda d: d.__setitem__("bad", {"x": True}), "'bad'"),
+    (lambda d: d.update(layers=4096, heads=4096), "over the limit"),
+])
+@pytest.mark.slow
+def test_numbers_out_of_range_are_refused_in_one_line(tmp_path, shard, change, words):
+    folder = forged(tmp_path, shard, change)
+    line = one_line_error(run("corpus", "merge", shard, folder, "-o", tmp_path / "m"))
+    assert words in line
+    assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.slow
+def test_a_state_of_empty_lists_is_refused_before_it_is_parsed(tmp_path, shard, monkeypatch):
+    """Memory stays bounded: a file of many JSON containers is refused by counting, not by parsing (the
+    limit is lowered here so the file can stay small)."""
+    import attnviz.corpora.state as corpus
+
+    monkeypatch.setattr(corpus, "MAX_STATE_CONTAINERS", 1000)
+    folder = tmp_path / "lists"
+    folder.mkdir()
+    (folder / "stats.json").write_text("[" + ",".join(["[]"] * 5000) + "]")
+    with pytest.raises(Exception, match="JSON lists and objects"):
+        corpus.load_state(folder)
+    (folder / "stats.json").write_bytes(b" " * (corpus.MAX_STATE_BYTES + 1))
+    with pytest.raises(Exception, match="larger than"):
+        corpus.load_state(folder)
+
+
+@pytest.mark.slow
+def test_merging_many_large_shards_stays_finite(tmp_path, shard):
+    from attnviz.corpora import load_state, merge_states
+
+    def big(d):
+        for per in d["moments"].values():
+            for entry in per.values():
+                entry["count"] = [[2.0 ** 52] * len(row) for row in entry["count"]]
+    states = [load_state(forged(tmp_path, shard, big, f"s{n}")) for n in range(3)]
+    for n, state in enumerate(states):
+        state.runs = [f"run {n}"]
+    merged = merge_states(states)
+    for per in merged.moments.values():
+        for m in per.values():
+            assert np.isfinite(m.count).all() and np.isfinite(m.mean).all() and np.isfinite(m.m2).all()

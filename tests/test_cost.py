@@ -7,7 +7,6 @@ import json
 
 import numpy as np
 import pytest
-
 from helpers import one_line_error, run
 
 

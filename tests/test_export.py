@@ -1,18 +1,20 @@
 """The export folder: names, counts, sizes, pixels, atomicity, the offline gallery. Never its speed."""
 
+from __future__ import annotations
+
 import json
 import re
 
 import numpy as np
 import pytest
+from helpers import make_capture
 
 from attnviz.data.capture import Capture
 from attnviz.errors import OutputError
 from attnviz.gallery import MANIFEST, HeadImageWriter, export, export_panels, render_panels
-from attnviz.render.encode import encode_png
 from attnviz.panels import attention_panels, head_filename, text_subtitle
+from attnviz.render.encode import encode_png
 from attnviz.render.png import heatmap_figure
-from helpers import make_capture
 
 TOKENS = ["[CLS]", "the", "cat", "sat", "on", "the", "mat", "[SEP]"]
 
@@ -204,9 +206,8 @@ def test_grid_png_is_standard_and_shows_each_head_in_place(tmp_path):
 
     cap, hot = one_hot_capture()
     target = export(cap, tmp_path / "out", layers=[0, 1], heads=[0, 1, 2])
-    from attnviz.render.png import grid_figure
-
     from attnviz.metrics import head_records
+    from attnviz.render.png import grid_figure
 
     panels = [p for p in export_panels(cap, [0, 1], [0, 1, 2]) if p.head != "mean"]
     labels = {(r["layer"], r["head"]): r["label"] for r in head_records(cap)}
@@ -242,3 +243,36 @@ def test_every_norm_exports_and_a_long_input_defaults_to_log(tmp_path, norm):
     target = export(cap, tmp_path / norm, layers=[0], heads=[0, 1], scale=ScaleChoice(norm=norm))
     assert read_png(target / "grid.png").shape[2] == 3 and read_png(target / "layer00_head01.png").shape[2] == 3
     assert export_panels(cap, [0], [0])[0].scale.norm == "log"  # the default for a long input
+
+
+def test_the_export_grid_names_each_heads_pattern(cat_capture, tmp_path):
+    from attnviz.gallery import export_panels
+    from attnviz.metrics import head_records
+    from attnviz.render.png import grid_figure
+
+    panels = [p for p in export_panels(cat_capture, [0, 1], [0, 1, 2]) if p.head != "mean"]
+    labels = {(r["layer"], r["head"]): r["label"] for r in head_records(cat_capture)}
+    grid = grid_figure(cat_capture, panels, [0, 1], [0, 1, 2], labels=labels)
+    drawn = [t.get_text() for t in grid.axes.texts]
+    assert drawn == [labels[layer, head][:16] for layer in (0, 1) for head in (0, 1, 2)]
+    assert grid.tiles is not None and grid.tiles.sum() == 6 * panels[0].matrix.size * (64 // 8) ** 2
+
+
+def test_export_per_head_scale_frames_match_full_figures(tmp_path):
+    from attnviz.gallery import HeadImageWriter, export_panels
+    from attnviz.panels import ScaleChoice, text_subtitle
+    from attnviz.render.png import panel_figure
+
+    rng = np.random.default_rng(3)
+    cap = make_capture(rng.dirichlet(np.ones(8) * 0.3, size=(1, 3, 8)).astype(np.float32))
+    panels = export_panels(cap, [0], [0, 1, 2], ScaleChoice(kind="per-head"))
+    writer = HeadImageWriter(panels, subtitle=text_subtitle(cap))
+    for panel in (panels[1], panels[0], panels[2]):  # the colorbar changes with each head's scale
+        fast = writer.render(panel)
+        figure = panel_figure(panel, subtitle=text_subtitle(cap)).figure
+        figure.savefig(tmp_path / "ref.png", dpi=100)
+        from PIL import Image
+
+        reference = np.asarray(Image.open(tmp_path / "ref.png").convert("RGB"))
+        assert fast.shape == reference.shape
+        assert (np.abs(fast.astype(int) - reference).max(-1) > 40).mean() < 0.01

@@ -9,7 +9,6 @@ import json
 
 import numpy as np
 import pytest
-
 from helpers import TODAYS, one_line_error, run
 
 TEXT = " ".join(["The cat sat on the mat. A dog ran in the park!"] * 2)  # 25 tokens: windows of 4 matter
@@ -379,7 +378,6 @@ def test_an_untested_architecture_gets_one_line_for_each_thing(tmp_path):
     works for it."""
     import torch
     import transformers as tf
-
     from helpers import bpe_tokenizer
 
     torch.manual_seed(0)
@@ -447,10 +445,9 @@ def write_tiny_gguf(kind: str, path, *, unknown_token: bool = True):
     import gguf
     import torch
     import transformers as tf
+    from helpers import bpe_tokenizer
     from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
     from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS, TensorProcessor, get_gguf_hf_weights_map
-
-    from helpers import bpe_tokenizer
 
     torch.manual_seed(0)
     tok = bpe_tokenizer("bytelevel")

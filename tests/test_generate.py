@@ -10,13 +10,12 @@ import warnings
 import numpy as np
 import pytest
 import torch
-
-from helpers import once, make_capture, one_line_error, run
+from helpers import make_capture, once, one_line_error, run
 
 from attnviz.data.capture import Capture
-from attnviz.errors import AttnvizWarning
 from attnviz.engine.generate import Decoding, generate_capture
 from attnviz.engine.loading import load
+from attnviz.errors import AttnvizWarning
 
 PROMPT = "the quick brown fox"  # both tiny models write 24 tokens after it without an end-of-sequence
 KINDS = ["gpt2", "llama"]
@@ -133,13 +132,18 @@ def test_generated_flags_must_follow_the_prompt(tmp_path):
     one_line_error(run("heatmap", "--from", path, "-t"), 1)
 
 
-def test_each_new_token_has_its_span_of_the_text(lm):
-    capture = generate_capture(lm("llama"), PROMPT, Decoding(max_new_tokens=10))
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+def test_each_new_token_has_its_span_of_the_text(lm, kind):
+    """Every written token has a span of the written text: the spans start where the prompt ends, follow one
+    another without a gap and end with the text, and each holds the token as it is labelled."""
+    capture = generate_capture(lm(kind), PROMPT, Decoding(max_new_tokens=10))
     text = capture.meta["text"]
-    for t in range(capture.prompt_length, capture.n_tokens):
-        a, b = capture.offsets[t]
-        if a >= 0:
-            assert capture.tokens[t].removeprefix("##") in text[a:b] or text[a:b].strip() == ""
+    written = range(capture.prompt_length, capture.n_tokens)
+    spans = [(int(capture.offsets[t][0]), int(capture.offsets[t][1])) for t in written]
+    assert len(spans) == 10 and spans[0][0] == len(PROMPT) and spans[-1][1] == len(text)
+    assert all(b == next_a for (_, b), (next_a, _) in zip(spans, spans[1:]))
+    for t, (a, b) in zip(written, spans):
+        assert text[a:b].strip() == capture.tokens[t].removeprefix("##"), (t, text[a:b], capture.tokens[t])
 
 
 # --- the command line ---------------------------------------------------------------------------------
@@ -221,8 +225,8 @@ def test_panels_mark_where_the_prompt_ends(gen_file):
 
 def test_the_line_is_drawn_in_images_and_the_terminal(gen_file):
     from attnviz.gallery import HeadImageWriter, export_panels
-    from attnviz.render.png import page_figure
     from attnviz.panels import heatmap_page
+    from attnviz.render.png import page_figure
 
     capture = Capture.load(gen_file)
     page = heatmap_page(capture, [0], ["mean"])
@@ -295,3 +299,14 @@ def test_words_keep_the_generated_flags(lm):
     # the prompt's words are exactly the prompt's tokens grouped: pooled rows of the prompt sum to 1
     assert np.allclose(words.attentions.sum(-1), 1, atol=1e-5)
     assert first <= P
+
+
+@pytest.mark.parametrize("seed", [str(2 ** 64), str(10 ** 40), "-1", "1.5", "x"])
+def test_a_seed_out_of_range_is_a_usage_error(tiny_lm_dir, seed):
+    line = one_line_error(run("generate", "the cat", "-m", tiny_lm_dir("gpt2"), "--sample", "--seed", seed), 2)
+    assert "--seed" in line
+
+
+def test_the_largest_seed_works(tiny_lm_dir):
+    assert run("generate", "the cat", "-m", tiny_lm_dir("gpt2"), "--sample", "--seed", str(2 ** 64 - 1), "-n",
+               "2").exit_code == 0

@@ -2,17 +2,19 @@
 option values. Each must end in one line on stderr and its exit code, never a traceback, never control
 sequences on the terminal, never memory beyond the documented limits."""
 
+from __future__ import annotations
+
 import json
 import math
+import os
 import zipfile
 
 import numpy as np
 import pytest
+from helpers import SENTENCE, make_capture, one_line_error, run
 
 from attnviz.data.capture import Capture
 from attnviz.errors import CaptureFormatError
-from helpers import one_line_error, run, SENTENCE, make_capture
-
 
 
 def good_arrays(T=4, L=1, H=2):
@@ -129,6 +131,7 @@ def test_wrong_types_and_shapes_are_refused_at_load(tmp_path, name, changes, mes
     assert message.split("'")[0].split(" ")[0] in one_line_error(run("heads", "--from", path))
 
 
+@pytest.mark.slow
 def test_zip_with_a_huge_directory_is_refused(tmp_path):
     path = tmp_path / "many.npz"
     with zipfile.ZipFile(path, "w") as zf:
@@ -298,3 +301,24 @@ def test_capture_too_large_to_read_back_is_not_written(tmp_path, monkeypatch):
         make_capture(np.full((1, 1, 8, 8), 1 / 8, np.float32)).save(tmp_path / "big.npz")
     assert not list(tmp_path.iterdir())
     assert math.isfinite(1.0)
+
+
+@pytest.mark.parametrize("name", ["ATTNVIZ_MAX_CAPTURE_BYTES", "ATTNVIZ_MEMORY_BUDGET", "ATTNVIZ_MAX_MODEL_BYTES"])
+@pytest.mark.parametrize("value", ["abc", "1e99", "-1", "0", "nan", "inf", "12Q"])
+def test_a_bad_size_in_the_environment_is_one_line_naming_it(name, value, tmp_path):
+    from attnviz.sizes import size_from_env
+
+    os.environ[name] = value
+    try:
+        with pytest.raises(Exception, match=name):
+            size_from_env(name, 1)
+    finally:
+        del os.environ[name]
+
+
+def test_a_bad_capture_limit_stops_the_command(tmp_path, cat_capture):
+    path = cat_capture.save(tmp_path / "c.npz")
+    for value in ("abc", "1e99", "-1"):
+        line = one_line_error(run("heatmap", "--from", path, "-t", env={"ATTNVIZ_MAX_CAPTURE_BYTES": value}))
+        assert "ATTNVIZ_MAX_CAPTURE_BYTES" in line
+    assert run("heatmap", "--from", path, "-t", env={"ATTNVIZ_MAX_CAPTURE_BYTES": "2G"}).exit_code == 0

@@ -4,9 +4,9 @@ import math
 
 import numpy as np
 import pytest
+from helpers import make_capture
 
 from attnviz import metrics
-from helpers import make_capture
 
 
 def one_head(alpha, **kwargs):

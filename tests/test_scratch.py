@@ -5,16 +5,16 @@ import math
 import numpy as np
 import pytest
 import torch
+from helpers import SENTENCE
 
-from attnviz.errors import UnsupportedArchitectureError
-from attnviz.metrics import differences
 from attnviz.engine.forward import encode
-from attnviz.engine.loading import load
 from attnviz.engine.fromscratch.adapters import adapter_for, rotary_cos_sin
 from attnviz.engine.fromscratch.formula import attention_mask, scaled_dot_product_attention
-from attnviz.engine.fromscratch.verify import capture_both, recompute, scratch_attentions
 from attnviz.engine.fromscratch.scaling import scaling_rows, synthetic_scaling
-from helpers import SENTENCE
+from attnviz.engine.fromscratch.verify import capture_both, recompute, scratch_attentions
+from attnviz.engine.loading import load
+from attnviz.errors import UnsupportedArchitectureError
+from attnviz.metrics import differences
 
 FAMILIES = ["bert", "roberta", "electra", "distilbert", "gpt2", "llama", "mistral", "qwen2"]
 TEXT = SENTENCE + ", and the dog ran in the park!"

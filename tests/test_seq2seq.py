@@ -10,15 +10,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-
 from helpers import once, one_line_error, run
 
 from attnviz.data.capture import Capture
 from attnviz.data.parts import Parts, load_capture
+from attnviz.engine.fromscratch.adapters import t5_relative_bucket
+from attnviz.engine.fromscratch.verify import scratch_parts
 from attnviz.engine.generate import Decoding
 from attnviz.engine.loading import load
-from attnviz.engine.fromscratch.verify import scratch_parts
-from attnviz.engine.fromscratch.adapters import t5_relative_bucket
 from attnviz.engine.seq2seq import parts_capture
 
 KINDS = ["t5", "bart", "marian"]
@@ -192,6 +191,7 @@ def test_cross_attention_statistics(s2s_file):
     assert entropy[0]["entropy"] == pytest.approx(float(-(enc[0, 0] * np.log(enc[0, 0])).sum(-1).mean()), abs=1e-9)
 
 
+@pytest.mark.slow
 def test_every_viewer_takes_a_part(s2s_file, tmp_path):
     from PIL import Image
 
@@ -252,6 +252,7 @@ def test_verify_from_a_saved_capture_catches_a_change(s2s_file, tmp_path, tiny_s
     assert run("verify", "--from", changed, "-m", tiny_seq2seq_dir("t5")).exit_code == 3
 
 
+@pytest.mark.slow
 def test_single_attention_commands_and_options_are_refused_in_one_line(tiny_seq2seq_dir, tiny_model_dir):
     t5 = tiny_seq2seq_dir("t5")
     for command in ("steps", "positions", "norms", "sinks"):

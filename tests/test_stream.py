@@ -2,16 +2,18 @@
 within 1e-5 wherever both fit: metrics, labels, pooled α, rollout rows, exact windows; for an encoder and
 a causal model, with and without padding in a batch, and on the bundled MiniLM."""
 
+from __future__ import annotations
+
 import json
 
 import numpy as np
 import pytest
-
-from attnviz.data.capture import Capture
-from attnviz.metrics import Tokens, head_values, rollout
-from attnviz.blocks import equal_edges as pool_edges
-from attnviz.engine.stream import Window, stream
 from helpers import one_line_error, run
+
+from attnviz.blocks import equal_edges as pool_edges
+from attnviz.data.capture import Capture
+from attnviz.engine.stream import Window, stream
+from attnviz.metrics import Tokens, head_values, rollout
 
 LONG = " ".join(["The cat sat on the mat. A dog ran in the park!"] * 5)
 
@@ -204,3 +206,33 @@ def test_each_block_of_alpha_is_computed_once(load_tiny, monkeypatch):
     T, block_bytes = capture.n_tokens, 4 * 8 * capture.n_tokens * 10  # 10 rows of 4 heads a block
     stream(loaded.model, encoded.inputs, Tokens.of(capture), pool=1, block_bytes=block_bytes)
     assert sum(calls) == capture.n_layers * T and len(calls) == capture.n_layers * -(-T // 10)
+
+
+@pytest.fixture(scope="module")
+def pooled(tmp_path_factory, tiny_model_dir):
+    path = tmp_path_factory.mktemp("pooled") / "long.npz"
+    text = " ".join(["The cat sat on the mat. A dog ran in the park!"] * 4)
+    assert run("capture", text, "-m", tiny_model_dir("bert"), "--stream", "--pool", "8", "-o", path).exit_code == 0
+    return path
+
+
+@pytest.mark.parametrize("damage, words", [
+    (lambda r: r[0].__setitem__("layer", 99), "layer 99"),
+    (lambda r: r[1].pop("entropy"), "no number 'entropy'"),
+    (lambda r: r[2].__setitem__("prev", "lots"), "no number 'prev'"),
+    (lambda r: r[0].__setitem__("label", "<b>x</b>"), "unknown label"),
+    (lambda r: r.pop(), "records"),
+    (lambda r: r.__setitem__(1, dict(r[0])), "repeats"),
+])
+@pytest.mark.parametrize("command", ["entropy", "heads"])
+def test_damaged_head_statistics_are_one_line(tmp_path, pooled, damage, words, command):
+    capture = Capture.load(pooled)
+    records = [dict(r) for r in capture.meta["head_stats"]]
+    damage(records)
+    path = capture.with_meta(head_stats=records).save(tmp_path / "bad.npz")
+    assert words in one_line_error(run(command, "--from", path))
+
+
+def test_the_intact_pooled_capture_reads(pooled):
+    result = run("heads", "--from", pooled, "--json")
+    assert result.exit_code == 0, result.output

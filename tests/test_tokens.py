@@ -1,5 +1,14 @@
 """Readable tokens: markers translated, sub-words visible, specials untouched."""
 
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from helpers import make_capture, run
+
+from attnviz.data.capture import Capture
 from attnviz.tokens import readable_token, subword_flags
 
 
@@ -27,3 +36,34 @@ def test_subword_flags_from_word_ids_and_from_markers():
     assert subword_flags(None, raw, special) == [False, False, True, False, False]
     bpe = ["The", "Ġun", "bel", "Ġworks"]
     assert subword_flags(None, bpe, [False] * 4) == [False, False, True, False]
+
+
+@pytest.mark.parametrize("stream", [[], ["--stream"]])
+def test_unknown_words_are_marked_at_word_level_too(tiny_model_dir, stream):
+    data = json.loads(run("heads", "나는 사과를 🍕 먹었다", "-m", tiny_model_dir("bert"), "--words", "--json",
+                          *stream).stdout)
+    result = run("heatmap", "나는 사과를 🍕 먹었다", "-m", tiny_model_dir("bert"), "--words", "-t", *stream,
+                 env={"NO_COLOR": "1", "COLUMNS": "200"})
+    assert result.exit_code == 0 and data
+    assert "[UNK:🍕]" in result.stdout and "[UNK:먹었다]" in result.stdout
+
+
+def test_partly_unknown_words_say_which_part():
+    from attnviz.words import to_words
+
+    alpha = np.full((1, 1, 4, 4), 0.25, np.float32)
+    capture = make_capture(alpha, ["[CLS]", "ab", "##[UNK:🍕]", "[SEP]"], special=[True, False, False, True],
+                           kinds=["start", "", "", "end"])
+    capture = Capture(**{**capture.__dict__, "subword": np.array([False, False, True, False]),
+                         "token_ids": np.array([0, 5, 9, 1])}).with_meta(unk_token_id=9, text="ab🍕")
+    words = to_words(capture)
+    assert words.tokens[1].endswith("[UNK:🍕]") and words.tokens[1].startswith("ab")
+
+
+def test_unknown_words_are_labelled_and_warned(load_tiny):
+    from attnviz.engine.forward import encode
+    from attnviz.errors import AttnvizWarning
+
+    with pytest.warns(AttnvizWarning, match=r"1 of 3 words became \[UNK\] \(🍕\).*multilingual"):
+        encoded = encode(load_tiny("bert"), "the 🍕 cat")
+    assert "[UNK:🍕]" in encoded.tokens

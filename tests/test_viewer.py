@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import re
-import shutil
 
 import numpy as np
 import pytest
-
-from helpers import SENTENCE, make_capture, one_line_error, run
+from helpers import SENTENCE, browser_missing, chromium_path, make_capture, one_line_error, run
 
 from attnviz.render.viewer import viewer_data, viewer_html
 from attnviz.text import visible
@@ -21,26 +18,15 @@ from attnviz.text import visible
 THRESHOLD = 0.01  # the head view draws a line for α ≥ this
 
 
-def chromium_path() -> str | None:
-    return os.environ.get("ATTNVIZ_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-def _missing(why: str):
-    """Skip, saying what to install; fail where the browser tests must run (CI sets ATTNVIZ_REQUIRE_BROWSER)."""
-    if os.environ.get("ATTNVIZ_REQUIRE_BROWSER"):
-        pytest.fail(f"ATTNVIZ_REQUIRE_BROWSER is set but {why}")
-    pytest.skip(why)
-
-
 @pytest.fixture(scope="module")
 def browser():
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        _missing("browser tests need Playwright for Python: pip install playwright (in the test extra)")
+        browser_missing("browser tests need Playwright for Python: pip install playwright (in the test extra)")
     path = chromium_path()
     if path is None:
-        _missing("browser tests need Chromium: apt-get install chromium (or set ATTNVIZ_CHROMIUM to its path); "
+        browser_missing("browser tests need Chromium: apt-get install chromium (or set ATTNVIZ_CHROMIUM to its path); "
                  ".ci/run installs it")
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=path, args=["--no-sandbox"])

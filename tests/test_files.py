@@ -1,7 +1,10 @@
 """Output folders and files: never delete what attnviz did not write, never leave half-written output, one
 line for a full disk, a clean exit on SIGTERM (workers included), one winner when two exports race."""
 
+from __future__ import annotations
+
 import errno
+import json
 import signal
 import subprocess
 import sys
@@ -10,13 +13,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import make_capture, one_line_error, run
 
 from attnviz import gallery as export_module
 from attnviz.data.capture import Capture
 from attnviz.errors import OutputError
 from attnviz.gallery import export
-from helpers import one_line_error, run, make_capture
-
 
 
 def small_capture(L=2, H=2, T=6, seed=0):
@@ -178,3 +180,41 @@ def test_a_manifest_naming_files_elsewhere_is_refused(tmp_path):
     with pytest.raises(OutputError, match="not there"):
         export(small_capture(), target, layers=[0], heads=[1], force=True)
     assert victim.read_text() == "not attnviz's"
+
+
+@pytest.mark.slow
+def test_force_never_replaces_another_commands_folder(tmp_path, shard, cat_capture, tiny_model_dir):
+    import shutil
+
+    stats = tmp_path / "stats"
+    shutil.copytree(shard, stats)
+    before = {p.name: p.read_bytes() for p in stats.iterdir()}
+    capture = cat_capture.save(tmp_path / "c.npz")
+    line = one_line_error(run("export", "--from", capture, "--out-dir", stats, "--layers", "0", "--heads", "0",
+                              "--force"))
+    assert "corpus statistics" in line and "not an attnviz export" in line
+    assert {p.name: p.read_bytes() for p in stats.iterdir()} == before
+    exported = tmp_path / "exported"
+    assert run("export", "--from", capture, "--out-dir", exported, "--layers", "0", "--heads", "0").exit_code == 0
+    (tmp_path / "t.txt").write_text("The cat sat.\n")
+    line = one_line_error(run("corpus", tmp_path / "t.txt", "-m", tiny_model_dir("bert"), "-o", exported,
+                              "--force"))
+    assert "export" in line
+    # the same command still replaces its own folder
+    assert run("export", "--from", capture, "--out-dir", exported, "--layers", "0", "--heads", "1",
+               "--force").exit_code == 0
+    assert run("corpus", tmp_path / "t.txt", "-m", tiny_model_dir("bert"), "-o", stats, "--force").exit_code == 0
+
+
+@pytest.mark.slow
+def test_an_old_manifest_without_its_command_is_told_apart_by_its_files(tmp_path, shard, cat_capture):
+    import shutil
+
+    stats = tmp_path / "stats"
+    shutil.copytree(shard, stats)
+    manifest = json.loads((stats / "attnviz-export.json").read_text())
+    manifest.pop("folder")
+    (stats / "attnviz-export.json").write_text(json.dumps(manifest))
+    line = one_line_error(run("export", "--from", cat_capture.save(tmp_path / "c.npz"), "--out-dir", stats,
+                              "--layers", "0", "--heads", "0", "--force"))
+    assert "corpus statistics" in line

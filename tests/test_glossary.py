@@ -1,0 +1,84 @@
+"""attnviz explain: every header and legend abbreviation any command prints has an entry, and the terms a
+newcomer looks for are found."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from helpers import TEXTS, run
+
+
+def header_cells(output: str) -> list[str]:
+    """The column headers of every table in a command's plain output: the line above a rule of ─, cut at runs
+    of two or more spaces."""
+    lines = output.splitlines()
+    cells = []
+    for above, line in zip(lines, lines[1:]):
+        if re.fullmatch(r"\s*─{3,}[─\s]*", line):
+            cells += [c.strip() for c in re.split(r"\s{2,}", above) if c.strip()]
+    return cells
+
+
+def explainable(cell: str, tokens: set[str]) -> bool:
+    from attnviz.metrics import lookup
+
+    if re.fullmatch(r"-?\d+", cell) or cell in tokens or lookup(cell):
+        return True
+    vector = re.fullmatch(r"(‖)?(q|k|v|out)(‖)?(\[\d+\])?", cell)
+    if vector:
+        return bool(lookup(vector.group(2)))
+    parts = [p.strip() for p in cell.split(",")]
+    if len(parts) > 1:
+        return all(explainable(p, tokens) or re.fullmatch(r"token \d+", p) for p in parts)
+    words = cell.split()
+    return len(words) > 1 and all(explainable(w, tokens) for w in words)
+
+
+@pytest.fixture(scope="module")
+def every_output(tmp_path_factory, tiny_model_dir, tiny_lm_dir):
+    folder = tmp_path_factory.mktemp("outputs")
+    (folder / "t.txt").write_text("\n".join(TEXTS) + "\n")
+    bert, lm = tiny_model_dir("bert"), tiny_lm_dir("gpt2")
+    it = "The cat sat on the mat because it was tired"
+    runs = [["heads", it, "-m", bert], ["entropy", it, "-m", bert], ["sinks", it, "-m", bert],
+            ["norms", it, "-m", bert], ["verify", it, "-m", bert], ["scaling", it, "-m", bert],
+            ["positions", it, "-m", bert], ["steps", it, "-m", bert], ["token", it, "it", "-m", bert],
+            ["corpus", folder / "t.txt", "-m", bert], ["generate", "the cat", "-m", lm, "-n", "3", "--terminal"],
+            ["heads", it, "-m", bert, "--words"], ["rollout", it, "-m", bert], ["compare", it, "-m", bert]]
+    outputs = []
+    for args in runs:
+        result = run(*args, env={"NO_COLOR": "1", "COLUMNS": "250"})
+        assert result.exit_code == 0, (args, result.output)
+        outputs.append((args[0], result.stdout))
+    return outputs
+
+
+@pytest.mark.slow
+def test_every_table_header_has_an_explanation(every_output):
+    tokens = {"[CLS]", "[SEP]"} | {w.lower() for w in "The cat sat on the mat because it was tired".split()}
+    missing = {(command, cell) for command, output in every_output for cell in header_cells(output)
+               if not explainable(cell, tokens)}
+    assert not missing, "; ".join(f"{c}: {h}" for c, h in sorted(missing))
+    assert sum(len(header_cells(o)) for _, o in every_output) > 60  # the walk found the tables
+
+
+@pytest.mark.slow
+def test_legend_abbreviations_have_explanations(every_output):
+    from attnviz.metrics import lookup
+
+    compare = next(o for c, o in every_output if c == "compare")
+    legend = next(line for line in compare.splitlines() if line.startswith("H:"))
+    for abbreviation in re.findall(r"(?:^|· )(\S+):", legend):
+        assert lookup(abbreviation), abbreviation
+
+
+@pytest.mark.parametrize("term", ["H", "d_k", "softmax", "entropy_tokens", "tok-w", "label_share", "by norm",
+                                  "stream", "lift", "stripe", "√d_k", "T"])
+def test_the_terms_a_newcomer_looked_for(term):
+    result = run("explain", term)
+    assert result.exit_code == 0 and term.split()[0] in result.stdout
+
+
+def test_the_glossary_walk_can_fail():
+    assert not explainable("no-such-header", set())

@@ -1,0 +1,110 @@
+"""What a command reads: TEXT, - (standard input, read once) or --text-file on every command; files that
+are not regular files refused at once; what a command says of its input (T, counts) matches the input on
+the full, streamed and word-level paths."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+from helpers import SENTENCE, one_line_error, run, run_bounded
+
+
+@pytest.fixture
+def fifo(tmp_path):
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no named pipes on this system")
+    path = tmp_path / "pipe"
+    os.mkfifo(path)
+    return path
+
+
+@pytest.mark.parametrize("args", [
+    ["heatmap", "--text-file", "{fifo}", "-t"],
+    ["corpus", "{fifo}"],
+    ["corpus", "/dev/zero"],
+    ["corpus", "merge", "{fifo}", "{fifo}", "-o", "{out}"],
+    ["heatmap", "--from", "{fifo}", "-t"],
+    ["capture", "--text-file", "/dev/zero", "-o", "{out}.npz"],
+])
+@pytest.mark.slow
+def test_a_fifo_or_device_is_refused_at_once(args, fifo, tmp_path, tiny_model_dir):
+    filled = [a.format(fifo=fifo, out=tmp_path / "out") for a in args]
+    model = [] if "--from" in filled or "merge" in filled else ["-m", tiny_model_dir("bert")]
+    done = run_bounded(*filled, *model, timeout=120)  # a command that blocks fails here instead of hanging
+    assert done.returncode == 1, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and ("FIFO" in lines[0] or "device" in lines[0]) and "Traceback" not in done.stderr
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.npz").exists()
+
+
+STDIN_COMMANDS = [
+    ["heatmap", "-", "-t"], ["heatmap", "-", "-o", "{tmp}/h.png"], ["capture", "-", "-o", "{tmp}/c.npz"],
+    ["export", "-", "--out-dir", "{tmp}/e", "--layers", "0", "--heads", "0"], ["view", "-", "-o", "{tmp}/v.html"],
+    ["heads", "-"], ["entropy", "-"], ["compare", "-", "--layers", "0,1"], ["rollout", "-"], ["token", "-", "cat"],
+    ["steps", "-"], ["positions", "-"], ["norms", "-"], ["sinks", "-"], ["verify", "-"], ["scaling", "-"],
+    ["heads", "-", "--words"], ["heads", "-", "--stream"],
+]
+
+
+@pytest.mark.parametrize("args", STDIN_COMMANDS, ids=lambda a: " ".join(a[:3]))
+@pytest.mark.slow
+def test_every_command_reads_standard_input(args, tmp_path, tiny_model_dir):
+    filled = [a.format(tmp=tmp_path) for a in args]
+    result = run(*filled, "-m", tiny_model_dir("bert"), input=SENTENCE + "\n")
+    assert result.exit_code == 0, result.output
+    assert "empty" not in result.stderr
+
+
+def test_generate_reads_standard_input(tiny_lm_dir):
+    result = run("generate", "-", "-m", tiny_lm_dir("gpt2"), "-n", "3", "--json", input="the cat\n")
+    assert result.exit_code == 0 and json.loads(result.stdout)["prompt"] == "the cat"
+
+
+@pytest.mark.parametrize("how", ["text", "stdin", "file"])
+@pytest.mark.parametrize("path", ["full", "stream", "words"])
+@pytest.mark.slow
+def test_what_heads_says_of_its_input_matches_the_input(how, path, tmp_path, load_tiny, tiny_model_dir):
+    """T printed = the tokens of the input, on the full, streamed and word-level paths, from each source."""
+    from attnviz.engine.forward import encode
+
+    text = "The cat sat on the mat. A dog ran in the park!"
+    T = len(encode(load_tiny("bert"), text).token_ids)
+    (tmp_path / "t.txt").write_text(text)
+    source = {"text": [text], "stdin": ["-"], "file": ["--text-file", tmp_path / "t.txt"]}[how]
+    extra = {"full": [], "stream": ["--stream", "--pool", "4"], "words": ["--words"]}[path]
+    result = run("heads", *source, *extra, "-m", tiny_model_dir("bert"), input=text if how == "stdin" else None,
+                 env={"NO_COLOR": "1", "COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    words = len(re.findall(r"\w+|[.!]", text)) + 2
+    shown = int(re.search(r"T = (\d+)", result.stdout).group(1))
+    assert shown == (words if path == "words" else T)
+
+
+def test_streamed_entropy_uses_the_inputs_T(tmp_path, tiny_model_dir, load_tiny):
+    from attnviz.engine.forward import encode
+
+    text = "The cat sat on the mat. A dog ran in the park!"
+    T = len(encode(load_tiny("bert"), text).token_ids)
+    data = json.loads(run("entropy", text, "-m", tiny_model_dir("bert"), "--stream", "--json").stdout)
+    assert data[0]["uniform"] == pytest.approx(np.log(T))
+    result = run("entropy", text, "-m", tiny_model_dir("bert"), "--stream", "-o", tmp_path / "e.png",
+                 env={"NO_COLOR": "1"})
+    assert f"T = {T}" in result.stdout and "T = 1 " not in result.stdout
+
+
+def test_text_from_stdin_and_from_a_file(tiny_model_dir, tmp_path):
+    model = tiny_model_dir("gpt2")
+    piped = run("heads", "-", "-m", model, "--json", input="The cat sat on the mat\n")
+    typed = run("heads", SENTENCE, "-m", model, "--json")
+    assert piped.exit_code == 0 and json.loads(piped.stdout) == json.loads(typed.stdout)
+    path = tmp_path / "text.txt"
+    path.write_text("The cat sat on the mat\n", encoding="utf-8")
+    from_file = run("heads", "--text-file", path, "-m", model, "--json")
+    assert from_file.exit_code == 0 and json.loads(from_file.stdout) == json.loads(typed.stdout)
+    path.write_bytes(b"caf\xe9")
+    assert "not UTF-8" in one_line_error(run("heads", "--text-file", path, "-m", model))
+    assert "either TEXT or --text-file" in one_line_error(run("heads", "x", "--text-file", path, "-m", model), 2)

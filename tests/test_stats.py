@@ -1,0 +1,51 @@
+"""The head-statistics commands: heads, entropy, compare and rollout on the command line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from helpers import SENTENCE, make_capture, run
+
+
+def test_entropy_layers_and_the_american_spelling(tiny_model_dir):
+    data = json.loads(run("entropy", SENTENCE, "-m", tiny_model_dir("bert"), "--layer", "1", "--json").stdout)
+    assert {r["layer"] for r in data} == {1}
+    full = json.loads(run("entropy", SENTENCE, "-m", tiny_model_dir("bert"), "--json", "--normalized").stdout)
+    same = json.loads(run("entropy", SENTENCE, "-m", tiny_model_dir("bert"), "--json", "--normalised").stdout)
+    assert full == same and {r["uniform"] for r in full} == {1.0}
+
+
+def test_compare_and_token_write_csv(tiny_model_dir):
+    import csv
+    import io
+
+    rows = list(csv.DictReader(io.StringIO(run("compare", SENTENCE, "-m", tiny_model_dir("bert"), "--layers",
+                                               "0,1", "--csv").stdout)))
+    panels = json.loads(run("compare", SENTENCE, "-m", tiny_model_dir("bert"), "--layers", "0,1", "--json").stdout)
+    assert [int(r["layer"]) for r in rows] == [p["layer"] for p in panels["panels"]]
+    assert float(rows[0]["entropy"]) == pytest.approx(panels["panels"][0]["entropy"])
+    data = json.loads(run("token", SENTENCE, "cat", "-m", tiny_model_dir("bert"), "--json").stdout)
+    rows = list(csv.DictReader(io.StringIO(run("token", SENTENCE, "cat", "-m", tiny_model_dir("bert"),
+                                               "--csv").stdout)))
+    T = len(data["tokens"])
+    assert len(rows) == len(data["layers"]) * 4 * T
+    row = rows[T + 3]  # layer 0, head 1, other token 3
+    assert float(row["attends_to"]) == pytest.approx(data["attends_to"][0][1][3], abs=1e-6)
+    assert float(row["attended_by"]) == pytest.approx(data["attended_by"][0][1][3], abs=1e-6)
+
+
+def test_compare_json_rows_window_and_panels_per_row(tmp_path):
+    rng = np.random.default_rng(4)
+    T = 12
+    cap = make_capture(rng.dirichlet(np.ones(T), size=(4, 2, T)).astype(np.float32)).save(tmp_path / "c.npz")
+    data = json.loads(run("compare", "--from", cap, "--layers", "0,3", "--json").stdout)
+    assert [p["layer"] for p in data["panels"]] == [0, 3]
+    np.testing.assert_allclose(np.array(data["panels"][1]["alpha"]), np.load(cap)["attentions"][3].mean(0),
+                               rtol=1e-6)
+    text = run("compare", "--from", cap, "--layers", "0-3", "--rows", "2-4", env={"NO_COLOR": "1", "COLUMNS": "80"})
+    assert text.exit_code == 0 and "showing queries 2–4" in text.stdout
+    rows = [line for line in text.stdout.splitlines() if line.split()[:2] in (["2", "t2"], ["3", "t3"], ["4", "t4"])]
+    assert max(len(line) for line in text.stdout.splitlines()) <= 80
+    assert len(rows) == 3 * 2  # 3 query rows, in two rows of panels
