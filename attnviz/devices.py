@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from attnviz.errors import InputError, arg
 
+# torch and transformers are imported inside the functions that need them, so that the names here answer
+# before they load (about 2.5 s).
+
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("float32", "float16", "bfloat16")
 DEVICE_ALIASES = {"gpu": "cuda"}

@@ -16,6 +16,9 @@ from typing import Any
 
 from attnviz import registry
 
+# `import attnviz` imports this module (it registers the views), so everything beyond the standard library
+# is imported inside the functions: `import attnviz` loads no numpy, matplotlib or torch.
+
 FRAME_HEIGHT_PX = 760
 
 

@@ -15,9 +15,11 @@ import signal
 import stat
 import tempfile
 from collections.abc import Callable
+import hashlib
 from pathlib import Path
 from typing import BinaryIO
 
+from attnviz._version import __version__
 from attnviz.errors import InputError, OutputError, arg
 
 _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
@@ -207,14 +209,11 @@ def earlier_export(folder: Path, what: str = "export") -> str:
             raise OutputError(f"{folder} holds {entry.name!r}, which attnviz did not write; {refuse}")
         if not isinstance(expected, dict) or _fingerprint(entry) != expected:
             raise OutputError(f"{entry} was changed since attnviz wrote it; {refuse}")
-    import hashlib
 
     return hashlib.sha256(raw).hexdigest()
 
 
 def _fingerprint(path: Path) -> dict:
-    import hashlib
-
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
@@ -224,7 +223,6 @@ def _fingerprint(path: Path) -> dict:
 
 def write_manifest(folder: Path, what: str = "export") -> None:
     """The manifest: every file of the folder with its size and SHA-256, and which command wrote it."""
-    from attnviz._version import __version__
 
     files = {entry.name: _fingerprint(entry) for entry in sorted(folder.iterdir())}
     manifest = {"kind": MANIFEST_KIND, "folder": what, "attnviz_version": __version__, "files": files}

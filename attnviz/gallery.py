@@ -24,9 +24,15 @@ from attnviz.files import MANIFEST, write_folder  # noqa: F401 (MANIFEST re-expo
 from attnviz.data.capture import Capture
 from attnviz.data.parts import Parts
 from attnviz.errors import InputError, OutputError
+from attnviz.metrics import head_records
 from attnviz.panels import Panel, Scale, ScaleChoice, attention_panels, text_subtitle
+from attnviz.records import to_csv, to_json
 from attnviz.render.encode import encode_scanlines, rgb_view, scanlines
-from attnviz.render.png import FORMATS as FIGURE_FORMATS
+from attnviz.render.html import gallery_html, Section
+from attnviz.render.png import FORMATS as FIGURE_FORMATS, grid_figure, panel_figure, save_grid
+from attnviz.render.viewer import viewer_data, viewer_fragment
+
+# matplotlib is imported inside the functions that draw, so that reading a capture and --help never load it.
 
 FORMATS = tuple(suffix.lstrip(".") for suffix in FIGURE_FORMATS)  # png, svg, pdf
 DEFAULT_DPI = 100
@@ -51,7 +57,6 @@ class HeadImageWriter:
                  subtitle: str = ""):
         from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-        from attnviz.render.png import panel_figure
 
         self.fmt, self.dpi = fmt, dpi
         self._norms: dict = {}
@@ -306,11 +311,6 @@ def export(capture: Capture | Parts, target: str | os.PathLike, *, layers: Seque
     `capture` is what attention.npz holds; what is drawn is `items` (default: `capture` with `layers` and
     `heads`). An encoder-decoder model's parts each get their own images (encoder_…, decoder_…, cross_…),
     grid and gallery section, and a `part` column in heads.csv/heads.json."""
-    from attnviz.metrics import head_records
-    from attnviz.records import to_csv, to_json
-    from attnviz.render.html import Section, gallery_html
-    from attnviz.render.viewer import viewer_data, viewer_fragment
-    from attnviz.render.png import grid_figure, save_grid
 
     if items is None:
         if not isinstance(capture, Capture) or layers is None or heads is None:

@@ -17,8 +17,10 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Union
+import unicodedata
 
 from attnviz.errors import SelectionError, arg
+from attnviz.text import visible
 
 MAX_SPEC_CHARS = 1000
 _RANGE = re.compile(r"^(-?\d{1,18})\s*-\s*(-?\d{1,18})$", re.ASCII)
@@ -30,8 +32,6 @@ Choice = Union[int, str]  # a resolved index, or a keyword ("mean", "max")
 
 
 def _shown(spec: str) -> str:
-    from attnviz.text import visible
-
     return repr(visible(spec[:60] + ("…" if len(spec) > 60 else "")))
 
 
@@ -146,8 +146,6 @@ class Selection:
 
 
 def _norm(text: str) -> str:
-    import unicodedata
-
     return unicodedata.normalize("NFC", text).casefold()
 
 
@@ -158,7 +156,6 @@ def find_token(tokens: list[str] | tuple[str, ...], spec: str, field: str = "tok
     """The position of one token, chosen by index (negative counts from the end), by its text
     (case-insensitive, as uncased tokenizers lowercase; "##" may be left out), or as text#n for the n-th
     occurrence. An ambiguous text says which occurrences exist; a missing one lists the tokens."""
-    from attnviz.text import visible
 
     spec = spec.strip()
     T = len(tokens)

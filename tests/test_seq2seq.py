@@ -101,12 +101,12 @@ def test_written_rows_equal_a_teacher_forced_pass(s2s, kind):
 
 
 def test_writing_stops_at_the_end_of_sequence_token(s2s, monkeypatch):
-    import attnviz.engine.generate as gen
+    import attnviz.engine.seq2seq as seq2seq
 
     loaded = s2s("bart")
     eos = loaded.tokenizer.eos_token_id
     chosen = iter([10, 11, eos])
-    monkeypatch.setattr(gen, "choose_token", lambda logits, decoding, generator: next(chosen))
+    monkeypatch.setattr(seq2seq, "choose_token", lambda logits, decoding, generator: next(chosen))
     parts = parts_capture(loaded, SOURCE, decoding=Decoding(max_new_tokens=8))
     assert parts.part("decoder").token_ids[1:].tolist() == [10, 11] and parts.meta["stopped"] == "eos"
 

@@ -15,6 +15,9 @@ from attnviz.selection import Selection
 from attnviz.text import check_text
 from attnviz.words import to_words  # re-exported: a Capture or Parts at word level
 
+# The engine (torch, transformers) is imported inside each function, so that `import attnviz` and a saved
+# capture never load it.
+
 __all__ = ["capture", "Keep", "from_outputs", "load_capture", "to_words"]
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from attnviz.api.models import borrows, resolve_model
 from attnviz.corpora import CorpusState, Line, merge_states
+from attnviz.corpora.run import BatchRunner, run_local
 from attnviz.progress import Reporter
 
 __all__ = ["corpus", "merge", "CorpusState"]
@@ -20,7 +21,6 @@ def corpus(texts: Iterable[str], *, model: Any = None, tokenizer: Any = None, ba
     as mean and standard deviation over texts and token-weighted over query rows, pattern-label counts and
     per-layer mass on [CLS]/[SEP]/punctuation. An empty text is counted, not run. The result merges with
     others (merge) into what one run over all of them gives; `.records()`, `.layer_records()`, `.summary()`."""
-    from attnviz.corpora.run import BatchRunner, run_local
 
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype)
     runner = BatchRunner(loaded, max_length=max_length, batch_size=batch_size, truncate=truncate, words=words)

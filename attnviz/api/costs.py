@@ -7,8 +7,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnviz.api.models import borrows, resolve_model
+from attnviz.display import records_html
 from attnviz.errors import InputError, UsageError
+from attnviz.panels import short_model
 from attnviz.progress import Reporter
+from attnviz.render.charts import cost_figure
+
+# The engine (torch, transformers) is imported inside each function, so that `import attnviz` and a saved
+# capture never load it.
 
 __all__ = ["cost", "Cost"]
 
@@ -34,20 +40,15 @@ class Cost:
 
     @property
     def title(self) -> str:
-        from attnviz.panels import short_model
-
         return (f"{short_model(self.model)} on {self.device}: the head statistics of a T-token input, full path "
                 f"against streamed")
 
     def figure(self):
         """Both paths' time and memory against T, beside ∝ T² and ∝ T."""
-        from attnviz.render.charts import cost_figure
 
         return cost_figure(list(self.rows), self.title)
 
     def _repr_html_(self) -> str:
-        from attnviz.display import records_html
-
         records = self.records()
         return records_html(records, list(records[0]) if records else [], self.title)
 

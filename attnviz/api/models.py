@@ -15,6 +15,9 @@ from attnviz.devices import DEVICES, DTYPES  # re-exported
 from attnviz.engine.families import FAMILIES, Family
 from attnviz.engine.loading import LoadedModel as Model
 
+# The engine (torch, transformers) is imported inside each function, so that `import attnviz` and a saved
+# capture never load it.
+
 __all__ = ["Model", "load_model", "resolve_model", "conversion_pending", "list_families", "DEVICES", "DTYPES"]
 
 

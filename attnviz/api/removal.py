@@ -10,7 +10,11 @@ from attnviz.api.models import borrows, resolve_model
 from attnviz.engine.ablation import Ablation, Detection, Importance
 from attnviz.errors import InputError
 from attnviz.progress import Reporter
+from attnviz.selection import parse_pairs, resolve_pairs
 from attnviz.text import check_text
+
+# The engine (torch, transformers) is imported inside each function, so that `import attnviz` and a saved
+# capture never load it.
 
 __all__ = ["ablate", "importance", "detect", "Ablation", "Importance", "Detection", "MAX_MEAN_TEXTS",
            "MAX_IMPORTANCE_TEXTS"]
@@ -41,8 +45,6 @@ def _encoded_inputs(loaded, texts: Sequence[str], truncate: bool) -> list[dict]:
 
 
 def _head_pairs(heads: Any, L: int, H: int) -> list[tuple[int, int]]:
-    from attnviz.selection import parse_pairs, resolve_pairs
-
     if isinstance(heads, str):
         pairs = parse_pairs(heads)
     else:

@@ -13,10 +13,17 @@ from attnviz.api.capturing import capture as capture_text
 from attnviz.api.models import Model, borrows, resolve_model
 from attnviz.data.capture import Capture
 from attnviz.data.parts import Parts, load_capture
+from attnviz.display import records_html
 from attnviz.errors import InputError
+from attnviz.metrics import differences
+from attnviz.panels import positions_page, steps_page
 from attnviz.progress import Reporter
+from attnviz.render.png import mixed_figure, scaling_figure
 from attnviz.selection import Selection, find_token
 from attnviz.text import check_text, visible
+
+# The engine (torch, transformers) is imported inside each function, so that `import attnviz` and a saved
+# capture never load it.
 
 __all__ = ["verify", "Verification", "TOLERANCE", "steps", "Steps", "positions", "Positions", "scaling", "Scaling"]
 
@@ -105,8 +112,6 @@ class Verification:
                 "checks": {name: self._check(name) for name in self.checks}}
 
     def _repr_html_(self) -> str:
-        from attnviz.display import records_html
-
         records = [{"check": name, "layer": d.layer, "max |Δα|": d.max_abs, "worst head": d.worst_head}
                    for name, diffs in self.checks.items() for d in diffs]
         verdict = "PASS" if self.passed else "FAIL"
@@ -151,7 +156,6 @@ def verify(text: str | None = None, *, model: Any = None, tokenizer: Any = None,
         raise InputError(f"target and max_new_tokens are for encoder-decoder models; {loaded.name} is not one",
                          "target")
     from attnviz.engine.fromscratch.verify import capture_both
-    from attnviz.metrics import differences
 
     with reporter.status("Running the model and the from-scratch path…"):
         reported, recomputed = capture_both(loaded, text, truncate=truncate)
@@ -164,7 +168,6 @@ def _verify_saved(loaded: Model, saved: Capture | Parts, source: str | None, tol
     """The saved α (e.g. assembled step by step by generate) against one forward pass of the model over the
     same token ids, and that pass against the from-scratch formula."""
     from attnviz.engine.fromscratch.verify import capture_both_ids
-    from attnviz.metrics import differences
 
     tolerance = TOLERANCE[loaded.dtype] if tolerance is None else tolerance
     if isinstance(saved, Parts) or loaded.seq2seq:
@@ -187,7 +190,6 @@ def _verify_parts(loaded: Model, parts: Parts, source: str | None, tolerance: fl
     import torch
 
     from attnviz.engine.fromscratch.verify import scratch_parts
-    from attnviz.metrics import differences
 
     encoder = parts.part("encoder") if "encoder" in parts.captures else None
     source_side = parts.part("cross").keys if "cross" in parts.captures else None
@@ -272,13 +274,11 @@ class Steps:
 
     def page(self):
         """The steps as one Page of panels (Q, K, scores, scaled, α, α·V)."""
-        from attnviz.panels import steps_page
 
         return steps_page(self.computed, list(self.tokens), self.model, self.text)
 
     def figure(self, *, cmap: str = "viridis"):
         """Every step as one matplotlib Figure."""
-        from attnviz.render.png import mixed_figure
 
         return mixed_figure(self.page(), cmap=cmap)
 
@@ -327,13 +327,10 @@ class Positions:
                 "position_similarity": r.similarity}
 
     def page(self, layer: int = -1):
-        from attnviz.panels import positions_page
-
         return positions_page(self.result, self.model, _one(layer, len(self.result.diff_with), "layer"), self.text)
 
     def figure(self, layer: int = -1, *, cmap: str = "viridis"):
         """α of `layer` for both word orders, with and without positions, as one Figure."""
-        from attnviz.render.png import mixed_figure
 
         return mixed_figure(self.page(layer), cmap=cmap)
 
@@ -383,7 +380,6 @@ class Scaling:
 
     def figure(self):
         """Per layer: the scores' spread and the softmax's entropy and peak, raw against scaled."""
-        from attnviz.render.png import scaling_figure
 
         return scaling_figure(list(self.rows), self.T, self.d_k, self.model)
 

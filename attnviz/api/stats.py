@@ -8,10 +8,13 @@ from typing import Any
 import numpy as np
 
 from attnviz.api.capturing import Keep, capture as capture_text
+from attnviz.blocks import sum_blocks
 from attnviz.data.capture import Capture
 from attnviz.data.parts import Parts
-from attnviz.display import HeadTable, head_table
+from attnviz.display import head_table, HeadTable, records_html
 from attnviz.errors import SelectionError, arg
+from attnviz.panels import Panel, rollout_panel, Scale, short_model
+from attnviz.render.png import panel_figure
 from attnviz.selection import find_token
 from attnviz.text import visible
 
@@ -48,8 +51,6 @@ class Rollout:
 
     def panel(self):
         """The rollout matrix as a panel; of a long input, the row summed over the capture's blocks."""
-        from attnviz.blocks import sum_blocks
-        from attnviz.panels import Panel, Scale, rollout_panel, short_model
 
         if self.matrix is not None:
             return rollout_panel(self.capture, self.matrix)
@@ -62,13 +63,9 @@ class Rollout:
                       f"{long.block}-token blocks",), "attnviz_rollout", row_axis="token", col_axis="input block")
 
     def figure(self, *, cmap: str = "viridis"):
-        from attnviz.render.png import panel_figure
-
         return panel_figure(self.panel(), cmap=cmap) if self.matrix is not None else panel_figure(self.panel())
 
     def _repr_html_(self) -> str:
-        from attnviz.display import records_html
-
         return records_html(self.records(), ["index", "token", "rollout"],
                             f"{self.model}: rollout for token {self.token}")
 

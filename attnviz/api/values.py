@@ -9,11 +9,19 @@ from typing import Any
 import numpy as np
 
 from attnviz.api.models import borrows, resolve_model
+from attnviz.blocks import row_shares
 from attnviz.data.capture import Capture
+from attnviz.display import records_html
 from attnviz.errors import UsageError
+from attnviz.metrics import sink_scores, Tokens
+from attnviz.panels import attention_panels, head_grid_panel, Page, Scale, short_model, text_subtitle
 from attnviz.progress import Reporter
+from attnviz.render.png import mixed_figure, panel_figure
 from attnviz.selection import Selection
 from attnviz.text import check_text
+
+# The engine (torch, transformers) is imported inside each function, so that `import attnviz` and a saved
+# capture never load it.
 
 __all__ = ["norms", "Norms", "sinks", "Sinks"]
 
@@ -52,13 +60,10 @@ class Norms:
         return [dict(r) for r in self.records]
 
     def _repr_html_(self) -> str:
-        from attnviz.display import records_html
-
         return records_html(self.records, list(self.records[0]) if self.records else [], f"{self.model}: norms")
 
     def page(self, layer: int = -1, head: int | str = 0):
         """One head's α beside its value-weighted norms, as a Page of two panels."""
-        from attnviz.panels import Page, attention_panels, text_subtitle
 
         capture = self.capture
         which_layer = Selection.parse(str(layer), "layer").indices(capture.n_layers)[:1]
@@ -74,8 +79,6 @@ class Norms:
                            "little",))
 
     def figure(self, layer: int = -1, head: int | str = 0, *, cmap: str = "viridis"):
-        from attnviz.render.png import mixed_figure
-
         return mixed_figure(self.page(layer, head), cmap=cmap, ncols=2)
 
 
@@ -83,7 +86,6 @@ class Norms:
 def norms(text: str, *, model: Any = None, tokenizer: Any = None, truncate: bool = True, device: str = "auto",
           dtype: str = "float32", reporter: Reporter | None = None) -> Norms:
     """Value-weighted norms of every layer and head (Kobayashi et al. 2020), with the exact check."""
-    from attnviz.blocks import row_shares
 
     capture, result = _norms_capture(text, model, tokenizer, truncate, device, dtype, reporter, "norms")
     alpha = result.alpha[:, 0].astype(np.float64)  # (L, H, T, T)
@@ -120,21 +122,16 @@ class Sinks:
                 "layers": [dict(r) for r in self.layers], "sinks": [dict(r) for r in self.sinks]}
 
     def _repr_html_(self) -> str:
-        from attnviz.display import records_html
-
         return records_html(self.sinks, ["layer", "head", "key", "token", "sink_score", "norm_score"],
                             f"{self.model}: attention sinks (score > {self.threshold:g})")
 
     def panel(self):
-        from attnviz.panels import Scale, head_grid_panel, short_model
-
         return head_grid_panel(self.best, Scale(0.0, 1.0, f"largest sink score (a sink above {self.threshold:g})"),
                                f"{short_model(self.model)} · attention sinks: each head's largest sink score",
                                "attnviz_sinks")
 
     def figure(self, *, cmap: str = "viridis"):
         """Each head's largest sink score, layers × heads."""
-        from attnviz.render.png import panel_figure
 
         return panel_figure(self.panel(), cmap=cmap)
 
@@ -146,8 +143,6 @@ def sinks(text: str, *, model: Any = None, tokenizer: Any = None, threshold: flo
     norms whether a sink actually moves anything."""
     if not 0.0 <= threshold <= 1.0:
         raise UsageError(f"threshold must be from 0 to 1, not {threshold}", "threshold")
-    from attnviz.blocks import row_shares
-    from attnviz.metrics import Tokens, sink_scores
 
     capture, result = _norms_capture(text, model, tokenizer, truncate, device, dtype, reporter, "sinks")
     alpha = result.alpha[:, 0].astype(np.float64)  # (L, H, T, T)

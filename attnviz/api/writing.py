@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+import html
 from typing import Any
 
 from attnviz.api.capturing import capture as capture_text
@@ -11,8 +12,12 @@ from attnviz.data.capture import Capture
 from attnviz.data.parts import Parts
 from attnviz.engine.generate import Decoding
 from attnviz.errors import InputError, UsageError, arg
+from attnviz.panels import generation_steps
 from attnviz.progress import Reporter
 from attnviz.text import check_text
+
+# The engine (torch, transformers) is imported inside each function, so that `import attnviz` and a saved
+# capture never load it.
 
 __all__ = ["generate", "Generation", "Decoding"]
 
@@ -48,7 +53,6 @@ class Generation:
 
     def steps(self, layer: int = -1, head: int | str = "mean", top: int = 3) -> list[dict]:
         """Per new token: the `top` earlier tokens its row of α (this layer and head) weighs most."""
-        from attnviz.panels import generation_steps
 
         capture = self.capture
         return generation_steps(capture, capture.layer_index(layer), head if isinstance(head, str)
@@ -69,8 +73,6 @@ class Generation:
         return (self.whole or self.capture).save(path)
 
     def _repr_html_(self) -> str:
-        import html
-
         return f"<p>{html.escape(self.prompt)}<b>{html.escape(self.text)}</b></p>" + self.capture._repr_html_()
 
 

@@ -15,6 +15,9 @@ from attnviz.cli.params import choice_parser, CsvOpt, ImageOut, JsonOpt, ModelOp
 from attnviz.cli.inputs import CliReporter, takes, TextSource
 from attnviz.selection import Selection
 
+# Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
+# each command's --help light: a command module loads only what its own command needs, when it runs.
+
 
 @dataclass(frozen=True)
 class HeadsChoice:

@@ -18,6 +18,9 @@ from attnviz.cli.params import choice_parser, CsvOpt, JsonOpt, ModelOptions
 from attnviz.cli.inputs import CliReporter, takes
 from attnviz.text import visible
 
+# Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
+# each command's --help light: a command module loads only what its own command needs, when it runs.
+
 ENGINES = ("local", "ray")
 FORMATS = ("txt", "jsonl")
 SHOWN_BAD = 10  # bad lines named on stderr; all of them (up to 1000) are in stats.json and bad_lines.csv

@@ -12,6 +12,9 @@ from attnviz.cli.group import app
 from attnviz.cli.params import ImageOut, JsonOpt, ModelOptions, whole_number
 from attnviz.cli.inputs import CliReporter, takes
 
+# Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
+# each command's --help light: a command module loads only what its own command needs, when it runs.
+
 
 def _lengths(value: str | None) -> list[int] | None:
     if value is None:

@@ -15,6 +15,9 @@ import typer
 from attnviz.errors import AttnvizError, AttnvizWarning, spell
 from attnviz.cli.output import error_line, flag
 
+# Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
+# each command's --help light: a command module loads only what its own command needs, when it runs.
+
 
 TERMINATED_EXIT = 143  # 128 + SIGTERM
 INTERRUPTED_EXIT = 130  # 128 + SIGINT

@@ -16,6 +16,9 @@ from attnviz.cli.params import AllPartsOpt, CmapOpt, HeadSel, LayerSel, ScaleOpt
 from attnviz.cli.inputs import CaptureInput, takes
 from attnviz.selection import Selection
 
+# Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
+# each command's --help light: a command module loads only what its own command needs, when it runs.
+
 
 
 @app.command("export",

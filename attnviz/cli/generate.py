@@ -14,6 +14,9 @@ from attnviz.cli.params import finite_float, HeadSel, JsonOpt, LayerSel, PartOpt
 from attnviz.cli.inputs import CliReporter, takes, TextInput
 from attnviz.selection import Selection
 
+# Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
+# each command's --help light: a command module loads only what its own command needs, when it runs.
+
 STOPPED = {"eos": "the model's end-of-sequence token", "max_new_tokens": "--max-new-tokens",
            "max_positions": "the model's maximum positions"}
 

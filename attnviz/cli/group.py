@@ -16,6 +16,9 @@ from typer.core import TyperCommand, TyperGroup
 from attnviz._version import __version__
 from attnviz.cli.output import error_line, out, say
 
+# Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
+# each command's --help light: a command module loads only what its own command needs, when it runs.
+
 
 # --- one-line usage errors ---------------------------------------------------------------------------
 

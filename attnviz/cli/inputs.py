@@ -22,6 +22,9 @@ from attnviz.errors import spell
 from attnviz.cli.output import err, flag, say
 from attnviz.cli.params import FromOpt, MAX_NEW_TOKENS, ModelOptions, TextArg, whole_number
 
+# Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
+# each command's --help light: a command module loads only what its own command needs, when it runs.
+
 
 MAX_TEXT_BYTES = 1_000_000  # text from a file or stdin
 

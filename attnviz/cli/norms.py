@@ -14,6 +14,9 @@ from attnviz.cli.params import CmapOpt, CsvOpt, HeadSel, ImageOut, JsonOpt, Laye
 from attnviz.cli.inputs import CliReporter, takes, TextSource
 from attnviz.selection import Selection
 
+# Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
+# each command's --help light: a command module loads only what its own command needs, when it runs.
+
 
 @app.command(help="Value-weighted norms (Kobayashi et al. 2020): how much key j actually moves query i, "
                   "‖α_ij·f_h(x_j)‖ with f_h(x) = (x·W_V^h + b_V^h)·W_O^h. Per layer, the share of attention "

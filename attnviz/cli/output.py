@@ -14,6 +14,9 @@ from rich.text import Text
 
 from attnviz.text import visible
 
+# Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
+# each command's --help light: a command module loads only what its own command needs, when it runs.
+
 
 out = Console()
 err = Console(stderr=True)

@@ -19,6 +19,9 @@ from attnviz.selection import Selection
 from attnviz.text import visible
 from attnviz.cli.output import err, flag
 
+# Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
+# each command's --help light: a command module loads only what its own command needs, when it runs.
+
 
 # --- option types ------------------------------------------------------------------------------------
 

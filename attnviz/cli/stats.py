@@ -17,6 +17,9 @@ from attnviz.cli.inputs import CaptureInput, LongTextInput, takes
 from attnviz.render import FORMATS
 from attnviz.selection import Selection
 
+# Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
+# each command's --help light: a command module loads only what its own command needs, when it runs.
+
 ALL_LAYERS = Selection.everything("layer", "layer")
 
 

@@ -14,6 +14,9 @@ from attnviz.cli.params import CmapOpt, ImageOut, JsonOpt, OneHead, OneLayer, wh
 from attnviz.cli.inputs import CliReporter, takes, TextSource
 from attnviz.selection import Selection
 
+# Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
+# each command's --help light: a command module loads only what its own command needs, when it runs.
+
 TokenOpt = Annotated[Optional[str], typer.Option(
     "--token", metavar="TOKEN", show_default=False,
     help="A token: its index, its text (case-insensitive) or text#n for the n-th occurrence (the#2).")]

@@ -14,6 +14,9 @@ from attnviz.cli.group import app
 from attnviz.cli.params import finite_float, FromOpt, ImageOut, JsonOpt
 from attnviz.cli.inputs import CliReporter, takes, TextInput, TextSource
 
+# Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
+# each command's --help light: a command module loads only what its own command needs, when it runs.
+
 MISMATCH_EXIT = 3
 
 

@@ -16,6 +16,9 @@ from attnviz.cli.params import (CmapOpt, ColsOpt, CsvOpt, HeadSel, HideOpt, Imag
 from attnviz.cli.inputs import CaptureInput, LongTextInput, takes
 from attnviz.selection import Selection
 
+# Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
+# each command's --help light: a command module loads only what its own command needs, when it runs.
+
 
 @app.command(help='Draw the attention weights α as a heatmap: to an image file (PNG, SVG, PDF), or in the terminal with'
                   ' --terminal. Several layers or heads give a panel each.')

@@ -10,13 +10,15 @@ from pathlib import Path
 import numpy as np
 
 from attnviz.corpora import STATE_FILE, CorpusState
+from attnviz.files import write_folder
 from attnviz.metrics import LABELS, uniform_entropy
-from attnviz.panels import Page, Panel
+from attnviz.panels import entropy_panel, head_grid_panel, label_share_page, Page, Panel, Scale, short_model
+from attnviz.records import to_csv, to_json
+from attnviz.render.png import mixed_figure, panel_figure, save_figure
 
 
 def corpus_pictures(state: CorpusState) -> dict[str, Panel | Page]:
     """file name -> Page or Panel of the grid pictures."""
-    from attnviz.panels import Scale, entropy_panel, head_grid_panel, label_share_page, short_model
 
     model = short_model(state.model)
     over = f"over {state.texts:,} texts{' (partial)' if state.partial else ''}"
@@ -41,9 +43,6 @@ def corpus_pictures(state: CorpusState) -> dict[str, Panel | Page]:
 
 def write_corpus_folder(state: CorpusState, out_dir: str | Path, force: bool = False) -> Path:
     """Write every file of a corpus run into `out_dir`, atomically (see export.write_folder)."""
-    from attnviz.files import write_folder
-    from attnviz.records import to_csv, to_json
-    from attnviz.render.png import mixed_figure, panel_figure, save_figure
 
     def fill(staging: Path) -> None:
         (staging / STATE_FILE).write_text(json.dumps(state.to_json(), ensure_ascii=False, allow_nan=False) + "\n",

@@ -11,18 +11,25 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Sequence
+from urllib.parse import urlsplit
+import contextlib
+import os
+import signal
+import socket
+import sys
+import warnings
 
 from attnviz.corpora import CorpusState, Line, corpus_format, merge_states, read_lines
-from attnviz.engine.loading import ModelSpec
+from attnviz.corpora.run import BatchRunner, CHUNK_BATCHES
+from attnviz.engine.loading import load, ModelSpec
 from attnviz.errors import InputError, arg
 from attnviz.progress import Reporter
+from attnviz.text import visible
 
 RAY_HINT = 'the Ray engine needs Ray Data: pip install "attnviz[ray]"'
 
 
 def _ray():
-    import os
-
     os.environ.setdefault("RAY_DATA_DISABLE_PROGRESS_BARS", "1")
     try:
         import ray
@@ -35,8 +42,6 @@ def _ray():
 def check_address(address: str, timeout: float = 3.0) -> None:
     """InputError, in a few seconds, when nothing answers at a Ray address (host:port or ray://host:port);
     Ray itself would retry for minutes. "auto" and "local" are left to Ray."""
-    import socket
-    from urllib.parse import urlsplit
 
     if address in ("auto", "local"):
         return
@@ -69,9 +74,6 @@ class CorpusWorker:
     """A Ray actor: loads the model once, then turns batches of lines into partial states (JSON)."""
 
     def __init__(self, model_options: dict, batch_size: int, max_length: int | None, truncate: bool, words: bool):
-        from attnviz.corpora.run import BatchRunner
-        from attnviz.engine.loading import load
-
         self.runner = BatchRunner(load(**model_options), max_length=max_length, batch_size=batch_size,
                                   truncate=truncate, words=words)
 
@@ -94,20 +96,12 @@ def run_ray(paths: Sequence[str], spec: ModelSpec, *, fmt: str | None, field: st
     """Every text of `paths` ("-": standard input, read here) through `workers` actors on Ray Data. Returns
     the state and the signal that stopped the run early (0: it ran to the end). Ctrl-C or SIGTERM keeps the
     partial states that came back, shuts Ray down (a local Ray's processes with it) and returns them."""
-    import contextlib
-    import os
-    import signal
-    import sys
 
     if address is not None:
         check_address(address)
     ray = _ray()
-    from attnviz.corpora.run import CHUNK_BATCHES
-    from attnviz.engine.loading import load
-    from attnviz.text import visible
 
     model_options = spec.as_kwargs()
-    import warnings
 
     warnings.filterwarnings("ignore", message=r".*ray_remote_args. is deprecated")
     warnings.filterwarnings("ignore", message=r"The minimum number of concurrent actors")

@@ -16,12 +16,14 @@ import numpy as np
 
 from attnviz.engine.families import has_sinks, layer_windows
 from attnviz.corpora import BatchStats, CorpusState, Line, corpus_metrics, pack, texts_stats, unpack
+from attnviz.data.capture import Capture
 from attnviz.errors import AttentionCheckError, InputError, arg
 from attnviz.metrics import Tokens
 from attnviz.tokens import Described, describe_tokens
 from attnviz.engine.loading import LoadedModel, first_line, forward_args, layers_and_heads
-from attnviz.engine.memory import attention_bytes
+from attnviz.engine.memory import attention_bytes, memory_budget
 from attnviz.engine.forward import attentions_of
+from attnviz.words import to_words
 
 CHUNK_BATCHES = 16  # texts are read and length-sorted this many batches at a time
 
@@ -69,8 +71,6 @@ class BatchRunner:
         self.decode = functools.lru_cache(maxsize=1 << 16)(lambda i: tok.decode([i]))
 
     def new_state(self) -> CorpusState:
-        from attnviz.engine.loading import layers_and_heads
-
         L, H = layers_and_heads(self.loaded.model.config)
         return CorpusState.empty(model=self.loaded.name, revision=self.loaded.revision,
                                  model_type=self.loaded.model_type, causal=bool(self.loaded.causal), layers=L,
@@ -181,8 +181,6 @@ class BatchRunner:
 
     def as_words(self, alpha: np.ndarray, p: Prepared):
         """One text's attention between words (attnviz.words, as `--words` gives for one text)."""
-        from attnviz.data.capture import Capture
-        from attnviz.words import to_words
 
         d = p.described
         capture = Capture(attentions=np.ascontiguousarray(alpha), tokens=tuple(d.tokens), token_ids=np.asarray(p.ids),
@@ -222,8 +220,6 @@ class BatchRunner:
 
 
 def _budget() -> int:
-    from attnviz.engine.memory import memory_budget
-
     return memory_budget()
 
 

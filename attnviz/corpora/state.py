@@ -19,6 +19,7 @@ from attnviz.metrics import BLOCK, LABELS, Metric, all_metrics
 from attnviz.corpora.lines import Line, MAX_BAD_LISTED
 from attnviz.corpora.moments import Moments
 from attnviz.corpora.texts import BatchStats, TextStats
+from attnviz.files import read_regular
 
 
 STATE_KIND = "attnviz-corpus"
@@ -298,7 +299,6 @@ def load_state(folder: str | Path) -> CorpusState:
     """The statistics saved in `folder`/stats.json (or a stats.json path), checked."""
     path = Path(folder)
     path = path / STATE_FILE if path.is_dir() else path
-    from attnviz.files import read_regular
 
     try:
         raw = read_regular(path, MAX_STATE_BYTES, "corpus statistics")

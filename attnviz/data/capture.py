@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from attnviz import registry
+from attnviz.blocks import row_shares
 from attnviz.data.npzformat import (FORMAT_VERSION, MAX_ATTENTION_BYTES, PARTS_FORMAT_VERSION,
                                     capture_members, checked_flags, checked_long, checked_meta, checked_offsets,
                                     format_version, limit, long_members)
@@ -141,7 +142,6 @@ class Capture:
         what the real keys kept (the shares among them)."""
         if self.quantity != "norm" and not self.sinks:
             return self
-        from attnviz.blocks import row_shares
 
         shares = row_shares(self.attentions).astype(np.float32)
         quantity = "norm share" if self.quantity == "norm" else "alpha share"

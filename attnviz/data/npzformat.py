@@ -13,6 +13,7 @@ import numpy as np
 from attnviz.data.sides import SPECIAL_KINDS, LongInput
 from attnviz.errors import CaptureFormatError
 from attnviz.npzfile import Member
+from attnviz.sizes import size_from_env
 from attnviz.text import is_valid_unicode
 
 FORMAT_VERSION = 1  # one self-attention (a Capture)
@@ -21,8 +22,6 @@ ARRAY_KEYS = ("attentions", "tokens", "token_ids", "special", "special_kind", "s
 
 
 def limit(name: str, default: int) -> int:
-    from attnviz.sizes import size_from_env
-
     return size_from_env(name, default)
 
 

@@ -15,6 +15,20 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from attnviz.engine.families import can
+
+from attnviz.engine.forward import encode, make_capture, model_attentions
+
+from attnviz.engine.loading import layers_and_heads
+
+from attnviz.engine.memory import attention_bytes, memory_budget
+
+from attnviz.engine.stream import give_back_memory, streamed_capture
+
+from attnviz.metrics import head_values
+
+from attnviz.sizes import size_text
+
 TEXT = ("Attention lets every token look at every other token, and the cost of looking grows with the square of "
         "the length. ")
 
@@ -55,7 +69,6 @@ class PeakMemory:
 
     def __enter__(self) -> PeakMemory:
         gc.collect()
-        from attnviz.engine.stream import give_back_memory
 
         give_back_memory()
         if self.device == "cuda":
@@ -86,7 +99,6 @@ class PeakMemory:
 
 def input_of(loaded, T: int):
     """An Encoded input of exactly T tokens: TEXT repeated, tokenised once, cut to T."""
-    from attnviz.engine.forward import encode
 
     text = (TEXT * (T // 10 + 2)).strip()  # TEXT is over 10 tokens in every tokenizer tested
     with warnings.catch_warnings():
@@ -101,26 +113,17 @@ def input_of(loaded, T: int):
 
 
 def _full(loaded, encoded, text: str) -> None:
-    from attnviz.engine.forward import make_capture, model_attentions
-    from attnviz.metrics import head_values
-
     capture = make_capture(loaded, encoded, model_attentions(loaded, encoded), text)
     head_values(capture)
 
 
 def _streamed(loaded, encoded, text: str) -> None:
-    from attnviz.engine.stream import streamed_capture
-
     streamed_capture(loaded, encoded, text, rollout_tokens=[], window=None, pool=1)
 
 
 def measure(loaded, lengths: Sequence[int], *, repeats: int = 1, on_step: Callable[[int], None] | None = None
             ) -> list[CostRow]:
     """Both paths at each length (the fastest of `repeats` runs, the largest peak), shortest first."""
-    from attnviz.engine.families import can
-    from attnviz.engine.loading import layers_and_heads
-    from attnviz.engine.memory import attention_bytes, memory_budget
-    from attnviz.sizes import size_text
 
     budget = loaded.memory_budget or memory_budget()
     streams = can(loaded, "stream")

@@ -5,21 +5,29 @@ at a time (over the memory budget, or asked for), word level, or an encoder-deco
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from attnviz.data.capture import Capture
 from attnviz.data.parts import Parts
+from attnviz.engine.families import can, require
+from attnviz.engine.forward import encode, make_capture, model_attentions
+from attnviz.engine.generate import Decoding
+from attnviz.engine.loading import layers_and_heads
+from attnviz.engine.memory import attention_bytes, check_memory, memory_budget
+from attnviz.engine.seq2seq import parts_capture
+from attnviz.engine.stream import streamed_capture, streamed_words, Window
 from attnviz.errors import InputError, arg
 from attnviz.progress import Reporter
+from attnviz.selection import find_token, Selection
+from attnviz.sizes import size_text
+from attnviz.text import check_text, visible
+from attnviz.words import to_words
 
 
 def run_capture(loaded, text: str, *, words: bool, stream: bool | None, part: str | None, target: str | None,
              max_new_tokens: int | None, truncate: bool, pool: int, window: tuple | None, rollout_token: str | None,
              pictures: bool, decoding: Any, reporter: Reporter) -> Capture | Parts:
-    from attnviz.engine.memory import attention_bytes, check_memory, memory_budget
-    from attnviz.engine.forward import encode, make_capture, model_attentions
-    from attnviz.words import to_words
-
     if loaded.seq2seq:
         whole = _parts(loaded, text, target, max_new_tokens, truncate, decoding, reporter)
         if words:
@@ -30,7 +38,6 @@ def run_capture(loaded, text: str, *, words: bool, stream: bool | None, part: st
     encoded = encode(loaded, text, truncate=truncate)
     T = len(encoded.token_ids)
     budget = loaded.memory_budget or memory_budget()
-    from attnviz.engine.families import can, require
 
     streams = can(loaded, "stream")
     if stream is False or not (stream or attention_bytes(loaded, T) > budget) or (stream is None and not streams):
@@ -38,8 +45,6 @@ def run_capture(loaded, text: str, *, words: bool, stream: bool | None, part: st
         with reporter.status("Running the model…"):
             full = make_capture(loaded, encoded, model_attentions(loaded, encoded), text)
         return to_words(full) if words else full
-    from attnviz.engine.stream import streamed_words
-    from attnviz.sizes import size_text
 
     require(loaded, "stream")
     if words:
@@ -59,9 +64,6 @@ def run_capture(loaded, text: str, *, words: bool, stream: bool | None, part: st
 def _parts(loaded, text: str, target: str | None, max_new_tokens: int | None, truncate: bool, decoding: Any,
            reporter: Reporter) -> Parts:
     """An encoder-decoder model's three parts: the decoder reads `target`, or writes (greedy)."""
-    from attnviz.engine.generate import Decoding
-    from attnviz.text import check_text
-    from attnviz.engine.seq2seq import parts_capture
 
     if target is not None and max_new_tokens is not None:
         raise InputError("give either target (the decoder reads it) or max_new_tokens (the decoder writes), not both")
@@ -72,7 +74,6 @@ def _parts(loaded, text: str, target: str | None, max_new_tokens: int | None, tr
     decoding = decoding or Decoding(max_new_tokens=max_new_tokens or 20)
     with reporter.progress("Writing", decoding.max_new_tokens, "tokens") as step:
         parts = parts_capture(loaded, text, decoding=decoding, truncate=truncate, on_step=step)
-    from attnviz.text import visible
 
     reporter.note(f"Decoder input: written by the model ({decoding.describe()}, "
                   f"{len(parts.part('decoder').tokens) - 1} tokens): “{visible(parts.meta.get('target_text', ''))}”; "
@@ -84,13 +85,9 @@ def _streamed(loaded, encoded, text: str, window: tuple | None, rollout_token: s
               pool: int, reporter: Reporter) -> Capture:
     """The streamed path: statistics exact, pictures pooled, the rollout row of the first token (the last for
     causal models) and of `rollout_token`, and the exact `window` (rows, cols, layers) asked for."""
-    from dataclasses import replace
 
     import numpy as np
 
-    from attnviz.engine.loading import layers_and_heads
-    from attnviz.selection import Selection, find_token
-    from attnviz.engine.stream import Window, streamed_capture
 
     T = len(encoded.token_ids)
     L, H = layers_and_heads(loaded.model.config)

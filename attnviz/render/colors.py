@@ -9,6 +9,8 @@ import numpy as np
 
 from attnviz.errors import ColormapError
 
+# matplotlib is imported inside the functions that draw, so that reading a capture and --help never load it.
+
 DEFAULT_CMAP = "viridis"
 MASKED_RGB = (242, 242, 242)  # cells that are not drawn (#f2f2f2)
 LUMINANCE_SPLIT = 0.408  # seaborn's threshold: above it, dark text reads better than white

@@ -9,6 +9,8 @@ import zlib
 
 import numpy as np
 
+# matplotlib is imported inside the functions that draw, so that reading a capture and --help never load it.
+
 try:
     from isal import isal_zlib as _deflate
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 from attnviz.errors import AttnvizWarning
 
+# matplotlib is imported inside the functions that draw, so that reading a capture and --help never load it.
+
 BASE_FAMILY = "DejaVu Sans"
 FONT_HINT = ("install a font that covers them; on Debian/Ubuntu `apt-get install fonts-noto-cjk` "
              "gives Chinese, Japanese and Korean, `fonts-noto-core` most other scripts")

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from attnviz import metrics
 from attnviz._version import __version__
 from attnviz.data.capture import Capture
-from attnviz.panels import Panel, head_label, short_model
+from attnviz.panels import head_label, Panel, PART_TITLES, short_model
 from attnviz.text import visible
 from attnviz.render.viewer import CSP_WITH_IMAGES
 
@@ -78,7 +78,6 @@ def gallery_html(sections: Sequence[Section], fmt: str, viewer: tuple[str, str, 
     """The gallery page: text, model and tokens on top, then for each section (one, or per part of an
     encoder-decoder model) the grid and per layer each head's image with its statistics and the layer's
     head mean. `viewer`: the interactive view's (style, body, script) to put on top, or why there is none."""
-    from attnviz.panels import PART_TITLES
 
     first = sections[0].capture
     parted = first.part is not None
@@ -130,8 +129,6 @@ def gallery_html(sections: Sequence[Section], fmt: str, viewer: tuple[str, str, 
 
 
 def _section(section: Section, fmt: str, parted: bool) -> list[str]:
-    from attnviz.panels import PART_TITLES
-
     capture = section.capture
     anchor = f"{section.part}-" if section.part else ""
     out = []

@@ -15,15 +15,20 @@ from typing import Any
 from collections.abc import Sequence
 
 import numpy as np
+import textwrap
 
+from attnviz._version import __version__
 from attnviz.data.capture import Capture
 from attnviz.files import check_suffix
 from attnviz.files import atomic_output
 from attnviz.render import FORMATS
 from attnviz.panels import HeadChoice, Page, Panel, Scale, grid_title, heatmap_page, short_model
 from attnviz.render.colors import DEFAULT_CMAP, colormap, rgb, text_on
+from attnviz.render.encode import encode_png, figure_rgb
 from attnviz.render.fonts import families_for
-from attnviz.text import cells
+from attnviz.text import cells, fit
+
+# matplotlib is imported inside the functions that draw, so that reading a capture and --help never load it.
 
 MAX_MATRIX_IN = 16.0  # a single heatmap's matrix is never wider than this (inches)
 MIN_FONT_PT = 5.0  # below this, labels are thinned (every k-th token) instead of shrunk
@@ -163,7 +168,6 @@ def fit_title(title: str, width_in: float) -> tuple[str, float]:
     per_line = max(int(width_in * 72 / (size * CHAR_EM)), 10)
     if cells(title) <= per_line:
         return title, size
-    import textwrap
 
     return "\n".join(textwrap.wrap(title, per_line, break_long_words=True)), size
 
@@ -307,7 +311,6 @@ def mixed_figure(page: Page, *, cmap: str = DEFAULT_CMAP, ncols: int = 3) -> Hea
 
 def shorten_cells(text: str, limit: int) -> str:
     """One line of at most `limit` cells, ending in … when cut."""
-    from attnviz.text import fit
 
     return fit(" ".join(text.split()), limit)
 
@@ -334,8 +337,6 @@ def save_figure(fig, path: str | Path, *, dpi: int = 150) -> Path:
 
 
 def _metadata(suffix: str) -> dict:
-    from attnviz._version import __version__
-
     software = f"attnviz {__version__}"
     return {"Software": software} if suffix == ".png" else {"Creator": software}
 
@@ -440,7 +441,6 @@ def grid_figure(capture: Capture, panels: Sequence[Panel], layers: Sequence[int]
 def save_grid(grid: GridFigure, path: str | Path, *, dpi: int = 100) -> Path:
     """Write the grid. As PNG the labels are drawn by matplotlib and the mosaic pasted in pixel for pixel
     (resampling a large image is most of the time savefig would take); SVG and PDF go through savefig."""
-    from attnviz.render.encode import encode_png, figure_rgb
 
     path = check_suffix(path, FORMATS)
     if path.suffix.lower() != ".png":

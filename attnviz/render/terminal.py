@@ -16,9 +16,9 @@ from rich.console import Group
 from rich.style import Style
 from rich.text import Text
 
-from attnviz.panels import Panel, Scale
+from attnviz.panels import generated_split, Panel, Scale, short_model, token_labels, with_shared_scale
 from attnviz.render.colors import DEFAULT_CMAP, rgb, text_on
-from attnviz.text import cells, fit, glyphs, pad
+from attnviz.text import cells, fit, glyphs, pad, visible
 
 SHADES = " ░▒▓█"  # 0 .. vmax in five steps
 MAX_HEADER_LINES = 12  # vertical key labels longer than this many characters end in "…"
@@ -326,7 +326,6 @@ def positions_renderable(result, model: str) -> Group:
     from rich import box
     from rich.table import Table
 
-    from attnviz.text import visible
 
     words = " ".join(visible(w) for w in result.words)
     shuffled = " ".join(visible(w) for w in result.shuffled)
@@ -351,7 +350,6 @@ def positions_renderable(result, model: str) -> Group:
 def token_renderable(capture, i: int, layers: Sequence[int], links: Sequence[dict], *, width: int = 80,
                      color: bool = True, cmap: str = DEFAULT_CMAP) -> Group:
     """One token: per layer the mean over heads of its row and of its column, and its strongest links."""
-    from attnviz.panels import generated_split, short_model, token_labels, with_shared_scale
 
     labels = token_labels(capture)
     rows = tuple(f"layer {n}" for n in layers)

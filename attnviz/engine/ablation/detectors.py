@@ -14,6 +14,9 @@ from attnviz.errors import InputError
 
 from attnviz.engine.ablation.seam import Site, editing, every_head, removal
 from attnviz.engine.ablation.runs import alpha_of, head_means, is_causal_lm, outputs_of, run_model
+from attnviz.engine.loading import forward_args
+from attnviz.metrics import detector_scores, POSITIONAL_MIN, REPEAT_MIN
+from attnviz.tokens import special_ids
 
 
 # --- detectors on controlled inputs ----------------------------------------------------------------------
@@ -38,7 +41,6 @@ class Repeated:
 def repeated_sequence(tokenizer, n: int, seed: int = 0) -> Repeated:
     """n distinct random tokens that are not special, not pieces of a multi-byte character, repeated once; BOS
     first where the tokenizer has one."""
-    from attnviz.tokens import special_ids
 
     special = special_ids(tokenizer)
     vocab = len(tokenizer)
@@ -127,8 +129,6 @@ def detection(loaded, where: Site, *, length: int = 50, sequences: int = 4, seed
               mode: str = "zero", on_step: Callable[[int], None] | None = None) -> Detection:
     """The three detectors on `sequences` random sequences of `length` tokens repeated once, and (for a causal
     LM) the causal test on the same sequences."""
-    from attnviz.engine.loading import forward_args
-    from attnviz.metrics import POSITIONAL_MIN, REPEAT_MIN, detector_scores
 
     thresholds = {"previous-token": POSITIONAL_MIN, "duplicate-token": REPEAT_MIN, "induction": REPEAT_MIN}
     causal_lm = is_causal_lm(where.model)

@@ -5,6 +5,7 @@ causal LM, an encoder's sentence embedding), and each head's mean z_h (the fill 
 from __future__ import annotations
 
 from collections.abc import Sequence
+import inspect
 
 import numpy as np
 import torch
@@ -12,6 +13,7 @@ import torch
 from attnviz.errors import UnsupportedArchitectureError
 
 from attnviz.engine.ablation.seam import Site, recording
+from attnviz.engine.families import encoder_types
 
 
 # --- one text: inputs, runs, what the model outputs ----------------------------------------------------
@@ -19,7 +21,6 @@ from attnviz.engine.ablation.seam import Site, recording
 
 def is_causal_lm(model) -> bool:
     """A decoder with its language-model head (its outputs are next-token logits)."""
-    from attnviz.engine.families import encoder_types
 
     config = model.config
     if getattr(config, "is_encoder_decoder", False) or str(getattr(config, "model_type", "")) in encoder_types():
@@ -36,8 +37,6 @@ def run_model(model, inputs: dict, *, attentions: bool = False):
 
 
 def _params(model) -> set[str]:
-    import inspect
-
     return set(inspect.signature(model.forward).parameters)
 
 

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
+from attnviz.engine.fromscratch.adapters import adapter_for
+from attnviz.engine.loading import layers_and_heads
 from attnviz.errors import UnsupportedArchitectureError
 
 
@@ -54,8 +56,6 @@ def _in_features(module) -> int:
 
 def site(model) -> Site:
     """Where `model`'s heads can be removed; a family without an adapter is refused in one line."""
-    from attnviz.engine.fromscratch.adapters import adapter_for
-    from attnviz.engine.loading import layers_and_heads
 
     base = getattr(model, "base_model", model)
     if getattr(base.config, "is_encoder_decoder", False):

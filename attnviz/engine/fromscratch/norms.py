@@ -3,13 +3,15 @@ head's value vectors through its slice of W_O, checked against the attention blo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
+from attnviz.engine.forward import encode, make_capture
 from attnviz.engine.fromscratch.adapters import adapter_for
 from attnviz.engine.fromscratch.verify import recompute
+from attnviz.engine.memory import check_memory
 from attnviz.errors import UnsupportedArchitectureError
 
 
@@ -104,14 +106,11 @@ def value_norms(model, inputs: dict) -> Norms:
 def norms_capture(loaded, text: str, *, truncate: bool = True):
     """(Capture of value-weighted norms ‖α_ij f_h(x_j)‖, Norms): meta quantity "norm", the exact check's
     largest |Δ| in meta "norm_check"."""
-    from attnviz.engine.memory import check_memory
-    from attnviz.engine.forward import encode, make_capture
 
     encoded = encode(loaded, text, truncate=truncate)
     check_memory(loaded, len(encoded.token_ids), copies=4.0)
     result = value_norms(loaded.model, encoded.inputs)
     capture = make_capture(loaded, encoded, result.alpha[:, 0].astype(np.float32), text)  # checks α first
-    from dataclasses import replace
 
     norms = replace(capture, attentions=result.norms[:, 0].astype(np.float32),
                     meta={**capture.meta, "quantity": "norm", "source": "scratch",

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from attnviz.errors import UnsupportedArchitectureError
+from attnviz.engine.forward import encode, model_attentions
+from attnviz.errors import InputError, UnsupportedArchitectureError
 
 
 @dataclass
@@ -67,7 +68,6 @@ def _word_spans(text_words: list[str]) -> tuple[str, list[tuple[int, int]]]:
 def _tokens_by_word(loaded, words: list[str]):
     """Encode the words joined by spaces; return (encoded, for each word its token positions, the special
     token positions in order)."""
-    from attnviz.engine.forward import encode
 
     text, spans = _word_spans(words)
     encoded = encode(loaded, text, truncate=False)
@@ -88,8 +88,6 @@ def positions_experiment(loaded, text: str, *, seed: int = 0) -> PositionsResult
     """Shuffle the words of `text`; run the model on both orders with its position embeddings and with them
     zeroed. Without positions self-attention sees a set: α of the shuffled text is exactly the same
     permutation of α. With them it is not."""
-    from attnviz.errors import InputError
-    from attnviz.engine.forward import model_attentions
 
     table = position_embeddings(loaded)
     if not getattr(loaded.tokenizer, "is_fast", False):

@@ -9,9 +9,12 @@ from dataclasses import dataclass
 
 import torch
 
+from attnviz.engine.forward import encode
 from attnviz.engine.fromscratch.adapters import seq2seq_adapter_for
 from attnviz.engine.fromscratch.verify import part_masks, recompute
 from attnviz.engine.hooks import Seen, recording_inputs
+from attnviz.engine.memory import check_memory
+from attnviz.engine.seq2seq import decoder_start
 from attnviz.errors import UnsupportedArchitectureError
 
 
@@ -38,8 +41,6 @@ def _softmax_stats(logits: torch.Tensor, mask: torch.Tensor) -> tuple[float, flo
 def scaling_rows(loaded, text: str, *, truncate: bool = True) -> tuple[list[ScalingRow], int, int]:
     """Per layer of the real model: spread, entropy and peak of softmax(QKᵀ) vs softmax(QKᵀ/√d_k).
     Returns (rows, T, d_k)."""
-    from attnviz.engine.memory import check_memory
-    from attnviz.engine.forward import encode
 
     encoded = encode(loaded, text, truncate=truncate)
     check_memory(loaded, len(encoded.token_ids), copies=3.0)
@@ -65,7 +66,6 @@ def scaling_rows(loaded, text: str, *, truncate: bool = True) -> tuple[list[Scal
 def encoder_qk(loaded, inputs: dict) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]:
     """An encoder-decoder model's encoder: per layer the queries and keys as the model multiplies them (for
     T5, without the 1/√d_k it does not apply), and the source mask (B, 1, S, S)."""
-    from attnviz.engine.seq2seq import decoder_start
 
     model = loaded.model
     adapter = seq2seq_adapter_for(model)

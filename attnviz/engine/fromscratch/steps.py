@@ -9,8 +9,10 @@ import numpy as np
 
 import torch
 
+from attnviz.engine.forward import attentions_of
 from attnviz.engine.fromscratch.formula import attention_weights
 from attnviz.engine.fromscratch.verify import recompute
+from attnviz.engine.memory import check_memory
 
 
 @dataclass
@@ -60,8 +62,6 @@ def window_words(window: int | None, reach: int | None) -> str:
 def head_steps(loaded, encoded, layer: int, head: int) -> Steps:
     """Recompute one head's attention step by step: Q and K from the module's own input and weights, the
     scores, the scaling by √d_k, the mask, the softmax and α·V, beside the model's own α."""
-    from attnviz.engine.forward import attentions_of
-    from attnviz.engine.memory import check_memory
 
     check_memory(loaded, len(encoded.token_ids), copies=3.0)
     run = recompute(loaded.model, encoded.inputs)

@@ -7,16 +7,19 @@ each part), so the two can be compared."""
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
 from attnviz.data.capture import Capture
+from attnviz.engine.forward import attentions_of, encode, make_capture
 from attnviz.engine.fromscratch.adapters import QKV, adapter_for, layer_qkv, seq2seq_adapter_for
 from attnviz.engine.fromscratch.formula import attention_mask, attention_weights
 from attnviz.engine.hooks import Seen, recording_inputs
-from attnviz.errors import UnsupportedArchitectureError, arg
+from attnviz.engine.loading import forward_args, layers_and_heads
+from attnviz.engine.memory import check_memory, check_parts_memory
+from attnviz.errors import arg, InputError, UnsupportedArchitectureError
 from attnviz.text import visible
 
 
@@ -33,7 +36,6 @@ def part_masks(source_mask: torch.Tensor, T: int) -> dict[str, torch.Tensor]:
 def scratch_parts(loaded, inputs: dict) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """For an encoder-decoder model and inputs (input_ids, attention_mask, decoder_input_ids), one forward
     pass: per part, (α from the formula, α the model reports), float32, (L, H, rows, cols) each."""
-    from attnviz.engine.memory import check_parts_memory
 
     model = loaded.model
     adapter = seq2seq_adapter_for(model)
@@ -102,7 +104,6 @@ def scratch_attentions(model, inputs: dict) -> tuple[np.ndarray, np.ndarray]:
     run = recompute(model, inputs)
     with torch.inference_mode():
         alphas = [qkv.alpha() for qkv in run.layers]
-    from attnviz.engine.forward import attentions_of
 
     reported = attentions_of(run.output, model, getattr(model, "name_or_path", "the model"))
     model_alpha = torch.stack([a.float() for a in reported])  # (L, B, H, T, T)
@@ -111,8 +112,6 @@ def scratch_attentions(model, inputs: dict) -> tuple[np.ndarray, np.ndarray]:
 
 def capture_both(loaded, text: str, *, truncate: bool = True):
     """(model Capture, scratch Capture) for one text, from a single forward pass."""
-    from attnviz.engine.memory import check_memory
-    from attnviz.engine.forward import encode, make_capture
 
     encoded = encode(loaded, text, truncate=truncate)
     check_memory(loaded, len(encoded.token_ids), copies=4.0)  # the model's α, scores, both stacks
@@ -125,16 +124,11 @@ def capture_both_ids(loaded, saved: Capture) -> tuple[Capture, Capture]:
     """(model Capture, scratch Capture) for the token ids of a saved capture (e.g. one written by
     attnviz generate), run through `loaded` in one forward pass: the saved α can then be compared with
     both."""
-    from dataclasses import replace
 
-    from attnviz.errors import InputError
-    from attnviz.engine.loading import forward_args
-    from attnviz.engine.memory import check_memory
 
     if saved.pooled or saved.meta.get("level") == "word" or saved.quantity != "alpha":
         raise InputError(f"verify {arg('source')} needs a capture of token-level α (not pooled, {arg('words')} or "
                          f"{arg('norms')})")
-    from attnviz.engine.loading import layers_and_heads
 
     made_by = f"give the model that made it (the capture names {visible(saved.model)!r})"
     L, H = layers_and_heads(loaded.model.config)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnviz.errors import ModelLoadError
+from attnviz.sizes import size_from_env
 
 MAGIC = b"GGUF"
 MAX_TENSORS = 100_000
@@ -29,8 +30,6 @@ class GGUFSummary:
 
 
 def max_model_bytes() -> int:
-    from attnviz.sizes import size_from_env
-
     return size_from_env(MAX_MODEL_ENV, DEFAULT_MAX_MODEL_BYTES)
 
 
