@@ -32,13 +32,15 @@ def inline_html(whole: Any) -> str:
             f'style="width: 100%; height: {FRAME_HEIGHT_PX}px; border: 0" title="attnviz view"></iframe>')
 
 
-def heatmap_figure(whole: Any, layer: int = -1, head: int | str = "mean", *, cmap: str = "viridis"):
-    """α of one layer and head (an index, "mean" or "max") as a matplotlib Figure."""
-    from attnviz.panels import heatmap_page
-    from attnviz.render.png import page_figure
+def heatmap_figure(whole: Any, layer: int = -1, head: int | str = "mean", *, cmap: str = "viridis",
+                   hide_special: bool = False, vmax: float | None = None, ax=None):
+    """α of one layer and head (an index, "mean" or "max") as a matplotlib Figure, or drawn on the axes `ax`
+    (returned)."""
+    from attnviz.render import png
 
-    layer_index = whole.layer_index(layer)
-    return page_figure(heatmap_page(whole, [layer_index], [head]), cmap=cmap).figure
+    drawn = png.heatmap_figure(whole, whole.layer_index(layer), head, hide_special=hide_special, cmap=cmap,
+                               vmax=vmax, ax=ax)
+    return drawn if ax is not None else drawn.figure
 
 
 def records_html(records: Sequence[dict], columns: Sequence[str], title: str = "") -> str:

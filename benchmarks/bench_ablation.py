@@ -5,7 +5,7 @@ in a loop, on the real models, side by side in one run; the effects must be equa
     python benchmarks/bench_ablation.py --device cuda       # the GPU rows
 
 Both paths compute only the removals (no gradient estimate); each is timed as the best of `--repeats` runs
-after one warm-up. The batched path grows its batch layer by layer (engine/ablation.py), so the layers below a
+after one warm-up. The batched path grows its batch layer by layer (engine/ablation/ranking.py), so the layers below a
 head run once, not once per head, and the copies run together.
 """
 

@@ -153,6 +153,21 @@ def test_what_a_capture_shows(tiny_model_dir, tmp_path):
     assert "Content-Security-Policy" in frame
 
 
+def test_a_heatmap_drawn_on_axes_of_ones_own(tiny_model_dir):
+    """cap.heatmap(ax=…) draws on the caller's axes, as seaborn does, and returns them: the image is α of that
+    head, the tick labels are the tokens, a colorbar is added beside it; the other axes stay empty."""
+    from matplotlib.figure import Figure
+
+    capture = attnviz.capture(SENTENCE, model=tiny_model_dir("bert"), device="cpu")
+    figure = Figure()
+    left, right = figure.subplots(1, 2)
+    assert capture.heatmap(layer=1, head=0, ax=right) is right
+    np.testing.assert_allclose(np.asarray(right.images[0].get_array()), capture.attentions[1, 0], atol=1e-6)
+    assert [t.get_text() for t in right.get_xticklabels()] == list(capture.tokens)
+    assert [t.get_text() for t in right.get_yticklabels()] == list(capture.tokens)
+    assert "layer 1" in right.get_title() and not left.images and len(figure.axes) == 3  # + the colorbar
+
+
 def _notebook(path):
     import nbformat
 

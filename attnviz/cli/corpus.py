@@ -10,11 +10,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from attnviz.cli.params import whole_number
+from attnviz.cli.params import choice_parser, CsvOpt, JsonOpt, ModelOptions, whole_number
 from attnviz.cli.output import emit_records, err, error_line, out, print_json, say
 from attnviz.cli.errors import cli_errors, INTERRUPTED_EXIT, TERMINATED_EXIT
 from attnviz.cli.group import app
-from attnviz.cli.params import choice_parser, CsvOpt, JsonOpt, ModelOptions
 from attnviz.cli.inputs import CliReporter, takes
 from attnviz.text import visible
 

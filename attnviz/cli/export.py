@@ -8,11 +8,10 @@ from typing import Annotated
 
 import typer
 
-from attnviz.cli.params import whole_number
+from attnviz.cli.params import AllPartsOpt, CmapOpt, HeadSel, LayerSel, ScaleOptions, whole_number
 from attnviz.cli.output import err, say
 from attnviz.cli.errors import cli_errors
 from attnviz.cli.group import app
-from attnviz.cli.params import AllPartsOpt, CmapOpt, HeadSel, LayerSel, ScaleOptions
 from attnviz.cli.inputs import CaptureInput, takes
 from attnviz.selection import Selection
 

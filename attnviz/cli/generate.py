@@ -6,11 +6,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from attnviz.cli.params import whole_number
+from attnviz.cli.params import finite_float, HeadSel, JsonOpt, LayerSel, PartOpt, whole_number
 from attnviz.cli.output import check_output, err, out, output_path, print_json, say, use_color
 from attnviz.cli.errors import cli_errors, usage_errors
 from attnviz.cli.group import app
-from attnviz.cli.params import finite_float, HeadSel, JsonOpt, LayerSel, PartOpt
 from attnviz.cli.inputs import CliReporter, takes, TextInput
 from attnviz.selection import Selection
 

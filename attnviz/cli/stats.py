@@ -7,12 +7,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from attnviz.cli.params import whole_number
+from attnviz.cli.params import (CmapOpt, CsvOpt, HeadSel, ImageOut, JsonOpt, LayerSel, PartOpt, RowsOpt, ScaleOptions,
+                                selection_parser, SelfPartOpt, StartOpt, whole_number)
 from attnviz.cli.output import check_output, emit_records, err, out, output_path, print_json, say, use_color
 from attnviz.cli.errors import cli_errors
 from attnviz.cli.group import app
-from attnviz.cli.params import (CmapOpt, CsvOpt, HeadSel, ImageOut, JsonOpt, LayerSel, PartOpt, RowsOpt,
-                                ScaleOptions, selection_parser, SelfPartOpt, StartOpt)
 from attnviz.cli.inputs import CaptureInput, LongTextInput, takes
 from attnviz.render import FORMATS
 from attnviz.selection import Selection

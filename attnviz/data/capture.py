@@ -404,15 +404,15 @@ class Capture:
         """The same capture with only layers start..stop-1 (a view of α, nothing copied, not re-validated)."""
         return replace(self, attentions=self.attentions[start:stop])
 
-    # --- from a forward pass the user ran, and views for notebooks ------------------------------------------
-
+    # --- views for notebooks ----------------------------------------------------------------------------------
 
     def _repr_html_(self) -> str:
         """In a notebook: the interactive viewer, inline and offline (one sandboxed frame per view)."""
         return registry.view("html")(self)
 
     def heatmap(self, layer: int = -1, head: int | str = "mean", **options):
-        """α of one layer and head (or "mean", "max") as a matplotlib Figure."""
+        """α of one layer and head (or "mean", "max") as a matplotlib Figure; with ax=, drawn on those axes
+        (returned). Options: hide_special, cmap, vmax, ax."""
         return registry.view("heatmap")(self, layer, head, **options)
 
     def heads(self):

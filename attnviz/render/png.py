@@ -9,18 +9,17 @@ images, title), so callers never reach into matplotlib's internals.
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from collections.abc import Sequence
 
 import numpy as np
-import textwrap
 
 from attnviz._version import __version__
 from attnviz.data.capture import Capture
-from attnviz.files import check_suffix
-from attnviz.files import atomic_output
+from attnviz.files import atomic_output, check_suffix
 from attnviz.render import FORMATS
 from attnviz.panels import HeadChoice, Page, Panel, Scale, grid_title, heatmap_page, short_model
 from attnviz.render.colors import DEFAULT_CMAP, colormap, rgb, text_on
@@ -321,9 +320,22 @@ def panel_figure(panel: Panel, *, cmap: str = DEFAULT_CMAP, subtitle: str = "") 
 
 
 def heatmap_figure(capture: Capture, layer: int = -1, head: HeadChoice = "mean", *, hide_special: bool = False,
-                   cmap: str = DEFAULT_CMAP, vmax: float | None = None) -> HeatmapFigure:
-    """One labelled heatmap of one layer and head (an index, "mean" or "max")."""
-    return page_figure(heatmap_page(capture, [layer], [head], hide_special=hide_special, vmax=vmax), cmap=cmap)
+                   cmap: str = DEFAULT_CMAP, vmax: float | None = None, ax=None):
+    """One labelled heatmap of one layer and head (an index, "mean" or "max"): a figure of its own, or drawn on
+    the matplotlib axes `ax` (with its title and a colorbar beside it) and `ax` returned, as seaborn does."""
+    page = heatmap_page(capture, [layer], [head], hide_special=hide_special, vmax=vmax)
+    if ax is None:
+        return page_figure(page, cmap=cmap)
+    panel = page.panels[0]
+    families = families_for("".join(panel.rows) + "".join(panel.cols) + page.title)
+    heatmap(panel.matrix, panel.rows, panel.cols, ax=ax, cmap=cmap, scale=panel.scale, hidden=panel.hidden,
+            families=families)
+    draw_splits(ax, panel)
+    ax.set_title(page.title, fontsize=9, fontfamily=families)
+    ax.set_xlabel(panel.col_axis, fontsize=8)
+    ax.set_ylabel(panel.row_axis, fontsize=8)
+    ax.figure.colorbar(ax.images[-1], ax=ax, label=panel.scale.label)
+    return ax
 
 
 def save_figure(fig, path: str | Path, *, dpi: int = 150) -> Path:
