@@ -12,7 +12,7 @@ import pytest
 from helpers import SENTENCE
 
 import attnviz
-from attnviz.errors import AttnvizWarning, CaptureFormatError, InputError
+from attnviz.errors import AttnvizWarning, CaptureFormatError, InputError, UsageError
 
 
 @pytest.fixture(scope="module")
@@ -118,8 +118,11 @@ def test_capture_chooses_the_path(tiny_model_dir, load_tiny):
         if values.dtype != object and name in stored[(0, 0)]:
             got = np.array([[stored[(n, h)][name] for h in range(full.n_heads)] for n in range(full.n_layers)])
             np.testing.assert_allclose(got, values, atol=1e-5, equal_nan=True, err_msg=name)
-    with pytest.raises(InputError, match="encoder-decoder"):
-        attnviz.capture(SENTENCE, model=folder, device="cpu", part="cross")
+    for wrong in ({"part": "cross"}, {"target": "the dog"}, {"max_new_tokens": 3}):  # encoder-decoder arguments
+        with pytest.raises(UsageError, match="encoder-decoder") as caught:
+            attnviz.capture(SENTENCE, model=folder, device="cpu", **wrong)
+        assert caught.value.field == ("part" if "part" in wrong else None)
+        assert next(iter(wrong)) in str(caught.value) and "--" not in str(caught.value)
     with pytest.raises(InputError, match="empty"):
         attnviz.capture("   ", model=folder, device="cpu")
 
@@ -131,6 +134,10 @@ def test_capture_of_an_encoder_decoder_model(tiny_seq2seq_dir):
     cross = attnviz.capture("the cat sat", model=folder, device="cpu", target="the dog ran", part="cross")
     np.testing.assert_array_equal(cross.attentions, whole.part("cross").attentions)
     assert "iframe" in whole._repr_html_()
+    with pytest.raises(UsageError, match="stream is for long inputs of encoder-only"):  # kept whole, not streamed
+        attnviz.capture("the cat sat", model=folder, device="cpu", target="the dog ran", stream=True)
+    with pytest.raises(UsageError, match="give either target .* or max_new_tokens"):
+        attnviz.capture("the cat sat", model=folder, device="cpu", target="the dog ran", max_new_tokens=3)
 
 
 def test_what_a_capture_shows(tiny_model_dir, tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -261,6 +262,30 @@ def test_single_attention_commands_and_options_are_refused_in_one_line(tiny_seq2
     one_line_error(run("heatmap", SOURCE, "-m", bert, "--part", "cross", "-t"), 2)
     one_line_error(run("heatmap", SOURCE, "-m", bert, "--target", "x", "-t"), 2)
     one_line_error(run("heatmap", SOURCE, "-m", t5, "--target", "x", "-n", "3", "-t"), 2)
+
+
+def test_what_applies_to_which_model_is_the_librarys_decision_spelled_as_flags(tiny_seq2seq_dir, tiny_model_dir):
+    """The library refuses an argument that does not apply to the model (part, target, max_new_tokens for
+    encoder-decoders only; stream for the others); the command line says it in one line with its flags."""
+    t5, bert = tiny_seq2seq_dir("t5"), tiny_model_dir("bert")
+    cases = [
+        (["heatmap", SOURCE, "-m", bert, "--part", "cross", "-t"],
+         "Invalid value for --part: {bert} has one kind of attention (self-attention); --part is for "
+         "encoder-decoder models (T5, BART, Marian)"),
+        (["heads", SOURCE, "-m", bert, "-n", "3"],
+         "Invalid value: --target and --max-new-tokens are for encoder-decoder models; {bert} is not one (for a "
+         "causal language model, attnviz generate writes text)"),
+        (["heatmap", SOURCE, "-m", t5, "--target", "x", "-n", "3", "-t"],
+         "Invalid value: give either --target (the decoder reads it) or --max-new-tokens (the decoder writes), "
+         "not both"),
+        (["export", SOURCE, "-m", t5, "--stream", "--out-dir", "never"],
+         "Invalid value: --stream is for long inputs of encoder-only and decoder-only models; an encoder-decoder "
+         "model's attention is kept whole (--max-memory bounds it)"),
+    ]
+    for args, expected in cases:
+        line = one_line_error(run(*args, env={"COLUMNS": "400"}), 2)
+        assert line.startswith("Error: " + expected.format(bert=bert)), line
+    assert not Path("never").exists()
     scaling = run("scaling", SOURCE, "-m", t5, env={"COLUMNS": "200"})
     assert scaling.exit_code == 0 and "T5 does not divide by √d_k" in scaling.stdout
 

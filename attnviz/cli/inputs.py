@@ -19,6 +19,7 @@ from rich.text import Text
 
 from attnviz.progress import Reporter
 from attnviz.errors import spell
+from attnviz.cli.errors import usage_errors
 from attnviz.cli.output import err, flag, say
 from attnviz.cli.params import FromOpt, MAX_NEW_TOKENS, ModelOptions, TextArg, whole_number
 
@@ -107,52 +108,53 @@ class TextInput(TextSource):
 
     def check_model_kind(self, loaded, part: str | None, *, writes: bool = False) -> None:
         """--part, --target and --max-new-tokens are for encoder-decoder models (and --max-new-tokens for
-        attnviz generate): refused in one line where they do not apply."""
-        if loaded.seq2seq:
-            if self.target is not None and self.max_new_tokens is not None:
-                raise typer.BadParameter("give either --target (the decoder reads it) or --max-new-tokens (the "
-                                         "decoder writes), not both")
-            return
-        if part is not None:
-            raise typer.BadParameter(f"{loaded.name} has one kind of attention (self-attention); --part is for "
-                                     f"encoder-decoder models (T5, BART, Marian)", param_hint="--part")
-        if self.target is not None or (self.max_new_tokens is not None and not writes):
-            raise typer.BadParameter(f"--target and --max-new-tokens are for encoder-decoder models; {loaded.name} "
-                                     f"is not one (for a causal language model, attnviz generate writes text)")
+        attnviz generate), --stream for the others: refused in one line where they do not apply (the model
+        decides, through the library)."""
+        with usage_errors():
+            loaded.check_inputs(part=part, target=self.target, max_new_tokens=self.max_new_tokens,
+                                stream=self.streaming(), writes=writes)
+
+    # What a command offers beside TEXT: the commands with --stream, --pool and --words say so (LongTextInput).
+    def streaming(self) -> bool | None:
+        return None  # this command does not stream
+
+    def word_level(self) -> bool:
+        return False
+
+    def pool_size(self) -> int:
+        return 512
 
     def parts(self, loaded, text: str, decoding=None):
         """All three attention parts of an encoder-decoder model: the decoder reads --target, or writes (a
         progress bar counts its tokens)."""
         from attnviz.api import capture
 
-        if getattr(self, "stream", False):
-            raise typer.BadParameter("--stream is for long inputs of encoder-only and decoder-only models; an "
-                                     "encoder-decoder model's attention is kept whole (--max-memory bounds it)")
-        return capture(text, model=loaded, target=self.target, max_new_tokens=self.max_new_tokens, decoding=decoding,
-                       truncate=self.truncate, reporter=CliReporter())
+        with usage_errors():
+            return capture(text, model=loaded, target=self.target, max_new_tokens=self.max_new_tokens,
+                           decoding=decoding, truncate=self.truncate, reporter=CliReporter())
 
     def capture(self, *, window: tuple | None = None, rollout_token: str | None = None, pictures: bool = True,
-                part: str | None = None, default_part: str = "cross"):
-        """The model's Capture of the text: the full α when it fits the memory budget; else (or with
-        --stream, where the command offers it) a pooled capture streamed a block of rows at a time, with the
-        exact window (rows, cols, layers selections) and rollout row asked for. `pictures=False` (a command
-        that shows only statistics) skips the pooled matrices and rollout rows, and keeps no layer's input.
-        For an encoder-decoder model: the `part` asked for (else `default_part`) of its three."""
+                part: str | None = None, default_part: str | None = "cross"):
+        """The model's Capture of the text, as attnviz.capture chooses its path: the full α when it fits the
+        memory budget; else (or with --stream, where the command offers it) a pooled capture streamed a block
+        of rows at a time, with the exact window (rows, cols, layers selections) and rollout row asked for.
+        `pictures=False` (a command that shows only statistics) skips the pooled matrices and rollout rows.
+        For an encoder-decoder model: the `part` asked for, else the one this command shows (`default_part`;
+        None: all three, as Parts)."""
+        from attnviz.api import Keep, capture
+
         text = self.require_text()
         loaded = self.load()
         self.check_model_kind(loaded, part)
-        if loaded.seq2seq:
-            chosen = self.parts(loaded, text).part(part or default_part)
-            return _as_words(chosen) if getattr(self, "words", False) else chosen
-        from attnviz.api import Keep, capture
-
-        streaming = getattr(self, "stream", None)  # None: this command does not stream
         rows, cols, layers = window if window is not None else (None, None, None)
-        keep = Keep(pool=getattr(self, "pool", None) or 512, rows=rows, cols=cols, layers=layers,
-                    rollout_token=rollout_token, pictures=pictures)
-        return capture(text, model=loaded, words=getattr(self, "words", False), truncate=self.truncate,
-                       stream=False if streaming is None else (True if streaming else None), keep=keep,
-                       reporter=CliReporter())
+        keep = Keep(pool=self.pool_size(), rows=rows, cols=cols, layers=layers, rollout_token=rollout_token,
+                    pictures=pictures)
+        streaming = self.streaming()
+        with usage_errors():
+            return capture(text, model=loaded, words=self.word_level(), truncate=self.truncate,
+                           stream=False if streaming is None else (True if streaming else None), keep=keep,
+                           part=(part or default_part) if loaded.seq2seq else None, target=self.target,
+                           max_new_tokens=self.max_new_tokens, reporter=CliReporter())
 
 
 class CliReporter(Reporter):
@@ -198,6 +200,15 @@ class LongTextInput(TextInput):
         "--words", help="Attention between words instead of sub-word tokens: to a word, the sum over its pieces; "
                         "from a word, their mean (Clark et al. 2019).")] = False
 
+    def streaming(self) -> bool | None:
+        return self.stream
+
+    def word_level(self) -> bool:
+        return self.words
+
+    def pool_size(self) -> int:
+        return self.pool
+
 
 @dataclass(frozen=True)
 class CaptureInput(LongTextInput):
@@ -206,7 +217,7 @@ class CaptureInput(LongTextInput):
     source: FromOpt = None
 
     def capture(self, *, window: tuple | None = None, rollout_token: str | None = None, pictures: bool = True,
-                part: str | None = None, default_part: str = "cross"):
+                part: str | None = None, default_part: str | None = "cross"):
         """A Capture from --from, or by running the model on the text; of an encoder-decoder model, the
         `part` asked for (else `default_part`)."""
         if self.source is not None:
@@ -238,22 +249,18 @@ class CaptureInput(LongTextInput):
         self.require_source()
         if self.source is not None:
             whole = self.saved()
-        else:
-            text = self.require_text()
-            loaded = self.load()
-            self.check_model_kind(loaded, None)
-            if not loaded.seq2seq:
-                return super().capture()  # --words applied there
-            whole = self.parts(loaded, text)
-        return _as_words(whole) if self.words else whole
+            return _as_words(whole) if self.words else whole
+        return super().capture(default_part=None)
 
 
-def _chosen_part(loaded, part: str | None, default_part: str):
-    """A saved Capture as it is (--part refused: it has one kind of attention), or one part of Parts."""
+def _chosen_part(loaded, part: str | None, default_part: str | None):
+    """A saved Capture as it is (--part refused: it has one kind of attention), or one part of Parts (all of
+    them for no part and no default)."""
     from attnviz.data.parts import Parts
 
     if isinstance(loaded, Parts):
-        return loaded.part(part or default_part)
+        chosen = part or default_part
+        return loaded.part(chosen) if chosen else loaded
     if part is not None:
         raise typer.BadParameter("this capture has one kind of attention (self-attention); --part is for captures "
                                  "of encoder-decoder models", param_hint="--part")

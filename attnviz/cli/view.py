@@ -107,17 +107,7 @@ def capture(output: Annotated[str, typer.Option(
 
 def _whole(inp: LongTextInput):
     """The text's capture, or all parts of an encoder-decoder model."""
-    text = inp.require_text()
-    loaded = inp.load()
-    inp.check_model_kind(loaded, None)
-    if not loaded.seq2seq:
-        return inp.capture()
-    parts = inp.parts(loaded, text)
-    if inp.words:
-        from attnviz.api import to_words
-
-        return to_words(parts)
-    return parts
+    return inp.capture(default_part=None)
 
 
 @app.command(help="An interactive view in one HTML file that works offline in any browser: a head view (hover a "

@@ -17,7 +17,7 @@ from attnviz.engine.loading import layers_and_heads
 from attnviz.engine.memory import attention_bytes, check_memory, memory_budget
 from attnviz.engine.seq2seq import parts_capture
 from attnviz.engine.stream import streamed_capture, streamed_words, Window
-from attnviz.errors import InputError, arg
+from attnviz.errors import arg
 from attnviz.progress import Reporter
 from attnviz.selection import find_token, Selection
 from attnviz.sizes import size_text
@@ -28,13 +28,12 @@ from attnviz.words import to_words
 def run_capture(loaded, text: str, *, words: bool, stream: bool | None, part: str | None, target: str | None,
              max_new_tokens: int | None, truncate: bool, pool: int, window: tuple | None, rollout_token: str | None,
              pictures: bool, decoding: Any, reporter: Reporter) -> Capture | Parts:
+    loaded.check_inputs(part=part, target=target, max_new_tokens=max_new_tokens, stream=stream)
     if loaded.seq2seq:
         whole = _parts(loaded, text, target, max_new_tokens, truncate, decoding, reporter)
         if words:
             whole = to_words(whole)
         return whole.part(part) if part is not None else whole
-    if part is not None or target is not None:
-        raise InputError(f"part and target are for encoder-decoder models; {loaded.name} has one kind of attention")
     encoded = encode(loaded, text, truncate=truncate)
     T = len(encoded.token_ids)
     budget = loaded.memory_budget or memory_budget()
@@ -64,9 +63,6 @@ def run_capture(loaded, text: str, *, words: bool, stream: bool | None, part: st
 def _parts(loaded, text: str, target: str | None, max_new_tokens: int | None, truncate: bool, decoding: Any,
            reporter: Reporter) -> Parts:
     """An encoder-decoder model's three parts: the decoder reads `target`, or writes (greedy)."""
-
-    if target is not None and max_new_tokens is not None:
-        raise InputError("give either target (the decoder reads it) or max_new_tokens (the decoder writes), not both")
     if target is not None:
         check_text(target)
         with reporter.status("Running the model…"):

@@ -18,7 +18,7 @@ from attnviz.devices import DTYPES, dtype_name, pick_device
 from attnviz.engine import offline
 from attnviz.engine.families import decoder_types, encoder_types
 from attnviz.engine.offline import MINILM, package_file
-from attnviz.errors import AttnvizWarning, InputError, ModelLoadError, arg
+from attnviz.errors import AttnvizWarning, InputError, ModelLoadError, UsageError, arg
 from attnviz.tokens import special_ids
 
 # torch and transformers are imported inside the functions that need them, so that the names here answer
@@ -96,6 +96,26 @@ class LoadedModel:
     max_positions: int | None
     memory_budget: int | None = None  # bytes the full attention may take (None: $ATTNVIZ_MEMORY_BUDGET or 2 GiB)
     seq2seq: bool = False  # an encoder-decoder model (T5, BART, Marian): three kinds of attention
+
+    def check_inputs(self, *, part: str | None = None, target: str | None = None, max_new_tokens: int | None = None,
+                     stream: bool | None = None, writes: bool = False) -> None:
+        """Refuse, as a usage error naming the argument, what does not apply to this kind of model: part,
+        target and max_new_tokens are for encoder-decoder models (max_new_tokens also where a model `writes`),
+        stream for the others; an encoder-decoder model's decoder reads a target or writes, not both."""
+        if self.seq2seq:
+            if target is not None and max_new_tokens is not None:
+                raise UsageError(f"give either {arg('target')} (the decoder reads it) or {arg('max_new_tokens')} "
+                                 f"(the decoder writes), not both")
+            if stream:
+                raise UsageError(f"{arg('stream')} is for long inputs of encoder-only and decoder-only models; an "
+                                 f"encoder-decoder model's attention is kept whole ({arg('max_memory')} bounds it)")
+            return
+        if part is not None:
+            raise UsageError(f"{self.name} has one kind of attention (self-attention); {arg('part')} is for "
+                             f"encoder-decoder models (T5, BART, Marian)", "part")
+        if target is not None or (max_new_tokens is not None and not writes):
+            raise UsageError(f"{arg('target')} and {arg('max_new_tokens')} are for encoder-decoder models; "
+                             f"{self.name} is not one (for a causal language model, attnviz generate writes text)")
 
     def require_single(self, what: str) -> None:
         """Refuse an encoder-decoder model where only one self-attention is handled."""
