@@ -251,3 +251,27 @@ def test_a_real_notebook_shows_working_viewers(tmp_path):
             second.evaluate("document.getElementById('av-tab-model').getAttribute('aria-selected')") != "true"
         browser.close()
     assert problems == [] and requests == [], (problems, requests)
+
+
+@pytest.mark.kernel
+def test_figures_show_as_images_in_a_notebook_without_magic(tmp_path):
+    """A real Jupyter kernel (nbclient + ipykernel), no %matplotlib: every figure the API returns is shown
+    as a PNG in its cell's output, not as `<Figure size …>` text; after %matplotlib inline, once."""
+    import base64
+
+    nbclient = pytest.importorskip("nbclient")
+    import nbformat
+
+    cells = ["import attnviz\ncap = attnviz.capture('The cat sat on the mat', model='minilm')",
+             "cap.heatmap(layer=0, head=2)",
+             "attnviz.rollout('The cat sat on the mat').figure()",
+             "attnviz.steps('The cat sat on the mat', layer=0, head=2).figure()",
+             "%matplotlib inline\ncap.heatmap(layer=1, head=0)"]
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    for cell in notebook.cells[1:]:
+        shown = [o for o in cell.outputs if o.get("output_type") in ("execute_result", "display_data")]
+        images = [o["data"]["image/png"] for o in shown if "image/png" in o.get("data", {})]
+        assert len(images) == 1, (cell.source, [o.get("data", {}).keys() for o in shown])
+        assert base64.b64decode(images[0]).startswith(b"\x89PNG\r\n\x1a\n")

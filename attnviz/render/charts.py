@@ -17,7 +17,7 @@ def _reference(ax, T: np.ndarray, anchor_T: float, anchor_value: float, power: i
 def cost_figure(rows: Sequence, title: str):
     """Time and peak memory against T, full path and streamed path, on log-log axes, beside O(T²) and O(T)
     lines through the first measured point of each path. `rows` are engine.cost.CostRow."""
-    from matplotlib.figure import Figure
+    from attnviz.render.figure import NotebookFigure as Figure
 
     fig = Figure(figsize=(12, 4.8), layout="constrained")
     axes = fig.subplots(1, 2)

@@ -73,6 +73,10 @@ class HeatmapFigure:
     images: list  # one AxesImage per panel
     title: Any  # the figure title (a matplotlib Text)
 
+    def _repr_png_(self) -> bytes:
+        """In a notebook: the figure, as an image (no %matplotlib magic needed)."""
+        return self.figure._repr_png_()
+
 
 def heatmap(matrix: np.ndarray, row_labels: Sequence[str] | None = None, col_labels: Sequence[str] | None = None,
             *, ax, cmap: str = DEFAULT_CMAP, scale: Scale | None = None, vmin: float = 0.0,
@@ -185,7 +189,7 @@ def page_notes(page: Page, lay: LabelLayout, values_dropped: bool) -> list[str]:
 def page_figure(page: Page, *, cmap: str = DEFAULT_CMAP) -> HeatmapFigure:
     """Lay out a page: a grid of panels (same shape), one colour scale and colorbar (or one per panel when
     each has its own), the title (never cut off), the input text and the small print."""
-    from matplotlib.figure import Figure
+    from attnviz.render.figure import NotebookFigure as Figure
 
     panels = page.panels
     many = len(panels) > 1
@@ -264,7 +268,7 @@ def page_figure(page: Page, *, cmap: str = DEFAULT_CMAP) -> HeatmapFigure:
 def mixed_figure(page: Page, *, cmap: str = DEFAULT_CMAP, ncols: int = 3) -> HeatmapFigure:
     """Panels of different shapes and scales (the steps of one head), each with its own colorbar and
     colormap, laid out by matplotlib's constrained layout under the page's title, text and small print."""
-    from matplotlib.figure import Figure
+    from attnviz.render.figure import NotebookFigure as Figure
 
     panels = page.panels
     nrows = math.ceil(len(panels) / ncols)
@@ -355,7 +359,7 @@ def _metadata(suffix: str) -> dict:
 
 def scaling_figure(rows, T: int, d_k: int, model: str):
     """Mean softmax entropy per layer with raw logits Q·Kᵀ and with Q·Kᵀ/√d_k, beside ln T."""
-    from matplotlib.figure import Figure
+    from attnviz.render.figure import NotebookFigure as Figure
 
     fig = Figure(figsize=(6.4, 4.6), dpi=100, layout="constrained")
     ax = fig.add_subplot()
@@ -382,6 +386,9 @@ class GridFigure:
     mosaic: np.ndarray
     tiles: np.ndarray | None = None  # (H_px, W_px) bool: the heads' pixels (the gaps hold their labels)
 
+    def _repr_png_(self) -> bytes:
+        return self.figure._repr_png_()
+
 
 def grid_figure(capture: Capture, panels: Sequence[Panel], layers: Sequence[int], heads: Sequence[int], *,
                 cmap: str = DEFAULT_CMAP, panel_px: int = 64, dpi: int = 100,
@@ -390,7 +397,7 @@ def grid_figure(capture: Capture, panels: Sequence[Panel], layers: Sequence[int]
     counterpart of bertviz's model view. Composed as one image (fast for 144+ heads), shown pixel for
     pixel at `dpi`. `labels`: a word under each head (its pattern label)."""
     from matplotlib import cm, colors
-    from matplotlib.figure import Figure
+    from attnviz.render.figure import NotebookFigure as Figure
 
     by_key = {(p.layer, p.head): p for p in panels}
     R, C = panels[0].matrix.shape
