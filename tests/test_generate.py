@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -310,3 +311,24 @@ def test_a_seed_out_of_range_is_a_usage_error(tiny_lm_dir, seed):
 def test_the_largest_seed_works(tiny_lm_dir):
     assert run("generate", "the cat", "-m", tiny_lm_dir("gpt2"), "--sample", "--seed", str(2 ** 64 - 1), "-n",
                "2").exit_code == 0
+
+
+def test_a_capture_finds_its_model_from_another_folder(tiny_lm_dir, tmp_path, monkeypatch):
+    """A model named by a relative path is recorded by its absolute path (meta "model_source"), so `verify
+    --from` with no --model loads it again from any working folder; the shown name stays as typed."""
+    import os
+
+    from attnviz.data.parts import load_capture
+
+    model = Path(tiny_lm_dir("gpt2"))
+    monkeypatch.chdir(model.parent)
+    assert run("generate", PROMPT, "-m", model.name, "-n", "3", "-o", tmp_path / "g.npz").exit_code == 0
+    saved = load_capture(tmp_path / "g.npz")
+    assert saved.model == model.name and saved.meta["model_source"] == str(model.resolve())
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert not os.path.exists(model.name)  # the name as typed means nothing here
+    verify = run("verify", "--from", tmp_path / "g.npz", "--json")
+    assert verify.exit_code == 0, verify.output
+    assert json.loads(verify.stdout)["passed"] and f"Model: {model.resolve()}" in verify.stderr

@@ -225,6 +225,8 @@ def test_the_cache_folder_comes_from_the_environment(tmp_path, monkeypatch):
 def test_names_and_the_pip_line_for_a_missing_package(monkeypatch):
     assert offline.find("Multilingual") is offline.MULTILINGUAL and offline.find("smollm2-135m") is offline.SMOLLM2
     assert offline.find("minilm") is offline.MINILM and offline.find("bert-base-uncased") is None
+    for model in offline.MODELS:  # the name a capture shows finds its model again
+        assert offline.find(model.shown) is model and offline.find(model.shown.upper()) is model
     monkeypatch.setattr(offline, "package_file", lambda package, inner: None)
     with pytest.raises(ModelLoadError) as caught:
         offline.sources(offline.SMOLLM2)
@@ -504,6 +506,21 @@ def test_smollm2_generates_and_its_kept_rows_equal_one_forward_pass(smollm2):
     full = np.stack([a[0].double().numpy() for a in out.attentions])
     assert np.abs(full - capture.attentions).max() <= 1e-5
     assert capture.attentions.shape[:2] == (30, 9)
+
+
+@pytest.mark.slow
+def test_a_capture_of_smollm2_finds_its_model_again(tmp_path):
+    """generate -o g.npz, then verify --from g.npz with no --model: the capture records how its model loads
+    again (the offline name), and the saved rows pass against a fresh forward pass."""
+    require_real(offline.SMOLLM2)
+    path = tmp_path / "g.npz"
+    assert run("generate", "The capital of France is", "-m", "smollm2", "-n", "3", "-o", path).exit_code == 0
+    from attnviz.data.parts import load_capture
+
+    assert load_capture(path).meta["model_source"] == "smollm2"
+    verify = run("verify", "--from", path, "--json")
+    assert verify.exit_code == 0, verify.output
+    assert "Model: smollm2 (named by the capture" in verify.stderr and json.loads(verify.stdout)["passed"]
 
 
 @pytest.mark.slow

@@ -137,7 +137,8 @@ def verify(text: str | None = None, *, model: Any = None, tokenizer: Any = None,
         if isinstance(capture, (str, os.PathLike)):
             source = source or str(capture)
             capture = load_capture(capture)
-        loaded = resolve_model(model if model is not None else capture.model, tokenizer, device=device, dtype=dtype)
+        named = capture.meta.get("model_source") or capture.model  # what loads the capture's model again
+        loaded = resolve_model(model if model is not None else named, tokenizer, device=device, dtype=dtype)
         return _verify_saved(loaded, capture, source, tolerance, reporter)
     if text is None:
         raise InputError("give the text to verify, or a capture", "text")

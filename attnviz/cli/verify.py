@@ -41,9 +41,10 @@ def verify(tolerance: Annotated[Optional[float], typer.Option(
         if inp.text is not None or inp.text_file is not None:
             raise typer.BadParameter("give either TEXT or --from, not both")
         saved = load_capture(source)
+        again = str(saved.meta.get("model_source") or saved.model)  # how the capture's model loads again
         if inp.model is None:
-            say(f"Model: {saved.model} (named by the capture; --model chooses another)", console=err, style="dim")
-        loaded = replace(inp, model=inp.model or saved.model).load()
+            say(f"Model: {again} (named by the capture; --model chooses another)", console=err, style="dim")
+        loaded = replace(inp, model=inp.model or again).load()
         result = run_verify(capture=saved, source=str(source), model=loaded, tolerance=tolerance,
                             reporter=CliReporter())
     else:

@@ -149,8 +149,8 @@ def make_capture(loaded: LoadedModel, encoded: Encoded, attentions: np.ndarray, 
     if causal is None:  # unknown family: judge from α
         causal = bool(T > 1 and np.abs(np.triu(attentions, k=1)).max() < 1e-6)
     meta = {
-        "model": loaded.name, "revision": loaded.revision, "device": loaded.device, "dtype": loaded.dtype,
-        "model_type": loaded.model_type, "causal": causal, "text": text, "source": source,
+        "model": loaded.name, "model_source": loaded.source, "revision": loaded.revision, "device": loaded.device,
+        "dtype": loaded.dtype, "model_type": loaded.model_type, "causal": causal, "text": text, "source": source,
         "attnviz_version": __version__, "dropped_tokens": encoded.dropped,
     }
     if has_sinks(loaded.model_type):

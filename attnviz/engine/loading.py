@@ -82,6 +82,17 @@ def resolve_model(name: str | None) -> tuple[str, str]:
     return name, name
 
 
+def reload_name(name: str | None) -> str:
+    """What loads this model again from anywhere, recorded in every capture (meta "model_source"): an offline
+    model's own name, a GGUF file's or a folder's absolute path, or the Hub id."""
+    name = name or default_model()
+    known = offline.find(name)
+    if known is not None:
+        return known.aliases[0]
+    path = Path(name).expanduser()
+    return str(path.resolve()) if path.exists() else name
+
+
 @dataclass
 class LoadedModel:
     """A model ready to run: eager attention, eval mode, on its device."""
@@ -96,6 +107,7 @@ class LoadedModel:
     max_positions: int | None
     memory_budget: int | None = None  # bytes the full attention may take (None: $ATTNVIZ_MEMORY_BUDGET or 2 GiB)
     seq2seq: bool = False  # an encoder-decoder model (T5, BART, Marian): three kinds of attention
+    source: str = ""  # what loads it again (reload_name); "" for a model object handed in
 
     def check_inputs(self, *, part: str | None = None, target: str | None = None, max_new_tokens: int | None = None,
                      stream: bool | None = None, writes: bool = False) -> None:
@@ -260,8 +272,10 @@ def load(name: str | None = None, *, revision: str | None = None, device: str = 
                              f"*.model); without them every word would be [UNK]")
     model = model.to(device).eval()
     commit = getattr(config, "_commit_hash", None)
-    return _loaded(model, tokenizer, shown, revision or commit or ("local" if local else "main"), device, dtype,
-                   memory_budget)
+    loaded = _loaded(model, tokenizer, shown, revision or commit or ("local" if local else "main"), device, dtype,
+                     memory_budget)
+    loaded.source = reload_name(name)
+    return loaded
 
 
 def _loaded(model, tokenizer, shown: str, revision: str, device: str, dtype: str,

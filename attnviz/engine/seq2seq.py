@@ -70,8 +70,8 @@ def parts_capture(loaded, source: str, *, target: str | None = None, decoding=No
     source_side = _side(encoded.tokens, encoded.token_ids, encoded.special, encoded.special_kind, encoded.subword,
                         encoded.offsets)
     S = len(encoded.token_ids)
-    meta = {"model": loaded.name, "revision": loaded.revision, "device": loaded.device, "dtype": loaded.dtype,
-            "model_type": loaded.model_type, "source": "model", "source_text": source,
+    meta = {"model": loaded.name, "model_source": loaded.source, "revision": loaded.revision, "device": loaded.device,
+            "dtype": loaded.dtype, "model_type": loaded.model_type, "source": "model", "source_text": source,
             "attnviz_version": _version(), "dropped_tokens": encoded.dropped}
     if target is not None:
         target_side = teacher_forced(loaded, target, truncate=truncate)

@@ -311,8 +311,8 @@ def streamed_capture(loaded, encoded, text: str, *, pool: int = DEFAULT_POOL, ro
     spans = list(zip(edges[:-1], edges[1:]))
     special = [bool(np.all(tokens.special[a:b])) for a, b in spans]
     kinds = [encoded.special_kind[a] if b - a == 1 else "" for a, b in spans]
-    meta = {"model": loaded.name, "revision": loaded.revision, "device": loaded.device, "dtype": loaded.dtype,
-            "model_type": loaded.model_type, "causal": causal, "text": text, "source": "stream",
+    meta = {"model": loaded.name, "model_source": loaded.source, "revision": loaded.revision, "device": loaded.device,
+            "dtype": loaded.dtype, "model_type": loaded.model_type, "causal": causal, "text": text, "source": "stream",
             "attnviz_version": __version__, "dropped_tokens": encoded.dropped,
             "pooled": {"tokens": tokens.T, "block": result.block}, "head_stats": records_from_values(result.values)}
     if has_sinks(loaded.model_type):

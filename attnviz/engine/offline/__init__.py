@@ -46,9 +46,9 @@ GGUF_INSTALL = "pip install gguf accelerate"
 
 
 def find(name: str) -> OfflineModel | None:
-    """The offline model a name stands for (case-insensitive), or None."""
+    """The offline model a name stands for (case-insensitive; its aliases, or the name captures show), or None."""
     wanted = name.strip().lower()
-    return next((m for m in MODELS if wanted in m.aliases), None)
+    return next((m for m in MODELS if wanted in m.aliases or wanted == m.shown.lower()), None)
 
 
 def package_file(package: str, inner: str) -> Path | None:
