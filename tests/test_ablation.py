@@ -232,15 +232,15 @@ def test_the_heads_table_labels_induction_and_duplicate_heads():
     attends to the earlier occurrence itself, duplicate-token; the columns appear only when a token repeats."""
     from attnviz.metrics import head_records
 
-    ids = [0, 1, 2, 3, 1, 2, 3]
+    ids = [0, 1, 2, 3, 4, 1, 2, 3, 4]  # four tokens occur again: what the label tests need (MIN_REPEATS)
     T = len(ids)
     induction = np.eye(T)
     dup = np.eye(T)
-    for i in range(4, T):
+    for i in range(5, T):
         induction[i] = 0
-        induction[i, i - 2] = 1  # token i repeats i − 3; the token after it is i − 2
+        induction[i, i - 3] = 1  # token i repeats i − 4; the token after it is i − 3
         dup[i] = 0
-        dup[i, i - 3] = 1
+        dup[i, i - 4] = 1
     alpha = np.stack([induction, dup])[None]
     capture = make_capture(alpha, [f"t{i}" for i in ids], causal=True)
     capture = capture.__class__(**{**capture.__dict__, "token_ids": np.array(ids)})

@@ -151,3 +151,44 @@ def test_row_block_sums_equal_reduceat():
     assert sum_row_blocks(x, edges).dtype == np.float32
     part = np.array([2, 3, 9])  # edges that start past row 0 and end before the last row
     np.testing.assert_allclose(sum_row_blocks(x, part), np.stack([x[:, 2], x[:, 3:9].sum(1)], 1), rtol=1e-6)
+
+
+def _with_ids(alpha, tokens):
+    """A hand-made capture whose token ids say which tokens are the same."""
+    from dataclasses import replace
+
+    ids = {token: n for n, token in enumerate(dict.fromkeys(tokens))}
+    return replace(make_capture(alpha, tokens), token_ids=np.array([ids[t] for t in tokens]))
+
+
+def _induction_rows(tokens: list[str]) -> np.ndarray:
+    """Each row's weight on the key after the latest earlier occurrence of its token (else on itself). (T, T)"""
+    T = len(tokens)
+    alpha = np.zeros((T, T), np.float32)
+    for i, token in enumerate(tokens):
+        earlier = [j for j in range(i) if tokens[j] == token and j + 1 <= i]
+        alpha[i, earlier[-1] + 1 if earlier else i] = 1.0
+    return alpha
+
+
+def test_an_induction_label_needs_enough_repeats_and_no_stripe():
+    """A head that follows earlier occurrences is labelled induction when the text has at least MIN_REPEATS
+    repeated tokens; a stripe on one key (vertical) stays vertical although its few repeated rows look like
+    induction; with fewer repeats induct and dup are not tested (NaN) and the note says so."""
+    tokens = ["a", "b", "a", "a", "a", "a", "x", "a"]  # 5 tokens occurred before, each an "a"
+    stripe = np.full((8, 8), 0.02, np.float32)
+    stripe[:, 1] = 0.86  # every row mostly on key 1 ("b"): after the first "a", so every "a" row's target
+    cap = _with_ids(np.stack([_induction_rows(tokens), stripe])[None], tokens)
+    values = metrics.head_values(cap)
+    assert metrics.repeats(cap) == 5 >= metrics.MIN_REPEATS and metrics.repeats_note(cap) == ""
+    assert values["induction"][0, 0] == pytest.approx(1.0) and values["induction"][0, 1] >= metrics.REPEAT_MIN
+    assert values["vertical"][0, 1] >= metrics.VERTICAL_MIN
+    labels = [r["label"] for r in metrics.head_records(cap)]
+    assert labels == ["induction", "vertical"]
+    few = ["a", "b", "c", "a", "d", "e"]  # one repeat: not enough
+    cap = _with_ids(_induction_rows(few)[None, None], few)
+    values = metrics.head_values(cap)
+    assert metrics.repeats(cap) == 1 and np.isnan(values["induction"]).all() and np.isnan(values["duplicate"]).all()
+    assert metrics.head_records(cap)[0]["label"] != "induction" and "induction" not in metrics.head_records(cap)[0]
+    assert "not enough repeats to test (1 token of the text occurred before; the tests need 4)" \
+        in metrics.repeats_note(cap)

@@ -49,3 +49,14 @@ def test_compare_json_rows_window_and_panels_per_row(tmp_path):
     rows = [line for line in text.stdout.splitlines() if line.split()[:2] in (["2", "t2"], ["3", "t3"], ["4", "t4"])]
     assert max(len(line) for line in text.stdout.splitlines()) <= 80
     assert len(rows) == 3 * 2  # 3 query rows, in two rows of panels
+
+
+@pytest.mark.slow
+def test_one_repeated_word_labels_no_induction_head_on_minilm():
+    """"The cat sat on the mat" repeats one token ("the"): too few to test for induction or duplicate-token
+    heads, so no head is labelled so (MiniLM's layer 5 stripes on "cat" among them), and the table says why."""
+    done = run("heads", SENTENCE, "--json")
+    labels = {r["label"] for r in json.loads(done.stdout)}
+    assert done.exit_code == 0 and not labels & {"induction", "duplicate-token"} and "vertical" in labels
+    table = run("heads", SENTENCE, env={"COLUMNS": "200"})
+    assert "not enough repeats to test (1 token of the text occurred before; the tests need 4)" in table.stdout

@@ -49,7 +49,7 @@ def heads(layer: LayerSel = ALL_LAYERS, head: HeadSel = Selection.everything("he
                                                      metavar="N", show_default=False)] = None,
           rows: RowsOpt = None, part: PartOpt = None, as_json: JsonOpt = False, as_csv: CsvOpt = False, *,
           inp: CaptureInput) -> None:
-    from attnviz.metrics import LABELS, columns, head_records
+    from attnviz.metrics import LABELS, columns, head_records, repeats_note
     from attnviz.render.tables import heads_table
 
     key = _sort_key(sort)
@@ -69,6 +69,9 @@ def heads(layer: LayerSel = ALL_LAYERS, head: HeadSel = Selection.everything("he
                                        f"{_rows_note(rows, queries)}",
                               width=out.width, caption="column definitions: attnviz explain; sort by any column "
                                                        "header with --sort"))
+        note = repeats_note(capture)
+        if note:
+            say(note, style="dim", wrap=True)
 
 
 @app.command(help='Mean attention entropy of every head, layers × heads, beside the uniform baseline ln T.')

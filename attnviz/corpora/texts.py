@@ -150,7 +150,7 @@ def texts_stats(packed: np.ndarray, lengths: Sequence[int], tokens: Sequence[Tok
     values, out_moments = {}, {}
     for i, m in enumerate(row_metrics):
         count, mean, m2 = (_by_text(part, H) for part in moments[:, i])
-        values[m.name] = np.where(count > 0, mean, m.when_empty)
+        values[m.name] = np.where(count >= max(m.min_rows, 1), mean, m.when_empty)
         out_moments[m.name] = (count, mean, m2)
     for c, m in enumerate(column_metrics):  # a column statistic counts once per row of its text
         value = _by_text(columns[c], H)

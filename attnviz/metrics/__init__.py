@@ -15,12 +15,12 @@ from attnviz.metrics.rows import (detector_scores, DETECTORS, distance_rows, nor
 from attnviz.metrics.registry import (Accumulator, all_metrics, BLOCK, BLOCK_ROWS_BYTES, block_score, by_layer, columns,
                                       DISTANCE, DUPLICATE, ENTROPY, entropy, find_metric, FIXED_COLUMNS, head_values,
                                       INDUCTION, KEPT, LABEL_INPUTS, list_metrics, MAX_WEIGHT, max_weight,
-                                      mean_distance, Metric, METRICS, NEXT, NORM_ENTROPY, normalised_entropy, PREV,
-                                      register, register_metric, row_blocks, SELF, SINK_MIN, sink_scores, unregister,
-                                      VERTICAL)
+                                      mean_distance, Metric, METRICS, MIN_REPEATS, NEXT, NORM_ENTROPY,
+                                      normalised_entropy, PREV, register, register_metric, row_blocks, SELF, SINK_MIN,
+                                      sink_scores, unregister, VERTICAL)
 from attnviz.metrics.labels import (BLOCK_MIN, BROAD_MIN, check_head_stats, head_records, label_definitions,
-                                    label_heads, LABELS, POSITIONAL_MIN, records_from_values, REPEAT_MIN, segments,
-                                    value_grid, VERTICAL_MIN, vertical_score)
+                                    label_heads, LABELS, POSITIONAL_MIN, records_from_values, REPEAT_MIN, repeats,
+                                    repeats_note, segments, value_grid, VERTICAL_MIN, vertical_score)
 from attnviz.metrics.propagation import rollout, rollout_rows
 from attnviz.metrics.compare import differences, LayerDifference, matrix_summary
 from attnviz.metrics.terms import definitions_markdown, glossary, lookup, TERM_ALIASES, TERMS
@@ -31,10 +31,10 @@ __all__ = [
     "DISTANCE", "distance_rows", "DUPLICATE", "ENTROPY", "entropy", "find_metric", "FIXED_COLUMNS", "glossary",
     "head_records", "head_values", "INDUCTION", "KEPT", "label_definitions", "label_heads", "LABEL_INPUTS",
     "LABELS", "LayerDifference", "list_metrics", "lookup", "matrix_summary", "MAX_WEIGHT", "max_weight",
-    "mean_distance", "Metric", "METRICS", "NEXT", "NORM_ENTROPY", "normalised_entropy", "normalised_entropy_rows",
-    "own_segment_rows", "POSITIONAL_MIN", "PREV", "records_from_values", "register", "register_metric",
-    "REPEAT_MIN", "repeat_rows", "repeat_targets", "rollout", "rollout_rows", "row_blocks", "row_entropy", "Rows",
-    "segments", "SELF", "SENTENCE_END", "SINK_MIN", "sink_scores", "spearman", "TERM_ALIASES", "TERMS",
-    "token_distance", "Tokens", "uniform_entropy", "unregister", "value_grid", "VERTICAL", "VERTICAL_MIN",
-    "vertical_score", "Weighting", "WEIGHTINGS", "WIDE_BYTES",
+    "mean_distance", "Metric", "METRICS", "MIN_REPEATS", "NEXT", "NORM_ENTROPY", "normalised_entropy",
+    "normalised_entropy_rows", "own_segment_rows", "POSITIONAL_MIN", "PREV", "records_from_values", "register",
+    "register_metric", "REPEAT_MIN", "repeat_rows", "repeat_targets", "repeats", "repeats_note", "rollout",
+    "rollout_rows", "row_blocks", "row_entropy", "Rows", "segments", "SELF", "SENTENCE_END", "SINK_MIN",
+    "sink_scores", "spearman", "TERM_ALIASES", "TERMS", "token_distance", "Tokens", "uniform_entropy", "unregister",
+    "value_grid", "VERTICAL", "VERTICAL_MIN", "vertical_score", "Weighting", "WEIGHTINGS", "WIDE_BYTES",
 ]

@@ -14,7 +14,7 @@ from attnviz.data.capture import Capture
 from attnviz.errors import CaptureFormatError, SelectionError, arg
 
 from attnviz.metrics.rows import Tokens
-from attnviz.metrics.registry import METRICS, all_metrics, by_layer, head_values
+from attnviz.metrics.registry import METRICS, MIN_REPEATS, all_metrics, by_layer, head_values
 
 
 # Pattern thresholds, after Clark et al. 2019 ("What does BERT look at?") and Kovaleva et al. 2019
@@ -38,13 +38,39 @@ def segments(capture: Capture) -> np.ndarray:
     return Tokens.of(capture).segments
 
 
+def repeats(capture: Capture) -> int:
+    """How many query rows repeat an earlier token (the rows induct and dup average): a pooled capture's blocks
+    are not tokens, so 0 for one."""
+    if capture.pooled or not capture.square:
+        return 0
+    keys = Tokens.of(capture).keys  # what "the same token" compares, (T,)
+    seen: set = set()
+    count = 0
+    for key in keys.tolist():
+        count += key in seen
+        seen.add(key)
+    return count
+
+
+def repeats_note(capture: Capture) -> str:
+    """A line for a text with some repeated tokens but fewer than the induction and duplicate tests need."""
+    n = repeats(capture)
+    if 0 < n < MIN_REPEATS:
+        return (f"induct, dup: not enough repeats to test ({n} token{'s' * (n != 1)} of the text occurred before; "
+                f"the tests need {MIN_REPEATS})")
+    return ""
+
+
 def label_heads(values: dict[str, np.ndarray], block: np.ndarray) -> np.ndarray:
     """The pattern label of each head from its scores, first match in LABELS order. (L, H) str"""
     def at_least(name: str, minimum: float) -> np.ndarray:
         value = values.get(name)
         return np.zeros(values["prev"].shape, bool) if value is None else np.nan_to_num(value, nan=0.0) >= minimum
 
-    tests = [at_least("induction", REPEAT_MIN), at_least("duplicate", REPEAT_MIN),
+    # a stripe first: a head that gives one key column most of every row is vertical, whatever the few
+    # repeated tokens' rows say
+    stripe = values["vertical"] >= VERTICAL_MIN
+    tests = [at_least("induction", REPEAT_MIN) & ~stripe, at_least("duplicate", REPEAT_MIN) & ~stripe,
              values["prev"] >= POSITIONAL_MIN, values["next"] >= POSITIONAL_MIN, values["self"] >= POSITIONAL_MIN,
              values["vertical"] >= VERTICAL_MIN, np.nan_to_num(block, nan=0.0) >= BLOCK_MIN,
              values["norm_entropy"] >= BROAD_MIN]
@@ -149,10 +175,11 @@ def head_records(capture: Capture, queries: Sequence[int] | None = None) -> list
 def label_definitions() -> dict[str, str]:
     """Each pattern label and the test that gives it (the first that applies wins)."""
     return {
-        "induction": f"induct ≥ {REPEAT_MIN}: where a token occurred before, the query looks at the token that "
-                     f"followed it (… A B … A → B; Olsson et al. 2022); needs a text that repeats tokens",
-        "duplicate-token": f"dup ≥ {REPEAT_MIN}: where a token occurred before, the query looks at its earlier "
-                           f"occurrences; needs a text that repeats tokens",
+        "induction": f"induct ≥ {REPEAT_MIN} and not a stripe (vert < {VERTICAL_MIN}): where a token occurred "
+                     f"before, the query looks at the token that followed it (… A B … A → B; Olsson et al. 2022); "
+                     f"needs at least {MIN_REPEATS} tokens that occurred before",
+        "duplicate-token": f"dup ≥ {REPEAT_MIN} and not a stripe: where a token occurred before, the query looks "
+                           f"at its earlier occurrences; needs at least {MIN_REPEATS} tokens that occurred before",
         "previous-token": f"prev ≥ {POSITIONAL_MIN}: most queries look at the token before them",
         "next-token": f"next ≥ {POSITIONAL_MIN}: most queries look at the token after them",
         "self": f"self ≥ {POSITIONAL_MIN}: most queries look at themselves",

@@ -44,6 +44,7 @@ class Metric:
     when_empty: float = 0.0  # the value when no row counts (every row NaN)
     square_only: bool = False  # compares query and key positions: undefined (NaN, shown "–") for cross-attention
     optional: bool = False  # left out of tables and records where it does not apply (every value NaN)
+    min_rows: int = 1  # fewer rows with a value than this: not enough evidence, the value is when_empty
 
     def format(self, value) -> str:
         if self.kind == "text":
@@ -87,7 +88,8 @@ class Accumulator:
             if m.rows is not None:
                 counts = self.counts[m.name]
                 empty = float("nan") if m.square_only and not self.tokens.square else m.when_empty
-                out[m.name] = np.where(counts > 0, self.sums[m.name] / np.maximum(counts, 1), empty)
+                out[m.name] = np.where(counts >= max(m.min_rows, 1), self.sums[m.name] / np.maximum(counts, 1),
+                                       empty)
             elif m.columns is not None:
                 out[m.name] = np.asarray(m.columns(column_mean, self.tokens))
         return out
@@ -216,14 +218,18 @@ KEPT = Metric("kept", "kept", "mean over rows of Σ_j α_ij: what a row keeps fo
               "Shown for such models only",
               lambda r: r.kept if r.kept is not None else np.full(r.alpha.shape[:2], np.nan),
               when_empty=float("nan"), optional=True)
+MIN_REPEATS = 4  # rows whose token occurred before that induct and dup need: fewer are not enough to test
 INDUCTION = Metric("induction", "induct", "mean, over the rows whose token occurred before, of the weight on the keys "
                    "that followed its earlier occurrences (an induction head: … A B … A → B); the rows of "
-                   "TransformerLens's induction pattern. Shown when the text repeats a token",
-                   lambda r: repeat_rows(r, 1), when_empty=float("nan"), square_only=True, optional=True)
+                   f"TransformerLens's induction pattern. Shown when at least {MIN_REPEATS} tokens of the text "
+                   "occurred before (fewer: not enough repeats to test)",
+                   lambda r: repeat_rows(r, 1), when_empty=float("nan"), square_only=True, optional=True,
+                   min_rows=MIN_REPEATS)
 DUPLICATE = Metric("duplicate", "dup", "mean, over the rows whose token occurred before, of the weight on its earlier "
                    "occurrences (a duplicate-token head); the rows of TransformerLens's duplicate-token pattern. "
-                   "Shown when the text repeats a token",
-                   lambda r: repeat_rows(r, 0), when_empty=float("nan"), square_only=True, optional=True)
+                   f"Shown when at least {MIN_REPEATS} tokens of the text occurred before",
+                   lambda r: repeat_rows(r, 0), when_empty=float("nan"), square_only=True, optional=True,
+                   min_rows=MIN_REPEATS)
 for _metric in (
     ENTROPY, NORM_ENTROPY, MAX_WEIGHT, DISTANCE, PREV, SELF, NEXT, KEPT,
     Metric("start_mass", "start", "mean over rows of the weight on [CLS]/BOS keys", lambda r: r.mass("start")),
