@@ -60,3 +60,26 @@ def test_one_repeated_word_labels_no_induction_head_on_minilm():
     assert done.exit_code == 0 and not labels & {"induction", "duplicate-token"} and "vertical" in labels
     table = run("heads", SENTENCE, env={"COLUMNS": "200"})
     assert "not enough repeats to test (1 token of the text occurred before; the tests need 4)" in table.stdout
+
+
+def test_the_sort_column_is_always_shown_and_top_says_of_how_many(tmp_path):
+    """At 80 columns the table leaves columns out, never the one the rows are sorted by; --top N says which N
+    of how many heads it shows."""
+    import re
+
+    from attnviz.render.tables import head_columns
+
+    rng = np.random.default_rng(5)
+    cap = make_capture(rng.dirichlet(np.ones(6), size=(2, 4, 6)).astype(np.float32)).save(tmp_path / "c.npz")
+    wide = run("heads", "--from", cap, env={"COLUMNS": "80", "NO_COLOR": "1"}).stdout
+    hidden = re.search(r"not shown at this width: ([^(]+)", wide).group(1).replace(",", " ").split()
+    last = hidden[-1]  # the last column of the registry, left out at 80 columns
+    key = next(k for k, header, _w, _t in head_columns() if header == last)
+    sorted_table = run("heads", "--from", cap, "--sort", last, "--top", "3", env={"COLUMNS": "80", "NO_COLOR": "1"})
+    lines = sorted_table.stdout.splitlines()
+    header = next(line for line in lines if "label" in line.split() or last in line.split())
+    assert last in header.split() and max(len(line) for line in lines) <= 80
+    assert last not in re.search(r"not shown at this width: ([^(]+)", sorted_table.stdout).group(1)
+    assert "top 3 of 8 heads" in sorted_table.stdout
+    values = [r[key] for r in json.loads(run("heads", "--from", cap, "--sort", last, "--json").stdout)][:3]
+    assert values == sorted(values)

@@ -63,12 +63,13 @@ def heads(layer: LayerSel = ALL_LAYERS, head: HeadSel = Selection.everything("he
     if key is not None:
         nan = float("nan")
         records.sort(key=lambda r: (r.get(key, nan) != r.get(key, nan), r.get(key, nan)), reverse=desc)  # NaN last
+    matching = len(records)
     records = records[:top] if top else records
     if not emit_records(records, as_json, as_csv, columns(records[0] if records else None)):
-        out.print(heads_table(records, f"{_named(capture)}: {len(records)} heads, {_size(capture)}"
-                                       f"{_rows_note(rows, queries)}",
+        shown = f"top {len(records)} of {matching} heads" if len(records) < matching else f"{len(records)} heads"
+        out.print(heads_table(records, f"{_named(capture)}: {shown}, {_size(capture)}{_rows_note(rows, queries)}",
                               width=out.width, caption="column definitions: attnviz explain; sort by any column "
-                                                       "header with --sort"))
+                                                       "header with --sort", keep=key))
         note = repeats_note(capture)
         if note:
             say(note, style="dim", wrap=True)

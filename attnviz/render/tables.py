@@ -69,19 +69,28 @@ def head_columns() -> list[tuple[str, str, int, bool]]:
     return out
 
 
-def heads_table(records: Sequence[dict], title: str, caption: str | None = None, width: int = 200) -> Group:
+def heads_table(records: Sequence[dict], title: str, caption: str | None = None, width: int = 200,
+                keep: str | None = None) -> Group:
     """One row per head with every registered metric and its pattern label. Columns that do not fit in
-    `width` are left out (last in registry order first), and the caption says which; a metric the records
-    leave out (one that does not apply to this model) is not a column."""
+    `width` are left out (last in registry order first), and the caption says which; the column `keep` (the
+    one the rows are sorted by) is always shown, in place of the last that fits. A metric the records leave
+    out (one that does not apply to this model) is not a column."""
     keys, used = [], 0
     all_columns = [c for c in head_columns() if not records or c[0] in records[0]]
+    kept = next((c for c in all_columns if c[0] == keep), None)
+    room = width - 1 - (kept[2] + 1 if kept is not None else 0)
     for column in all_columns:  # each column: its width plus one separator
+        if column is kept:
+            continue
         need = column[2] + 1
-        if used + need > width - 1:
+        if used + need > room:
             break
         keys.append(column)
         used += need
-    dropped = [header for _, header, _, _ in all_columns[len(keys):]]
+    if kept is not None:  # in its own place among the columns shown
+        order = [c[0] for c in all_columns]
+        keys = sorted([*keys, kept], key=lambda c: order.index(c[0]))
+    dropped = [header for column_key, header, _, _ in all_columns if column_key not in {k[0] for k in keys}]
     if dropped:
         note = f"not shown at this width: {', '.join(dropped)} (see --json, --csv or a wider terminal)"
         caption = f"{caption}\n{note}" if caption else note
