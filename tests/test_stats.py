@@ -83,3 +83,12 @@ def test_the_sort_column_is_always_shown_and_top_says_of_how_many(tmp_path):
     assert "top 3 of 8 heads" in sorted_table.stdout
     values = [r[key] for r in json.loads(run("heads", "--from", cap, "--sort", last, "--json").stdout)][:3]
     assert values == sorted(values)
+
+
+def test_the_rollout_picture_shows_the_input_text(tiny_model_dir):
+    import attnviz
+
+    drawn = attnviz.rollout(SENTENCE, model=tiny_model_dir("bert"), device="cpu").figure(cmap="magma")
+    texts = [t.get_text() for t in drawn.figure.texts]
+    assert any(f"“{SENTENCE}”" in t for t in texts), texts
+    assert drawn.images[0].get_cmap().name == "magma"

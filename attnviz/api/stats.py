@@ -13,7 +13,7 @@ from attnviz.data.capture import Capture
 from attnviz.data.parts import Parts
 from attnviz.display import head_table, HeadTable, records_html
 from attnviz.errors import SelectionError, arg
-from attnviz.panels import Panel, rollout_panel, Scale, short_model
+from attnviz.panels import Panel, rollout_panel, Scale, short_model, text_subtitle
 from attnviz.render.png import panel_figure
 from attnviz.selection import find_token
 from attnviz.text import visible
@@ -63,7 +63,8 @@ class Rollout:
                       f"{long.block}-token blocks",), "attnviz_rollout", row_axis="token", col_axis="input block")
 
     def figure(self, *, cmap: str = "viridis"):
-        return panel_figure(self.panel(), cmap=cmap) if self.matrix is not None else panel_figure(self.panel())
+        """The rollout as a picture, the input text under its title."""
+        return panel_figure(self.panel(), cmap=cmap, subtitle=text_subtitle(self.capture))
 
     def _repr_html_(self) -> str:
         return records_html(self.records(), ["index", "token", "rollout"],
