@@ -5,12 +5,15 @@ and the three commands on every path."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import warnings
 
 import numpy as np
 import pytest
 from helpers import TODAYS, make_capture, one_line_error, run
+
+import attnviz
 
 TEXT = "The cat sat on the mat. The cat sat on the mat"
 FAMILIES = ("bert", "roberta", "electra", "distilbert", "gpt2", "llama", "qwen2", *TODAYS)
@@ -553,3 +556,37 @@ def test_the_causal_test_in_mean_mode_uses_the_means(ablatable):
     zero = causal_test(where, inputs, seq.second_half, [(1, 0)], draws=1)
     mean = causal_test(where, inputs, seq.second_half, [(1, 0)], draws=1, fills=head_means(where, [inputs]))
     assert mean.clean == zero.clean and mean.removed != zero.removed
+
+
+class _Phases(attnviz.Reporter):
+    """Records each bar: what it names, its total and the steps it was given."""
+
+    def __init__(self):
+        self.bars: list[list] = []
+
+    @contextlib.contextmanager
+    def progress(self, what, total, unit):
+        bar = [what, total, 0]
+        self.bars.append(bar)
+
+        def step(n):
+            bar[2] += n
+
+        yield step
+
+
+def test_every_long_phase_names_itself_and_its_bar_ends(tiny_lm_dir):
+    """importance shows the removals and the gradient pass as two named bars; detect the scoring and, where
+    it finds induction heads, the causal test, each run counted; every bar reaches its total."""
+    lm = attnviz.load_model(tiny_lm_dir("llama"), device="cpu", lm_head=True)
+    phases = _Phases()
+    attnviz.importance(["the cat sat on the mat", "a dog ran"], model=lm, reporter=phases)
+    assert [(what, total) for what, total, _ in phases.bars] == [("Removing every head", 2),
+                                                                  ("The gradient estimate (Michel et al.)", 2)]
+    phases = _Phases()
+    found = attnviz.detect(model=lm, length=8, sequences=2, draws=3, reporter=phases)
+    expected = [("Scoring the heads", 2)]
+    if found.causal is not None:
+        expected.append(("Removing the induction heads, then as many random heads", 2 * (2 + 3)))
+    assert [(what, total) for what, total, _ in phases.bars] == expected
+    assert all(done == total for _, total, done in phases.bars)

@@ -101,9 +101,7 @@ def importance(texts: str | Sequence[str], *, model: Any = None, tokenizer: Any 
     loaded, where = _ablation_model(model, tokenizer, device=device, dtype=dtype)
     inputs = _encoded_inputs(loaded, given, truncate)
     check_memory(loaded, max(int(i["input_ids"].shape[1]) for i in inputs), copies=3.0)
-    reporter = reporter or Reporter()
-    with reporter.progress("Removing every head", len(inputs), "texts") as step:
-        return run_importance(where, inputs, mode=mode, batched=batched, on_text=step)
+    return run_importance(where, inputs, mode=mode, batched=batched, reporter=reporter or Reporter())
 
 
 @borrows
@@ -119,7 +117,5 @@ def detect(*, model: Any = None, tokenizer: Any = None, length: int = 50, sequen
     if loaded.max_positions and 2 * length + 1 > loaded.max_positions:
         raise InputError(f"{loaded.name} takes at most {loaded.max_positions} positions: give a length of at most "
                          f"{(loaded.max_positions - 1) // 2}")
-    reporter = reporter or Reporter()
-    with reporter.progress("Scoring the heads", sequences, "sequences") as step:
-        return detection(loaded, where, length=length, sequences=sequences, seed=seed, draws=draws, mode=mode,
-                         on_step=step)
+    return detection(loaded, where, length=length, sequences=sequences, seed=seed, draws=draws, mode=mode,
+                     reporter=reporter or Reporter())

@@ -16,6 +16,7 @@ from attnviz.engine.ablation.seam import Site, editing, every_head, removal
 from attnviz.engine.ablation.runs import alpha_of, head_means, is_causal_lm, outputs_of, run_model
 from attnviz.engine.loading import forward_args
 from attnviz.metrics import detector_scores, POSITIONAL_MIN, REPEAT_MIN
+from attnviz.progress import Reporter
 from attnviz.tokens import special_ids
 
 
@@ -88,17 +89,26 @@ def repeat_loss(where: Site, inputs: dict, half: slice, removed: Sequence[tuple[
 
 
 def causal_test(where: Site, inputs: dict, half: slice, heads: Sequence[tuple[int, int]], draws: int = 10,
-                seed: int = 0, fills: list[torch.Tensor] | None = None) -> Causal:
+                seed: int = 0, fills: list[torch.Tensor] | None = None,
+                on_run: Callable[[int], None] | None = None) -> Causal:
     """The loss on the repeat: clean, with `heads` removed, and with as many random other heads removed
-    (`draws` times); `fills` for mean ablation."""
+    (`draws` times); `fills` for mean ablation. `on_run(1)` after each of its 2 + draws forward passes."""
+    def ran(loss: float) -> float:
+        if on_run is not None:
+            on_run(1)
+        return loss
+
     rng = np.random.default_rng(seed)
     others = [p for p in every_head(where.layers, where.heads) if p not in set(heads)]
-    result = Causal(list(heads), repeat_loss(where, inputs, half, []), repeat_loss(where, inputs, half, heads, fills))
+    result = Causal(list(heads), ran(repeat_loss(where, inputs, half, [])),
+                    ran(repeat_loss(where, inputs, half, heads, fills)))
     k = min(len(heads), len(others))
     for _ in range(draws if k else 0):
         picked = [others[i] for i in sorted(rng.choice(len(others), size=k, replace=False))]
         result.random_heads.append(picked)
-        result.random.append(repeat_loss(where, inputs, half, picked, fills))
+        result.random.append(ran(repeat_loss(where, inputs, half, picked, fills)))
+    if not k and on_run is not None:
+        on_run(draws)  # no other heads to draw: the bar still ends
     return result
 
 
@@ -126,9 +136,10 @@ class Detection:
 
 
 def detection(loaded, where: Site, *, length: int = 50, sequences: int = 4, seed: int = 0, draws: int = 10,
-              mode: str = "zero", on_step: Callable[[int], None] | None = None) -> Detection:
+              mode: str = "zero", reporter: Reporter | None = None) -> Detection:
     """The three detectors on `sequences` random sequences of `length` tokens repeated once, and (for a causal
-    LM) the causal test on the same sequences."""
+    LM) the causal test on the same sequences; each phase a bar on `reporter`."""
+    reporter = reporter or Reporter()
 
     thresholds = {"previous-token": POSITIONAL_MIN, "duplicate-token": REPEAT_MIN, "induction": REPEAT_MIN}
     causal_lm = is_causal_lm(where.model)
@@ -136,20 +147,20 @@ def detection(loaded, where: Site, *, length: int = 50, sequences: int = 4, seed
     runs = []
     score_sums: dict[str, np.ndarray] = {}
     share_sums: dict[str, np.ndarray] = {}
-    for n in range(sequences):
-        seq = repeated_sequence(loaded.tokenizer, length, seed + n)
-        ids = torch.tensor([seq.ids], device=device)
-        inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-        if "token_type_ids" in forward_args(where.model):
-            inputs["token_type_ids"] = torch.zeros_like(ids)
-        with torch.inference_mode():
-            alpha = alpha_of(run_model(where.model, inputs, attentions=True)).astype(np.float64)
-        for name, (score, share) in detector_scores(alpha, np.asarray(seq.ids)).items():
-            score_sums[name] = score_sums.get(name, 0) + score
-            share_sums[name] = share_sums.get(name, 0) + share
-        runs.append((seq, inputs))
-        if on_step is not None:
-            on_step(1)
+    with reporter.progress("Scoring the heads", sequences, "sequences") as step:
+        for n in range(sequences):
+            seq = repeated_sequence(loaded.tokenizer, length, seed + n)
+            ids = torch.tensor([seq.ids], device=device)
+            inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+            if "token_type_ids" in forward_args(where.model):
+                inputs["token_type_ids"] = torch.zeros_like(ids)
+            with torch.inference_mode():
+                alpha = alpha_of(run_model(where.model, inputs, attentions=True)).astype(np.float64)
+            for name, (score, share) in detector_scores(alpha, np.asarray(seq.ids)).items():
+                score_sums[name] = score_sums.get(name, 0) + score
+                share_sums[name] = share_sums.get(name, 0) + share
+            runs.append((seq, inputs))
+            step(1)
     scores = {k: v / sequences for k, v in score_sums.items()}
     shares = {k: v / sequences for k, v in share_sums.items()}
     detected = {}
@@ -162,8 +173,10 @@ def detection(loaded, where: Site, *, length: int = 50, sequences: int = 4, seed
     if causal_lm and detected["induction"]:
         fills = head_means(where, [inputs for _, inputs in runs]) if mode == "mean" else None
         # the same seed for every sequence: draw k removes the same random heads from each
-        tests = [causal_test(where, inputs, seq.second_half, detected["induction"], draws, seed, fills)
-                 for seq, inputs in runs]
+        with reporter.progress("Removing the induction heads, then as many random heads", len(runs) * (2 + draws),
+                               "runs") as step:
+            tests = [causal_test(where, inputs, seq.second_half, detected["induction"], draws, seed, fills,
+                                 on_run=step) for seq, inputs in runs]
         result.causal = Causal(detected["induction"], float(np.mean([t.clean for t in tests])),
                                float(np.mean([t.removed for t in tests])),
                                [float(np.mean([t.random[k] for t in tests])) for k in range(len(tests[0].random))],

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,6 +14,7 @@ from attnviz.errors import UnsupportedArchitectureError
 from attnviz.engine.ablation.seam import Edit, Site, copies_that_fit, editing, every_head, removal
 from attnviz.engine.ablation.runs import embedding, head_means, is_causal_lm, outputs_of, run_model
 from attnviz.engine.ablation.removing import kl_rows, next_token_loss
+from attnviz.progress import Reporter
 
 JACOBIAN_BATCH = 64  # copies per backward pass for an encoder's embedding Jacobian, at most
 
@@ -110,11 +111,11 @@ def _measures(clean: torch.Tensor, outs: torch.Tensor, causal: bool, ids: torch.
 
 
 def importance(where: Site, texts: Sequence[dict], *, mode: str = "zero", fills: list[torch.Tensor] | None = None,
-               batched: bool = True, gradient: bool = True, on_text: Callable[[int], None] | None = None
-               ) -> Importance:
+               batched: bool = True, gradient: bool = True, reporter: Reporter | None = None) -> Importance:
     """Every head removed alone on each input of `texts` (batches of 1), and (`gradient`) the gradient estimate,
-    averaged over the texts. `batched=False` runs one forward pass per head (the loop the batched path must
-    equal)."""
+    averaged over the texts; each phase a bar on `reporter`. `batched=False` runs one forward pass per head
+    (the loop the batched path must equal)."""
+    reporter = reporter or Reporter()
     causal = is_causal_lm(where.model)
     L, H = where.layers, where.heads
     if mode == "mean" and fills is None:
@@ -125,34 +126,37 @@ def importance(where: Site, texts: Sequence[dict], *, mode: str = "zero", fills:
     loss = np.zeros((L, H)) if causal else None
     scores = np.zeros((L, H))
     clean_losses, tokens = [], 0
-    for inputs in texts:
-        ids = inputs["input_ids"]
-        T = ids.shape[1]
-        tokens += T
-        with torch.inference_mode():
-            clean = outputs_of(run_model(where.model, inputs), causal)
-        if causal and T > 1:
-            clean_losses.append(float(next_token_loss(clean, ids)[0]))
-        values = []
-        if batched:
-            size = max(1, copies_that_fit(where, T, clean.shape[-1]) - 1)
-            for at in range(0, len(pairs), size):
-                chunk = pairs[at:at + size]
-                outs = removal_outputs(where, inputs, chunk, used, causal)
-                values.append(_measures(clean, outs[1:], causal, ids))
-        else:
-            for pair in pairs:
-                with editing(where, removal([pair], used)), torch.inference_mode():
-                    outs = outputs_of(run_model(where.model, inputs), causal)
-                values.append(_measures(clean, outs, causal, ids))
-        effect += np.concatenate([v[0] for v in values]).reshape(L, H)
-        estimated += np.concatenate([v[2] for v in values]).reshape(L, H)
-        if loss is not None:
-            loss += np.concatenate([v[1] for v in values if v[1] is not None]).reshape(L, H)
-        if gradient:
-            scores += gradient_scores(where, inputs, causal, used)
-        if on_text is not None:
-            on_text(1)
+    with reporter.progress("Removing every head", len(texts), "texts") as step:
+        for inputs in texts:
+            ids = inputs["input_ids"]
+            T = ids.shape[1]
+            tokens += T
+            with torch.inference_mode():
+                clean = outputs_of(run_model(where.model, inputs), causal)
+            if causal and T > 1:
+                clean_losses.append(float(next_token_loss(clean, ids)[0]))
+            values = []
+            if batched:
+                size = max(1, copies_that_fit(where, T, clean.shape[-1]) - 1)
+                for at in range(0, len(pairs), size):
+                    chunk = pairs[at:at + size]
+                    outs = removal_outputs(where, inputs, chunk, used, causal)
+                    values.append(_measures(clean, outs[1:], causal, ids))
+            else:
+                for pair in pairs:
+                    with editing(where, removal([pair], used)), torch.inference_mode():
+                        outs = outputs_of(run_model(where.model, inputs), causal)
+                    values.append(_measures(clean, outs, causal, ids))
+            effect += np.concatenate([v[0] for v in values]).reshape(L, H)
+            estimated += np.concatenate([v[2] for v in values]).reshape(L, H)
+            if loss is not None:
+                loss += np.concatenate([v[1] for v in values if v[1] is not None]).reshape(L, H)
+            step(1)
+    if gradient:
+        with reporter.progress("The gradient estimate (Michel et al.)", len(texts), "texts") as step:
+            for inputs in texts:
+                scores += gradient_scores(where, inputs, causal, used)
+                step(1)
     n = max(len(texts), 1)
     return Importance("causal" if causal else "encoder", mode, effect / n, scores / n, estimated / n,
                       None if loss is None else loss / n, texts=len(texts), tokens=tokens,
