@@ -6,6 +6,7 @@ interface; it must give the family's own eager α, output and statistics."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -525,3 +526,23 @@ def test_a_tokenizer_that_fails_on_the_text_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNVIZ_CACHE_DIR", str(tmp_path / "cache"))
     path = write_tiny_gguf("gemma2", tmp_path / "no-unk.gguf", unknown_token=False)
     assert "tokenizer cannot read this text" in one_line_error(run("heads", TEXT, "-m", path), 1)
+
+
+def test_a_gguf_file_converts_once_wherever_it_lies(tmp_path, monkeypatch):
+    """The cache is keyed by the GGUF file's content: a copy at another path (another name too) loads the
+    same converted folder, no second conversion; a captured model_source names the file's own path."""
+    import shutil
+
+    pytest.importorskip("gguf")
+    monkeypatch.setenv("ATTNVIZ_CACHE_DIR", str(tmp_path / "cache"))
+    path = write_tiny_gguf("qwen3", tmp_path / "tiny.gguf")
+    assert run("heads", TEXT, "-m", path, "--json").exit_code == 0
+    converted = sorted(p.name for p in (tmp_path / "cache").iterdir() if p.name.startswith("gguf-"))
+    (tmp_path / "elsewhere").mkdir()
+    copy = shutil.copy2(path, tmp_path / "elsewhere" / "renamed.gguf")
+    done = run("capture", TEXT, "-m", copy, "-o", tmp_path / "c.npz")
+    assert done.exit_code == 0 and "Converting" not in done.stderr
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir() if p.name.startswith("gguf-")) == converted
+    from attnviz.data.capture import Capture
+
+    assert Capture.load(tmp_path / "c.npz").meta["model_source"] == str(Path(copy).resolve())

@@ -109,11 +109,21 @@ def pending(name: str) -> str | None:
     return None
 
 
+FINGERPRINT_BYTES = 1 << 20  # read from each end of a GGUF file to name its cache folder
+
+
 def gguf_key(path: Path) -> str:
-    """One cache folder per GGUF file path (its content is checked by the stamp)."""
-    digest = hashlib.sha256(str(path).encode("utf-8", "surrogateescape")).hexdigest()[:16]
-    stem = "".join(c if c.isalnum() or c in "._-" else "_" for c in path.stem)[:40]
-    return f"gguf-{stem}-{digest}"
+    """One cache folder per GGUF file content, wherever the file lies: named by its size and a hash of its
+    first and last MiB (the header, the tensor table and the last weights), so that a copy at another path
+    finds the same conversion; the stamp's full SHA-256 still decides whether the folder is current."""
+    digest = hashlib.sha256()
+    size = path.stat().st_size
+    digest.update(str(size).encode())
+    with open(path, "rb") as handle:
+        digest.update(handle.read(FINGERPRINT_BYTES))
+        handle.seek(max(size - FINGERPRINT_BYTES, 0))
+        digest.update(handle.read(FINGERPRINT_BYTES))
+    return f"gguf-{digest.hexdigest()[:24]}"
 
 
 def folder_for(model: OfflineModel) -> Path:
@@ -130,4 +140,8 @@ def gguf_folder(path: Path, key: str | None = None) -> Path:
     if not gguf_available():
         raise ModelLoadError(f"reading GGUF files needs the gguf and accelerate packages: {GGUF_INSTALL}")
     path = path.expanduser().resolve()
-    return cached_folder(key or gguf_key(path), path, lambda out: build_gguf(out, path))
+    try:
+        key = key or gguf_key(path)
+    except OSError as exc:
+        raise ModelLoadError(f"cannot read {path}: {exc.strerror or exc}") from None
+    return cached_folder(key, path, lambda out: build_gguf(out, path))
