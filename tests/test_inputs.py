@@ -108,3 +108,34 @@ def test_text_from_stdin_and_from_a_file(tiny_model_dir, tmp_path):
     path.write_bytes(b"caf\xe9")
     assert "not UTF-8" in one_line_error(run("heads", "--text-file", path, "-m", model))
     assert "either TEXT or --text-file" in one_line_error(run("heads", "x", "--text-file", path, "-m", model), 2)
+
+
+@pytest.mark.parametrize("kind", ["bert", "distilbert", "gpt2", "llama", "qwen3", "gemma2"])
+def test_the_config_gives_the_shape_the_capture_has(kind, tiny_model_dir, load_tiny):
+    """attnviz.model_shape reads (layers, heads) from config.json alone: the shape of the model's α."""
+    import attnviz
+    from attnviz.engine.forward import capture_text
+
+    capture = capture_text(SENTENCE, load_tiny(kind))
+    assert attnviz.model_shape(tiny_model_dir(kind)) == (capture.n_layers, capture.n_heads)
+
+
+def test_a_selection_out_of_range_is_refused_before_the_weights_load(tiny_model_dir, tiny_seq2seq_dir, monkeypatch):
+    """--layer and --head are checked against the config before any weights load (one line, exit 2); where
+    the config cannot say cheaply (an encoder-decoder model, a Hub id), nothing is decided early."""
+    import attnviz
+    from attnviz.engine import loading
+
+    def no_weights(*args, **kwargs):
+        raise AssertionError("the weights were loaded")
+
+    monkeypatch.setattr(loading, "load", no_weights)
+    bert = tiny_model_dir("bert")
+    layers, heads = attnviz.model_shape(bert)
+    for args, words in ((["heatmap", SENTENCE, "--layer", str(layers), "-t"], f"there are {layers} layers"),
+                        (["steps", SENTENCE, "--head", str(heads)], f"there are {heads} heads"),
+                        (["heads", SENTENCE, "--layer", f"0-{layers}"], f"there are {layers} layers"),
+                        (["view", SENTENCE, "--layer", "-99", "-o", "never.html"], f"there are {layers} layers")):
+        assert words in one_line_error(run(*args, "-m", bert), 2), args
+    assert attnviz.model_shape(tiny_seq2seq_dir("t5")) is None
+    assert attnviz.model_shape("someone/not-here") is None

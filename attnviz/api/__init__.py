@@ -27,7 +27,7 @@ _HOMES = {
     **dict.fromkeys(("CorpusState", "corpus", "merge"), "attnviz.api.corpora"),
     **dict.fromkeys(("Cost", "cost"), "attnviz.api.costs"),
     **dict.fromkeys(("DEVICES", "DTYPES", "Model", "conversion_pending", "list_families", "load_model",
-                     "resolve_model"), "attnviz.api.models"),
+                     "model_shape", "resolve_model"), "attnviz.api.models"),
     **dict.fromkeys(("MAX_IMPORTANCE_TEXTS", "MAX_MEAN_TEXTS", "Ablation", "Detection", "Importance", "ablate",
                      "detect", "importance"), "attnviz.api.removal"),
     **dict.fromkeys(("TOLERANCE", "Positions", "Scaling", "Steps", "Verification", "positions", "scaling", "steps",
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from attnviz.api.corpora import CorpusState, corpus, merge
     from attnviz.api.costs import Cost, cost
     from attnviz.api.models import (DEVICES, DTYPES, Model, conversion_pending, list_families,
-                                    load_model, resolve_model)
+                                    load_model, model_shape, resolve_model)
     from attnviz.api.removal import (MAX_IMPORTANCE_TEXTS, MAX_MEAN_TEXTS, Ablation, Detection,
                                      Importance, ablate, detect, importance)
     from attnviz.api.scratch import (TOLERANCE, Positions, Scaling, Steps, Verification, positions,
@@ -81,6 +81,7 @@ __all__ = ["Ablation", "Capture", "CorpusState", "Cost", "DEVICES", "DTYPES", "D
            "HeadTable", "Importance", "Keep", "MAX_IMPORTANCE_TEXTS", "MAX_MEAN_TEXTS", "Model", "ModelSpec", "Norms",
            "Parts", "Positions", "Rollout", "Scaling", "Sinks", "Steps", "TOLERANCE", "Verification", "ablate",
            "capture", "conversion_pending", "corpus", "cost", "detect", "export", "from_outputs", "generate",
-           "heads", "importance", "list_families", "list_metrics", "load_capture", "load_model", "merge", "norms",
+           "heads", "importance", "list_families", "list_metrics", "load_capture", "load_model", "merge",
+           "model_shape", "norms",
            "positions", "register_metric", "resolve_model", "rollout", "scaling", "sinks", "steps", "to_words",
            "verify", "view"]

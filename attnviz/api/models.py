@@ -18,7 +18,8 @@ from attnviz.engine.loading import LoadedModel as Model
 # The engine (torch, transformers) is imported inside each function, so that `import attnviz` and a saved
 # capture never load it.
 
-__all__ = ["Model", "load_model", "resolve_model", "conversion_pending", "list_families", "DEVICES", "DTYPES"]
+__all__ = ["Model", "load_model", "resolve_model", "conversion_pending", "model_shape", "list_families", "DEVICES",
+           "DTYPES"]
 
 
 def load_model(name: str | None = None, *, device: str = "auto", dtype: str = "float32", revision: str | None = None,
@@ -77,6 +78,17 @@ def conversion_pending(name: str | None) -> str | None:
     from attnviz.engine.offline.build import pending
 
     return pending(name or default_model())
+
+
+def model_shape(name: str | None) -> tuple[int, int] | None:
+    """(layers, heads) of a model's attention, read from its config.json alone before any weights load, so
+    that a selection out of range is refused at once; None where that is not cheap or not certain (a model
+    still to convert, a Hub id, an encoder-decoder model, a config that does not say)."""
+    from attnviz.engine.loading import config_shape
+
+    if conversion_pending(name):
+        return None
+    return config_shape(name)
 
 
 def list_families() -> tuple[Family, ...]:

@@ -22,6 +22,7 @@ from attnviz.errors import spell
 from attnviz.cli.errors import usage_errors
 from attnviz.cli.output import err, flag, say
 from attnviz.cli.params import FromOpt, MAX_NEW_TOKENS, ModelOptions, TextArg, whole_number
+from attnviz.selection import Selection
 
 # Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
 # each command's --help light: a command module loads only what its own command needs, when it runs.
@@ -308,6 +309,11 @@ def takes(**groups: type) -> Callable:
         def wrapper(*args, **kwargs):
             for arg, cls in groups.items():
                 kwargs[arg] = cls(**{f.name: kwargs.pop(f.name) for f in dataclasses.fields(cls)})
+            selections = tuple(value for value in kwargs.values()
+                               if isinstance(value, Selection) and value.what in ("layer", "head"))
+            for group in kwargs.values():
+                if isinstance(group, ModelOptions) and selections:  # checked before the weights load
+                    object.__setattr__(group, "_checked_first", selections)
             return func(*args, **kwargs)
 
         wrapper.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]

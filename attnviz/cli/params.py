@@ -194,9 +194,20 @@ class ModelOptions:
 
         return ModelSpec(self.model, self.revision, self.device, self.dtype, self.trust_remote_code, self.max_memory)
 
+    # The command's layer and head selections (set by @takes): checked against the model's config before its
+    # weights load, where the config says its shape cheaply (attnviz.model_shape).
+    _checked_first: tuple = ()
+
     def load(self, *, lm_head: bool | str = False):
-        """The model, loaded once (with a spinner on stderr); `lm_head`: with its language-model head."""
-        from attnviz.api import conversion_pending
+        """The model, loaded once (with a spinner on stderr); `lm_head`: with its language-model head. A layer
+        or head selection out of range is refused before the weights load."""
+        from attnviz.api import conversion_pending, model_shape
+
+        shape = model_shape(self.model) if self._checked_first else None
+        if shape is not None:
+            layers, heads = shape
+            for selection in self._checked_first:
+                selection.resolve(layers if selection.what == "layer" else heads)  # SelectionError: exit 2
 
         converting = conversion_pending(self.model)
         what = (f"Converting {converting} once into attnviz's model cache (later runs load it at once)…"

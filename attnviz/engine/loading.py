@@ -82,6 +82,37 @@ def resolve_model(name: str | None) -> tuple[str, str]:
     return name, name
 
 
+CONFIG_BYTES = 1 << 20  # a config.json read before the weights, at most
+
+
+def config_shape(name: str | None) -> tuple[int, int] | None:
+    """(layers, heads) from the model folder's config.json, without loading anything else; None for a Hub id,
+    an encoder-decoder model (its parts differ) or a config that does not say."""
+    import json
+
+    try:
+        source, _ = resolve_model(name)
+        path = Path(source) / "config.json"
+        if not path.is_file() or path.stat().st_size > CONFIG_BYTES:
+            return None
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (ModelLoadError, OSError, ValueError):
+        return None  # the load itself says what is wrong
+    if not isinstance(config, dict) or config.get("is_encoder_decoder"):
+        return None
+    text = config.get("text_config")  # multimodal configs keep the language model's apart
+    if isinstance(text, dict):
+        config = {**config, **text}
+
+    def first(*keys: str) -> int | None:
+        value = next((config[k] for k in keys if k in config), None)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+    layers = first("num_hidden_layers", "n_layer", "n_layers", "num_layers")
+    heads = first("num_attention_heads", "n_head", "n_heads")
+    return (layers, heads) if layers and heads else None
+
+
 def reload_name(name: str | None) -> str:
     """What loads this model again from anywhere, recorded in every capture (meta "model_source"): an offline
     model's own name, a GGUF file's or a folder's absolute path, or the Hub id."""
