@@ -416,3 +416,21 @@ def test_help_lists_commands_for_a_newcomer_without_type_placeholders():
     for name in command_options():
         text = run(name, "--help", env={"COLUMNS": "200"}).stdout
         assert "<bool>" not in text and "<list" not in text and "<str>" not in text, name
+
+
+def test_an_error_wraps_between_words_in_a_narrow_terminal_and_stays_one_line_in_a_pipe():
+    import io
+
+    from rich.console import Console
+
+    from attnviz.cli.output import error_line
+
+    message = "the default model cannot be loaded; try attnviz heatmap --from gen.npz instead, or --model minilm"
+    terminal = Console(file=io.StringIO(), width=40, force_terminal=True, color_system=None)
+    error_line(message, console=terminal)
+    lines = terminal.file.getvalue().splitlines()
+    assert len(lines) > 1 and all(len(line) <= 40 for line in lines)
+    assert " ".join(line.strip() for line in lines) == "Error: " + message  # every break falls between words
+    pipe = Console(file=io.StringIO(), width=40, force_terminal=False, color_system=None)
+    error_line(message, console=pipe)
+    assert pipe.file.getvalue() == "Error: " + message + "\n"

@@ -40,9 +40,12 @@ def flag(name: str) -> str:
     return FLAG_NAMES.get(name) or "--" + name.replace("_", "-")
 
 
-def error_line(message: str, label: str = "Error") -> None:
+def error_line(message: str, label: str = "Error", console: Console | None = None) -> None:
+    """One error or warning: one line for a pipe or a log; in a terminal narrower than the message, wrapped
+    between words (a terminal left to itself breaks it mid-word)."""
+    console = console or err
     line = Text.assemble((f"{label}:", "red" if label == "Error" else "yellow"), " ", visible(message))
-    err.print(line, soft_wrap=True, highlight=False)
+    console.print(line, soft_wrap=not console.is_terminal, highlight=False)
 
 
 # --- output helpers ----------------------------------------------------------------------------------
