@@ -30,17 +30,19 @@ def test_importing_attnviz_pulls_in_neither_torch_nor_transformers():
 
 
 def test_a_model_object_gives_the_same_alpha_as_its_name(bert):
-    """Loaded with SDPA (transformers' default), it is switched to eager in place, with a warning; α is then
-    exactly what the same model gives by name."""
+    """Loaded with SDPA (transformers' default), it runs with eager attention, with a warning, and gets SDPA
+    back after; α is exactly what the same model gives by name."""
     from transformers import AutoModel
 
     folder, tokenizer = bert
     model = AutoModel.from_pretrained(folder)
     assert model.config._attn_implementation != "eager"
     model.train()
-    with pytest.warns(AttnvizWarning, match="switched it to 'eager'"):
+    before = model.config._attn_implementation
+    with pytest.warns(AttnvizWarning, match="runs it with 'eager'.*switches it back"):
         by_object = attnviz.capture(SENTENCE, model=model, tokenizer=tokenizer)
     assert model.training  # its mode is put back
+    assert model.config._attn_implementation == before  # and its attention implementation
     by_name = attnviz.capture(SENTENCE, model=folder, device="cpu")
     assert by_object.tokens == by_name.tokens
     np.testing.assert_array_equal(by_object.attentions, by_name.attentions)

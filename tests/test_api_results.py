@@ -5,6 +5,7 @@ arguments, and the command line spells them as flags."""
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 from helpers import run
@@ -205,3 +206,44 @@ def test_a_warning_names_the_argument_in_python_and_the_flag_on_the_command_line
     assert not any("\ue000" in s or "--model" in s for s in said)
     done = run("heads", text, "-m", bert, "--device", "cpu")
     assert done.exit_code == 0 and "--model multilingual reads them" in done.stderr and "\ue000" not in done.stderr
+
+
+def _state(model) -> dict:
+    """What a borrowed model must get back: mode, attention implementation, gradients, requires_grad, places,
+    and every hook on every module."""
+    hooks = sum(len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks) for m in model.modules())
+    return {"training": model.training, "attention": model.config._attn_implementation, "hooks": hooks,
+            "grads": [p.grad is None for p in model.parameters()],
+            "requires_grad": [p.requires_grad for p in model.parameters()],
+            "places": {(str(p.device), str(p.dtype)) for p in model.parameters()}}
+
+
+def test_a_borrowed_model_comes_back_as_it_was(tiny_lm_dir):
+    """Every API function that takes a model object gives it back as it was: importance's gradient pass
+    leaves no .grad, a capture leaves no hook, the SDPA model gets SDPA back, a frozen parameter stays frozen,
+    and a hook of the user's own stays."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = tiny_lm_dir("gpt2")
+    model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="sdpa")
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model.transformer.wte.weight.requires_grad_(False)  # the user's own choice
+    mine = model.transformer.h[0].register_forward_hook(lambda module, args, output: None)
+    model.train()
+    before = _state(model)
+    assert before["attention"] == "sdpa" and before["hooks"] == 1
+    calls = (lambda: attnviz.capture(SENTENCE, model=model, tokenizer=tokenizer),
+             lambda: attnviz.capture(SENTENCE, model=model, tokenizer=tokenizer, stream=True),
+             lambda: attnviz.importance(SENTENCE, model=model, tokenizer=tokenizer),
+             lambda: attnviz.ablate(SENTENCE, heads=[(0, 0)], model=model, tokenizer=tokenizer),
+             lambda: attnviz.verify(SENTENCE, model=model, tokenizer=tokenizer),
+             lambda: attnviz.norms(SENTENCE, model=model, tokenizer=tokenizer))
+    for call in calls:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", attnviz.AttnvizWarning)
+            call()
+        assert _state(model) == before
+    mine.remove()
+    model.set_attn_implementation("eager")  # the user's own next call still gets its attention weights
+    out = model(**tokenizer(SENTENCE, return_tensors="pt"), output_attentions=True)
+    assert len(out.attentions) == model.config.n_layer and all(a is not None for a in out.attentions)

@@ -53,20 +53,78 @@ def resolve_model(model: Any = None, tokenizer: Any = None, *, device: str = "au
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+_HOOK_TABLES = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+_HOOK_FLAGS = ("_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks_with_kwargs")
+# transformers marks a module whose output-capturing hooks (output_attentions) it installed; the mark goes
+# with the hooks, or transformers would not install them again
+_INSTALLED_MARK = "_output_capturing_hooks_installed"
+_ABSENT = object()
+
+
+class Borrowed:
+    """What a model handed in looks like before attnviz runs it, to give it back as it was: its training
+    mode, attention implementation, each parameter's gradient, requires_grad, device and dtype, and the
+    hooks on each of its modules (a hook added while attnviz ran it is removed: transformers' own
+    output-capturing hooks with their mark, so that it installs them again when asked)."""
+
+    def __init__(self, module: Any):
+        self.module = module
+        self.training = bool(module.training)
+        config = getattr(module, "config", None)
+        self.attention = getattr(config, "_attn_implementation", None) if config is not None else None
+        self.parameters = list(module.parameters())
+        self.grads = [p.grad for p in self.parameters]
+        self.requires_grad = [p.requires_grad for p in self.parameters]
+        self.places = [(p.device, p.dtype) for p in self.parameters]
+        self.hooks = [(m, {name: set(getattr(m, name, {})) for name in _HOOK_TABLES}) for m in module.modules()]
+        self.marks = [(m, m.__dict__.get(_INSTALLED_MARK, _ABSENT)) for m in module.modules()]
+
+    def give_back(self) -> None:
+        for parameter, grad, requires, (device, dtype) in zip(self.parameters, self.grads, self.requires_grad,
+                                                              self.places):
+            if parameter.device != device or parameter.dtype != dtype:
+                parameter.data = parameter.data.to(device=device, dtype=dtype)
+            parameter.grad = grad
+            parameter.requires_grad_(requires)
+        for submodule, tables in self.hooks:
+            for name, kept in tables.items():
+                table = getattr(submodule, name, None) or {}
+                for key in [k for k in table if k not in kept]:
+                    del table[key]
+                    for flags in _HOOK_FLAGS:
+                        getattr(submodule, flags, {}).pop(key, None)
+        for submodule, mark in self.marks:
+            if mark is _ABSENT:
+                submodule.__dict__.pop(_INSTALLED_MARK, None)
+            else:
+                submodule.__dict__[_INSTALLED_MARK] = mark
+        config = getattr(self.module, "config", None)
+        if self.attention is not None and getattr(config, "_attn_implementation", None) != self.attention:
+            switch = getattr(self.module, "set_attn_implementation", None)
+            try:
+                if switch is None:
+                    raise AttributeError
+                switch(self.attention)
+            except (AttributeError, ValueError, TypeError, NotImplementedError, ImportError):
+                setattr(config, "_attn_implementation", self.attention)  # noqa: B010 (older transformers)
+        self.module.train(self.training)
+
+
 def borrows(function: F) -> F:
-    """An API function that takes `model=`: a model handed in (a Model or a model object) gets its training
-    mode back, whatever the function did and however it ended."""
+    """An API function that takes `model=`: a model handed in (a Model or a model object) is given back as it
+    was (Borrowed), whatever the function did and however it ended."""
 
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
         given = kwargs.get("model")
         module = given.model if isinstance(given, Model) else given
-        training = getattr(module, "training", None) if callable(getattr(module, "train", None)) else None
+        borrowed = Borrowed(module) if callable(getattr(module, "train", None)) and \
+            callable(getattr(module, "parameters", None)) else None
         try:
             return function(*args, **kwargs)
         finally:
-            if training is not None and module is not None:
-                module.train(training)
+            if borrowed is not None:
+                borrowed.give_back()
 
     return wrapper  # type: ignore[return-value]
 

@@ -356,8 +356,8 @@ def wrap(model, tokenizer, *, name: str | None = None, memory_budget: int | None
         except (AttributeError, ValueError, TypeError, NotImplementedError):
             setattr(model.config, "_attn_implementation", "eager")  # noqa: B010 (older transformers)
         warnings.warn(f"{shown} was loaded with attention implementation {impl!r}, which returns no attention "
-                      f"weights; attnviz switched it to 'eager' (the same computation, slower) without reloading",
-                      AttnvizWarning, stacklevel=3)
+                      f"weights; attnviz runs it with 'eager' (the same computation, slower) without reloading, and "
+                      f"switches it back to {impl!r} when it is done", AttnvizWarning, stacklevel=3)
     parameter = next(model.parameters(), None)
     device = str(parameter.device.type) if parameter is not None else "cpu"
     dtype = str(parameter.dtype).removeprefix("torch.") if parameter is not None else "float32"
