@@ -113,7 +113,11 @@ def shorten(text: str, limit: int = 80) -> str:
 def check_text(text: str) -> str:
     """Raise InputError for empty, whitespace-only or undecodable text (cheap: callers use it before
     loading a model)."""
-    if not isinstance(text, str) or not text.strip():
+    if not isinstance(text, str):
+        several = isinstance(text, (list, tuple)) and all(isinstance(t, str) for t in text)
+        raise InputError(f"the text is one string, not a {type(text).__name__}"
+                         + ("; for many texts, attnviz.corpus takes a list" if several else ""), "text")
+    if not text.strip():
         raise InputError("the text is empty: give a sentence to look at, e.g. \"The cat sat on the mat\"")
     if not is_valid_unicode(text):
         at = next(i for i, c in enumerate(text) if 0xD800 <= ord(c) <= 0xDFFF)

@@ -94,6 +94,37 @@ def test_from_outputs_checks_what_it_is_given(bert):
         attnviz.from_outputs({"attentions": [torch.full((1, 2, T, T), 0.5)]}, inputs, tokenizer)
 
 
+def test_from_outputs_refuses_what_is_not_a_forward_pass_in_one_error(bert):
+    """Hostile or mistaken arguments end in an AttnvizError that says what to pass, never a bare numpy or
+    torch error: strings for attentions, tensors on the meta device, token ids outside the vocabulary, no
+    tokenizer, inputs that are not a mapping; a list of texts is not called empty."""
+    import torch
+
+    folder, tokenizer = bert
+    inputs = tokenizer(SENTENCE, return_tensors="pt")
+    T = inputs["input_ids"].shape[1]
+    good = [torch.full((1, 2, T, T), 1.0 / T) for _ in range(2)]
+    cases = [
+        (({"attentions": "weights"}, inputs, tokenizer), CaptureFormatError, "output_attentions=True"),
+        (({"attentions": [np.full((1, 2, T, T), "x")]}, inputs, tokenizer), CaptureFormatError, "not numbers"),
+        (({"attentions": [torch.empty(1, 2, T, T, device="meta")]}, inputs, tokenizer), CaptureFormatError,
+         "'meta' device"),
+        (({"attentions": good}, {"input_ids": torch.tensor([[1, 10 ** 9, 2]])}, tokenizer), CaptureFormatError,
+         "1000000000, outside the tokenizer's vocabulary"),
+        (({"attentions": good}, {"input_ids": torch.tensor([[1, -5, 2]])}, tokenizer), CaptureFormatError,
+         "-5, outside"),
+        (({"attentions": good}, {"input_ids": torch.tensor([[1.5, 2.0]])}, tokenizer), CaptureFormatError,
+         "whole numbers"),
+        (({"attentions": good}, inputs, None), InputError, "needs the tokenizer"),
+        (({"attentions": good}, [1, 2, 3], tokenizer), InputError, "not a list"),
+    ]
+    for args, error, words in cases:
+        with pytest.raises(error, match=words):
+            attnviz.from_outputs(*args)
+    with pytest.raises(InputError, match="one string, not a list; for many texts, attnviz.corpus"):
+        attnviz.capture([SENTENCE, "A dog ran"], model=folder, device="cpu")
+
+
 def test_from_outputs_respects_the_capture_limit(bert, monkeypatch):
     import torch
 

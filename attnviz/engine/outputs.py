@@ -3,11 +3,13 @@ tokenizer's inputs and the tokenizer. On the model side because it asks the toke
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from attnviz.data.capture import Capture
 from attnviz.data.npzformat import MAX_ATTENTION_BYTES, limit
-from attnviz.errors import CaptureFormatError
+from attnviz.errors import CaptureFormatError, InputError
 from attnviz.tokens import describe_tokens
 
 
@@ -17,16 +19,30 @@ def capture_from_outputs(outputs, inputs, tokenizer, *, text: str | None = None,
     `attnviz.from_outputs(out, inputs, tokenizer)`. `outputs` holds `.attentions` (one (1, H, T, T) tensor
     or array per layer), `inputs` the tokenizer's `input_ids` of one unpadded text; each is checked like
     a capture file (shapes, the α limit, rows sum to 1). Imports neither torch nor transformers itself."""
+    if not all(callable(getattr(tokenizer, name, None)) for name in ("decode", "get_special_tokens_mask")):
+        raise InputError("from_outputs needs the tokenizer that made the inputs: "
+                         "attnviz.from_outputs(outputs, inputs, tokenizer)", "tokenizer")
     attentions = getattr(outputs, "attentions", None)
     if attentions is None and isinstance(outputs, dict):
         attentions = outputs.get("attentions")
-    if not attentions or any(a is None for a in attentions):
+    if isinstance(attentions, (str, bytes)) or not isinstance(attentions, (list, tuple)) or not attentions \
+            or any(a is None for a in attentions):
         raise CaptureFormatError("these outputs hold no attention weights: run the model with "
                                  "output_attentions=True, loaded with attn_implementation='eager'")
-    ids = _plain(inputs["input_ids"] if "input_ids" in inputs else None)
-    if ids is None or ids.ndim != 2 or ids.shape[0] != 1:
-        raise CaptureFormatError("from_outputs takes the inputs of one text (input_ids of shape (1, T))")
-    mask = _plain(inputs["attention_mask"]) if "attention_mask" in inputs else None
+    if not isinstance(inputs, Mapping):
+        raise InputError(f"inputs are what the tokenizer returned (a mapping with input_ids), not a "
+                         f"{type(inputs).__name__}", "inputs")
+    ids = _plain(inputs["input_ids"] if "input_ids" in inputs else None, "input_ids")
+    if ids is None or ids.ndim != 2 or ids.shape[0] != 1 or ids.dtype.kind not in "iu":
+        raise CaptureFormatError("from_outputs takes the inputs of one text (input_ids: whole numbers, of shape "
+                                 "(1, T))")
+    vocabulary = len(tokenizer) if callable(getattr(tokenizer, "__len__", None)) else None
+    outside = [int(i) for i in ids[0] if i < 0 or (vocabulary is not None and i >= vocabulary)]
+    if outside:
+        known = f"(0..{vocabulary - 1})" if vocabulary else "(token ids are not negative)"
+        raise CaptureFormatError(f"input_ids hold {outside[0]}, outside the tokenizer's vocabulary {known}: these "
+                                 f"inputs were not made by this tokenizer")
+    mask = _plain(inputs["attention_mask"], "attention_mask") if "attention_mask" in inputs else None
     if mask is not None and not np.all(mask == 1):
         raise CaptureFormatError("the inputs are padded; give one unpadded text")
     T = ids.shape[1]
@@ -39,7 +55,10 @@ def capture_from_outputs(outputs, inputs, tokenizer, *, text: str | None = None,
         if 4 * shape[1] * T * T * (len(attentions)) > most:
             raise CaptureFormatError(f"these attentions would take more than {most:,} bytes (the capture "
                                      f"limit, ATTNVIZ_MAX_CAPTURE_BYTES)")
-        layers.append(np.asarray(_plain(layer), np.float32)[0])
+        values = _plain(layer, f"layer {n} attention")
+        if values.dtype.kind not in "fiu":
+            raise CaptureFormatError(f"layer {n} attention holds {values.dtype} values, not numbers")
+        layers.append(np.asarray(values, np.float32)[0])
     token_ids = [int(i) for i in ids[0]]
     shown_text = text if text is not None else str(tokenizer.decode(token_ids, skip_special_tokens=True))
     added = tokenizer.get_special_tokens_mask(token_ids, already_has_special_tokens=True)
@@ -54,14 +73,21 @@ def capture_from_outputs(outputs, inputs, tokenizer, *, text: str | None = None,
                subword=np.asarray(described.subword, bool), meta=meta).validate(atol=2e-2 if half else 1e-4)
 
 
-def _plain(value):
-    """A tensor or array as a numpy array (torch tensors through .detach().cpu(), without importing torch)."""
+def _plain(value, what: str = "a value"):
+    """A tensor or array as a numpy array (torch tensors through .detach().cpu(), without importing torch);
+    one that holds no values here (the meta device) or no numbers is a CaptureFormatError naming `what`."""
     if value is None:
         return None
-    if hasattr(value, "detach"):
-        value = value.detach().float().cpu().numpy() if getattr(value, "is_floating_point", lambda: False)() \
-            else value.detach().cpu().numpy()
-    return np.asarray(value)
+    try:
+        if hasattr(value, "detach"):
+            value = value.detach().float().cpu().numpy() if getattr(value, "is_floating_point", lambda: False)() \
+                else value.detach().cpu().numpy()
+        return np.asarray(value)
+    except (NotImplementedError, RuntimeError, TypeError, ValueError) as exc:
+        device = getattr(getattr(value, "device", None), "type", None)
+        said = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        why = "it is on the 'meta' device, which holds no values" if device == "meta" else said
+        raise CaptureFormatError(f"{what} cannot be read: {why}") from None
 
 
 # --- limits on what a capture file may hold (see docs/errors.md) --------------------------------
