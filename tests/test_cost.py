@@ -76,3 +76,20 @@ def test_cost_max_length_and_repeats(tiny_model_dir):
     assert [r["T"] for r in json.loads(result.stdout)["rows"]] == [16]
     result = run("cost", "-m", tiny_model_dir("gpt2"), "--max-length", "128", "--json")
     assert [r["T"] for r in json.loads(result.stdout)["rows"]] == [64]  # the tiny GPT-2 has 64 positions
+
+
+def test_the_figure_marks_the_lengths_where_the_full_path_was_not_run():
+    """A length the full path was refused at (over the memory budget) is marked on both panels at that T,
+    and the legend says what the mark means; lengths it ran at are not marked."""
+    from attnviz.engine.cost import CostRow
+    from attnviz.render.charts import cost_figure
+
+    rows = [CostRow(16, 0.01, 2_000_000, 0.02, 1_000_000, 1024), CostRow(32, 0.04, 8_000_000, 0.03, 1_500_000, 4096),
+            CostRow(64, None, None, 0.05, 2_000_000, 16384, "over the budget")]
+    figure = cost_figure(rows, "cost")
+    for ax in figure.axes[:2]:
+        marks = [c for c in ax.collections if "not run" in str(c.get_label())]
+        assert len(marks) == 1 and marks[0].get_offsets()[:, 0].tolist() == [64]
+        assert any("not run" in t.get_text() for t in ax.get_legend().get_texts())
+    clean = cost_figure(rows[:2], "cost")
+    assert not [c for ax in clean.axes for c in ax.collections if "not run" in str(c.get_label())]

@@ -35,6 +35,10 @@ def cost_figure(rows: Sequence, title: str):
             ax.plot(t, v, "o-", color=color, label=name)
         full = [(r.T, getattr(r, full_key) * unit) for r in rows if getattr(r, full_key)]
         stream = [(r.T, getattr(r, stream_key) * unit) for r in rows if getattr(r, stream_key)]
+        refused = [r.T for r in rows if getattr(r, full_key) is None and r.full_note]
+        if refused:  # the full path was not run at these lengths: marked where it would be, at the top
+            ax.scatter(refused, [0.96] * len(refused), marker="x", s=60, color="tab:red",
+                       transform=ax.get_xaxis_transform(), label="full path not run (over the memory budget)")
         if full:
             _reference(ax, T_all, full[0][0], full[0][1], 2, "∝ T² (through the first point)", "--")
         if stream:
