@@ -3,6 +3,8 @@ with a tokenizer (no downloads), hand-made captures, and running `attnviz` as a 
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 import subprocess
 import sys
 
@@ -280,3 +282,84 @@ def require_real(model):
         if os.environ.get("ATTNVIZ_REQUIRE_REAL_MODELS"):
             pytest.fail(f"ATTNVIZ_REQUIRE_REAL_MODELS is set but {exc}")
         pytest.skip(str(exc))
+
+
+def write_tiny_gguf(kind: str, path, *, unknown_token: bool = True):
+    """A tiny random causal LM of `kind` written as a GGUF file the way llama.cpp lays one out: transformers'
+    own tensor-name map read backwards, the config's GGUF keys, a byte-level BPE tokenizer. (The package index
+    ships no GGUF checkpoint of these families; SmolLM2 is the real one, a Llama.)"""
+    import json
+
+    import gguf
+    import numpy as np
+    import torch
+    import transformers as tf
+    from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
+    from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS, TensorProcessor, get_gguf_hf_weights_map
+
+    torch.manual_seed(0)
+    tok = bpe_tokenizer("bytelevel")
+    small = dict(vocab_size=len(tok), num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                 hidden_size=32, intermediate_size=64, max_position_embeddings=128, initializer_range=0.5,
+                 bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=None)
+    if kind == "qwen3":  # GGUF gives qwen3 no key_length: transformers takes head_dim's default, 128
+        model = tf.Qwen3ForCausalLM(tf.Qwen3Config(head_dim=128, **small))
+    elif kind == "gemma2":
+        model = tf.Gemma2ForCausalLM(tf.Gemma2Config(head_dim=8, sliding_window=4, **small))
+    else:
+        model = tf.Phi3ForCausalLM(tf.Phi3Config(**small))
+    config = model.config
+    processor = TENSOR_PROCESSORS.get(kind, TensorProcessor)(config=config.to_dict())
+    names = get_gguf_hf_weights_map(model, processor)  # GGUF name -> HF name
+    writer = gguf.GGUFWriter(str(path), kind)
+    writer.add_name(f"tiny {kind}")
+    for key, hf_key in GGUF_CONFIG_MAPPING[kind].items():
+        value = getattr(config, hf_key, None) if hf_key and key != "vocab_size" else None
+        if isinstance(value, bool) or value is None:
+            continue
+        (writer.add_float32 if isinstance(value, float) else writer.add_uint32)(f"{kind}.{key}", value)
+    writer.add_float32(f"{kind}.rope.freq_base", float(config.rope_parameters["rope_theta"]))
+    writer.add_uint32(f"{kind}.rope.dimension_count", config.head_dim if kind != "phi3" else 8)
+    tokens = [t for t, _ in sorted(tok.get_vocab().items(), key=lambda item: item[1])]
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list(tokens)
+    writer.add_token_types([gguf.TokenType.CONTROL if t == "<|endoftext|>" else gguf.TokenType.NORMAL
+                            for t in tokens])
+    merges = json.loads(tok.backend_tokenizer.to_str())["model"]["merges"]
+    writer.add_token_merges([" ".join(m) if isinstance(m, list) else m for m in merges])
+    writer.add_bos_token_id(tok.bos_token_id)
+    writer.add_eos_token_id(tok.eos_token_id)
+    writer.add_pad_token_id(tok.eos_token_id)
+    if unknown_token:
+        writer.add_unk_token_id(tok.eos_token_id)
+    state = model.state_dict()
+    for gguf_name, hf_name in names.items():
+        weights = state[hf_name].detach().float().numpy()
+        if kind == "gemma2" and "norm.weight" in hf_name:
+            weights = weights + 1  # llama.cpp stores Gemma's norms as 1 + w
+        writer.add_tensor(gguf_name, np.ascontiguousarray(weights))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@contextlib.contextmanager
+def small_filesystem(folder, *, size: str = "256k", read_only: bool = False):
+    """A tmpfs of `size` mounted at `folder` (read-only with `read_only`), unmounted afterwards; yields None
+    where this process may not mount one (not root, no CAP_SYS_ADMIN), so the test can simulate instead."""
+    import os
+
+    folder.mkdir(parents=True, exist_ok=True)
+    options = f"size={size}" + (",ro" if read_only else "")
+    if os.name != "posix" or shutil.which("mount") is None:
+        yield None
+        return
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)],
+                             capture_output=True).returncode == 0
+    try:
+        yield folder if mounted else None
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", str(folder)], capture_output=True)

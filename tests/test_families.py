@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import TODAYS, one_line_error, run
+from helpers import TODAYS, one_line_error, run, write_tiny_gguf
 
 TEXT = " ".join(["The cat sat on the mat. A dog ran in the park!"] * 2)  # 25 tokens: windows of 4 matter
 STREAMED = ("bert", "roberta", "electra", "distilbert", "gpt2", "llama", "qwen2", *TODAYS)
@@ -437,65 +437,6 @@ def test_statistics_count_the_keys_a_window_leaves(full_and_encoded):
 
 
 # --- GGUF files of these families -------------------------------------------------------------------------
-
-
-def write_tiny_gguf(kind: str, path, *, unknown_token: bool = True):
-    """A tiny random causal LM of `kind` written as a GGUF file the way llama.cpp lays one out: transformers'
-    own tensor-name map read backwards, the config's GGUF keys, a byte-level BPE tokenizer. (The package index
-    ships no GGUF checkpoint of these families; SmolLM2 is the real one, a Llama.)"""
-    import gguf
-    import torch
-    import transformers as tf
-    from helpers import bpe_tokenizer
-    from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
-    from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS, TensorProcessor, get_gguf_hf_weights_map
-
-    torch.manual_seed(0)
-    tok = bpe_tokenizer("bytelevel")
-    small = dict(vocab_size=len(tok), num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                 hidden_size=32, intermediate_size=64, max_position_embeddings=128, initializer_range=0.5,
-                 bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=None)
-    if kind == "qwen3":  # GGUF gives qwen3 no key_length: transformers takes head_dim's default, 128
-        model = tf.Qwen3ForCausalLM(tf.Qwen3Config(head_dim=128, **small))
-    elif kind == "gemma2":
-        model = tf.Gemma2ForCausalLM(tf.Gemma2Config(head_dim=8, sliding_window=4, **small))
-    else:
-        model = tf.Phi3ForCausalLM(tf.Phi3Config(**small))
-    config = model.config
-    processor = TENSOR_PROCESSORS.get(kind, TensorProcessor)(config=config.to_dict())
-    names = get_gguf_hf_weights_map(model, processor)  # GGUF name -> HF name
-    writer = gguf.GGUFWriter(str(path), kind)
-    writer.add_name(f"tiny {kind}")
-    for key, hf_key in GGUF_CONFIG_MAPPING[kind].items():
-        value = getattr(config, hf_key, None) if hf_key and key != "vocab_size" else None
-        if isinstance(value, bool) or value is None:
-            continue
-        (writer.add_float32 if isinstance(value, float) else writer.add_uint32)(f"{kind}.{key}", value)
-    writer.add_float32(f"{kind}.rope.freq_base", float(config.rope_parameters["rope_theta"]))
-    writer.add_uint32(f"{kind}.rope.dimension_count", config.head_dim if kind != "phi3" else 8)
-    tokens = [t for t, _ in sorted(tok.get_vocab().items(), key=lambda item: item[1])]
-    writer.add_tokenizer_model("gpt2")
-    writer.add_token_list(tokens)
-    writer.add_token_types([gguf.TokenType.CONTROL if t == "<|endoftext|>" else gguf.TokenType.NORMAL
-                            for t in tokens])
-    merges = json.loads(tok.backend_tokenizer.to_str())["model"]["merges"]
-    writer.add_token_merges([" ".join(m) if isinstance(m, list) else m for m in merges])
-    writer.add_bos_token_id(tok.bos_token_id)
-    writer.add_eos_token_id(tok.eos_token_id)
-    writer.add_pad_token_id(tok.eos_token_id)
-    if unknown_token:
-        writer.add_unk_token_id(tok.eos_token_id)
-    state = model.state_dict()
-    for gguf_name, hf_name in names.items():
-        weights = state[hf_name].detach().float().numpy()
-        if kind == "gemma2" and "norm.weight" in hf_name:
-            weights = weights + 1  # llama.cpp stores Gemma's norms as 1 + w
-        writer.add_tensor(gguf_name, np.ascontiguousarray(weights))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
 
 
 @pytest.mark.parametrize("kind", ["qwen3", "gemma2", "phi3"])

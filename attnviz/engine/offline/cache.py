@@ -1,20 +1,36 @@
-"""The cache of converted models: a folder per model, built once from its source file, atomically, and
-stamped with the source's SHA-256 and the attnviz version that built it. A stamp that does not match (the
-source changed, attnviz was upgraded) means the folder is built again. No torch here."""
+"""The cache of converted models: a folder per model, built once from its source file and stamped.
+
+    written    into a staging folder beside the entry, every file fsynced, then the stamp (the source's
+               SHA-256, the attnviz version, and each file's size, time and SHA-256), then renamed into
+               place: an interrupted or failed build (a full disk) leaves nothing
+    read       the entry must be a real folder (a symbolic link is refused, never followed), hold exactly
+               the files its stamp lists, each a regular file of the stamped size; a file whose time
+               changed is hashed again and must match its SHA-256. Anything else is built again (the
+               stamped folder is attnviz's own: it is moved aside and removed, links inside it removed, never
+               followed)
+    shared     one builder of an entry at a time (a lock file); a second process waits, then reads it
+    read-only  a cache that cannot be written converts into a temporary folder for this run, with one
+               warning
+
+No torch here."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import errno
 import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from attnviz._version import __version__
-from attnviz.errors import ModelLoadError
+from attnviz.errors import AttnvizWarning, ModelLoadError
 
 CACHE_ENV = "ATTNVIZ_CACHE_DIR"
 STAMP = "attnviz-stamp.json"
@@ -43,6 +59,8 @@ def file_sha256(path: Path) -> str:
 
 def _read_stamp(folder: Path) -> dict | None:
     try:
+        if not stat.S_ISREG(os.lstat(folder / STAMP).st_mode):
+            return None
         raw = (folder / STAMP).read_bytes()
         if len(raw) > 65536:
             return None
@@ -59,7 +77,8 @@ def _source_facts(source: Path) -> dict:
 
 def is_current(folder: Path, source: Path) -> bool:
     """The folder was built by this attnviz version from this very file (its SHA-256; hashed again only when
-    the file's size or time changed since the stamp was written)."""
+    the file's size or time changed since the stamp was written), and holds what the stamp lists, unchanged."""
+    refuse_link(folder)
     stamp = _read_stamp(folder)
     if stamp is None or stamp.get("attnviz") != __version__:
         return False
@@ -69,15 +88,60 @@ def is_current(folder: Path, source: Path) -> bool:
         return False
     if facts["size"] != stamp.get("size"):
         return False
-    if facts["mtime_ns"] == stamp.get("mtime_ns"):
-        return True
-    return file_sha256(source) == stamp.get("sha256")
+    if facts["mtime_ns"] != stamp.get("mtime_ns") and file_sha256(source) != stamp.get("sha256"):
+        return False
+    return _holds_what_it_lists(folder, stamp.get("files"))
+
+
+def refuse_link(folder: Path) -> None:
+    """A cache entry that is a symbolic link is not attnviz's: refused, never followed or replaced."""
+    if folder.is_symlink():
+        raise ModelLoadError(f"{folder} is a symbolic link; attnviz does not follow links in its model cache "
+                             f"(remove the link and the model is converted again)")
+
+
+def _holds_what_it_lists(folder: Path, files) -> bool:
+    """Exactly the listed files besides the stamp, each a regular file of its size, and of its SHA-256 when
+    its time changed since it was written."""
+    if not isinstance(files, dict) or not files:
+        return False
+    try:
+        present = {entry.name for entry in folder.iterdir()} - {STAMP}
+        if present != set(files):
+            return False
+        for name, listed in files.items():
+            info = os.lstat(folder / name)
+            if not isinstance(listed, dict) or not stat.S_ISREG(info.st_mode) or info.st_size != listed.get("size"):
+                return False
+            if info.st_mtime_ns != listed.get("mtime_ns") and file_sha256(folder / name) != listed.get("sha256"):
+                return False
+    except OSError:
+        return False
+    return True
+
+
+def _file_facts(path: Path) -> dict:
+    info = os.lstat(path)
+    return {"size": info.st_size, "mtime_ns": info.st_mtime_ns, "sha256": file_sha256(path)}
+
+
+def _fsync(path: Path) -> None:
+    """Make what was written to `path` (a file or a folder's list of names) durable before it is renamed."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover - file systems that cannot sync a folder
+        pass
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager
 def _lock(root: Path, key: str) -> Iterator[None]:
     """One builder of a key at a time (a second process waits, then finds the folder built)."""
-    handle = open(root / f".{key}.lock", "a+b")
+    path = root / f".{key}.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    handle = os.fdopen(fd, "a+b")
     try:
         try:
             import fcntl
@@ -93,37 +157,89 @@ def _lock(root: Path, key: str) -> Iterator[None]:
 def cached_folder(key: str, source: Path, build: Callable[[Path], None], *, root: Path | None = None) -> Path:
     """The cache folder `key`, built from `source` by `build(temporary folder)` when missing or stale.
 
-    The build writes into a temporary folder beside the final one, which is stamped and then renamed into
-    place, so an interrupted build leaves no half-written model. A stale folder is replaced only when its
-    stamp shows attnviz made it; anything else at that path is refused, never deleted."""
+    The build writes into a temporary folder beside the final one, which is synced, stamped and then renamed
+    into place, so an interrupted build leaves no half-written model. A stale folder is replaced only when its
+    stamp shows attnviz made it; anything else at that path is refused, never deleted. A cache that cannot be
+    written (read-only, no permission) converts into a temporary folder for this run, with a warning."""
     root = root or cache_root()
     folder = root / key
     if is_current(folder, source):
         return folder
     try:
         root.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ModelLoadError(f"cannot create the model cache {root}: {exc.strerror or exc}; set {CACHE_ENV} to a "
-                             f"folder attnviz may write to") from None
-    with _lock(root, key):
-        if is_current(folder, source):  # another process built it meanwhile
-            return folder
-        if folder.exists() and _read_stamp(folder) is None:
-            raise ModelLoadError(f"{folder} exists but attnviz did not make it; move it away (attnviz keeps "
-                                 f"converted models there)")
-        facts = _source_facts(source)
-        stamp = {"kind": STAMP_KIND, "attnviz": __version__, "source": source.name,
-                 "sha256": file_sha256(source), **facts}
-        staging = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
-        try:
-            build(staging)
-            (staging / STAMP).write_text(json.dumps(stamp, indent=1), encoding="utf-8")
-            if folder.exists():  # stale, and stamped by attnviz: replace it
+        with _lock(root, key):
+            if is_current(folder, source):  # another process built it meanwhile
+                return folder
+            if (folder.exists() or folder.is_symlink()) and _read_stamp(folder) is None:
+                raise ModelLoadError(f"{folder} exists but attnviz did not make it; move it away (attnviz keeps "
+                                     f"converted models there)")
+            staging = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
+            _build_into(staging, source, build)
+            if folder.exists():  # stale or damaged, and stamped by attnviz: replaced
                 old = Path(tempfile.mkdtemp(prefix=f".{key}.old.", dir=root))
                 os.replace(folder, old / key)
-                shutil.rmtree(old, ignore_errors=True)
+                shutil.rmtree(old, ignore_errors=True)  # removes links inside, never what they point to
             os.replace(staging, folder)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
+            _fsync(root)
+            return folder
+    except OSError as exc:
+        if exc.errno not in UNWRITABLE:
+            raise ModelLoadError(f"cannot write the converted model into the cache {root}: "
+                                 f"{exc.strerror or exc}; nothing was kept") from None
+        reason = exc.strerror or str(exc)
+    return _temporary_build(root, reason, key, source, build)
+
+
+UNWRITABLE = {errno.EROFS, errno.EACCES, errno.EPERM}  # a cache that cannot be written: converted elsewhere
+NO_SPACE = ("No space left on device", "Disk quota exceeded", "File too large")  # the OS's words, in another type
+
+
+def _build_into(staging: Path, source: Path, build: Callable[[Path], None]) -> None:
+    """Build, sync and stamp the staging folder; on any failure remove it. A write that fails (a full disk:
+    OSError, or the message safetensors raises in its own type) is one line."""
+    facts = _source_facts(source)
+    stamp = {"kind": STAMP_KIND, "attnviz": __version__, "source": source.name, "sha256": file_sha256(source),
+             **facts}
+    try:
+        build(staging)
+        names = sorted(entry.name for entry in staging.iterdir())
+        for name in names:
+            if not stat.S_ISREG(os.lstat(staging / name).st_mode):
+                raise ModelLoadError(f"converting {source.name} made {name!r}, which is not a file")
+            _fsync(staging / name)
+        stamp["files"] = {name: _file_facts(staging / name) for name in names}
+        with open(staging / STAMP, "w", encoding="utf-8") as handle:
+            handle.write(json.dumps(stamp, indent=1))
+            handle.flush()
+            os.fsync(handle.fileno())
+        _fsync(staging)
+    except BaseException as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(exc, (ModelLoadError, KeyboardInterrupt, SystemExit)):
             raise
-    return folder
+        found = next((words for words in NO_SPACE if words in str(exc)), None)
+        if isinstance(exc, OSError) or found:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else found or exc
+            code = getattr(exc, "errno", None) or errno.ENOSPC
+            raise OSError(code, f"{why} while converting {source.name}") from None
+        raise
+
+
+def _temporary_build(root: Path, reason: str, key: str, source: Path, build: Callable[[Path], None]) -> Path:
+    """Convert into a temporary folder removed when the process ends: the cache cannot be written."""
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=f"attnviz-{key}."))
+    except OSError as exc:
+        raise ModelLoadError(f"the model cache {root} cannot be written ({reason}) and neither can a temporary "
+                             f"folder ({exc.strerror or exc}); set {CACHE_ENV} to a folder attnviz may write "
+                             f"to") from None
+    atexit.register(shutil.rmtree, staging, True)
+    warnings.warn(f"the model cache {root} cannot be written ({reason}): {source.name} is converted into a "
+                  f"temporary folder for this run only; set {CACHE_ENV} to a folder attnviz may write to, to "
+                  f"convert it once", AttnvizWarning, stacklevel=2)
+    try:
+        _build_into(staging, source, build)
+    except OSError as exc:
+        raise ModelLoadError(f"cannot convert {source.name} into a temporary folder: {exc.strerror or exc}; "
+                             f"nothing was kept") from None
+    return staging
