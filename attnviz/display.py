@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from attnviz import registry
+from attnviz.arguments import checked
 
 # `import attnviz` imports this module (it registers the views), so everything beyond the standard library
 # is imported inside the functions: `import attnviz` loads no numpy, matplotlib or torch.
@@ -85,11 +86,24 @@ def head_table(whole: Any) -> HeadTable:
     return HeadTable(tuple(head_records(whole)))
 
 
+@checked
 def write_view(whole: Any, path: str | os.PathLike, *, layers: Sequence[int] | None = None) -> Path:
-    """The interactive page as one offline HTML file at `path`, written atomically."""
+    """The interactive page as one offline HTML file at `path`, written atomically. `layers`: the layers of the
+    capture (of an encoder-decoder model's, the encoder's) to include, by index (-1 is the last)."""
+    from attnviz.data.capture import Capture
+    from attnviz.data.parts import Parts
+    from attnviz.errors import InputError, SelectionError, arg
     from attnviz.files import atomic_output
     from attnviz.render.viewer import viewer_data, viewer_html
 
+    if not isinstance(whole, (Capture, Parts)):
+        raise InputError(f"view takes a Capture (or an encoder-decoder model's Parts); got {type(whole).__name__}")
+    if layers is not None:
+        count = (whole if isinstance(whole, Capture) else whole.part(whole.names[0])).n_layers
+        if not layers or not all(-count <= layer < count for layer in layers):
+            raise SelectionError(f"{arg('layers')} takes layer indices from 0 to {count - 1} (or -1 for the last); got "
+                                 f"{str(list(layers))[:60]}", "layers")
+        layers = sorted({layer % count for layer in layers})
     target = Path(path).expanduser()
     with atomic_output(target) as tmp:
         tmp.write_text(viewer_html(viewer_data(whole, layers=layers, command="attnviz in Python")), encoding="utf-8")

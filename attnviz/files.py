@@ -87,6 +87,7 @@ class atomic_output:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
             try:
+                sync(self.tmp)  # on disk before it takes the name: a crash leaves the old file or the new one
                 os.replace(self.tmp, self.path)
                 return
             except OSError as err:
@@ -95,6 +96,18 @@ class atomic_output:
         self.tmp.unlink(missing_ok=True)
         if isinstance(exc, OSError):  # a full disk, a quota, an I/O error while writing: one line
             raise OutputError(f"cannot write {self.path}: {exc.strerror or exc}; nothing was written") from None
+
+
+def sync(path: Path) -> None:
+    """fsync a file (or a folder's list of names), so that what was written is on disk before a rename."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError as exc:  # pragma: no cover - file systems that cannot sync a folder say EINVAL
+        if exc.errno != errno.EINVAL:
+            raise
+    finally:
+        os.close(fd)
 
 
 def current_umask() -> int:
@@ -129,6 +142,9 @@ def write_folder(target: str | os.PathLike, force: bool, fill: Callable[[Path], 
     try:
         fill(staging)
         write_manifest(staging, what)
+        for entry in staging.iterdir():
+            sync(entry)
+        sync(staging)
         _swap(staging, target, before)
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)

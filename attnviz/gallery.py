@@ -20,10 +20,11 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from attnviz.arguments import checked
 from attnviz.files import MANIFEST, write_folder  # noqa: F401 (MANIFEST re-exported)
 from attnviz.data.capture import Capture
 from attnviz.data.parts import Parts
-from attnviz.errors import InputError, OutputError
+from attnviz.errors import arg, InputError, OutputError, SelectionError
 from attnviz.metrics import head_records
 from attnviz.panels import Panel, Scale, ScaleChoice, attention_panels, text_subtitle
 from attnviz.records import to_csv, to_json
@@ -301,6 +302,16 @@ class ExportPart:
         return len(self.layers) * (len(self.heads) + 1)
 
 
+def _indices(chosen: Sequence[int] | None, count: int, name: str) -> list[int]:
+    if chosen is None:
+        return list(range(count))
+    if not chosen or not all(-count <= i < count for i in chosen):
+        raise SelectionError(f"{arg(name)} takes indices from 0 to {count - 1} (or -1 for the last); got "
+                             f"{str(list(chosen))[:60]}", name)
+    return sorted({i % count for i in chosen})
+
+
+@checked
 def export(capture: Capture | Parts, target: str | os.PathLike, *, layers: Sequence[int] | None = None,
            heads: Sequence[int] | None = None, items: Sequence[ExportPart] | None = None, fmt: str = "png",
            dpi: int = DEFAULT_DPI, cmap: str = "viridis", workers: int = 1, force: bool = False,
@@ -312,10 +323,13 @@ def export(capture: Capture | Parts, target: str | os.PathLike, *, layers: Seque
     `heads`). An encoder-decoder model's parts each get their own images (encoder_…, decoder_…, cross_…),
     grid and gallery section, and a `part` column in heads.csv/heads.json."""
 
-    if items is None:
-        if not isinstance(capture, Capture) or layers is None or heads is None:
-            raise ValueError("export needs items, or one Capture with layers and heads")
-        items = [ExportPart(capture, layers, heads)]
+    if items is None:  # every part's layers and heads, or those chosen (by index; -1 is the last)
+        if not isinstance(capture, (Capture, Parts)):
+            raise InputError(f"export takes a Capture (or an encoder-decoder model's Parts); got "
+                             f"{type(capture).__name__}")
+        parts = [capture] if isinstance(capture, Capture) else [capture.part(name) for name in capture.names]
+        items = [ExportPart(part, _indices(layers, part.n_layers, "layers"), _indices(heads, part.n_heads, "heads"),
+                            f"{part.part}_" if isinstance(capture, Parts) else "") for part in parts]
 
     if fmt not in FORMATS:
         raise OutputError(f"unknown format {fmt!r}: use {', '.join(FORMATS)}")

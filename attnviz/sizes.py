@@ -7,6 +7,7 @@ import os
 from attnviz.errors import InputError
 
 MAX_SIZE = 1 << 50  # 1 PiB: no size attnviz is told can be larger
+MAX_NEW_TOKENS = 4096  # tokens one generation writes, at most
 
 
 def size_text(n: float) -> str:

@@ -218,3 +218,93 @@ def test_an_old_manifest_without_its_command_is_told_apart_by_its_files(tmp_path
     line = one_line_error(run("export", "--from", cat_capture.save(tmp_path / "c.npz"), "--out-dir", stats,
                               "--layers", "0", "--heads", "0", "--force"))
     assert "corpus statistics" in line
+
+
+# --- a real full disk and a real read-only folder, for every command that writes ---------------------------
+# A tmpfs is mounted where the test may (root with CAP_SYS_ADMIN, as in CI's container); elsewhere the same
+# commands run in a subprocess whose file-size limit (RLIMIT_FSIZE) makes every write past 1 KB fail with
+# "File too large", the same path through the code as a full disk.
+
+WRITERS = {  # (a saved capture, the folder to write into, a model folder, a file of texts) -> the command
+    "heatmap png": lambda cap, out, model, texts: ["heatmap", "--from", cap, "-o", out / "out.png"],
+    "heatmap svg": lambda cap, out, model, texts: ["heatmap", "--from", cap, "-o", out / "out.svg"],
+    "capture npz": lambda cap, out, model, texts: ["capture", "The cat sat", "-m", model, "-o", out / "out.npz"],
+    "view html": lambda cap, out, model, texts: ["view", "--from", cap, "-o", out / "page.html"],
+    "export folder": lambda cap, out, model, texts: ["export", "--from", cap, "--out-dir", out / "gallery",
+                                                     "--workers", "1"],
+    "corpus folder": lambda cap, out, model, texts: ["corpus", texts, "-m", model, "--out-dir", out / "stats"],
+}
+
+
+@pytest.fixture
+def writer_inputs(tmp_path, tiny_model_dir):
+    texts = tmp_path / "texts.txt"
+    texts.write_text("The cat sat on the mat.\nA dog ran in the park.\n")
+    return small_capture().save(tmp_path / "c.npz"), tiny_model_dir("bert"), texts
+
+
+def fill_up(folder: Path) -> None:
+    """Write until the file system says it is full (leaving it full)."""
+    with open(folder / "filler", "wb") as handle:
+        try:
+            while True:
+                handle.write(bytes(1 << 16))
+                handle.flush()
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+    # the handle's close flushes nothing more: everything was flushed
+
+
+def state_of(folder: Path) -> dict:
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} | {
+        p.name + "/": sorted(q.name for q in p.iterdir()) for p in folder.iterdir() if p.is_dir()}
+
+
+@pytest.mark.parametrize("writer", WRITERS)
+def test_a_full_disk_is_one_line_and_the_users_files_stay_as_they_were(tmp_path, writer, writer_inputs):
+    from helpers import small_filesystem
+
+    capture, model, texts = writer_inputs
+    args = WRITERS[writer](capture, tmp_path / "disk", model, texts)
+    with small_filesystem(tmp_path / "disk", size="1m") as disk:
+        if disk is None:
+            limited = run_limited(args, tmp_path / "disk")
+            assert limited.returncode == 1 and len(limited.stderr.strip().splitlines()) == 1, limited.stderr
+            assert "File too large" in limited.stderr
+            return
+        (disk / "precious.txt").write_text("the user's own file")
+        (disk / "out.png").write_bytes(b"an earlier picture")
+        fill_up(disk)
+        before = state_of(disk)
+        message = one_line_error(run(*args))
+        assert "No space left on device" in message
+        assert state_of(disk) == before  # nothing half-written, nothing replaced, nothing removed
+
+
+def run_limited(args, folder: Path):
+    import resource
+
+    folder.mkdir(exist_ok=True)
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1024, resource.RLIM_INFINITY))
+
+    return subprocess.run([*attnviz_command(), *map(str, args)], capture_output=True, text=True, timeout=120,
+                          preexec_fn=limit)
+
+
+@pytest.mark.parametrize("writer", WRITERS)
+def test_a_read_only_folder_is_one_line_and_changes_nothing(tmp_path, writer, writer_inputs):
+    from helpers import small_filesystem
+
+    capture, model, texts = writer_inputs
+    with small_filesystem(tmp_path / "ro", size="1m") as folder:
+        if folder is None:
+            pytest.skip("mounting a read-only file system needs root here")
+        (folder / "precious.txt").write_text("the user's own file")
+        subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True)
+        before = state_of(folder)
+        message = one_line_error(run(*WRITERS[writer](capture, folder, model, texts)))
+        assert "Read-only file system" in message
+        assert state_of(folder) == before

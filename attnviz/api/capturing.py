@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from attnviz.arguments import checked
 from attnviz.api.models import borrows, resolve_model
 from attnviz.data.capture import Capture
 from attnviz.data.parts import PART_NAMES, Parts, load_capture
@@ -45,6 +46,7 @@ class Keep:
 
 
 @borrows
+@checked
 def capture(text: str, *, model: Any = None, tokenizer: Any = None, words: bool = False, stream: bool | None = None,
             keep: Keep | None = None, part: str | None = None, target: str | None = None,
             max_new_tokens: int | None = None, decoding: Any = None, truncate: bool = True, device: str = "auto",
@@ -74,6 +76,7 @@ def capture(text: str, *, model: Any = None, tokenizer: Any = None, words: bool 
                        reporter=reporter or Reporter())
 
 
+@checked
 def from_outputs(outputs: Any, inputs: Any, tokenizer: Any, *, text: str | None = None,
                  model: str | None = None) -> Capture:
     """The Capture of the essays' own code: `out = model(**inputs, output_attentions=True)`, then

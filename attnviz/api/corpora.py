@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from attnviz.arguments import checked
 from attnviz.api.models import borrows, resolve_model
 from attnviz.corpora import CorpusState, Line, merge_states
 from attnviz.corpora.run import BatchRunner, run_local
@@ -14,6 +15,7 @@ __all__ = ["corpus", "merge", "CorpusState"]
 
 
 @borrows
+@checked
 def corpus(texts: Iterable[str], *, model: Any = None, tokenizer: Any = None, batch_size: int = 32,
            max_length: int | None = None, words: bool = False, truncate: bool = True, device: str = "auto",
            dtype: str = "float32", reporter: Reporter | None = None) -> CorpusState:
@@ -34,6 +36,7 @@ def corpus(texts: Iterable[str], *, model: Any = None, tokenizer: Any = None, ba
     return state
 
 
+@checked
 def merge(states: Sequence[CorpusState]) -> CorpusState:
     """Runs over parts of a corpus combined into what one run over all of it gives."""
     return merge_states(list(states))

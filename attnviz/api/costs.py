@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from attnviz.arguments import checked
 from attnviz.api.models import borrows, resolve_model
 from attnviz.display import records_html
 from attnviz.errors import InputError, UsageError
@@ -54,6 +55,7 @@ class Cost:
 
 
 @borrows
+@checked
 def cost(*, model: Any = None, tokenizer: Any = None, lengths: Sequence[int] | None = None, max_length: int = 2048,
          repeats: int = 1, device: str = "auto", dtype: str = "float32", reporter: Reporter | None = None) -> Cost:
     """Measure both paths at each of `lengths` (default: powers of two from 64 up to `max_length` and the

@@ -11,9 +11,11 @@ import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from attnviz.arguments import checked
 from attnviz.devices import DEVICES, DTYPES  # re-exported
 from attnviz.engine.families import FAMILIES, Family
 from attnviz.engine.loading import LoadedModel as Model
+from attnviz.errors import InputError, arg
 
 # The engine (torch, transformers) is imported inside each function, so that `import attnviz` and a saved
 # capture never load it.
@@ -22,6 +24,7 @@ __all__ = ["Model", "load_model", "resolve_model", "conversion_pending", "model_
            "DTYPES"]
 
 
+@checked
 def load_model(name: str | None = None, *, device: str = "auto", dtype: str = "float32", revision: str | None = None,
                trust_remote_code: bool = False, memory_budget: int | None = None, lm_head: bool | str = False) -> Model:
     """Load a model once for many captures: an offline name (minilm, multilingual, smollm2), a Hugging Face
@@ -33,6 +36,7 @@ def load_model(name: str | None = None, *, device: str = "auto", dtype: str = "f
                 memory_budget=memory_budget, lm_head=lm_head)
 
 
+@checked
 def resolve_model(model: Any = None, tokenizer: Any = None, *, device: str = "auto", dtype: str = "float32",
                   lm_head: bool | str = False) -> Model:
     """`model=` as every API function takes it, as a Model in eval mode: loaded by name (None: the default), or
@@ -46,8 +50,20 @@ def resolve_model(model: Any = None, tokenizer: Any = None, *, device: str = "au
         from attnviz.engine.loading import wrap
 
         loaded = wrap(model, tokenizer)
+    if lm_head is True and not loaded.seq2seq and _without_head(loaded.model):
+        raise InputError(f"this needs {loaded.name} with its language-model head, and {arg('model')} was loaded "
+                         f"without one: load it with attnviz.load_model(…, lm_head=True), or pass its name")
     loaded.model.eval()  # dropout off while attnviz runs it; @borrows puts the caller's mode back
     return loaded
+
+
+def _without_head(module: Any) -> bool:
+    """A transformers model without a language-model head (AutoModel rather than AutoModelForCausalLM)."""
+    heads = getattr(module, "get_output_embeddings", None)
+    try:
+        return heads is None or heads() is None
+    except (AttributeError, NotImplementedError, TypeError):
+        return True
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -129,6 +145,7 @@ def borrows(function: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+@checked
 def conversion_pending(name: str | None) -> str | None:
     """The offline model that `name` names, if its one-time conversion into the model cache is still to run
     (the first load takes longer then); else None."""
@@ -138,6 +155,7 @@ def conversion_pending(name: str | None) -> str | None:
     return pending(name or default_model())
 
 
+@checked
 def model_shape(name: str | None) -> tuple[int, int] | None:
     """(layers, heads) of a model's attention, read from its config.json alone before any weights load, so
     that a selection out of range is refused at once; None where that is not cheap or not certain (a model

@@ -3,12 +3,14 @@ detect (previous-token, duplicate-token and induction heads, then the causal tes
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from typing import Any
 
+from attnviz.arguments import checked
 from attnviz.api.models import borrows, resolve_model
 from attnviz.engine.ablation import Ablation, Detection, Importance
-from attnviz.errors import InputError
+from attnviz.errors import arg, InputError, UsageError
 from attnviz.progress import Reporter
 from attnviz.selection import parse_pairs, resolve_pairs
 from attnviz.text import check_text
@@ -45,14 +47,23 @@ def _encoded_inputs(loaded, texts: Sequence[str], truncate: bool) -> list[dict]:
 
 
 def _head_pairs(heads: Any, L: int, H: int) -> list[tuple[int, int]]:
+    """`heads` as (layer, head) pairs within the model: "5.11,3.0", or pairs (layer, head or "all")."""
     if isinstance(heads, str):
-        pairs = parse_pairs(heads)
-    else:
-        pairs = tuple((int(layer), head if head == "all" else int(head)) for layer, head in heads)
-    return resolve_pairs(pairs, L, H)
+        return resolve_pairs(parse_pairs(heads), L, H)
+
+    def whole(value) -> bool:
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+    if not isinstance(heads, (list, tuple)) or not heads or not all(
+            isinstance(pair, (list, tuple)) and len(pair) == 2 and whole(pair[0])
+            and (whole(pair[1]) or pair[1] == "all") for pair in heads):
+        raise UsageError(f"{arg('heads')} takes heads as \"5.11,3.0\" or (layer, head) pairs such as [(5, 11), "
+                         f"(3, \"all\")]; got {str(heads)[:60]}", "heads")
+    return resolve_pairs(tuple((int(layer), head if head == "all" else int(head)) for layer, head in heads), L, H)
 
 
 @borrows
+@checked
 def ablate(text: str, *, heads: Any, model: Any = None, tokenizer: Any = None, mode: str = "zero",
            mean_over: Sequence[str] | None = None, truncate: bool = True, device: str = "auto",
            dtype: str = "float32"):
@@ -82,6 +93,7 @@ def ablate(text: str, *, heads: Any, model: Any = None, tokenizer: Any = None, m
 
 
 @borrows
+@checked
 def importance(texts: str | Sequence[str], *, model: Any = None, tokenizer: Any = None, mode: str = "zero",
                truncate: bool = True, device: str = "auto", dtype: str = "float32", batched: bool = True,
                reporter: Reporter | None = None):
@@ -105,6 +117,7 @@ def importance(texts: str | Sequence[str], *, model: Any = None, tokenizer: Any 
 
 
 @borrows
+@checked
 def detect(*, model: Any = None, tokenizer: Any = None, length: int = 50, sequences: int = 4, seed: int = 0,
            draws: int = 10, mode: str = "zero", device: str = "auto", dtype: str = "float32",
            reporter: Reporter | None = None):

@@ -9,12 +9,13 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from attnviz.arguments import checked
 from attnviz.api.capturing import capture as capture_text
 from attnviz.api.models import Model, borrows, resolve_model
 from attnviz.data.capture import Capture
 from attnviz.data.parts import Parts, load_capture
 from attnviz.display import records_html
-from attnviz.errors import InputError
+from attnviz.errors import arg, InputError, UsageError
 from attnviz.metrics import differences
 from attnviz.panels import positions_page, steps_page
 from attnviz.progress import Reporter
@@ -120,6 +121,7 @@ class Verification:
 
 
 @borrows
+@checked
 def verify(text: str | None = None, *, model: Any = None, tokenizer: Any = None,
            capture: Capture | Parts | str | os.PathLike | None = None, source: str | None = None,
            norms: bool = False, tolerance: float | None = None, truncate: bool = True, target: str | None = None,
@@ -285,6 +287,7 @@ class Steps:
 
 
 @borrows
+@checked
 def steps(text: str, *, model: Any = None, tokenizer: Any = None, layer: int = 0, head: int = 0,
           token: str | int | None = None, truncate: bool = True, device: str = "auto", dtype: str = "float32",
           reporter: Reporter | None = None) -> Steps:
@@ -337,6 +340,7 @@ class Positions:
 
 
 @borrows
+@checked
 def positions(text: str, *, model: Any = None, tokenizer: Any = None, seed: int = 0, device: str = "auto",
               dtype: str = "float32", reporter: Reporter | None = None) -> Positions:
     """Shuffle the words (seeded) and run the model on both orders, with its position embeddings and with them
@@ -385,12 +389,21 @@ class Scaling:
         return scaling_figure(list(self.rows), self.T, self.d_k, self.model)
 
 
+MAX_DK = 4096  # scaling's random vectors: d_k at most (a T × d_k draw per value)
+MAX_DK_VALUES = 8
+
+
 @borrows
+@checked
 def scaling(text: str, *, model: Any = None, tokenizer: Any = None, dk: list[int] | None = None,
             truncate: bool = True, device: str = "auto", dtype: str = "float32",
             reporter: Reporter | None = None) -> Scaling:
-    """The √d_k experiment on real weights; `dk`: the random-vector check also at these d_k."""
+    """The √d_k experiment on real weights; `dk`: the random-vector check also at these d_k (up to
+    MAX_DK_VALUES of them, each from 1 to MAX_DK)."""
     check_text(text)
+    if dk is not None and (not 1 <= len(dk) <= MAX_DK_VALUES or not all(1 <= d <= MAX_DK for d in dk)):
+        raise UsageError(f"{arg('dk')} takes up to {MAX_DK_VALUES} whole numbers from 1 to {MAX_DK:,}; got "
+                         f"{str(list(dk))[:60]}", "dk")
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype)
     from attnviz.engine.fromscratch.adapters import seq2seq_adapter_for
     from attnviz.engine.fromscratch.scaling import scaling_rows, synthetic_row, synthetic_scaling

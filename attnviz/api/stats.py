@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from attnviz.arguments import checked
 from attnviz.api.capturing import Keep, capture as capture_text
 from attnviz.blocks import sum_blocks
 from attnviz.data.capture import Capture
@@ -21,6 +22,7 @@ from attnviz.text import visible
 __all__ = ["heads", "HeadTable", "rollout", "Rollout"]
 
 
+@checked
 def heads(source: Capture | str, **capture_options: Any) -> HeadTable:
     """The head statistics of a capture (or of a text, captured with `capture_options`): one record per layer
     and head, every registered metric and the pattern label."""
@@ -77,6 +79,7 @@ def _default_token(kinds, n: int, causal: bool) -> int:
     return n - 1 if causal or not starts else starts[0]
 
 
+@checked
 def rollout(source: Capture | str, *, token: str | int | None = None, **capture_options: Any) -> Rollout:
     """Attention rollout of a capture (or of a text, captured with `capture_options`) for `token` (an index or
     a token's text; default [CLS]/the first start token for encoders, the last token for causal models)."""

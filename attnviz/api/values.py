@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from attnviz.arguments import checked
 from attnviz.api.models import borrows, resolve_model
 from attnviz.blocks import row_shares
 from attnviz.data.capture import Capture
@@ -83,6 +84,7 @@ class Norms:
 
 
 @borrows
+@checked
 def norms(text: str, *, model: Any = None, tokenizer: Any = None, truncate: bool = True, device: str = "auto",
           dtype: str = "float32", reporter: Reporter | None = None) -> Norms:
     """Value-weighted norms of every layer and head (Kobayashi et al. 2020), with the exact check."""
@@ -137,6 +139,7 @@ class Sinks:
 
 
 @borrows
+@checked
 def sinks(text: str, *, model: Any = None, tokenizer: Any = None, threshold: float = 0.3, truncate: bool = True,
           device: str = "auto", dtype: str = "float32", reporter: Reporter | None = None) -> Sinks:
     """Which tokens are sinks in which layers (a sink score above `threshold`, 0 to 1), and by value-weighted

@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 import html
 from typing import Any
 
+from attnviz.arguments import checked
 from attnviz.api.capturing import capture as capture_text
 from attnviz.api.models import borrows, resolve_model
 from attnviz.data.capture import Capture
@@ -77,6 +78,7 @@ class Generation:
 
 
 @borrows
+@checked
 def generate(text: str, *, model: Any = None, tokenizer: Any = None, decoding: Decoding | None = None,
              max_new_tokens: int | None = None, part: str | None = None, truncate: bool = True, device: str = "auto",
              dtype: str = "float32", reporter: Reporter | None = None) -> Generation:
@@ -85,7 +87,7 @@ def generate(text: str, *, model: Any = None, tokenizer: Any = None, decoding: D
     default, or an attnviz.Decoding(sample=True, temperature=…, top_p=…, seed=…); `max_new_tokens` (default
     20) when no decoding is given. `part`: of an encoder-decoder model, the decoder or cross attention."""
     check_text(text)
-    decoding = decoding or Decoding(max_new_tokens=max_new_tokens or 20)
+    decoding = decoding or Decoding(max_new_tokens=20 if max_new_tokens is None else max_new_tokens)
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype, lm_head=True)
     reporter = reporter or Reporter()
     if loaded.seq2seq:  # the decoder writes; the per-step view follows `part` (default: cross-attention)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 import typer
 from rich.text import Text
 
+from attnviz.sizes import MAX_NEW_TOKENS  # noqa: F401 (the options' bound; inputs imports it here)
 from attnviz.devices import DEVICE_ALIASES, DEVICES, DTYPE_ALIASES, DTYPES  # one definition of each (no torch)
 from attnviz.selection import Selection
 from attnviz.text import visible
@@ -262,7 +263,6 @@ ColsOpt = Annotated[Optional[Selection], typer.Option(
     help="Only these key columns, exactly: 0-40, 0:8192, or generated / prompt.")]
 
 
-MAX_NEW_TOKENS = 4096
 PART_CHOICES = ("encoder", "decoder", "cross")
 PART_ALIASES = {"enc": "encoder", "dec": "decoder", "cross-attention": "cross", "encoder-decoder": "cross"}
 _PART_HELP = ("Encoder-decoder models (T5, BART, Marian): which attention — encoder (source × source), decoder "

@@ -135,13 +135,16 @@ def _show(result, loaded) -> None:
 
 
 def _dk_list(value) -> list[int]:
-    """--dk 16,64,256: up to 8 whole numbers from 1 to 4,096."""
+    """--dk 16,64,256: up to MAX_DK_VALUES whole numbers from 1 to MAX_DK."""
+    from attnviz.api.scratch import MAX_DK, MAX_DK_VALUES  # here: --help loads no numpy
+
     if isinstance(value, list):
         return value
     parts = [p.strip() for p in str(value).split(",")]
-    if not 1 <= len(parts) <= 8 or not all(p.isascii() and p.isdigit() and 1 <= int(p) <= 4096 for p in parts):
-        raise typer.BadParameter(f"{visible(str(value))[:40]!r}: give up to 8 whole numbers from 1 to 4,096, "
-                                 f"comma-separated (16,64,256)")
+    if not 1 <= len(parts) <= MAX_DK_VALUES or not all(p.isascii() and p.isdigit() and 1 <= int(p) <= MAX_DK
+                                                        for p in parts):
+        raise typer.BadParameter(f"{visible(str(value))[:40]!r}: give up to {MAX_DK_VALUES} whole numbers from 1 to "
+                                 f"{MAX_DK:,}, comma-separated (16,64,256)")
     return [int(p) for p in parts]
 
 

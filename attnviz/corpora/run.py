@@ -52,6 +52,8 @@ class BatchRunner:
         if batch_size < 1:
             raise InputError(f"{arg('batch_size')} must be at least 1", "batch_size")
         limit = loaded.max_positions
+        if max_length is not None and max_length < 1:
+            raise InputError(f"{arg('max_length')} must be at least 1 token", "max_length")
         if max_length is not None and limit and max_length > limit:
             raise InputError(f"{arg('max_length')} {max_length} is more than {loaded.name} takes ({limit} tokens)")
         self.loaded, self.batch_size, self.truncate, self.words = loaded, batch_size, truncate, words

@@ -11,6 +11,8 @@ Memory is one (L, H, T, T) array filled in place, not a copy per step.
 
 from __future__ import annotations
 
+import math
+import numbers
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -21,7 +23,8 @@ from attnviz.data.capture import Capture
 from attnviz.engine.forward import attentions_of, encode, make_capture
 from attnviz.engine.loading import layers_and_heads
 from attnviz.engine.memory import check_memory
-from attnviz.errors import AttentionCheckError, AttnvizWarning, InputError
+from attnviz.errors import arg, AttentionCheckError, AttnvizWarning, InputError, UsageError
+from attnviz.sizes import MAX_NEW_TOKENS
 from attnviz.tokens import readable_tokens, special_ids, special_kind as _special_kind
 
 
@@ -34,6 +37,27 @@ class Decoding:
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        """Refuse what no decoding can be, naming the argument (as Python or the command line spells it)."""
+        def whole(value) -> bool:
+            return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+        def real(value) -> bool:
+            return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+        if not whole(self.max_new_tokens) or not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS:
+            raise UsageError(f"{arg('max_new_tokens')} takes a whole number from 1 to {MAX_NEW_TOKENS:,}; got "
+                             f"{self.max_new_tokens!r:.40}", "max_new_tokens")
+        if not isinstance(self.sample, bool):
+            raise UsageError(f"{arg('sample')} takes True or False; got {self.sample!r:.40}", "sample")
+        if not real(self.temperature) or self.temperature <= 0:
+            raise UsageError(f"{arg('temperature')} takes a number above 0; got {self.temperature!r:.40}",
+                             "temperature")
+        if not real(self.top_p) or not 0 < self.top_p <= 1:
+            raise UsageError(f"{arg('top_p')} takes a number above 0 and at most 1; got {self.top_p!r:.40}", "top_p")
+        if not whole(self.seed) or not 0 <= self.seed < 2**64:
+            raise UsageError(f"{arg('seed')} takes a whole number from 0 to 2**64 - 1; got {self.seed!r:.40}", "seed")
 
     def describe(self) -> str:
         if not self.sample:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from attnviz.data.capture import Capture
+from attnviz.errors import UsageError
 
 from attnviz.metrics.rows import Rows, Tokens, own_segment_rows, distance_rows, normalised_entropy_rows, repeat_rows
 
@@ -167,10 +168,10 @@ FIXED_COLUMNS = ("layer", "head", "label")
 def register(metric: Metric) -> Metric:
     """Add a metric to every head table. Names and headers must be new."""
     if (metric.rows is None) == (metric.columns is None):
-        raise ValueError(f"metric {metric.name!r} needs exactly one of rows= or columns=")
+        raise UsageError(f"metric {metric.name!r} needs exactly one of rows= or columns=")
     taken = {key for m in METRICS for key in (m.name, m.header)} | set(FIXED_COLUMNS)
     if metric.name in taken or metric.header in taken:
-        raise ValueError(f"a metric or column named {metric.name!r}/{metric.header!r} exists already")
+        raise UsageError(f"a metric or column named {metric.name!r}/{metric.header!r} exists already")
     METRICS.append(metric)
     return metric
 

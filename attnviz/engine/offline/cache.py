@@ -31,6 +31,7 @@ from pathlib import Path
 
 from attnviz._version import __version__
 from attnviz.errors import AttnvizWarning, ModelLoadError
+from attnviz.files import sync
 
 CACHE_ENV = "ATTNVIZ_CACHE_DIR"
 STAMP = "attnviz-stamp.json"
@@ -125,17 +126,6 @@ def _file_facts(path: Path) -> dict:
     return {"size": info.st_size, "mtime_ns": info.st_mtime_ns, "sha256": file_sha256(path)}
 
 
-def _fsync(path: Path) -> None:
-    """Make what was written to `path` (a file or a folder's list of names) durable before it is renamed."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover - file systems that cannot sync a folder
-        pass
-    finally:
-        os.close(fd)
-
-
 @contextlib.contextmanager
 def _lock(root: Path, key: str) -> Iterator[None]:
     """One builder of a key at a time (a second process waits, then finds the folder built)."""
@@ -180,7 +170,7 @@ def cached_folder(key: str, source: Path, build: Callable[[Path], None], *, root
                 os.replace(folder, old / key)
                 shutil.rmtree(old, ignore_errors=True)  # removes links inside, never what they point to
             os.replace(staging, folder)
-            _fsync(root)
+            sync(root)
             return folder
     except OSError as exc:
         if exc.errno not in UNWRITABLE:
@@ -206,13 +196,13 @@ def _build_into(staging: Path, source: Path, build: Callable[[Path], None]) -> N
         for name in names:
             if not stat.S_ISREG(os.lstat(staging / name).st_mode):
                 raise ModelLoadError(f"converting {source.name} made {name!r}, which is not a file")
-            _fsync(staging / name)
+            sync(staging / name)
         stamp["files"] = {name: _file_facts(staging / name) for name in names}
         with open(staging / STAMP, "w", encoding="utf-8") as handle:
             handle.write(json.dumps(stamp, indent=1))
             handle.flush()
             os.fsync(handle.fileno())
-        _fsync(staging)
+        sync(staging)
     except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
         if isinstance(exc, (ModelLoadError, KeyboardInterrupt, SystemExit)):
