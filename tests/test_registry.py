@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from attnviz import metrics
 from attnviz.cli import app
+from attnviz.errors import UsageError
 from attnviz.gallery import export
 
 COMMANDS_PAGE = Path(__file__).resolve().parent.parent / "docs" / "commands.md"
@@ -58,7 +59,7 @@ def test_a_registered_metric_reaches_every_output(extra_metric, tmp_path):
 
 
 def test_names_and_headers_are_unique():
-    with pytest.raises(ValueError, match="exists"):
+    with pytest.raises(UsageError, match="exists"):
         metrics.register(metrics.Metric("entropy", "e2", "dup", rows=lambda r: r.alpha.max(axis=-1)))
     keys = [k for m in metrics.METRICS for k in {m.name, m.header}]
     assert len(keys) == len(set(keys))
