@@ -5,6 +5,7 @@ errors, JSON/CSV records on stdout, where -o writes, and how a library argument 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,18 @@ from attnviz.text import visible
 # each command's --help light: a command module loads only what its own command needs, when it runs.
 
 
-out = Console()
-err = Console(stderr=True)
+class TrimmedConsole(Console):
+    """A Console that, writing to a pipe or a file, leaves no spaces at the ends of lines (a table's cells are
+    padded to its width, which a script reading the output does not want). In a terminal nothing changes."""
+
+    def _render_buffer(self, buffer) -> str:
+        text = super()._render_buffer(buffer)
+        return text if self.is_terminal else _TRAILING.sub("", text)
+
+
+_TRAILING = re.compile(r"[ \t]+(?=\n|$)")
+out = TrimmedConsole()
+err = TrimmedConsole(stderr=True)
 # --- printing ----------------------------------------------------------------------------------------
 
 
