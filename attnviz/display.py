@@ -20,17 +20,30 @@ from attnviz.arguments import checked
 # `import attnviz` imports this module (it registers the views), so everything beyond the standard library
 # is imported inside the functions: `import attnviz` loads no numpy, matplotlib or torch.
 
-FRAME_HEIGHT_PX = 760
+FRAME_HEIGHT_PX = 760  # the frame's height until the page inside says how tall it is (at most FRAME_MAX_PX)
+FRAME_MAX_PX = 2000
+
+# Beside the frame: resize it to the height its page posts (a number, from that frame's window only).
+_FIT = ("<script>(function () {{ var f = document.getElementById('{id}'); if (!f) return;"
+        " window.addEventListener('message', function (e) {{ if (e.source !== f.contentWindow || !e.data) return;"
+        " var h = Number(e.data.attnvizHeight); if (h > 0 && h < {max}) f.style.height = Math.round(h) + 'px'; }});"
+        " }})();</script>")
 
 
 def inline_html(whole: Any) -> str:
     """The interactive viewer as one sandboxed frame: its own document (scripts, styles, data and the page's
-    Content-Security-Policy inside), so several views in one notebook never share an id or a script."""
+    Content-Security-Policy inside), so several views in one notebook never share an id or a script. The page
+    posts its height and a few lines beside the frame fit the frame to it (where the notebook runs them:
+    Jupyter and VS Code do; elsewhere the frame keeps FRAME_HEIGHT_PX)."""
+    import uuid
+
     from attnviz.render.viewer import viewer_data, viewer_html
 
     page = viewer_html(viewer_data(whole, command="attnviz in a notebook"))
-    return (f'<iframe class="attnviz-view" srcdoc="{html.escape(page, quote=True)}" sandbox="allow-scripts" '
-            f'style="width: 100%; height: {FRAME_HEIGHT_PX}px; border: 0" title="attnviz view"></iframe>')
+    frame = f"attnviz-view-{uuid.uuid4().hex[:12]}"
+    return (f'<iframe id="{frame}" class="attnviz-view" srcdoc="{html.escape(page, quote=True)}" '
+            f'sandbox="allow-scripts" style="width: 100%; height: {FRAME_HEIGHT_PX}px; border: 0" '
+            f'title="attnviz view"></iframe>' + _FIT.format(id=frame, max=FRAME_MAX_PX))
 
 
 def heatmap_figure(whole: Any, layer: int = -1, head: int | str = "mean", *, cmap: str = "viridis",

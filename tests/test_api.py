@@ -188,8 +188,11 @@ def test_what_a_capture_shows(tiny_model_dir, tmp_path):
     page = capture.view(tmp_path / "v.html")
     assert "attnviz-data" in page.read_text()
     frame = capture._repr_html_()
-    assert frame.startswith('<iframe class="attnviz-view" srcdoc="') and 'sandbox="allow-scripts"' in frame
-    assert "<script" not in frame  # the page is inside the attribute, escaped: nothing runs in the notebook itself
+    assert frame.startswith('<iframe id="attnviz-view-') and 'sandbox="allow-scripts"' in frame
+    # the page is inside the attribute, escaped; what runs in the notebook itself is only the fixed lines that
+    # fit the frame to the height its page posts
+    outside = frame[frame.index("</iframe>"):]
+    assert frame.count("<script") == 1 and outside.startswith("</iframe><script>") and "attnvizHeight" in outside
     assert "Content-Security-Policy" in frame
 
 
@@ -247,7 +250,7 @@ def test_a_real_notebook_shows_working_viewers(tmp_path):
     assert not errors, errors
     assert any("6 (1, 12, 8, 8)" in o.get("text", "") for o in outputs)
     frames = [o["data"]["text/html"] for o in outputs if "text/html" in o.get("data", {})
-              and o["data"]["text/html"].startswith("<iframe")]
+              and o["data"]["text/html"].startswith("<iframe")]  # (each with the lines that fit it)
     tables = [o["data"]["text/html"] for o in outputs if "text/html" in o.get("data", {})
               and "attnviz-heads" in o["data"]["text/html"]]
     images = [o for o in outputs if "image/png" in o.get("data", {})]

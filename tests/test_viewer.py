@@ -169,7 +169,11 @@ def test_loads_offline_with_no_errors_and_no_requests(browser, cat_capture, tmp_
 @pytest.mark.browser
 def test_hover_keeps_only_that_tokens_lines(browser, cat_capture, tmp_path):
     page = Page(browser, write_page(tmp_path, cat_capture))
-    alpha = cat_capture.attentions[0]  # layer 0 is shown first, every head on
+    alpha = cat_capture.attentions[0]  # layer 0 is shown first, head 0 alone (all heads are a tangle)
+    assert page.js("[...window.attnvizViewer.state.heads]") == [0]
+    low, high = expected_lines(alpha, [0])
+    assert low <= page.lines() <= high
+    page.page.click("#av-all-heads")
     heads = range(cat_capture.n_heads)
     low, high = expected_lines(alpha, heads)
     assert low <= page.lines() <= high
@@ -217,7 +221,7 @@ def test_keyboard_reaches_tokens_and_thumbnails(browser, cat_capture, tmp_path):
     assert focused == "left"
     first = page.js("Number(document.activeElement.dataset.index)")
     assert first == 0
-    low, high = expected_lines(cat_capture.attentions[0], range(cat_capture.n_heads), rows=[0])
+    low, high = expected_lines(cat_capture.attentions[0], [0], rows=[0])
     assert low <= page.lines() <= high
     page.page.keyboard.press("ArrowDown")
     assert page.js("Number(document.activeElement.dataset.index)") == 1
@@ -259,6 +263,30 @@ def test_matrix_view_shows_the_weight_under_the_pointer(browser, cat_capture, tm
 
 
 @pytest.mark.browser
+def test_the_matrix_view_draws_where_generation_begins(browser, tiny_lm_dir, tmp_path):
+    from attnviz.engine.generate import Decoding, generate_capture
+    from attnviz.engine.loading import load
+
+    capture = generate_capture(load(tiny_lm_dir("gpt2"), device="cpu", lm_head=True), "The cat sat",
+                               Decoding(max_new_tokens=4))
+    first = int(np.argmax(capture.generated))
+    page = Page(browser, write_page(tmp_path, capture))
+    page.page.click("#av-tab-matrix")
+    # the pixel on the split row, halfway across the keys, is the line's colour (#e8175d), and a row
+    # further down is not
+    # (one readback of the column from the split row down half a cell)
+    line, below = page.js(
+        f"(function () {{ var c = document.getElementById('av-matrix'), g = window.attnvizViewer.matrix();"
+        f" var r = c.width / c.clientWidth, x = Math.round((g.margin + g.cell * 0.5) * r);"
+        f" var y = Math.round((g.margin + {first} * g.cell) * r), h = Math.round(g.cell * 0.5 * r);"
+        f" var d = c.getContext('2d').getImageData(x, y, 1, h + 1).data;"
+        f" return [Array.from(d.slice(0, 3)), Array.from(d.slice(4 * h, 4 * h + 3))]; }})()")
+    assert line == [0xe8, 0x17, 0x5d] and below != line
+    assert "a line marks where" in page.js("document.getElementById('av-notes').textContent")
+    page.close()
+
+
+@pytest.mark.browser
 def test_causal_models_leave_the_future_blank(browser, tiny_model_dir, tmp_path):
     from attnviz.engine.forward import capture_text
     from attnviz.engine.loading import load
@@ -267,7 +295,7 @@ def test_causal_models_leave_the_future_blank(browser, tiny_model_dir, tmp_path)
     page = Page(browser, write_page(tmp_path, capture))
     page.page.hover("#av-left li:nth-child(1)")  # the first token sees only itself
     assert 1 <= page.lines() <= capture.n_heads
-    low, high = expected_lines(capture.attentions[0], range(capture.n_heads), causal=True)
+    low, high = expected_lines(capture.attentions[0], [0], causal=True)
     page.page.mouse.move(1300, 5)
     assert low <= page.lines() <= high
     page.page.click("#av-tab-matrix")
@@ -348,6 +376,28 @@ def test_export_index_has_a_content_security_policy_and_still_shows_its_images(b
     loaded = page.js("[...document.querySelectorAll('figure img')].map(i => i.complete && i.naturalWidth > 0)")
     assert loaded and all(loaded)
     page.close()
+
+
+@pytest.mark.browser
+def test_a_notebook_frame_fits_its_page(browser, cat_capture, tmp_path):
+    """The frame a notebook shows takes the height its page posts: no empty band under a short sentence."""
+    from attnviz.display import FRAME_HEIGHT_PX, inline_html
+
+    notebook = tmp_path / "notebook.html"
+    notebook.write_text(f"<!doctype html><html><body>{inline_html(cat_capture)}<p id='after'>next cell</p>"
+                        f"</body></html>", encoding="utf-8")
+    context = browser.new_context(offline=True, viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.goto(notebook.as_uri())
+    page.wait_for_function(f"document.querySelector('iframe').getBoundingClientRect().height != {FRAME_HEIGHT_PX}",
+                           timeout=10_000)
+    frame_height = page.evaluate("document.querySelector('iframe').getBoundingClientRect().height")
+    inner = page.frames[1].evaluate("document.getElementById('attnviz-viewer').getBoundingClientRect().height")
+    assert 200 < inner < frame_height <= inner + 40 < FRAME_HEIGHT_PX - 100  # it shrank to fit
+    page.frames[1].click("#av-tab-model")  # a taller view: the frame grows with it
+    page.wait_for_function(f"document.querySelector('iframe').getBoundingClientRect().height > {frame_height}",
+                           timeout=10_000)
+    context.close()
 
 
 @pytest.mark.browser

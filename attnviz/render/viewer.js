@@ -297,7 +297,19 @@
         ctx.restore();
       }
     }
-    matrixGeometry = { margin: margin, cell: cell, top: top };
+    if (s.rowSplit !== null && s.rowSplit !== undefined && s.rowSplit > 0) {  // where generated tokens begin
+      ctx.strokeStyle = "#e8175d";
+      ctx.lineWidth = 2;
+      ctx.beginPath();
+      ctx.moveTo(margin - (labels ? 120 : 0), margin + s.rowSplit * cell);
+      ctx.lineTo(margin + s.C * cell, margin + s.rowSplit * cell);
+      if (s.colSplit !== null && s.colSplit !== undefined && s.colSplit > 0) {  // and where they begin as keys
+        ctx.moveTo(margin + s.colSplit * cell, margin - (labels ? 120 : 0));
+        ctx.lineTo(margin + s.colSplit * cell, margin + s.R * cell);
+      }
+      ctx.stroke();
+    }
+    matrixGeometry = { margin: margin, cell: cell, top: top, split: s.rowSplit };
     $("av-matrix-scale").textContent = "colours: linear, from 0 (dark purple) to " + fmt(top) +
       " (yellow), the largest weight shown" + (s.causal ? "; grey cells are future tokens" : "");
     drawCursor();
@@ -335,6 +347,17 @@
     if (state.view === "head") headView();
     else if (state.view === "model") modelView();
     else matrixView();
+    tellHeight();
+  }
+  // In a notebook the page is a sandboxed frame: it tells the notebook how tall it is, so that the frame fits
+  // it (the notebook's few lines beside the frame listen; nothing else is sent, and nothing is received).
+  function tellHeight() {
+    if (window.parent === window) return;
+    var height = Math.ceil(document.getElementById("attnviz-viewer").getBoundingClientRect().height);
+    if (height > 0) window.parent.postMessage({ attnvizHeight: height + 24 }, "*");
+  }
+  if (window.parent !== window && typeof ResizeObserver === "function") {  // and again whenever it changes size
+    new ResizeObserver(tellHeight).observe(document.getElementById("attnviz-viewer"));
   }
   function wire() {
     TABS.forEach(function (t, n) {
@@ -351,7 +374,7 @@
     $("av-part").addEventListener("change", function (e) {
       state.section = Number(e.target.value);
       state.layer = 0;
-      state.heads = allHeads();
+      state.heads = firstHeads();
       state.focus = null;
       state.matrixHead = "mean";
       controls();
@@ -412,15 +435,19 @@
     for (var h = 0; h < sec().heads; h++) set.add(h);
     return set;
   }
+  function firstHeads() {  // one head to start: every head at once is a tangle of lines; "all" turns them on
+    return new Set([0]);
+  }
 
   header();
-  state.heads = allHeads();
+  state.heads = firstHeads();
   controls();
   wire();
   showView("head");
   window.attnvizViewer = {
     state: state,
     drawnLines: function () { return state.drawn; },
+    matrix: function () { return matrixGeometry; },
     openHead: openHead,
     weight: function (section, li, h, i, j) { return weight(data.sections[section], li, h, i, j); },
     readyAt: performance.now()
