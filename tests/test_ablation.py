@@ -590,3 +590,18 @@ def test_every_long_phase_names_itself_and_its_bar_ends(tiny_lm_dir):
         expected.append(("Removing the induction heads, then as many random heads", 2 * (2 + 3)))
     assert [(what, total) for what, total, _ in phases.bars] == expected
     assert all(done == total for _, total, done in phases.bars)
+
+
+def test_the_importance_figure_says_what_was_read(tiny_model_dir, tmp_path, monkeypatch):
+    from attnviz.render import png
+
+    drawn = []
+    real = png.save_figure
+    monkeypatch.setattr(png, "save_figure", lambda figure, path, **kw: (drawn.append(figure), real(figure, path,
+                                                                                                  **kw))[1])
+    assert run("importance", TEXT, "-m", tiny_model_dir("bert"), "-o", tmp_path / "imp.png").exit_code == 0
+    assert TEXT in drawn[0].title.get_text() and (tmp_path / "imp.png").is_file()
+    corpus = tmp_path / "texts.txt"
+    corpus.write_text("The cat sat.\nA dog ran.\n")
+    assert run("importance", "--corpus", corpus, "-m", tiny_model_dir("bert"), "-o", tmp_path / "c.png").exit_code == 0
+    assert "2 texts of" in drawn[1].title.get_text() and "The cat sat." in drawn[1].title.get_text()

@@ -379,3 +379,24 @@ def test_titles_are_never_cut_and_thinned_labels_say_so():
     big = make_capture(np.full((1, 1, T, T), 1 / T, np.float32))
     notes = [t.get_text() for t in page_figure(heatmap_page(big, [0], [0])).figure.texts]
     assert any("every 2nd token labelled" in n for n in notes) and any("log scale" in n for n in notes)
+
+
+def test_a_panel_of_few_tokens_and_many_dimensions_labels_every_token():
+    """steps' Q panel of a 6-token text on a head of 64 dimensions: every token is labelled in a readable size;
+    the 64 dimension columns are labelled every few (one layout for the rows, one for the columns)."""
+    from attnviz.panels.page import Page
+    from attnviz.render.png import mixed_figure
+
+    rng = np.random.default_rng(0)
+    tokens = ("<s>", "The", "Ġcat", "Ġsat", "Ġon", "Ġmat")
+    dims = tuple(str(d) for d in range(64))
+    wide = Panel(rng.normal(size=(6, 64)).astype(np.float32), tokens, dims, None, Scale(-2, 2), ("Q",), "q", "Q")
+    square = Panel(rng.dirichlet(np.ones(6), size=6).astype(np.float32), tokens, tokens, None, Scale(0, 1),
+                   ("α",), "a", "α")
+    figure = mixed_figure(Page((wide, square, wide), "steps"))
+    q, alpha = figure.axes[0], figure.axes[1]
+    assert [t.get_text() for t in q.get_yticklabels()] == list(tokens)
+    assert min(t.get_fontsize() for t in q.get_yticklabels()) >= 7
+    shown = [t.get_text() for t in q.get_xticklabels()]
+    assert shown[0] == "0" and 4 <= len(shown) < 64  # every few dimensions
+    assert [t.get_text() for t in alpha.get_xticklabels()] == list(tokens)

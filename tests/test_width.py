@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from helpers import make_capture, run
+from helpers import run
 
 BOX = re.compile(r"[\s│┃┆┊║╎─━┄┈═┼╋┿╂┬┴├┤┌┐└┘┏┓┗┛┡┩╇┯┷╭╮╯╰╞╡╪╤╧╘╛╒╕]+")
 

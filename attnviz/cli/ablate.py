@@ -347,7 +347,11 @@ def importance(corpus: Annotated[Optional[Path], typer.Option(
                                   title, "importance", short=f"effect: {what}"),
                   head_grid_panel(result.gradient, Scale(0.0, max(float(result.gradient.max()), 1e-9), "gradient"),
                                   title, "importance", short="gradient estimate (Michel et al. 2019)"))
-        page = Page(panels=panels, title=title, name="attnviz_importance",
+        from attnviz.text import shorten, visible
+
+        read = (f"“{visible(shorten(texts[0], 400))}”" if len(texts) == 1 else
+                f"{len(texts)} texts of {visible(str(corpus))}: “{visible(shorten(texts[0], 200))}” …")
+        page = Page(panels=panels, title=title, name="attnviz_importance", subtitle=read,
                     notes=(f"Spearman ρ (gradient vs {estimate}) = {rho:.3f}",))
         say(save_figure(mixed_figure(page, ncols=2), output_path(output, f"{page.name}.png")),
             console=err if (as_json or as_csv) else out)

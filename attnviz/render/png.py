@@ -80,11 +80,13 @@ class HeatmapFigure:
 
 def heatmap(matrix: np.ndarray, row_labels: Sequence[str] | None = None, col_labels: Sequence[str] | None = None,
             *, ax, cmap: str = DEFAULT_CMAP, scale: Scale | None = None, vmin: float = 0.0,
-            vmax: float | None = None, hidden: np.ndarray | None = None, fontsize: float | None = None,
-            step: int = 1, families: Sequence[str] | None = None, values: bool = False,
-            value_fontsize: float = 7.0):
+            vmax: float | None = None, hidden: np.ndarray | None = None,
+            fontsize: float | tuple[float, float] | None = None, step: int | tuple[int, int] = 1,
+            families: Sequence[str] | None = None, values: bool = False, value_fontsize: float = 7.0):
     """Draw a matrix (R, C) on `ax`: rows down, columns across, tick labels. Returns `ax`.
 
+    fontsize, step: of the tick labels (every step-th labelled), or (rows', columns') where they differ (a
+    panel of 6 tokens × 64 dimensions labels every token and every 8th dimension).
     scale: how values map to colours (default: linear from vmin to vmax, or to the largest value).
     hidden: (R, C) bool, cells not drawn (a causal model's future keys, shown in the masked colour).
     values: write each value in its cell, in black or white by the cell colour's luminance."""
@@ -144,16 +146,18 @@ def format_value(value: float) -> str:
     return value_format(np.array([value]))(value)
 
 
-def _set_tick_labels(ax, row_labels, col_labels, *, fontsize: float, step: int, families, rotate: bool) -> None:
-    font = dict(fontsize=fontsize, fontfamily=list(families) if families else None)
-    for labels, set_ticks, set_labels in ((col_labels, ax.set_xticks, ax.set_xticklabels),
-                                          (row_labels, ax.set_yticks, ax.set_yticklabels)):
+def _set_tick_labels(ax, row_labels, col_labels, *, fontsize: float | tuple[float, float],
+                     step: int | tuple[int, int], families, rotate: bool) -> None:
+    row_pt, col_pt = fontsize if isinstance(fontsize, tuple) else (fontsize, fontsize)
+    row_step, col_step = step if isinstance(step, tuple) else (step, step)
+    for labels, set_ticks, set_labels, pt, every in ((col_labels, ax.set_xticks, ax.set_xticklabels, col_pt, col_step),
+                                                     (row_labels, ax.set_yticks, ax.set_yticklabels, row_pt, row_step)):
         if labels is None:
             set_ticks([])
             continue
-        positions = list(range(0, len(labels), step))
+        positions = list(range(0, len(labels), every))
         set_ticks(positions)
-        set_labels([labels[i] for i in positions], **font)
+        set_labels([labels[i] for i in positions], fontsize=pt, fontfamily=list(families) if families else None)
     ax.tick_params(axis="x", labelrotation=90 if rotate else 0, length=2, pad=2)
     ax.tick_params(axis="y", length=2, pad=2)
 
@@ -292,10 +296,14 @@ def mixed_figure(page: Page, *, cmap: str = DEFAULT_CMAP, ncols: int = 3) -> Hea
         legible = value_pt >= MIN_VALUE_PT
         if panel.values and not legible:
             dropped.append(panel.short)
-        own = LabelLayout.for_tokens(max(panel.matrix.shape), target_in=matrix_in, max_side=matrix_in)
+        # rows and columns labelled each by their own count: the matrix fills the panel (aspect "auto"), so 6
+        # token rows of a 6 × 64 panel get a sixth of its height each
+        by_row, by_col = (LabelLayout.for_tokens(n, target_in=matrix_in, max_side=matrix_in)
+                          for n in panel.matrix.shape)
         heatmap(panel.matrix, panel.rows, panel.cols, ax=ax, cmap=panel.cmap or cmap, scale=panel.scale,
-                hidden=panel.hidden, fontsize=min(own.fontsize, 9.0), step=own.step, families=families,
-                values=panel.values and legible, value_fontsize=value_pt)
+                hidden=panel.hidden, fontsize=(min(by_row.fontsize, 9.0), min(by_col.fontsize, 9.0)),
+                step=(by_row.step, by_col.step), families=families, values=panel.values and legible,
+                value_fontsize=value_pt)
         draw_splits(ax, panel)
         ax.set_title(panel.short, fontsize=9, fontfamily=families)
         ax.set_xlabel(panel.col_axis, fontsize=8)
