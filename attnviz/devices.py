@@ -24,6 +24,25 @@ def dtype_name(dtype: str) -> str:
     return name
 
 
+def refuse_early(device: str) -> None:
+    """Refuse, without importing torch (2.5 s), a device this install cannot have: CUDA with a CPU-only torch
+    build (its version says "+cpu"), MPS off macOS. Anything else is left to pick_device."""
+    import importlib.metadata
+    import sys
+
+    device = DEVICE_ALIASES.get(str(device).strip().lower(), str(device).strip().lower())
+    try:
+        build = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        build = ""
+    if device == "cuda" and build.endswith("+cpu"):
+        raise InputError(f"{arg('device')} cuda was asked for, but this torch ({build}) is built for the CPU only "
+                         f"(try {arg('device')} cpu)", "device")
+    if device == "mps" and sys.platform != "darwin":
+        raise InputError(f"{arg('device')} mps was asked for, but MPS is Apple's, and this is {sys.platform} (try "
+                         f"{arg('device')} cpu)", "device")
+
+
 def pick_device(device: str) -> str:
     import torch
 

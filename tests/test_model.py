@@ -1,7 +1,7 @@
 
 import numpy as np
 import pytest
-from helpers import SENTENCE
+from helpers import SENTENCE, one_line_error, run
 
 from attnviz.engine.forward import capture_text
 from attnviz.engine.loading import load, resolve_model
@@ -103,6 +103,32 @@ def test_bad_device_and_dtype():
         load("minilm", device="tpu")
     with pytest.raises(InputError, match="dtype"):
         load("minilm", dtype="int8")
+
+
+def test_a_device_this_machine_cannot_have_is_refused_in_one_line(monkeypatch):
+    """cuda without a GPU and mps off macOS: one line naming --device; where the torch build is CPU-only or
+    the system is not macOS, before torch is imported (refuse_early); otherwise by torch itself."""
+    import importlib.metadata
+    import sys
+
+    import torch
+
+    from attnviz.devices import pick_device, refuse_early
+
+    if not torch.cuda.is_available():
+        assert "cuda" in one_line_error(run("heatmap", "The cat", "--device", "cuda", "-t"))
+    if sys.platform != "darwin":
+        assert "mps" in one_line_error(run("heatmap", "The cat", "--device", "mps", "-t"))
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "2.13.0+cpu")
+    with pytest.raises(InputError, match="built for the CPU only"):
+        refuse_early("gpu")
+    refuse_early("cpu")
+    refuse_early("auto")
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "2.13.0+cu128")
+    refuse_early("cuda")  # a CUDA build: torch decides (pick_device) whether a GPU is there
+    if not torch.cuda.is_available():
+        with pytest.raises(InputError, match="no CUDA GPU"):
+            pick_device("cuda")
 
 
 def test_a_bare_encoder_decoder_checkpoint_loads_with_its_head(tmp_path):

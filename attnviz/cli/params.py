@@ -203,7 +203,9 @@ class ModelOptions:
         """The model, loaded once (with a spinner on stderr); `lm_head`: with its language-model head. A layer
         or head selection out of range is refused before the weights load."""
         from attnviz.api import conversion_pending, model_shape
+        from attnviz.devices import refuse_early
 
+        refuse_early(self.device)  # a device this install cannot have: before torch loads
         shape = model_shape(self.model) if self._checked_first else None
         if shape is not None:
             layers, heads = shape
