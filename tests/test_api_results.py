@@ -218,32 +218,70 @@ def _state(model) -> dict:
             "places": {(str(p.device), str(p.dtype)) for p in model.parameters()}}
 
 
-def test_a_borrowed_model_comes_back_as_it_was(tiny_lm_dir):
-    """Every API function that takes a model object gives it back as it was: importance's gradient pass
-    leaves no .grad, a capture leaves no hook, the SDPA model gets SDPA back, a frozen parameter stays frozen,
-    and a hook of the user's own stays."""
+BORROWERS = {  # every API function that takes model=, called on a small text
+    "capture": lambda m, t: attnviz.capture(SENTENCE, model=m, tokenizer=t),
+    "capture streamed": lambda m, t: attnviz.capture(SENTENCE, model=m, tokenizer=t, stream=True),
+    "importance": lambda m, t: attnviz.importance(SENTENCE, model=m, tokenizer=t),
+    "ablate": lambda m, t: attnviz.ablate(SENTENCE, heads=[(0, 0)], model=m, tokenizer=t),
+    "detect": lambda m, t: attnviz.detect(model=m, tokenizer=t, length=8, sequences=2),
+    "verify": lambda m, t: attnviz.verify(SENTENCE, model=m, tokenizer=t),
+    "norms": lambda m, t: attnviz.norms(SENTENCE, model=m, tokenizer=t),
+    "sinks": lambda m, t: attnviz.sinks(SENTENCE, model=m, tokenizer=t),
+    "steps": lambda m, t: attnviz.steps(SENTENCE, model=m, tokenizer=t),
+    "positions (refused: causal)": lambda m, t: attnviz.positions(SENTENCE, model=m, tokenizer=t),
+    "scaling": lambda m, t: attnviz.scaling(SENTENCE, model=m, tokenizer=t),
+    "generate": lambda m, t: attnviz.generate(SENTENCE, model=m, tokenizer=t, max_new_tokens=2),
+    "corpus": lambda m, t: attnviz.corpus([SENTENCE, "A dog ran"], model=m, tokenizer=t),
+}
+
+
+@pytest.fixture
+def users_model(tiny_lm_dir):
+    """A GPT-2 as a user might hold it: SDPA attention, training mode, a frozen embedding, and a hook of the
+    user's own on the second block that raises when armed (an exception in the middle of attnviz's run)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder = tiny_lm_dir("gpt2")
     model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="sdpa")
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model.transformer.wte.weight.requires_grad_(False)  # the user's own choice
-    mine = model.transformer.h[0].register_forward_hook(lambda module, args, output: None)
+    armed = {"on": False}
+
+    def hook(module, args, output):
+        if armed["on"]:
+            raise RuntimeError("the user's hook fails midway")
+
+    mine = model.transformer.h[1].register_forward_hook(hook)
     model.train()
-    before = _state(model)
-    assert before["attention"] == "sdpa" and before["hooks"] == 1
-    calls = (lambda: attnviz.capture(SENTENCE, model=model, tokenizer=tokenizer),
-             lambda: attnviz.capture(SENTENCE, model=model, tokenizer=tokenizer, stream=True),
-             lambda: attnviz.importance(SENTENCE, model=model, tokenizer=tokenizer),
-             lambda: attnviz.ablate(SENTENCE, heads=[(0, 0)], model=model, tokenizer=tokenizer),
-             lambda: attnviz.verify(SENTENCE, model=model, tokenizer=tokenizer),
-             lambda: attnviz.norms(SENTENCE, model=model, tokenizer=tokenizer))
-    for call in calls:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", attnviz.AttnvizWarning)
-            call()
-        assert _state(model) == before
+    yield model, tokenizer, armed
     mine.remove()
+
+
+@pytest.mark.parametrize("function", BORROWERS)
+def test_a_borrowed_model_comes_back_as_it_was(users_model, function):
+    """Every API function that takes a model object gives it back as it was, when it succeeds and when an
+    exception stops it midway: importance's gradient pass leaves no .grad, a capture leaves no hook, the SDPA
+    model gets SDPA back, a frozen parameter stays frozen, training mode stays, the user's hook stays."""
+    model, tokenizer, armed = users_model
+    before = _state(model)
+    assert before["attention"] == "sdpa" and before["hooks"] == 1 and before["training"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            BORROWERS[function](model, tokenizer)
+        except attnviz.AttnvizError:
+            assert "refused" in function  # positions is for encoders: refused after the model was resolved
+        assert _state(model) == before
+        armed["on"] = True
+        with pytest.raises((RuntimeError, attnviz.AttnvizError)):
+            BORROWERS[function](model, tokenizer)
+        armed["on"] = False
+    assert _state(model) == before
+
+
+def test_a_borrowed_model_answers_its_own_calls_afterwards(users_model):
+    model, tokenizer, _ = users_model
+    attnviz.capture(SENTENCE, model=model, tokenizer=tokenizer)
     model.set_attn_implementation("eager")  # the user's own next call still gets its attention weights
     out = model(**tokenizer(SENTENCE, return_tensors="pt"), output_attentions=True)
     assert len(out.attentions) == model.config.n_layer and all(a is not None for a in out.attentions)
