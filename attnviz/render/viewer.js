@@ -435,8 +435,17 @@
     for (var h = 0; h < sec().heads; h++) set.add(h);
     return set;
   }
-  function firstHeads() {  // one head to start: every head at once is a tangle of lines; "all" turns them on
-    return new Set([0]);
+  function firstHeads() {  // one head to start, the layer's sharpest (lowest entropy over its rows): every head
+    var s = sec(), best = 0, lowest = Infinity;  // at once is a tangle of lines; "all" turns them on
+    for (var h = 0; h < s.heads; h++) {
+      var entropy = 0;
+      for (var i = 0; i < s.R; i++) for (var j = 0; j < s.C; j++) {
+        var w = shown(s, i, j) ? weight(s, state.layer, h, i, j) : 0;
+        if (w > 0) entropy -= w * Math.log(w);
+      }
+      if (entropy < lowest) { lowest = entropy; best = h; }
+    }
+    return new Set([best]);
   }
 
   header();
