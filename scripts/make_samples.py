@@ -63,6 +63,11 @@ SAMPLES: list[tuple[str, list[str], str]] = [
     ("smollm2_detect.txt", ["detect", "-m", "smollm2", "-o", "sample_outputs/smollm2_detect.png"],
      "previous-token, duplicate-token and induction heads of SmolLM2, and the causal test"),
     ("smollm2_detect.png", [], "written by the detect command above: each detector's share, layers × heads"),
+    ("smollm2_logit_attr.txt", ["logit-attr", "The capital of France is", "-m", "smollm2",
+                                "-o", "sample_outputs/smollm2_logit_attr.png"],
+     "which heads write ' Paris': the logit split by head, checked against the model's own"),
+    ("smollm2_logit_attr.png", [], "written by the logit-attr command above: every head's direct effect, and the "
+                                   "top heads' effect by source token"),
     ("importance.txt", ["importance", "The cat sat on the mat because it was tired", "-o",
                         "sample_outputs/importance.png"],
      "every MiniLM head removed alone, ranked, beside Michel et al.'s gradient estimate"),

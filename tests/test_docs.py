@@ -50,7 +50,7 @@ def test_the_cli_reference_names_every_command_and_option():
     from attnviz.cli.reference import markdown
 
     text = markdown()
-    sections = dict(re.findall(r"^## `attnviz (\w+)`\n(.*?)(?=^## |\Z)", text, re.S | re.M))
+    sections = dict(re.findall(r"^## `attnviz ([\w-]+)`\n(.*?)(?=^## |\Z)", text, re.S | re.M))
     group = command_group()
     assert list(sections) == group.list_commands(None)
     for name, command in group.commands.items():

@@ -45,7 +45,8 @@ def every_output(tmp_path_factory, tiny_model_dir, tiny_lm_dir):
             ["norms", it, "-m", bert], ["verify", it, "-m", bert], ["scaling", it, "-m", bert],
             ["positions", it, "-m", bert], ["steps", it, "-m", bert], ["token", it, "it", "-m", bert],
             ["corpus", folder / "t.txt", "-m", bert], ["generate", "the cat", "-m", lm, "-n", "3", "--terminal"],
-            ["heads", it, "-m", bert, "--words"], ["rollout", it, "-m", bert], ["compare", it, "-m", bert]]
+            ["heads", it, "-m", bert, "--words"], ["rollout", it, "-m", bert], ["compare", it, "-m", bert],
+            ["logit-attr", "the cat sat", "-m", lm, "--top", "3"]]
     outputs = []
     for args in runs:
         result = run(*args, env={"NO_COLOR": "1", "COLUMNS": "250"})

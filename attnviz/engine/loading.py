@@ -191,8 +191,8 @@ def _require_causal(config, shown: str) -> None:
     """generate writes with a causal LM or an encoder-decoder model's decoder; an encoder cannot write."""
     model_type = str(getattr(config, "model_type", ""))
     if model_type in ENCODER_MODEL_TYPES and not getattr(config, "is_encoder_decoder", False):
-        raise ModelLoadError(f"generate needs a causal language model (e.g. {arg('model', 'smollm2')}, offline); "
-                             f"{shown} is an encoder model ({model_type})")
+        raise ModelLoadError(f"this needs a causal language model, one that writes (e.g. "
+                             f"{arg('model', 'smollm2')}, offline); {shown} is an encoder model ({model_type})")
 
 
 def _hub_reachable(timeout: float = 3.0) -> bool:
@@ -285,8 +285,8 @@ def load(name: str | None = None, *, revision: str | None = None, device: str = 
         raise
     except (OSError, ValueError, KeyError, RuntimeError, ImportError) as exc:
         if lm_head and "Unrecognized configuration class" in str(exc):
-            raise ModelLoadError(f"generate needs a causal language model; {shown} has no causal-LM head in "
-                                 f"transformers") from None
+            raise ModelLoadError(f"this needs a causal language model, one that writes; {shown} has no causal-LM "
+                                 f"head in transformers") from None
         raise ModelLoadError(f"could not load model '{shown}': {first_line(exc)} ({offline_hint})") from None
     except Exception as exc:  # transformers raises many kinds for a foreign folder
         raise ModelLoadError(f"could not load model '{shown}': {type(exc).__name__}: {first_line(exc)}") from None

@@ -79,7 +79,9 @@ TERMS: dict[str, str] = {
     "KL": "in ablate and importance: KL(p_clean ‖ p_removed) = Σ_v p_clean(v) ln(p_clean(v) / p_removed(v)), in "
           "nats, between the next-token distributions without and with the heads removed; 0 means no change.",
     "effect": "in importance: what removing one head alone changes — a causal LM's mean KL over positions, or "
-              "‖ê_removed − ê_clean‖ of an encoder's unit sentence embedding (√(2(1 − cos))).",
+              "‖ê_removed − ê_clean‖ of an encoder's unit sentence embedding (√(2(1 − cos))). In logit-attr: a "
+              "head's direct effect on the target token's logit (see logit attribution); positive pushes the "
+              "token up.",
     "gradient": "in importance: Michel et al. 2019's estimate, |∂loss/∂ξ_h| at ξ = 1 for a gate ξ_h on head h's "
                 "output (an encoder: ‖∂ê/∂ξ_h‖), the first-order size of removing the head (ξ_h = 0).",
     "detector share": "in detect: the weight on a detector's targets averaged over the rows that have one (what the "
@@ -131,6 +133,19 @@ TERMS: dict[str, str] = {
     "attends most to": "in attnviz generate --terminal: the earlier tokens the new token's row of α weighs most, "
                        "with their weights.",
     "itself": "in attnviz generate --terminal: the new token's weight on itself (the diagonal of α).",
+    "logit attribution": "direct logit attribution (attnviz logit-attr): a causal model's last residual stream is "
+                         "the sum of what the embeddings, each head, each MLP and the biases wrote into it; with "
+                         "the final norm's scale frozen at the one it used, the logit of a token splits exactly "
+                         "into one part each (TransformerLens's logit_attrs). A head's part is its direct effect: "
+                         "what it writes that the unembedding reads as that token, not what later layers make "
+                         "of it.",
+    "raises": "in attnviz logit-attr: the tokens whose logits the head's output pushes up most (␣ is a space).",
+    "lowers": "in attnviz logit-attr: the tokens whose logits the head's output pushes down most.",
+    "through": "in attnviz logit-attr: the source tokens the head carries its effect from, α_pj times the effect "
+               "of token j's value through the head, largest first (they add up to the head's effect).",
+    "rank": "the place in a list ordered by the column it names, 1 first (logit-attr: by |effect|; importance: "
+            "by effect). Of the target in logit-attr's title: its place among the model's predictions.",
+    "layer.head": "a head named by its layer and its index in the layer: 23.4 is layer 23, head 4.",
 }
 TERM_ALIASES = {"entropy tokens": "entropy_tokens", "token-weighted": "tok-w", "q": "Q", "k": "K", "v": "V",
                 "out": "α·V", "qk": "Q·Kᵀ", "sqrt(d_k)": "√d_k", "dk": "d_k", "streamed": "stream",

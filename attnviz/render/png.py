@@ -315,6 +315,8 @@ def mixed_figure(page: Page, *, cmap: str = DEFAULT_CMAP, ncols: int = 3) -> Hea
     notes = list(page.notes) + ([f"numbers left out where cells are too small to read ({', '.join(dropped)}): "
                                  f"--json has every value"] if dropped else [])
     lines += [" · ".join(notes)] if notes else []
+    per_line = max(40, int((fig_w - 0.3) * 72 / (title_pt * 0.55)))  # characters a line of the title holds, about
+    lines = [part for line in lines for part in textwrap.wrap(line, per_line) or [""]]
     title_artist = fig.suptitle(title + ("\n" + "\n".join(lines) if lines else ""), x=0.01, ha="left",
                                 fontsize=title_pt, fontfamily=families)
     return HeatmapFigure(fig, axes, None, images, title_artist)

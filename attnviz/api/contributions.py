@@ -1,0 +1,221 @@
+"""What attention contributes, beyond where it looks: direct logit attribution per head (which heads write the
+predicted token), split over the source tokens each head reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from attnviz.api.models import borrows, resolve_model
+from attnviz.arguments import checked
+from attnviz.display import records_html
+from attnviz.errors import InputError, arg
+from attnviz.panels import head_grid_panel, Page, Panel, Scale, short_model
+from attnviz.progress import Reporter
+from attnviz.render.png import mixed_figure
+from attnviz.text import check_text, shorten, visible
+
+# The engine (torch, transformers) is imported inside the function, so that `import attnviz` never loads it.
+
+__all__ = ["logit_attribution", "LogitAttribution", "HeadEffect", "LOGIT_TOLERANCE"]
+
+LOGIT_TOLERANCE = 1e-4  # |rebuilt − logit| over max(1, |logit|): float64 sums of float32 parts
+
+
+@dataclass(frozen=True)
+class HeadEffect:
+    """One head's direct effect on the target logit, the tokens its output raises and lowers most (through the
+    unembedding), and the source tokens it carries that effect from (α_pj · effect of f_h(x_j), largest |·|)."""
+
+    layer: int
+    head: int
+    effect: float
+    promotes: tuple[str, ...]
+    suppresses: tuple[str, ...]
+    sources: tuple[tuple[str, float], ...]
+
+    def to_dict(self) -> dict:
+        return {"layer": self.layer, "head": self.head, "effect": self.effect, "promotes": list(self.promotes),
+                "suppresses": list(self.suppresses),
+                "sources": [{"token": t, "effect": e} for t, e in self.sources]}
+
+
+@dataclass(frozen=True)
+class LogitAttribution:
+    """The logit of `target` after `tokens[position]`, split into what each part of the model wrote into the
+    residual stream, with the final norm's scale frozen (TransformerLens's `logit_attrs`):
+
+        logit = Σ heads + Σ attention biases + Σ MLPs + embeddings + final bias        (`rebuilt`)
+
+    heads (L, H): each head's direct effect; by_source (L, H, T): the same split over the source tokens;
+    top: the heads with the largest |effect|. Checks: `rebuilt` equals the model's own `logit` (`passed`);
+    `output_diff` (each output projection rebuilt from the recomputed α and values), `stream_diff` (the parts
+    rebuild the stream the final norm reads, over its size), `norm_diff` (the frozen norm rebuilds its
+    output)."""
+
+    model: str
+    text: str
+    tokens: tuple[str, ...]
+    position: int
+    target: str
+    target_id: int
+    logit: float
+    probability: float
+    rank: int  # of the target among the model's predictions (0: the top one)
+    heads: np.ndarray  # (L, H)
+    by_source: np.ndarray  # (L, H, T)
+    attention_bias: np.ndarray  # (L,)
+    mlps: np.ndarray  # (L,)
+    embeddings: float
+    final_bias: float
+    top: tuple[HeadEffect, ...]
+    output_diff: float
+    stream_diff: float
+    norm_diff: float
+
+    @property
+    def rebuilt(self) -> float:
+        return float(self.heads.sum() + self.attention_bias.sum() + self.mlps.sum() + self.embeddings
+                     + self.final_bias)
+
+    @property
+    def difference(self) -> float:
+        """|rebuilt − logit| over max(1, |logit|)."""
+        return abs(self.rebuilt - self.logit) / max(1.0, abs(self.logit))
+
+    @property
+    def passed(self) -> bool:
+        return self.difference <= LOGIT_TOLERANCE
+
+    def records(self) -> list[dict]:
+        """One record per layer and head: layer, head, effect (what --csv prints)."""
+        L, H = self.heads.shape
+        return [{"layer": n, "head": h, "effect": float(self.heads[n, h])} for n in range(L) for h in range(H)]
+
+    def to_dict(self) -> dict:
+        """What `attnviz logit-attr --json` prints."""
+        return {"model": self.model, "text": self.text, "tokens": list(self.tokens), "position": self.position,
+                "target": self.target, "target_id": self.target_id, "logit": self.logit,
+                "probability": self.probability, "rank": self.rank, "rebuilt": self.rebuilt,
+                "difference": self.difference, "passed": self.passed,
+                "parts": {"heads": float(self.heads.sum()), "attention_biases": float(self.attention_bias.sum()),
+                          "mlps": float(self.mlps.sum()), "embeddings": self.embeddings,
+                          "final_bias": self.final_bias},
+                "checks": {"output_diff": self.output_diff, "stream_diff": self.stream_diff,
+                           "norm_diff": self.norm_diff},
+                "top": [effect.to_dict() for effect in self.top], "heads": self.heads.tolist(),
+                "mlps": self.mlps.tolist(), "attention_biases": self.attention_bias.tolist()}
+
+    def _repr_html_(self) -> str:
+        rows = [{"layer": e.layer, "head": e.head, "effect": round(e.effect, 3), "promotes": " ".join(e.promotes),
+                 "suppresses": " ".join(e.suppresses)} for e in self.top]
+        return records_html(rows, ["layer", "head", "effect", "promotes", "suppresses"],
+                            f"{self.model}: which heads write {self.target!r}")
+
+    def page(self) -> Page:
+        """Two panels: every head's effect (layers × heads, centred on 0), and the top heads' effects split over
+        the source tokens (top heads × tokens)."""
+        bound = max(float(np.abs(self.heads).max()), 1e-9)
+        title = f"{short_model(self.model)} · direct effect on the logit of {visible(self.target)!r}"
+        grid = head_grid_panel(self.heads, Scale(-bound, bound, "effect on the logit"), title, "logit_attr",
+                               short="each head's direct effect")
+        grid = _diverging(grid)
+        chosen = self.top[:8]
+        split = np.array([self.by_source[e.layer, e.head] for e in chosen], np.float32)  # (K, T)
+        edge = max(float(np.abs(split).max()) if split.size else 0.0, 1e-9)
+        sources = _diverging(Panel(matrix=split, rows=tuple(f"{e.layer}.{e.head}" for e in chosen),
+                                   cols=tuple(visible(t) for t in self.tokens), hidden=None,
+                                   scale=Scale(-edge, edge, "effect through this token"), title=(title,),
+                                   name="logit_attr_sources", short="the top heads' effect, by source token",
+                                   row_axis="head (layer.head)", col_axis="source token"))
+        notes = (f"logit {self.logit:.3f} = heads {self.heads.sum():.3f} + MLPs {self.mlps.sum():.3f} + "
+                 f"embeddings {self.embeddings:.3f} + biases {self.attention_bias.sum() + self.final_bias:.3f} "
+                 f"(rebuilt within {self.difference:.1e})",)
+        subtitle = f"“{visible(shorten(self.text, 300))}” → {visible(self.target)!r} (p = {self.probability:.2f})"
+        return Page(panels=(grid, sources), title=title, name="attnviz_logit_attr", notes=notes, subtitle=subtitle)
+
+    def figure(self):
+        return mixed_figure(self.page(), ncols=2)
+
+
+def _diverging(panel: Panel) -> Panel:
+    from dataclasses import replace
+
+    return replace(panel, cmap="RdBu_r")
+
+
+@borrows
+@checked
+def logit_attribution(text: str, *, model: Any = None, tokenizer: Any = None, target: str | int | None = None,
+                      position: int = -1, top: int = 10, truncate: bool = True, device: str = "auto",
+                      dtype: str = "float32", reporter: Reporter | None = None) -> LogitAttribution:
+    """Direct logit attribution for a causal language model: how much each head (and each MLP, the embeddings
+    and the biases) writes the logit of `target` (a token's text, e.g. " Paris", or its id; default: the
+    model's own prediction) at `position` (default the last token), through the final norm with its scale
+    frozen. Checked: the parts add up to the model's own logit within LOGIT_TOLERANCE."""
+    check_text(text)
+    if not 1 <= top <= 100:
+        raise InputError(f"{arg('top')} takes a whole number from 1 to 100; got {top}", "top")
+    loaded = resolve_model(model, tokenizer, device=device, dtype=dtype, lm_head=True)
+    loaded.require_single("logit attribution")
+    import torch
+
+    from attnviz.engine.forward import encode
+    from attnviz.engine.fromscratch.logits import logit_parts, vocabulary_effects
+    from attnviz.engine.memory import check_memory
+
+    encoded = encode(loaded, text, truncate=truncate)
+    T = len(encoded.tokens)
+    if not -T <= position < T:
+        raise InputError(f"{arg('position')} {position} is out of range: the text is {T} tokens (0..{T - 1}, or -1 "
+                         f"for the last)", "position")
+    target_id = _target_id(loaded, target)
+    check_memory(loaded, T, copies=4.0)
+    with (reporter or Reporter()).status("Running the model and splitting the logit into its parts…"):
+        parts, logits = logit_parts(loaded.model, encoded.inputs, position=position, target=target_id)
+        L, H = parts.heads.shape
+        order = np.argsort(-np.abs(parts.heads), axis=None)[:top]
+        chosen = [(int(i // H), int(i % H)) for i in order]
+        vocab = vocabulary_effects(loaded.model, np.stack([parts.head_directions[n, h] for n, h in chosen]))
+        raised, lowered = vocab.topk(5, dim=-1).indices, (-vocab).topk(5, dim=-1).indices
+
+    def names(ids) -> tuple[str, ...]:
+        return tuple(visible(loaded.tokenizer.decode([int(i)])) for i in ids)
+
+    effects = []
+    for k, (n, h) in enumerate(chosen):
+        through = parts.by_source[n, h]
+        strongest = np.argsort(-np.abs(through))[:3]
+        effects.append(HeadEffect(n, h, float(parts.heads[n, h]), names(raised[k]), names(lowered[k]),
+                                  tuple((visible(encoded.tokens[j]), float(through[j])) for j in strongest)))
+    probabilities = torch.softmax(logits, -1)
+    return LogitAttribution(
+        model=loaded.name, text=text, tokens=tuple(encoded.tokens), position=parts.position,
+        target=loaded.tokenizer.decode([parts.target]), target_id=parts.target, logit=parts.logit,
+        probability=float(probabilities[parts.target]), rank=int((logits > logits[parts.target]).sum()),
+        heads=parts.heads, by_source=parts.by_source, attention_bias=parts.attention_bias, mlps=parts.mlps,
+        embeddings=parts.embeddings, final_bias=parts.final_bias, top=tuple(effects),
+        output_diff=parts.output_diff, stream_diff=parts.stream_diff, norm_diff=parts.norm_diff)
+
+
+def _target_id(loaded, target: str | int | None) -> int | None:
+    """The vocabulary id of `target`: an id, or a text that is exactly one token (" Paris")."""
+    if target is None:
+        return None
+    size = len(loaded.tokenizer)
+    if isinstance(target, int):
+        if not 0 <= target < size:
+            raise InputError(f"{arg('target')} {target} is not a token id of {loaded.name} (0..{size - 1})", "target")
+        return target
+    if not target:
+        raise InputError(f"{arg('target')} is empty: give the token whose logit to split, e.g. ' Paris'", "target")
+    ids = loaded.tokenizer.encode(target, add_special_tokens=False)
+    if len(ids) != 1:
+        pieces = " ".join(repr(visible(loaded.tokenizer.decode([i]))) for i in ids[:8])
+        raise InputError(f"{arg('target')} {visible(target)!r} is {len(ids)} tokens for {loaded.name} ({pieces}): "
+                         f"give one token (a leading space is part of a word's token in most causal models)",
+                         "target")
+    return int(ids[0])
+

@@ -1,0 +1,196 @@
+"""Direct logit attribution: how much each attention head writes the predicted token's logit.
+
+A pre-norm decoder's last residual stream is a sum of what each part wrote into it,
+
+    x_L = x_0 (embeddings) + Σ_l (attention_l + MLP_l),    attention_l = Σ_h c_lh + b_O,
+    c_lh = Σ_j α_lh[p, j] f_h(x_j)                          (f_h: head h's values through its slice of W_O)
+
+and with the final norm's scale frozen at the one it used (TransformerLens's `logit_attrs`), the norm is
+affine: N(x) = γ ⊙ P(x) / s + β (P centres x for a LayerNorm, is the identity for an RMSNorm). So the logit
+of token t at position p splits exactly into one term per part:
+
+    logit_t = Σ_lh u·P(c_lh)/s + Σ_l u·P(b_O,l)/s + Σ_l u·P(MLP_l)/s + u·P(x_0)/s + W_U[t]·β + b_U[t],
+    u = W_U[t] ⊙ γ
+
+α and the values are recomputed from the model's own weights (the from-scratch path), the other parts come
+from hooks on the model's modules, and three checks are measured, not assumed: the heads and bias rebuild
+each output projection's output; the parts rebuild the stream the final norm reads; the frozen norm rebuilds
+the norm's own output, and the terms the model's own logit. A decoder whose blocks normalise what they add
+(Gemma 2 and 3, OLMo 2) fails the second check and is refused in one line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from attnviz.engine.fromscratch.adapters import adapter_for
+from attnviz.engine.fromscratch.norms import _out_weight, head_outputs
+from attnviz.engine.fromscratch.verify import recompute
+from attnviz.errors import UnsupportedArchitectureError
+
+STREAM_TOLERANCE = 1e-4  # of the stream's largest |value|: float32 sums over a few dozen parts
+
+
+@dataclass
+class LogitParts:
+    """The logit of `target` at `position`, split into what each part of the model wrote (float64 sums)."""
+
+    target: int
+    position: int
+    logit: float  # the model's own
+    heads: np.ndarray  # (L, H) each head's direct effect
+    by_source: np.ndarray  # (L, H, T) each head's effect through each source token j: α_pj · u·P(f_h(x_j))/s
+    attention_bias: np.ndarray  # (L,) b_O's share (0 where there is none)
+    mlps: np.ndarray  # (L,)
+    embeddings: float
+    final_bias: float  # W_U[t]·β + b_U[t]
+    head_directions: np.ndarray  # (L, H, D) N's linear part applied to c_lh: what the head adds to N(x_L)
+    output_diff: float  # largest |Σ_h c_lh + b_O − the output projection's own output| over layers
+    stream_diff: float  # largest |x_0 + Σ parts − the stream the final norm reads|, over its largest |value|
+    norm_diff: float  # largest |frozen N(x_L) − the norm's own output|
+
+    @property
+    def rebuilt(self) -> float:
+        return float(self.heads.sum() + self.attention_bias.sum() + self.mlps.sum() + self.embeddings
+                     + self.final_bias)
+
+
+def _layers(base):
+    for name in ("layers", "h", "blocks"):
+        found = getattr(base, name, None)
+        if isinstance(found, torch.nn.ModuleList):
+            return found
+    raise UnsupportedArchitectureError(f"logit attribution does not know where {type(base).__name__} keeps its "
+                                       f"layers")
+
+
+def _final_norm(base):
+    for name in ("norm", "ln_f", "final_layernorm", "final_layer_norm"):
+        found = getattr(base, name, None)
+        if isinstance(found, torch.nn.Module) and getattr(found, "weight", None) is not None:
+            return found
+    raise UnsupportedArchitectureError(f"logit attribution needs the final norm of {type(base).__name__}, and "
+                                       f"finds none")
+
+
+def _frozen_norm(norm, x: torch.Tensor, y: torch.Tensor):
+    """(linear part as a function of a vector (…, D), β): the norm with its scale frozen at x's, chosen
+    among LayerNorm, RMSNorm and RMSNorm with (1 + γ) as the one that gives the norm's own output y."""
+    gamma = norm.weight.double()
+    beta = norm.bias.double() if getattr(norm, "bias", None) is not None else torch.zeros_like(gamma)
+    eps = next((float(getattr(norm, k)) for k in ("eps", "variance_epsilon", "epsilon") if hasattr(norm, k)), 1e-5)
+    x = x.double()
+    centred = torch.sqrt(x.var(-1, unbiased=False) + eps)  # a LayerNorm's scale (Cohere's has no bias)
+    rms = torch.sqrt((x * x).mean(-1) + eps)  # an RMSNorm's
+    candidates = [(lambda c: gamma * (c - c.mean(-1, keepdim=True)) / centred, beta),
+                  (lambda c: gamma * c / rms, beta),
+                  (lambda c: (1 + gamma) * c / rms, beta)]  # Gemma's RMSNorm scales by 1 + γ
+    best = min(candidates, key=lambda pair: float((pair[0](x) + pair[1] - y.double()).abs().max()))
+    return best[0], best[1], float((best[0](x) + best[1] - y.double()).abs().max())
+
+
+def logit_parts(model, inputs: dict, *, position: int, target: int | None) -> tuple[LogitParts, torch.Tensor]:
+    """(the split of one logit, the model's logits at `position` (V,)). `target` None: the model's top token.
+    `model` has its language-model head; one text (batch of 1)."""
+    base = getattr(model, "base_model", model)
+    adapter = adapter_for(base)
+    if not getattr(adapter, "causal", False):
+        raise UnsupportedArchitectureError("logit attribution is for causal language models (the next token's "
+                                           "logit); this model is an encoder")
+    layers = _layers(base)
+    projections = adapter.out_projections(base)
+    mlps_modules: list[torch.nn.Module] = [getattr(layer, "mlp", None) for layer in layers]  # type: ignore[misc]
+    if any(m is None for m in mlps_modules):
+        raise UnsupportedArchitectureError(f"logit attribution does not know {type(base).__name__}'s MLPs")
+    norm = _final_norm(base)
+    unembed = model.get_output_embeddings()
+    if unembed is None:
+        raise UnsupportedArchitectureError("logit attribution needs the model's language-model head")
+    if getattr(model.config, "final_logit_softcapping", None):
+        raise UnsupportedArchitectureError("this model soft-caps its logits (tanh): a logit does not split into "
+                                           "parts that add up")
+
+    seen: dict = {"outputs": [None] * len(layers), "mlps": [None] * len(layers)}
+
+    def keep(kind: str, n: int):
+        def hook(module, args, output):
+            seen[kind][n] = (output[0] if isinstance(output, tuple) else output).detach()
+        return hook
+
+    def first_input(module, args, kwargs):
+        hidden = args[0] if args else kwargs.get("hidden_states")
+        seen["x0"] = hidden.detach()
+
+    def final(module, args, output):
+        seen["xL"], seen["y"] = args[0].detach(), output.detach()
+
+    handles = [p.register_forward_hook(keep("outputs", n)) for n, p in enumerate(projections)]
+    handles += [m.register_forward_hook(keep("mlps", n)) for n, m in enumerate(mlps_modules)]
+    handles.append(layers[0].register_forward_pre_hook(first_input, with_kwargs=True))
+    handles.append(norm.register_forward_hook(final))
+    try:
+        run = recompute(model, inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    output: Any = run.output
+    logits = output.logits[0, position].double()  # (V,)
+    t = int(logits.argmax()) if target is None else int(target)
+    p = position % output.logits.shape[1]
+
+    with torch.inference_mode():
+        x_last = seen["xL"][0, p].double()  # (D,)
+        linear, beta, norm_diff = _frozen_norm(norm, x_last, seen["y"][0, p])
+        if norm_diff > STREAM_TOLERANCE * max(1.0, float(seen["y"][0, p].abs().max())):
+            raise UnsupportedArchitectureError(f"{type(norm).__name__}, {type(base).__name__}'s final norm, is "
+                                               f"neither a LayerNorm nor an RMSNorm: its logit cannot be split here")
+        factor = getattr(model, "logit_scale", None)  # Cohere multiplies its logits by a constant
+        factor = float(factor) if isinstance(factor, (int, float)) and not isinstance(factor, bool) else 1.0
+        u = unembed.weight[t].double() * factor  # (D,)
+        b_u = float(unembed.bias[t]) * factor if getattr(unembed, "bias", None) is not None else 0.0
+
+        def effect(c: torch.Tensor) -> torch.Tensor:  # u · N's linear part of c, over the last axis
+            return (linear(c) * u).sum(-1)
+
+        heads, sources, directions, biases, mlp_effects, output_diff = [], [], [], [], [], 0.0
+        stream = seen["x0"][0, p].double().clone()
+        for n, qkv in enumerate(run.layers):
+            alpha = qkv.alpha(torch.float64)[0, :, p]  # (H, T): the row of position p
+            weight, bias = _out_weight(projections[n])
+            f = head_outputs(qkv.v.double(), weight.double())[0]  # (H, T, D)
+            c = torch.einsum("hj,hjo->ho", alpha, f)  # (H, D)
+            b_o = bias.double() if bias is not None else torch.zeros_like(c[0])
+            output = c.sum(0) + b_o
+            output_diff = max(output_diff, float((output - seen["outputs"][n][0, p].double()).abs().max()))
+            heads.append(effect(c))
+            sources.append(alpha * effect(f))  # (H, T)
+            directions.append(linear(c))
+            biases.append(float(effect(b_o)))
+            mlp = seen["mlps"][n][0, p].double()
+            mlp_effects.append(float(effect(mlp)))
+            stream += output + mlp
+        stream_diff = float((stream - x_last).abs().max()) / max(1.0, float(x_last.abs().max()))
+        if stream_diff > STREAM_TOLERANCE:
+            raise UnsupportedArchitectureError(
+                f"{type(base).__name__}'s blocks do not simply add their attention and MLP outputs to the residual "
+                f"stream (a norm after each, as in Gemma 2 and 3 or OLMo 2): its logit does not split into heads "
+                f"this way (the parts miss the stream by {stream_diff:.1e} of its size)")
+        parts = LogitParts(
+            target=t, position=p, logit=float(logits[t]), heads=torch.stack(heads).cpu().numpy(),
+            by_source=torch.stack(sources).cpu().numpy(), attention_bias=np.array(biases),
+            mlps=np.array(mlp_effects), embeddings=float(effect(seen["x0"][0, p].double())),
+            final_bias=float((u * beta).sum()) + b_u,
+            head_directions=torch.stack(directions).cpu().numpy(), output_diff=output_diff,
+            stream_diff=stream_diff, norm_diff=norm_diff)
+    return parts, logits
+
+
+def vocabulary_effects(model, directions: np.ndarray) -> torch.Tensor:
+    """W_U · d (+ nothing: the bias is the final part's) for each direction (…, D) → (…, V): which tokens a
+    head's output raises and lowers."""
+    weight = model.get_output_embeddings().weight.double()
+    return torch.from_numpy(directions).to(weight.device) @ weight.T
