@@ -24,7 +24,7 @@ from attnviz.arguments import checked
 from attnviz.files import MANIFEST, write_folder  # noqa: F401 (MANIFEST re-exported)
 from attnviz.data.capture import Capture
 from attnviz.data.parts import Parts
-from attnviz.errors import arg, InputError, OutputError, SelectionError
+from attnviz.errors import arg, InputError, OutputError, SelectionError, UsageError
 from attnviz.metrics import head_records
 from attnviz.panels import Panel, Scale, ScaleChoice, attention_panels, text_subtitle
 from attnviz.records import to_csv, to_json
@@ -37,6 +37,8 @@ from attnviz.render.viewer import viewer_data, viewer_fragment
 
 FORMATS = tuple(suffix.lstrip(".") for suffix in FIGURE_FORMATS)  # png, svg, pdf
 DEFAULT_DPI = 100
+MIN_DPI, MAX_DPI = 20, 600  # a raster image's resolution (the command line's --dpi says the same)
+MAX_WORKERS = 1024
 
 
 def export_panels(capture: Capture, layers: Sequence[int], heads: Sequence[int],
@@ -333,6 +335,10 @@ def export(capture: Capture | Parts, target: str | os.PathLike, *, layers: Seque
 
     if fmt not in FORMATS:
         raise OutputError(f"unknown format {fmt!r}: use {', '.join(FORMATS)}")
+    if not MIN_DPI <= dpi <= MAX_DPI:
+        raise UsageError(f"{arg('dpi')} takes a resolution from {MIN_DPI} to {MAX_DPI}; got {dpi}", "dpi")
+    if not 1 <= workers <= MAX_WORKERS:
+        raise UsageError(f"{arg('workers')} takes a whole number from 1 to {MAX_WORKERS:,}; got {workers}", "workers")
 
     def fill(staging: Path) -> None:
         if on_total:
