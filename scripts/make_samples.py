@@ -63,6 +63,10 @@ SAMPLES: list[tuple[str, list[str], str]] = [
     ("smollm2_detect.txt", ["detect", "-m", "smollm2", "-o", "sample_outputs/smollm2_detect.png"],
      "previous-token, duplicate-token and induction heads of SmolLM2, and the causal test"),
     ("smollm2_detect.png", [], "written by the detect command above: each detector's share, layers × heads"),
+    ("contributions.txt", ["contributions", IT, "-o", "sample_outputs/contributions_layer5.png"],
+     "value zeroing on MiniLM: α on [CLS]/[SEP] beside what they contribute, and each token's largest contributors"),
+    ("contributions_layer5.png", [], "written by the contributions command above: layer 5's α beside its "
+                                     "contributions"),
     ("smollm2_logit_attr.txt", ["logit-attr", "The capital of France is", "-m", "smollm2",
                                 "-o", "sample_outputs/smollm2_logit_attr.png"],
      "which heads write ' Paris': the logit split by head, checked against the model's own"),

@@ -232,6 +232,8 @@ BORROWERS = {  # every API function that takes model=, called on a small text
     "scaling": lambda m, t: attnviz.scaling(SENTENCE, model=m, tokenizer=t),
     "generate": lambda m, t: attnviz.generate(SENTENCE, model=m, tokenizer=t, max_new_tokens=2),
     "corpus": lambda m, t: attnviz.corpus([SENTENCE, "A dog ran"], model=m, tokenizer=t),
+    "logit_attribution": lambda m, t: attnviz.logit_attribution(SENTENCE, model=m, tokenizer=t),
+    "contributions": lambda m, t: attnviz.contributions(SENTENCE, model=m, tokenizer=t),
 }
 
 

@@ -109,6 +109,7 @@ CALLS = {  # function -> (how it is called with everything right, the keyword ar
     "generate": (lambda m, c, **kw: attnviz.generate(TEXT, model=m, **kw), ["max_new_tokens", "decoding"]),
     "logit_attribution": (lambda m, c, **kw: attnviz.logit_attribution(TEXT, model=m, **kw),
                           ["target", "position", "top"]),
+    "contributions": (lambda m, c, **kw: attnviz.contributions(TEXT, model=m, **kw), ["method", "truncate"]),
     "corpus": (lambda m, c, **kw: attnviz.corpus(["a cat", "a dog"], model=m, **kw),
                ["batch_size", "max_length", "words"]),
     "ablate": (lambda m, c, **kw: attnviz.ablate(TEXT, model=m, **{"heads": [(0, 0)], **kw}), ["heads", "mode"]),

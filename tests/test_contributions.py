@@ -155,3 +155,105 @@ def test_smollm2_writes_paris_through_france():
 
 
 assert set(POST_NORMS) | set(SPLITS) >= set(TODAYS) - {"modernbert"}  # every decoder family is tested
+
+
+# --- value zeroing (attnviz contributions) ----------------------------------------------------------------
+
+SENTENCE = "The cat sat on the mat because it was tired"
+
+
+def value_module(attention):
+    """The Linear that makes the value vectors, in each family's own naming."""
+    for path in ("v_proj", "self.value", "value", "v_lin"):
+        module = attention
+        for part in path.split("."):
+            module = getattr(module, part, None)
+        if module is not None:
+            return module
+    raise AssertionError(type(attention).__name__)
+
+
+@pytest.mark.parametrize("kind", ["bert", "llama", "distilbert"])
+def test_value_zeroing_equals_zeroing_one_value_at_a_time(kind, tmp_path):
+    """The batched run (every layer at once, each copy of the text zeroing its own token, the stream put back
+    after each block) gives what the brute force gives: one forward pass per (layer, token) with that token's
+    value rows zeroed by a hook on the value projection of that layer alone, through the family's own eager
+    attention. Both are float32 forward passes of the same layer: 1 − cos agrees to float32 rounding (a few
+    1e-7), so 1e-6."""
+    import torch
+
+    from attnviz.engine.forward import encode
+    from attnviz.engine.fromscratch.adapters import adapter_for
+    from attnviz.engine.loading import load
+    from attnviz.engine.zeroing import value_zeroing
+
+    loaded = load(str(build_tiny_model(kind, tmp_path / kind)), device="cpu")
+    encoded = encode(loaded, SENTENCE)
+    modules = adapter_for(loaded.model).modules(loaded.model)
+    scores, distances = value_zeroing(loaded.model, encoded.inputs, modules, batch=3)
+    single, _ = value_zeroing(loaded.model, encoded.inputs, modules, batch=1)
+    torch.testing.assert_close(scores, single, atol=1e-12, rtol=0)  # the batch size changes nothing
+    np.testing.assert_allclose(scores.sum(-1).numpy(), 1.0, atol=1e-12)
+    with torch.no_grad():
+        clean = loaded.model(**encoded.inputs, output_hidden_states=True).hidden_states
+    T = len(encoded.tokens)
+    for layer, attention in enumerate(modules):
+        for j in range(T):
+            hook = value_module(attention).register_forward_hook(
+                lambda m, args, out, j=j: out.index_fill(1, torch.tensor([j]), 0.0))
+            with torch.no_grad():
+                zeroed = loaded.model(**encoded.inputs, output_hidden_states=True).hidden_states
+            hook.remove()
+            cos = torch.nn.functional.cosine_similarity(clean[layer + 1][0].double(), zeroed[layer + 1][0].double(),
+                                                        dim=-1)
+            np.testing.assert_allclose(distances[layer, :, j].numpy(), (1 - cos).clamp_min(0).numpy(), atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "qwen3", "gemma2", "modernbert"])
+def test_contributions_on_other_families(kind, folders):
+    """Through the attention interface, whatever the family: rows sum to 1, a causal model's future is 0."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = attnviz.contributions(SENTENCE, model=folders(kind))
+    scores = result.scores
+    np.testing.assert_allclose(scores.sum(-1), 1.0, atol=1e-5)
+    if result.capture.causal:
+        assert np.abs(np.triu(scores, 1)).max() < 1e-6
+    assert result.capture.quantity == "value zeroing" and result.alpha.quantity == "alpha"
+    assert len(result.records) == result.capture.n_layers
+
+
+def test_contributions_from_the_command_line(tiny_model_dir, tmp_path):
+    folder = tiny_model_dir("bert")
+    path = tmp_path / "text.txt"
+    path.write_text(SENTENCE, encoding="utf-8")
+    given = json.loads(run("contributions", SENTENCE, "-m", folder, "--json").stdout)
+    piped = json.loads(run("contributions", "-", "-m", folder, "--json", input=SENTENCE).stdout)
+    filed = json.loads(run("contributions", "--text-file", path, "-m", folder, "--json").stdout)
+    assert given == piped == filed
+    T = len(given["tokens"])
+    assert given["tokens"][0] == "[CLS]" and len(given["scores"]) == 2 and len(given["scores"][0]) == T
+    assert all(abs(sum(row) - 1) < 1e-5 for layer in given["scores"] for row in layer)
+    csv = run("contributions", SENTENCE, "-m", folder, "--csv").stdout.splitlines()
+    assert csv[0].startswith("layer,alpha_on_special,contribution_on_special") and len(csv) == 3
+    shown = run("contributions", SENTENCE, "-m", folder, "--layer", "0", "-o", tmp_path / "vz.png",
+                env={"COLUMNS": "100", "NO_COLOR": "1"})
+    assert shown.exit_code == 0 and "Layer 0: each token's largest contributors" in shown.stdout
+    assert "it ←" in shown.stdout and (tmp_path / "vz.png").is_file()
+    assert "--method" in one_line_error(run("contributions", SENTENCE, "-m", folder, "--method", "alti"), 2)
+
+
+def test_the_contributions_picture_is_the_layer_beside_its_attention(tiny_model_dir):
+    result = attnviz.contributions(SENTENCE, model=tiny_model_dir("bert"))
+    figure = result.figure(layer=1)
+    seen, moved = figure.axes
+    np.testing.assert_allclose(np.asarray(moved.images[0].get_array()), result.scores[1], atol=1e-6)
+    np.testing.assert_allclose(np.asarray(seen.images[0].get_array()), result.alpha.attentions[1].mean(0), atol=1e-6)
+
+
+@pytest.mark.slow
+def test_minilm_attends_to_special_tokens_that_contribute_little():
+    """The bundled MiniLM: in every layer α puts more on [CLS] and [SEP] than they contribute (Kobayashi et
+    al. 2020 and Mohebbi et al. 2023 find the same in BERT)."""
+    result = attnviz.contributions(SENTENCE)
+    assert all(r["alpha_on_special"] > r["contribution_on_special"] for r in result.records)

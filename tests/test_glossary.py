@@ -46,7 +46,7 @@ def every_output(tmp_path_factory, tiny_model_dir, tiny_lm_dir):
             ["positions", it, "-m", bert], ["steps", it, "-m", bert], ["token", it, "it", "-m", bert],
             ["corpus", folder / "t.txt", "-m", bert], ["generate", "the cat", "-m", lm, "-n", "3", "--terminal"],
             ["heads", it, "-m", bert, "--words"], ["rollout", it, "-m", bert], ["compare", it, "-m", bert],
-            ["logit-attr", "the cat sat", "-m", lm, "--top", "3"]]
+            ["logit-attr", "the cat sat", "-m", lm, "--top", "3"], ["contributions", it, "-m", bert]]
     outputs = []
     for args in runs:
         result = run(*args, env={"NO_COLOR": "1", "COLUMNS": "250"})

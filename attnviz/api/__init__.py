@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 # imports torch).
 _HOMES = {
     **dict.fromkeys(("Keep", "capture", "from_outputs", "load_capture", "to_words"), "attnviz.api.capturing"),
-    **dict.fromkeys(("HeadEffect", "LOGIT_TOLERANCE", "LogitAttribution", "logit_attribution"),
-                    "attnviz.api.contributions"),
+    **dict.fromkeys(("Contributions", "HeadEffect", "LOGIT_TOLERANCE", "LogitAttribution", "contributions",
+                     "logit_attribution"), "attnviz.api.attribution"),
     **dict.fromkeys(("CorpusState", "corpus", "merge"), "attnviz.api.corpora"),
     **dict.fromkeys(("Cost", "cost"), "attnviz.api.costs"),
     **dict.fromkeys(("DEVICES", "DTYPES", "Model", "conversion_pending", "list_families", "load_model",
@@ -44,7 +44,8 @@ _RENAMED = {"view": ("attnviz.display", "write_view")}
 
 if TYPE_CHECKING:
     from attnviz.api.capturing import Keep, capture, from_outputs, load_capture, to_words
-    from attnviz.api.contributions import HeadEffect, LOGIT_TOLERANCE, LogitAttribution, logit_attribution
+    from attnviz.api.attribution import (Contributions, HeadEffect, LOGIT_TOLERANCE, LogitAttribution,
+                                           contributions, logit_attribution)
     from attnviz.api.corpora import CorpusState, corpus, merge
     from attnviz.api.costs import Cost, cost
     from attnviz.api.models import (DEVICES, DTYPES, Model, conversion_pending, list_families,
@@ -80,11 +81,13 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
 
 
-__all__ = ["Ablation", "Capture", "CorpusState", "Cost", "DEVICES", "DTYPES", "Decoding", "Detection", "Generation",
+__all__ = ["Ablation", "Capture", "Contributions", "CorpusState", "Cost", "DEVICES", "DTYPES", "Decoding", "Detection",
+           "Generation",
            "HeadEffect", "HeadTable", "Importance", "Keep", "LOGIT_TOLERANCE", "LogitAttribution",
            "MAX_IMPORTANCE_TEXTS", "MAX_MEAN_TEXTS", "Model", "ModelSpec", "Norms", "Parts", "Positions", "Rollout",
            "Scaling", "Sinks", "Steps", "TOLERANCE", "Verification", "ablate",
-           "capture", "conversion_pending", "corpus", "cost", "detect", "export", "from_outputs", "generate",
+           "capture", "contributions", "conversion_pending", "corpus", "cost", "detect", "export", "from_outputs",
+           "generate",
            "heads", "importance", "list_families", "list_metrics", "load_capture", "load_model", "logit_attribution",
            "merge", "model_shape", "norms",
            "positions", "register_metric", "resolve_model", "rollout", "scaling", "sinks", "steps", "to_words",

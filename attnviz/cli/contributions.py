@@ -1,4 +1,4 @@
-"""What attention contributes: logit-attr (direct logit attribution per head)."""
+"""What attention contributes: logit-attr (direct logit attribution per head), contributions (value zeroing)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from attnviz.cli.errors import cli_errors
 from attnviz.cli.group import app
 from attnviz.cli.inputs import CliReporter, takes, TextSource
 from attnviz.cli.output import check_output, emit_records, err, out, output_path, print_json, say
-from attnviz.cli.params import CsvOpt, ImageOut, JsonOpt, whole_number
+from attnviz.cli.params import choice_parser, CsvOpt, ImageOut, JsonOpt, LayerSel, whole_number
+from attnviz.selection import Selection
 
 # Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
 # each command's --help light: a command module loads only what its own command needs, when it runs.
@@ -81,3 +82,54 @@ def logit_attr(target: Annotated[Optional[str], typer.Option(
             console=err if as_json or as_csv else out)
     if not result.passed:
         raise typer.Exit(3)
+
+
+@app.command(help="What each token contributes to each token's output, layer by layer, beside where attention "
+                  "looks: value zeroing (Mohebbi et al. 2023) zeroes token j's value vectors in a layer and "
+                  "measures how much each token's layer output changes (1 − cos; rows normalised). Per layer, "
+                  "the share on special tokens and on each token itself by α and by contribution, and how well "
+                  "the two orders agree; per token of --layer, its largest contributors; -o draws that layer's α "
+                  "beside its contributions.")
+@cli_errors
+@takes(inp=TextSource)
+def contributions(method: Annotated[str, typer.Option(
+                      "--method", metavar="METHOD", parser=choice_parser(("value-zeroing",), {
+                          "value_zeroing": "value-zeroing", "vz": "value-zeroing", "zeroing": "value-zeroing"}),
+                      help="value-zeroing (Mohebbi et al. 2023).")] = "value-zeroing",
+                  layer: LayerSel = Selection.parse("-1", "layer", field="layer"),
+                  output: ImageOut = None, as_json: JsonOpt = False, as_csv: CsvOpt = False,
+                  *, inp: TextSource) -> None:
+    from attnviz.api import contributions as find_contributions
+    from attnviz.panels import short_model
+    from attnviz.render.png import FORMATS
+    from attnviz.render.tables import records_table
+    from attnviz.text import visible
+
+    check_output(output, FORMATS)
+    text = inp.require_text()
+    loaded = inp.load_single("contributions")
+    result = find_contributions(text, model=loaded, method=method, truncate=inp.truncate, reporter=CliReporter())
+    chosen = layer.indices(result.capture.n_layers)[0]
+    if as_json:
+        print_json(result.to_dict())
+    elif not emit_records([dict(r) for r in result.records], False, as_csv):
+        out.print(records_table(result.records, [
+            ("layer", "layer", "d"), ("alpha_on_special", "α on special", ".2f"),
+            ("contribution_on_special", "contribution on special", ".2f"), ("alpha_on_self", "α on self", ".2f"),
+            ("contribution_on_self", "contribution on self", ".2f"), ("agreement", "agreement", ".2f")],
+            f"{short_model(result.model)}: where attention looks, and what each token contributes ({method})"))
+        tokens = [visible(t) for t in result.capture.tokens]
+        say(f"Layer {chosen}: each token's largest contributors (share of the change in its output)", wrap=True)
+        for i, row in enumerate(result.scores[chosen][:40]):
+            top = sorted(range(len(row)), key=lambda j: -row[j])[:3]
+            say(f"  {tokens[i]} ← " + ", ".join(f"{tokens[j]} {row[j]:.2f}" for j in top if row[j] > 0), wrap=True)
+        if len(tokens) > 40:
+            say(f"  … and {len(tokens) - 40} more (--json has every row)")
+        say("agreement: Spearman's ρ between a token's α (mean over heads) and its contributions over the keys, "
+            "averaged over tokens; α can be large where a token contributes little (often on [CLS] and [SEP]).",
+            wrap=True, style="dim")
+    if output is not None:
+        from attnviz.render.png import save_figure
+
+        say(save_figure(result.figure(chosen), output_path(output, f"attnviz_contributions_layer{chosen}.png")),
+            console=err if as_json or as_csv else out)

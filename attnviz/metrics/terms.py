@@ -143,6 +143,21 @@ TERMS: dict[str, str] = {
     "lowers": "in attnviz logit-attr: the tokens whose logits the head's output pushes down most.",
     "through": "in attnviz logit-attr: the source tokens the head carries its effect from, α_pj times the effect "
                "of token j's value through the head, largest first (they add up to the head's effect).",
+    "contribution": "how much a token contributes to another token's output in a layer, as attnviz contributions "
+                    "measures it: value zeroing (Mohebbi et al. 2023) zeroes token j's value vector in every head "
+                    "of the layer and takes 1 − cos between token i's layer output with and without it; each row "
+                    "is normalised to sum to 1. Unlike α it counts what the value carries and what the rest of "
+                    "the layer makes of it.",
+    "α on special": "in attnviz contributions: the mean share of attention (the mean over the layer's heads) on "
+                    "special tokens ([CLS], [SEP], …).",
+    "contribution on special": "in attnviz contributions: the mean share of contribution that special tokens have "
+                               "in the tokens' outputs.",
+    "α on self": "in attnviz contributions: the mean weight a token puts on itself (the diagonal of α, mean over "
+                 "heads).",
+    "contribution on self": "in attnviz contributions: the mean share a token's own value has in its output.",
+    "agreement": "in attnviz contributions: Spearman's ρ between a token's α (mean over heads) and its "
+                 "contributions over the keys it sees, averaged over the tokens of the layer; 1 is the same "
+                 "order.",
     "rank": "the place in a list ordered by the column it names, 1 first (logit-attr: by |effect|; importance: "
             "by effect). Of the target in logit-attr's title: its place among the model's predictions.",
     "layer.head": "a head named by its layer and its index in the layer: 23.4 is layer 23, head 4.",

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from attnviz.api.models import borrows, resolve_model
+from attnviz.data.capture import Capture
 from attnviz.arguments import checked
 from attnviz.display import records_html
 from attnviz.errors import InputError, arg
@@ -19,7 +20,11 @@ from attnviz.text import check_text, shorten, visible
 
 # The engine (torch, transformers) is imported inside the function, so that `import attnviz` never loads it.
 
-__all__ = ["logit_attribution", "LogitAttribution", "HeadEffect", "LOGIT_TOLERANCE"]
+__all__ = ["logit_attribution", "LogitAttribution", "HeadEffect", "LOGIT_TOLERANCE", "contributions",
+           "Contributions", "MAX_ZEROING_TOKENS", "METHODS"]
+
+MAX_ZEROING_TOKENS = 1024  # value zeroing runs the model once per token (in batches): T runs of T tokens
+METHODS = ("value-zeroing",)
 
 LOGIT_TOLERANCE = 1e-4  # |rebuilt − logit| over max(1, |logit|): float64 sums of float32 parts
 
@@ -219,3 +224,112 @@ def _target_id(loaded, target: str | int | None) -> int | None:
                          "target")
     return int(ids[0])
 
+
+
+@dataclass(frozen=True)
+class Contributions:
+    """How much each token contributes to each token's layer output, beside where attention looks.
+
+    method "value-zeroing" (Mohebbi et al. 2023; inseq's ValueZeroing): `capture` holds, per layer, row i the
+    share each token j has in changing token i's layer output when j's value vector is zeroed in that layer
+    (1 − cos, rows normalised to sum to 1), as a Capture of one "head" per layer (quantity "value zeroing");
+    `distances` (L, T, T) the 1 − cos before normalising; `alpha` the model's own attention of the same text.
+    `records`: per layer, the share on special tokens and on each token itself, by α (mean over heads) and by
+    contribution, and how well the two orders agree (Spearman's ρ per row, averaged)."""
+
+    method: str
+    capture: Capture
+    alpha: Capture
+    distances: np.ndarray  # (L, T, T) float64
+    records: tuple[dict, ...]
+
+    @property
+    def model(self) -> str:
+        return self.capture.model
+
+    @property
+    def scores(self) -> np.ndarray:
+        """(L, T, T): row i of layer l is what each token contributes to token i there (rows sum to 1)."""
+        return self.capture.attentions[:, 0]
+
+    def to_dict(self) -> dict:
+        """What `attnviz contributions --json` prints."""
+        return {"model": self.model, "method": self.method, "tokens": list(self.capture.tokens),
+                "layers": [dict(r) for r in self.records], "scores": self.scores.tolist()}
+
+    def _repr_html_(self) -> str:
+        return records_html(self.records, list(self.records[0]) if self.records else [],
+                            f"{self.model}: contributions ({self.method}) beside α")
+
+    def page(self, layer: int = -1) -> Page:
+        """A layer's attention (the mean over its heads) beside its contributions, on one scale from 0 to 1."""
+        from dataclasses import replace
+
+        from attnviz.panels import attention_panels, text_subtitle
+        from attnviz.selection import Selection
+
+        chosen = Selection.parse(str(layer), "layer").indices(self.capture.n_layers)[:1]
+        seen = attention_panels(self.alpha, chosen, ["mean"])[0]
+        moved = attention_panels(self.capture, chosen, [0])[0]
+        scale = Scale(0.0, 1.0, "share")
+        pair = (replace(seen, short="α, mean over heads (where it looks)", scale=scale),
+                replace(moved, short=f"{self.method} (what each token contributes)", scale=scale))
+        title = f"{short_model(self.model)} · layer {chosen[0]}: attention beside contribution"
+        return Page(panels=pair, title=title, name=f"attnviz_contributions_layer{chosen[0]}",
+                    subtitle=text_subtitle(self.capture),
+                    notes=("Mohebbi et al. 2023: token j's value vector zeroed in this layer; row i, the share of "
+                           "the change in token i's output (1 − cos) each token causes",))
+
+    def figure(self, layer: int = -1):
+        return mixed_figure(self.page(layer), ncols=2)
+
+
+@borrows
+@checked
+def contributions(text: str, *, model: Any = None, tokenizer: Any = None, method: str = "value-zeroing",
+                  truncate: bool = True, device: str = "auto", dtype: str = "float32",
+                  reporter: Reporter | None = None) -> Contributions:
+    """How much each token contributes to each token's output, layer by layer: `method` "value-zeroing"
+    (Mohebbi et al. 2023), one run of the model per token in batches (at most MAX_ZEROING_TOKENS tokens)."""
+    check_text(text)
+    if method not in METHODS:
+        raise InputError(f"{arg('method')} takes one of {', '.join(METHODS)}; got {visible(method)!r}", "method")
+    loaded = resolve_model(model, tokenizer, device=device, dtype=dtype)
+    loaded.require_single("contributions")
+    from attnviz.engine.forward import capture_text, encode, make_capture
+    from attnviz.engine.fromscratch.adapters import adapter_for
+    from attnviz.engine.memory import check_memory
+    from attnviz.engine.zeroing import value_zeroing
+    from attnviz.metrics import spearman
+
+    encoded = encode(loaded, text, truncate=truncate)
+    T = len(encoded.tokens)
+    if T > MAX_ZEROING_TOKENS:
+        raise InputError(f"value zeroing runs the model once per token: {T} tokens is more than "
+                         f"{MAX_ZEROING_TOKENS:,}; shorten the text")
+    check_memory(loaded, T, copies=8.0)  # a batch of 8 copies, each with its own attention
+    alpha = capture_text(text, loaded, truncate=truncate)
+    base = getattr(loaded.model, "base_model", loaded.model)
+    reporter = reporter or Reporter()
+    with reporter.progress("Zeroing each token's value vectors", T, "tokens") as step:
+        scores, distances = value_zeroing(loaded.model, encoded.inputs, adapter_for(base).modules(base),
+                                          on_done=step)
+    moved = make_capture(loaded, encoded, scores.numpy()[:, None].astype(np.float32), text, source="value zeroing")
+    from dataclasses import replace
+
+    moved = replace(moved, meta={**moved.meta, "quantity": "value zeroing"})
+    seen = alpha.attentions.astype(np.float64).mean(axis=1)  # (L, T, T)
+    special = np.asarray(moved.special)
+    records = []
+    for n in range(moved.n_layers):
+        # each row's keys (a causal model's: itself and earlier ones), where there are at least three to order
+        keys = [np.arange(T) <= i if moved.causal else np.ones(T, bool) for i in range(T)]
+        rhos = [spearman(seen[n, i][keys[i]], scores[n, i].numpy()[keys[i]]) for i in range(T) if keys[i].sum() > 2]
+        rhos = [r for r in rhos if np.isfinite(r)]
+        rho = float(np.mean(rhos)) if rhos else float("nan")
+        records.append({"layer": n, "alpha_on_special": float(seen[n][:, special].sum(-1).mean()),
+                        "contribution_on_special": float(scores[n][:, special].sum(-1).mean()),
+                        "alpha_on_self": float(np.diagonal(seen[n]).mean()),
+                        "contribution_on_self": float(np.diagonal(scores[n].numpy()).mean()),
+                        "agreement": rho})
+    return Contributions(method, moved, alpha, distances.numpy(), tuple(records))
