@@ -38,9 +38,10 @@ def test_every_docs_page_is_in_the_navigation_and_every_link_between_pages_lands
     assert pages | generated == set(re.findall(r":\s*([\w/.-]+\.md)\s*$", nav, re.M))
     for page in docs.rglob("*.md"):
         for target, path in _relative_links(page):
-            if target.startswith("samples/"):  # served from sample_outputs/ by the hook
-                path = ROOT / "sample_outputs" / target.removeprefix("samples/")
-            elif path.relative_to(docs.resolve()).as_posix() in generated:
+            served = path.relative_to(docs.resolve()).as_posix()  # where the link lands on the site
+            if served.startswith("samples/"):  # served from sample_outputs/ by the hook (from any page's folder)
+                path = ROOT / "sample_outputs" / served.removeprefix("samples/")
+            elif served in generated:
                 continue
             assert path.exists(), f"{page.name}: {target}"
 
