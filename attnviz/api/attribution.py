@@ -165,10 +165,8 @@ def logit_attribution(text: str, *, model: Any = None, tokenizer: Any = None, ta
         raise InputError(f"{arg('top')} takes a whole number from 1 to 100; got {top}", "top")
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype, lm_head=True)
     loaded.require_single("logit attribution")
-    import torch
-
     from attnviz.engine.forward import encode
-    from attnviz.engine.fromscratch.logits import logit_parts, vocabulary_effects
+    from attnviz.engine.fromscratch.logits import logit_parts, raised_and_lowered
     from attnviz.engine.memory import check_memory
 
     encoded = encode(loaded, text, truncate=truncate)
@@ -183,8 +181,7 @@ def logit_attribution(text: str, *, model: Any = None, tokenizer: Any = None, ta
         L, H = parts.heads.shape
         order = np.argsort(-np.abs(parts.heads), axis=None)[:top]
         chosen = [(int(i // H), int(i % H)) for i in order]
-        vocab = vocabulary_effects(loaded.model, np.stack([parts.head_directions[n, h] for n, h in chosen]))
-        raised, lowered = vocab.topk(5, dim=-1).indices, (-vocab).topk(5, dim=-1).indices
+        raised, lowered = raised_and_lowered(loaded.model, np.stack([parts.head_directions[n, h] for n, h in chosen]))
 
     def names(ids) -> tuple[str, ...]:
         return tuple(visible(loaded.tokenizer.decode([int(i)])) for i in ids)
@@ -195,7 +192,8 @@ def logit_attribution(text: str, *, model: Any = None, tokenizer: Any = None, ta
         strongest = np.argsort(-np.abs(through))[:3]
         effects.append(HeadEffect(n, h, float(parts.heads[n, h]), names(raised[k]), names(lowered[k]),
                                   tuple((visible(encoded.tokens[j]), float(through[j])) for j in strongest)))
-    probabilities = torch.softmax(logits, -1)
+    probabilities = np.exp(logits - logits.max())
+    probabilities /= probabilities.sum()
     return LogitAttribution(
         model=loaded.name, text=text, tokens=tuple(encoded.tokens), position=parts.position,
         target=loaded.tokenizer.decode([parts.target]), target_id=parts.target, logit=parts.logit,
@@ -314,7 +312,7 @@ def contributions(text: str, *, model: Any = None, tokenizer: Any = None, method
     with reporter.progress("Zeroing each token's value vectors", T, "tokens") as step:
         scores, distances = value_zeroing(loaded.model, encoded.inputs, adapter_for(base).modules(base),
                                           on_done=step)
-    moved = make_capture(loaded, encoded, scores.numpy()[:, None].astype(np.float32), text, source="value zeroing")
+    moved = make_capture(loaded, encoded, scores[:, None].astype(np.float32), text, source="value zeroing")
     from dataclasses import replace
 
     moved = replace(moved, meta={**moved.meta, "quantity": "value zeroing"})
@@ -324,12 +322,12 @@ def contributions(text: str, *, model: Any = None, tokenizer: Any = None, method
     for n in range(moved.n_layers):
         # each row's keys (a causal model's: itself and earlier ones), where there are at least three to order
         keys = [np.arange(T) <= i if moved.causal else np.ones(T, bool) for i in range(T)]
-        rhos = [spearman(seen[n, i][keys[i]], scores[n, i].numpy()[keys[i]]) for i in range(T) if keys[i].sum() > 2]
+        rhos = [spearman(seen[n, i][keys[i]], scores[n, i][keys[i]]) for i in range(T) if keys[i].sum() > 2]
         rhos = [r for r in rhos if np.isfinite(r)]
         rho = float(np.mean(rhos)) if rhos else float("nan")
         records.append({"layer": n, "alpha_on_special": float(seen[n][:, special].sum(-1).mean()),
                         "contribution_on_special": float(scores[n][:, special].sum(-1).mean()),
                         "alpha_on_self": float(np.diagonal(seen[n]).mean()),
-                        "contribution_on_self": float(np.diagonal(scores[n].numpy()).mean()),
+                        "contribution_on_self": float(np.diagonal(scores[n]).mean()),
                         "agreement": rho})
-    return Contributions(method, moved, alpha, distances.numpy(), tuple(records))
+    return Contributions(method, moved, alpha, distances, tuple(records))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 from attnviz.engine.interface import output, streaming
@@ -35,7 +36,7 @@ def _layer_blocks(base, attention_modules: list) -> torch.nn.ModuleList:
 
 
 def value_zeroing(model, inputs: dict, attention_modules: list, *, batch: int = 8,
-                  on_done=None) -> tuple[torch.Tensor, torch.Tensor]:
+                  on_done=None) -> tuple[np.ndarray, np.ndarray]:
     """(scores (L, T, T) float64 with rows summing to 1, distances (L, T, T) float64 before normalising) for
     one text (a batch of 1). `attention_modules`: the model's attention modules in layer order."""
     base = getattr(model, "base_model", model)
@@ -95,4 +96,4 @@ def value_zeroing(model, inputs: dict, attention_modules: list, *, batch: int = 
     if empty.any():
         eye = torch.eye(T, dtype=torch.float64).expand(L, T, T)
         scores = torch.where(empty[..., None], eye, scores)
-    return scores, distances
+    return scores.numpy(), distances.numpy()

@@ -93,8 +93,9 @@ def _frozen_norm(norm, x: torch.Tensor, y: torch.Tensor):
     return best[0], best[1], float((best[0](x) + best[1] - y.double()).abs().max())
 
 
-def logit_parts(model, inputs: dict, *, position: int, target: int | None) -> tuple[LogitParts, torch.Tensor]:
-    """(the split of one logit, the model's logits at `position` (V,)). `target` None: the model's top token.
+def logit_parts(model, inputs: dict, *, position: int, target: int | None) -> tuple[LogitParts, np.ndarray]:
+    """(the split of one logit, the model's logits at `position` (V,) float64). `target` None: the model's top
+    token.
     `model` has its language-model head; one text (batch of 1)."""
     base = getattr(model, "base_model", model)
     adapter = adapter_for(base)
@@ -186,11 +187,13 @@ def logit_parts(model, inputs: dict, *, position: int, target: int | None) -> tu
             final_bias=float((u * beta).sum()) + b_u,
             head_directions=torch.stack(directions).cpu().numpy(), output_diff=output_diff,
             stream_diff=stream_diff, norm_diff=norm_diff)
-    return parts, logits
+    return parts, logits.cpu().numpy()
 
 
-def vocabulary_effects(model, directions: np.ndarray) -> torch.Tensor:
-    """W_U · d (+ nothing: the bias is the final part's) for each direction (…, D) → (…, V): which tokens a
-    head's output raises and lowers."""
+def raised_and_lowered(model, directions: np.ndarray, k: int = 5) -> tuple[np.ndarray, np.ndarray]:
+    """For each direction (N, D), the ids of the k tokens whose logits W_U · d raises most and lowers most:
+    which tokens a head's output pushes up and down. ((N, k), (N, k))"""
     weight = model.get_output_embeddings().weight.double()
-    return torch.from_numpy(directions).to(weight.device) @ weight.T
+    with torch.inference_mode():
+        effects = torch.from_numpy(directions).to(weight.device) @ weight.T  # (N, V)
+        return effects.topk(k, dim=-1).indices.cpu().numpy(), (-effects).topk(k, dim=-1).indices.cpu().numpy()
