@@ -64,9 +64,12 @@ SAMPLES: list[tuple[str, list[str], str]] = [
      "previous-token, duplicate-token and induction heads of SmolLM2, and the causal test"),
     ("smollm2_detect.png", [], "written by the detect command above: each detector's share, layers × heads"),
     ("contributions.txt", ["contributions", IT, "-o", "sample_outputs/contributions_layer5.png"],
-     "value zeroing on MiniLM: α on [CLS]/[SEP] beside what they contribute, and each token's largest contributors"),
-    ("contributions_layer5.png", [], "written by the contributions command above: layer 5's α beside its "
+     "ALTI on MiniLM: α on [CLS]/[SEP] beside what they contribute, each token's largest contributors in the "
+     "last layer and through all layers, and the check that the parts rebuild every block"),
+    ("contributions_layer5.png", [], "written by the contributions command above: layer 5's α beside its ALTI "
                                      "contributions"),
+    ("contributions_value_zeroing.txt", ["contributions", IT, "--method", "value-zeroing"],
+     "the same by value zeroing (Mohebbi et al. 2023)"),
     ("smollm2_logit_attr.txt", ["logit-attr", "The capital of France is", "-m", "smollm2",
                                 "-o", "sample_outputs/smollm2_logit_attr.png"],
      "which heads write ' Paris': the logit split by head, checked against the model's own"),

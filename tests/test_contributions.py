@@ -190,7 +190,7 @@ def test_value_zeroing_equals_zeroing_one_value_at_a_time(kind, tmp_path):
     loaded = load(str(build_tiny_model(kind, tmp_path / kind)), device="cpu")
     encoded = encode(loaded, SENTENCE)
     modules = adapter_for(loaded.model).modules(loaded.model)
-    scores, distances = value_zeroing(loaded.model, encoded.inputs, modules, batch=3)
+    scores, distances = value_zeroing(loaded.model, encoded.inputs, modules, batch=3)  # (the engine's own)
     single, _ = value_zeroing(loaded.model, encoded.inputs, modules, batch=1)
     np.testing.assert_allclose(scores, single, atol=1e-12, rtol=0)  # the batch size changes nothing
     np.testing.assert_allclose(scores.sum(-1), 1.0, atol=1e-12)
@@ -209,18 +209,82 @@ def test_value_zeroing_equals_zeroing_one_value_at_a_time(kind, tmp_path):
             np.testing.assert_allclose(distances[layer, :, j], (1 - cos).clamp_min(0).numpy(), atol=1e-6)
 
 
-@pytest.mark.parametrize("kind", ["gpt2", "qwen3", "gemma2", "modernbert"])
-def test_contributions_on_other_families(kind, folders):
-    """Through the attention interface, whatever the family: rows sum to 1, a causal model's future is 0."""
+@pytest.mark.parametrize("kind, method", [
+    ("gpt2", "value-zeroing"), ("qwen3", "value-zeroing"), ("gemma2", "value-zeroing"), ("modernbert", "value-zeroing"),
+    *[(kind, "alti") for kind in ("bert", "distilbert", "gpt2", "llama", "qwen3", "phi3", "gpt_oss", "modernbert")]])
+def test_contributions_on_other_families(kind, method, folders, tiny_model_dir):
+    """Value zeroing through the attention interface, whatever the family; ALTI wherever each attention block
+    is a sum of per-token parts, checked against the block's own output in every layer (float64 sums of
+    float32 parts: 1e-5 of the output's size). Rows sum to 1, a causal model's future is 0, the rollout's rows
+    sum to 1."""
+    folder = tiny_model_dir(kind) if kind in ("bert", "distilbert") else folders(kind)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        result = attnviz.contributions(SENTENCE, model=folders(kind))
+        result = attnviz.contributions(SENTENCE, model=folder, method=method)
     scores = result.scores
     np.testing.assert_allclose(scores.sum(-1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(result.rollout().sum(-1), 1.0, atol=1e-5)
     if result.capture.causal:
-        assert np.abs(np.triu(scores, 1)).max() < 1e-6
-    assert result.capture.quantity == "value zeroing" and result.alpha.quantity == "alpha"
-    assert len(result.records) == result.capture.n_layers
+        assert np.abs(np.triu(scores, 1)).max() < 1e-6 and np.abs(np.triu(result.rollout(), 1)).max() < 1e-6
+    assert result.capture.quantity == {"alti": "ALTI", "value-zeroing": "value zeroing"}[method]
+    assert result.alpha.quantity == "alpha" and len(result.records) == result.capture.n_layers
+    if method == "alti":
+        assert result.checks is not None and float(result.checks.max()) < 1e-5
+
+
+@pytest.mark.parametrize("kind", ["gemma2", "olmo2", "cohere2"])
+def test_alti_refuses_blocks_it_cannot_split(kind, folders):
+    """Gemma 2 and OLMo 2 normalise the attention's output before adding it, Cohere 2 runs attention and MLP
+    side by side: the parts do not add up to an attention block's output, and ALTI says so in one line."""
+    result = run("contributions", SENTENCE, "-m", folders(kind), "--method", "alti")
+    assert "ALTI" in one_line_error(result)
+
+
+def test_alti_on_three_tokens_equals_the_formula_written_out(tmp_path):
+    """A one-layer BERT of width 4 with 2 heads on a 3-token input, everything recomputed here in numpy from
+    its weights: α, f_h(x_j) = (x_j W_V^h + b_V^h) W_O^h, T_i(x_j) = Σ_h α_ij f_h(x_j) + [i = j] x_i, the
+    LayerNorm's scale frozen at σ of Σ_j T_i(x_j) + b_O, c_ij = max(0, ‖y_i‖₁ − ‖y_i − T'_i(x_j)‖₁), rows
+    normalised (Ferrando et al. 2022, eqs. 7–9)."""
+    import torch
+    import transformers as tf
+
+    from attnviz.engine.fromscratch.alti import alti
+
+    torch.manual_seed(3)
+    config = tf.BertConfig(vocab_size=10, hidden_size=4, num_hidden_layers=1, num_attention_heads=2,
+                           intermediate_size=8, initializer_range=0.8)
+    config._attn_implementation = "eager"
+    model = tf.BertModel(config, add_pooling_layer=False).eval()
+    ids = torch.tensor([[1, 5, 2]])
+    scores, checks = alti(model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)})
+    with torch.no_grad():
+        x = model.embeddings(input_ids=ids)[0].double().numpy()  # (3, 4)
+    a = model.encoder.layer[0].attention
+    w = {name: getattr(a.self, name).weight.detach().double().numpy() for name in ("query", "key", "value")}
+    b = {name: getattr(a.self, name).bias.detach().double().numpy() for name in ("query", "key", "value")}
+    W_O, b_O = a.output.dense.weight.detach().double().numpy(), a.output.dense.bias.detach().double().numpy()
+    ln = a.output.LayerNorm
+    gamma, beta = ln.weight.detach().double().numpy(), ln.bias.detach().double().numpy()
+    q, k, v = (x @ w[n].T + b[n] for n in ("query", "key", "value"))  # (3, 4)
+    T_parts = np.zeros((3, 3, 4))
+    for h in range(2):
+        cols = slice(2 * h, 2 * h + 2)
+        s = q[:, cols] @ k[:, cols].T / np.sqrt(2)
+        alpha = np.exp(s - s.max(1, keepdims=True))
+        alpha /= alpha.sum(1, keepdims=True)
+        f = v[:, cols] @ W_O[:, cols].T  # (3, 4): token j's value through head h's slice of W_O
+        T_parts += alpha[:, :, None] * f[None]
+    for i in range(3):
+        T_parts[i, i] += x[i]
+    z = T_parts.sum(1) + b_O
+    sigma = np.sqrt(z.var(1) + ln.eps)
+    Tn = gamma * (T_parts - T_parts.mean(-1, keepdims=True)) / sigma[:, None, None]
+    y = Tn.sum(1) + gamma * (b_O - b_O.mean()) / sigma[:, None] + beta
+    c = np.maximum(0, np.abs(y).sum(-1)[:, None] - np.abs(y[:, None] - Tn).sum(-1))
+    total = c.sum(1, keepdims=True)
+    expected = np.where(total > 0, c / np.where(total > 0, total, 1), np.eye(3))  # no part closer than 0: itself
+    np.testing.assert_allclose(scores[0], expected, atol=1e-6)
+    assert checks.max() < 1e-6 and (total[:, 0] > 0).sum() >= 2  # the formula decided at least two rows
 
 
 def test_contributions_from_the_command_line(tiny_model_dir, tmp_path):
@@ -230,7 +294,10 @@ def test_contributions_from_the_command_line(tiny_model_dir, tmp_path):
     given = json.loads(run("contributions", SENTENCE, "-m", folder, "--json").stdout)
     piped = json.loads(run("contributions", "-", "-m", folder, "--json", input=SENTENCE).stdout)
     filed = json.loads(run("contributions", "--text-file", path, "-m", folder, "--json").stdout)
-    assert given == piped == filed
+    assert given == piped == filed and given["method"] == "alti" and max(given["checks"]) < 1e-5
+    assert all(abs(sum(row) - 1) < 1e-5 for row in given["rollout"])
+    zeroed = json.loads(run("contributions", SENTENCE, "-m", folder, "--json", "--method", "vz").stdout)
+    assert zeroed["method"] == "value-zeroing" and "checks" not in zeroed
     T = len(given["tokens"])
     assert given["tokens"][0] == "[CLS]" and len(given["scores"]) == 2 and len(given["scores"][0]) == T
     assert all(abs(sum(row) - 1) < 1e-5 for layer in given["scores"] for row in layer)
@@ -238,13 +305,14 @@ def test_contributions_from_the_command_line(tiny_model_dir, tmp_path):
     assert csv[0].startswith("layer,alpha_on_special,contribution_on_special") and len(csv) == 3
     shown = run("contributions", SENTENCE, "-m", folder, "--layer", "0", "-o", tmp_path / "vz.png",
                 env={"COLUMNS": "100", "NO_COLOR": "1"})
-    assert shown.exit_code == 0 and "Layer 0: each token's largest contributors" in shown.stdout
-    assert "it ←" in shown.stdout and (tmp_path / "vz.png").is_file()
-    assert "--method" in one_line_error(run("contributions", SENTENCE, "-m", folder, "--method", "alti"), 2)
+    assert shown.exit_code == 0 and "in layer 0, and through all layers" in shown.stdout
+    assert "it ←" in shown.stdout and "PASS" in shown.stdout and (tmp_path / "vz.png").is_file()
+    assert "--method" in one_line_error(run("contributions", SENTENCE, "-m", folder, "--method", "lrp"), 2)
 
 
-def test_the_contributions_picture_is_the_layer_beside_its_attention(tiny_model_dir):
-    result = attnviz.contributions(SENTENCE, model=tiny_model_dir("bert"))
+@pytest.mark.parametrize("method", ["alti", "value-zeroing"])
+def test_the_contributions_picture_is_the_layer_beside_its_attention(tiny_model_dir, method):
+    result = attnviz.contributions(SENTENCE, model=tiny_model_dir("bert"), method=method)
     figure = result.figure(layer=1)
     seen, moved = figure.axes
     np.testing.assert_allclose(np.asarray(moved.images[0].get_array()), result.scores[1], atol=1e-6)
@@ -254,6 +322,9 @@ def test_the_contributions_picture_is_the_layer_beside_its_attention(tiny_model_
 @pytest.mark.slow
 def test_minilm_attends_to_special_tokens_that_contribute_little():
     """The bundled MiniLM: in every layer α puts more on [CLS] and [SEP] than they contribute (Kobayashi et
-    al. 2020 and Mohebbi et al. 2023 find the same in BERT)."""
-    result = attnviz.contributions(SENTENCE)
-    assert all(r["alpha_on_special"] > r["contribution_on_special"] for r in result.records)
+    al. 2020 and Mohebbi et al. 2023 find the same in BERT), by value zeroing and by ALTI; and ALTI's parts
+    rebuild every attention block's output of the real model."""
+    for method in ("value-zeroing", "alti"):
+        result = attnviz.contributions(SENTENCE, method=method)
+        assert all(r["alpha_on_special"] > r["contribution_on_special"] for r in result.records), method
+    assert result.checks is not None and float(result.checks.max()) < 1e-6

@@ -24,7 +24,8 @@ __all__ = ["logit_attribution", "LogitAttribution", "HeadEffect", "LOGIT_TOLERAN
            "Contributions", "MAX_ZEROING_TOKENS", "METHODS"]
 
 MAX_ZEROING_TOKENS = 1024  # value zeroing runs the model once per token (in batches): T runs of T tokens
-METHODS = ("value-zeroing",)
+METHODS = ("alti", "value-zeroing")
+METHOD_NAMES = {"alti": "ALTI", "value-zeroing": "value zeroing"}
 
 LOGIT_TOLERANCE = 1e-4  # |rebuilt − logit| over max(1, |logit|): float64 sums of float32 parts
 
@@ -226,20 +227,26 @@ def _target_id(loaded, target: str | int | None) -> int | None:
 
 @dataclass(frozen=True)
 class Contributions:
-    """How much each token contributes to each token's layer output, beside where attention looks.
+    """How much each token contributes to each token's layer output, beside where attention looks. `capture`
+    holds, per layer, row i the share each token j has in token i's output, as a Capture of one "head" per
+    layer (quantity: the method); `alpha` the model's own attention of the same text.
 
-    method "value-zeroing" (Mohebbi et al. 2023; inseq's ValueZeroing): `capture` holds, per layer, row i the
-    share each token j has in changing token i's layer output when j's value vector is zeroed in that layer
-    (1 − cos, rows normalised to sum to 1), as a Capture of one "head" per layer (quantity "value zeroing");
-    `distances` (L, T, T) the 1 − cos before normalising; `alpha` the model's own attention of the same text.
+    method "alti" (Ferrando et al. 2022): the attention block's output, residual included, split into one
+    vector per input token, c_ij = max(0, ‖y_i‖₁ − ‖y_i − T_i(x_j)‖₁), rows normalised; `checks` (L,): how far
+    the parts are from the block's own output, over its size. method "value-zeroing" (Mohebbi et al. 2023):
+    the change of token i's layer output (1 − cos) when j's value vector is zeroed in that layer, rows
+    normalised; `distances` (L, T, T) the 1 − cos before normalising.
+
     `records`: per layer, the share on special tokens and on each token itself, by α (mean over heads) and by
-    contribution, and how well the two orders agree (Spearman's ρ per row, averaged)."""
+    contribution, and how well the two orders agree (Spearman's ρ per row, averaged). `rollout()`: the layers'
+    contributions multiplied through."""
 
     method: str
     capture: Capture
     alpha: Capture
-    distances: np.ndarray  # (L, T, T) float64
     records: tuple[dict, ...]
+    checks: np.ndarray | None = None  # (L,) ALTI's decomposition check
+    distances: np.ndarray | None = None  # (L, T, T) value zeroing's 1 − cos
 
     @property
     def model(self) -> str:
@@ -250,10 +257,22 @@ class Contributions:
         """(L, T, T): row i of layer l is what each token contributes to token i there (rows sum to 1)."""
         return self.capture.attentions[:, 0]
 
+    def rollout(self) -> np.ndarray:
+        """The layers' contribution matrices multiplied through, bottom to top: row i is how much each input
+        token reaches token i at the top (rows sum to 1). (T, T)"""
+        total = np.eye(self.capture.n_tokens)
+        for layer in self.scores.astype(np.float64):
+            total = layer @ total
+        return total
+
     def to_dict(self) -> dict:
         """What `attnviz contributions --json` prints."""
-        return {"model": self.model, "method": self.method, "tokens": list(self.capture.tokens),
-                "layers": [dict(r) for r in self.records], "scores": self.scores.tolist()}
+        data = {"model": self.model, "method": self.method, "tokens": list(self.capture.tokens),
+                "layers": [dict(r) for r in self.records], "scores": self.scores.tolist(),
+                "rollout": self.rollout().tolist()}
+        if self.checks is not None:
+            data["checks"] = self.checks.tolist()
+        return data
 
     def _repr_html_(self) -> str:
         return records_html(self.records, list(self.records[0]) if self.records else [],
@@ -271,12 +290,14 @@ class Contributions:
         moved = attention_panels(self.capture, chosen, [0])[0]
         scale = Scale(0.0, 1.0, "share")
         pair = (replace(seen, short="α, mean over heads (where it looks)", scale=scale),
-                replace(moved, short=f"{self.method} (what each token contributes)", scale=scale))
+                replace(moved, short=f"{METHOD_NAMES[self.method]} (what each token contributes)", scale=scale))
         title = f"{short_model(self.model)} · layer {chosen[0]}: attention beside contribution"
+        note = ("Ferrando et al. 2022: the attention block's output, residual included, split into one vector per "
+                "token; row i, each token's share (closeness to the output, L1)" if self.method == "alti" else
+                "Mohebbi et al. 2023: token j's value vector zeroed in this layer; row i, the share of the change "
+                "in token i's output (1 − cos) each token causes")
         return Page(panels=pair, title=title, name=f"attnviz_contributions_layer{chosen[0]}",
-                    subtitle=text_subtitle(self.capture),
-                    notes=("Mohebbi et al. 2023: token j's value vector zeroed in this layer; row i, the share of "
-                           "the change in token i's output (1 − cos) each token causes",))
+                    subtitle=text_subtitle(self.capture), notes=(note,))
 
     def figure(self, layer: int = -1):
         return mixed_figure(self.page(layer), ncols=2)
@@ -284,11 +305,12 @@ class Contributions:
 
 @borrows
 @checked
-def contributions(text: str, *, model: Any = None, tokenizer: Any = None, method: str = "value-zeroing",
+def contributions(text: str, *, model: Any = None, tokenizer: Any = None, method: str = "alti",
                   truncate: bool = True, device: str = "auto", dtype: str = "float32",
                   reporter: Reporter | None = None) -> Contributions:
-    """How much each token contributes to each token's output, layer by layer: `method` "value-zeroing"
-    (Mohebbi et al. 2023), one run of the model per token in batches (at most MAX_ZEROING_TOKENS tokens)."""
+    """How much each token contributes to each token's output, layer by layer: `method` "alti" (Ferrando et
+    al. 2022; one run of the model, checked against each attention block's output) or "value-zeroing"
+    (Mohebbi et al. 2023; one run per token in batches, at most MAX_ZEROING_TOKENS tokens)."""
     check_text(text)
     if method not in METHODS:
         raise InputError(f"{arg('method')} takes one of {', '.join(METHODS)}; got {visible(method)!r}", "method")
@@ -296,26 +318,32 @@ def contributions(text: str, *, model: Any = None, tokenizer: Any = None, method
     loaded.require_single("contributions")
     from attnviz.engine.forward import capture_text, encode, make_capture
     from attnviz.engine.fromscratch.adapters import adapter_for
+    from attnviz.engine.fromscratch.alti import alti
     from attnviz.engine.memory import check_memory
     from attnviz.engine.zeroing import value_zeroing
     from attnviz.metrics import spearman
 
     encoded = encode(loaded, text, truncate=truncate)
     T = len(encoded.tokens)
-    if T > MAX_ZEROING_TOKENS:
+    if method == "value-zeroing" and T > MAX_ZEROING_TOKENS:
         raise InputError(f"value zeroing runs the model once per token: {T} tokens is more than "
-                         f"{MAX_ZEROING_TOKENS:,}; shorten the text")
-    check_memory(loaded, T, copies=8.0)  # a batch of 8 copies, each with its own attention
+                         f"{MAX_ZEROING_TOKENS:,}; shorten the text, or use {arg('method', 'alti')}")
+    check_memory(loaded, T, copies=8.0)  # value zeroing: a batch of 8 copies; ALTI: α, scores and parts
     alpha = capture_text(text, loaded, truncate=truncate)
     base = getattr(loaded.model, "base_model", loaded.model)
     reporter = reporter or Reporter()
-    with reporter.progress("Zeroing each token's value vectors", T, "tokens") as step:
-        scores, distances = value_zeroing(loaded.model, encoded.inputs, adapter_for(base).modules(base),
-                                          on_done=step)
-    moved = make_capture(loaded, encoded, scores[:, None].astype(np.float32), text, source="value zeroing")
+    checks = distances = None
+    if method == "alti":
+        with reporter.status("Splitting each attention block's output into one part per token…"):
+            scores, checks = alti(loaded.model, encoded.inputs)
+    else:
+        with reporter.progress("Zeroing each token's value vectors", T, "tokens") as step:
+            scores, distances = value_zeroing(loaded.model, encoded.inputs, adapter_for(base).modules(base),
+                                              on_done=step)
+    moved = make_capture(loaded, encoded, scores[:, None].astype(np.float32), text, source=METHOD_NAMES[method])
     from dataclasses import replace
 
-    moved = replace(moved, meta={**moved.meta, "quantity": "value zeroing"})
+    moved = replace(moved, meta={**moved.meta, "quantity": METHOD_NAMES[method]})
     seen = alpha.attentions.astype(np.float64).mean(axis=1)  # (L, T, T)
     special = np.asarray(moved.special)
     records = []
@@ -330,4 +358,4 @@ def contributions(text: str, *, model: Any = None, tokenizer: Any = None, method
                         "alpha_on_self": float(np.diagonal(seen[n]).mean()),
                         "contribution_on_self": float(np.diagonal(scores[n]).mean()),
                         "agreement": rho})
-    return Contributions(method, moved, alpha, distances, tuple(records))
+    return Contributions(method, moved, alpha, tuple(records), checks, distances)

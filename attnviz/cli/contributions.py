@@ -85,24 +85,27 @@ def logit_attr(target: Annotated[Optional[str], typer.Option(
 
 
 @app.command(help="What each token contributes to each token's output, layer by layer, beside where attention "
-                  "looks: value zeroing (Mohebbi et al. 2023) zeroes token j's value vectors in a layer and "
-                  "measures how much each token's layer output changes (1 − cos; rows normalised). Per layer, "
-                  "the share on special tokens and on each token itself by α and by contribution, and how well "
-                  "the two orders agree; per token of --layer, its largest contributors; -o draws that layer's α "
-                  "beside its contributions.")
+                  "looks. ALTI (Ferrando et al. 2022, the default) splits each attention block's output, residual "
+                  "included, into one vector per token and measures how close each is to the output (checked: "
+                  "the parts add up to the block's own output); value zeroing (Mohebbi et al. 2023) zeroes token "
+                  "j's value vectors in a layer and measures how much each output changes. Per layer, the share "
+                  "on special tokens and on each token itself by α and by contribution, and how well the two "
+                  "orders agree; per token, its largest contributors in --layer and through all layers (the "
+                  "rollout); -o draws that layer's α beside its contributions.")
 @cli_errors
 @takes(inp=TextSource)
 def contributions(method: Annotated[str, typer.Option(
-                      "--method", metavar="METHOD", parser=choice_parser(("value-zeroing",), {
+                      "--method", metavar="METHOD", parser=choice_parser(("alti", "value-zeroing"), {
                           "value_zeroing": "value-zeroing", "vz": "value-zeroing", "zeroing": "value-zeroing"}),
-                      help="value-zeroing (Mohebbi et al. 2023).")] = "value-zeroing",
+                      help="alti (Ferrando et al. 2022; one run) or value-zeroing (Mohebbi et al. 2023; one run "
+                           "per token).")] = "alti",
                   layer: LayerSel = Selection.parse("-1", "layer", field="layer"),
                   output: ImageOut = None, as_json: JsonOpt = False, as_csv: CsvOpt = False,
                   *, inp: TextSource) -> None:
     from attnviz.api import contributions as find_contributions
     from attnviz.panels import short_model
     from attnviz.render.png import FORMATS
-    from attnviz.render.tables import records_table
+    from attnviz.render.tables import records_table, verdict
     from attnviz.text import visible
 
     check_output(output, FORMATS)
@@ -119,12 +122,18 @@ def contributions(method: Annotated[str, typer.Option(
             ("contribution_on_self", "contribution on self", ".2f"), ("agreement", "agreement", ".2f")],
             f"{short_model(result.model)}: where attention looks, and what each token contributes ({method})"))
         tokens = [visible(t) for t in result.capture.tokens]
-        say(f"Layer {chosen}: each token's largest contributors (share of the change in its output)", wrap=True)
+        rollout = result.rollout()
+        say(f"Each token's largest contributors: in layer {chosen}, and through all layers (the rollout)", wrap=True)
         for i, row in enumerate(result.scores[chosen][:40]):
             top = sorted(range(len(row)), key=lambda j: -row[j])[:3]
-            say(f"  {tokens[i]} ← " + ", ".join(f"{tokens[j]} {row[j]:.2f}" for j in top if row[j] > 0), wrap=True)
+            through = sorted(range(len(row)), key=lambda j: -rollout[i, j])[:3]
+            say(f"  {tokens[i]} ← " + ", ".join(f"{tokens[j]} {row[j]:.2f}" for j in top if row[j] > 0)
+                + "   |   " + ", ".join(f"{tokens[j]} {rollout[i, j]:.2f}" for j in through), wrap=True)
         if len(tokens) > 40:
             say(f"  … and {len(tokens) - 40} more (--json has every row)")
+        if result.checks is not None:
+            out.print(verdict(True, f"in every layer the parts add up to the attention block's own output within "
+                                    f"{float(result.checks.max()):.1e} of its size"))
         say("agreement: Spearman's ρ between a token's α (mean over heads) and its contributions over the keys, "
             "averaged over tokens; α can be large where a token contributes little (often on [CLS] and [SEP]).",
             wrap=True, style="dim")

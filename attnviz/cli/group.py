@@ -37,7 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rollout": ("stats", "Attention rollout: what reaches a token through all layers."),
     "norms": ("norms", "Value-weighted norms: what each key actually moves (Kobayashi et al.)."),
     "sinks": ("norms", "Attention sinks: tokens that soak up attention, and whether they move anything."),
-    "contributions": ("contributions", "What each token contributes to each token's output (value zeroing)."),
+    "contributions": ("contributions", "What each token contributes to each token's output (ALTI, value zeroing)."),
     "logit-attr": ("contributions", "Which heads write the predicted token: the logit split by head."),
     "ablate": ("ablate", "Remove heads: what changes in predictions, embeddings, later α."),
     "importance": ("ablate", "Every head removed alone, ranked, beside its gradient estimate."),

@@ -144,10 +144,14 @@ TERMS: dict[str, str] = {
     "through": "in attnviz logit-attr: the source tokens the head carries its effect from, α_pj times the effect "
                "of token j's value through the head, largest first (they add up to the head's effect).",
     "contribution": "how much a token contributes to another token's output in a layer, as attnviz contributions "
-                    "measures it: value zeroing (Mohebbi et al. 2023) zeroes token j's value vector in every head "
-                    "of the layer and takes 1 − cos between token i's layer output with and without it; each row "
-                    "is normalised to sum to 1. Unlike α it counts what the value carries and what the rest of "
-                    "the layer makes of it.",
+                    "measures it. ALTI (Ferrando et al. 2022, the default): the attention block's output for "
+                    "token i, residual included, is a sum of one vector per input token j; c_ij = max(0, ‖y_i‖₁ − "
+                    "‖y_i − T_i(x_j)‖₁), how much closer to the output that part is than nothing. Value zeroing "
+                    "(Mohebbi et al. 2023): 1 − cos between token i's layer output with and without token j's "
+                    "value vector. Each row is normalised to sum to 1. Unlike α, both count what the value "
+                    "carries; ALTI counts the residual too, so a token's own share is large.",
+    "ALTI": "Aggregation of Layer-wise Token-to-token Interactions (Ferrando et al. 2022): see contribution; its "
+            "rollout multiplies the layers' matrices, as attention rollout does with α.",
     "α on special": "in attnviz contributions: the mean share of attention (the mean over the layer's heads) on "
                     "special tokens ([CLS], [SEP], …).",
     "contribution on special": "in attnviz contributions: the mean share of contribution that special tokens have "

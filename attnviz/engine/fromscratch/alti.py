@@ -1,0 +1,145 @@
+"""ALTI (Ferrando et al., EMNLP 2022; pre-norm decoders as Ferrando et al. 2023 and inseq's `Alti` do): how
+much each token contributes to each token's output of a layer's attention block.
+
+The attention block's output for token i, residual included, is a sum of one vector per input token j:
+
+    pre-norm (GPT-2, Llama, …):   y_i = Σ_j T_i(x_j) + b_O,          T_i(x_j) = Σ_h α^h_ij f_h(x_j) + [i = j] x_i
+    post-norm (BERT, RoBERTa, …): y_i = LN(Σ_j T_i(x_j) + b_O), and with LN's scale frozen at the one it used
+                                  (σ_i of that sum), T'_i(x_j) = γ ⊙ (T_i(x_j) − mean) / σ_i, so
+                                  y_i = Σ_j T'_i(x_j) + γ ⊙ (b_O − mean(b_O)) / σ_i + β
+
+f_h(x_j) is token j's value through head h's slice of W_O (as `norms` computes it), α and the values
+recomputed from the model's own weights. Then, as the paper and the reference code do,
+
+    c_ij = max(0, ‖y_i‖₁ − ‖y_i − T_i(x_j)‖₁),   rows normalised to sum to 1
+
+(a row where no part is closer to y_i than the zero vector is, so every c_ij is 0, is given to token i itself:
+its residual; the reference code leaves it 0/0)
+
+and rolled out over layers by multiplying the layers' matrices. The sum is checked against the block's own
+output (a hook) in every layer; a family whose blocks are built otherwise fails that check and is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from attnviz.engine.fromscratch.adapters import adapter_for
+from attnviz.engine.fromscratch.norms import _out_weight, head_outputs
+from attnviz.engine.fromscratch.verify import recompute
+from attnviz.engine.zeroing import _layer_blocks
+from attnviz.errors import UnsupportedArchitectureError
+
+CHECK_TOLERANCE = 1e-4  # of the output's largest |value|: float64 sums of float32 parts, and LN's rounding
+ROWS_AT_ONCE = 64  # query rows whose (rows, T, D) vectors are held at once
+
+
+def _post_norm(block) -> Any:
+    """A post-norm block's norm after the attention (BERT's attention.output.LayerNorm, DistilBERT's
+    sa_layer_norm), else None."""
+    output = getattr(getattr(block, "attention", None), "output", None)
+    for found in (getattr(output, "LayerNorm", None), getattr(block, "sa_layer_norm", None)):
+        if isinstance(found, torch.nn.LayerNorm):
+            return found
+    return None
+
+
+def _pre_mlp_norm(block) -> Any:
+    """A pre-norm block's norm in front of its MLP, whose input is the stream after the attention."""
+    for name in ("post_attention_layernorm", "ln_2", "mlp_norm", "pre_feedforward_layernorm"):
+        found = getattr(block, name, None)
+        if isinstance(found, torch.nn.Module):
+            return found
+    return None
+
+
+def alti(model, inputs: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(contributions (L, T, T) float64, rows summing to 1; the decomposition check per layer (L,): the largest
+    |Σ_j T_i(x_j) + bias − the block's own output| over that output's largest |value|). One text."""
+    base = getattr(model, "base_model", model)
+    adapter = adapter_for(base)
+    attention_modules = adapter.modules(base)
+    blocks = _layer_blocks(base, attention_modules)
+    projections = adapter.out_projections(base)
+    post: list[Any] = [_post_norm(block) for block in blocks]
+    after: list[Any] = [norm if norm is not None else _pre_mlp_norm(block) for norm, block in zip(post, blocks)]
+    if any(module is None for module in after):
+        raise UnsupportedArchitectureError(f"ALTI does not find where {type(base).__name__}'s attention block ends "
+                                           f"(no norm after it, nor one before its MLP)")
+    seen: dict[str, list[Any]] = {"x": [None] * len(blocks), "out": [None] * len(blocks), "y": [None] * len(blocks)}
+
+    def keep(kind: str, n: int, position: str):
+        def hook(module, args, *rest):
+            value = rest[-1] if position == "output" else args[0] if args else None
+            if value is None and position == "input":  # called with keywords only
+                value = rest[0].get("hidden_states") if rest and isinstance(rest[0], dict) else None
+            if value is not None:
+                seen[kind][n] = (value[0] if isinstance(value, tuple) else value).detach()
+        return hook
+
+    handles = []
+    for n, block in enumerate(blocks):
+        handles.append(block.register_forward_pre_hook(keep("x", n, "input"), with_kwargs=True))
+        handles.append(projections[n].register_forward_hook(keep("out", n, "output")))
+        if post[n] is not None:  # the block's attention output: the norm's output
+            handles.append(post[n].register_forward_hook(keep("y", n, "output")))
+        else:  # the stream after the attention: the input of the norm before the MLP
+            handles.append(after[n].register_forward_pre_hook(keep("y", n, "input"), with_kwargs=True))
+    try:
+        run = recompute(model, inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    if any(value is None for values in seen.values() for value in values):
+        raise UnsupportedArchitectureError(f"ALTI could not follow {type(base).__name__}'s blocks (a module it "
+                                           f"watches was not called)")
+
+    layers, checks = [], []
+    with torch.inference_mode():
+        for n, qkv in enumerate(run.layers):
+            alpha = qkv.alpha(torch.float64)[0]  # (H, T, T)
+            weight, bias = _out_weight(projections[n])
+            f = head_outputs(qkv.v.double(), weight.double())[0]  # (H, T, D)
+            x = seen["x"][n][0].double()  # (T, D): the block's input, the residual
+            b_o = bias.double() if bias is not None else torch.zeros(f.shape[-1], dtype=torch.float64)
+            target = seen["y"][n][0].double()  # (T, D): the block's own output
+            T = x.shape[0]
+            scores = torch.zeros(T, T, dtype=torch.float64)
+            worst = 0.0
+            for start in range(0, T, ROWS_AT_ONCE):
+                rows = torch.arange(start, min(start + ROWS_AT_ONCE, T))
+                parts = torch.einsum("hij,hjd->ijd", alpha[:, rows], f)  # (r, T, D): Σ_h α_ij f_h(x_j)
+                parts[torch.arange(len(rows)), rows] += x[rows]  # the residual: token i's own input
+                summed = parts.sum(1) + b_o  # (r, D)
+                if post[n] is not None:  # LN with its scale frozen at σ of the sum it normalised
+                    norm = post[n]
+                    gamma, beta = norm.weight.double(), norm.bias.double()
+                    sigma = torch.sqrt(summed.var(-1, unbiased=False) + norm.eps)  # (r,)
+                    parts = gamma * (parts - parts.mean(-1, keepdim=True)) / sigma[:, None, None]
+                    summed = parts.sum(1) + gamma * (b_o - b_o.mean()) / sigma[:, None] + beta
+                worst = max(worst, float((summed - target[rows]).abs().max()))
+                distance = (summed[:, None, :] - parts).abs().sum(-1)  # (r, T): ‖y_i − T_i(x_j)‖₁
+                scores[rows] = (summed.abs().sum(-1, keepdim=True) - distance).clamp_min(0)
+            checks.append(worst / max(1.0, float(target.abs().max())))
+            sums = scores.sum(-1, keepdim=True)
+            scores = torch.where(sums > 0, scores / torch.where(sums > 0, sums, 1), torch.eye(T, dtype=torch.float64))
+            layers.append(scores)
+    check = np.array(checks)
+    if float(check.max()) > CHECK_TOLERANCE:
+        layer = int(check.argmax())
+        raise UnsupportedArchitectureError(
+            f"{type(base).__name__}'s attention blocks are not built as ALTI decomposes them: in layer {layer} the "
+            f"parts miss the block's output by {check[layer]:.1e} of its size")
+    return torch.stack(layers).numpy(), check
+
+
+def rolled_out(scores: np.ndarray) -> np.ndarray:
+    """The layers' contribution matrices multiplied through, bottom to top: row i of the result is how much
+    each input token reaches token i at the top. (L, T, T) -> (T, T)"""
+    total = np.eye(scores.shape[-1])
+    for layer in scores:
+        total = layer @ total
+    return total
