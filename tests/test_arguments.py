@@ -145,3 +145,12 @@ def test_generate_names_a_model_loaded_without_its_head(tiny_model_dir):
     bare = attnviz.load_model(tiny_model_dir("gpt2"))
     with pytest.raises(InputError, match=r"language-model head.*lm_head=True"):
         attnviz.generate("The cat", model=bare)
+
+
+def test_a_model_folder_may_be_given_as_a_path(tiny_model_dir):
+    from pathlib import Path
+
+    folder = Path(tiny_model_dir("bert"))
+    assert attnviz.model_shape(folder) == attnviz.model_shape(str(folder)) == (2, 4)
+    assert attnviz.conversion_pending(folder) is None
+    assert attnviz.load_model(folder).name == str(folder)

@@ -25,15 +25,16 @@ __all__ = ["Model", "load_model", "resolve_model", "conversion_pending", "model_
 
 
 @checked
-def load_model(name: str | None = None, *, device: str = "auto", dtype: str = "float32", revision: str | None = None,
-               trust_remote_code: bool = False, memory_budget: int | None = None, lm_head: bool | str = False) -> Model:
+def load_model(name: str | os.PathLike | None = None, *, device: str = "auto", dtype: str = "float32",
+               revision: str | None = None, trust_remote_code: bool = False, memory_budget: int | None = None,
+               lm_head: bool | str = False) -> Model:
     """Load a model once for many captures: an offline name (minilm, multilingual, smollm2), a Hugging Face
     id, a local folder or a .gguf file, with eager attention, in eval mode, on `device`. `lm_head`: with its
     language-model head (True), or where it is a decoder ("auto")."""
     from attnviz.engine.loading import load
 
-    return load(name, revision=revision, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
-                memory_budget=memory_budget, lm_head=lm_head)
+    return load(None if name is None else os.fspath(name), revision=revision, device=device, dtype=dtype,
+                trust_remote_code=trust_remote_code, memory_budget=memory_budget, lm_head=lm_head)
 
 
 @checked
@@ -146,17 +147,17 @@ def borrows(function: F) -> F:
 
 
 @checked
-def conversion_pending(name: str | None) -> str | None:
+def conversion_pending(name: str | os.PathLike | None) -> str | None:
     """The offline model that `name` names, if its one-time conversion into the model cache is still to run
     (the first load takes longer then); else None."""
     from attnviz.engine.loading import default_model
     from attnviz.engine.offline.build import pending
 
-    return pending(name or default_model())
+    return pending(os.fspath(name) if name is not None else default_model())
 
 
 @checked
-def model_shape(name: str | None) -> tuple[int, int] | None:
+def model_shape(name: str | os.PathLike | None) -> tuple[int, int] | None:
     """(layers, heads) of a model's attention, read from its config.json alone before any weights load, so
     that a selection out of range is refused at once; None where that is not cheap or not certain (a model
     still to convert, a Hub id, an encoder-decoder model, a config that does not say)."""
@@ -164,7 +165,7 @@ def model_shape(name: str | None) -> tuple[int, int] | None:
 
     if conversion_pending(name):
         return None
-    return config_shape(name)
+    return config_shape(None if name is None else os.fspath(name))
 
 
 def list_families() -> tuple[Family, ...]:
