@@ -63,11 +63,14 @@ SAMPLES: list[tuple[str, list[str], str]] = [
     ("smollm2_detect.txt", ["detect", "-m", "smollm2", "-o", "sample_outputs/smollm2_detect.png"],
      "previous-token, duplicate-token and induction heads of SmolLM2, and the causal test"),
     ("smollm2_detect.png", [], "written by the detect command above: each detector's share, layers × heads"),
-    ("contributions.txt", ["contributions", IT, "-o", "sample_outputs/contributions_layer5.png"],
+    ("contributions.txt", ["contributions", IT, "-o", "sample_outputs/contributions_layer5.png", "--token", "it",
+                           "--graph", "sample_outputs/contributions_graph.png"],
      "ALTI on MiniLM: α on [CLS]/[SEP] beside what they contribute, each token's largest contributors in the "
      "last layer and through all layers, and the check that the parts rebuild every block"),
     ("contributions_layer5.png", [], "written by the contributions command above: layer 5's α beside its ALTI "
                                      "contributions"),
+    ("contributions_graph.png", [], "written by the contributions command above: the contribution graph, and the "
+                                    "strongest paths into 'it'"),
     ("contributions_value_zeroing.txt", ["contributions", IT, "--method", "value-zeroing"],
      "the same by value zeroing (Mohebbi et al. 2023)"),
     ("smollm2_logit_attr.txt", ["logit-attr", "The capital of France is", "-m", "smollm2",

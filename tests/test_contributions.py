@@ -328,3 +328,48 @@ def test_minilm_attends_to_special_tokens_that_contribute_little():
         result = attnviz.contributions(SENTENCE, method=method)
         assert all(r["alpha_on_special"] > r["contribution_on_special"] for r in result.records), method
     assert result.checks is not None and float(result.checks.max()) < 1e-6
+
+
+# --- the contribution graph -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_strongest_paths_are_those_of_every_path_enumerated(seed):
+    """Every path from an input token through L layers into the token, its weight the product of the
+    matrices' entries along it, enumerated and sorted: the top ones are what strongest_paths keeps."""
+    import itertools
+
+    from attnviz.metrics import strongest_paths
+
+    rng = np.random.default_rng(seed)
+    L, T = 3, 5
+    layers = rng.dirichlet(np.full(T, 0.5), size=(L, T))
+    layers[1][:, 2] = 0  # a token that contributes nothing in one layer: no path through it there
+    everything = sorted(((float(np.prod([layers[n][path[n + 1], path[n]] for n in range(L)])), path)
+                         for path in (tuple(js) + (3,) for js in itertools.product(range(T), repeat=L))),
+                        key=lambda pair: -pair[0])
+    found = strongest_paths(layers, 3, top=6)
+    assert [path for _, path in found] == [path for _, path in everything[:6]]
+    np.testing.assert_allclose([w for w, _ in found], [w for w, _ in everything[:6]], rtol=1e-12)
+    assert all(path[1] != 2 for _, path in found)  # (layer 1 takes nothing from token 2)
+
+
+def test_the_graph_draws_every_edge_over_the_threshold(tiny_model_dir, tmp_path):
+    from attnviz.render.charts import contribution_graph_figure
+
+    result = attnviz.contributions(SENTENCE, model=tiny_model_dir("bert"))
+    tokens = list(result.capture.tokens)
+    figure, edges = contribution_graph_figure(result.scores, tokens, 0.1, result.paths(-2, 3), "t")
+    assert edges == int((result.scores >= 0.1).sum())
+    lines = [line for line in figure.axes[0].get_lines()]
+    assert len(lines) == 3 and all(list(line.get_xdata())[-1] == len(tokens) - 2 for line in lines)
+    shown = run("contributions", SENTENCE, "-m", tiny_model_dir("bert"), "--token", "it", "--graph",
+                tmp_path / "graph.svg", "--threshold", "0.1", "--json")
+    data = json.loads(shown.stdout)
+    assert (tmp_path / "graph.svg").is_file() and data["paths_into"] == tokens.index("it")
+    scores = np.array(data["scores"])
+    for path in data["paths"]:
+        product = np.prod([scores[n][path["tokens"][n + 1], path["tokens"][n]] for n in range(len(scores))])
+        assert path["tokens"][-1] == tokens.index("it") and path["weight"] == pytest.approx(product, rel=1e-6)
+    assert "--threshold" in one_line_error(run("contributions", SENTENCE, "-m", tiny_model_dir("bert"),
+                                               "--threshold", "0"), 2)

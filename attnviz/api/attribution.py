@@ -13,6 +13,7 @@ from attnviz.data.capture import Capture
 from attnviz.arguments import checked
 from attnviz.display import records_html
 from attnviz.errors import InputError, arg
+from attnviz.metrics import strongest_paths
 from attnviz.panels import head_grid_panel, Page, Panel, Scale, short_model
 from attnviz.progress import Reporter
 from attnviz.render.png import mixed_figure
@@ -24,6 +25,7 @@ __all__ = ["logit_attribution", "LogitAttribution", "HeadEffect", "LOGIT_TOLERAN
            "Contributions", "MAX_ZEROING_TOKENS", "METHODS"]
 
 MAX_ZEROING_TOKENS = 1024  # value zeroing runs the model once per token (in batches): T runs of T tokens
+GRAPH_THRESHOLD = 0.05  # the contribution graph's edges: contributions at least this large
 METHODS = ("alti", "value-zeroing")
 METHOD_NAMES = {"alti": "ALTI", "value-zeroing": "value zeroing"}
 
@@ -301,6 +303,35 @@ class Contributions:
 
     def figure(self, layer: int = -1):
         return mixed_figure(self.page(layer), ncols=2)
+
+    def paths(self, token: int = -1, top: int = 5) -> list[tuple[float, tuple[int, ...]]]:
+        """The `top` strongest paths of contribution into `token` at the top: (weight, (j_0, j_1, …, j_L)), the
+        input token j_0 first, the weight the product of the layers' contributions along the path."""
+        T = self.capture.n_tokens
+        if not -T <= token < T:
+            raise InputError(f"{arg('token')} {token} is out of range: there are {T} tokens", "token")
+        if not 1 <= top <= 50:
+            raise InputError(f"{arg('top')} takes a whole number from 1 to 50; got {top}", "top")
+        return strongest_paths(self.scores, token % T, top)
+
+    def graph(self, token: int = -1, *, threshold: float = GRAPH_THRESHOLD, top: int = 5):
+        """The contribution graph (llm-transparency-tool's picture): tokens across, layers up, an edge where a
+        contribution reaches `threshold`, and the strongest paths into `token` in colour. A matplotlib Figure."""
+        from attnviz.render.charts import contribution_graph_figure
+
+        if not 0 < threshold <= 1:
+            raise InputError(f"{arg('threshold')} takes a number above 0 and at most 1; got {threshold}", "threshold")
+        tokens = [visible(t) for t in self.capture.tokens]
+        T = len(tokens)
+        figure, _ = contribution_graph_figure(
+            self.scores, tokens, threshold, self.paths(token, top),
+            f"{short_model(self.model)} · contribution graph ({METHOD_NAMES[self.method]}): edges ≥ {threshold:g}, "
+            f"the strongest paths into {tokens[token % T]!r}", f"“{visible(shorten(self.text, 200))}”")
+        return figure
+
+    @property
+    def text(self) -> str:
+        return str(self.capture.meta.get("text", ""))
 
 
 @borrows

@@ -10,7 +10,7 @@ from attnviz.cli.errors import cli_errors
 from attnviz.cli.group import app
 from attnviz.cli.inputs import CliReporter, takes, TextSource
 from attnviz.cli.output import check_output, emit_records, err, out, output_path, print_json, say
-from attnviz.cli.params import choice_parser, CsvOpt, ImageOut, JsonOpt, LayerSel, whole_number
+from attnviz.cli.params import choice_parser, CsvOpt, finite_float, ImageOut, JsonOpt, LayerSel, whole_number
 from attnviz.selection import Selection
 
 # Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
@@ -100,6 +100,18 @@ def contributions(method: Annotated[str, typer.Option(
                       help="alti (Ferrando et al. 2022; one run) or value-zeroing (Mohebbi et al. 2023; one run "
                            "per token).")] = "alti",
                   layer: LayerSel = Selection.parse("-1", "layer", field="layer"),
+                  token: Annotated[Optional[str], typer.Option(
+                      "--token", metavar="TOKEN", show_default=False,
+                      help="The token whose strongest paths of contribution to list and draw: its index, its text "
+                           "or text#n. Default: the last token that is not special.")] = None,
+                  graph: Annotated[Optional[str], typer.Option(
+                      "--graph", metavar="FILE", show_default=False,
+                      help="Draw the contribution graph (tokens across, layers up, an edge where a contribution "
+                           "reaches --threshold, the strongest paths into --token in colour) to FILE (.png, .svg, "
+                           ".pdf).")] = None,
+                  threshold: Annotated[float, typer.Option(
+                      "--threshold", parser=finite_float(0.0), metavar="NUMBER",
+                      help="--graph: the smallest contribution drawn as an edge (above 0, at most 1).")] = 0.05,
                   output: ImageOut = None, as_json: JsonOpt = False, as_csv: CsvOpt = False,
                   *, inp: TextSource) -> None:
     from attnviz.api import contributions as find_contributions
@@ -109,12 +121,24 @@ def contributions(method: Annotated[str, typer.Option(
     from attnviz.text import visible
 
     check_output(output, FORMATS)
+    check_output(graph, FORMATS)
+    if not 0 < threshold <= 1:
+        raise typer.BadParameter("must be above 0 and at most 1", param_hint="--threshold")
     text = inp.require_text()
     loaded = inp.load_single("contributions")
     result = find_contributions(text, model=loaded, method=method, truncate=inp.truncate, reporter=CliReporter())
     chosen = layer.indices(result.capture.n_layers)[0]
+    capture = result.capture
+    if token is not None:
+        from attnviz.selection import find_token
+
+        target = find_token(capture.tokens, token, field="token")
+    else:  # the last token that is not special ([SEP], </s>)
+        target = max((i for i in range(capture.n_tokens) if not capture.special[i]), default=capture.n_tokens - 1)
+    paths = result.paths(target, 5)
     if as_json:
-        print_json(result.to_dict())
+        print_json({**result.to_dict(), "paths_into": target,
+                    "paths": [{"weight": weight, "tokens": list(path)} for weight, path in paths]})
     elif not emit_records([dict(r) for r in result.records], False, as_csv):
         out.print(records_table(result.records, [
             ("layer", "layer", "d"), ("alpha_on_special", "α on special", ".2f"),
@@ -131,6 +155,10 @@ def contributions(method: Annotated[str, typer.Option(
                 + "   |   " + ", ".join(f"{tokens[j]} {rollout[i, j]:.2f}" for j in through), wrap=True)
         if len(tokens) > 40:
             say(f"  … and {len(tokens) - 40} more (--json has every row)")
+        say(f"The strongest paths of contribution into {tokens[target]!r} (token {target}), input first, weight = the "
+            f"product of the contributions along the path:", wrap=True)
+        for weight, path in paths:
+            say(f"  {weight:.3f}  " + " → ".join(tokens[j] for j in path), wrap=True)
         if result.checks is not None:
             out.print(verdict(True, f"in every layer the parts add up to the attention block's own output within "
                                     f"{float(result.checks.max()):.1e} of its size"))
@@ -141,4 +169,10 @@ def contributions(method: Annotated[str, typer.Option(
         from attnviz.render.png import save_figure
 
         say(save_figure(result.figure(chosen), output_path(output, f"attnviz_contributions_layer{chosen}.png")),
+            console=err if as_json or as_csv else out)
+    if graph is not None:
+        from attnviz.render.png import save_figure
+
+        drawn = result.graph(target, threshold=threshold)
+        say(save_figure(drawn, output_path(graph, "attnviz_contribution_graph.png")),
             console=err if as_json or as_csv else out)

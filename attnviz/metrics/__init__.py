@@ -21,7 +21,7 @@ from attnviz.metrics.registry import (Accumulator, all_metrics, BLOCK, BLOCK_ROW
 from attnviz.metrics.labels import (BLOCK_MIN, BROAD_MIN, check_head_stats, head_records, label_definitions,
                                     label_heads, LABELS, POSITIONAL_MIN, records_from_values, REPEAT_MIN, repeats,
                                     repeats_note, segments, value_grid, VERTICAL_MIN, vertical_score)
-from attnviz.metrics.propagation import rollout, rollout_rows
+from attnviz.metrics.propagation import rollout, rollout_rows, strongest_paths
 from attnviz.metrics.compare import differences, LayerDifference, matrix_summary
 from attnviz.metrics.terms import definitions_markdown, glossary, lookup, TERM_ALIASES, TERMS
 
@@ -35,6 +35,7 @@ __all__ = [
     "normalised_entropy_rows", "own_segment_rows", "POSITIONAL_MIN", "PREV", "records_from_values", "register",
     "register_metric", "REPEAT_MIN", "repeat_rows", "repeat_targets", "repeats", "repeats_note", "rollout",
     "rollout_rows", "row_blocks", "row_entropy", "Rows", "segments", "SELF", "SENTENCE_END", "SINK_MIN",
-    "sink_scores", "spearman", "TERM_ALIASES", "TERMS", "token_distance", "Tokens", "uniform_entropy", "unregister",
+    "sink_scores", "spearman", "strongest_paths", "TERM_ALIASES", "TERMS", "token_distance", "Tokens",
+    "uniform_entropy", "unregister",
     "value_grid", "VERTICAL", "VERTICAL_MIN", "vertical_score", "Weighting", "WEIGHTINGS", "WIDE_BYTES",
 ]

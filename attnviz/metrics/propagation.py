@@ -38,3 +38,22 @@ def rollout_rows(alpha_rows: np.ndarray, at: np.ndarray) -> np.ndarray:
     return a / a.sum(axis=-1, keepdims=True)
 
 
+
+
+def strongest_paths(layers: np.ndarray, token: int, top: int = 5) -> list[tuple[float, tuple[int, ...]]]:
+    """The `top` strongest paths through a stack of token-to-token matrices (L, T, T) into `token` at the top:
+    each path is (weight, (j_0, j_1, …, j_L)) with j_0 the input token, j_L = `token`, and weight the product of
+    the matrices' entries layers[l][j_(l+1), j_l] along it (a contribution graph's edges, ALTI's layers). Exact:
+    every layer keeps, for each token, its `top` strongest paths from the input (a product only grows with its
+    prefix, so the strongest paths extend the strongest prefixes). Strongest first."""
+    L, T, _ = layers.shape
+    best: list[list[tuple[float, tuple[int, ...]]]] = [[(1.0, (j,))] for j in range(T)]
+    for layer in layers.astype(np.float64):
+        grown = []
+        for i in range(T):
+            candidates = [(weight * float(layer[i, j]), (*path, i)) for j in range(T) if layer[i, j] > 0
+                          for weight, path in best[j]]
+            candidates.sort(key=lambda pair: -pair[0])
+            grown.append(candidates[:top])
+        best = grown
+    return best[token]

@@ -51,3 +51,48 @@ def cost_figure(rows: Sequence, title: str):
         ax.legend(fontsize=8)
     fig.suptitle(title, fontsize=11)
     return fig
+
+
+PATH_COLORS = ("#cc3311", "#ee7733", "#009988", "#0077bb", "#aa3377")  # Paul Tol's vivid: one colour per path
+
+
+def contribution_graph_figure(layers: np.ndarray, tokens: Sequence[str], threshold: float, paths: Sequence,
+                              title: str, subtitle: str = ""):
+    """The contribution graph, as llm-transparency-tool draws it: tokens across, layers up (0: the input), an
+    edge from token j at one level to token i at the next where layers[l][i, j] ≥ threshold, its width and
+    darkness growing with the contribution; `paths` ((weight, (j_0, …, j_L)), …) drawn over it in colour.
+    layers (L, T, T), rows summing to 1. Returns (figure, number of edges drawn)."""
+    from matplotlib.collections import LineCollection
+
+    from attnviz.render.figure import NotebookFigure as Figure
+    from attnviz.render.fonts import families_for
+
+    L, T, _ = layers.shape
+    fig = Figure(figsize=(max(6.0, 0.55 * T + 2), max(4.0, 0.42 * L + 2.4)), layout="constrained")
+    ax = fig.subplots()
+    segments, widths, shades = [], [], []
+    for level, layer in enumerate(layers):
+        for i, j in zip(*np.nonzero(layer >= threshold)):
+            segments.append([(j, level), (i, level + 1)])
+            widths.append(0.4 + 3.0 * float(layer[i, j]))
+            shades.append((0.2, 0.2, 0.2, min(1.0, 0.15 + float(layer[i, j]))))
+    ax.add_collection(LineCollection(segments, linewidths=widths, colors=shades, zorder=1))
+    for n, (weight, path) in enumerate(paths):
+        color = PATH_COLORS[n % len(PATH_COLORS)]
+        ax.plot(path, range(len(path)), "-", color=color, linewidth=2.4, zorder=3,
+                label=f"{' → '.join(tokens[j] for j in (path[0], path[-1]))}: {weight:.3f}")
+    xs, ys = np.meshgrid(np.arange(T), np.arange(L + 1))
+    ax.scatter(xs.ravel(), ys.ravel(), s=14, color="0.35", zorder=2)
+    families = families_for("".join(tokens) + title)
+    ax.set_xticks(range(T))
+    ax.set_xticklabels(tokens, rotation=90, fontfamily=families)
+    ax.set_yticks(range(L + 1))
+    ax.set_yticklabels(["input"] + [f"layer {n}" for n in range(L)])
+    ax.set_xlim(-0.5, T - 0.5)
+    ax.set_ylim(-0.3, L + 0.3)
+    ax.spines[["top", "right"]].set_visible(False)
+    if paths:
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), title="strongest paths")
+    fig.suptitle(title + (f"\n{subtitle}" if subtitle else ""), fontsize=10, x=0.01, ha="left",
+                 fontfamily=families)
+    return fig, len(segments)
