@@ -308,3 +308,36 @@ def test_a_read_only_folder_is_one_line_and_changes_nothing(tmp_path, writer, wr
         message = one_line_error(run(*WRITERS[writer](capture, folder, model, texts)))
         assert "Read-only file system" in message
         assert state_of(folder) == before
+
+
+def test_a_signal_that_surfaces_inside_a_c_extension_as_another_error_is_still_the_signal():
+    """Ctrl-C landing inside matplotlib's C++ code came back as pybind11's TypeError ("incompatible function
+    arguments") and printed a traceback: an error raised after a SIGINT or SIGTERM is that signal's exit."""
+    import os
+
+    import typer
+
+    from attnviz.cli.errors import INTERRUPTED_EXIT, TERMINATED_EXIT, cli_errors
+
+    def interrupted_inside_c(sig):
+        @cli_errors
+        def command():
+            try:
+                os.kill(os.getpid(), sig)
+                time.sleep(1)  # the handler raises here
+            except BaseException:
+                raise TypeError("affine_transform(): incompatible function arguments") from None
+        return command
+
+    for sig, code in ((signal.SIGINT, INTERRUPTED_EXIT), (signal.SIGTERM, TERMINATED_EXIT)):
+        with pytest.raises(typer.Exit) as caught:
+            interrupted_inside_c(sig)()
+        assert caught.value.exit_code == code
+
+    @cli_errors
+    def plain_bug():
+        raise TypeError("a real bug")
+
+    with pytest.raises(TypeError, match="a real bug"):  # no signal: a bug stays a bug
+        plain_bug()
+    assert signal.getsignal(signal.SIGINT) is not None

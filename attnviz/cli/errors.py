@@ -42,8 +42,17 @@ class Terminated(BaseException):
     """SIGTERM, raised where the program is, so cleanup (temporary files, worker processes) runs."""
 
 
+_received: dict[str, int | None] = {"signal": None}  # the last SIGINT or SIGTERM of this run
+
+
 def _on_sigterm(signum, frame) -> None:
+    _received["signal"] = signal.SIGTERM
     raise Terminated()
+
+
+def _on_sigint(signum, frame) -> None:
+    _received["signal"] = signal.SIGINT
+    raise KeyboardInterrupt
 
 
 def _print_warning(message, category, filename, lineno, file=None, line=None) -> None:
@@ -59,7 +68,10 @@ def cli_errors(func: Callable) -> Callable:
     def wrapper(*args, **kwargs):
         previous = warnings.showwarning
         warnings.showwarning = _print_warning
-        old_term = signal.signal(signal.SIGTERM, _on_sigterm) if _main_thread() else None
+        main = _main_thread()
+        old_term = signal.signal(signal.SIGTERM, _on_sigterm) if main else None
+        old_int = signal.signal(signal.SIGINT, _on_sigint) if main else None
+        _received["signal"] = None
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("default", AttnvizWarning)
@@ -79,10 +91,22 @@ def cli_errors(func: Callable) -> Callable:
         except Terminated:
             error_line("terminated; nothing half-written was left")
             raise typer.Exit(TERMINATED_EXIT) from None
+        except Exception:
+            # A signal that lands inside a C extension (matplotlib's, numpy's) can surface there as another
+            # error (pybind11 reports an interrupted argument conversion as a TypeError): it is still the signal.
+            if _received["signal"] == signal.SIGINT:
+                error_line("interrupted; nothing half-written was left")
+                raise typer.Exit(INTERRUPTED_EXIT) from None
+            if _received["signal"] == signal.SIGTERM:
+                error_line("terminated; nothing half-written was left")
+                raise typer.Exit(TERMINATED_EXIT) from None
+            raise
         finally:
             warnings.showwarning = previous
             if old_term is not None:
                 signal.signal(signal.SIGTERM, old_term)
+            if old_int is not None:
+                signal.signal(signal.SIGINT, old_int)
 
     return wrapper
 
