@@ -256,7 +256,7 @@ def test_alti_on_three_tokens_equals_the_formula_written_out(tmp_path):
     config._attn_implementation = "eager"
     model = tf.BertModel(config, add_pooling_layer=False).eval()
     ids = torch.tensor([[1, 5, 2]])
-    scores, checks = alti(model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)})
+    scores, checks, _ = alti(model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)})
     with torch.no_grad():
         x = model.embeddings(input_ids=ids)[0].double().numpy()  # (3, 4)
     a = model.encoder.layer[0].attention

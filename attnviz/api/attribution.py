@@ -347,7 +347,7 @@ def contributions(text: str, *, model: Any = None, tokenizer: Any = None, method
         raise InputError(f"{arg('method')} takes one of {', '.join(METHODS)}; got {visible(method)!r}", "method")
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype)
     loaded.require_single("contributions")
-    from attnviz.engine.forward import capture_text, encode, make_capture
+    from attnviz.engine.forward import encode, make_capture, model_attentions
     from attnviz.engine.fromscratch.adapters import adapter_for
     from attnviz.engine.fromscratch.alti import alti
     from attnviz.engine.memory import check_memory
@@ -360,17 +360,18 @@ def contributions(text: str, *, model: Any = None, tokenizer: Any = None, method
         raise InputError(f"value zeroing runs the model once per token: {T} tokens is more than "
                          f"{MAX_ZEROING_TOKENS:,}; shorten the text, or use {arg('method', 'alti')}")
     check_memory(loaded, T, copies=8.0)  # value zeroing: a batch of 8 copies; ALTI: α, scores and parts
-    alpha = capture_text(text, loaded, truncate=truncate)
     base = getattr(loaded.model, "base_model", loaded.model)
     reporter = reporter or Reporter()
     checks = distances = None
     if method == "alti":
         with reporter.status("Splitting each attention block's output into one part per token…"):
-            scores, checks = alti(loaded.model, encoded.inputs)
+            scores, checks, seen_alpha = alti(loaded.model, encoded.inputs)  # α from the same forward pass
     else:
         with reporter.progress("Zeroing each token's value vectors", T, "tokens") as step:
             scores, distances = value_zeroing(loaded.model, encoded.inputs, adapter_for(base).modules(base),
                                               on_done=step)
+        seen_alpha = model_attentions(loaded, encoded)  # the model's own α of the same tokens
+    alpha = make_capture(loaded, encoded, seen_alpha, text)
     moved = make_capture(loaded, encoded, scores[:, None].astype(np.float32), text, source=METHOD_NAMES[method])
     from dataclasses import replace
 

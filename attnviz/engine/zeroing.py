@@ -20,19 +20,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from attnviz.engine.fromscratch.adapters import layer_blocks
 from attnviz.engine.interface import output, streaming
-from attnviz.errors import UnsupportedArchitectureError
 
 BLOCK_BYTES = 1 << 24  # α held at once per attention call, in float64
-
-
-def _layer_blocks(base, attention_modules: list) -> torch.nn.ModuleList:
-    """The ModuleList of the model's blocks: the one whose elements each hold one attention module."""
-    for found in base.modules():
-        if isinstance(found, torch.nn.ModuleList) and len(found) == len(attention_modules):
-            if all(any(m is a for m in block.modules()) for block, a in zip(found, attention_modules)):
-                return found
-    raise UnsupportedArchitectureError(f"value zeroing does not find the blocks of {type(base).__name__}")
 
 
 def value_zeroing(model, inputs: dict, attention_modules: list, *, batch: int = 8,
@@ -40,7 +31,7 @@ def value_zeroing(model, inputs: dict, attention_modules: list, *, batch: int = 
     """(scores (L, T, T) float64 with rows summing to 1, distances (L, T, T) float64 before normalising) for
     one text (a batch of 1). `attention_modules`: the model's attention modules in layer order."""
     base = getattr(model, "base_model", model)
-    blocks = _layer_blocks(base, attention_modules)
+    blocks = layer_blocks(base, attention_modules)
     L, T = len(blocks), int(inputs["input_ids"].shape[1])
     clean: list[Any] = [None] * L  # each block's clean output (1, T, D), then its zeroed one (B, T, D)
     seen: list[Any] = [None] * L

@@ -491,3 +491,13 @@ def layer_qkv(adapter: Adapter, module, record: Seen | None, n: int, config) -> 
         record = Seen(record.hidden.float(), None if rotary is None else (rotary[0].float(), rotary[1].float()),
                       None if record.keys_from is None else record.keys_from.float())
     return adapter.qkv(module, record, n, config)
+
+
+def layer_blocks(base, attention_modules: list) -> torch.nn.ModuleList:
+    """The ModuleList of the model's blocks (BERT's encoder.layer, GPT-2's h, Llama's layers, …): the one whose
+    elements each hold one of `attention_modules` (the adapter's modules(), in layer order)."""
+    for found in base.modules():
+        if isinstance(found, torch.nn.ModuleList) and len(found) == len(attention_modules):
+            if all(any(m is a for m in block.modules()) for block, a in zip(found, attention_modules)):
+                return found
+    raise UnsupportedArchitectureError(f"attnviz does not find the blocks of {type(base).__name__}")

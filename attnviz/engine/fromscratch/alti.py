@@ -27,10 +27,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnviz.engine.fromscratch.adapters import adapter_for
+from attnviz.engine.forward import attentions_of
+from attnviz.engine.fromscratch.adapters import adapter_for, layer_blocks
 from attnviz.engine.fromscratch.norms import _out_weight, head_outputs
 from attnviz.engine.fromscratch.verify import recompute
-from attnviz.engine.zeroing import _layer_blocks
 from attnviz.errors import UnsupportedArchitectureError
 
 CHECK_TOLERANCE = 1e-4  # of the output's largest |value|: float64 sums of float32 parts, and LN's rounding
@@ -56,13 +56,14 @@ def _pre_mlp_norm(block) -> Any:
     return None
 
 
-def alti(model, inputs: dict) -> tuple[np.ndarray, np.ndarray]:
+def alti(model, inputs: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(contributions (L, T, T) float64, rows summing to 1; the decomposition check per layer (L,): the largest
-    |Σ_j T_i(x_j) + bias − the block's own output| over that output's largest |value|). One text."""
+    |Σ_j T_i(x_j) + bias − the block's own output| over that output's largest |value|; the model's own α of the
+    same forward pass, (L, H, T, T) float32). One text."""
     base = getattr(model, "base_model", model)
     adapter = adapter_for(base)
     attention_modules = adapter.modules(base)
-    blocks = _layer_blocks(base, attention_modules)
+    blocks = layer_blocks(base, attention_modules)
     projections = adapter.out_projections(base)
     post: list[Any] = [_post_norm(block) for block in blocks]
     after: list[Any] = [norm if norm is not None else _pre_mlp_norm(block) for norm, block in zip(post, blocks)]
@@ -133,7 +134,9 @@ def alti(model, inputs: dict) -> tuple[np.ndarray, np.ndarray]:
         raise UnsupportedArchitectureError(
             f"{type(base).__name__}'s attention blocks are not built as ALTI decomposes them: in layer {layer} the "
             f"parts miss the block's output by {check[layer]:.1e} of its size")
-    return torch.stack(layers).numpy(), check
+    reported = attentions_of(run.output, model, getattr(model, "name_or_path", "the model"))
+    model_alpha = torch.stack([a[0].float() for a in reported]).cpu().numpy()  # (L, H, T, T)
+    return torch.stack(layers).numpy(), check, model_alpha
 
 
 def rolled_out(scores: np.ndarray) -> np.ndarray:

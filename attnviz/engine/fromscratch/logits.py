@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnviz.engine.fromscratch.adapters import adapter_for
+from attnviz.engine.fromscratch.adapters import adapter_for, layer_blocks
 from attnviz.engine.fromscratch.norms import _out_weight, head_outputs
 from attnviz.engine.fromscratch.verify import recompute
 from attnviz.errors import UnsupportedArchitectureError
@@ -57,15 +57,6 @@ class LogitParts:
     def rebuilt(self) -> float:
         return float(self.heads.sum() + self.attention_bias.sum() + self.mlps.sum() + self.embeddings
                      + self.final_bias)
-
-
-def _layers(base):
-    for name in ("layers", "h", "blocks"):
-        found = getattr(base, name, None)
-        if isinstance(found, torch.nn.ModuleList):
-            return found
-    raise UnsupportedArchitectureError(f"logit attribution does not know where {type(base).__name__} keeps its "
-                                       f"layers")
 
 
 def _final_norm(base):
@@ -102,7 +93,7 @@ def logit_parts(model, inputs: dict, *, position: int, target: int | None) -> tu
     if not getattr(adapter, "causal", False):
         raise UnsupportedArchitectureError("logit attribution is for causal language models (the next token's "
                                            "logit); this model is an encoder")
-    layers = _layers(base)
+    layers = layer_blocks(base, adapter.modules(base))
     projections = adapter.out_projections(base)
     mlps_modules: list[torch.nn.Module] = [getattr(layer, "mlp", None) for layer in layers]  # type: ignore[misc]
     if any(m is None for m in mlps_modules):
