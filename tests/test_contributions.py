@@ -134,7 +134,7 @@ def test_the_table_and_the_picture(folders, tmp_path):
     assert (tmp_path / "la.png").is_file()
     result = attribute(folder, top=3)
     figure = result.figure()
-    grid, sources = figure.axes
+    grid, sources, _ = figure.axes  # and ALTI-Logit (its own test)
     np.testing.assert_allclose(np.asarray(grid.images[0].get_array()), result.heads, atol=1e-6)
     assert [t.get_text() for t in sources.get_yticklabels()] == [f"{e.layer}.{e.head}" for e in result.top]
     low, high = grid.images[0].get_clim()
@@ -373,3 +373,147 @@ def test_the_graph_draws_every_edge_over_the_threshold(tiny_model_dir, tmp_path)
         assert path["tokens"][-1] == tokens.index("it") and path["weight"] == pytest.approx(product, rel=1e-6)
     assert "--threshold" in one_line_error(run("contributions", SENTENCE, "-m", tiny_model_dir("bert"),
                                                "--threshold", "0"), 2)
+
+
+# --- ALTI-Logit (attnviz logit-attr) ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama", "qwen3", "gpt_oss"])
+def test_alti_logit_keeps_each_heads_effect_whole(kind, folders):
+    """Each head's effect, traced back to the input tokens through ALTI's rows (each summing to 1), adds up to
+    the head's direct effect: float32 rows of float64 sums, 1e-5 of the effect's scale. In layer 0 the tokens a
+    head reads are the input tokens themselves: ALTI-Logit there is the split over sources, exactly."""
+    result = attribute(folders(kind))
+    assert result.by_input is not None and result.alti_note == ""
+    scale = max(1.0, float(np.abs(result.heads).max()))
+    np.testing.assert_allclose(result.by_input.sum(-1), result.heads, atol=1e-5 * scale)
+    np.testing.assert_allclose(result.inputs.sum(), result.heads.sum(), atol=1e-5 * scale * result.heads.size)
+    np.testing.assert_array_equal(result.by_input[0], result.by_source[0])
+    assert np.abs(result.by_input[..., result.position + 1:]).max(initial=0) == 0  # causal: nothing from after
+
+
+def test_alti_logit_is_every_path_through_the_layers_below_summed(folders):
+    """Written out as paths, independently of the matrix products: token j_0's share of head (l, h) is the sum,
+    over every path j_0 → j_1 → … → j_l of ALTI's contributions (a separate ALTI run, `attnviz.contributions`),
+    of the product along the path times the head's effect through j_l."""
+    import itertools
+
+    folder = folders("gpt2")
+    result = attribute(folder)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        scores = attnviz.contributions(TEXT, model=folder).scores.astype(np.float64)  # (L, T, T)
+    L, H, T = result.by_input.shape
+    for n in range(L):
+        expected = np.zeros((H, T))
+        for path in itertools.product(range(T), repeat=n + 1):  # (j_0, …, j_n): j_n is the token the head reads
+            weight = np.prod([scores[m][path[m + 1], path[m]] for m in range(n)])
+            expected[:, path[0]] += weight * result.by_source[n][:, path[-1]]
+        np.testing.assert_allclose(result.by_input[n], expected, atol=1e-9)
+
+
+def test_alti_logit_is_left_out_in_one_line_where_alti_does_not_apply(folders):
+    """Cohere 2 runs attention and MLP side by side: the logit still splits into heads, ALTI does not, and the
+    table says why instead of guessing."""
+    result = attribute(folders("cohere2"))
+    assert result.passed and result.by_input is None and result.inputs is None and "ALTI" in result.alti_note
+    shown = run("logit-attr", TEXT, "-m", folders("cohere2"), env={"COLUMNS": "200"})
+    assert shown.exit_code == 0 and "ALTI-Logit is left out: " in shown.stdout
+    assert json.loads(run("logit-attr", TEXT, "-m", folders("cohere2"), "--json").stdout)["alti_logit"] is None
+
+
+def test_alti_logit_from_the_command_line(folders, tmp_path):
+    folder = folders("llama")
+    data = json.loads(run("logit-attr", TEXT, "-m", folder, "--json").stdout)
+    by_token = data["alti_logit"]["by_token"]
+    assert len(by_token) == len(data["tokens"]) and sum(by_token) == pytest.approx(data["parts"]["heads"], abs=1e-4)
+    assert all(len(e["inputs"]) == 3 and {i["token"] for i in e["inputs"]} <= set(data["tokens"]) for e in data["top"])
+    shown = run("logit-attr", TEXT, "-m", folder, "-o", tmp_path / "la.png", env={"COLUMNS": "200", "NO_COLOR": "1"})
+    assert shown.exit_code == 0 and "Which input tokens push" in shown.stdout
+    listed = [line.split() for line in shown.stdout.splitlines() if "through heads" in line]
+    strongest = int(np.argmax(np.abs(by_token)))
+    assert int(listed[0][0]) == strongest and float(listed[0][2]) == pytest.approx(by_token[strongest], abs=1e-3)
+    figure = attribute(folder).figure()
+    traced = [ax for ax in figure.axes if ax.get_title() == "ALTI-Logit: traced back to the input tokens"]
+    assert len(traced) == 1 and traced[0].images[0].get_array().shape[0] == 1 + min(8, len(data["top"]))
+
+
+# --- long inputs: ALTI streamed ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["bert", "gpt2", "llama"])
+def test_streamed_alti_equals_the_full_path(kind, folders, tiny_model_dir):
+    """Streamed, the model is not asked for its α and the parts are summed in float32: the contributions
+    equal the full path's within float32 rounding of sums over T·H terms (1e-5), α's mean over heads (recomputed)
+    equals the model's own mean within 1e-5, and every row still sums to 1."""
+    folder = tiny_model_dir(kind) if kind == "bert" else folders(kind)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        full = attnviz.contributions(SENTENCE, model=folder, stream=False)
+        streamed = attnviz.contributions(SENTENCE, model=folder, stream=True)
+    assert streamed.streamed and not full.streamed and streamed.alpha.n_heads == 1
+    np.testing.assert_allclose(streamed.scores, full.scores, atol=1e-5)
+    np.testing.assert_allclose(streamed.alpha.attentions[:, 0], full.alpha.attentions.mean(1), atol=1e-5)
+    np.testing.assert_allclose(streamed.scores.sum(-1), 1.0, atol=1e-5)
+    assert float(streamed.checks.max()) < 1e-5
+    for a, b in zip(streamed.records, full.records):
+        assert a["layer"] == b["layer"] and a["contribution_on_self"] == pytest.approx(b["contribution_on_self"],
+                                                                                      abs=1e-5)
+
+
+def test_a_long_input_streams_by_itself_and_is_refused_in_one_line_past_the_budget(tiny_model_dir, monkeypatch):
+    """Past the memory budget the full path would take, ALTI streams without being asked (and says so);
+    past what even the streamed path holds, one line states the formula. Value zeroing does not stream."""
+    from attnviz.engine.loading import load
+    from attnviz.engine.memory import alti_bytes
+
+    folder = tiny_model_dir("bert")
+    loaded = load(folder, device="cpu")
+    T = len(attnviz.contributions(SENTENCE, model=folder).capture.tokens)
+    between = (alti_bytes(loaded, T, True) + alti_bytes(loaded, T, False)) // 2
+    assert alti_bytes(loaded, T, True) < between < alti_bytes(loaded, T, False)
+    monkeypatch.setenv("ATTNVIZ_MEMORY_BUDGET", str(between))
+    assert attnviz.contributions(SENTENCE, model=folder).streamed
+    shown = run("contributions", SENTENCE, "-m", folder, env={"COLUMNS": "200"})
+    assert shown.exit_code == 0 and "Streamed (" in shown.stdout
+    monkeypatch.setenv("ATTNVIZ_MEMORY_BUDGET", str(alti_bytes(loaded, T, True) - 1))
+    assert "even streamed" in one_line_error(run("contributions", SENTENCE, "-m", folder))
+    monkeypatch.delenv("ATTNVIZ_MEMORY_BUDGET")
+    assert "does not stream" in one_line_error(run("contributions", SENTENCE, "-m", folder, "--method",
+                                                   "value-zeroing", "--stream"))
+
+
+def test_rollout_rows_and_what_json_and_the_graph_leave_out(tiny_model_dir, monkeypatch):
+    """rollout(rows), multiplied from the top down, equals those rows of the full rollout; --json leaves out
+    matrices past JSON_MAX_CELLS and says so; the graph refuses more tokens than it can draw, in one line."""
+    from attnviz.api import attribution
+
+    result = attnviz.contributions(SENTENCE, model=tiny_model_dir("bert"))
+    rows = [0, 3, -1]
+    np.testing.assert_allclose(result.rollout(rows), result.rollout()[rows], atol=1e-12)
+    with pytest.raises(attnviz.AttnvizError, match="out of range"):
+        result.rollout([99])
+    monkeypatch.setattr(attribution, "JSON_MAX_CELLS", 10)
+    data = result.to_dict()
+    assert "scores" not in data and "rollout" not in data and "attnviz.contributions" in data["omitted"]
+    monkeypatch.setattr(attribution, "MAX_GRAPH_TOKENS", 5)
+    with pytest.raises(attnviz.AttnvizError, match="at most 5"):
+        result.graph()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_strongest_paths_of_a_larger_graph_are_those_kept_by_every_prefix(seed):
+    """Beside the enumeration above, a graph too large to enumerate (30 tokens, 5 layers): every level keeping
+    every token's strongest prefixes from all T·top candidates, written out here, finds the same paths."""
+    from attnviz.metrics import strongest_paths
+
+    rng = np.random.default_rng(seed)
+    L, T, top = 5, 30, 7
+    layers = rng.dirichlet(np.full(T, 0.3), size=(L, T))
+    best = [[(1.0, (j,))] for j in range(T)]
+    for layer in layers:
+        best = [sorted(((w * layer[i, j], (*p, i)) for j in range(T) for w, p in best[j]), key=lambda x: -x[0])[:top]
+                for i in range(T)]
+    found = strongest_paths(layers, 11, top)
+    np.testing.assert_allclose([w for w, _ in found], [w for w, _ in best[11]], rtol=1e-12)
+    assert [p for _, p in found] == [p for _, p in best[11]]

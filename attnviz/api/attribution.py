@@ -25,6 +25,9 @@ __all__ = ["logit_attribution", "LogitAttribution", "HeadEffect", "LOGIT_TOLERAN
            "Contributions", "MAX_ZEROING_TOKENS", "METHODS"]
 
 MAX_ZEROING_TOKENS = 1024  # value zeroing runs the model once per token (in batches): T runs of T tokens
+JSON_MAX_CELLS = 4_000_000  # --json holds every layer's scores and the rollout up to this many numbers (L·T²)
+AGREEMENT_ROWS = 256  # the agreement of α and contribution is averaged over at most this many rows a layer
+MAX_GRAPH_TOKENS = 200  # the contribution graph draws a column per token: at most this many
 GRAPH_THRESHOLD = 0.05  # the contribution graph's edges: contributions at least this large
 METHODS = ("alti", "value-zeroing")
 METHOD_NAMES = {"alti": "ALTI", "value-zeroing": "value zeroing"}
@@ -43,11 +46,13 @@ class HeadEffect:
     promotes: tuple[str, ...]
     suppresses: tuple[str, ...]
     sources: tuple[tuple[str, float], ...]
+    inputs: tuple[tuple[str, float], ...] = ()  # ALTI-Logit: the input tokens its effect comes from, largest |·|
 
     def to_dict(self) -> dict:
         return {"layer": self.layer, "head": self.head, "effect": self.effect, "promotes": list(self.promotes),
                 "suppresses": list(self.suppresses),
-                "sources": [{"token": t, "effect": e} for t, e in self.sources]}
+                "sources": [{"token": t, "effect": e} for t, e in self.sources],
+                "inputs": [{"token": t, "effect": e} for t, e in self.inputs]}
 
 
 @dataclass(frozen=True)
@@ -57,8 +62,12 @@ class LogitAttribution:
 
         logit = Σ heads + Σ attention biases + Σ MLPs + embeddings + final bias        (`rebuilt`)
 
-    heads (L, H): each head's direct effect; by_source (L, H, T): the same split over the source tokens;
-    top: the heads with the largest |effect|. Checks: `rebuilt` equals the model's own `logit` (`passed`);
+    heads (L, H): each head's direct effect; by_source (L, H, T): the same split over the source tokens the
+    head reads (token j's stream at that layer); by_input (L, H, T): ALTI-Logit (Ferrando et al. 2023), the same
+    effects traced back to the input tokens through ALTI's contributions of the layers below,
+    by_input[l, h] = by_source[l, h] · C_(l−1) ··· C_0 (each C's rows sum to 1, so each head's effect is kept
+    whole), or None where ALTI does not split this family's blocks (`alti_note` says why); top: the heads
+    with the largest |effect|. Checks: `rebuilt` equals the model's own `logit` (`passed`);
     `output_diff` (each output projection rebuilt from the recomputed α and values), `stream_diff` (the parts
     rebuild the stream the final norm reads, over its size), `norm_diff` (the frozen norm rebuilds its
     output)."""
@@ -82,11 +91,19 @@ class LogitAttribution:
     output_diff: float
     stream_diff: float
     norm_diff: float
+    by_input: np.ndarray | None = None  # (L, H, T)
+    alti_note: str = ""
 
     @property
     def rebuilt(self) -> float:
         return float(self.heads.sum() + self.attention_bias.sum() + self.mlps.sum() + self.embeddings
                      + self.final_bias)
+
+    @property
+    def inputs(self) -> np.ndarray | None:
+        """ALTI-Logit per input token: how much each one pushes the target's logit through all the heads (T,);
+        they add up to the heads' total. None where ALTI does not apply."""
+        return None if self.by_input is None else self.by_input.sum(axis=(0, 1))
 
     @property
     def difference(self) -> float:
@@ -114,7 +131,10 @@ class LogitAttribution:
                 "checks": {"output_diff": self.output_diff, "stream_diff": self.stream_diff,
                            "norm_diff": self.norm_diff},
                 "top": [effect.to_dict() for effect in self.top], "heads": self.heads.tolist(),
-                "mlps": self.mlps.tolist(), "attention_biases": self.attention_bias.tolist()}
+                "mlps": self.mlps.tolist(), "attention_biases": self.attention_bias.tolist(),
+                "alti_logit": None if self.by_input is None else {
+                    "by_token": self.by_input.sum(axis=(0, 1)).tolist(), "by_head": self.by_input.tolist()},
+                "alti_logit_note": self.alti_note}
 
     def _repr_html_(self) -> str:
         rows = [{"layer": e.layer, "head": e.head, "effect": round(e.effect, 3), "promotes": " ".join(e.promotes),
@@ -138,11 +158,27 @@ class LogitAttribution:
                                    scale=Scale(-edge, edge, "effect through this token"), title=(title,),
                                    name="logit_attr_sources", short="the top heads' effect, by source token",
                                    row_axis="head (layer.head)", col_axis="source token"))
-        notes = (f"logit {self.logit:.3f} = heads {self.heads.sum():.3f} + MLPs {self.mlps.sum():.3f} + "
+        notes = [f"logit {self.logit:.3f} = heads {self.heads.sum():.3f} + MLPs {self.mlps.sum():.3f} + "
                  f"embeddings {self.embeddings:.3f} + biases {self.attention_bias.sum() + self.final_bias:.3f} "
-                 f"(rebuilt within {self.difference:.1e})",)
+                 f"(rebuilt within {self.difference:.1e})"]
+        panels = [grid, sources]
+        if self.by_input is not None:
+            traced = np.concatenate([self.by_input.sum(axis=(0, 1))[None],
+                                     np.array([self.by_input[e.layer, e.head] for e in chosen])])
+            reach = max(float(np.abs(traced).max()) if traced.size else 0.0, 1e-9)
+            panels.append(_diverging(Panel(
+                matrix=traced.astype(np.float32), rows=("all heads", *(f"{e.layer}.{e.head}" for e in chosen)),
+                cols=tuple(visible(t) for t in self.tokens), hidden=None,
+                scale=Scale(-reach, reach, "effect from this input token"), title=(title,),
+                name="logit_attr_inputs", short="ALTI-Logit: traced back to the input tokens",
+                row_axis="heads", col_axis="input token")))
+            notes.append("ALTI-Logit (Ferrando et al. 2023): each head's effect through the token it reads, traced "
+                         "to the input tokens by ALTI's contributions of the layers below")
+        elif self.alti_note:
+            notes.append(f"ALTI-Logit: {self.alti_note}")
         subtitle = f"“{visible(shorten(self.text, 300))}” → {visible(self.target)!r} (p = {self.probability:.2f})"
-        return Page(panels=(grid, sources), title=title, name="attnviz_logit_attr", notes=notes, subtitle=subtitle)
+        return Page(panels=tuple(panels), title=title, name="attnviz_logit_attr", notes=tuple(notes),
+                    subtitle=subtitle)
 
     def figure(self):
         return mixed_figure(self.page(), ncols=2)
@@ -162,13 +198,15 @@ def logit_attribution(text: str, *, model: Any = None, tokenizer: Any = None, ta
     """Direct logit attribution for a causal language model: how much each head (and each MLP, the embeddings
     and the biases) writes the logit of `target` (a token's text, e.g. " Paris", or its id; default: the
     model's own prediction) at `position` (default the last token), through the final norm with its scale
-    frozen. Checked: the parts add up to the model's own logit within LOGIT_TOLERANCE."""
+    frozen. Checked: the parts add up to the model's own logit within LOGIT_TOLERANCE. Beside it, ALTI-Logit:
+    the heads' effects traced back to the input tokens (`by_input`, `inputs`)."""
     check_text(text)
     if not 1 <= top <= 100:
         raise InputError(f"{arg('top')} takes a whole number from 1 to 100; got {top}", "top")
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype, lm_head=True)
     loaded.require_single("logit attribution")
     from attnviz.engine.forward import encode
+    from attnviz.engine.fromscratch.alti import alti_logit
     from attnviz.engine.fromscratch.logits import logit_parts, raised_and_lowered
     from attnviz.engine.memory import check_memory
 
@@ -181,6 +219,7 @@ def logit_attribution(text: str, *, model: Any = None, tokenizer: Any = None, ta
     check_memory(loaded, T, copies=4.0)
     with (reporter or Reporter()).status("Running the model and splitting the logit into its parts…"):
         parts, logits = logit_parts(loaded.model, encoded.inputs, position=position, target=target_id)
+        by_input, alti_note = alti_logit(loaded.model, encoded.inputs, parts.by_source)
         L, H = parts.heads.shape
         order = np.argsort(-np.abs(parts.heads), axis=None)[:top]
         chosen = [(int(i // H), int(i % H)) for i in order]
@@ -189,12 +228,12 @@ def logit_attribution(text: str, *, model: Any = None, tokenizer: Any = None, ta
     def names(ids) -> tuple[str, ...]:
         return tuple(visible(loaded.tokenizer.decode([int(i)])) for i in ids)
 
-    effects = []
-    for k, (n, h) in enumerate(chosen):
-        through = parts.by_source[n, h]
-        strongest = np.argsort(-np.abs(through))[:3]
-        effects.append(HeadEffect(n, h, float(parts.heads[n, h]), names(raised[k]), names(lowered[k]),
-                                  tuple((visible(encoded.tokens[j]), float(through[j])) for j in strongest)))
+    def largest(row: np.ndarray) -> tuple[tuple[str, float], ...]:
+        return tuple((visible(encoded.tokens[j]), float(row[j])) for j in np.argsort(-np.abs(row), kind="stable")[:3])
+
+    effects = [HeadEffect(n, h, float(parts.heads[n, h]), names(raised[k]), names(lowered[k]),
+                          largest(parts.by_source[n, h]), largest(by_input[n, h]) if by_input is not None else ())
+               for k, (n, h) in enumerate(chosen)]
     probabilities = np.exp(logits - logits.max())
     probabilities /= probabilities.sum()
     return LogitAttribution(
@@ -203,7 +242,8 @@ def logit_attribution(text: str, *, model: Any = None, tokenizer: Any = None, ta
         probability=float(probabilities[parts.target]), rank=int((logits > logits[parts.target]).sum()),
         heads=parts.heads, by_source=parts.by_source, attention_bias=parts.attention_bias, mlps=parts.mlps,
         embeddings=parts.embeddings, final_bias=parts.final_bias, top=tuple(effects),
-        output_diff=parts.output_diff, stream_diff=parts.stream_diff, norm_diff=parts.norm_diff)
+        output_diff=parts.output_diff, stream_diff=parts.stream_diff, norm_diff=parts.norm_diff,
+        by_input=by_input, alti_note=alti_note)
 
 
 def _target_id(loaded, target: str | int | None) -> int | None:
@@ -240,8 +280,13 @@ class Contributions:
     normalised; `distances` (L, T, T) the 1 − cos before normalising.
 
     `records`: per layer, the share on special tokens and on each token itself, by α (mean over heads) and by
-    contribution, and how well the two orders agree (Spearman's ρ per row, averaged). `rollout()`: the layers'
-    contributions multiplied through."""
+    contribution, and how well the two orders agree (Spearman's ρ per row, averaged over the rows, or over
+    AGREEMENT_ROWS rows spread evenly where there are more). `rollout()`: the layers' contributions multiplied
+    through.
+
+    `streamed` (a long input, ALTI only): the model was never asked for its L·H·T² weights; `alpha` then
+    holds the mean over heads of α recomputed from the model's weights (L, 1, T, T), the α whose parts the
+    decomposition check rebuilds the blocks' outputs from."""
 
     method: str
     capture: Capture
@@ -249,6 +294,7 @@ class Contributions:
     records: tuple[dict, ...]
     checks: np.ndarray | None = None  # (L,) ALTI's decomposition check
     distances: np.ndarray | None = None  # (L, T, T) value zeroing's 1 − cos
+    streamed: bool = False
 
     @property
     def model(self) -> str:
@@ -259,19 +305,36 @@ class Contributions:
         """(L, T, T): row i of layer l is what each token contributes to token i there (rows sum to 1)."""
         return self.capture.attentions[:, 0]
 
-    def rollout(self) -> np.ndarray:
+    def rollout(self, rows=None) -> np.ndarray:
         """The layers' contribution matrices multiplied through, bottom to top: row i is how much each input
-        token reaches token i at the top (rows sum to 1). (T, T)"""
-        total = np.eye(self.capture.n_tokens)
-        for layer in self.scores.astype(np.float64):
-            total = layer @ total
+        token reaches token i at the top (rows sum to 1). (T, T); with `rows` (token indices), those rows only,
+        (len(rows), T), multiplied from the top down (a vector per row and layer: what a long input needs)."""
+        T = self.capture.n_tokens
+        if rows is None:
+            total = np.eye(T)
+            for layer in self.scores.astype(np.float64):
+                total = layer @ total
+            return total
+        picked = np.asarray(list(rows), np.int64)
+        if picked.size and not (-T <= picked.min() and picked.max() < T):
+            raise InputError(f"{arg('rows')} holds a token index out of range: there are {T} tokens", "rows")
+        total = np.eye(T)[picked % T] if picked.size else np.zeros((0, T))
+        for layer in self.scores[::-1]:
+            total = total @ layer.astype(np.float64)
         return total
 
     def to_dict(self) -> dict:
-        """What `attnviz contributions --json` prints."""
-        data = {"model": self.model, "method": self.method, "tokens": list(self.capture.tokens),
-                "layers": [dict(r) for r in self.records], "scores": self.scores.tolist(),
-                "rollout": self.rollout().tolist()}
+        """What `attnviz contributions --json` prints: every layer's scores and the rollout where they take at
+        most JSON_MAX_CELLS numbers (else `omitted` says why; the Python API has them all)."""
+        L, T = self.capture.n_layers, self.capture.n_tokens
+        data: dict = {"model": self.model, "method": self.method, "tokens": list(self.capture.tokens),
+                      "streamed": self.streamed, "layers": [dict(r) for r in self.records]}
+        if (L + 1) * T * T <= JSON_MAX_CELLS:
+            data["scores"] = self.scores.tolist()
+            data["rollout"] = self.rollout().tolist()
+        else:
+            data["omitted"] = (f"scores and rollout: {(L + 1) * T * T:,} numbers, more than {JSON_MAX_CELLS:,}; "
+                               f"attnviz.contributions(...) in Python holds them")
         if self.checks is not None:
             data["checks"] = self.checks.tolist()
         return data
@@ -323,6 +386,9 @@ class Contributions:
             raise InputError(f"{arg('threshold')} takes a number above 0 and at most 1; got {threshold}", "threshold")
         tokens = [visible(t) for t in self.capture.tokens]
         T = len(tokens)
+        if T > MAX_GRAPH_TOKENS:
+            raise InputError(f"the contribution graph draws a column per token, at most {MAX_GRAPH_TOKENS}; this "
+                             f"text is {T} tokens (the strongest paths are listed all the same)")
         figure, _ = contribution_graph_figure(
             self.scores, tokens, threshold, self.paths(token, top),
             f"{short_model(self.model)} · contribution graph ({METHOD_NAMES[self.method]}): edges ≥ {threshold:g}, "
@@ -337,11 +403,15 @@ class Contributions:
 @borrows
 @checked
 def contributions(text: str, *, model: Any = None, tokenizer: Any = None, method: str = "alti",
-                  truncate: bool = True, device: str = "auto", dtype: str = "float32",
+                  stream: bool | None = None, truncate: bool = True, device: str = "auto", dtype: str = "float32",
                   reporter: Reporter | None = None) -> Contributions:
     """How much each token contributes to each token's output, layer by layer: `method` "alti" (Ferrando et
     al. 2022; one run of the model, checked against each attention block's output) or "value-zeroing"
-    (Mohebbi et al. 2023; one run per token in batches, at most MAX_ZEROING_TOKENS tokens)."""
+    (Mohebbi et al. 2023; one run per token in batches, at most MAX_ZEROING_TOKENS tokens).
+
+    `stream` (ALTI): True never asks the model for its L·H·T² weights and keeps the mean of α over heads
+    instead, holding 4·(2·L + 4·H)·T² bytes (engine.memory.alti_bytes); None (the default) does so
+    when the full path would pass the memory budget; False never does. Value zeroing does not stream."""
     check_text(text)
     if method not in METHODS:
         raise InputError(f"{arg('method')} takes one of {', '.join(METHODS)}; got {visible(method)!r}", "method")
@@ -350,44 +420,60 @@ def contributions(text: str, *, model: Any = None, tokenizer: Any = None, method
     from attnviz.engine.forward import encode, make_capture, model_attentions
     from attnviz.engine.fromscratch.adapters import adapter_for
     from attnviz.engine.fromscratch.alti import alti
-    from attnviz.engine.memory import check_memory
+    from attnviz.engine.loading import layers_and_heads
+    from attnviz.engine.memory import alti_bytes, check_alti_memory, check_memory, memory_budget
     from attnviz.engine.zeroing import value_zeroing
     from attnviz.metrics import spearman
 
+    if stream and method != "alti":
+        raise InputError(f"value zeroing does not stream (it runs the model once per token, each run holding "
+                         f"its α); use {arg('method', 'alti')} for a long input", "stream")
     encoded = encode(loaded, text, truncate=truncate)
     T = len(encoded.tokens)
     if method == "value-zeroing" and T > MAX_ZEROING_TOKENS:
         raise InputError(f"value zeroing runs the model once per token: {T} tokens is more than "
                          f"{MAX_ZEROING_TOKENS:,}; shorten the text, or use {arg('method', 'alti')}")
-    check_memory(loaded, T, copies=8.0)  # value zeroing: a batch of 8 copies; ALTI: α, scores and parts
+    budget = loaded.memory_budget or memory_budget()
+    streamed = method == "alti" and (stream is True or (stream is None and alti_bytes(loaded, T, False) > budget))
+    if method == "alti":
+        check_alti_memory(loaded, T, streamed)
+    else:  # value zeroing: a batch of 8 copies of the model's α
+        check_memory(loaded, T, copies=8.0)
     base = getattr(loaded.model, "base_model", loaded.model)
     reporter = reporter or Reporter()
     checks = distances = None
     if method == "alti":
-        with reporter.status("Splitting each attention block's output into one part per token…"):
-            scores, checks, seen_alpha = alti(loaded.model, encoded.inputs)  # α from the same forward pass
+        with reporter.progress("Splitting each attention block's output into one part per token"
+                               + (" (streamed)" if streamed else ""), layers_and_heads(loaded.model.config)[0],
+                               "layers") as step:
+            scores, checks, seen_alpha = alti(loaded.model, encoded.inputs, streamed=streamed,
+                                              on_layer=step)  # α of the same pass
     else:
         with reporter.progress("Zeroing each token's value vectors", T, "tokens") as step:
             scores, distances = value_zeroing(loaded.model, encoded.inputs, adapter_for(base).modules(base),
                                               on_done=step)
         seen_alpha = model_attentions(loaded, encoded)  # the model's own α of the same tokens
-    alpha = make_capture(loaded, encoded, seen_alpha, text)
-    moved = make_capture(loaded, encoded, scores[:, None].astype(np.float32), text, source=METHOD_NAMES[method])
+    alpha = make_capture(loaded, encoded, seen_alpha, text, source="scratch, mean over heads" if streamed else "model")
+    moved = make_capture(loaded, encoded, scores[:, None].astype(np.float32, copy=False), text,
+                         source=METHOD_NAMES[method])
+    del scores
     from dataclasses import replace
 
     moved = replace(moved, meta={**moved.meta, "quantity": METHOD_NAMES[method]})
-    seen = alpha.attentions.astype(np.float64).mean(axis=1)  # (L, T, T)
     special = np.asarray(moved.special)
     records = []
+    sampled = np.unique(np.linspace(0, T - 1, min(T, AGREEMENT_ROWS)).round().astype(int))
     for n in range(moved.n_layers):
+        seen = alpha.attentions[n].astype(np.float64).mean(axis=0)  # (T, T): the mean over heads
+        moves = moved.attentions[n, 0].astype(np.float64)  # (T, T)
         # each row's keys (a causal model's: itself and earlier ones), where there are at least three to order
-        keys = [np.arange(T) <= i if moved.causal else np.ones(T, bool) for i in range(T)]
-        rhos = [spearman(seen[n, i][keys[i]], scores[n, i][keys[i]]) for i in range(T) if keys[i].sum() > 2]
+        keys = {i: np.arange(T) <= i if moved.causal else np.ones(T, bool) for i in sampled}
+        rhos = [spearman(seen[i][keys[i]], moves[i][keys[i]]) for i in sampled if keys[i].sum() > 2]
         rhos = [r for r in rhos if np.isfinite(r)]
         rho = float(np.mean(rhos)) if rhos else float("nan")
-        records.append({"layer": n, "alpha_on_special": float(seen[n][:, special].sum(-1).mean()),
-                        "contribution_on_special": float(scores[n][:, special].sum(-1).mean()),
-                        "alpha_on_self": float(np.diagonal(seen[n]).mean()),
-                        "contribution_on_self": float(np.diagonal(scores[n]).mean()),
+        records.append({"layer": n, "alpha_on_special": float(seen[:, special].sum(-1).mean()),
+                        "contribution_on_special": float(moves[:, special].sum(-1).mean()),
+                        "alpha_on_self": float(np.diagonal(seen).mean()),
+                        "contribution_on_self": float(np.diagonal(moves).mean()),
                         "agreement": rho})
-    return Contributions(method, moved, alpha, tuple(records), checks, distances)
+    return Contributions(method, moved, alpha, tuple(records), checks, distances, streamed)

@@ -21,8 +21,9 @@ from attnviz.selection import Selection
              help="Which heads write the predicted token (direct logit attribution): the logit of the next token "
                   "(the model's own prediction, or --target) split into one part per head, MLP, the embeddings "
                   "and the biases, through the final norm with its scale frozen; per top head the tokens it "
-                  "raises and lowers and the source tokens it carries its effect from. Checked: the parts add "
-                  "up to the model's own logit. For causal language models (e.g. -m smollm2).")
+                  "raises and lowers and the source tokens it carries its effect from; and which input tokens "
+                  "push the prediction, through which heads (ALTI-Logit, Ferrando et al. 2023). Checked: the "
+                  "parts add up to the model's own logit. For causal language models (e.g. -m smollm2).")
 @cli_errors
 @takes(inp=TextSource)
 def logit_attr(target: Annotated[Optional[str], typer.Option(
@@ -37,6 +38,8 @@ def logit_attr(target: Annotated[Optional[str], typer.Option(
                    help="How many heads to list (1 to 100), by |effect|.")] = 10,
                output: ImageOut = None, as_json: JsonOpt = False, as_csv: CsvOpt = False,
                *, inp: TextSource) -> None:
+    import numpy as np
+
     from attnviz.api import logit_attribution
     from attnviz.panels import short_model
     from attnviz.render.png import FORMATS
@@ -66,6 +69,20 @@ def logit_attr(target: Annotated[Optional[str], typer.Option(
                                 f"{short_model(result.model)}: after {after!r}, the logit of "
                                 f"{visible(result.target)!r} (p = {result.probability:.2f}, rank {result.rank + 1}) "
                                 f"by head"))
+        if result.by_input is not None:
+            say(f"Which input tokens push {visible(result.target)!r} (ALTI-Logit, Ferrando et al. 2023: each head's "
+                f"effect through the token it reads, traced back to the input by ALTI's contributions of the layers "
+                f"below):", wrap=True)
+            totals = result.by_input.sum(axis=(0, 1))
+            for j in np.argsort(-np.abs(totals), kind="stable")[:8]:
+                heads = result.by_input[:, :, j]
+                strongest = np.argsort(-np.abs(heads), axis=None, kind="stable")[:2]
+                through = ", ".join(f"{int(k // heads.shape[1])}.{int(k % heads.shape[1])} "
+                                    f"{heads.flat[k]:+.2f}" for k in strongest)
+                say(f"  {j:>4}  {shown(visible(result.tokens[j])):<16} {totals[j]:+.3f}   through heads {through}",
+                    wrap=True)
+        elif result.alti_note:
+            say(f"ALTI-Logit is left out: {result.alti_note}", wrap=True, style="dim")
         biases = float(result.attention_bias.sum()) + result.final_bias
         say(f"logit {result.logit:.3f} = heads {result.heads.sum():+.3f} + MLPs {result.mlps.sum():+.3f} + "
             f"embeddings {result.embeddings:+.3f} + biases {biases:+.3f}", wrap=True)
@@ -112,8 +129,15 @@ def contributions(method: Annotated[str, typer.Option(
                   threshold: Annotated[float, typer.Option(
                       "--threshold", parser=finite_float(0.0), metavar="NUMBER",
                       help="--graph: the smallest contribution drawn as an edge (above 0, at most 1).")] = 0.05,
+                  stream: Annotated[bool, typer.Option(
+                      "--stream", help="ALTI for a long input: never hold the model's layers × heads × T² weights "
+                                       "(keep the mean over heads of α recomputed from the weights instead), "
+                                       "holding (2 × layers + 4 × heads) × T² × 4 bytes. Chosen by itself where "
+                                       "the full path would pass the memory budget.")] = False,
                   output: ImageOut = None, as_json: JsonOpt = False, as_csv: CsvOpt = False,
                   *, inp: TextSource) -> None:
+    import numpy as np
+
     from attnviz.api import contributions as find_contributions
     from attnviz.panels import short_model
     from attnviz.render.png import FORMATS
@@ -126,7 +150,8 @@ def contributions(method: Annotated[str, typer.Option(
         raise typer.BadParameter("must be above 0 and at most 1", param_hint="--threshold")
     text = inp.require_text()
     loaded = inp.load_single("contributions")
-    result = find_contributions(text, model=loaded, method=method, truncate=inp.truncate, reporter=CliReporter())
+    result = find_contributions(text, model=loaded, method=method, stream=True if stream else None,
+                                truncate=inp.truncate, reporter=CliReporter())
     chosen = layer.indices(result.capture.n_layers)[0]
     capture = result.capture
     if token is not None:
@@ -146,11 +171,14 @@ def contributions(method: Annotated[str, typer.Option(
             ("contribution_on_self", "contribution on self", ".2f"), ("agreement", "agreement", ".2f")],
             f"{short_model(result.model)}: where attention looks, and what each token contributes ({method})"))
         tokens = [visible(t) for t in result.capture.tokens]
-        rollout = result.rollout()
+        rollout = result.rollout(range(min(40, len(tokens))))
+        if result.streamed:
+            say(f"Streamed ({len(tokens)} tokens): the model's α was never held whole; α here is its mean over "
+                f"heads, recomputed from the weights.", wrap=True)
         say(f"Each token's largest contributors: in layer {chosen}, and through all layers (the rollout)", wrap=True)
         for i, row in enumerate(result.scores[chosen][:40]):
-            top = sorted(range(len(row)), key=lambda j: -row[j])[:3]
-            through = sorted(range(len(row)), key=lambda j: -rollout[i, j])[:3]
+            top = np.argsort(-row, kind="stable")[:3]
+            through = np.argsort(-rollout[i], kind="stable")[:3]
             say(f"  {tokens[i]} ← " + ", ".join(f"{tokens[j]} {row[j]:.2f}" for j in top if row[j] > 0)
                 + "   |   " + ", ".join(f"{tokens[j]} {rollout[i, j]:.2f}" for j in through), wrap=True)
         if len(tokens) > 40:

@@ -15,6 +15,8 @@ def memory_budget() -> int:
 
 
 DEFAULT_MEMORY_BUDGET = 2 << 30
+WORKING_BYTES = 256 << 20  # ALTI works through a layer in blocks of query rows whose parts (rows, T, D) and α
+                           # (H, rows, T), float64, take about this much (at least one row)
 
 
 def check_parts_memory(loaded: LoadedModel, S: int, T: int, copies: float = 1.0) -> None:
@@ -50,3 +52,29 @@ def check_memory(loaded: LoadedModel, T: int, copies: float = 1.0, streams: bool
                          f"bytes, over the budget of {size_text(budget)}; {hint}, or raise {arg('max_memory')} "
                          f"(e.g. 16G) "
                          f"if you have the memory")
+
+
+def alti_bytes(loaded: LoadedModel, T: int, streamed: bool) -> int:
+    """What ALTI holds for T tokens. Full: the model's α and its copy, the contributions and the model's own
+    temporaries of about four layers, (2·L·H + L + 4·H)·T² float32; streamed: the contributions, the mean of α
+    over heads and the same temporaries, (2·L + 4·H)·T² float32. Beside it, the block of query rows worked
+    through at a time: 2·T²·(D + H) float64 numbers (float32 streamed), or WORKING_BYTES if less."""
+    L, H = layers_and_heads(loaded.model.config)
+    D = int(getattr(loaded.model.config, "hidden_size", 0) or getattr(loaded.model.config, "dim", 0) or 1024)
+    held = (2 * L + 4 * H) if streamed else (2 * L * H + L + 4 * H)
+    working = min(WORKING_BYTES, (4 if streamed else 8) * 2 * T * T * (D + H))
+    return int(held * T * T * 4 + working)
+
+
+def check_alti_memory(loaded: LoadedModel, T: int, streamed: bool) -> None:
+    """Refuse, before running, an ALTI whose result would not fit the memory budget."""
+    need, budget = alti_bytes(loaded, T, streamed), loaded.memory_budget or memory_budget()
+    if need > budget:
+        L, H = layers_and_heads(loaded.model.config)
+        held = (f"(2 × {L} layers of contributions and mean α + 4 × {H} heads of the model's temporaries)"
+                if streamed else f"(2 × {L} layers × {H} heads of α + {L} layers of contributions + 4 × {H} heads of "
+                                 f"the model's temporaries)")
+        hint = "" if streamed else f"pass {arg('stream')} to hold less, "
+        raise InputError(f"{T} tokens would need about {size_text(need)}{' even streamed' if streamed else ''}: "
+                         f"{held} × {T}² × 4 bytes and a block of rows, over the budget of {size_text(budget)}; "
+                         f"{hint}shorten the text, or raise {arg('max_memory')} (e.g. 16G) if you have the memory")

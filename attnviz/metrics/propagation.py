@@ -44,16 +44,40 @@ def strongest_paths(layers: np.ndarray, token: int, top: int = 5) -> list[tuple[
     """The `top` strongest paths through a stack of token-to-token matrices (L, T, T) into `token` at the top:
     each path is (weight, (j_0, j_1, …, j_L)) with j_0 the input token, j_L = `token`, and weight the product of
     the matrices' entries layers[l][j_(l+1), j_l] along it (a contribution graph's edges, ALTI's layers). Exact:
-    every layer keeps, for each token, its `top` strongest paths from the input (a product only grows with its
-    prefix, so the strongest paths extend the strongest prefixes). Strongest first."""
+    going down from `token`, every level keeps, for each token, the `top` strongest paths from it up to
+    `token` (a product only grows with its suffix, so the strongest paths extend the strongest suffixes);
+    about T² work a level. Strongest first; paths of weight 0 are left out."""
     L, T, _ = layers.shape
-    best: list[list[tuple[float, tuple[int, ...]]]] = [[(1.0, (j,))] for j in range(T)]
-    for layer in layers.astype(np.float64):
-        grown = []
-        for i in range(T):
-            candidates = [(weight * float(layer[i, j]), (*path, i)) for j in range(T) if layer[i, j] > 0
-                          for weight, path in best[j]]
-            candidates.sort(key=lambda pair: -pair[0])
-            grown.append(candidates[:top])
-        best = grown
-    return best[token]
+    top = max(1, int(top))
+    weights = np.zeros((T, 1))  # (T, k): the strongest suffixes from each token at this level up to `token`
+    weights[token, 0] = 1.0
+    links = []  # per level going down: for each token and suffix (T, k), the token above and its suffix
+    for layer in layers[::-1]:
+        # a suffix from j here: an edge j -> i into the level above, then one of i's suffixes. Only the i whose
+        # best suffix, times the edge, is among j's `top` largest can carry j's `top` strongest suffixes.
+        k_above = weights.shape[1]
+        edges = np.asarray(layer, np.float64).T  # (T_j, T_i)
+        bound = edges * weights[None, :, 0]  # (T_j, T_i): each i's best suffix through the edge j -> i
+        n = min(top, T)
+        near = np.argpartition(-bound, n - 1, axis=1)[:, :n] if n < T else np.tile(np.arange(T), (T, 1))  # (T, n)
+        grown = np.take_along_axis(edges, near, axis=1)[:, :, None] * weights[near]  # (T_j, n, k_above)
+        flat = grown.reshape(T, -1)
+        k = min(top, flat.shape[1])
+        order = np.argsort(-flat, axis=1, kind="stable")[:, :k]  # (T, k), strongest first
+        weights = np.take_along_axis(flat, order, axis=1)
+        pick, kept = np.divmod(order, k_above)
+        links.append((np.take_along_axis(near, pick, axis=1), kept))  # (token above, its suffix) per (j, slot)
+    found = []
+    for j in range(T):
+        for slot in range(weights.shape[1]):
+            if weights[j, slot] > 0:
+                found.append((float(weights[j, slot]), j, slot))
+    found.sort(key=lambda item: -item[0])
+    paths = []
+    for weight, j, slot in found[:top]:
+        path = [j]
+        for above, suffix in reversed(links):  # up from the input: which token above, and which of its suffixes
+            j, slot = int(above[path[-1], slot]), int(suffix[path[-1], slot])
+            path.append(j)
+        paths.append((weight, tuple(path)))
+    return paths

@@ -38,6 +38,15 @@ class QKV:
         return attention_weights(q, k, self.mask, self.bias, scale=self.scale, softcap=self.softcap,
                                  sinks=self.sinks)
 
+    def alpha_rows(self, rows: slice, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """The same α for a block of query rows only: what a long input's streamed path holds at a time.
+        (B, H, rows, T_k)"""
+        q, k = (self.q, self.k) if dtype is None else (self.q.to(dtype), self.k.to(dtype))
+        mask = None if self.mask is None else self.mask[:, :, rows]
+        bias = None if self.bias is None else self.bias[:, :, rows]
+        return attention_weights(q[:, :, rows], k, mask, bias, scale=self.scale, softcap=self.softcap,
+                                 sinks=self.sinks)
+
 
 def _split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
     B, T, D = x.shape

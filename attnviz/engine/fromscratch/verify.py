@@ -81,14 +81,15 @@ class Recomputed:
     layers: list[QKV]  # per layer, (B, H, T, d) each
 
 
-def recompute(model, inputs: dict) -> Recomputed:
-    """Run `model` on `inputs` once (eager, output_attentions) and recompute every layer's Q, K, V
-    from its own weights, in float32 whatever the model's dtype."""
+def recompute(model, inputs: dict, *, attentions: bool = True) -> Recomputed:
+    """Run `model` on `inputs` once (eager, output_attentions unless `attentions` is False: a long input's
+    streamed path, which never holds the model's L·H·T² weights) and recompute every layer's Q, K, V from its
+    own weights, in float32 whatever the model's dtype."""
     base = getattr(model, "base_model", model)
     adapter = adapter_for(base)
     modules = adapter.modules(base)
     with recording_inputs(modules) as seen, torch.inference_mode():
-        output = model(**inputs, output_attentions=True)
+        output = model(**inputs, output_attentions=attentions)
         layers = [layer_qkv(adapter, module, record, n, base.config)
                   for n, (module, record) in enumerate(zip(modules, seen))]
     key_mask = inputs.get("attention_mask")
