@@ -35,11 +35,15 @@ def inline_html(whole: Any) -> str:
     Content-Security-Policy inside), so several views in one notebook never share an id or a script. The page
     posts its height and a few lines beside the frame fit the frame to it (where the notebook runs them:
     Jupyter and VS Code do; elsewhere the frame keeps FRAME_HEIGHT_PX)."""
-    import uuid
-
     from attnviz.render.viewer import viewer_data, viewer_html
 
-    page = viewer_html(viewer_data(whole, command="attnviz in a notebook"))
+    return framed(viewer_html(viewer_data(whole, command="attnviz in a notebook")))
+
+
+def framed(page: str) -> str:
+    """A whole page (the viewer's) as a sandboxed frame that fits its height (inline_html)."""
+    import uuid
+
     frame = f"attnviz-view-{uuid.uuid4().hex[:12]}"
     return (f'<iframe id="{frame}" class="attnviz-view" srcdoc="{html.escape(page, quote=True)}" '
             f'sandbox="allow-scripts" style="width: 100%; height: {FRAME_HEIGHT_PX}px; border: 0" '

@@ -444,3 +444,88 @@ def test_view_command(tmp_path, tiny_model_dir):
     capture = tmp_path / "c.npz"
     assert run("capture", SENTENCE, "-m", tiny_model_dir("bert"), "-o", capture).exit_code == 0
     assert run("view", "--from", capture, "-o", tmp_path / "from.html").exit_code == 0
+
+
+# --- the contributions panel (attnviz contributions --html) ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def contributed(tiny_model_dir):
+    import attnviz
+
+    return attnviz.contributions(SENTENCE, model=tiny_model_dir("bert"))
+
+
+def dequantised(section: dict, key: str, scale_key: str, shape) -> np.ndarray:
+    """The page's numbers, decoded as its script decodes them: 16-bit steps of each matrix's scale."""
+    q = np.frombuffer(base64.b64decode(section[key]), "<u2").astype(np.float64).reshape(shape)
+    return q / 65535 * np.asarray(section[scale_key], np.float64)[:, None, None]
+
+
+def test_the_contributions_panel_holds_every_layer_and_both_rollouts(contributed):
+    from attnviz.metrics import rollout
+
+    html = contributed.html(threshold=0.1)
+    data = json.loads(re.search(r'id="attnviz-data">(.*?)</script>', html, re.S).group(1))
+    section = data["contributions"]
+    L, T = contributed.capture.n_layers, contributed.capture.n_tokens
+    assert section["method"] == "ALTI" and section["threshold"] == 0.1 and section["layers"] == L
+    assert section["token"] == contributed.default_token() and not contributed.capture.special[section["token"]]
+    scores = dequantised(section, "scores", "scale", (L, T, T))
+    np.testing.assert_allclose(scores, contributed.scores, atol=np.max(section["scale"]) / 65535)
+    rollouts = dequantised(section, "rollouts", "rolloutScale", (2, T, T))
+    np.testing.assert_allclose(rollouts[0], contributed.rollout(), atol=1e-4)
+    np.testing.assert_allclose(rollouts[1], rollout(contributed.alpha), atol=1e-4)
+    assert data["sections"][0]["rows"] == [visible(t) for t in contributed.capture.tokens]
+
+
+@pytest.mark.browser
+def test_choosing_a_token_draws_its_strongest_paths_and_both_rollouts(browser, contributed, tmp_path):
+    """In a real browser: the panel draws an edge for every contribution at or past the threshold, and the paths
+    its script finds into the chosen token are those metrics.strongest_paths finds in the same (stored)
+    numbers; the table beside them is that token's row of both rollouts."""
+    from attnviz.metrics import strongest_paths
+
+    path = tmp_path / "contributions.html"
+    html = contributed.html(threshold=0.1)
+    path.write_text(html, encoding="utf-8")
+    section = json.loads(re.search(r'id="attnviz-data">(.*?)</script>', html, re.S).group(1))["contributions"]
+    L, T = contributed.capture.n_layers, contributed.capture.n_tokens
+    scores = dequantised(section, "scores", "scale", (L, T, T))
+    page = Page(browser, path)
+    assert page.js("document.getElementById('av-tab-contrib').hidden") is False
+    page.page.click("#av-tab-contrib")
+    assert page.js("window.attnvizViewer.state.cEdges") == int((scores >= 0.1).sum())
+    for token in (3, T - 1):
+        page.page.click(f"#av-c-tokens button[data-token='{token}']")
+        found = page.js("window.attnvizViewer.state.cPaths")
+        expected = strongest_paths(scores, token, 5)
+        assert [tuple(p) for _, p in found] == [p for _, p in expected]
+        np.testing.assert_allclose([w for w, _ in found], [w for w, _ in expected], rtol=1e-12)
+        shown = page.js("[...document.querySelectorAll('#av-c-rollout tbody tr')].map(r => [...r.cells].map("
+                        "c => c.textContent))")
+        assert [row[0] for row in shown] == [visible(t) for t in contributed.capture.tokens]
+        np.testing.assert_allclose([float(row[1]) for row in shown], contributed.rollout()[token], atol=6e-4)
+        from attnviz.metrics import rollout
+
+        np.testing.assert_allclose([float(row[2]) for row in shown], rollout(contributed.alpha)[token], atol=6e-4)
+        assert page.js("document.activeElement.dataset.token") == str(token)  # the keyboard stays where it was
+    page.page.fill("#av-c-threshold", "0.3")
+    page.page.dispatch_event("#av-c-threshold", "input")
+    assert page.js("window.attnvizViewer.state.cEdges") == int((scores >= 0.3).sum())
+    page.close()
+
+
+def test_the_contributions_page_from_the_command_line(tiny_model_dir, tmp_path, monkeypatch):
+    folder = tiny_model_dir("bert")
+    shown = run("contributions", SENTENCE, "-m", folder, "--html", tmp_path / "c.html", "--token", "cat")
+    assert shown.exit_code == 0 and (tmp_path / "c.html").is_file()
+    data = json.loads(re.search(r'id="attnviz-data">(.*?)</script>',
+                                (tmp_path / "c.html").read_text(encoding="utf-8"), re.S).group(1))
+    assert data["sections"][0]["rows"][data["contributions"]["token"]] == "cat"
+    assert ".html" in one_line_error(run("contributions", SENTENCE, "-m", folder, "--html", tmp_path / "c.png"))
+    from attnviz.api import attribution
+
+    monkeypatch.setattr(attribution, "MAX_GRAPH_TOKENS", 4)
+    assert "at most 4" in one_line_error(run("contributions", SENTENCE, "-m", folder, "--html", tmp_path / "d.html"))
+    assert not (tmp_path / "d.html").exists()

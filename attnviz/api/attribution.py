@@ -340,8 +340,37 @@ class Contributions:
         return data
 
     def _repr_html_(self) -> str:
+        from attnviz.display import framed
+
         return records_html(self.records, list(self.records[0]) if self.records else [],
-                            f"{self.model}: contributions ({self.method}) beside α")
+                            f"{self.model}: contributions ({self.method}) beside α") + framed(
+            self.html(command="attnviz in a notebook"))
+
+    def html(self, token: int | None = None, *, threshold: float = GRAPH_THRESHOLD, command: str | None = None) -> str:
+        """The interactive page: the views of α (head, model, matrix) and the contributions panel (the graph;
+        choose a token: its strongest incoming paths, and how much of each input token reaches it by
+        contribution and by α's rollout), `token` chosen first (default: the last that is not special). One
+        self-contained HTML file."""
+        from attnviz.metrics import rollout
+        from attnviz.render.viewer import contribution_section, viewer_data, viewer_html
+
+        T = self.capture.n_tokens
+        if T > MAX_GRAPH_TOKENS:
+            raise InputError(f"the contributions page draws a column per token, at most {MAX_GRAPH_TOKENS}; this "
+                             f"text is {T} tokens")
+        if not 0 < threshold <= 1:
+            raise InputError(f"{arg('threshold')} takes a number above 0 and at most 1; got {threshold}", "threshold")
+        chosen = self.default_token() if token is None else token
+        if not -T <= chosen < T:
+            raise InputError(f"{arg('token')} {chosen} is out of range: there are {T} tokens", "token")
+        section = contribution_section(self.scores, self.rollout(), rollout(self.alpha), METHOD_NAMES[self.method],
+                                       threshold, chosen % T)
+        return viewer_html(viewer_data(self.alpha, command=command, contributions=section))
+
+    def default_token(self) -> int:
+        """The last token that is not special ([SEP], </s>): whose paths are shown first."""
+        special = self.capture.special
+        return max((i for i in range(self.capture.n_tokens) if not special[i]), default=self.capture.n_tokens - 1)
 
     def page(self, layer: int = -1) -> Page:
         """A layer's attention (the mean over its heads) beside its contributions, on one scale from 0 to 1."""

@@ -128,7 +128,13 @@ def contributions(method: Annotated[str, typer.Option(
                            ".pdf).")] = None,
                   threshold: Annotated[float, typer.Option(
                       "--threshold", parser=finite_float(0.0), metavar="NUMBER",
-                      help="--graph: the smallest contribution drawn as an edge (above 0, at most 1).")] = 0.05,
+                      help="--graph and --html: the smallest contribution drawn as an edge (above 0, at most 1; "
+                           "the page can change it).")] = 0.05,
+                  page: Annotated[Optional[str], typer.Option(
+                      "--html", metavar="FILE", show_default=False,
+                      help="Write the interactive page to FILE (.html): the views of α and the contributions "
+                           "panel (the graph; choose a token: its strongest incoming paths, and what reaches it by "
+                           "contribution beside α's rollout), --token chosen first.")] = None,
                   stream: Annotated[bool, typer.Option(
                       "--stream", help="ALTI for a long input: never hold the model's layers × heads × T² weights "
                                        "(keep the mean over heads of α recomputed from the weights instead), "
@@ -146,6 +152,7 @@ def contributions(method: Annotated[str, typer.Option(
 
     check_output(output, FORMATS)
     check_output(graph, FORMATS)
+    check_output(page, (".html", ".htm"))
     if not 0 < threshold <= 1:
         raise typer.BadParameter("must be above 0 and at most 1", param_hint="--threshold")
     text = inp.require_text()
@@ -159,7 +166,7 @@ def contributions(method: Annotated[str, typer.Option(
 
         target = find_token(capture.tokens, token, field="token")
     else:  # the last token that is not special ([SEP], </s>)
-        target = max((i for i in range(capture.n_tokens) if not capture.special[i]), default=capture.n_tokens - 1)
+        target = result.default_token()
     paths = result.paths(target, 5)
     if as_json:
         print_json({**result.to_dict(), "paths_into": target,
@@ -204,3 +211,11 @@ def contributions(method: Annotated[str, typer.Option(
         drawn = result.graph(target, threshold=threshold)
         say(save_figure(drawn, output_path(graph, "attnviz_contribution_graph.png")),
             console=err if as_json or as_csv else out)
+    if page is not None:
+        from attnviz.files import atomic_output, check_suffix
+
+        written = result.html(target, threshold=threshold)
+        path = check_suffix(output_path(page, "attnviz_contributions.html"), (".html", ".htm"))
+        with atomic_output(path) as tmp:
+            tmp.write_text(written, encoding="utf-8")
+        say(path, console=err if as_json or as_csv else out)

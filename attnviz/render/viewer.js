@@ -22,14 +22,17 @@
 
   // --- data ---------------------------------------------------------------------------------------
   var littleEndian = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
-  data.sections.forEach(function (s) {
-    var bin = atob(s.alpha), bytes = new Uint8Array(bin.length);
+  function decode(payload, bits) {  // base64 of little-endian unsigned integers -> a typed array
+    var bin = atob(payload), bytes = new Uint8Array(bin.length);
     for (var n = 0; n < bin.length; n++) bytes[n] = bin.charCodeAt(n);
-    if (s.bits === 16) {
-      if (littleEndian) s.q = new Uint16Array(bytes.buffer);
-      else { var view = new DataView(bytes.buffer); s.q = new Uint16Array(bytes.length / 2);
-        for (var m = 0; m < s.q.length; m++) s.q[m] = view.getUint16(2 * m, true); }
-    } else s.q = bytes;
+    if (bits !== 16) return bytes;
+    if (littleEndian) return new Uint16Array(bytes.buffer);
+    var view = new DataView(bytes.buffer), q = new Uint16Array(bytes.length / 2);
+    for (var m = 0; m < q.length; m++) q[m] = view.getUint16(2 * m, true);
+    return q;
+  }
+  data.sections.forEach(function (s) {
+    s.q = decode(s.alpha, s.bits);
     s.top = s.bits === 16 ? 65535 : 255;
     s.R = s.rows.length; s.C = s.cols.length; s.L = s.layers.length;
     delete s.alpha;
@@ -331,8 +334,146 @@
     $("av-readout").textContent = text + "  (layer " + s.layers[state.layer] + ", " + head + ")";
   }
 
+  // --- contributions: the contribution graph, the strongest paths into a token, both rollouts -------------
+  var C = data.contributions;
+  if (C) {
+    C.q = decode(C.scores, 16);
+    C.r = decode(C.rollouts, 16);
+    delete C.scores; delete C.rollouts;
+    C.T = C.tokens; C.L = C.layers;
+    state.cToken = C.token;
+    state.cThreshold = C.threshold;
+    state.cEdges = 0;
+    state.cPaths = [];
+  }
+  function contribution(l, i, j) { return C.q[(l * C.T + i) * C.T + j] / 65535 * C.scale[l]; }
+  function rolled(k, i, j) { return C.r[(k * C.T + i) * C.T + j] / 65535 * C.rolloutScale[k]; }  // k 0: contribution, 1: α
+  function strongestPaths(token, top) {
+    // every level keeps each token's `top` strongest paths from the input (a product only grows with its prefix,
+    // so the strongest paths extend the strongest prefixes): metrics.strongest_paths, written out here
+    var best = [], l, i, j;
+    for (j = 0; j < C.T; j++) best.push([[1, [j]]]);
+    for (l = 0; l < C.L; l++) {
+      var grown = [];
+      for (i = 0; i < C.T; i++) {
+        var candidates = [];
+        for (j = 0; j < C.T; j++) {
+          var w = contribution(l, i, j);
+          if (w <= 0) continue;
+          for (var k = 0; k < best[j].length; k++) candidates.push([best[j][k][0] * w, best[j][k][1]]);
+        }
+        candidates.sort(function (a, b) { return b[0] - a[0]; });
+        grown.push(candidates.slice(0, top).map(function (c) { return [c[0], c[1].concat([i])]; }));
+      }
+      best = grown;
+    }
+    return best[token];
+  }
+  var PATH_COLOURS = ["#CC6677", "#332288", "#117733", "#DDCC77", "#AA4499"];
+  function contribView() {
+    var tokens = sec().rows, T = C.T, L = C.L;
+    $("av-c-hint").textContent = "The contribution graph (" + C.method + "): tokens across, layers up, the input at " +
+      "the bottom. An edge joins a token to one in the layer above where its contribution there reaches the " +
+      "threshold; darker and wider is more. Choose a token to draw its strongest paths from the input in colour.";
+    $("av-c-threshold").value = String(state.cThreshold);
+    $("av-c-threshold-value").textContent = state.cThreshold.toFixed(2);
+    var list = $("av-c-tokens");
+    if (list.children.length !== T) {
+      list.textContent = "";
+      tokens.forEach(function (t, n) {
+        var b = el("button", t);
+        b.type = "button";
+        b.dataset.token = n;
+        b.title = "token " + n + ": " + t;
+        b.setAttribute("aria-label", "token " + n + ": " + t);
+        list.appendChild(b);
+      });
+    }
+    for (var n = 0; n < list.children.length; n++) {
+      list.children[n].setAttribute("aria-pressed", n === state.cToken ? "true" : "false");
+    }
+    state.cPaths = strongestPaths(state.cToken, 5);
+    drawGraph(tokens);
+    var paths = $("av-c-paths");
+    paths.textContent = "";
+    $("av-c-paths-title").textContent = "The strongest paths into “" + tokens[state.cToken] + "” (token " +
+      state.cToken + "), input first; weight: the product of the contributions along the path";
+    state.cPaths.forEach(function (p, k) {
+      var li = el("li", p[0].toFixed(3) + "  " + p[1].map(function (j) { return tokens[j]; }).join(" → "));
+      li.style.color = PATH_COLOURS[k % PATH_COLOURS.length];
+      paths.appendChild(li);
+    });
+    $("av-c-rollout-title").textContent = "What reaches “" + tokens[state.cToken] + "” through all the layers";
+    var body = $("av-c-rollout").tBodies[0];
+    body.textContent = "";
+    var top = 1e-9;
+    for (var j = 0; j < T; j++) top = Math.max(top, rolled(0, state.cToken, j), rolled(1, state.cToken, j));
+    for (j = 0; j < T; j++) {
+      var tr = el("tr");
+      tr.appendChild(el("td", tokens[j]));
+      [0, 1].forEach(function (k) {
+        var v = rolled(k, state.cToken, j), td = el("td"), bar = el("span", "", "av-c-bar " + (k ? "a" : "c"));
+        bar.style.width = Math.round(120 * v / top) + "px";
+        td.appendChild(bar);
+        td.appendChild(el("span", v.toFixed(3)));
+        tr.appendChild(td);
+      });
+      body.appendChild(tr);
+    }
+  }
+  function drawGraph(tokens) {
+    var T = C.T, L = C.L, col = Math.max(14, Math.min(48, Math.floor(900 / T))), row = Math.max(14, Math.min(44,
+      Math.floor(520 / (L + 1)))), left = 70, bottom = 90, top = 12;
+    var width = left + T * col + 10, height = top + (L + 1) * row + bottom;
+    var ctx = sizedCanvas($("av-c-graph"), width, height);
+    ctx.fillStyle = "#fff";
+    ctx.fillRect(0, 0, width, height);
+    function x(j) { return left + j * col + col / 2; }
+    function y(level) { return top + (L - level) * row + row / 2; }
+    var edges = 0, l, i, j;
+    ctx.strokeStyle = "#333";
+    for (l = 0; l < L; l++) for (i = 0; i < T; i++) for (j = 0; j < T; j++) {
+      var w = contribution(l, i, j);
+      if (w < state.cThreshold) continue;
+      edges++;
+      ctx.globalAlpha = Math.min(1, 0.15 + w);
+      ctx.lineWidth = 0.4 + 3 * w;
+      ctx.beginPath();
+      ctx.moveTo(x(j), y(l));
+      ctx.lineTo(x(i), y(l + 1));
+      ctx.stroke();
+    }
+    ctx.globalAlpha = 1;
+    state.cEdges = edges;
+    $("av-c-edges").textContent = edges + " edges of " + (L * T * T) + " reach " + state.cThreshold.toFixed(2);
+    state.cPaths.forEach(function (p, k) {
+      ctx.strokeStyle = PATH_COLOURS[k % PATH_COLOURS.length];
+      ctx.lineWidth = 2.4;
+      ctx.beginPath();
+      p[1].forEach(function (jj, level) { if (level) ctx.lineTo(x(jj), y(level)); else ctx.moveTo(x(jj), y(level)); });
+      ctx.stroke();
+    });
+    ctx.fillStyle = "#555";
+    for (l = 0; l <= L; l++) for (j = 0; j < T; j++) { ctx.beginPath(); ctx.arc(x(j), y(l), 2, 0, 2 * Math.PI); ctx.fill(); }
+    ctx.fillStyle = "#222";
+    ctx.font = "11px system-ui, sans-serif";
+    ctx.textAlign = "right";
+    ctx.textBaseline = "middle";
+    var every = Math.ceil(12 / row);
+    for (l = 0; l <= L; l += every) ctx.fillText(l ? "layer " + (l - 1) : "input", left - 6, y(l));
+    var step = Math.ceil(12 / col);
+    for (j = 0; j < T; j += step) {
+      ctx.save();
+      ctx.translate(x(j), top + (L + 1) * row + 4);
+      ctx.rotate(-Math.PI / 2);
+      ctx.fillStyle = j === state.cToken ? "#d55e00" : "#222";
+      ctx.fillText(tokens[j].slice(0, 16), 0, 0);
+      ctx.restore();
+    }
+  }
+
   // --- views and events ---------------------------------------------------------------------------
-  var TABS = ["head", "model", "matrix"];
+  var TABS = C ? ["head", "model", "matrix", "contrib"] : ["head", "model", "matrix"];
   function showView(name) {
     state.view = name;
     TABS.forEach(function (t) {
@@ -341,11 +482,13 @@
       tab.tabIndex = on ? 0 : -1;
       $("av-" + t + "-view").hidden = !on;
     });
+    $("av-layer").parentElement.hidden = name === "contrib";  // the graph shows every layer at once
     render();
   }
   function render() {
     if (state.view === "head") headView();
     else if (state.view === "model") modelView();
+    else if (state.view === "contrib") contribView();
     else matrixView();
     tellHeight();
   }
@@ -410,6 +553,21 @@
       var b = e.target.closest("button");
       if (b) openHead(Number(b.dataset.layer), Number(b.dataset.head));
     });
+    if (C) {
+      $("av-tab-contrib").hidden = false;
+      $("av-c-tokens").addEventListener("click", function (e) {
+        var b = e.target.closest("button");
+        if (!b) return;
+        state.cToken = Number(b.dataset.token);
+        contribView();
+        b.focus();
+      });
+      $("av-c-threshold").addEventListener("input", function (e) {
+        state.cThreshold = Number(e.target.value);
+        $("av-c-threshold-value").textContent = state.cThreshold.toFixed(2);
+        drawGraph(sec().rows);
+      });
+    }
     var matrix = $("av-matrix");
     matrix.addEventListener("mousemove", function (e) {
       var g = matrixGeometry, s = sec();
@@ -458,6 +616,9 @@
     drawnLines: function () { return state.drawn; },
     matrix: function () { return matrixGeometry; },
     openHead: openHead,
+    showView: showView,
+    contribution: function (l, i, j) { return contribution(l, i, j); },
+    strongestPaths: function (token, top) { return strongestPaths(token, top); },
     weight: function (section, li, h, i, j) { return weight(data.sections[section], li, h, i, j); },
     readyAt: performance.now()
   };

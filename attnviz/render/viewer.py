@@ -1,7 +1,9 @@
 """The interactive viewer: one self-contained HTML file (script, styles and data inline; nothing is fetched)
 with a head view (query and key tokens in two columns, a line per weight, one colour per head), a model
-view (every layer × head as a thumbnail) and a matrix view (the heatmap, exact weight on hover). It consumes
-Captures (one, or the parts of an encoder-decoder model); the page's script draws everything.
+view (every layer × head as a thumbnail) and a matrix view (the heatmap, exact weight on hover); beside them,
+for `attnviz contributions`, the contribution graph (choose a token: its strongest incoming paths, and how
+much of each input token reaches it by contribution and by α's rollout). It consumes Captures (one, or the
+parts of an encoder-decoder model); the page's script draws everything.
 
 α is stored quantised per layer and head: each matrix divided by its largest value and rounded to 16 bits
 (or 8 when 16 would pass the size budget), base64. The page states the precision it was written with.
@@ -96,9 +98,24 @@ def section_data(capture: Capture, name: str, bits: int, layers: Sequence[int]) 
     }
 
 
+def contribution_section(scores: np.ndarray, rollout: np.ndarray, alpha_rollout: np.ndarray, method: str,
+                         threshold: float, token: int) -> dict:
+    """The contributions panel's data: each layer's contributions (L, T, T), rows summing to 1, quantised to 16
+    bits per layer like α; the contribution rollout and α's rollout (T, T) each, side by side; the method's
+    name, the first threshold for edges and the token chosen first (the page works out the strongest paths
+    into any token it is asked for, exactly as metrics.strongest_paths does)."""
+    L, T, _ = scores.shape
+    payload, scale = _quantise(np.asarray(scores, np.float32)[:, None], 16)
+    rolled, rolled_scale = _quantise(np.stack([rollout, alpha_rollout]).astype(np.float32)[:, None], 16)
+    return {"method": method, "layers": int(L), "tokens": int(T), "threshold": float(threshold),
+            "token": int(token), "scale": [row[0] for row in scale], "scores": payload,
+            "rolloutScale": [row[0] for row in rolled_scale], "rollouts": rolled}
+
+
 def viewer_data(whole: Capture | Parts, *, layers: Sequence[int] | None = None, precision: str = "auto",
-                command: str | None = None) -> dict:
-    """Everything the page shows, as plain JSON-able data."""
+                command: str | None = None, contributions: dict | None = None) -> dict:
+    """Everything the page shows, as plain JSON-able data; `contributions` (contribution_section), the
+    contributions panel beside the views of α."""
     if isinstance(whole, Parts):
         captures = [(name, whole.part(name)) for name in whole.names]
         meta = whole.meta
@@ -124,6 +141,7 @@ def viewer_data(whole: Capture | Parts, *, layers: Sequence[int] | None = None, 
         "version": __version__, "command": visible(repair_unicode(command or made_by())),
         "dtype": visible(str(meta.get("dtype", ""))), "bits": bits,
         "sections": [section_data(capture, name, bits, chosen[name]) for name, capture in captures],
+        "contributions": contributions,
     }
 
 
