@@ -215,7 +215,7 @@ def contributions(method: Annotated[str, typer.Option(
         from attnviz.files import atomic_output, check_suffix
 
         written = result.html(target, threshold=threshold)
-        path = check_suffix(output_path(page, "attnviz_contributions.html"), (".html", ".htm"))
-        with atomic_output(path) as tmp:
+        where = check_suffix(output_path(page, "attnviz_contributions.html"), (".html", ".htm"))
+        with atomic_output(where) as tmp:
             tmp.write_text(written, encoding="utf-8")
-        say(path, console=err if as_json or as_csv else out)
+        say(where, console=err if as_json or as_csv else out)
