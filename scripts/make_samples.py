@@ -64,13 +64,18 @@ SAMPLES: list[tuple[str, list[str], str]] = [
      "previous-token, duplicate-token and induction heads of SmolLM2, and the causal test"),
     ("smollm2_detect.png", [], "written by the detect command above: each detector's share, layers × heads"),
     ("contributions.txt", ["contributions", IT, "-o", "sample_outputs/contributions_layer5.png", "--token", "it",
-                           "--graph", "sample_outputs/contributions_graph.png"],
+                           "--graph", "sample_outputs/contributions_graph.png",
+                           "--html", "sample_outputs/contributions.html"],
      "ALTI on MiniLM: α on [CLS]/[SEP] beside what they contribute, each token's largest contributors in the "
      "last layer and through all layers, and the check that the parts rebuild every block"),
     ("contributions_layer5.png", [], "written by the contributions command above: layer 5's α beside its ALTI "
                                      "contributions"),
     ("contributions_graph.png", [], "written by the contributions command above: the contribution graph, and the "
                                     "strongest paths into 'it'"),
+    ("contributions.html", [], "written by the contributions command above: the interactive page, its "
+                               "Contributions tab on 'it'"),
+    ("view_contributions.png", [], "screenshot: that tab, the graph, the strongest paths into 'it', and what "
+                                   "reaches it by contribution beside α's rollout"),
     ("contributions_value_zeroing.txt", ["contributions", IT, "--method", "value-zeroing"],
      "the same by value zeroing (Mohebbi et al. 2023)"),
     ("smollm2_logit_attr.txt", ["logit-attr", "The capital of France is", "-m", "smollm2",
@@ -172,6 +177,8 @@ def main() -> None:
     for name, template, what in SAMPLES:
         path = OUT / name
         if not template:  # written by the command before it
+            if name == "view_contributions.png":
+                contributions_screenshot(OUT / "contributions.html", path)
             assert path.exists(), f"{name} was not written"
             lines.append(f"| [{name}]({name}) | (see the line above) | {what} |")
             continue
@@ -213,6 +220,21 @@ def screenshots(page_path: Path) -> None:
         box = page.locator("#av-matrix").bounding_box()
         page.mouse.move(box["x"] + 130 + 3 * 24 + 12, box["y"] + 130 + 8 * 24 + 12)
         page.screenshot(path=str(OUT / "view_matrix.png"), full_page=True)
+        browser.close()
+
+
+def contributions_screenshot(page_path: Path, shot: Path) -> None:
+    """The contributions page's own tab, in headless Chromium."""
+    from playwright.sync_api import sync_playwright
+
+    chromium = os.environ.get("ATTNVIZ_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        page = browser.new_context(offline=True, viewport={"width": 1200, "height": 820}).new_page()
+        page.goto(page_path.resolve().as_uri())
+        page.wait_for_selector("html[data-attnviz-ready='1']", state="attached")
+        page.click("#av-tab-contrib")
+        page.screenshot(path=str(shot), full_page=True)
         browser.close()
 
 

@@ -152,6 +152,11 @@ TERMS: dict[str, str] = {
                     "carries; ALTI counts the residual too, so a token's own share is large.",
     "ALTI": "Aggregation of Layer-wise Token-to-token Interactions (Ferrando et al. 2022): see contribution; its "
             "rollout multiplies the layers' matrices, as attention rollout does with α.",
+    "ALTI-Logit": "in attnviz logit-attr (Ferrando et al. 2023): each head's direct effect on the logit through "
+                  "each token it reads, traced back to the input tokens by ALTI's contributions of the layers "
+                  "below it; a head's effect is kept whole, spread over the input tokens. In a causal model the "
+                  "trace drifts toward the first tokens as layers add up (each token keeps only part of itself "
+                  "per layer), so read it beside 'through', the tokens the head reads directly.",
     "α on special": "in attnviz contributions: the mean share of attention (the mean over the layer's heads) on "
                     "special tokens ([CLS], [SEP], …).",
     "contribution on special": "in attnviz contributions: the mean share of contribution that special tokens have "
@@ -172,7 +177,7 @@ TERM_ALIASES = {"entropy tokens": "entropy_tokens", "token-weighted": "tok-w", "
                 "share": "label_share", "α": "alpha", "qkᵀ": "Q·Kᵀ", "QKᵀ": "Q·Kᵀ", "QKᵀ/√d_k": "scaled",
                 "mean |Δ|": "|Δ|", "max |Δ|": "|Δ|", "attends most to (weight)": "attends most to",
                 "by α": "by α", "score": "sink score", "window": "sliding window", "sliding": "sliding window",
-                "local attention": "sliding window", "softcap": "soft-capping", "softcapping": "soft-capping",
+                "local attention": "sliding window", "alti-logit": "ALTI-Logit", "alti logit": "ALTI-Logit", "softcap": "soft-capping", "softcapping": "soft-capping",
                 "soft-cap": "soft-capping", "sink logits": "sink logit", "s_aux": "sink logit",
                 "qk-norm": "QK-norm", "qk norm": "QK-norm"}
 
