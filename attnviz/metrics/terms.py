@@ -177,7 +177,8 @@ TERM_ALIASES = {"entropy tokens": "entropy_tokens", "token-weighted": "tok-w", "
                 "share": "label_share", "α": "alpha", "qkᵀ": "Q·Kᵀ", "QKᵀ": "Q·Kᵀ", "QKᵀ/√d_k": "scaled",
                 "mean |Δ|": "|Δ|", "max |Δ|": "|Δ|", "attends most to (weight)": "attends most to",
                 "by α": "by α", "score": "sink score", "window": "sliding window", "sliding": "sliding window",
-                "local attention": "sliding window", "alti-logit": "ALTI-Logit", "alti logit": "ALTI-Logit", "softcap": "soft-capping", "softcapping": "soft-capping",
+                "local attention": "sliding window", "alti-logit": "ALTI-Logit", "alti logit": "ALTI-Logit",
+                "softcap": "soft-capping", "softcapping": "soft-capping",
                 "soft-cap": "soft-capping", "sink logits": "sink logit", "s_aux": "sink logit",
                 "qk-norm": "QK-norm", "qk norm": "QK-norm"}
 
