@@ -6,10 +6,13 @@ take two), never in code points. Pure Python: no numpy, no torch.
 from __future__ import annotations
 
 import unicodedata
+from typing import TypeVar
 
 from rich.cells import cell_len
 
 from attnviz.errors import InputError
+
+TextInput = TypeVar("TextInput")  # a text, or a vision model's Picture (passed through as it is)
 
 ELLIPSIS = "…"
 # Characters that reorder a line (Trojan Source) or break it, besides the controls (category Cc).
@@ -110,9 +113,11 @@ def shorten(text: str, limit: int = 80) -> str:
     return line if len(line) <= limit else line[: limit - 1].rstrip() + ELLIPSIS
 
 
-def check_text(text: str) -> str:
+def check_text(text: TextInput) -> TextInput:
     """Raise InputError for empty, whitespace-only or undecodable text (cheap: callers use it before
     loading a model)."""
+    if getattr(text, "is_picture", False):  # a vision model's input (attnviz.images.Picture)
+        return text
     if not isinstance(text, str):
         several = isinstance(text, (list, tuple)) and all(isinstance(t, str) for t in text)
         raise InputError(f"the text is one string, not a {type(text).__name__}"

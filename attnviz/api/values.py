@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 
 from attnviz.arguments import checked
-from attnviz.api.models import borrows, resolve_model
+from attnviz.images import Picture
+from attnviz.api.models import borrows, for_input, resolve_model
 from attnviz.blocks import row_shares
 from attnviz.data.capture import Capture
 from attnviz.display import records_html
@@ -27,11 +28,11 @@ from attnviz.text import check_text
 __all__ = ["norms", "Norms", "sinks", "Sinks"]
 
 
-def _norms_capture(text: str, model: Any, tokenizer: Any, truncate: bool, device: str, dtype: str,
+def _norms_capture(text: str | Picture, model: Any, tokenizer: Any, truncate: bool, device: str, dtype: str,
                    reporter: Reporter | None, what: str):
     """(the capture of ‖α·f(x)‖ shares, the engine's NormsResult with α and the output check)."""
     check_text(text)
-    loaded = resolve_model(model, tokenizer, device=device, dtype=dtype)
+    loaded = resolve_model(for_input(model, text), tokenizer, device=device, dtype=dtype)
     loaded.require_single(what)
     from attnviz.engine.fromscratch.norms import norms_capture
 
@@ -85,7 +86,7 @@ class Norms:
 
 @borrows
 @checked
-def norms(text: str, *, model: Any = None, tokenizer: Any = None, truncate: bool = True, device: str = "auto",
+def norms(text: str | Picture, *, model: Any = None, tokenizer: Any = None, truncate: bool = True, device: str = "auto",
           dtype: str = "float32", reporter: Reporter | None = None) -> Norms:
     """Value-weighted norms of every layer and head (Kobayashi et al. 2020), with the exact check."""
 
@@ -140,7 +141,8 @@ class Sinks:
 
 @borrows
 @checked
-def sinks(text: str, *, model: Any = None, tokenizer: Any = None, threshold: float = 0.3, truncate: bool = True,
+def sinks(text: str | Picture, *, model: Any = None, tokenizer: Any = None, threshold: float = 0.3,
+          truncate: bool = True,
           device: str = "auto", dtype: str = "float32", reporter: Reporter | None = None) -> Sinks:
     """Which tokens are sinks in which layers (a sink score above `threshold`, 0 to 1), and by value-weighted
     norms whether a sink actually moves anything."""

@@ -60,6 +60,9 @@ def generate(sample: Annotated[bool, typer.Option(
         raise typer.BadParameter("must be above 0 and at most 1", param_hint="--top-p")
     decoding = Decoding(max_new_tokens=inp.max_new_tokens or 20, sample=sample, seed=seed,
                         temperature=1.0 if temperature is None else temperature, top_p=1.0 if top_p is None else top_p)
+    if inp.image is not None:
+        raise typer.BadParameter("generate writes text after a text; a picture is for vision models' attention "
+                                 "(heatmap, heads, verify, norms, sinks)", param_hint="--image")
     text = inp.require_text()
     loaded = inp.load(lm_head=True)
     inp.check_model_kind(loaded, part, writes=True)

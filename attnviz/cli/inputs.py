@@ -95,7 +95,44 @@ class TextSource(ModelOptions):
 
 
 @dataclass(frozen=True)
-class TextInput(TextSource):
+class PictureSource(TextSource):
+    """TEXT, or --image for a vision model: the commands whose library function takes a picture too (what the
+    capture shows, verify, norms, sinks). require_text() then gives an attnviz.Picture, and the model defaults
+    to dinov2."""
+
+    image: Annotated[Optional[str], typer.Option(
+        "--image", metavar="FILE", show_default=False,
+        help="A picture instead of TEXT (PNG, JPEG or WebP; - reads standard input), for a vision model (the "
+             "model defaults to dinov2): attention over its patches, tokens [CLS] and p(row,col).")] = None
+    image_size: Annotated[Optional[int], typer.Option(
+        "--image-size", parser=whole_number(28, 1024), metavar="PIXELS", show_default=False,
+        help="--image: the longer side fed to the model, 28 to 1,024 pixels (default: the model's own, 224 for "
+             "dinov2); both sides are rounded to whole patches.")] = None
+
+    def require_text(self):
+        """The text, or with --image the picture (read and checked once)."""
+        if self.image is None:
+            if self.image_size is not None:
+                raise typer.BadParameter("--image-size is for --image", param_hint="--image-size")
+            return super().require_text()
+        if self.text is not None or self.text_file is not None:
+            raise typer.BadParameter("give either TEXT or --image, not both", param_hint="--image")
+        return self._picture
+
+    @functools.cached_property
+    def _picture(self):
+        from attnviz.api import picture
+
+        return picture(self.image, size=self.image_size)
+
+    def load(self, *, lm_head: bool | str = False):
+        if self.image is not None and self.model is None:  # a picture: the offline vision model
+            return dataclasses.replace(self, model="dinov2").load(lm_head=lm_head)
+        return super().load(lm_head=lm_head)
+
+
+@dataclass(frozen=True)
+class TextInput(PictureSource):
     """TEXT and the model, and for encoder-decoder models what the decoder reads or writes."""
 
     target: Annotated[Optional[str], typer.Option(
@@ -144,6 +181,8 @@ class TextInput(TextSource):
         None: all three, as Parts)."""
         from attnviz.api import Keep, capture
 
+        if getattr(self, "image", None) is not None:  # a picture, for a vision model
+            return self.image_capture()  # type: ignore[attr-defined]
         text = self.require_text()
         loaded = self.load()
         self.check_model_kind(loaded, part)
@@ -204,6 +243,18 @@ class LongTextInput(TextInput):
     def streaming(self) -> bool | None:
         return self.stream
 
+    def image_capture(self):
+        """The vision model's Capture of --image (the model: -m, else dinov2)."""
+        from attnviz.api import capture_image
+
+        if self.words or self.stream:
+            raise typer.BadParameter("--words and --stream are for text; a picture's attention is held whole",
+                                     param_hint="--image")
+        chosen = self.require_text()
+        loaded = self.load()
+        with usage_errors():
+            return capture_image(chosen, model=loaded)
+
     def word_level(self) -> bool:
         return self.words
 
@@ -230,15 +281,15 @@ class CaptureInput(LongTextInput):
                                default_part=default_part)
 
     def require_source(self) -> None:
-        if self.text is None and self.text_file is None and self.source is None:
-            raise typer.BadParameter("give the TEXT to look at (in quotes), or --from CAPTURE.npz")
+        if self.text is None and self.text_file is None and self.source is None and self.image is None:
+            raise typer.BadParameter("give the TEXT to look at (in quotes), --image FILE, or --from CAPTURE.npz")
 
     def saved(self):
         """The --from file: a Capture, or an encoder-decoder model's Parts."""
         from attnviz.data.parts import load_capture
 
-        if self.text is not None or self.text_file is not None:
-            raise typer.BadParameter("give either TEXT or --from, not both")
+        if self.text is not None or self.text_file is not None or self.image is not None:
+            raise typer.BadParameter("give either TEXT (or --image) or --from, not both")
         if self.target is not None or self.max_new_tokens is not None:
             raise typer.BadParameter("--target and --max-new-tokens choose what the model reads; with --from "
                                      "nothing is run")

@@ -11,7 +11,7 @@ from attnviz.cli.output import check_output, emit_records, err, out, output_path
 from attnviz.cli.errors import cli_errors
 from attnviz.cli.group import app
 from attnviz.cli.params import CmapOpt, CsvOpt, HeadSel, ImageOut, JsonOpt, LayerSel
-from attnviz.cli.inputs import CliReporter, takes, TextSource
+from attnviz.cli.inputs import CliReporter, PictureSource, takes
 from attnviz.selection import Selection
 
 # Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
@@ -23,11 +23,11 @@ from attnviz.selection import Selection
                   "on special tokens by α and by norm; the exact check that the parts add up to the block's "
                   "output; -o draws one head's α beside its norms.")
 @cli_errors
-@takes(inp=TextSource)
+@takes(inp=PictureSource)
 def norms(layer: LayerSel = Selection.parse("-1", "layer", field="layer"),
           head: HeadSel = Selection.parse("0", "head", keywords=("mean", "max"), field="head"),
           output: ImageOut = None, as_json: JsonOpt = False, as_csv: CsvOpt = False, cmap: CmapOpt = "viridis",
-          *, inp: TextSource) -> None:
+          *, inp: PictureSource) -> None:
     from attnviz.api import norms as value_norms
     from attnviz.panels import short_model
     from attnviz.render.png import FORMATS
@@ -54,12 +54,12 @@ def norms(layer: LayerSel = Selection.parse("-1", "layer", field="layer"),
                   "can see them, which tokens are sinks in which layers, the share of sink heads per layer, and "
                   "(by value-weighted norms) whether a sink actually moves anything.")
 @cli_errors
-@takes(inp=TextSource)
+@takes(inp=PictureSource)
 def sinks(threshold: Annotated[float, typer.Option(
               help="Sink score above which a key is a sink (Gu et al. 2024 use 0.3).", min=0.0, max=1.0,
               metavar="NUMBER")] = 0.3,
           output: ImageOut = None, cmap: CmapOpt = "viridis",
-          as_json: JsonOpt = False, as_csv: CsvOpt = False, *, inp: TextSource) -> None:
+          as_json: JsonOpt = False, as_csv: CsvOpt = False, *, inp: PictureSource) -> None:
     from attnviz.api import sinks as find_sinks
     from attnviz.panels import short_model
     from attnviz.render.png import FORMATS

@@ -34,16 +34,24 @@ def heatmap(output: Annotated[Optional[str], typer.Option(
             head: HeadSel = Selection.parse("mean", "head", keywords=("mean", "max"), field="head"),
             hide_special: HideOpt = False, values: ValuesOpt = False, cmap: CmapOpt = "viridis",
             start: StartOpt = 0, rows: RowsOpt = None, cols: ColsOpt = None, part: PartOpt = None,
+            patch: Annotated[Optional[str], typer.Option(
+                "--patch", metavar="ROW,COL", show_default=False,
+                help="A picture's capture: draw where this patch looks (its row of α) instead of [CLS].")] = None,
             *, inp: CaptureInput, look: ScaleOptions) -> None:
-    from attnviz.panels import Page, coarsen, heatmap_page, text_subtitle, window_panels
+    from attnviz.panels import Page, coarsen, heatmap_page, image_page, text_subtitle, window_panels
     from attnviz.render.png import FORMATS
 
     check_output(output, FORMATS)
+    chosen_patch = _patch(patch)
     window = rows is not None or cols is not None
     capture = inp.capture(window=(rows, cols, layer) if window else None, part=part)
     layers = layer.indices(capture.n_layers)
     heads = head.resolve(capture.n_heads)
-    if window:
+    if capture.grid is not None and not window:  # a picture: its patch grid over the picture
+        page = image_page(capture, layers, heads, chosen_patch)
+    elif chosen_patch is not None:
+        raise typer.BadParameter("--patch is for the capture of a picture (--image)", param_hint="--patch")
+    elif window:
         T, S = capture.n_tokens, capture.n_keys
         panels = window_panels(capture, layers, heads,
                                rows.indices(T, capture.named_positions()) if rows and not capture.pooled else None,
@@ -71,6 +79,16 @@ def heatmap(output: Annotated[Optional[str], typer.Option(
 
     path = save_figure(page_figure(page, cmap=cmap), output_path(output, f"{page.name}.png"))
     say(path)
+
+
+def _patch(value: str | None) -> tuple[int, int] | None:
+    """--patch ROW,COL as two whole numbers (checked against the grid once the capture is known)."""
+    if value is None:
+        return None
+    pieces = value.replace(" ", "").split(",")
+    if len(pieces) != 2 or not all(p.isdigit() and len(p) <= 6 for p in pieces):
+        raise typer.BadParameter(f"{value!r}: give the patch as ROW,COL, e.g. 3,7", param_hint="--patch")
+    return int(pieces[0]), int(pieces[1])
 
 
 @app.command(help="Run the model once and save α, the tokens and the metadata as a .npz capture, for any command's "

@@ -7,6 +7,9 @@
     special_kind str    (T,)           "" | "start" ([CLS]/BOS) | "end" ([SEP]/EOS) | "other"
     subword     bool    (T,)           token continues the word of the token before it
     meta        dict                   model, revision, device, dtype, causal, text, source, ...
+    image       uint8   (h, w, 3)      a vision model's capture: the picture as the model saw it, its patch
+                                       grid in meta (image_grid [rows, cols], image_patch pixels), tokens
+                                       [CLS] (and any register tokens) then p(row,col) row by row
 
 Saved as .npz with exactly these keys (meta as one JSON string); loading never unpickles.
 Nothing here imports torch or transformers.
@@ -53,6 +56,7 @@ class Capture:
     offsets: np.ndarray | None = None  # (T, 2) int64: each token's span of meta["text"]; (-1, -1) for none
     generated: np.ndarray | None = None  # (T,) bool: written by the model (attnviz generate), not the prompt
     keys: Side | None = None  # cross-attention: the key tokens (S of them; α is (L, H, T, S)); None: the queries
+    image: np.ndarray | None = None  # (h, w, 3) uint8: a vision model's input picture
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "attentions", np.asarray(self.attentions, dtype=np.float32))
@@ -115,6 +119,18 @@ class Capture:
         """Which attention of an encoder-decoder model: "encoder", "decoder" or "cross"; None otherwise."""
         part = self.meta.get("part")
         return str(part) if part else None
+
+    @property
+    def grid(self) -> tuple[int, int] | None:
+        """A vision capture's patch grid (rows, cols), or None for text."""
+        grid = self.meta.get("image_grid")
+        return (int(grid[0]), int(grid[1])) if self.image is not None and grid else None
+
+    @property
+    def patch_start(self) -> int:
+        """Where a vision capture's patches begin ([CLS] and register tokens come first)."""
+        grid = self.grid
+        return self.n_tokens - grid[0] * grid[1] if grid else 0
 
     @property
     def causal(self) -> bool:
@@ -276,6 +292,8 @@ class Capture:
                 raise AttentionCheckError("generated tokens must all follow the prompt")
             if self.generated.any() and not (self.causal or self.part == "cross"):
                 raise AttentionCheckError("only a causal model's capture can hold generated tokens")
+        if self.image is not None:
+            self._validate_image(T)
         kinds = set(self.special_kind) - set(SPECIAL_KINDS)
         if kinds:
             allowed = ", ".join(map(repr, SPECIAL_KINDS))
@@ -312,6 +330,22 @@ class Capture:
                     raise AttentionCheckError(f"causal model attends to future tokens (max weight {leak:.3g})")
         return self
 
+    def _validate_image(self, T: int) -> None:
+        image, grid, patch = self.image, self.meta.get("image_grid"), self.meta.get("image_patch")
+        if image is None or image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
+            raise AttentionCheckError("the picture must be (height, width, 3) uint8")
+        if not (isinstance(grid, list) and len(grid) == 2 and all(isinstance(g, int) and not isinstance(g, bool)
+                                                                  and g > 0 for g in grid)):
+            raise AttentionCheckError("a capture with a picture needs meta image_grid: [rows, cols]")
+        if not (isinstance(patch, int) and not isinstance(patch, bool) and patch > 0):
+            raise AttentionCheckError("a capture with a picture needs meta image_patch: pixels per patch")
+        rows, cols = grid
+        if image.shape[:2] != (rows * patch, cols * patch):
+            raise AttentionCheckError(f"the picture is {image.shape[1]} × {image.shape[0]} pixels, not the "
+                                      f"{cols} × {rows} patches of {patch} pixels its grid says")
+        if not 0 <= T - rows * cols <= 16 or self.special[T - rows * cols:].any():
+            raise AttentionCheckError(f"{T} tokens do not hold a grid of {rows} × {cols} patches after [CLS]")
+
     # --- persistence -------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> Path:
         """Write the capture as .npz (plain arrays + JSON meta), atomically: format 1, or for one part of an
@@ -336,6 +370,8 @@ class Capture:
             arrays["offsets"] = self.offsets
         if self.generated is not None:
             arrays["generated"] = self.generated
+        if self.image is not None:
+            arrays["image"] = self.image
         if self.long is not None:
             rollout_tokens = sorted(self.long.rollout)
             arrays.update({
@@ -392,6 +428,7 @@ class Capture:
             long=long,
             offsets=checked_offsets(data.get("offsets"), T, meta, path),
             generated=checked_flags(data.get("generated"), T, "generated", path),
+            image=data.get("image"),
         )
         if long is not None and len(long.edges) - 1 != capture.n_tokens:
             raise CaptureFormatError(f"{path}: {len(long.edges) - 1} pooled blocks, but α has {capture.n_tokens}")

@@ -35,6 +35,7 @@ META_TYPES: dict[str, tuple[type, ...]] = {
     "level": (str,), "pieces": (int,), "quantity": (str,), "norm_check": (float, int), "prompt": (str,),
     "generated_text": (str,), "decoding": (str,), "stopped": (str,), "part": (str,), "source_text": (str,),
     "target_text": (str,), "target_source": (str,), "sinks": (bool,), "windows": (list,),
+    "image_grid": (list,), "image_patch": (int,), "image_name": (str,),
 }
 
 
@@ -58,12 +59,14 @@ def long_members() -> dict[str, Member]:
     N = MAX_LONG_TOKENS
     word = MAX_TOKEN_CHARS * 4
     return {"offsets": Member("iu", 2, 16 * N), "generated": Member("b", 1, N),
+            "image": Member("u", 3, MAX_IMAGE_MEMBER_BYTES),
             "long_tokens": Member("U", 1, N * word, word), "long_special": Member("b", 1, N),
             "long_kinds": Member("U", 1, N * 32, 32), "long_edges": Member("iu", 1, 8 * (N + 1)),
             "rollout_tokens": Member("iu", 1, 8 * 64), "rollout": Member("f", 2, min(alpha, 64 * N * 8))}
 
 
 MAX_LONG_TOKENS = 1 << 17  # the longest input a pooled capture describes
+MAX_IMAGE_MEMBER_BYTES = 3 * 2048 * 2048  # the picture a vision capture keeps, as the model saw it (uint8 RGB)
 MAX_HEAD_STATS = 100_000  # head records a pooled capture may carry
 
 

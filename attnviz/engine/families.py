@@ -64,6 +64,12 @@ FAMILIES: tuple[Family, ...] = (
     Family("T5", ("t5",), "encoder-decoder", "relative position bias, no 1/√d_k", adapter="T5Adapter"),
     Family("BART", ("bart",), "encoder-decoder", "", adapter="BartAdapter"),
     Family("Marian", ("marian",), "encoder-decoder", "", adapter="BartAdapter"),
+    Family("DINOv2", ("dinov2", "dinov2_with_registers"), "vision",
+           "patches of 14 px, [CLS] (and registers), interpolated positions, layer scale", adapter="VisionAdapter"),
+    Family("ViT, DeiT", ("vit", "deit"), "vision", "patches, [CLS] (DeiT: and a distillation token)",
+           adapter="VisionAdapter"),
+    Family("CLIP, SigLIP vision", ("clip_vision_model", "siglip_vision_model"), "vision",
+           "patches; CLIP: [CLS] and a norm before the blocks; SigLIP: no [CLS]", adapter="VisionAdapter"),
 )
 
 # Decoder families attnviz has not tested: their α is causal (lower-triangular) all the same.
@@ -106,6 +112,10 @@ def layer_windows(config, n_layers: int) -> list[int] | None:
 
 def decoder_types() -> frozenset[str]:
     return frozenset(t for f in FAMILIES if f.kind == "decoder" for t in f.model_types) | OTHER_DECODERS
+
+
+def vision_types() -> frozenset[str]:
+    return frozenset(t for f in FAMILIES if f.kind == "vision" for t in f.model_types)
 
 
 def encoder_types() -> frozenset[str]:

@@ -7,6 +7,7 @@ returns, wrap it in a validated Capture.
 from __future__ import annotations
 
 import warnings
+from typing import Any
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,12 +33,23 @@ class Encoded:
     subword: list[bool]
     dropped: int  # tokens cut by truncation
     offsets: list | None = None  # each token's (start, end) in the text, (-1, -1) when it has none
+    image: Any = None  # a picture's input: (h, w, 3) uint8 as the model sees it (engine/vision.py)
+    grid: tuple[int, int] | None = None  # its patch grid (rows, cols)
+    patch: int = 0  # pixels per patch side
+    image_name: str = ""
 
 
 def encode(loaded: LoadedModel, text: str, *, truncate: bool = True, target: bool = False) -> Encoded:
     """Tokenise `text` for `loaded`; truncate (with a warning) past the model's maximum positions.
     `target`: as an encoder-decoder model's target text (Marian has a vocabulary of its own for it)."""
     check_text(text)
+    if getattr(text, "is_picture", False):
+        from attnviz.engine.vision import encode_picture
+
+        return encode_picture(loaded, text)  # type: ignore[arg-type]
+    if getattr(loaded, "vision", False):
+        raise InputError(f"{loaded.name} is a vision model: it reads an image (--image FILE, or "
+                         f"attnviz.capture_image), not text", "image")
     tok = loaded.tokenizer
     fast = bool(getattr(tok, "is_fast", False))
 
@@ -155,6 +167,9 @@ def make_capture(loaded: LoadedModel, encoded: Encoded, attentions: np.ndarray, 
     }
     if has_sinks(loaded.model_type):
         meta["sinks"] = True
+    if encoded.image is not None and encoded.grid is not None:
+        meta.update(text=encoded.image_name, image_grid=list(encoded.grid), image_patch=encoded.patch,
+                    image_name=encoded.image_name)
     windows = layer_windows(loaded.model.config, attentions.shape[0])
     if windows is not None:
         meta["windows"] = windows
@@ -164,7 +179,8 @@ def make_capture(loaded: LoadedModel, encoded: Encoded, attentions: np.ndarray, 
     capture = Capture(attentions=attentions, tokens=tuple(encoded.tokens), token_ids=np.asarray(encoded.token_ids),
                       special=np.asarray(encoded.special, bool), special_kind=tuple(encoded.special_kind),
                       subword=np.asarray(encoded.subword, bool), meta=meta,
-                      offsets=np.asarray(encoded.offsets, np.int64) if encoded.offsets else None)
+                      offsets=np.asarray(encoded.offsets, np.int64) if encoded.offsets else None,
+                      image=encoded.image)
     return capture.validate(atol=row_sum_tolerance(loaded.dtype))
 
 

@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 
 from attnviz.devices import DTYPES, dtype_name, pick_device, refuse_early
 from attnviz.engine import offline
-from attnviz.engine.families import decoder_types, encoder_types
+from attnviz.engine.families import decoder_types, encoder_types, vision_types
 from attnviz.engine.modelfiles import check_folder, read_config
 from attnviz.errors import AttnvizWarning, InputError, ModelLoadError, UsageError, arg
 from attnviz.tokens import special_ids
@@ -32,6 +32,7 @@ BUNDLED_ALIASES = {"minilm", "all-minilm-l6-v2", "sentence-transformers/all-mini
 BUNDLED_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 # Decoder-only families: α is causal (lower-triangular). Unknown types are judged from α itself.
 CAUSAL_MODEL_TYPES = decoder_types()
+VISION_MODEL_TYPES = vision_types()
 ENCODER_MODEL_TYPES = encoder_types()
 
 
@@ -132,6 +133,12 @@ class LoadedModel:
     memory_budget: int | None = None  # bytes the full attention may take (None: $ATTNVIZ_MEMORY_BUDGET or 2 GiB)
     seq2seq: bool = False  # an encoder-decoder model (T5, BART, Marian): three kinds of attention
     source: str = ""  # what loads it again (reload_name); "" for a model object handed in
+    image_source: str = ""  # a vision model's folder (its preprocessor_config.json); "" for text models
+
+    @property
+    def vision(self) -> bool:
+        """A vision model: it reads an image (attnviz.capture_image), not text."""
+        return self.tokenizer is None and str(getattr(self.model.config, "model_type", "")) in VISION_MODEL_TYPES
 
     def check_inputs(self, *, part: str | None = None, target: str | None = None, max_new_tokens: int | None = None,
                      stream: bool | None = None, writes: bool = False) -> None:
@@ -255,6 +262,12 @@ def load(name: str | None = None, *, revision: str | None = None, device: str = 
                                     or str(getattr(config, "model_type", "")) in CAUSAL_MODEL_TYPES)
         elif lm_head:
             _require_causal(config, shown)
+        if str(getattr(config, "model_type", "")) in VISION_MODEL_TYPES:  # an image model: no tokenizer
+            if lm_head is True:
+                raise ModelLoadError(f"{shown} is a vision model: it reads images (--image), it writes no text")
+            model = AutoModel.from_pretrained(source, config=config, local_files_only=local_only,
+                                              attn_implementation="eager", dtype=getattr(torch, dtype), **kwargs)
+            return config, None, model
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_only, **kwargs)
         if not (head or seq2seq):
             model = AutoModel.from_pretrained(source, config=config, local_files_only=local_only,
@@ -294,7 +307,7 @@ def load(name: str | None = None, *, revision: str | None = None, device: str = 
     except Exception as exc:  # transformers raises many kinds for a foreign folder
         raise ModelLoadError(f"could not load model '{shown}': {type(exc).__name__}: {first_line(exc)}") from None
 
-    if len(tokenizer) <= len(special_ids(tokenizer)) + 1:
+    if tokenizer is not None and len(tokenizer) <= len(special_ids(tokenizer)) + 1:
         raise ModelLoadError(f"{shown} has no usable tokenizer (only {len(tokenizer)} entries, all special): the "
                              f"folder needs its tokenizer files (tokenizer.json, or vocab.txt / vocab.json / "
                              f"*.model); without them every word would be [UNK]")
@@ -303,6 +316,8 @@ def load(name: str | None = None, *, revision: str | None = None, device: str = 
     loaded = _loaded(model, tokenizer, shown, revision or commit or ("local" if local else "main"), device, dtype,
                      memory_budget)
     loaded.source = reload_name(name)
+    if tokenizer is None:
+        loaded.image_source = source
     return loaded
 
 
@@ -314,7 +329,7 @@ def _loaded(model, tokenizer, shown: str, revision: str, device: str, dtype: str
     model_type = str(getattr(config, "model_type", ""))
     if getattr(config, "is_decoder", False) or model_type in CAUSAL_MODEL_TYPES:
         causal: bool | None = True
-    elif model_type in ENCODER_MODEL_TYPES:
+    elif model_type in ENCODER_MODEL_TYPES or model_type in VISION_MODEL_TYPES:
         causal = False
     else:
         causal = None
@@ -339,9 +354,12 @@ def wrap(model, tokenizer, *, name: str | None = None, memory_budget: int | None
     if not isinstance(model, torch.nn.Module) or not hasattr(model, "config"):
         raise InputError(f"model= takes a name, a folder, or a Hugging Face model object; got "
                          f"{type(model).__name__}")
-    if tokenizer is None or not callable(tokenizer):
+    vision = str(getattr(model.config, "model_type", "")) in VISION_MODEL_TYPES
+    if not vision and (tokenizer is None or not callable(tokenizer)):
         raise InputError("a model object needs its tokenizer: attnviz.capture(text, model=model, "
                          "tokenizer=tokenizer)")
+    if vision:
+        tokenizer = None  # an image model reads pixels (attnviz.capture_image)
     impl = getattr(model.config, "_attn_implementation", "eager")
     shown = name or str(getattr(model.config, "_name_or_path", "") or type(model).__name__)
     if impl != "eager":

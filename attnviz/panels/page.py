@@ -108,6 +108,8 @@ class Panel:
     cmap: str | None = None  # this panel's own colormap (e.g. diverging for Q·Kᵀ), else the page's
     row_split: int | None = None  # the first row (and column) of generated tokens: a line is drawn before it
     col_split: int | None = None
+    picture: np.ndarray | None = None  # (h, w, 3) uint8 drawn under the matrix (a vision capture's patch grid)
+    mark: tuple[int, int] | None = None  # a cell outlined (the patch whose row is drawn)
 
     @property
     def title_text(self) -> str:

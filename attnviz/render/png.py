@@ -239,6 +239,18 @@ def page_figure(page: Page, *, cmap: str = DEFAULT_CMAP) -> HeatmapFigure:
                 hidden=panel.hidden, fontsize=lay.fontsize, step=lay.step, families=families,
                 values=panel.values and write_values, value_fontsize=lay.value_fontsize)
         draw_splits(ax, panel)
+        if panel.picture is not None:  # the picture under the patch grid, the weights over it half-transparent
+            shown = ax.images[0]
+            shown.set_alpha(0.65)
+            shown.set_zorder(1)
+            ax.imshow(panel.picture, extent=(-0.5, C - 0.5, R - 0.5, -0.5), zorder=0, interpolation="bilinear")
+            ax.set_xlim(-0.5, C - 0.5)
+            ax.set_ylim(R - 0.5, -0.5)
+        if panel.mark is not None:
+            from matplotlib.patches import Rectangle
+
+            ax.add_patch(Rectangle((panel.mark[1] - 0.5, panel.mark[0] - 0.5), 1, 1, fill=False, edgecolor="#00e5ff",
+                                   linewidth=2, zorder=3))
         if many:
             ax.set_title(panel.short, fontsize=10, fontfamily=families)
         if c == 0:

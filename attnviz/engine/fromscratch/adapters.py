@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -102,6 +103,40 @@ class BertAdapter(Adapter):
         x = seen.hidden  # (B, T, D)
         return QKV(_split_heads(module.query(x), heads), _split_heads(module.key(x), heads),
                    _split_heads(module.value(x), heads))
+
+
+@registered
+class VisionAdapter(Adapter):
+    """Vision transformers (DINOv2, ViT, DeiT, CLIP and SigLIP vision towers): a stack of pre-norm blocks whose
+    attention module has q_proj / k_proj / v_proj (and o_proj or out_proj), on [CLS] (if any) and the patches.
+    DINOv2's layer scale comes after the attention's output projection: α does not see it."""
+
+    STACKS = ("encoder.layer", "layers", "encoder.layers", "vision_model.encoder.layers")
+
+    def _blocks(self, model) -> list:
+        for path in self.STACKS:
+            found: Any = model
+            for part in path.split("."):
+                found = getattr(found, part, None)
+            if found is not None:
+                return list(found)
+        raise UnsupportedArchitectureError(f"{type(model).__name__}: no stack of layers where a vision model has one")
+
+    def modules(self, model):
+        found = [getattr(block, "attention", None) or getattr(block, "self_attn", None)
+                 for block in self._blocks(model)]
+        if any(m is None or not hasattr(m, "q_proj") for m in found):
+            raise UnsupportedArchitectureError(f"{type(model).__name__}: an attention module without q_proj")
+        return found
+
+    def out_projections(self, model):
+        return [getattr(m, "o_proj", None) or m.out_proj for m in self.modules(model)]
+
+    def qkv(self, module, seen, layer, config):
+        heads = int(config.num_attention_heads)
+        x = seen.hidden  # (B, T, D): the block's input after its first norm
+        return QKV(_split_heads(module.q_proj(x), heads), _split_heads(module.k_proj(x), heads),
+                   _split_heads(module.v_proj(x), heads))
 
 
 @registered

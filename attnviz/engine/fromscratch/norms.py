@@ -103,7 +103,7 @@ def value_norms(model, inputs: dict) -> Norms:
                  np.array(scales))
 
 
-def norms_capture(loaded, text: str, *, truncate: bool = True):
+def norms_capture(loaded, text, *, truncate: bool = True):
     """(Capture of value-weighted norms ‖α_ij f_h(x_j)‖, Norms): meta quantity "norm", the exact check's
     largest |Δ| in meta "norm_check"."""
 

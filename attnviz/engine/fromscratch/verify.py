@@ -93,8 +93,11 @@ def recompute(model, inputs: dict, *, attentions: bool = True) -> Recomputed:
         layers = [layer_qkv(adapter, module, record, n, base.config)
                   for n, (module, record) in enumerate(zip(modules, seen))]
     key_mask = inputs.get("attention_mask")
-    if key_mask is None:
-        key_mask = torch.ones(inputs["input_ids"].shape, device=inputs["input_ids"].device)
+    if key_mask is None:  # every key seen (a picture's patches too: its length is what the layers received)
+        first = layers[0].q if layers else None
+        shape = inputs["input_ids"].shape if "input_ids" in inputs else (1, first.shape[2] if first is not None else 0)
+        device = inputs["input_ids"].device if "input_ids" in inputs else (first.device if first is not None else None)
+        key_mask = torch.ones(shape, device=device)
     for qkv in layers:  # each layer's own mask: its sliding window or local reach, if it has one
         qkv.mask = attention_mask(key_mask, causal=adapter.causal, window=qkv.window, reach=qkv.reach)
     return Recomputed(output, layers)
@@ -111,7 +114,7 @@ def scratch_attentions(model, inputs: dict) -> tuple[np.ndarray, np.ndarray]:
     return torch.stack(alphas).cpu().numpy(), model_alpha.cpu().numpy()
 
 
-def capture_both(loaded, text: str, *, truncate: bool = True):
+def capture_both(loaded, text, *, truncate: bool = True):
     """(model Capture, scratch Capture) for one text, from a single forward pass."""
 
     encoded = encode(loaded, text, truncate=truncate)

