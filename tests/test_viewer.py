@@ -529,3 +529,59 @@ def test_the_contributions_page_from_the_command_line(tiny_model_dir, tmp_path, 
     monkeypatch.setattr(attribution, "MAX_GRAPH_TOKENS", 4)
     assert "at most 4" in one_line_error(run("contributions", SENTENCE, "-m", folder, "--html", tmp_path / "d.html"))
     assert not (tmp_path / "d.html").exists()
+
+
+# --- a picture's capture: the Picture tab -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def picture_capture(tmp_path_factory):
+    import io
+
+    import torch
+    import transformers as tf
+    from PIL import Image
+
+    import attnviz
+
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("vit") / "vit"
+    tf.ViTModel(tf.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                             image_size=56, patch_size=14)).save_pretrained(folder)
+    rng = np.random.default_rng(0)
+    buffer = io.BytesIO()
+    Image.fromarray(rng.integers(0, 256, (40, 60, 3)).astype(np.uint8)).save(buffer, format="PNG")
+    return attnviz.capture_image(buffer.getvalue(), model=str(folder))
+
+
+@pytest.mark.browser
+def test_the_picture_tab_lays_the_querys_row_over_the_picture(browser, picture_capture, tmp_path):
+    """The Picture tab: [CLS]'s row over the patches at first, a hovered patch's row after, the head chosen;
+    each the stored α within its 16-bit step."""
+    capture = picture_capture
+    rows, cols = capture.grid
+    page = Page(browser, write_page(tmp_path, capture))
+    assert page.js("document.getElementById('av-tab-picture').hidden") is False
+    page.page.click("#av-tab-picture")
+    page.page.wait_for_function("document.getElementById('av-picture').width > 0")
+    expected = capture.attentions[0].mean(0)[0, 1:]
+    np.testing.assert_allclose(page.js("window.attnvizViewer.pictureRow()"), expected, atol=2e-5)
+    box = page.page.locator("#av-picture").bounding_box()
+    cell = box["width"] / cols
+    page.page.mouse.move(box["x"] + 2.5 * cell, box["y"] + 1.5 * cell)  # patch (1, 2)
+    np.testing.assert_allclose(page.js("window.attnvizViewer.pictureRow()"),
+                               capture.attentions[0].mean(0)[1 + cols + 2, 1:], atol=2e-5)
+    assert "p(1,2)" in page.js("document.getElementById('av-picture-readout').textContent")
+    page.page.select_option("#av-picture-head", "1")
+    np.testing.assert_allclose(page.js("window.attnvizViewer.pictureRow()"),
+                               capture.attentions[0, 1, 1 + cols + 2, 1:], atol=2e-5)
+    page.page.mouse.move(1300, 5)  # off the picture: back to [CLS]
+    page.page.keyboard.press("Escape")
+    np.testing.assert_allclose(page.js("window.attnvizViewer.pictureRow()"), capture.attentions[0, 1, 0, 1:],
+                               atol=2e-5)
+    page.close()
+
+
+def test_a_text_page_has_no_picture_tab(cat_capture):
+    data = viewer_data(cat_capture)
+    assert data["sections"][0]["picture"] is None and 'id="av-tab-picture"' in viewer_html(data)

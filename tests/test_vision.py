@@ -272,3 +272,21 @@ def test_dinov2_looks_at_grace_hopper():
     face = cls[4:9, 4:10].mean()  # her face and glasses
     corner = cls[12:, :3].mean()  # the bottom-left of her uniform and the flag's edge
     assert face > 2 * corner
+
+
+def test_rollout_of_a_picture_is_drawn_over_it(vision_dir, tmp_path):
+    """Rollout into [CLS]: its row over the patches, reshaped to the grid, on the picture; the terminal lists
+    the patches that reach it most."""
+    capture = attnviz.capture_image(photo(50, 70), model=vision_dir("dinov2"))
+    result = attnviz.rollout(capture)
+    panel = result.panel()
+    rows, cols = capture.grid
+    assert result.token == 0 and panel.picture is capture.image and panel.mark is None
+    np.testing.assert_allclose(panel.matrix, result.row[1:].reshape(rows, cols), atol=1e-7)
+    one = attnviz.rollout(capture, token="p(1,2)").panel()
+    assert one.mark == (1, 2)
+    path = tmp_path / "photo.png"
+    path.write_bytes(photo(50, 70))
+    shown = run("rollout", "--image", path, "-m", vision_dir("dinov2"), "-o", tmp_path / "r.png",
+                env={"COLUMNS": "120"})
+    assert shown.exit_code == 0 and "the 20 largest of" in shown.stdout and (tmp_path / "r.png").is_file()

@@ -52,8 +52,19 @@ class Rollout:
                 "matrix": self.matrix}
 
     def panel(self):
-        """The rollout matrix as a panel; of a long input, the row summed over the capture's blocks."""
-
+        """The rollout matrix as a panel; of a long input, the row summed over the capture's blocks; of a
+        picture, the token's row over the patch grid, laid on the picture."""
+        grid = self.capture.grid
+        if grid is not None:
+            start = self.capture.patch_start
+            over = np.asarray(self.row[start:], np.float32).reshape(grid)  # (rows, cols)
+            name = visible(self.tokens[self.token])
+            return Panel(over, tuple(str(r) for r in range(grid[0])), tuple(str(c) for c in range(grid[1])), None,
+                         Scale(0.0, max(float(over.max()), 1e-9), f"rolled-out attention into {name}"),
+                         (f"{short_model(self.model)} · attention rollout into {name} over the patches",),
+                         "attnviz_rollout", row_axis="patch row", col_axis="patch column",
+                         picture=self.capture.image,
+                         mark=divmod(self.token - start, grid[1]) if self.token >= start else None)
         if self.matrix is not None:
             return rollout_panel(self.capture, self.matrix)
         long = self.capture.long

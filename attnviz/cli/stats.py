@@ -133,7 +133,13 @@ def rollout(token: Annotated[Optional[str], typer.Option(
     if as_json:
         print_json(result.to_dict())
     elif not emit_records(result.records(), False, as_csv):
-        if result.matrix is not None:
+        if capture.grid is not None:  # a picture: its patches that reach the token most
+            top = np.argsort(-row, kind="stable")[:20]
+            out.print(bar_chart([f"{j} {result.tokens[j]}" for j in top], row[top].tolist(), width=out.width,
+                                title=f"{short_model(capture.model)}: rollout into {result.tokens[i]!r}, the 20 "
+                                      f"largest of {len(row)} tokens (sums to {row.sum():.3f}); -o draws it over "
+                                      f"the picture"))
+        elif result.matrix is not None:
             labels = token_labels(capture)
             out.print(bar_chart(labels, row.tolist(), width=out.width,
                                 title=f"{short_model(capture.model)}: rollout for token {i} {labels[i]!r} "

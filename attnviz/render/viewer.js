@@ -472,8 +472,74 @@
     }
   }
 
+  // --- picture: a vision capture's patches over the picture itself -------------------------------------
+  var photo = null;  // the decoded picture (an <img> of the capture's PNG), once loaded
+  state.pictureQuery = null;  // a patch made the query by hovering (null: the pinned one)
+  state.picturePinned = null;  // a patch kept as the query by a click (null: [CLS], or the patches' mean)
+  state.pictureHead = "mean";
+  function pictureQuery() {
+    var s = sec(), P = s.picture;
+    var patch = state.pictureQuery || state.picturePinned;
+    if (patch) return { index: P.start + patch[0] * P.grid[1] + patch[1], name: "p(" + patch[0] + "," + patch[1] + ")" };
+    return P.start > 0 ? { index: 0, name: s.rows[0] } : { index: null, name: "the patches (mean of their rows)" };
+  }
+  function pictureRow() {  // the query's weight on each patch, row by row (rows × cols)
+    var s = sec(), P = s.picture, q = pictureQuery(), n = P.grid[0] * P.grid[1], row = new Float64Array(n);
+    var heads = state.pictureHead === "mean" ? null : Number(state.pictureHead);
+    function value(i, j) { return heads === null ? meanWeight(s, state.layer, i, j) : weight(s, state.layer, heads, i, j); }
+    for (var k = 0; k < n; k++) {
+      var j = P.start + k;
+      if (q.index !== null) row[k] = value(q.index, j);
+      else { var sum = 0; for (var i = P.start; i < s.R; i++) sum += value(i, j); row[k] = sum / n; }
+    }
+    return row;
+  }
+  function pictureView() {
+    var s = sec(), P = s.picture;
+    var heads = [["mean", "mean of the heads"]];
+    for (var h = 0; h < s.heads; h++) heads.push([h, "head " + h]);
+    fillSelect($("av-picture-head"), heads, state.pictureHead);
+    if (!photo) {
+      photo = new Image();
+      photo.onload = function () { if (state.view === "picture") drawPicture(); };
+      photo.src = "data:image/png;base64," + P.png;
+    }
+    drawPicture();
+  }
+  var pictureGeometry = null;
+  function drawPicture() {
+    var s = sec(), P = s.picture, rows = P.grid[0], cols = P.grid[1];
+    var cell = Math.max(8, Math.min(40, Math.floor(560 / Math.max(rows, cols))));
+    var width = cols * cell, height = rows * cell, ctx = sizedCanvas($("av-picture"), width, height);
+    if (photo && photo.complete && photo.naturalWidth) ctx.drawImage(photo, 0, 0, width, height);
+    var row = pictureRow(), top = 0, k;
+    for (k = 0; k < row.length; k++) top = Math.max(top, row[k]);
+    for (k = 0; k < row.length; k++) {
+      var c = viridis(top > 0 ? row[k] / top : 0);
+      ctx.fillStyle = "rgba(" + Math.round(c[0]) + "," + Math.round(c[1]) + "," + Math.round(c[2]) + ",0.6)";
+      ctx.fillRect((k % cols) * cell, Math.floor(k / cols) * cell, cell, cell);
+    }
+    var patch = state.pictureQuery || state.picturePinned;
+    if (patch) {
+      ctx.strokeStyle = "#00e5ff";
+      ctx.lineWidth = 2;
+      ctx.strokeRect(patch[1] * cell + 1, patch[0] * cell + 1, cell - 2, cell - 2);
+    }
+    pictureGeometry = { cell: cell, rows: rows, cols: cols, top: top, row: row };
+    var q = pictureQuery(), head = state.pictureHead === "mean" ? "mean of the heads" : "head " + state.pictureHead;
+    $("av-picture-readout").textContent = "where " + q.name + " looks (layer " + s.layers[state.layer] + ", " + head +
+      "); colours from 0 to " + fmt(top) + ", its largest weight on a patch";
+  }
+  function picturePatchAt(e) {
+    var g = pictureGeometry, r = $("av-picture").getBoundingClientRect();
+    if (!g) return null;
+    var col = Math.floor((e.clientX - r.left) / g.cell), row = Math.floor((e.clientY - r.top) / g.cell);
+    return row >= 0 && row < g.rows && col >= 0 && col < g.cols ? [row, col] : null;
+  }
+
   // --- views and events ---------------------------------------------------------------------------
-  var TABS = C ? ["head", "model", "matrix", "contrib"] : ["head", "model", "matrix"];
+  var hasPicture = data.sections.length === 1 && !!data.sections[0].picture;
+  var TABS = ["head", "model", "matrix"].concat(C ? ["contrib"] : [], hasPicture ? ["picture"] : []);
   function showView(name) {
     state.view = name;
     TABS.forEach(function (t) {
@@ -489,6 +555,7 @@
     if (state.view === "head") headView();
     else if (state.view === "model") modelView();
     else if (state.view === "contrib") contribView();
+    else if (state.view === "picture") pictureView();
     else matrixView();
     tellHeight();
   }
@@ -553,6 +620,32 @@
       var b = e.target.closest("button");
       if (b) openHead(Number(b.dataset.layer), Number(b.dataset.head));
     });
+    if (hasPicture) {
+      $("av-tab-picture").hidden = false;
+      var canvas = $("av-picture");
+      canvas.addEventListener("mousemove", function (e) {
+        var at = picturePatchAt(e);
+        if (at && (!state.pictureQuery || at[0] !== state.pictureQuery[0] || at[1] !== state.pictureQuery[1])) {
+          state.pictureQuery = at;
+          drawPicture();
+        }
+      });
+      canvas.addEventListener("mouseleave", function () { state.pictureQuery = null; drawPicture(); });
+      canvas.addEventListener("click", function (e) { state.picturePinned = picturePatchAt(e); drawPicture(); });
+      canvas.addEventListener("keydown", function (e) {
+        var g = pictureGeometry, moves = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1] };
+        if (!g) return;
+        if (e.key === "Escape") { state.pictureQuery = null; state.picturePinned = null; drawPicture(); e.preventDefault(); return; }
+        if (e.key === "Enter") { state.picturePinned = state.pictureQuery || state.picturePinned; drawPicture(); e.preventDefault(); return; }
+        var m = moves[e.key];
+        if (!m) return;
+        var at = state.pictureQuery || state.picturePinned || [0, 0];
+        state.pictureQuery = [Math.max(0, Math.min(g.rows - 1, at[0] + m[0])), Math.max(0, Math.min(g.cols - 1, at[1] + m[1]))];
+        drawPicture();
+        e.preventDefault();
+      });
+      $("av-picture-head").addEventListener("change", function (e) { state.pictureHead = e.target.value; drawPicture(); });
+    }
     if (C) {
       $("av-tab-contrib").hidden = false;
       $("av-c-tokens").addEventListener("click", function (e) {
@@ -619,6 +712,7 @@
     showView: showView,
     contribution: function (l, i, j) { return contribution(l, i, j); },
     strongestPaths: function (token, top) { return strongestPaths(token, top); },
+    pictureRow: function () { return Array.from(pictureRow()); },
     weight: function (section, li, h, i, j) { return weight(data.sections[section], li, h, i, j); },
     readyAt: performance.now()
   };

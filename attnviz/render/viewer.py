@@ -85,6 +85,16 @@ def section_data(capture: Capture, name: str, bits: int, layers: Sequence[int]) 
         notes.append(f"sink logits: each head's sink takes part of every row (rows keep {kept:.2f} of their weight "
                      f"on average)")
     split = generated_split(capture)
+    picture = None
+    if capture.grid is not None and capture.image is not None:  # a vision capture: its picture, as a PNG
+        import io
+
+        from PIL import Image
+
+        buffer = io.BytesIO()
+        Image.fromarray(capture.image).save(buffer, format="PNG")
+        picture = {"png": base64.b64encode(buffer.getvalue()).decode("ascii"), "grid": list(capture.grid),
+                   "start": capture.patch_start, "patch": int(capture.meta.get("image_patch", 14))}
     return {
         "name": name, "title": PART_TITLES.get(name, "self-attention"),
         "layers": [int(n) for n in layers], "heads": int(capture.n_heads),
@@ -94,7 +104,7 @@ def section_data(capture: Capture, name: str, bits: int, layers: Sequence[int]) 
         "colSplit": split if capture.square else None,
         "rowAxis": "target" if name in ("decoder", "cross") else "query", "colAxis":
             "source" if name in ("encoder", "cross") else "key",
-        "notes": notes, "bits": bits, "scale": scale, "alpha": payload,
+        "notes": notes, "bits": bits, "scale": scale, "alpha": payload, "picture": picture,
     }
 
 
