@@ -99,6 +99,11 @@ SAMPLES: list[tuple[str, list[str], str]] = [
     ("dinov2_view.html", ["view", "--image", "scripts/grace_hopper.jpg", "-o", "{out}"],
      "the interactive view of a picture; its Picture tab below"),
     ("view_picture.png", [], "screenshot: the Picture tab, layer 11, the patch between her eyes as the query"),
+    ("dinov2_positions.txt", ["positions", "--image", "scripts/grace_hopper.jpg",
+                              "-o", "sample_outputs/dinov2_positions.png"],
+     "DINOv2's position embeddings over the picture's 16 × 14 patches: similarity by distance, checked against "
+     "what its embedding layer adds"),
+    ("dinov2_positions.png", [], "written by the positions command above: a small map per patch"),
     ("dinov2_verify.txt", ["verify", "--image", "scripts/grace_hopper.jpg"],
      "α recomputed from DINOv2's own weights against the model's, per layer"),
     ("dinov2_sinks.txt", ["sinks", "--image", "scripts/grace_hopper.jpg"],

@@ -290,3 +290,48 @@ def test_rollout_of_a_picture_is_drawn_over_it(vision_dir, tmp_path):
     shown = run("rollout", "--image", path, "-m", vision_dir("dinov2"), "-o", tmp_path / "r.png",
                 env={"COLUMNS": "120"})
     assert shown.exit_code == 0 and "the 20 largest of" in shown.stdout and (tmp_path / "r.png").is_file()
+
+
+def test_a_picture_too_large_for_the_memory_budget_is_one_line(vision_dir, tmp_path):
+    """A picture is not streamed: past the budget, one line names --image-size."""
+    path = tmp_path / "photo.png"
+    path.write_bytes(photo(200, 200))
+    shown = run("heatmap", "--image", path, "-m", vision_dir("vit"), "--image-size", "1024", "--max-memory", "1M")
+    assert "--image-size" in one_line_error(shown)
+
+
+@pytest.mark.parametrize("kind", ["dinov2", "vit", "clip_vision_model", "siglip_vision_model"])
+def test_patch_positions_are_what_the_embedding_layer_adds(kind, vision_dir):
+    """The position embeddings over the grid, checked against the model's own embedding layer (its output less
+    the patch projection), 1e-5 of its size; similarity 1 on the diagonal and symmetric."""
+    result = attnviz.patch_positions(photo(50, 70), model=vision_dir(kind))
+    rows, cols = result.grid
+    assert result.passed and result.check < 1e-5 and result.similarity.shape == (rows * cols, rows * cols)
+    np.testing.assert_allclose(np.diag(result.similarity), 1.0, atol=1e-9)
+    np.testing.assert_allclose(result.similarity, result.similarity.T, atol=1e-12)
+    records = result.records()
+    assert records[0]["distance"] == 0 and records[0]["similarity"] == pytest.approx(1.0)
+    assert sum(r["pairs"] for r in records) == (rows * cols) ** 2
+
+
+def test_at_the_models_own_grid_the_positions_are_its_table(vision_dir):
+    """A square picture of the model's own size needs no interpolation: the similarity is the stored table's,
+    computed here with numpy from the weights."""
+    from safetensors.numpy import load_file
+
+    folder = vision_dir("dinov2")
+    result = attnviz.patch_positions(photo(56, 56), model=folder, size=56)
+    table = load_file(f"{folder}/model.safetensors")["embeddings.position_embeddings"][0, 1:].astype(np.float64)
+    unit = table / np.linalg.norm(table, axis=1, keepdims=True)
+    assert result.grid == (4, 4)
+    np.testing.assert_allclose(result.similarity, unit @ unit.T, atol=1e-6)
+
+
+def test_positions_of_a_picture_from_the_command_line(vision_dir, tmp_path):
+    path = tmp_path / "photo.png"
+    path.write_bytes(photo(50, 70))
+    shown = run("positions", "--image", path, "-m", vision_dir("dinov2"), "-o", tmp_path / "p.png",
+                env={"COLUMNS": "120"})
+    assert shown.exit_code == 0 and "PASS" in shown.stdout and (tmp_path / "p.png").is_file()
+    data = json.loads(run("positions", "--image", path, "-m", vision_dir("dinov2"), "--json").stdout)
+    assert data["passed"] and len(data["similarity"]) == data["grid"][0] * data["grid"][1]

@@ -35,7 +35,7 @@ _HOMES = {
     **dict.fromkeys(("MAX_IMPORTANCE_TEXTS", "MAX_MEAN_TEXTS", "Ablation", "Detection", "Importance", "ablate",
                      "detect", "importance"), "attnviz.api.removal"),
     **dict.fromkeys(("TOLERANCE", "Positions", "Scaling", "Steps", "Verification", "positions", "scaling", "steps",
-                     "verify"), "attnviz.api.scratch"),
+                     "verify", "patch_positions", "PatchPositions", "POSITION_TOLERANCE"), "attnviz.api.scratch"),
     **dict.fromkeys(("HeadTable", "Rollout", "heads", "rollout"), "attnviz.api.stats"),
     **dict.fromkeys(("Norms", "Sinks", "norms", "sinks"), "attnviz.api.values"),
     **dict.fromkeys(("Decoding", "Generation", "generate"), "attnviz.api.writing"),
@@ -55,8 +55,8 @@ if TYPE_CHECKING:
                                     load_model, model_shape, resolve_model)
     from attnviz.api.removal import (MAX_IMPORTANCE_TEXTS, MAX_MEAN_TEXTS, Ablation, Detection,
                                      Importance, ablate, detect, importance)
-    from attnviz.api.scratch import (TOLERANCE, Positions, Scaling, Steps, Verification, positions,
-                                     scaling, steps, verify)
+    from attnviz.api.scratch import (POSITION_TOLERANCE, TOLERANCE, PatchPositions, Positions, Scaling, Steps,
+                                     Verification, patch_positions, positions, scaling, steps, verify)
     from attnviz.api.stats import HeadTable, Rollout, heads, rollout
     from attnviz.api.values import Norms, Sinks, norms, sinks
     from attnviz.api.writing import Decoding, Generation, generate
@@ -88,12 +88,14 @@ __all__ = ["Ablation", "Capture", "Contributions", "CorpusState", "Cost", "DEVIC
            "Generation",
            "HeadEffect", "HeadTable", "Importance", "Keep", "LOGIT_TOLERANCE", "LogitAttribution",
            "MAX_IMPORTANCE_TEXTS", "MAX_MEAN_TEXTS", "Model", "ModelSpec", "Norms", "Parts", "Positions", "Rollout",
-           "Picture", "Scaling", "Sinks", "Steps", "TOLERANCE", "Verification", "ablate",
+           "PatchPositions", "Picture", "POSITION_TOLERANCE", "Scaling", "Sinks", "Steps", "TOLERANCE",
+           "Verification", "ablate",
            "capture", "capture_image", "contributions", "conversion_pending", "corpus", "cost", "detect", "export",
            "from_outputs",
            "generate",
            "heads", "importance", "list_families", "list_metrics", "load_capture", "load_model", "logit_attribution",
            "merge", "model_shape", "norms",
-           "picture", "positions", "register_metric", "resolve_model", "rollout", "scaling", "sinks", "steps",
+           "patch_positions", "picture", "positions", "register_metric", "resolve_model", "rollout", "scaling",
+           "sinks", "steps",
            "to_words",
            "verify", "view"]

@@ -9,8 +9,10 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from attnviz.arguments import checked
-from attnviz.images import Picture
+from attnviz.images import Picture, picture
 from attnviz.api.capturing import capture as capture_text
 from attnviz.api.models import Model, borrows, for_input, resolve_model
 from attnviz.data.capture import Capture
@@ -18,7 +20,7 @@ from attnviz.data.parts import Parts, load_capture
 from attnviz.display import records_html
 from attnviz.errors import arg, InputError, UsageError
 from attnviz.metrics import differences
-from attnviz.panels import positions_page, steps_page
+from attnviz.panels import positions_page, short_model, steps_page
 from attnviz.progress import Reporter
 from attnviz.render.png import mixed_figure, scaling_figure
 from attnviz.selection import Selection, find_token
@@ -27,7 +29,8 @@ from attnviz.text import check_text, visible
 # The engine (torch, transformers) is imported inside each function, so that `import attnviz` and a saved
 # capture never load it.
 
-__all__ = ["verify", "Verification", "TOLERANCE", "steps", "Steps", "positions", "Positions", "scaling", "Scaling"]
+__all__ = ["verify", "Verification", "TOLERANCE", "steps", "Steps", "positions", "Positions", "scaling", "Scaling",
+           "patch_positions", "PatchPositions", "POSITION_TOLERANCE"]
 
 # Default tolerance on max |Δα| by dtype. float32 is the target; in half precision the model's own α
 # carries rounding that the float32 recomputation does not (measured on MiniLM: 9.6e-4 in float16,
@@ -339,6 +342,67 @@ class Positions:
         """α of `layer` for both word orders, with and without positions, as one Figure."""
 
         return mixed_figure(self.page(layer), cmap=cmap)
+
+
+POSITION_TOLERANCE = 1e-5  # of the embedding layer's output: the same float32 sum, taken apart
+
+
+@dataclass(frozen=True)
+class PatchPositions:
+    """A vision model's position embeddings over a picture's patch grid, as the model adds them (its table
+    interpolated to the grid): `similarity` (N, N) the cosine similarity of each patch position to each other,
+    N = rows × cols; `check` how far they are from what the model's own embedding layer added (its output less
+    the patch projection), over that output's size (`passed` within POSITION_TOLERANCE)."""
+
+    model: str
+    name: str
+    grid: tuple[int, int]
+    similarity: np.ndarray  # (N, N)
+    check: float
+
+    @property
+    def passed(self) -> bool:
+        return self.check <= POSITION_TOLERANCE
+
+    def records(self) -> list[dict]:
+        """The mean similarity of two patch positions by their distance on the grid (in patches, rounded)."""
+        rows, cols = self.grid
+        r, c = np.divmod(np.arange(rows * cols), cols)
+        distance = np.rint(np.hypot(r[:, None] - r[None], c[:, None] - c[None])).astype(int)  # (N, N)
+        return [{"distance": int(d), "similarity": float(self.similarity[distance == d].mean()),
+                 "pairs": int((distance == d).sum())} for d in np.unique(distance)]
+
+    def to_dict(self) -> dict:
+        """What `attnviz positions --image --json` prints."""
+        return {"model": self.model, "image": self.name, "grid": list(self.grid), "check": self.check,
+                "passed": self.passed, "by_distance": self.records(), "similarity": self.similarity.tolist()}
+
+    def figure(self):
+        """For each patch, at its place in the grid, the similarity of its position embedding to every patch's."""
+        from attnviz.render.charts import position_mosaic_figure
+
+        rows, cols = self.grid
+        return position_mosaic_figure(self.similarity, self.grid,
+                                      f"{short_model(self.model)} · position embeddings over {rows} × {cols} "
+                                      f"patches",
+                                      f"{self.name}: each small map, the similarity of that patch's position to "
+                                      f"every patch's")
+
+
+@borrows
+@checked
+def patch_positions(image: Any, *, model: Any = "dinov2", size: int | None = None, device: str = "auto",
+                    dtype: str = "float32") -> PatchPositions:
+    """The position embeddings a vision model adds to a picture's patches (its table interpolated to the grid,
+    as its forward pass does), and how similar each patch position is to each other: the 2-D structure the
+    model learned. Checked against what the model's own embedding layer adds."""
+    chosen = picture(image, size=size)
+    loaded = resolve_model(model, None, device=device, dtype=dtype)
+    from attnviz.engine.vision import patch_positions as positions_of
+
+    table, check, grid = positions_of(loaded, chosen)
+    unit = table / np.maximum(np.linalg.norm(table, axis=1, keepdims=True), 1e-12)
+    return PatchPositions(loaded.name, chosen.name, grid, unit @ unit.T, check)
 
 
 @borrows

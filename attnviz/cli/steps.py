@@ -11,7 +11,7 @@ from attnviz.cli.output import check_output, err, out, output_path, print_json, 
 from attnviz.cli.errors import cli_errors
 from attnviz.cli.group import app
 from attnviz.cli.params import CmapOpt, ImageOut, JsonOpt, OneHead, OneLayer, whole_number
-from attnviz.cli.inputs import CliReporter, takes, TextSource
+from attnviz.cli.inputs import CliReporter, PictureSource, takes, TextSource
 from attnviz.selection import Selection
 
 # Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
@@ -67,18 +67,23 @@ def steps(layer: OneLayer = Selection.parse("0", "layer", field="layer"),
 
 @app.command(help="Why transformers need positions: shuffle the words and run the model twice. With its "
                   "position embeddings zeroed, α of the shuffled text is exactly the same permutation of α "
-                  "(self-attention alone sees a set); with them it is not. Encoder models (BERT-like).")
+                  "(self-attention alone sees a set); with them it is not. Encoder models (BERT-like). With "
+                  "--image, a vision model's position embeddings over the picture's patch grid: how similar each "
+                  "patch position is to each other (-o draws a small map per patch).")
 @cli_errors
-@takes(inp=TextSource)
+@takes(inp=PictureSource)
 def positions(layer: OneLayer = Selection.parse("-1", "layer", field="layer"),
               seed: Annotated[int, typer.Option(help="Seed of the word shuffle.", parser=whole_number(0),
                                                 metavar="N")] = 0,
               output: ImageOut = None, as_json: JsonOpt = False, cmap: CmapOpt = "viridis",
-              *, inp: TextSource) -> None:
+              *, inp: PictureSource) -> None:
     from attnviz.api import positions as positions_experiment
     from attnviz.render.png import FORMATS
 
     check_output(output, FORMATS)
+    if inp.image is not None:
+        _patch_positions(inp, output, as_json)
+        return
     text = inp.require_text()
     loaded = inp.load_single("positions")
     which = _one(layer, loaded.shape[0], "layer")
@@ -95,3 +100,30 @@ def positions(layer: OneLayer = Selection.parse("-1", "layer", field="layer"),
         page = result.page(which)
         say(save_figure(mixed_figure(page, cmap=cmap), output_path(output, f"{page.name}.png")),
             console=err if as_json else out)
+
+
+def _patch_positions(inp, output, as_json: bool) -> None:
+    """positions --image: the position embeddings over the picture's patch grid."""
+    from attnviz.api import POSITION_TOLERANCE, patch_positions
+    from attnviz.panels import short_model
+    from attnviz.render.tables import records_table, verdict
+
+    chosen = inp.require_text()
+    result = patch_positions(chosen, model=inp.load())
+    if as_json:
+        print_json(result.to_dict())
+    else:
+        rows, cols = result.grid
+        shown = result.records()[:12]
+        out.print(records_table(shown, [("distance", "distance (patches)", "d"), ("similarity", "mean similarity",
+                                                                                  ".3f"), ("pairs", "pairs", "d")],
+                                f"{short_model(result.model)}: position embeddings over {rows} × {cols} patches, "
+                                f"by distance on the grid"))
+        out.print(verdict(result.passed, f"they are what the model's embedding layer adds to the patches, within "
+                                         f"{result.check:.1e} of its output (tolerance {POSITION_TOLERANCE:.0e})"))
+    if output is not None:
+        from attnviz.render.png import save_figure
+
+        say(save_figure(result.figure(), output_path(output, "attnviz_patch_positions.png")),
+            console=err if as_json else out)
+

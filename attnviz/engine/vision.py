@@ -19,7 +19,9 @@ from attnviz import images
 from attnviz.data.capture import Capture
 from attnviz.engine.forward import Encoded, make_capture, model_attentions
 from attnviz.engine.loading import LoadedModel
-from attnviz.errors import InputError
+from attnviz.engine.memory import attention_bytes, memory_budget
+from attnviz.errors import InputError, arg
+from attnviz.sizes import size_text
 
 IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 
@@ -78,6 +80,11 @@ def encode_picture(loaded: LoadedModel, picture: images.Picture) -> Encoded:
     head = [] if kind == "siglip_vision_model" else ["[CLS]", *extra]
     front = len(head)
     names = head + images.patch_names(rows, cols)
+    need, budget = attention_bytes(loaded, len(names)), loaded.memory_budget or memory_budget()
+    if need > budget:  # a picture is not streamed: its size is what to change
+        raise InputError(f"{rows} × {cols} patches would need about {size_text(need)} for attention, over the "
+                         f"budget of {size_text(budget)}; choose a smaller {arg('image_size')} (or raise "
+                         f"{arg('max_memory')})", "image_size")
     T = len(names)
     return Encoded(inputs=inputs, tokens=names, token_ids=list(range(T)),
                    special=[True] * front + [False] * (T - front),
@@ -91,3 +98,34 @@ def capture_image(loaded: LoadedModel, picture: images.Picture) -> Capture:
     encoded = encode_picture(loaded, picture)
     alpha = model_attentions(loaded, encoded)
     return make_capture(loaded, encoded, alpha, picture.name)
+
+
+def patch_positions(loaded: LoadedModel, picture: images.Picture) -> tuple[np.ndarray, float, tuple[int, int]]:
+    """(each patch's position embedding as the model adds it for this picture's grid (N, D) float64, the check:
+    the largest |difference| from what the model's own embedding layer added (its output less the patch
+    projection and [CLS]), over that output's largest |value|; the grid)."""
+    encoded = encode_picture(loaded, picture)
+    rows, cols = encoded.grid or (0, 0)
+    model = loaded.model
+    base = getattr(model, "vision_model", model)
+    embeddings = getattr(base, "embeddings", None)
+    interpolate = getattr(embeddings, "interpolate_pos_encoding", None)
+    projection = getattr(getattr(embeddings, "patch_embeddings", None), "projection", None) or getattr(
+        embeddings, "patch_embedding", None)
+    if embeddings is None or interpolate is None or projection is None:
+        raise InputError(f"{loaded.name} has no position table to interpolate over the patch grid", "model")
+    pixels = encoded.inputs["pixel_values"]
+    h, w = int(pixels.shape[2]), int(pixels.shape[3])
+    n = rows * cols
+    with torch.inference_mode():
+        interpolates = "interpolate_pos_encoding" in inspect.signature(embeddings.forward).parameters
+        produced = embeddings(pixels, **({"interpolate_pos_encoding": True} if interpolates else {}))
+        produced = produced[0] if isinstance(produced, tuple) else produced  # (1, T, D)
+        patches = projection(pixels).flatten(2).transpose(1, 2)  # (1, N, D): the patch projection alone
+        front = produced.shape[1] - n
+        added = (produced[0, front:] - patches[0]).double()  # (N, D): what the layer added to each patch
+        table = interpolate(torch.zeros(1, produced.shape[1], produced.shape[2], dtype=produced.dtype,
+                                        device=produced.device), h, w)
+        table = table[0, -n:].double()  # (N, D)
+    check = float((table - added).abs().max()) / max(1.0, float(produced.abs().max()))
+    return table.cpu().numpy(), check, (rows, cols)

@@ -96,3 +96,28 @@ def contribution_graph_figure(layers: np.ndarray, tokens: Sequence[str], thresho
     fig.suptitle(title + (f"\n{subtitle}" if subtitle else ""), fontsize=10, x=0.01, ha="left",
                  fontfamily=families)
     return fig, len(segments)
+
+
+def position_mosaic_figure(similarity: np.ndarray, grid: tuple[int, int], title: str, subtitle: str = ""):
+    """The ViT paper's picture of position embeddings: for each patch (a small map at its place in the grid),
+    the cosine similarity of its position embedding to every patch's. similarity (N, N), N = rows × cols."""
+    from attnviz.render.figure import NotebookFigure as Figure
+
+    rows, cols = grid
+    mosaic = np.full((rows * (rows + 1) - 1, cols * (cols + 1) - 1), np.nan)
+    for r in range(rows):
+        for c in range(cols):
+            block = similarity[r * cols + c].reshape(rows, cols)
+            mosaic[r * (rows + 1):r * (rows + 1) + rows, c * (cols + 1):c * (cols + 1) + cols] = block
+    side = min(11.0, max(5.0, 0.3 * max(rows, cols) + 3))
+    fig = Figure(figsize=(side * cols / max(rows, cols) + 1.2, side * rows / max(rows, cols) + 0.9),
+                 layout="constrained")
+    ax = fig.subplots()
+    shown = ax.imshow(np.ma.masked_invalid(mosaic), cmap="viridis", vmin=-1, vmax=1, interpolation="nearest")
+    ax.set_xticks([c * (cols + 1) + (cols - 1) / 2 for c in range(cols)], [str(c) for c in range(cols)], fontsize=7)
+    ax.set_yticks([r * (rows + 1) + (rows - 1) / 2 for r in range(rows)], [str(r) for r in range(rows)], fontsize=7)
+    ax.set_xlabel("patch column")
+    ax.set_ylabel("patch row")
+    fig.colorbar(shown, ax=ax, shrink=0.8, label="cosine similarity of position embeddings")
+    fig.suptitle(title + (f"\n{subtitle}" if subtitle else ""), fontsize=10, x=0.01, ha="left")
+    return fig
