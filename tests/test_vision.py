@@ -248,7 +248,7 @@ def test_dinov2_from_its_onnx_graph_equals_onnxruntime_running_the_graph():
     loaded = load("dinov2", device="cpu")
     rng = np.random.default_rng(0)
     pictures = [rng.normal(size=(3, 224, 224)), rng.uniform(-2, 2, size=(3, 224, 224))]
-    from attnviz.engine.vision import encode_picture
+    from attnviz.engine.pictures import encode_picture
 
     fitted = encode_picture(loaded, attnviz.picture(grace(), size=224)).inputs["pixel_values"][0].numpy()
     for x in [*pictures, fitted[:, :224, :224] if fitted.shape[1:] == (224, 224) else pictures[0]]:

@@ -7,13 +7,12 @@ returns, wrap it in a validated Capture.
 from __future__ import annotations
 
 import warnings
-from typing import Any
-from dataclasses import dataclass
 
 import numpy as np
 
 from attnviz._version import __version__
 from attnviz.data.capture import Capture
+from attnviz.engine.encoded import Encoded
 from attnviz.engine.families import has_sinks, layer_windows
 from attnviz.engine.loading import LoadedModel, first_line, forward_args
 from attnviz.engine.memory import check_memory
@@ -21,30 +20,12 @@ from attnviz.errors import AttentionCheckError, AttnvizWarning, InputError, Mode
 from attnviz.text import check_text
 from attnviz.tokens import describe_tokens, special_ids
 
-@dataclass
-class Encoded:
-    """One tokenised input, ready for the model, plus what the Capture needs to know of each token."""
-
-    inputs: dict  # tensors for model(**inputs), batch of 1, on the model's device
-    tokens: list[str]  # readable (T,)
-    token_ids: list[int]
-    special: list[bool]
-    special_kind: list[str]
-    subword: list[bool]
-    dropped: int  # tokens cut by truncation
-    offsets: list | None = None  # each token's (start, end) in the text, (-1, -1) when it has none
-    image: Any = None  # a picture's input: (h, w, 3) uint8 as the model sees it (engine/vision.py)
-    grid: tuple[int, int] | None = None  # its patch grid (rows, cols)
-    patch: int = 0  # pixels per patch side
-    image_name: str = ""
-
-
 def encode(loaded: LoadedModel, text: str, *, truncate: bool = True, target: bool = False) -> Encoded:
     """Tokenise `text` for `loaded`; truncate (with a warning) past the model's maximum positions.
     `target`: as an encoder-decoder model's target text (Marian has a vocabulary of its own for it)."""
     check_text(text)
     if getattr(text, "is_picture", False):
-        from attnviz.engine.vision import encode_picture
+        from attnviz.engine.pictures import encode_picture
 
         return encode_picture(loaded, text)  # type: ignore[arg-type]
     if getattr(loaded, "vision", False):

@@ -502,7 +502,7 @@
     if (!photo) {
       photo = new Image();
       photo.onload = function () { if (state.view === "picture") drawPicture(); };
-      photo.src = "data:image/png;base64," + P.png;
+      photo.setAttribute("src", "data:image/png;base64," + P.png);  // the capture's own picture: nothing is fetched
     }
     drawPicture();
   }
