@@ -335,3 +335,46 @@ def test_positions_of_a_picture_from_the_command_line(vision_dir, tmp_path):
     assert shown.exit_code == 0 and "PASS" in shown.stdout and (tmp_path / "p.png").is_file()
     data = json.loads(run("positions", "--image", path, "-m", vision_dir("dinov2"), "--json").stdout)
     assert data["passed"] and len(data["similarity"]) == data["grid"][0] * data["grid"][1]
+
+
+PICTURE_BORROWERS = {  # every API function that takes a vision model object, called on a small picture
+    "capture_image": lambda m, p: attnviz.capture_image(p, model=m),
+    "patch_positions": lambda m, p: attnviz.patch_positions(p, model=m),
+    "verify": lambda m, p: attnviz.verify(attnviz.picture(p), model=m),
+    "norms": lambda m, p: attnviz.norms(attnviz.picture(p), model=m),
+    "sinks": lambda m, p: attnviz.sinks(attnviz.picture(p), model=m),
+}
+
+
+@pytest.mark.parametrize("function", PICTURE_BORROWERS)
+def test_a_borrowed_vision_model_comes_back_as_it_was(function, vision_dir):
+    """A ViT as a user holds it (SDPA, training mode, a frozen patch projection, a hook of their own that can
+    fail midway) comes back as it was, whether the call succeeds or stops midway."""
+    import transformers as tf
+    from test_api_results import _state
+
+    model = tf.ViTModel.from_pretrained(vision_dir("vit"), attn_implementation="sdpa")
+    model.embeddings.patch_embeddings.projection.weight.requires_grad_(False)
+    armed = {"on": False}
+
+    def hook(module, args, output):
+        if armed["on"]:
+            raise RuntimeError("the user's hook fails midway")
+
+    mine = model.layers[1].register_forward_hook(hook)
+    model.train()
+    before = _state(model)
+    picture = photo(40, 50)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        PICTURE_BORROWERS[function](model, picture)
+        assert _state(model) == before
+        armed["on"] = True
+        if function != "patch_positions":  # (it runs the embedding layer alone: the hook is never reached)
+            with pytest.raises((RuntimeError, attnviz.AttnvizError)):
+                PICTURE_BORROWERS[function](model, picture)
+        armed["on"] = False
+    assert _state(model) == before
+    mine.remove()
