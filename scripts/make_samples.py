@@ -4,6 +4,7 @@ registries. Usage: python scripts/make_samples.py [--tables]   (--tables: only t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -225,16 +226,24 @@ def main() -> None:
     (OUT / "README.md").write_text("\n".join(lines) + "\n")
 
 
-def screenshots(page_path: Path) -> None:
-    """view_head.png, view_model.png, view_matrix.png of the viewer page, taken in headless Chromium."""
+@contextlib.contextmanager
+def opened(page_path: Path, width: int = 1200, height: int = 820):
+    """A viewer page opened offline in headless Chromium, ready (its script has run)."""
     from playwright.sync_api import sync_playwright
 
     chromium = os.environ.get("ATTNVIZ_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-        page = browser.new_context(offline=True, viewport={"width": 1200, "height": 820}).new_page()
+        page = browser.new_context(offline=True, viewport={"width": width, "height": height}).new_page()
         page.goto(page_path.resolve().as_uri())
         page.wait_for_selector("html[data-attnviz-ready='1']", state="attached")
+        yield page
+        browser.close()
+
+
+def screenshots(page_path: Path) -> None:
+    """view_head.png, view_model.png, view_matrix.png of the viewer page."""
+    with opened(page_path) as page:
         it = page.locator("#av-left li", has_text="it").first
         it.hover()
         page.wait_for_timeout(300)
@@ -247,19 +256,11 @@ def screenshots(page_path: Path) -> None:
         box = page.locator("#av-matrix").bounding_box()
         page.mouse.move(box["x"] + 130 + 3 * 24 + 12, box["y"] + 130 + 8 * 24 + 12)
         page.screenshot(path=str(OUT / "view_matrix.png"), full_page=True)
-        browser.close()
 
 
 def picture_screenshot(page_path: Path, shot: Path) -> None:
-    """The Picture tab of a vision capture's page, the last layer, a patch made the query, in headless Chromium."""
-    from playwright.sync_api import sync_playwright
-
-    chromium = os.environ.get("ATTNVIZ_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-        page = browser.new_context(offline=True, viewport={"width": 1000, "height": 940}).new_page()
-        page.goto(page_path.resolve().as_uri())
-        page.wait_for_selector("html[data-attnviz-ready='1']", state="attached")
+    """The Picture tab of a vision capture's page: the last layer, a patch made the query."""
+    with opened(page_path, 1000, 940) as page:  # tall enough that the full-page shot needs no resize
         page.click("#av-tab-picture")
         page.select_option("#av-layer", "11")
         page.wait_for_timeout(300)
@@ -269,22 +270,13 @@ def picture_screenshot(page_path: Path, shot: Path) -> None:
         page.mouse.move(box["x"] + 7.5 * cell, box["y"] + 5.5 * cell, steps=4)
         page.wait_for_timeout(200)
         page.screenshot(path=str(shot), full_page=True)
-        browser.close()
 
 
 def contributions_screenshot(page_path: Path, shot: Path) -> None:
-    """The contributions page's own tab, in headless Chromium."""
-    from playwright.sync_api import sync_playwright
-
-    chromium = os.environ.get("ATTNVIZ_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-        page = browser.new_context(offline=True, viewport={"width": 1200, "height": 820}).new_page()
-        page.goto(page_path.resolve().as_uri())
-        page.wait_for_selector("html[data-attnviz-ready='1']", state="attached")
+    """The contributions page's own tab."""
+    with opened(page_path) as page:
         page.click("#av-tab-contrib")
         page.screenshot(path=str(shot), full_page=True)
-        browser.close()
 
 
 def update_tables() -> None:
