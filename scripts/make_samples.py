@@ -109,6 +109,11 @@ SAMPLES: list[tuple[str, list[str], str]] = [
      "α recomputed from DINOv2's own weights against the model's, per layer"),
     ("dinov2_sinks.txt", ["sinks", "--image", "scripts/grace_hopper.jpg"],
      "sinks and value-weighted norms of a picture"),
+    ("smollm2_patch.txt", ["patch", "The capital of France is", "The capital of Italy is", "-m", "smollm2",
+                           "--answers", "' Paris',' Rome'", "-o", "sample_outputs/smollm2_patch.png"],
+     "activation patching on SmolLM2: which heads carry the country from 'France' to the answer"),
+    ("smollm2_patch.png", [], "written by the patch command above: each head, and each layer's attention output "
+                              "and residual stream by position"),
     ("importance.txt", ["importance", "The cat sat on the mat because it was tired", "-o",
                         "sample_outputs/importance.png"],
      "every MiniLM head removed alone, ranked, beside Michel et al.'s gradient estimate"),

@@ -234,6 +234,8 @@ BORROWERS = {  # every API function that takes model=, called on a small text
     "corpus": lambda m, t: attnviz.corpus([SENTENCE, "A dog ran"], model=m, tokenizer=t),
     "logit_attribution": lambda m, t: attnviz.logit_attribution(SENTENCE, model=m, tokenizer=t),
     "contributions": lambda m, t: attnviz.contributions(SENTENCE, model=m, tokenizer=t),
+    "patch": lambda m, t: attnviz.patch(SENTENCE, SENTENCE.replace("cat", "dog"), model=m, tokenizer=t,
+                                        answers=(5, 7)),
 }
 
 

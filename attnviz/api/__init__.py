@@ -28,6 +28,7 @@ _HOMES = {
                     "attnviz.api.capturing"),
     **dict.fromkeys(("Contributions", "HeadEffect", "LOGIT_TOLERANCE", "LogitAttribution", "contributions",
                      "logit_attribution"), "attnviz.api.attribution"),
+    **dict.fromkeys(("patch", "Patching", "PATCH_TOLERANCE"), "attnviz.api.patching"),
     **dict.fromkeys(("CorpusState", "corpus", "merge"), "attnviz.api.corpora"),
     **dict.fromkeys(("Cost", "cost"), "attnviz.api.costs"),
     **dict.fromkeys(("DEVICES", "DTYPES", "Model", "conversion_pending", "list_families", "load_model",
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
                                        to_words)
     from attnviz.api.attribution import (Contributions, HeadEffect, LOGIT_TOLERANCE, LogitAttribution,
                                            contributions, logit_attribution)
+    from attnviz.api.patching import PATCH_TOLERANCE, Patching, patch
     from attnviz.api.corpora import CorpusState, corpus, merge
     from attnviz.api.costs import Cost, cost
     from attnviz.api.models import (DEVICES, DTYPES, Model, conversion_pending, list_families,
@@ -88,14 +90,15 @@ __all__ = ["Ablation", "Capture", "Contributions", "CorpusState", "Cost", "DEVIC
            "Generation",
            "HeadEffect", "HeadTable", "Importance", "Keep", "LOGIT_TOLERANCE", "LogitAttribution",
            "MAX_IMPORTANCE_TEXTS", "MAX_MEAN_TEXTS", "Model", "ModelSpec", "Norms", "Parts", "Positions", "Rollout",
-           "PatchPositions", "Picture", "POSITION_TOLERANCE", "Scaling", "Sinks", "Steps", "TOLERANCE",
+           "PATCH_TOLERANCE", "PatchPositions", "Patching", "Picture", "POSITION_TOLERANCE", "Scaling", "Sinks",
+           "Steps", "TOLERANCE",
            "Verification", "ablate",
            "capture", "capture_image", "contributions", "conversion_pending", "corpus", "cost", "detect", "export",
            "from_outputs",
            "generate",
            "heads", "importance", "list_families", "list_metrics", "load_capture", "load_model", "logit_attribution",
            "merge", "model_shape", "norms",
-           "patch_positions", "picture", "positions", "register_metric", "resolve_model", "rollout", "scaling",
+           "patch", "patch_positions", "picture", "positions", "register_metric", "resolve_model", "rollout", "scaling",
            "sinks", "steps",
            "to_words",
            "verify", "view"]

@@ -246,23 +246,23 @@ def logit_attribution(text: str, *, model: Any = None, tokenizer: Any = None, ta
         by_input=by_input, alti_note=alti_note)
 
 
-def _target_id(loaded, target: str | int | None) -> int | None:
-    """The vocabulary id of `target`: an id, or a text that is exactly one token (" Paris")."""
+def _target_id(loaded, target: str | int | None, field: str = "target") -> int | None:
+    """The vocabulary id of `target`: an id, or a text that is exactly one token (" Paris"). `field`: the
+    argument that gave it, named in errors."""
     if target is None:
         return None
     size = len(loaded.tokenizer)
     if isinstance(target, int):
         if not 0 <= target < size:
-            raise InputError(f"{arg('target')} {target} is not a token id of {loaded.name} (0..{size - 1})", "target")
+            raise InputError(f"{arg(field)} {target} is not a token id of {loaded.name} (0..{size - 1})", field)
         return target
     if not target:
-        raise InputError(f"{arg('target')} is empty: give the token whose logit to split, e.g. ' Paris'", "target")
+        raise InputError(f"{arg(field)} is empty: give a token of the vocabulary, e.g. ' Paris'", field)
     ids = loaded.tokenizer.encode(target, add_special_tokens=False)
     if len(ids) != 1:
         pieces = " ".join(repr(visible(loaded.tokenizer.decode([i]))) for i in ids[:8])
-        raise InputError(f"{arg('target')} {visible(target)!r} is {len(ids)} tokens for {loaded.name} ({pieces}): "
-                         f"give one token (a leading space is part of a word's token in most causal models)",
-                         "target")
+        raise InputError(f"{arg(field)} {visible(target)!r} is {len(ids)} tokens for {loaded.name} ({pieces}): "
+                         f"give one token (a leading space is part of a word's token in most causal models)", field)
     return int(ids[0])
 
 

@@ -170,6 +170,12 @@ TERMS: dict[str, str] = {
     "rank": "the place in a list ordered by the column it names, 1 first (logit-attr: by |effect|; importance: "
             "by effect). Of the target in logit-attr's title: its place among the model's predictions.",
     "layer.head": "a head named by its layer and its index in the layer: 23.4 is layer 23, head 4.",
+    "restored": "in attnviz patch: how much of the clean run's answer a patch brings back, (LD patched − LD "
+                "corrupted) / (LD clean − LD corrupted), LD the logit difference of the two answers at the last "
+                "position: 0 is the corrupted run, 1 the clean one (below 0 or above 1: further than either).",
+    "activation patching": "attnviz patch: run a clean and a corrupted prompt, put one piece of one run (a head's "
+                           "output, a layer's attention output or residual stream at a position) into the other, "
+                           "and measure how much of the answer comes back (Meng et al. 2022, Wang et al. 2022).",
 }
 TERM_ALIASES = {"entropy tokens": "entropy_tokens", "token-weighted": "tok-w", "q": "Q", "k": "K", "v": "V",
                 "out": "α·V", "qk": "Q·Kᵀ", "sqrt(d_k)": "√d_k", "dk": "d_k", "streamed": "stream",
@@ -178,6 +184,7 @@ TERM_ALIASES = {"entropy tokens": "entropy_tokens", "token-weighted": "tok-w", "
                 "mean |Δ|": "|Δ|", "max |Δ|": "|Δ|", "attends most to (weight)": "attends most to",
                 "by α": "by α", "score": "sink score", "window": "sliding window", "sliding": "sliding window",
                 "local attention": "sliding window", "alti-logit": "ALTI-Logit", "alti logit": "ALTI-Logit",
+                "patching": "activation patching", "patch": "activation patching",
                 "softcap": "soft-capping", "softcapping": "soft-capping",
                 "soft-cap": "soft-capping", "sink logits": "sink logit", "s_aux": "sink logit",
                 "qk-norm": "QK-norm", "qk norm": "QK-norm"}

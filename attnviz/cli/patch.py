@@ -1,0 +1,118 @@
+"""Activation patching: attnviz patch CLEAN CORRUPT."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Annotated, Optional
+
+import typer
+
+from attnviz.cli.errors import cli_errors
+from attnviz.cli.group import app
+from attnviz.cli.inputs import CliReporter, takes, TextSource
+from attnviz.cli.output import check_output, emit_records, err, out, output_path, print_json, say
+from attnviz.cli.params import CsvOpt, ImageOut, JsonOpt, whole_number
+
+# Imports inside the command (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` light.
+
+
+@app.command(help="Which heads carry the difference between two prompts (activation patching, Meng et al. 2022, "
+                  "Wang et al. 2022): CLEAN and CORRUPT, of the same number of tokens, differ in one fact; each "
+                  "head's output, and each layer's attention output and residual stream at each position, is "
+                  "put from the clean run into the corrupted one alone (--noise: the other way), and the logit "
+                  "difference of two answers at the last position says how much comes back: 0 is the "
+                  "corrupted run, 1 the clean one. Batched. Checked: every head and MLP patched gives the "
+                  "donor's run. For causal language models (e.g. -m smollm2).")
+@cli_errors
+@takes(inp=TextSource)
+def patch(corrupt: Annotated[Optional[str], typer.Argument(
+              metavar="CORRUPT", help="The corrupted prompt: the clean one (TEXT, -, or --text-file) with one fact "
+                                      "changed, as many tokens.", show_default=False)] = None,
+          answers: Annotated[Optional[str], typer.Option(
+              "--answers", metavar="A,B", show_default=False,
+              help="The answer and the other, two tokens of the vocabulary as text (a word's leading space is "
+                   "part of its token): ' Paris',' Rome'. Default: the clean and corrupted runs' top tokens.")]
+          = None,
+          noise: Annotated[bool, typer.Option(
+              "--noise", help="Put the corrupted run's pieces into the clean run (what each takes away) instead of "
+                              "the clean run's into the corrupted one (--denoise, the default).")] = False,
+          positions: Annotated[bool, typer.Option(
+              "--positions", help="Also patch each head at each position alone (layers × heads × positions "
+                                  "patches; --json holds them).")] = False,
+          top: Annotated[int, typer.Option("--top", parser=whole_number(1, 100), metavar="K",
+                                           help="How many heads to list (1 to 100).")] = 10,
+          output: ImageOut = None, as_json: JsonOpt = False, as_csv: CsvOpt = False,
+          *, inp: TextSource) -> None:
+    from attnviz.api import PATCH_TOLERANCE, patch as run_patch
+    from attnviz.panels import short_model
+    from attnviz.render.png import FORMATS
+    from attnviz.render.tables import records_table, verdict
+    from attnviz.text import visible
+
+    check_output(output, FORMATS)
+    pair = None
+    if answers is not None:
+        pair = _answers(answers)
+    if inp.text_file is not None and corrupt is None:  # --text-file CLEAN: the one argument is CORRUPT
+        inp, corrupt = dataclasses.replace(inp, text=None), inp.text
+    if corrupt is None:
+        raise typer.BadParameter("give the clean prompt and the corrupted one: attnviz patch CLEAN CORRUPT")
+    if corrupt == "-":
+        raise typer.BadParameter("CORRUPT is the prompt itself (standard input is for CLEAN, as -)")
+    text = inp.require_text()
+    loaded = inp.load(lm_head=True)
+    result = run_patch(text, corrupt, model=loaded, answers=pair, direction="noise" if noise else "denoise",
+                       positions=positions, truncate=inp.truncate, reporter=CliReporter())
+    if as_json:
+        print_json(result.to_dict())
+    elif not emit_records(result.records(), False, as_csv):
+        L = result.heads.shape[0]
+        rows = [{"rank": n + 1, "head": f"{r['layer']}.{r['head']}", "score": r["score"]}
+                for n, r in enumerate(result.top(top))]
+        columns = [("rank", "rank", "d"), ("head", "layer.head", ""), ("score", "restored", "+.3f")]
+        out.print(records_table(rows, columns,
+                                f"{short_model(result.model)}: {visible(result.answer)!r} against "
+                                f"{visible(result.other)!r}, each head patched ({result.direction})"))
+        say(f"logit difference: clean {result.clean_diff:+.3f}, corrupted {result.corrupt_diff:+.3f}; restored: "
+            f"0 is the corrupted run, 1 the clean one", wrap=True)
+        labels = result.labels()
+        for position in result.differs or (len(labels) - 1,):
+            moves = [n for n in range(L) if result.residual[n, -1] > 0.5]
+            say(f"The residual stream at {labels[position]!r} (position {position}) carries the difference up to "
+                f"layer {_last_above(result.residual[:, position])}; at the last position from layer "
+                f"{moves[0] if moves else '–'} on.", wrap=True)
+        if result.all_patched is None:
+            say("The check (every head and MLP patched) does not apply: the prompts' last tokens differ.",
+                style="dim", wrap=True)
+        else:
+            out.print(verdict(result.passed, f"every head and MLP patched gives the donor's run: "
+                                             f"{result.all_patched:.6f} (tolerance {PATCH_TOLERANCE:.0e} of the logit "
+                                             f"difference)"))
+        say("restored: (LD patched − LD corrupted) / (LD clean − LD corrupted), LD the logit difference of the two "
+            "answers at the last position; a head patched alone at every position.", wrap=True, style="dim")
+    if output is not None:
+        from attnviz.render.png import save_figure
+
+        say(save_figure(result.figure(), output_path(output, "attnviz_patch.png")),
+            console=err if as_json or as_csv else out)
+    if not result.passed:
+        raise typer.Exit(3)
+
+
+def _answers(value: str) -> tuple[str, str]:
+    """--answers A,B: two texts, split at the comma that is not inside quotes; quotes keep a leading space."""
+    import csv
+
+    try:
+        fields = next(csv.reader([value], quotechar="'", skipinitialspace=False))
+    except (csv.Error, StopIteration):
+        fields = []
+    if len(fields) != 2 or not all(fields):
+        raise typer.BadParameter(f"{value!r}: give two tokens, e.g. ' Paris',' Rome'", param_hint="--answers")
+    return fields[0], fields[1]
+
+
+def _last_above(column, level: float = 0.5) -> str:
+    """The last layer where the value is above `level`, or –."""
+    above = [n for n, v in enumerate(column) if v > level]
+    return str(above[-1]) if above else "–"

@@ -1,0 +1,210 @@
+"""Activation patching (Meng et al. 2022; Wang et al. 2022; Heimersheim & Nanda 2024): run a clean prompt and a
+corrupted one of the same length, put one piece of one run into the other, and measure how much of the answer
+comes back.
+
+    receiver run (corrupted, to denoise; clean, to noise) with one piece taken from the donor run:
+        a head's z_h (what W_O receives from it) at every position, or at one position
+        a layer's attention output at one position (every head's z at that position)
+        the residual stream entering a layer at one position (the block's input)
+    metric: the logit difference LD = logit(answer) − logit(other answer) at the last position, normalised
+        (LD_patched − LD_corrupted) / (LD_clean − LD_corrupted): 0 is the corrupted run, 1 the clean one
+
+Batched like `importance`: one forward pass holds the receiver run and a copy per patch; each copy joins the
+batch at the layer where its patch is made (a copy of the receiver's state there), so the layers below run
+once. The same seam as ablation: the output projection's input, split into heads (engine/ablation/seam.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from attnviz.engine.ablation.seam import Site, copies_that_fit, editing, recording
+from attnviz.engine.ablation.runs import run_model
+from attnviz.errors import UnsupportedArchitectureError
+
+KINDS = ("head", "attention", "residual")
+
+
+@dataclass(frozen=True)
+class Patch:
+    """One piece moved from the donor run into the receiver: `kind` head (layer, head, position or None for
+    every position), attention (layer, position: every head's z there) or residual (layer, position: the
+    block's input there)."""
+
+    kind: str
+    layer: int
+    head: int | None = None
+    position: int | None = None
+
+
+@dataclass
+class Donor:
+    """What the donor run gives the patches: each layer's W_O input z (1, T, H, d) and each block's input
+    hidden state (1, T, D)."""
+
+    z: list
+    hidden: list
+    logits: torch.Tensor  # (V,) at the last position
+    inputs: dict  # the donor run's own inputs
+
+
+def _hidden_of(args, kwargs) -> tuple[torch.Tensor, str | None]:
+    if args:
+        return args[0], None
+    name = next(k for k in ("hidden_states", "x", "hidden_state") if k in kwargs)
+    return kwargs[name], name
+
+
+def donor_run(where: Site, inputs: dict) -> Donor:
+    """One run recording what every patch takes: each W_O input and each block input."""
+    hidden: list = [None] * where.layers
+
+    def keep(module, args, kwargs):
+        value, _ = _hidden_of(args, kwargs)
+        hidden[where.blocks.index(module)] = value.detach()
+
+    handles = [b.register_forward_pre_hook(keep, with_kwargs=True) for b in where.blocks]
+    try:
+        with recording(where) as z, torch.inference_mode():
+            output = run_model(where.model, inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    if any(v is None for v in z) or any(v is None for v in hidden):
+        raise UnsupportedArchitectureError(f"{type(where.model).__name__}: a layer was not called")
+    return Donor(list(z), hidden, output.logits[0, -1].detach().double(), inputs)
+
+
+def patched_logits(where: Site, inputs: dict, donor: Donor, patches: Sequence[Patch]) -> torch.Tensor:
+    """The last position's logits with each patch made alone, in one forward pass: row 0 is the receiver run
+    unpatched, row 1 + n has patches[n] (which must be in layer order). (1 + N, V) float64"""
+    layers = [p.layer for p in patches]
+    if layers != sorted(layers):
+        raise ValueError("patches must be in layer order")
+    start: dict[int, int] = {}
+    at_layer: dict[int, list[Patch]] = {}
+    for n, patch in enumerate(patches):
+        start.setdefault(patch.layer, 1 + n)
+        at_layer.setdefault(patch.layer, []).append(patch)
+
+    def grow(module, args, kwargs):
+        layer = where.blocks.index(module)
+        here = at_layer.get(layer)
+        if not here:
+            return None
+        hidden, name = _hidden_of(args, kwargs)
+        more = hidden[:1].expand(len(here), *hidden.shape[1:]).clone()  # copies of the receiver's state here
+        for k, patch in enumerate(here):
+            if patch.kind == "residual":
+                more[k, patch.position] = donor.hidden[layer][0, patch.position].to(more.dtype)
+        grown = torch.cat([hidden, more])
+        return ((grown, *args[1:]), kwargs) if name is None else (args, {**kwargs, name: grown})
+
+    def edit(layer: int, z: torch.Tensor) -> torch.Tensor:  # z (B, T, H, d)
+        here = at_layer.get(layer)
+        if not here or all(p.kind == "residual" for p in here):
+            return z
+        z = z.clone()
+        source = donor.z[layer][0].to(z.dtype)  # (T, H, d)
+        for k, patch in enumerate(here):
+            row = start[layer] + k
+            if patch.kind == "head":
+                if patch.position is None:
+                    z[row, :, patch.head] = source[:, patch.head]
+                else:
+                    z[row, patch.position, patch.head] = source[patch.position, patch.head]
+            elif patch.kind == "attention":
+                z[row, patch.position] = source[patch.position]
+        return z
+
+    handles = [b.register_forward_pre_hook(grow, with_kwargs=True) for b in where.blocks]
+    try:
+        with editing(where, edit), torch.inference_mode():
+            output = run_model(where.model, inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    logits = output.logits[:, -1].double()
+    if logits.shape[0] != 1 + len(patches):
+        raise UnsupportedArchitectureError(f"{type(where.model).__name__} did not keep the batch it was given "
+                                           f"({logits.shape[0]} outputs for {1 + len(patches)})")
+    return logits
+
+
+def run_patches(where: Site, inputs: dict, donor: Donor, patches: Sequence[Patch], *, batched: bool = True,
+                on_done=None) -> torch.Tensor:
+    """The last position's logits with each patch made alone (N, V): in batched passes of as many copies as fit
+    memory, or (`batched=False`) one pass per patch, the loop the batched path must equal."""
+    T = int(inputs["input_ids"].shape[1])
+    head: Any = where.model.get_output_embeddings()  # type: ignore[operator]
+    vocabulary = int(head.weight.shape[0])
+    size = copies_that_fit(where, T, vocabulary) if batched else 1
+    ordered = sorted(range(len(patches)), key=lambda n: patches[n].layer)
+    results: list = [None] * len(patches)
+    for first in range(0, len(ordered), size):
+        chunk = ordered[first:first + size]
+        logits = patched_logits(where, inputs, donor, [patches[n] for n in chunk])
+        for k, n in enumerate(chunk):
+            results[n] = logits[1 + k]
+        if on_done is not None:
+            on_done(len(chunk))
+    return torch.stack(results) if results else torch.zeros(0)
+
+
+def every_patch(kind: str, L: int, H: int, T: int, positions: bool = False) -> list[Patch]:
+    """Every patch of a kind: each head (at every position together, or at each position), or each layer and
+    position (attention output, residual stream). Layer-major."""
+    if kind == "head":
+        return [Patch("head", n, h, p) for n in range(L) for h in range(H)
+                for p in (range(T) if positions else [None])]
+    return [Patch(kind, n, None, p) for n in range(L) for p in range(T)]
+
+
+def all_patched_logits(where: Site, inputs: dict, donor: Donor) -> torch.Tensor:
+    """The receiver run with every head's z and every MLP's output replaced by the donor's, at every layer:
+    at any position whose token is the same in both runs this is the donor's run there. (V,) at the last
+    position. (A check, not a metric.)"""
+    found = [getattr(block, "mlp", None) for block in where.blocks]
+    if any(m is None for m in found):
+        raise UnsupportedArchitectureError("this model's blocks have no .mlp to patch")
+    mlps: list[Any] = list(found)
+    recorded: list = [None] * where.layers
+
+    def keep(n: int):
+        def hook(module, args, output):
+            recorded[n] = (output[0] if isinstance(output, tuple) else output).detach()
+        return hook
+
+    handles = [m.register_forward_hook(keep(n)) for n, m in enumerate(mlps)]
+    try:
+        with torch.inference_mode():
+            run_model(where.model, donor.inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
+
+    def replace(n: int):
+        def hook(module, args, output):
+            if isinstance(output, tuple):
+                return (recorded[n].to(output[0].dtype), *output[1:])
+            return recorded[n].to(output.dtype)
+        return hook
+
+    handles = [m.register_forward_hook(replace(n)) for n, m in enumerate(mlps)]
+    try:
+        with editing(where, lambda layer, z: donor.z[layer].to(z.dtype).expand_as(z)), torch.inference_mode():
+            output = run_model(where.model, inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return output.logits[0, -1].double()
+
+
+def logit_difference(logits: torch.Tensor, answer: int, other: int) -> np.ndarray:
+    """logit(answer) − logit(other) of each row (…, V) -> (…,) float64."""
+    return (logits[..., answer] - logits[..., other]).double().cpu().numpy()

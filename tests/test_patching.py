@@ -1,0 +1,210 @@
+"""Activation patching (attnviz patch, attnviz.patch): a piece of one run put into the other, each check
+against an independent computation: a run patched into itself, every piece patched at once, the patched
+head's own input to W_O, and the loop of one pass per patch."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+from helpers import build_tiny_model, one_line_error, require_real, run
+
+import attnviz
+from attnviz.engine import offline
+
+CLEAN, CORRUPT = "The cat sat on the mat", "The dog sat on the mat"
+FAMILIES = ("gpt2", "llama", "qwen3", "phi3", "gemma2", "gpt_oss")
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    made: dict = {}
+
+    def folder(kind: str):
+        if kind not in made:
+            made[kind] = str(build_tiny_model(kind, tmp_path_factory.mktemp(kind) / kind, lm=kind in ("gpt2", "llama"),
+                                              init=0.3))
+        return made[kind]
+
+    return folder
+
+
+def prepared(folder):
+    from attnviz.engine.ablation import site
+    from attnviz.engine.forward import encode
+    from attnviz.engine.loading import load
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loaded = load(folder, device="cpu", lm_head=True)
+    return loaded, site(loaded.model), encode(loaded, CLEAN), encode(loaded, CORRUPT)
+
+
+def answers_of(loaded) -> tuple[str, str]:
+    """Two tokens of the model's vocabulary whose text is one token again."""
+    found = []
+    for i in range(5, len(loaded.tokenizer)):
+        text = loaded.tokenizer.decode([i])
+        single = loaded.tokenizer.encode(text, add_special_tokens=False) == [i]
+        if text and "," not in text and "'" not in text and single:
+            found.append(text)
+        if len(found) == 2:
+            return found[0], found[1]
+    raise AssertionError("no two single-token texts")
+
+
+@pytest.mark.parametrize("kind", FAMILIES)
+def test_a_run_patched_into_itself_changes_nothing(kind, folders):
+    """Every head, attention output and residual position of the clean run put into the clean run: the logits
+    stay the clean run's (float32 through the same layers: 1e-5 of their size)."""
+    from attnviz.engine.patching import donor_run, every_patch, run_patches
+
+    loaded, where, clean, _ = prepared(folders(kind))
+    donor = donor_run(where, clean.inputs)
+    T = len(clean.tokens)
+    for what in ("head", "attention", "residual"):
+        logits = run_patches(where, clean.inputs, donor, every_patch(what, where.layers, where.heads, T))
+        scale = float(donor.logits.abs().max())
+        assert float((logits - donor.logits).abs().max()) <= 1e-5 * max(1.0, scale)
+
+
+@pytest.mark.parametrize("kind", FAMILIES)
+def test_every_head_and_mlp_patched_gives_the_donors_run(kind, folders):
+    """Every head's z and every MLP's output of every layer from the donor: at the last position, whose token
+    both prompts share, the logits are the donor's own; the API reports it as 1 denoising and 0 noising."""
+    from attnviz.engine.patching import all_patched_logits, donor_run
+
+    loaded, where, clean, corrupt = prepared(folders(kind))
+    donor = donor_run(where, clean.inputs)
+    logits = all_patched_logits(where, corrupt.inputs, donor)
+    assert float((logits - donor.logits).abs().max()) <= 1e-5 * max(1.0, float(donor.logits.abs().max()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for direction, target in (("denoise", 1.0), ("noise", 0.0)):
+            result = attnviz.patch(CLEAN, CORRUPT, model=loaded, answers=answers_of(loaded), direction=direction)
+            assert result.passed and result.all_patched == pytest.approx(target, abs=1e-4)
+            assert result.heads.shape == (where.layers, where.heads)
+            assert result.residual.shape == (where.layers, len(result.tokens))
+
+
+def test_the_residual_stream_patched_below_the_first_layer_is_the_clean_run(folders):
+    """Patching the residual stream entering layer 0 at the one position where the prompts differ makes the
+    corrupted run the clean one: restored 1 there, and 0 at every position where the tokens are the same."""
+    loaded, *_ = prepared(folders("llama"))
+    result = attnviz.patch(CLEAN, CORRUPT, model=loaded, answers=answers_of(loaded))
+    (where,) = result.differs  # "cat" / "dog" (after the tokenizer's start token)
+    assert result.residual[0, where] == pytest.approx(1.0, abs=1e-5)
+    np.testing.assert_allclose(np.delete(result.residual[0], where), 0.0, atol=1e-5)
+
+
+def test_a_patched_head_receives_the_donors_output_exactly(folders):
+    """What W_O receives in a patched copy, recorded by a hook of the test's own: the patched head's slice is the
+    donor's (at every position, or at the one position), every other slice the receiver's."""
+    import torch
+
+    from attnviz.engine.ablation import recording
+    from attnviz.engine.patching import Patch, donor_run, patched_logits
+
+    loaded, where, clean, corrupt = prepared(folders("gpt2"))
+    donor = donor_run(where, clean.inputs)
+    with recording(where) as receiver_z, torch.inference_mode():
+        loaded.model(**corrupt.inputs)
+    layer, head = 1, 2
+    seen: dict = {}
+
+    def keep(module, args, output):
+        seen["z"] = args[0].detach().reshape(*args[0].shape[:-1], where.heads, -1)
+
+    hook = where.projections[layer].register_forward_hook(keep)
+    try:
+        patched_logits(where, corrupt.inputs, donor, [Patch("head", layer, head), Patch("head", layer, head, 1)])
+    finally:
+        hook.remove()
+    z = seen["z"]  # (3, T, H, d): the receiver, the head at every position, the head at position 1
+    others = [h for h in range(where.heads) if h != head]
+    # what is copied is the donor's, bit for bit; the rest is the receiver's (a batch of 3 rounds its products
+    # in other orders than a batch of 1: float32, 1e-6)
+    assert torch.equal(z[1, :, head], donor.z[layer][0, :, head])
+    assert torch.equal(z[2, 1, head], donor.z[layer][0, 1, head])
+    torch.testing.assert_close(z[0], receiver_z[layer][0], atol=1e-6, rtol=0)
+    torch.testing.assert_close(z[1][:, others], receiver_z[layer][0][:, others], atol=1e-6, rtol=0)
+    torch.testing.assert_close(z[2, 0, head], receiver_z[layer][0, 0, head], atol=1e-6, rtol=0)
+    assert float((donor.z[layer][0, :, head] - receiver_z[layer][0, :, head]).abs().max()) > 1e-3  # it moved
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "qwen3"])
+def test_the_batched_patches_equal_one_pass_per_patch(kind, folders):
+    from attnviz.engine.patching import donor_run, every_patch, run_patches
+
+    loaded, where, clean, corrupt = prepared(folders(kind))
+    donor = donor_run(where, clean.inputs)
+    T = len(clean.tokens)
+    for what, positions in (("head", True), ("attention", False), ("residual", False)):
+        patches = every_patch(what, where.layers, where.heads, T, positions=positions)
+        batched = run_patches(where, corrupt.inputs, donor, patches)
+        loop = run_patches(where, corrupt.inputs, donor, patches, batched=False)
+        assert float((batched - loop).abs().max()) <= 1e-5 * max(1.0, float(loop.abs().max()))
+
+
+def test_what_patch_refuses_in_one_line(folders, tiny_model_dir):
+    folder = folders("gpt2")
+    assert "as many tokens" in one_line_error(run("patch", CLEAN, "The dog sat on the big soft mat", "-m", folder))
+    assert "causal language model" in one_line_error(run("patch", CLEAN, CORRUPT, "-m", tiny_model_dir("bert")))
+    assert "same logit difference" in one_line_error(run("patch", CLEAN, CLEAN, "-m", folder, "--answers", "a,b"))
+    assert "--answers" in one_line_error(run("patch", CLEAN, CORRUPT, "-m", folder, "--answers", "a"), 2)
+    with pytest.raises(attnviz.AttnvizError, match="direction"):
+        attnviz.patch(CLEAN, CORRUPT, model=folder, direction="sideways")
+    with pytest.raises(attnviz.AttnvizError, match="two different tokens"):
+        attnviz.patch(CLEAN, CORRUPT, model=folder, answers=("a", "a"))
+
+
+def test_patch_from_the_command_line(folders, tmp_path):
+    folder = folders("llama")
+    loaded, *_ = prepared(folder)
+    a, b = answers_of(loaded)
+    pair = f"'{a}','{b}'"
+    path = tmp_path / "clean.txt"
+    path.write_text(CLEAN, encoding="utf-8")
+    given = json.loads(run("patch", CLEAN, CORRUPT, "-m", folder, "--answers", pair, "--json").stdout)
+    piped = json.loads(run("patch", "-", CORRUPT, "-m", folder, "--answers", pair, "--json", input=CLEAN).stdout)
+    filed = json.loads(run("patch", "--text-file", path, CORRUPT, "-m", folder, "--answers", pair, "--json").stdout)
+    assert given == piped == filed and given["passed"] and (given["answer"], given["other"]) == (a, b)
+    T = len(given["tokens"])
+    assert len(given["heads"]) == 2 and len(given["heads"][0]) == 4 and len(given["residual"][0]) == T
+    assert sum(a != b for a, b in zip(given["tokens"], given["corrupt_tokens"])) == 1 and "head_positions" not in given
+    with_positions = json.loads(run("patch", CLEAN, CORRUPT, "-m", folder, "--answers", pair, "--positions",
+                                    "--json").stdout)
+    assert np.array(with_positions["head_positions"]).shape == (2, 4, T)
+    noised = json.loads(run("patch", CLEAN, CORRUPT, "-m", folder, "--answers", pair, "--noise", "--json").stdout)
+    assert noised["direction"] == "noise" and noised["all_patched"] == pytest.approx(0.0, abs=1e-4)
+    csv = run("patch", CLEAN, CORRUPT, "-m", folder, "--answers", pair, "--csv").stdout.splitlines()
+    assert csv[0] == "layer,head,score" and len(csv) == 1 + 2 * 4
+    shown = run("patch", CLEAN, CORRUPT, "-m", folder, "--answers", pair, "-o", tmp_path / "p.png",
+                env={"COLUMNS": "120", "NO_COLOR": "1"})
+    assert shown.exit_code == 0 and "PASS" in shown.stdout and (tmp_path / "p.png").is_file()
+    assert "layer.head" in shown.stdout and "restored" in shown.stdout
+
+
+def test_the_picture_is_three_panels_on_one_scale_centred_on_zero(folders):
+    loaded, *_ = prepared(folders("gpt2"))
+    result = attnviz.patch(CLEAN, CORRUPT, model=loaded, answers=answers_of(loaded))
+    figure = result.figure()
+    drawn = [ax for ax in figure.axes if ax.images]
+    assert len(drawn) == 3
+    limits = {tuple(ax.images[0].get_clim()) for ax in drawn}
+    assert len(limits) == 1 and next(iter(limits))[0] == -next(iter(limits))[1]
+    np.testing.assert_allclose(np.asarray(drawn[0].images[0].get_array()), result.heads, atol=1e-6)
+
+
+def test_smollm2_carries_the_country_through_one_head():
+    """The real model: "The capital of France is" / "… Italy is", ' Paris' against ' Rome'. Head 23.4 alone,
+    patched from the clean run, brings back most of the answer; the difference moves from "France" to the last
+    position in the residual stream at layer 24; everything patched gives the clean run."""
+    require_real(offline.SMOLLM2)
+    result = attnviz.patch("The capital of France is", "The capital of Italy is", model="smollm2",
+                           answers=(" Paris", " Rome"))
+    assert result.passed and result.top(1)[0]["layer"] == 23 and result.top(1)[0]["head"] == 4
+    assert result.heads[23, 4] > 0.8
+    assert result.residual[23, 3] > 0.9 and result.residual[24, 4] > 0.9 and result.residual[23, 4] < 0.1
