@@ -28,7 +28,7 @@ _HOMES = {
                     "attnviz.api.capturing"),
     **dict.fromkeys(("Contributions", "HeadEffect", "LOGIT_TOLERANCE", "LogitAttribution", "contributions",
                      "logit_attribution"), "attnviz.api.attribution"),
-    **dict.fromkeys(("patch", "Patching", "PATCH_TOLERANCE"), "attnviz.api.patching"),
+    **dict.fromkeys(("patch", "Patching", "PATCH_TOLERANCE", "path_patch", "PathPatching"), "attnviz.api.patching"),
     **dict.fromkeys(("CorpusState", "corpus", "merge"), "attnviz.api.corpora"),
     **dict.fromkeys(("Cost", "cost"), "attnviz.api.costs"),
     **dict.fromkeys(("DEVICES", "DTYPES", "Model", "conversion_pending", "list_families", "load_model",
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
                                        to_words)
     from attnviz.api.attribution import (Contributions, HeadEffect, LOGIT_TOLERANCE, LogitAttribution,
                                            contributions, logit_attribution)
-    from attnviz.api.patching import PATCH_TOLERANCE, Patching, patch
+    from attnviz.api.patching import PATCH_TOLERANCE, PathPatching, Patching, patch, path_patch
     from attnviz.api.corpora import CorpusState, corpus, merge
     from attnviz.api.costs import Cost, cost
     from attnviz.api.models import (DEVICES, DTYPES, Model, conversion_pending, list_families,
@@ -90,7 +90,8 @@ __all__ = ["Ablation", "Capture", "Contributions", "CorpusState", "Cost", "DEVIC
            "Generation",
            "HeadEffect", "HeadTable", "Importance", "Keep", "LOGIT_TOLERANCE", "LogitAttribution",
            "MAX_IMPORTANCE_TEXTS", "MAX_MEAN_TEXTS", "Model", "ModelSpec", "Norms", "Parts", "Positions", "Rollout",
-           "PATCH_TOLERANCE", "PatchPositions", "Patching", "Picture", "POSITION_TOLERANCE", "Scaling", "Sinks",
+           "PATCH_TOLERANCE", "PatchPositions", "Patching", "PathPatching", "Picture", "POSITION_TOLERANCE",
+           "Scaling", "Sinks",
            "Steps", "TOLERANCE",
            "Verification", "ablate",
            "capture", "capture_image", "contributions", "conversion_pending", "corpus", "cost", "detect", "export",
@@ -98,7 +99,8 @@ __all__ = ["Ablation", "Capture", "Contributions", "CorpusState", "Cost", "DEVIC
            "generate",
            "heads", "importance", "list_families", "list_metrics", "load_capture", "load_model", "logit_attribution",
            "merge", "model_shape", "norms",
-           "patch", "patch_positions", "picture", "positions", "register_metric", "resolve_model", "rollout", "scaling",
+           "patch", "patch_positions", "path_patch", "picture", "positions", "register_metric", "resolve_model",
+           "rollout", "scaling",
            "sinks", "steps",
            "to_words",
            "verify", "view"]

@@ -16,7 +16,7 @@ from attnviz.progress import Reporter
 from attnviz.render.png import mixed_figure
 from attnviz.text import check_text, shorten, visible
 
-__all__ = ["patch", "Patching", "DIRECTIONS", "PATCH_TOLERANCE"]
+__all__ = ["patch", "Patching", "path_patch", "PathPatching", "DIRECTIONS", "PATCH_TOLERANCE"]
 
 DIRECTIONS = ("denoise", "noise")
 PATCH_TOLERANCE = 1e-4  # |LD with every head and MLP patched − the donor's LD|, over max(1, |LD|): float32 sums
@@ -141,51 +141,15 @@ def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
     (and with `positions` each head at each position), each layer's attention output and residual stream at
     each position, patched alone from one run into the other (`direction` "denoise": clean into corrupted;
     "noise": corrupted into clean), batched. An answer may also be a token id."""
-    check_text(clean)
-    check_text(corrupt)
-    if direction not in DIRECTIONS:
-        raise InputError(f"{arg('direction')} takes denoise or noise; got {visible(direction)!r}", "direction")
-    if answers is not None and (len(answers) != 2 or answers[0] == answers[1]):
-        raise InputError(f"{arg('answers')} takes two different tokens, the answer and the other, e.g. "
-                         f"' Paris',' Rome'", "answers")
-    loaded = resolve_model(model, tokenizer, device=device, dtype=dtype, lm_head=True)
-    loaded.require_single("patch")
-    from attnviz.api.attribution import _target_id
-    from attnviz.engine.ablation import is_causal_lm, site
-    from attnviz.engine.forward import encode
-    from attnviz.engine.memory import check_memory
-    from attnviz.engine.patching import (all_patched_logits, donor_run, every_patch, logit_difference, run_patches)
+    loaded, where, first, second, clean_run, corrupt_run, answer, other = _prepare(
+        clean, corrupt, model, tokenizer, answers, direction, truncate, device, dtype)
+    from attnviz.engine.patching import all_patched_logits, every_patch, logit_difference, run_patches
 
-    if not is_causal_lm(loaded.model):
-        raise InputError(f"patch measures a causal language model's next token; {loaded.name} is not one (for "
-                         f"an encoder, ablate and importance measure the embedding)", "model")
-    first, second = encode(loaded, clean, truncate=truncate), encode(loaded, corrupt, truncate=truncate)
-    T = len(first.tokens)
-    if len(second.tokens) != T:
-        raise InputError(f"the prompts must have as many tokens, to patch position by position: the clean one has "
-                         f"{T} ({' '.join(visible(t) for t in first.tokens[:12])}), the corrupted one "
-                         f"{len(second.tokens)} ({' '.join(visible(t) for t in second.tokens[:12])})", "corrupt")
-    check_memory(loaded, T, copies=4.0)
-    where = site(loaded.model)
-    L, H = where.layers, where.heads
+    L, H, T = where.layers, where.heads, len(first.tokens)
     reporter = reporter or Reporter()
-    with reporter.status("Running both prompts…"):
-        clean_run, corrupt_run = donor_run(where, first.inputs), donor_run(where, second.inputs)
-    if answers is None:
-        answer, other = int(clean_run.logits.argmax()), int(corrupt_run.logits.argmax())
-        if answer == other:
-            shown = visible(loaded.tokenizer.decode([answer]))
-            raise InputError(f"both prompts predict {shown!r}: give the two answers to compare with "
-                             f"{arg('answers')} (e.g. ' Paris',' Rome')", "answers")
-    else:
-        given = [_target_id(loaded, a, "answers") for a in answers]
-        answer, other = int(given[0] or 0), int(given[1] or 0)
     clean_diff = float(logit_difference(clean_run.logits, answer, other))
     corrupt_diff = float(logit_difference(corrupt_run.logits, answer, other))
     gap = clean_diff - corrupt_diff
-    if abs(gap) < 1e-6:
-        raise InputError("the two prompts give the same logit difference: there is nothing to restore; choose "
-                         f"prompts that differ in what they predict, or other {arg('answers')}", "answers")
     receiver, donor = (second, clean_run) if direction == "denoise" else (first, corrupt_run)
 
     def score(logits) -> np.ndarray:
@@ -209,3 +173,133 @@ def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
         corrupt_diff=corrupt_diff, heads=results["heads"].reshape(L, H), attention=results["attention"].reshape(L, T),
         residual=results["residual"].reshape(L, T),
         head_positions=results["head_positions"].reshape(L, H, T) if positions else None, all_patched=everything)
+
+
+def _prepare(clean, corrupt, model, tokenizer, answers, direction, truncate, device, dtype):
+    """What patching and path patching share: the prompts checked and encoded (as many tokens), the model (a
+    causal LM), both runs recorded, the two answers (their logit difference must differ between the runs).
+    (loaded, site, clean Encoded, corrupt Encoded, clean run, corrupted run, answer id, other id)"""
+    check_text(clean)
+    check_text(corrupt)
+    if direction not in DIRECTIONS:
+        raise InputError(f"{arg('direction')} takes denoise or noise; got {visible(direction)!r}", "direction")
+    if answers is not None and (len(answers) != 2 or answers[0] == answers[1]):
+        raise InputError(f"{arg('answers')} takes two different tokens, the answer and the other, e.g. "
+                         f"' Paris',' Rome'", "answers")
+    loaded = resolve_model(model, tokenizer, device=device, dtype=dtype, lm_head=True)
+    loaded.require_single("patch")
+    from attnviz.api.attribution import _target_id
+    from attnviz.engine.ablation import is_causal_lm, site
+    from attnviz.engine.forward import encode
+    from attnviz.engine.memory import check_memory
+    from attnviz.engine.patching import donor_run, logit_difference
+
+    if not is_causal_lm(loaded.model):
+        raise InputError(f"patch measures a causal language model's next token; {loaded.name} is not one (for "
+                         f"an encoder, ablate and importance measure the embedding)", "model")
+    first, second = encode(loaded, clean, truncate=truncate), encode(loaded, corrupt, truncate=truncate)
+    T = len(first.tokens)
+    if len(second.tokens) != T:
+        raise InputError(f"the prompts must have as many tokens, to patch position by position: the clean one has "
+                         f"{T} ({' '.join(visible(t) for t in first.tokens[:12])}), the corrupted one "
+                         f"{len(second.tokens)} ({' '.join(visible(t) for t in second.tokens[:12])})", "corrupt")
+    check_memory(loaded, T, copies=4.0)
+    where = site(loaded.model)
+    clean_run, corrupt_run = donor_run(where, first.inputs), donor_run(where, second.inputs)
+    if answers is None:
+        answer, other = int(clean_run.logits.argmax()), int(corrupt_run.logits.argmax())
+        if answer == other:
+            shown = visible(loaded.tokenizer.decode([answer]))
+            raise InputError(f"both prompts predict {shown!r}: give the two answers to compare with "
+                             f"{arg('answers')} (e.g. ' Paris',' Rome')", "answers")
+    else:
+        given = [_target_id(loaded, a, "answers") for a in answers]
+        answer, other = int(given[0] or 0), int(given[1] or 0)
+    gap = float(logit_difference(clean_run.logits, answer, other) - logit_difference(corrupt_run.logits, answer,
+                                                                                    other))
+    if abs(gap) < 1e-6:
+        raise InputError("the two prompts give the same logit difference: there is nothing to restore; choose "
+                         f"prompts that differ in what they predict, or other {arg('answers')}", "answers")
+    return loaded, where, first, second, clean_run, corrupt_run, answer, other
+
+
+@dataclass(frozen=True)
+class PathPatching:
+    """Path patching (Wang et al. 2022): the senders' outputs from the donor run reach the receivers only through
+    their inputs `to` (of q, k, v), everything else frozen at the receiver run, measured like `Patching` (0
+    the corrupted run, 1 the clean one). `score`: through every receiver at once; `by_receiver`: through each
+    alone."""
+
+    model: str
+    clean: str
+    corrupt: str
+    answer: str
+    other: str
+    direction: str
+    senders: tuple[tuple[int, int], ...]
+    receivers: tuple[tuple[int, int], ...]
+    to: str
+    clean_diff: float
+    corrupt_diff: float
+    score: float
+    by_receiver: tuple[float, ...]
+
+    def to_dict(self) -> dict:
+        """What `attnviz patch --from-heads … --json` prints."""
+        return {"model": self.model, "clean": self.clean, "corrupt": self.corrupt, "answer": self.answer,
+                "other": self.other, "direction": self.direction, "senders": [list(p) for p in self.senders],
+                "receivers": [list(p) for p in self.receivers], "to": self.to, "clean_logit_diff": self.clean_diff,
+                "corrupt_logit_diff": self.corrupt_diff, "score": self.score,
+                "by_receiver": [{"layer": n, "head": h, "score": s}
+                                for (n, h), s in zip(self.receivers, self.by_receiver)]}
+
+    def records(self) -> list[dict]:
+        return [{"layer": n, "head": h, "score": s} for (n, h), s in zip(self.receivers, self.by_receiver)]
+
+    def _repr_html_(self) -> str:
+        return records_html(self.records(), ["layer", "head", "score"],
+                            f"{self.model}: path patching into {len(self.receivers)} receivers ({self.to})")
+
+
+@borrows
+@checked
+def path_patch(clean: str, corrupt: str, *, senders: Any, receivers: Any = (), to: str = "qkv", model: Any = None,
+               tokenizer: Any = None, answers: tuple[str | int, str | int] | list[str | int] | None = None,
+               direction: str = "denoise", truncate: bool = True, device: str = "auto",
+               dtype: str = "float32") -> PathPatching:
+    """Path patching (Wang et al. 2022) for a causal language model: the `senders` ("9.6,9.9" or (layer, head)
+    pairs) patched from the donor run (the clean one, denoising) into the receiver run, reaching only the
+    `receivers` (heads of later layers) through their `to` inputs (any of "q", "k", "v"), every other head
+    frozen at the receiver run; the metric as `patch` measures it. With no receivers it changes nothing."""
+    from attnviz.api.removal import _head_pairs
+    from attnviz.engine.fromscratch.adapters import adapter_for
+    from attnviz.engine.patching import INPUTS, logit_difference, path_patched_logits
+
+    if not to or any(c not in INPUTS for c in to) or len(set(to)) != len(to):
+        raise InputError(f"{arg('to')} takes q, k and v, alone or together (qk, qkv, …); got {visible(to)!r}", "to")
+    loaded, where, first, second, clean_run, corrupt_run, answer, other = _prepare(
+        clean, corrupt, model, tokenizer, answers, direction, truncate, device, dtype)
+    L, H = where.layers, where.heads
+    sent = _head_pairs(senders, L, H)
+    received = _head_pairs(receivers, L, H) if receivers else []
+    if received and min(n for n, _ in received) <= max(n for n, _ in sent):
+        raise InputError(f"{arg('receivers')} must be heads of layers after the senders' (the last sender is in "
+                         f"layer {max(n for n, _ in sent)})", "receivers")
+    base = getattr(loaded.model, "base_model", loaded.model)
+    attention = adapter_for(base).modules(base)
+    clean_diff = float(logit_difference(clean_run.logits, answer, other))
+    corrupt_diff = float(logit_difference(corrupt_run.logits, answer, other))
+    gap = clean_diff - corrupt_diff
+    receiver_inputs, receiver, donor = ((second.inputs, corrupt_run, clean_run) if direction == "denoise"
+                                        else (first.inputs, clean_run, corrupt_run))
+
+    def score(group) -> float:
+        logits = path_patched_logits(where, attention, receiver_inputs, receiver, donor, sent, group, to)
+        return float((logit_difference(logits, answer, other) - corrupt_diff) / gap)
+
+    return PathPatching(
+        model=loaded.name, clean=clean, corrupt=corrupt, answer=loaded.tokenizer.decode([answer]),
+        other=loaded.tokenizer.decode([other]), direction=direction, senders=tuple(sent), receivers=tuple(received),
+        to=to, clean_diff=clean_diff, corrupt_diff=corrupt_diff, score=score(received),
+        by_receiver=tuple(score([r]) for r in received))
+

@@ -41,6 +41,17 @@ def patch(corrupt: Annotated[Optional[str], typer.Argument(
                                   "patches; --json holds them).")] = False,
           top: Annotated[int, typer.Option("--top", parser=whole_number(1, 100), metavar="K",
                                            help="How many heads to list (1 to 100).")] = 10,
+          senders: Annotated[Optional[str], typer.Option(
+              "--from-heads", metavar="HEADS", show_default=False,
+              help="Path patching (Wang et al. 2022): these heads (layer.head, e.g. 9.6,9.9) patched from the donor "
+                   "run, reaching only the --receivers through their --to inputs, every other head frozen.")] = None,
+          receivers: Annotated[Optional[str], typer.Option(
+              "--receivers", metavar="HEADS", show_default=False,
+              help="--from-heads: the receiving heads, of later layers (e.g. 10.0,10.7); each is also measured "
+                   "alone.")] = None,
+          to: Annotated[str, typer.Option(
+              "--to", metavar="INPUTS", help="--from-heads: the receivers' inputs the path goes through: q, k, v or "
+                                             "together (qk, qkv).")] = "qkv",
           output: ImageOut = None, as_json: JsonOpt = False, as_csv: CsvOpt = False,
           *, inp: TextSource) -> None:
     from attnviz.api import PATCH_TOLERANCE, patch as run_patch
@@ -61,6 +72,12 @@ def patch(corrupt: Annotated[Optional[str], typer.Argument(
         raise typer.BadParameter("CORRUPT is the prompt itself (standard input is for CLEAN, as -)")
     text = inp.require_text()
     loaded = inp.load(lm_head=True)
+    if senders is not None:
+        _path(text, corrupt, loaded, senders, receivers, to, pair, noise, as_json, as_csv)
+        return
+    if receivers is not None:
+        raise typer.BadParameter("--receivers is for path patching: give the senders with --from-heads",
+                                 param_hint="--receivers")
     result = run_patch(text, corrupt, model=loaded, answers=pair, direction="noise" if noise else "denoise",
                        positions=positions, truncate=inp.truncate, reporter=CliReporter())
     if as_json:
@@ -116,3 +133,29 @@ def _last_above(column, level: float = 0.5) -> str:
     """The last layer where the value is above `level`, or –."""
     above = [n for n, v in enumerate(column) if v > level]
     return str(above[-1]) if above else "–"
+
+
+def _path(text, corrupt, loaded, senders, receivers, to, pair, noise, as_json: bool, as_csv: bool) -> None:
+    """patch --from-heads: path patching, a line for the path through every receiver and one per receiver."""
+    from attnviz.api import path_patch
+    from attnviz.panels import short_model
+    from attnviz.render.tables import records_table
+    from attnviz.text import visible
+
+    result = path_patch(text, corrupt, senders=senders, receivers=receivers or (), to=to, model=loaded,
+                        answers=pair, direction="noise" if noise else "denoise")
+    if as_json:
+        print_json(result.to_dict())
+        return
+    if emit_records(result.records(), False, as_csv):
+        return
+    sent = ",".join(f"{n}.{h}" for n, h in result.senders)
+    say(f"{short_model(result.model)}: path patching ({result.direction}) from {sent} into "
+        f"{len(result.receivers)} receiver(s) through {', '.join(result.to)}: restored {result.score:+.3f} of "
+        f"{visible(result.answer)!r} against {visible(result.other)!r} (0 is the corrupted run, 1 the clean one)",
+        wrap=True)
+    if result.receivers:
+        rows = [{"head": f"{n}.{h}", "score": s} for (n, h), s in zip(result.receivers, result.by_receiver)]
+        out.print(records_table(rows, [("head", "receiver", ""), ("score", "restored through it alone", "+.3f")],
+                                "each receiver alone"))
+
