@@ -15,7 +15,7 @@ import attnviz
 from attnviz.engine import offline
 
 CLEAN, CORRUPT = "The cat sat on the mat", "The dog sat on the mat"
-FAMILIES = ("gpt2", "llama", "qwen3", "phi3", "gemma2", "gpt_oss")
+FAMILIES = ("gpt2", "llama", "qwen3", "phi3", "gemma2", "gpt_oss", "bert", "distilbert")
 
 
 @pytest.fixture(scope="module")
@@ -38,12 +38,16 @@ def prepared(folder):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        loaded = load(folder, device="cpu", lm_head=True)
+        loaded = load(folder, device="cpu", lm_head="auto")
     return loaded, site(loaded.model), encode(loaded, CLEAN), encode(loaded, CORRUPT)
 
 
-def answers_of(loaded) -> tuple[str, str]:
-    """Two tokens of the model's vocabulary whose text is one token again."""
+def answers_of(loaded) -> tuple[str, str] | None:
+    """Two tokens of the model's vocabulary whose text is one token again (None for an encoder)."""
+    from attnviz.engine.ablation import is_causal_lm
+
+    if not is_causal_lm(loaded.model):
+        return None
     found = []
     for i in range(5, len(loaded.tokenizer)):
         text = loaded.tokenizer.decode([i])
@@ -66,8 +70,8 @@ def test_a_run_patched_into_itself_changes_nothing(kind, folders):
     T = len(clean.tokens)
     for what in ("head", "attention", "residual"):
         logits = run_patches(where, clean.inputs, donor, every_patch(what, where.layers, where.heads, T))
-        scale = float(donor.logits.abs().max())
-        assert float((logits - donor.logits).abs().max()) <= 1e-5 * max(1.0, scale)
+        scale = float(donor.reading.abs().max())
+        assert float((logits - donor.reading).abs().max()) <= 1e-5 * max(1.0, scale)
 
 
 @pytest.mark.parametrize("kind", FAMILIES)
@@ -78,8 +82,15 @@ def test_every_head_and_mlp_patched_gives_the_donors_run(kind, folders):
 
     loaded, where, clean, corrupt = prepared(folders(kind))
     donor = donor_run(where, clean.inputs)
-    logits = all_patched_logits(where, corrupt.inputs, donor)
-    assert float((logits - donor.logits).abs().max()) <= 1e-5 * max(1.0, float(donor.logits.abs().max()))
+    reading = all_patched_logits(where, corrupt.inputs, donor)
+    if answers_of(loaded) is None:  # an encoder: every position whose token is shared (the pooled one is not)
+        T = len(clean.tokens)
+        shared = [i for i, (a, b) in enumerate(zip(clean.tokens, corrupt.tokens)) if a == b]
+        D = reading.shape[0] // (T + 1)
+        reading, wanted = reading[D:].view(T, D)[shared], donor.reading[D:].view(T, D)[shared]
+    else:
+        wanted = donor.reading
+    assert float((reading - wanted).abs().max()) <= 1e-5 * max(1.0, float(wanted.abs().max()))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for direction, target in (("denoise", 1.0), ("noise", 0.0)):
@@ -89,10 +100,12 @@ def test_every_head_and_mlp_patched_gives_the_donors_run(kind, folders):
             assert result.residual.shape == (where.layers, len(result.tokens))
 
 
-def test_the_residual_stream_patched_below_the_first_layer_is_the_clean_run(folders):
+@pytest.mark.parametrize("kind", ["llama", "bert"])
+def test_the_residual_stream_patched_below_the_first_layer_is_the_clean_run(kind, folders):
     """Patching the residual stream entering layer 0 at the one position where the prompts differ makes the
-    corrupted run the clean one: restored 1 there, and 0 at every position where the tokens are the same."""
-    loaded, *_ = prepared(folders("llama"))
+    corrupted run the clean one: restored 1 there, and 0 at every position where the tokens are the same (a
+    causal LM's logit difference; an encoder's sentence embedding, by its cosine with the clean run's)."""
+    loaded, *_ = prepared(folders(kind))
     result = attnviz.patch(CLEAN, CORRUPT, model=loaded, answers=answers_of(loaded))
     (where,) = result.differs  # "cat" / "dog" (after the tokenizer's start token)
     assert result.residual[0, where] == pytest.approx(1.0, abs=1e-5)
@@ -151,7 +164,7 @@ def test_the_batched_patches_equal_one_pass_per_patch(kind, folders):
 def test_what_patch_refuses_in_one_line(folders, tiny_model_dir):
     folder = folders("gpt2")
     assert "as many tokens" in one_line_error(run("patch", CLEAN, "The dog sat on the big soft mat", "-m", folder))
-    assert "causal language model" in one_line_error(run("patch", CLEAN, CORRUPT, "-m", tiny_model_dir("bert")))
+    assert "encoder" in one_line_error(run("patch", CLEAN, CORRUPT, "-m", tiny_model_dir("bert"), "--answers", "a,b"))
     assert "same logit difference" in one_line_error(run("patch", CLEAN, CLEAN, "-m", folder, "--answers", "a,b"))
     assert "--answers" in one_line_error(run("patch", CLEAN, CORRUPT, "-m", folder, "--answers", "a"), 2)
     with pytest.raises(attnviz.AttnvizError, match="direction"):
@@ -228,7 +241,7 @@ def test_path_patching_with_no_receivers_changes_nothing(kind, folders):
     receiver = donor_run(where, corrupt.inputs)
     logits = path_patched_logits(where, attention, corrupt.inputs, receiver, receiver, [(0, 1)], [(1, 0), (1, 2)],
                                  "qkv")
-    assert float((logits - receiver.logits).abs().max()) <= 1e-5 * max(1.0, float(receiver.logits.abs().max()))
+    assert float((logits - receiver.reading).abs().max()) <= 1e-5 * max(1.0, float(receiver.reading.abs().max()))
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])

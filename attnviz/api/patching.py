@@ -53,6 +53,12 @@ class Patching:
     # the last tokens differ (their embeddings are not patched)
 
     @property
+    def metric(self) -> str:
+        """What is measured: a causal LM's logit difference of the answers, or an encoder's sentence embedding."""
+        return ("logit difference" if self.answer or self.other
+                else "cosine of the sentence embedding with the clean run's")
+
+    @property
     def differs(self) -> tuple[int, ...]:
         """The positions where the two prompts' tokens differ."""
         return tuple(i for i, (a, b) in enumerate(zip(self.tokens, self.corrupt_tokens)) if a != b)
@@ -83,7 +89,7 @@ class Patching:
         """What `attnviz patch --json` prints."""
         data = {"model": self.model, "clean": self.clean, "corrupt": self.corrupt, "tokens": list(self.tokens),
                 "corrupt_tokens": list(self.corrupt_tokens), "answer": self.answer, "other": self.other,
-                "direction": self.direction, "clean_logit_diff": self.clean_diff,
+                "direction": self.direction, "metric": self.metric, "clean_logit_diff": self.clean_diff,
                 "corrupt_logit_diff": self.corrupt_diff, "heads": self.heads.tolist(),
                 "attention": self.attention.tolist(), "residual": self.residual.tolist(), "top": self.top(),
                 "all_patched": self.all_patched, "passed": self.passed}
@@ -104,7 +110,8 @@ class Patching:
         """Three panels on one diverging scale centred on 0: each head (layers × heads), each layer's attention
         output by position, and the residual stream by position (layers × positions)."""
         title = (f"{short_model(self.model)} · activation patching ({self.direction}): "
-                 f"{visible(self.answer)!r} against {visible(self.other)!r}")
+                 + (f"{visible(self.answer)!r} against {visible(self.other)!r}" if self.answer or self.other
+                    else "the sentence embedding"))
         values = [self.heads, self.attention, self.residual]
         edge = max(1.0, max(float(np.abs(v).max()) for v in values))
         scale = Scale(-edge, edge, "restored (0 corrupted, 1 clean)")
@@ -119,7 +126,7 @@ class Patching:
                                 hidden=None, scale=scale, title=(title,), name=name, short=f"{short}, by position",
                                 row_axis="layer", col_axis="position", cmap="RdBu_r"))
         subtitle = f"“{visible(shorten(self.clean, 150))}” / “{visible(shorten(self.corrupt, 150))}”"
-        notes = (f"logit difference: clean {self.clean_diff:.3f}, corrupted {self.corrupt_diff:.3f}"
+        notes = (f"{self.metric}: clean {self.clean_diff:.3f}, corrupted {self.corrupt_diff:.3f}"
                  + ("" if self.all_patched is None else f"; every head and MLP patched gives {self.all_patched:.3f} "
                     f"(the donor's run: {1.0 if self.direction == 'denoise' else 0.0:.0f})"),)
         return Page(panels=tuple(panels), title=title, name="attnviz_patch", notes=notes, subtitle=subtitle)
@@ -141,19 +148,17 @@ def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
     (and with `positions` each head at each position), each layer's attention output and residual stream at
     each position, patched alone from one run into the other (`direction` "denoise": clean into corrupted;
     "noise": corrupted into clean), batched. An answer may also be a token id."""
-    loaded, where, first, second, clean_run, corrupt_run, answer, other = _prepare(
+    loaded, where, first, second, clean_run, corrupt_run, measure, clean_diff, corrupt_diff, names = _prepare(
         clean, corrupt, model, tokenizer, answers, direction, truncate, device, dtype)
-    from attnviz.engine.patching import all_patched_logits, every_patch, logit_difference, run_patches
+    from attnviz.engine.patching import every_patch, run_patches
 
     L, H, T = where.layers, where.heads, len(first.tokens)
     reporter = reporter or Reporter()
-    clean_diff = float(logit_difference(clean_run.logits, answer, other))
-    corrupt_diff = float(logit_difference(corrupt_run.logits, answer, other))
     gap = clean_diff - corrupt_diff
     receiver, donor = (second, clean_run) if direction == "denoise" else (first, corrupt_run)
 
-    def score(logits) -> np.ndarray:
-        return (logit_difference(logits, answer, other) - corrupt_diff) / gap
+    def score(readings) -> np.ndarray:
+        return (measure(readings) - corrupt_diff) / gap
 
     patches = {"heads": every_patch("head", L, H, T), "attention": every_patch("attention", L, H, T),
                "residual": every_patch("residual", L, H, T)}
@@ -164,12 +169,11 @@ def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
     with reporter.progress("Patching", total, "patches") as step:
         for name, chosen in patches.items():
             results[name] = score(run_patches(where, receiver.inputs, donor, chosen, on_done=step))
-    everything = (float(score(all_patched_logits(where, receiver.inputs, donor)))
-                  if first.tokens[-1] == second.tokens[-1] else None)
+    everything = _all_patched(where, receiver, donor, first, second, score, clean_diff, corrupt_diff, direction)
     return Patching(
         model=loaded.name, clean=clean, corrupt=corrupt, tokens=tuple(first.tokens),
-        corrupt_tokens=tuple(second.tokens), answer=loaded.tokenizer.decode([answer]),
-        other=loaded.tokenizer.decode([other]), direction=direction, clean_diff=clean_diff,
+        corrupt_tokens=tuple(second.tokens), answer=names[0], other=names[1], direction=direction,
+        clean_diff=clean_diff,
         corrupt_diff=corrupt_diff, heads=results["heads"].reshape(L, H), attention=results["attention"].reshape(L, T),
         residual=results["residual"].reshape(L, T),
         head_positions=results["head_positions"].reshape(L, H, T) if positions else None, all_patched=everything)
@@ -186,7 +190,7 @@ def _prepare(clean, corrupt, model, tokenizer, answers, direction, truncate, dev
     if answers is not None and (len(answers) != 2 or answers[0] == answers[1]):
         raise InputError(f"{arg('answers')} takes two different tokens, the answer and the other, e.g. "
                          f"' Paris',' Rome'", "answers")
-    loaded = resolve_model(model, tokenizer, device=device, dtype=dtype, lm_head=True)
+    loaded = resolve_model(model, tokenizer, device=device, dtype=dtype, lm_head="auto")
     loaded.require_single("patch")
     from attnviz.api.attribution import _target_id
     from attnviz.engine.ablation import is_causal_lm, site
@@ -194,9 +198,10 @@ def _prepare(clean, corrupt, model, tokenizer, answers, direction, truncate, dev
     from attnviz.engine.memory import check_memory
     from attnviz.engine.patching import donor_run, logit_difference
 
-    if not is_causal_lm(loaded.model):
-        raise InputError(f"patch measures a causal language model's next token; {loaded.name} is not one (for "
-                         f"an encoder, ablate and importance measure the embedding)", "model")
+    causal = is_causal_lm(loaded.model)
+    if not causal and answers is not None:
+        raise InputError(f"{arg('answers')} are next tokens of a causal language model; {loaded.name} is an encoder, "
+                         f"measured by its sentence embedding", "answers")
     first, second = encode(loaded, clean, truncate=truncate), encode(loaded, corrupt, truncate=truncate)
     T = len(first.tokens)
     if len(second.tokens) != T:
@@ -206,21 +211,57 @@ def _prepare(clean, corrupt, model, tokenizer, answers, direction, truncate, dev
     check_memory(loaded, T, copies=4.0)
     where = site(loaded.model)
     clean_run, corrupt_run = donor_run(where, first.inputs), donor_run(where, second.inputs)
-    if answers is None:
-        answer, other = int(clean_run.logits.argmax()), int(corrupt_run.logits.argmax())
-        if answer == other:
-            shown = visible(loaded.tokenizer.decode([answer]))
-            raise InputError(f"both prompts predict {shown!r}: give the two answers to compare with "
-                             f"{arg('answers')} (e.g. ' Paris',' Rome')", "answers")
+    if not causal:  # an encoder: the cosine of the sentence embedding with the clean run's
+        D = int(clean_run.reading.shape[0]) // (T + 1)
+        reference = clean_run.reading[:D]
+
+        def measure(reading):
+            return (reading[..., :D] @ reference).double().cpu().numpy()
+
+        names = ("", "")
     else:
-        given = [_target_id(loaded, a, "answers") for a in answers]
-        answer, other = int(given[0] or 0), int(given[1] or 0)
-    gap = float(logit_difference(clean_run.logits, answer, other) - logit_difference(corrupt_run.logits, answer,
-                                                                                    other))
-    if abs(gap) < 1e-6:
-        raise InputError("the two prompts give the same logit difference: there is nothing to restore; choose "
-                         f"prompts that differ in what they predict, or other {arg('answers')}", "answers")
-    return loaded, where, first, second, clean_run, corrupt_run, answer, other
+        if answers is None:
+            answer, other = int(clean_run.reading.argmax()), int(corrupt_run.reading.argmax())
+            if answer == other:
+                shown = visible(loaded.tokenizer.decode([answer]))
+                raise InputError(f"both prompts predict {shown!r}: give the two answers to compare with "
+                                 f"{arg('answers')} (e.g. ' Paris',' Rome')", "answers")
+        else:
+            given = [_target_id(loaded, a, "answers") for a in answers]
+            answer, other = int(given[0] or 0), int(given[1] or 0)
+
+        def measure(reading):
+            return logit_difference(reading, answer, other)
+
+        names = (loaded.tokenizer.decode([answer]), loaded.tokenizer.decode([other]))
+    clean_value, corrupt_value = float(measure(clean_run.reading)), float(measure(corrupt_run.reading))
+    if abs(clean_value - corrupt_value) < 1e-6:
+        raise InputError("the two prompts give the same " + ("logit difference" if causal else "embedding")
+                         + ": there is nothing to restore; choose prompts that differ"
+                         + (f" in what they predict, or other {arg('answers')}" if causal else ""), "answers")
+    return loaded, where, first, second, clean_run, corrupt_run, measure, clean_value, corrupt_value, names
+
+
+def _all_patched(where, receiver, donor, first, second, score, clean_value, corrupt_value, direction) -> float | None:
+    """The check: every head and MLP patched. A causal LM: the metric at the last position (their last tokens
+    must be the same), as restored. An encoder: the final hidden state of every position whose token both
+    prompts share must be the donor's; restored 1 (denoising) or 0 where it is, else the largest difference
+    over the state's size moved past. None where no position qualifies."""
+    from attnviz.engine.ablation import is_causal_lm
+    from attnviz.engine.patching import all_patched_logits
+
+    reading = all_patched_logits(where, receiver.inputs, donor)
+    if is_causal_lm(where.model):
+        return float(score(reading)) if first.tokens[-1] == second.tokens[-1] else None
+    shared = [i for i, (a, b) in enumerate(zip(first.tokens, second.tokens)) if a == b]
+    if not shared:
+        return None
+    T = len(first.tokens)
+    D = int(reading.shape[0]) // (T + 1)
+    states, wanted = reading[D:].view(T, D)[shared], donor.reading[D:].view(T, D)[shared]
+    miss = float((states - wanted).abs().max()) / max(1.0, float(wanted.abs().max()))
+    target = 1.0 if direction == "denoise" else 0.0
+    return target if miss <= PATCH_TOLERANCE else target + (miss if direction == "denoise" else -miss)
 
 
 @dataclass(frozen=True)
@@ -273,11 +314,11 @@ def path_patch(clean: str, corrupt: str, *, senders: Any, receivers: Any = (), t
     frozen at the receiver run; the metric as `patch` measures it. With no receivers it changes nothing."""
     from attnviz.api.removal import _head_pairs
     from attnviz.engine.fromscratch.adapters import adapter_for
-    from attnviz.engine.patching import INPUTS, logit_difference, path_patched_logits
+    from attnviz.engine.patching import INPUTS, path_patched_logits
 
     if not to or any(c not in INPUTS for c in to) or len(set(to)) != len(to):
         raise InputError(f"{arg('to')} takes q, k and v, alone or together (qk, qkv, …); got {visible(to)!r}", "to")
-    loaded, where, first, second, clean_run, corrupt_run, answer, other = _prepare(
+    loaded, where, first, second, clean_run, corrupt_run, measure, clean_diff, corrupt_diff, names = _prepare(
         clean, corrupt, model, tokenizer, answers, direction, truncate, device, dtype)
     L, H = where.layers, where.heads
     sent = _head_pairs(senders, L, H)
@@ -287,19 +328,17 @@ def path_patch(clean: str, corrupt: str, *, senders: Any, receivers: Any = (), t
                          f"layer {max(n for n, _ in sent)})", "receivers")
     base = getattr(loaded.model, "base_model", loaded.model)
     attention = adapter_for(base).modules(base)
-    clean_diff = float(logit_difference(clean_run.logits, answer, other))
-    corrupt_diff = float(logit_difference(corrupt_run.logits, answer, other))
     gap = clean_diff - corrupt_diff
     receiver_inputs, receiver, donor = ((second.inputs, corrupt_run, clean_run) if direction == "denoise"
                                         else (first.inputs, clean_run, corrupt_run))
 
     def score(group) -> float:
         logits = path_patched_logits(where, attention, receiver_inputs, receiver, donor, sent, group, to)
-        return float((logit_difference(logits, answer, other) - corrupt_diff) / gap)
+        return float((measure(logits) - corrupt_diff) / gap)
 
     return PathPatching(
-        model=loaded.name, clean=clean, corrupt=corrupt, answer=loaded.tokenizer.decode([answer]),
-        other=loaded.tokenizer.decode([other]), direction=direction, senders=tuple(sent), receivers=tuple(received),
+        model=loaded.name, clean=clean, corrupt=corrupt, answer=names[0], other=names[1], direction=direction,
+        senders=tuple(sent), receivers=tuple(received),
         to=to, clean_diff=clean_diff, corrupt_diff=corrupt_diff, score=score(received),
         by_receiver=tuple(score([r]) for r in received))
 

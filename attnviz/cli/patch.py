@@ -21,8 +21,8 @@ from attnviz.cli.params import CsvOpt, ImageOut, JsonOpt, whole_number
                   "head's output, and each layer's attention output and residual stream at each position, is "
                   "put from the clean run into the corrupted one alone (--noise: the other way), and the logit "
                   "difference of two answers at the last position says how much comes back: 0 is the "
-                  "corrupted run, 1 the clean one. Batched. Checked: every head and MLP patched gives the "
-                  "donor's run. For causal language models (e.g. -m smollm2).")
+                  "corrupted run, 1 the clean one (an encoder: the cosine of its sentence embedding with the "
+                  "clean run's). Batched. Checked: every head and MLP patched gives the donor's run.")
 @cli_errors
 @takes(inp=TextSource)
 def patch(corrupt: Annotated[Optional[str], typer.Argument(
@@ -71,7 +71,7 @@ def patch(corrupt: Annotated[Optional[str], typer.Argument(
     if corrupt == "-":
         raise typer.BadParameter("CORRUPT is the prompt itself (standard input is for CLEAN, as -)")
     text = inp.require_text()
-    loaded = inp.load(lm_head=True)
+    loaded = inp.load(lm_head="auto")
     if senders is not None:
         _path(text, corrupt, loaded, senders, receivers, to, pair, noise, as_json, as_csv)
         return
@@ -88,25 +88,27 @@ def patch(corrupt: Annotated[Optional[str], typer.Argument(
                 for n, r in enumerate(result.top(top))]
         columns = [("rank", "rank", "d"), ("head", "layer.head", ""), ("score", "restored", "+.3f")]
         out.print(records_table(rows, columns,
-                                f"{short_model(result.model)}: {visible(result.answer)!r} against "
-                                f"{visible(result.other)!r}, each head patched ({result.direction})"))
-        say(f"logit difference: clean {result.clean_diff:+.3f}, corrupted {result.corrupt_diff:+.3f}; restored: "
+                                f"{short_model(result.model)}: "
+                                + (f"{visible(result.answer)!r} against {visible(result.other)!r}" if result.answer
+                                   else "the sentence embedding") + f", each head patched ({result.direction})"))
+        say(f"{result.metric}: clean {result.clean_diff:+.3f}, corrupted {result.corrupt_diff:+.3f}; restored: "
             f"0 is the corrupted run, 1 the clean one", wrap=True)
         labels = result.labels()
         for position in result.differs or (len(labels) - 1,):
             moves = [n for n in range(L) if result.residual[n, -1] > 0.5]
+            later = (f"; at the last position from layer {moves[0] if moves else '–'} on" if result.answer else "")
             say(f"The residual stream at {labels[position]!r} (position {position}) carries the difference up to "
-                f"layer {_last_above(result.residual[:, position])}; at the last position from layer "
-                f"{moves[0] if moves else '–'} on.", wrap=True)
+                f"layer {_last_above(result.residual[:, position])}{later}.", wrap=True)
         if result.all_patched is None:
             say("The check (every head and MLP patched) does not apply: the prompts' last tokens differ.",
                 style="dim", wrap=True)
         else:
             out.print(verdict(result.passed, f"every head and MLP patched gives the donor's run: "
-                                             f"{result.all_patched:.6f} (tolerance {PATCH_TOLERANCE:.0e} of the logit "
-                                             f"difference)"))
-        say("restored: (LD patched − LD corrupted) / (LD clean − LD corrupted), LD the logit difference of the two "
-            "answers at the last position; a head patched alone at every position.", wrap=True, style="dim")
+                                             f"{result.all_patched:.6f} (tolerance {PATCH_TOLERANCE:.0e} of the "
+                                             f"metric)"))
+        say("restored: (M patched − M corrupted) / (M clean − M corrupted), M the logit difference of the two "
+            "answers at the last position (an encoder: the cosine of the sentence embedding with the clean run's); "
+            "a head patched alone at every position.", wrap=True, style="dim")
     if output is not None:
         from attnviz.render.png import save_figure
 

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from attnviz.engine.ablation.seam import Site, copies_that_fit, editing, recording
-from attnviz.engine.ablation.runs import run_model
+from attnviz.engine.ablation.runs import embedding, is_causal_lm, outputs_of, run_model
 from attnviz.errors import UnsupportedArchitectureError
 
 KINDS = ("head", "attention", "residual")
@@ -49,7 +49,7 @@ class Donor:
 
     z: list
     hidden: list
-    logits: torch.Tensor  # (V,) at the last position
+    reading: torch.Tensor  # (R,): what the metric reads (read())
     inputs: dict  # the donor run's own inputs
 
 
@@ -77,12 +77,22 @@ def donor_run(where: Site, inputs: dict) -> Donor:
             handle.remove()
     if any(v is None for v in z) or any(v is None for v in hidden):
         raise UnsupportedArchitectureError(f"{type(where.model).__name__}: a layer was not called")
-    return Donor(list(z), hidden, output.logits[0, -1].detach().double(), inputs)
+    return Donor(list(z), hidden, read(where.model, output)[0], inputs)
+
+
+def read(model, output) -> torch.Tensor:
+    """What the metric reads of each element of a run, (B, R) float64: a causal LM's logits at the last
+    position (R = V); an encoder's unit sentence embedding (the mean over tokens, as `ablate` pools it) followed
+    by every token's final hidden state (R = D + T·D)."""
+    if is_causal_lm(model):
+        return output.logits[:, -1].double()
+    hidden = outputs_of(output, False)  # (B, T, D)
+    return torch.cat([embedding(hidden), hidden.flatten(1)], dim=1).double()
 
 
 def patched_logits(where: Site, inputs: dict, donor: Donor, patches: Sequence[Patch]) -> torch.Tensor:
-    """The last position's logits with each patch made alone, in one forward pass: row 0 is the receiver run
-    unpatched, row 1 + n has patches[n] (which must be in layer order). (1 + N, V) float64"""
+    """What read() reads with each patch made alone, in one forward pass: row 0 is the receiver run unpatched,
+    row 1 + n has patches[n] (which must be in layer order). (1 + N, R) float64"""
     layers = [p.layer for p in patches]
     if layers != sorted(layers):
         raise ValueError("patches must be in layer order")
@@ -129,7 +139,7 @@ def patched_logits(where: Site, inputs: dict, donor: Donor, patches: Sequence[Pa
     finally:
         for handle in handles:
             handle.remove()
-    logits = output.logits[:, -1].double()
+    logits = read(where.model, output)
     if logits.shape[0] != 1 + len(patches):
         raise UnsupportedArchitectureError(f"{type(where.model).__name__} did not keep the batch it was given "
                                            f"({logits.shape[0]} outputs for {1 + len(patches)})")
@@ -138,12 +148,15 @@ def patched_logits(where: Site, inputs: dict, donor: Donor, patches: Sequence[Pa
 
 def run_patches(where: Site, inputs: dict, donor: Donor, patches: Sequence[Patch], *, batched: bool = True,
                 on_done=None) -> torch.Tensor:
-    """The last position's logits with each patch made alone (N, V): in batched passes of as many copies as fit
-    memory, or (`batched=False`) one pass per patch, the loop the batched path must equal."""
+    """What read() reads with each patch made alone (N, R): in batched passes of as many copies as fit memory,
+    or (`batched=False`) one pass per patch, the loop the batched path must equal."""
     T = int(inputs["input_ids"].shape[1])
-    head: Any = where.model.get_output_embeddings()  # type: ignore[operator]
-    vocabulary = int(head.weight.shape[0])
-    size = copies_that_fit(where, T, vocabulary) if batched else 1
+    if is_causal_lm(where.model):
+        head: Any = where.model.get_output_embeddings()  # type: ignore[operator]
+        width = int(head.weight.shape[0])  # the model's logits at every position, for each copy
+    else:
+        width = 2 * int(getattr(where.model.config, "hidden_size", 0) or 1024)
+    size = copies_that_fit(where, T, width) if batched else 1
     ordered = sorted(range(len(patches)), key=lambda n: patches[n].layer)
     results: list = [None] * len(patches)
     for first in range(0, len(ordered), size):
@@ -169,9 +182,9 @@ def all_patched_logits(where: Site, inputs: dict, donor: Donor) -> torch.Tensor:
     """The receiver run with every head's z and every MLP's output replaced by the donor's, at every layer:
     at any position whose token is the same in both runs this is the donor's run there. (V,) at the last
     position. (A check, not a metric.)"""
-    found = [getattr(block, "mlp", None) for block in where.blocks]
+    found = [_mlp_of(block) for block in where.blocks]
     if any(m is None for m in found):
-        raise UnsupportedArchitectureError("this model's blocks have no .mlp to patch")
+        raise UnsupportedArchitectureError("this model's blocks have no MLP to patch (mlp, ffn or BERT's output.dense)")
     mlps: list[Any] = list(found)
     recorded: list = [None] * where.layers
 
@@ -202,7 +215,18 @@ def all_patched_logits(where: Site, inputs: dict, donor: Donor) -> torch.Tensor:
     finally:
         for handle in handles:
             handle.remove()
-    return output.logits[0, -1].double()
+    return read(where.model, output)[0]
+
+
+def _mlp_of(block):
+    """What a block's MLP adds before the residual (and, in a post-norm block, before its norm): .mlp, .ffn
+    (DistilBERT), or BERT's output.dense (its second linear layer)."""
+    for name in ("mlp", "ffn"):
+        found = getattr(block, name, None)
+        if isinstance(found, torch.nn.Module):
+            return found
+    dense = getattr(getattr(block, "output", None), "dense", None)
+    return dense if getattr(block, "intermediate", None) is not None and isinstance(dense, torch.nn.Module) else None
 
 
 def logit_difference(logits: torch.Tensor, answer: int, other: int) -> np.ndarray:
@@ -241,7 +265,7 @@ def path_patched_logits(where: Site, attention_modules: list, inputs: dict, rece
     """Path patching from `senders` to `receivers` through their inputs `to` (any of q, k, v): first the
     receiver run with the senders' z from the donor and every other head's z frozen at the receiver run's own
     (the MLPs recomputed), recording what the receivers' query / key / value projections give; then the
-    receiver run with only those slices replaced by the recording. (V,) logits at the last position."""
+    receiver run with only those slices replaced by the recording. What read() reads, (R,)."""
     config: Any = where.model.config
     sent = set(senders)
     targets = [(layer, head, which) for layer, head in receivers for which in to]
@@ -286,4 +310,4 @@ def path_patched_logits(where: Site, attention_modules: list, inputs: dict, rece
     finally:
         for handle in handles:
             handle.remove()
-    return output.logits[0, -1].double()
+    return read(where.model, output)[0]
