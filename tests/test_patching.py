@@ -231,7 +231,7 @@ def test_path_patching_with_no_receivers_changes_nothing(kind, folders):
     """Senders patched, every other head frozen, but no receiver reads them: the corrupted run's answer (0), and
     a donor that is the receiver run itself gives the receiver's own logits."""
     from attnviz.engine.fromscratch.adapters import adapter_for
-    from attnviz.engine.patching import donor_run, path_patched_logits
+    from attnviz.engine.patching import donor_run, path_patched_logits, path_recording
 
     loaded, where, clean, corrupt = prepared(folders(kind))
     result = attnviz.path_patch(CLEAN, CORRUPT, senders="0.1", receivers=(), model=loaded, answers=answers_of(loaded))
@@ -239,8 +239,8 @@ def test_path_patching_with_no_receivers_changes_nothing(kind, folders):
     base = getattr(loaded.model, "base_model", loaded.model)
     attention = adapter_for(base).modules(base)
     receiver = donor_run(where, corrupt.inputs)
-    logits = path_patched_logits(where, attention, corrupt.inputs, receiver, receiver, [(0, 1)], [(1, 0), (1, 2)],
-                                 "qkv")
+    recorded = path_recording(where, attention, corrupt.inputs, receiver, receiver, [(0, 1)], [(1, 0), (1, 2)], "qkv")
+    logits = path_patched_logits(where, corrupt.inputs, recorded, [(1, 0), (1, 2)])
     assert float((logits - receiver.reading).abs().max()) <= 1e-5 * max(1.0, float(receiver.reading.abs().max()))
 
 

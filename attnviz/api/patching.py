@@ -314,7 +314,7 @@ def path_patch(clean: str, corrupt: str, *, senders: Any, receivers: Any = (), t
     frozen at the receiver run; the metric as `patch` measures it. With no receivers it changes nothing."""
     from attnviz.api.removal import _head_pairs
     from attnviz.engine.fromscratch.adapters import adapter_for
-    from attnviz.engine.patching import INPUTS, path_patched_logits
+    from attnviz.engine.patching import INPUTS, path_patched_logits, path_recording
 
     if not to or any(c not in INPUTS for c in to) or len(set(to)) != len(to):
         raise InputError(f"{arg('to')} takes q, k and v, alone or together (qk, qkv, …); got {visible(to)!r}", "to")
@@ -332,9 +332,10 @@ def path_patch(clean: str, corrupt: str, *, senders: Any, receivers: Any = (), t
     receiver_inputs, receiver, donor = ((second.inputs, corrupt_run, clean_run) if direction == "denoise"
                                         else (first.inputs, clean_run, corrupt_run))
 
+    recorded = path_recording(where, attention, receiver_inputs, receiver, donor, sent, received, to)
+
     def score(group) -> float:
-        logits = path_patched_logits(where, attention, receiver_inputs, receiver, donor, sent, group, to)
-        return float((measure(logits) - corrupt_diff) / gap)
+        return float((measure(path_patched_logits(where, receiver_inputs, recorded, group)) - corrupt_diff) / gap)
 
     return PathPatching(
         model=loaded.name, clean=clean, corrupt=corrupt, answer=names[0], other=names[1], direction=direction,

@@ -259,19 +259,17 @@ def _projection(attention, which: str, head: int, config) -> tuple[Any, slice]:
                                        f"head's query, key and value")
 
 
-def path_patched_logits(where: Site, attention_modules: list, inputs: dict, receiver: Donor, donor: Donor,
-                        senders: Sequence[tuple[int, int]], receivers: Sequence[tuple[int, int]],
-                        to: str) -> torch.Tensor:
-    """Path patching from `senders` to `receivers` through their inputs `to` (any of q, k, v): first the
-    receiver run with the senders' z from the donor and every other head's z frozen at the receiver run's own
-    (the MLPs recomputed), recording what the receivers' query / key / value projections give; then the
-    receiver run with only those slices replaced by the recording. What read() reads, (R,)."""
+def path_recording(where: Site, attention_modules: list, inputs: dict, receiver: Donor, donor: Donor,
+                   senders: Sequence[tuple[int, int]], receivers: Sequence[tuple[int, int]], to: str) -> dict:
+    """Path patching's first pass, once for any group of the `receivers`: the receiver run with the senders' z
+    from the donor and every other head's z frozen at the receiver run's own (the MLPs recomputed), recording
+    what each receiver's query / key / value projection gives. {(layer, head, input): (module, columns,
+    output)}"""
     config: Any = where.model.config
     sent = set(senders)
-    targets = [(layer, head, which) for layer, head in receivers for which in to]
-    places = [(layer, head, which, *_projection(attention_modules[layer], which, head, config))
-              for layer, head, which in targets]
-    recorded: dict = {}
+    places = {(layer, head, which): _projection(attention_modules[layer], which, head, config)
+              for layer, head in receivers for which in to}
+    outputs: dict = {}
 
     def frozen(layer: int, z: torch.Tensor) -> torch.Tensor:
         z = receiver.z[layer].to(z.dtype).expand_as(z).clone()
@@ -282,10 +280,10 @@ def path_patched_logits(where: Site, attention_modules: list, inputs: dict, rece
 
     def record(key):
         def hook(module, args, output):
-            recorded[key] = output.detach()
+            outputs[key] = output.detach()
         return hook
 
-    modules = {id(module): module for *_, module, _ in places}
+    modules = {id(module): module for module, _ in places.values()}
     handles = [module.register_forward_hook(record(key)) for key, module in modules.items()]
     try:
         with editing(where, frozen), torch.inference_mode():
@@ -293,16 +291,26 @@ def path_patched_logits(where: Site, attention_modules: list, inputs: dict, rece
     finally:
         for handle in handles:
             handle.remove()
+    return {key: (module, columns, outputs[id(module)]) for key, (module, columns) in places.items()}
+
+
+def path_patched_logits(where: Site, inputs: dict, recorded: dict,
+                        receivers: Sequence[tuple[int, int]]) -> torch.Tensor:
+    """Path patching's second pass: the receiver run with only the `receivers`' recorded query / key / value
+    slices (path_recording) put in. What read() reads, (R,); with no receivers, the receiver run itself."""
+    chosen = [(module, columns, output) for (layer, head, _), (module, columns, output) in recorded.items()
+              if (layer, head) in set(receivers)]
 
     def replace(key):
         def hook(module, args, output):
             output = output.clone()
-            for *_, place, columns in places:
+            for place, columns, wanted in chosen:
                 if id(place) == key:
-                    output[..., columns] = recorded[key][..., columns].to(output.dtype)
+                    output[..., columns] = wanted[..., columns].to(output.dtype)
             return output
         return hook
 
+    modules = {id(module): module for module, _, _ in chosen}
     handles = [module.register_forward_hook(replace(key)) for key, module in modules.items()]
     try:
         with torch.inference_mode():
