@@ -15,7 +15,8 @@ import attnviz
 from attnviz.engine import offline
 
 CLEAN, CORRUPT = "The cat sat on the mat", "The dog sat on the mat"
-FAMILIES = ("gpt2", "llama", "qwen3", "phi3", "gemma2", "gpt_oss", "bert", "distilbert")
+FAMILIES = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "olmo2", "cohere2", "smollm3",
+            "gpt_oss", "bert", "distilbert")
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +40,19 @@ def prepared(folder):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         loaded = load(folder, device="cpu", lm_head="auto")
-    return loaded, site(loaded.model), encode(loaded, CLEAN), encode(loaded, CORRUPT)
+    return loaded, site(loaded.model), encode(loaded, CLEAN), encode(loaded, corrupt_for(loaded))
+
+
+def corrupt_for(loaded) -> str:
+    """CLEAN with its animal changed (or to "mat", in a tiny vocabulary), as many tokens for this tokenizer."""
+    from attnviz.engine.forward import encode
+
+    length = len(encode(loaded, CLEAN).tokens)
+    for animal in ("dog", "cow", "hat", "rat", "bat", "pig", "mat"):
+        text = CLEAN.replace("cat", animal)
+        if len(encode(loaded, text).tokens) == length:
+            return text
+    raise AssertionError("no corrupted prompt of the clean one's length")
 
 
 def answers_of(loaded) -> tuple[str, str] | None:
@@ -94,7 +107,8 @@ def test_every_head_and_mlp_patched_gives_the_donors_run(kind, folders):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for direction, target in (("denoise", 1.0), ("noise", 0.0)):
-            result = attnviz.patch(CLEAN, CORRUPT, model=loaded, answers=answers_of(loaded), direction=direction)
+            result = attnviz.patch(CLEAN, corrupt_for(loaded), model=loaded, answers=answers_of(loaded),
+                                   direction=direction)
             assert result.passed and result.all_patched == pytest.approx(target, abs=1e-4)
             assert result.heads.shape == (where.layers, where.heads)
             assert result.residual.shape == (where.layers, len(result.tokens))
