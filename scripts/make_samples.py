@@ -112,8 +112,8 @@ SAMPLES: list[tuple[str, list[str], str]] = [
     ("smollm2_patch.txt", ["patch", "The capital of France is", "The capital of Italy is", "-m", "smollm2",
                            "--answers", "' Paris',' Rome'", "-o", "sample_outputs/smollm2_patch.png"],
      "activation patching on SmolLM2: which heads carry the country from 'France' to the answer"),
-    ("smollm2_patch.png", [], "written by the patch command above: each head, and each layer's attention output "
-                              "and residual stream by position"),
+    ("smollm2_patch.png", [], "written by the patch command above: each head, each layer's attention output and "
+                              "residual stream by position, and the top heads' α on both prompts"),
     ("importance.txt", ["importance", "The cat sat on the mat because it was tired", "-o",
                         "sample_outputs/importance.png"],
      "every MiniLM head removed alone, ranked, beside Michel et al.'s gradient estimate"),

@@ -214,15 +214,26 @@ def test_patch_from_the_command_line(folders, tmp_path):
     assert "layer.head" in shown.stdout and "restored" in shown.stdout
 
 
-def test_the_picture_is_three_panels_on_one_scale_centred_on_zero(folders):
+def test_the_picture_is_three_panels_on_one_scale_and_the_top_heads_on_both_prompts(folders):
+    """Heads, attention outputs and residual streams on one scale centred on 0; then per top head (by |restored|)
+    its α on each prompt, as attnviz.capture gives it, and their difference."""
     loaded, *_ = prepared(folders("gpt2"))
     result = attnviz.patch(CLEAN, CORRUPT, model=loaded, answers=answers_of(loaded))
     figure = result.figure()
     drawn = [ax for ax in figure.axes if ax.images]
-    assert len(drawn) == 3
-    limits = {tuple(ax.images[0].get_clim()) for ax in drawn}
+    assert len(drawn) == 3 + 3 * len(result.patterns) and len(result.patterns) == 3
+    limits = {tuple(ax.images[0].get_clim()) for ax in drawn[:3]}
     assert len(limits) == 1 and next(iter(limits))[0] == -next(iter(limits))[1]
     np.testing.assert_allclose(np.asarray(drawn[0].images[0].get_array()), result.heads, atol=1e-6)
+    top = result.top(3)
+    assert [(n, h) for n, h, _, _ in result.patterns] == [(t["layer"], t["head"]) for t in top]
+    clean_alpha = attnviz.capture(CLEAN, model=loaded).attentions
+    corrupt_alpha = attnviz.capture(CORRUPT, model=loaded).attentions
+    for k, (n, h, on_clean, on_corrupt) in enumerate(result.patterns):
+        np.testing.assert_allclose(on_clean, clean_alpha[n, h], atol=1e-6)
+        np.testing.assert_allclose(on_corrupt, corrupt_alpha[n, h], atol=1e-6)
+        shown = np.ma.getdata(drawn[5 + 3 * k].images[0].get_array())
+        np.testing.assert_allclose(np.tril(shown), np.tril(on_clean - on_corrupt), atol=1e-6)
 
 
 def test_smollm2_carries_the_country_through_one_head():

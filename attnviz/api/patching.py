@@ -19,6 +19,7 @@ from attnviz.text import check_text, shorten, visible
 __all__ = ["patch", "Patching", "path_patch", "PathPatching", "DIRECTIONS", "PATCH_TOLERANCE"]
 
 DIRECTIONS = ("denoise", "noise")
+PATTERN_HEADS = 3  # the top heads whose α on both prompts the picture shows
 PATCH_TOLERANCE = 1e-4  # |LD with every head and MLP patched − the donor's LD|, over max(1, |LD|): float32 sums
 
 
@@ -51,6 +52,8 @@ class Patching:
     head_positions: np.ndarray | None
     all_patched: float | None  # the normalised LD with everything patched (1 denoising, 0 noising); None where
     # the last tokens differ (their embeddings are not patched)
+    patterns: tuple = ()  # ((layer, head, α on the clean prompt (T, T), α on the corrupted prompt (T, T)), …)
+    causal: bool = True
 
     @property
     def metric(self) -> str:
@@ -95,6 +98,8 @@ class Patching:
                 "all_patched": self.all_patched, "passed": self.passed}
         if self.head_positions is not None:
             data["head_positions"] = self.head_positions.tolist()
+        data["patterns"] = [{"layer": n, "head": h, "clean": a.tolist(), "corrupt": b.tolist()}
+                            for n, h, a, b in self.patterns]
         return data
 
     def _repr_html_(self) -> str:
@@ -108,7 +113,8 @@ class Patching:
 
     def page(self) -> Page:
         """Three panels on one diverging scale centred on 0: each head (layers × heads), each layer's attention
-        output by position, and the residual stream by position (layers × positions)."""
+        output by position, and the residual stream by position (layers × positions); then a row per top head
+        (`patterns`): its α on the clean prompt, on the corrupted one (one scale, 0 to 1), and clean − corrupted."""
         title = (f"{short_model(self.model)} · activation patching ({self.direction}): "
                  + (f"{visible(self.answer)!r} against {visible(self.other)!r}" if self.answer or self.other
                     else "the sentence embedding"))
@@ -125,6 +131,20 @@ class Patching:
             panels.append(Panel(matrix=values_.astype(np.float32), rows=tuple(str(n) for n in range(L)), cols=labels,
                                 hidden=None, scale=scale, title=(title,), name=name, short=f"{short}, by position",
                                 row_axis="layer", col_axis="position", cmap="RdBu_r"))
+        from attnviz.data.sides import causal_mask
+
+        hidden = causal_mask(len(labels)) if self.causal else None
+        alpha_scale = Scale(0.0, 1.0, "attention weight α")
+        for layer, head, on_clean, on_corrupt in self.patterns:
+            change = on_clean - on_corrupt
+            reach = max(float(np.abs(change).max()), 1e-9)
+            for matrix, short, cmap, panel_scale in (
+                    (on_clean, f"{layer}.{head} on the clean prompt", None, alpha_scale),
+                    (on_corrupt, f"{layer}.{head} on the corrupted prompt", None, alpha_scale),
+                    (change, f"{layer}.{head}: clean − corrupted", "RdBu_r", Scale(-reach, reach, "Δα"))):
+                panels.append(Panel(matrix=np.asarray(matrix, np.float32), rows=labels, cols=labels, hidden=hidden,
+                                    scale=panel_scale, title=(title,), name=f"patch_{layer}_{head}", short=short,
+                                    cmap=cmap))
         subtitle = f"“{visible(shorten(self.clean, 150))}” / “{visible(shorten(self.corrupt, 150))}”"
         notes = (f"{self.metric}: clean {self.clean_diff:.3f}, corrupted {self.corrupt_diff:.3f}"
                  + ("" if self.all_patched is None else f"; every head and MLP patched gives {self.all_patched:.3f} "
@@ -170,13 +190,21 @@ def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
         for name, chosen in patches.items():
             results[name] = score(run_patches(where, receiver.inputs, donor, chosen, on_done=step))
     everything = _all_patched(where, receiver, donor, first, second, score, clean_diff, corrupt_diff, direction)
+    from attnviz.engine.forward import model_attentions
+
+    base = 0.0 if direction == "denoise" else 1.0
+    heads = results["heads"].reshape(L, H)
+    strongest = np.argsort(-np.abs(heads - base), axis=None, kind="stable")[:PATTERN_HEADS]
+    on_clean, on_corrupt = model_attentions(loaded, first), model_attentions(loaded, second)  # (L, H, T, T)
+    patterns = tuple((int(i // H), int(i % H), on_clean[i // H, i % H], on_corrupt[i // H, i % H]) for i in strongest)
     return Patching(
         model=loaded.name, clean=clean, corrupt=corrupt, tokens=tuple(first.tokens),
         corrupt_tokens=tuple(second.tokens), answer=names[0], other=names[1], direction=direction,
         clean_diff=clean_diff,
         corrupt_diff=corrupt_diff, heads=results["heads"].reshape(L, H), attention=results["attention"].reshape(L, T),
         residual=results["residual"].reshape(L, T),
-        head_positions=results["head_positions"].reshape(L, H, T) if positions else None, all_patched=everything)
+        head_positions=results["head_positions"].reshape(L, H, T) if positions else None, all_patched=everything,
+        patterns=patterns, causal=bool(loaded.causal))
 
 
 def _prepare(clean, corrupt, model, tokenizer, answers, direction, truncate, device, dtype):
