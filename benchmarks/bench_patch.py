@@ -12,19 +12,10 @@ batch layer by layer (engine/patching.py), so the layers below a patch run once 
 from __future__ import annotations
 
 import argparse
-import time
+
+from bench_ablation import best  # the best of `repeats` runs after a warm-up, as the ablation benchmark times
 
 CLEAN, CORRUPT = "The capital of France is", "The capital of Italy is"
-
-
-def best(run, repeats: int) -> float:
-    run()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def main() -> None:
