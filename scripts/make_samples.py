@@ -114,6 +114,15 @@ SAMPLES: list[tuple[str, list[str], str]] = [
      "activation patching on SmolLM2: which heads carry the country from 'France' to the answer"),
     ("smollm2_patch.png", [], "written by the patch command above: each head, each layer's attention output and "
                               "residual stream by position, and the top heads' α on both prompts"),
+    ("smollm2_patch_aligned.txt", ["patch", "The Eiffel Tower is in the city of", "The Vatican is in the city of",
+                                   "-m", "smollm2", "--answers", "' Paris',' Rome'", "--align", "auto",
+                                   "--html", "sample_outputs/smollm2_patch.html"],
+     "prompts of different lengths (9 and 7 tokens), aligned: the shared tokens pair by pair, 'Tower' with "
+     "'Vatican'"),
+    ("smollm2_patch.html", [], "written by the patch command above: the interactive page, α of both prompts and "
+                               "the Patching tab"),
+    ("view_patch.png", [], "screenshot: the Patching tab, each head's map, the residual stream by position, "
+                           "the top heads, and head 23.4's α on both prompts"),
     ("importance.txt", ["importance", "The cat sat on the mat because it was tired", "-o",
                         "sample_outputs/importance.png"],
      "every MiniLM head removed alone, ranked, beside Michel et al.'s gradient estimate"),
@@ -209,7 +218,9 @@ def main() -> None:
         path = OUT / name
         if not template:  # written by the command before it
             if name == "view_contributions.png":
-                contributions_screenshot(OUT / "contributions.html", path)
+                tab_screenshot(OUT / "contributions.html", path, "contrib")
+            elif name == "view_patch.png":
+                tab_screenshot(OUT / "smollm2_patch.html", path, "patch")
             assert path.exists(), f"{name} was not written"
             lines.append(f"| [{name}]({name}) | (see the line above) | {what} |")
             continue
@@ -277,10 +288,10 @@ def picture_screenshot(page_path: Path, shot: Path) -> None:
         page.screenshot(path=str(shot), full_page=True)
 
 
-def contributions_screenshot(page_path: Path, shot: Path) -> None:
-    """The contributions page's own tab."""
+def tab_screenshot(page_path: Path, shot: Path, tab: str) -> None:
+    """A page's own tab (contrib, patch)."""
     with opened(page_path) as page:
-        page.click("#av-tab-contrib")
+        page.click(f"#av-tab-{tab}")
         page.screenshot(path=str(shot), full_page=True)
 
 

@@ -297,3 +297,155 @@ def test_path_patching_from_the_command_line(folders):
                 env={"COLUMNS": "120", "NO_COLOR": "1"})
     assert shown.exit_code == 0 and "path patching" in shown.stdout and "1.0" in shown.stdout
     assert "--from-heads" in one_line_error(run("patch", CLEAN, CORRUPT, "-m", folder, "--receivers", "1.0"), 2)
+
+
+# --- prompts of different lengths: an alignment -------------------------------------------------------------
+
+LONGER = "The big cat sat on the mat"  # CLEAN with a word more: more tokens for every tokenizer here
+
+
+def test_align_tokens_pairs_the_shared_tokens_and_a_changed_span_by_its_last():
+    from attnviz.api.patching import align_tokens
+
+    clean = ["The", "E", "iffel", "Tower", "is", "in"]
+    assert align_tokens(clean, ["The", "Vatican", "is", "in"]) == ((0, 0), (3, 1), (4, 2), (5, 3))
+    assert align_tokens(clean, ["The", "Col", "osse", "um", "is", "in"]) == tuple((i, i) for i in range(6))
+    assert align_tokens(["a", "b", "c"], ["a", "x", "b", "c"]) == ((0, 0), (1, 2), (2, 3))  # an insertion: left out
+    assert align_tokens(clean, ["The", "Vatican", "is", "in"], "0:0,3-5:1-3") == ((0, 0), (3, 1), (4, 2), (5, 3))
+    assert align_tokens(clean, clean, [(1, 1), (5, 5)]) == ((1, 1), (5, 5))
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("0:0,9:1", "out of range"), ("1:1,0:0", "increase"), ("0-2:0-1", "as many positions"), ("0:0:1", "pairs"),
+    ("x:0", "whole number"), ("2-1:2-1", "goes up"), ("", "pairs CLEAN:CORRUPT"), ([(0, "a")], "pairs")])
+def test_align_tokens_refuses_a_malformed_alignment(spec, message):
+    from attnviz.api.patching import align_tokens
+
+    with pytest.raises(attnviz.AttnvizError, match=message) as raised:
+        align_tokens(["a", "b", "c"], ["a", "b"], spec)
+    assert raised.value.exit_code == 2
+
+
+def test_an_aligned_patch_moves_the_donors_own_positions_exactly(folders):
+    """Prompts of different lengths: what W_O receives in a patched copy, recorded by the test's own hook, is at
+    each aligned position the donor's z at its partner position, bit for bit, and elsewhere the receiver's."""
+    import torch
+
+    from attnviz.api.patching import align_tokens
+    from attnviz.engine.forward import encode
+    from attnviz.engine.patching import aligned, donor_run, Patch, patched_logits
+
+    loaded, where, clean, _ = prepared(folders("llama"))
+    longer = encode(loaded, LONGER)
+    pairs = align_tokens(list(clean.tokens), list(longer.tokens))
+    assert len(longer.tokens) > len(clean.tokens) and len(pairs) == len(clean.tokens)
+    donor, receiver = donor_run(where, clean.inputs), donor_run(where, longer.inputs)
+    moved = aligned(donor, receiver, [(k, i) for i, k in pairs])
+    layer, head = 1, 2
+    seen: dict = {}
+
+    def keep(module, args, output):
+        seen["z"] = args[0].detach().reshape(*args[0].shape[:-1], where.heads, -1)
+
+    hook = where.projections[layer].register_forward_hook(keep)
+    try:
+        patched_logits(where, longer.inputs, moved, [Patch("head", layer, head)])
+    finally:
+        hook.remove()
+    z = seen["z"][1]  # (T', H, d): the patched copy
+    for i, k in pairs:
+        assert torch.equal(z[k, head], donor.z[layer][0, i, head])
+    inserted = sorted(set(range(len(longer.tokens))) - {k for _, k in pairs})
+    assert inserted
+    torch.testing.assert_close(z[inserted, head], receiver.z[layer][0, inserted, head], atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("kind, check", [("llama", True), ("qwen3", True), ("gpt2", False)])
+def test_prompts_of_different_lengths_patched_through_an_alignment(kind, check, folders):
+    """--align auto: the shared tokens patched pair by pair. With rotary positions every head and MLP patched at
+    the aligned positions gives the donor's logits at the last position (denoising 1, noising 0, 1e-4); GPT-2's
+    table of absolute positions puts the last token at another index, so the check does not apply. Without an
+    alignment the prompts are refused; the identity alignment given explicitly is the plain patch."""
+    loaded, *_ = prepared(folders(kind))
+    answers = answers_of(loaded)
+    for direction, target in (("denoise", 1.0), ("noise", 0.0)):
+        result = attnviz.patch(CLEAN, LONGER, model=loaded, answers=answers, align="auto", direction=direction,
+                               positions=True)
+        T = len(result.tokens)
+        assert len(result.corrupt_tokens) > T and len(result.alignment) == T
+        assert result.attention.shape == result.residual.shape == (loaded.model.config.num_hidden_layers, T)
+        assert result.head_positions.shape[-1] == T and result.differs == ()
+        if check:
+            assert result.passed and result.all_patched == pytest.approx(target, abs=1e-4)
+        else:
+            assert result.all_patched is None and result.passed
+    with pytest.raises(attnviz.AttnvizError, match="align"):
+        attnviz.patch(CLEAN, LONGER, model=loaded, answers=answers)
+    plain = attnviz.patch(CLEAN, CORRUPT, model=loaded, answers=answers)
+    explicit = attnviz.patch(CLEAN, CORRUPT, model=loaded, answers=answers,
+                             align=",".join(f"{i}:{i}" for i in range(len(plain.tokens))))
+    np.testing.assert_array_equal(explicit.heads, plain.heads)
+    np.testing.assert_array_equal(explicit.residual, plain.residual)
+    assert explicit.alignment == () and explicit.pairs == plain.pairs
+    path = attnviz.path_patch(CLEAN, LONGER, senders="0.1", receivers=(), model=loaded, answers=answers, align="auto")
+    assert path.score == pytest.approx(0.0, abs=1e-6) and len(path.alignment) == T
+
+
+def test_an_alignment_from_the_command_line(folders, tmp_path):
+    folder = folders("llama")
+    loaded, *_ = prepared(folder)
+    a, b = answers_of(loaded)
+    pair = f"'{a}','{b}'"
+    data = json.loads(run("patch", CLEAN, LONGER, "-m", folder, "--answers", pair, "--align", "auto", "--json").stdout)
+    T = len(data["tokens"])
+    T2 = len(data["corrupt_tokens"])
+    assert len(data["alignment"]) == T == len(data["residual"][0]) and T2 > T
+    assert data["passed"] and data["all_patched"] == pytest.approx(1.0, abs=1e-4)
+    explicit = json.loads(run("patch", CLEAN, LONGER, "-m", folder, "--answers", pair, "--json", "--align",
+                              ",".join(f"{i}:{k}" for i, k in data["alignment"])).stdout)
+    assert explicit["heads"] == data["heads"]
+    shown = run("patch", CLEAN, LONGER, "-m", folder, "--answers", pair, "--align", "auto",
+                env={"COLUMNS": "120", "NO_COLOR": "1"})
+    assert shown.exit_code == 0 and f"Aligned {T} position(s) of {T} and {T2}" in shown.stdout
+    assert "--align" in one_line_error(run("patch", CLEAN, LONGER, "-m", folder, "--answers", pair))
+    assert "out of range" in one_line_error(run("patch", CLEAN, LONGER, "-m", folder, "--answers", pair, "--align",
+                                                "0:0,40:41"), 2)
+    assert "--align" in one_line_error(run("patch", CLEAN, LONGER, "-m", folder, "--answers", pair, "--align",
+                                           "zero"), 2)
+
+
+# --- the interactive page ----------------------------------------------------------------------------------------
+
+
+def test_the_patching_page_holds_both_prompts_and_every_score(folders, tmp_path):
+    """`patch --html`: the page's two parts are the two prompts' α (as attnviz.capture gives them), and its
+    patching panel holds each head's, attention output's and residual stream's score as the result has them."""
+    import re
+
+    folder = folders("llama")
+    loaded, *_ = prepared(folder)
+    a, b = answers_of(loaded)
+    result = attnviz.patch(CLEAN, LONGER, model=loaded, answers=(a, b), align="auto", positions=True)
+    data = json.loads(re.search(r'id="attnviz-data">(.*?)</script>', result.html(), re.S).group(1))
+    section = data["patching"]
+    L, H = result.heads.shape
+    np.testing.assert_allclose(np.reshape(section["heads"], (L, H)), result.heads, atol=1e-6)
+    np.testing.assert_allclose(np.reshape(section["residual"], (L, -1)), result.residual, atol=1e-6)
+    np.testing.assert_allclose(np.reshape(section["headPositions"], (L, H, -1)), result.head_positions, atol=1e-6)
+    assert section["pairs"] == [list(p) for p in result.pairs] and section["labels"] == list(result.labels())
+    assert [s["title"] for s in data["sections"]] == ["the clean prompt", "the corrupted prompt"]
+    assert data["sections"][1]["rows"] == [visible_token(t) for t in result.corrupt_tokens]
+    shown = run("patch", CLEAN, LONGER, "-m", folder, "--answers", f"'{a}','{b}'", "--align", "auto", "--html",
+                tmp_path / "p.html")
+    assert shown.exit_code == 0 and (tmp_path / "p.html").read_text(encoding="utf-8").count("av-tab-patch") >= 2
+    assert ".html" in one_line_error(run("patch", CLEAN, CORRUPT, "-m", folder, "--html", tmp_path / "p.png"))
+    assert "--html" in one_line_error(run("patch", CLEAN, CORRUPT, "-m", folder, "--answers", f"'{a}','{b}'",
+                                          "--from-heads", "0.1", "--html", tmp_path / "q.html"), 2)
+    assert not (tmp_path / "q.html").exists()
+
+
+def visible_token(token: str) -> str:
+    from attnviz.text import visible
+
+    return visible(token)
+

@@ -531,6 +531,43 @@ def test_the_contributions_page_from_the_command_line(tiny_model_dir, tmp_path, 
     assert not (tmp_path / "d.html").exists()
 
 
+# --- the patching panel (attnviz patch --html) ---------------------------------------------------
+
+@pytest.mark.browser
+def test_choosing_a_head_in_the_patching_panel_draws_its_attention_on_both_prompts(browser, tiny_lm_dir, tmp_path):
+    """In a real browser: the Patching tab reads each head's score as the result has it; choosing a head (the top
+    table, or the map's arrow keys and Enter) names it, and draws its α on both prompts, each as tall as its
+    prompt."""
+    import attnviz
+
+    result = attnviz.patch("The cat sat on the mat", "The big cat sat on the mat", model=tiny_lm_dir("llama"),
+                           answers=(5, 6), align="auto")
+    path = tmp_path / "patch.html"
+    path.write_text(result.html(), encoding="utf-8")
+    page = Page(browser, path)
+    assert page.js("document.getElementById('av-tab-patch').hidden") is False
+    page.page.click("#av-tab-patch")
+    L, H = result.heads.shape
+    for n, h in ((0, 0), (L - 1, H - 1)):
+        assert page.js(f"window.attnvizViewer.patchValue('heads', {n}, {h})") == pytest.approx(result.heads[n, h],
+                                                                                            abs=1e-6)
+    rows = page.js("[...document.querySelectorAll('#av-p-top tbody tr')].map(r => r.cells[1].textContent)")
+    assert rows == [f"{t['layer']}.{t['head']}" for t in result.top()]
+    second = result.top()[1]
+    page.page.click(f"#av-p-top button[data-layer='{second['layer']}'][data-head='{second['head']}']")
+    assert page.js("document.getElementById('av-p-pattern-title').textContent").startswith(
+        f"Head {second['layer']}.{second['head']} ")
+    heights = page.js("[document.getElementById('av-p-clean').style.height, "
+                      "document.getElementById('av-p-corrupt').style.height].map(parseFloat)")
+    assert heights[1] > heights[0]  # the corrupted prompt has more tokens
+    page.page.focus("#av-p-heads")
+    page.page.keyboard.press("ArrowDown")
+    page.page.keyboard.press("Enter")
+    assert page.js("window.attnvizViewer.state.pHead") == [second["layer"] + 1 if second["layer"] + 1 < L
+                                                           else second["layer"], second["head"]]
+    page.close()
+
+
 # --- a picture's capture: the Picture tab -----------------------------------------------------------------
 
 

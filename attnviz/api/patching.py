@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -10,13 +11,13 @@ import numpy as np
 from attnviz.api.models import borrows, resolve_model
 from attnviz.arguments import checked
 from attnviz.display import records_html
-from attnviz.errors import InputError, arg
+from attnviz.errors import InputError, UsageError, arg
 from attnviz.panels import head_grid_panel, Page, Panel, Scale, short_model
 from attnviz.progress import Reporter
 from attnviz.render.png import mixed_figure
 from attnviz.text import check_text, shorten, visible
 
-__all__ = ["patch", "Patching", "path_patch", "PathPatching", "DIRECTIONS", "PATCH_TOLERANCE"]
+__all__ = ["patch", "Patching", "path_patch", "PathPatching", "DIRECTIONS", "PATCH_TOLERANCE", "align_tokens"]
 
 DIRECTIONS = ("denoise", "noise")
 PATTERN_HEADS = 3  # the top heads whose α on both prompts the picture shows
@@ -31,10 +32,15 @@ class Patching:
     of the answer each piece brings back), noise the corrupted run's into the clean one (how much each piece
     takes away: 1 − its value).
 
-    heads (L, H): each head's output (its z_h at every position) patched alone; head_positions (L, H, T) or
-    None: at one position at a time; attention (L, T): each layer's attention output at one position (every
-    head there); residual (L, T): the residual stream entering each layer at one position. `all_patched`:
-    the LD with every head and MLP output of every layer patched, which must be the donor's (`passed`)."""
+    Positions are patched in pairs, `alignment` ((clean position, corrupted position), …): position for
+    position where the prompts have as many tokens, else as aligned (align_tokens); a position left out of
+    the alignment is not patched.
+
+    heads (L, H): each head's output (its z_h at every aligned position) patched alone; head_positions
+    (L, H, A) or None: at one aligned pair at a time; attention (L, A): each layer's attention output at one
+    pair (every head there); residual (L, A): the residual stream entering each layer at one pair.
+    `all_patched`: the LD with every head and MLP output of every layer patched, which must be the donor's
+    (`passed`)."""
 
     model: str
     clean: str
@@ -47,13 +53,20 @@ class Patching:
     clean_diff: float  # LD of the clean run
     corrupt_diff: float
     heads: np.ndarray  # (L, H)
-    attention: np.ndarray  # (L, T)
-    residual: np.ndarray  # (L, T)
+    attention: np.ndarray  # (L, A)
+    residual: np.ndarray  # (L, A)
     head_positions: np.ndarray | None
     all_patched: float | None  # the normalised LD with everything patched (1 denoising, 0 noising); None where
-    # the last tokens differ (their embeddings are not patched)
-    patterns: tuple = ()  # ((layer, head, α on the clean prompt (T, T), α on the corrupted prompt (T, T)), …)
+    # the last tokens differ (their embeddings are not patched) or are not aligned
+    patterns: tuple = ()  # ((layer, head, α on the clean prompt (T, T), α on the corrupted prompt (T', T')), …)
     causal: bool = True
+    alignment: tuple[tuple[int, int], ...] = ()  # ((clean position, corrupted position), …); () position for position
+    captures: tuple = ()  # (the clean prompt's Capture, the corrupted prompt's): α of every head, for html()
+
+    @property
+    def pairs(self) -> tuple[tuple[int, int], ...]:
+        """The aligned positions, (clean, corrupted) each: the columns of attention, residual, head_positions."""
+        return self.alignment or tuple((i, i) for i in range(len(self.tokens)))
 
     @property
     def metric(self) -> str:
@@ -63,8 +76,8 @@ class Patching:
 
     @property
     def differs(self) -> tuple[int, ...]:
-        """The positions where the two prompts' tokens differ."""
-        return tuple(i for i, (a, b) in enumerate(zip(self.tokens, self.corrupt_tokens)) if a != b)
+        """The aligned pairs (indices into `pairs`) whose two tokens differ."""
+        return tuple(n for n, (i, k) in enumerate(self.pairs) if self.tokens[i] != self.corrupt_tokens[k])
 
     @property
     def passed(self) -> bool:
@@ -95,7 +108,7 @@ class Patching:
                 "direction": self.direction, "metric": self.metric, "clean_logit_diff": self.clean_diff,
                 "corrupt_logit_diff": self.corrupt_diff, "heads": self.heads.tolist(),
                 "attention": self.attention.tolist(), "residual": self.residual.tolist(), "top": self.top(),
-                "all_patched": self.all_patched, "passed": self.passed}
+                "alignment": [list(p) for p in self.pairs], "all_patched": self.all_patched, "passed": self.passed}
         if self.head_positions is not None:
             data["head_positions"] = self.head_positions.tolist()
         data["patterns"] = [{"layer": n, "head": h, "clean": a.tolist(), "corrupt": b.tolist()}
@@ -103,13 +116,27 @@ class Patching:
         return data
 
     def _repr_html_(self) -> str:
-        return records_html(self.top(), ["layer", "head", "score"],
-                            f"{self.model}: which heads carry {self.answer!r} against {self.other!r}")
+        from attnviz.display import framed
+
+        table = records_html(self.top(), ["layer", "head", "score"],
+                             f"{self.model}: which heads carry {self.answer!r} against {self.other!r}")
+        return table + (framed(self.html(command="attnviz in a notebook")) if self.captures else "")
+
+    def html(self, *, command: str | None = None) -> str:
+        """The interactive page: the views of α on both prompts (choose the prompt as a part) and the Patching
+        panel (each head's map, each layer and position's, the top heads; choose a head to see its α on the
+        clean and the corrupted prompt side by side). One self-contained HTML file."""
+        from attnviz.render.viewer import patch_section, viewer_data, viewer_html
+
+        if len(self.captures) != 2:
+            raise InputError("this patching result holds no α of the two prompts (attnviz.patch(...) keeps them)")
+        whole = [("the clean prompt", self.captures[0]), ("the corrupted prompt", self.captures[1])]
+        return viewer_html(viewer_data(whole, command=command, patching=patch_section(self)))
 
     def labels(self) -> tuple[str, ...]:
-        """The positions as the pictures name them: the clean token, and clean/corrupt where they differ."""
-        return tuple(visible(a) if a == b else f"{visible(a)}/{visible(b)}"
-                     for a, b in zip(self.tokens, self.corrupt_tokens))
+        """The aligned positions as the pictures name them: the clean token, and clean/corrupt where they differ."""
+        pairs = [(self.tokens[i], self.corrupt_tokens[k]) for i, k in self.pairs]
+        return tuple(visible(a) if a == b else f"{visible(a)}/{visible(b)}" for a, b in pairs)
 
     def page(self) -> Page:
         """Three panels on one diverging scale centred on 0: each head (layers × heads), each layer's attention
@@ -133,16 +160,21 @@ class Patching:
                                 row_axis="layer", col_axis="position", cmap="RdBu_r"))
         from attnviz.data.sides import causal_mask
 
-        hidden = causal_mask(len(labels)) if self.causal else None
         alpha_scale = Scale(0.0, 1.0, "attention weight α")
+        clean_labels = tuple(visible(t) for t in self.tokens)
+        corrupt_labels = tuple(visible(t) for t in self.corrupt_tokens)
+        rows, cols = (np.array(p, dtype=np.intp) for p in zip(*self.pairs))
         for layer, head, on_clean, on_corrupt in self.patterns:
-            change = on_clean - on_corrupt
+            change = np.asarray(on_clean)[np.ix_(rows, rows)] - np.asarray(on_corrupt)[np.ix_(cols, cols)]
             reach = max(float(np.abs(change).max()), 1e-9)
-            for matrix, short, cmap, panel_scale in (
-                    (on_clean, f"{layer}.{head} on the clean prompt", None, alpha_scale),
-                    (on_corrupt, f"{layer}.{head} on the corrupted prompt", None, alpha_scale),
-                    (change, f"{layer}.{head}: clean − corrupted", "RdBu_r", Scale(-reach, reach, "Δα"))):
-                panels.append(Panel(matrix=np.asarray(matrix, np.float32), rows=labels, cols=labels, hidden=hidden,
+            whole = len(self.pairs) == len(self.tokens) == len(self.corrupt_tokens)
+            for matrix, names, short, cmap, panel_scale in (
+                    (on_clean, clean_labels, f"{layer}.{head} on the clean prompt", None, alpha_scale),
+                    (on_corrupt, corrupt_labels, f"{layer}.{head} on the corrupted prompt", None, alpha_scale),
+                    (change, labels, f"{layer}.{head}: clean − corrupted" + ("" if whole else " (aligned positions)"),
+                     "RdBu_r", Scale(-reach, reach, "Δα"))):
+                panels.append(Panel(matrix=np.asarray(matrix, np.float32), rows=names, cols=names,
+                                    hidden=causal_mask(len(names)) if self.causal else None,
                                     scale=panel_scale, title=(title,), name=f"patch_{layer}_{head}", short=short,
                                     cmap=cmap))
         subtitle = f"“{visible(shorten(self.clean, 150))}” / “{visible(shorten(self.corrupt, 150))}”"
@@ -159,7 +191,7 @@ class Patching:
 @checked
 def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
           answers: tuple[str | int, str | int] | list[str | int] | None = None, direction: str = "denoise",
-          positions: bool = False,
+          positions: bool = False, align: Any = None,
           truncate: bool = True, device: str = "auto", dtype: str = "float32",
           reporter: Reporter | None = None) -> Patching:
     """Activation patching for a causal language model: the `clean` and `corrupt` prompts (the same number of
@@ -167,50 +199,125 @@ def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
     " Rome"); default: the clean run's and the corrupted run's top tokens) at the last position. Each head
     (and with `positions` each head at each position), each layer's attention output and residual stream at
     each position, patched alone from one run into the other (`direction` "denoise": clean into corrupted;
-    "noise": corrupted into clean), batched. An answer may also be a token id."""
-    loaded, where, first, second, clean_run, corrupt_run, measure, clean_diff, corrupt_diff, names = _prepare(
-        clean, corrupt, model, tokenizer, answers, direction, truncate, device, dtype)
-    from attnviz.engine.patching import every_patch, run_patches
+    "noise": corrupted into clean), batched. An answer may also be a token id.
 
-    L, H, T = where.layers, where.heads, len(first.tokens)
+    `align`, for prompts of different lengths (or to patch only some positions): "auto" (align_tokens: the
+    tokens both prompts share, in order; a changed span of as many tokens position for position, else its
+    last token with the other's last), or the pairs themselves, ((clean position, corrupted position), …) or
+    "0:0,1:1,3-4:2-3" (each increasing); positions left out are not patched."""
+    loaded, where, first, second, clean_run, corrupt_run, measure, clean_diff, corrupt_diff, names, pairs = _prepare(
+        clean, corrupt, model, tokenizer, answers, direction, truncate, device, dtype, align)
+    from attnviz.engine.patching import aligned, every_patch, run_patches
+
+    L, H, A = where.layers, where.heads, len(pairs)
     reporter = reporter or Reporter()
     gap = clean_diff - corrupt_diff
-    receiver, donor = (second, clean_run) if direction == "denoise" else (first, corrupt_run)
+    if direction == "denoise":  # into the corrupted run: its positions, the clean run's moved to them
+        receiver, donor = second, aligned(clean_run, corrupt_run, [(k, i) for i, k in pairs])
+        at = [k for _, k in pairs]
+    else:
+        receiver, donor = first, aligned(corrupt_run, clean_run, list(pairs))
+        at = [i for i, _ in pairs]
 
     def score(readings) -> np.ndarray:
         return (measure(readings) - corrupt_diff) / gap
 
-    patches = {"heads": every_patch("head", L, H, T), "attention": every_patch("attention", L, H, T),
-               "residual": every_patch("residual", L, H, T)}
+    patches = {"heads": every_patch("head", L, H, at), "attention": every_patch("attention", L, H, at),
+               "residual": every_patch("residual", L, H, at)}
     if positions:
-        patches["head_positions"] = every_patch("head", L, H, T, positions=True)
+        patches["head_positions"] = every_patch("head", L, H, at, positions=True)
     total = sum(len(p) for p in patches.values())
     results = {}
     with reporter.progress("Patching", total, "patches") as step:
         for name, chosen in patches.items():
             results[name] = score(run_patches(where, receiver.inputs, donor, chosen, on_done=step))
-    everything = _all_patched(where, receiver, donor, first, second, score, clean_diff, corrupt_diff, direction)
-    from attnviz.engine.forward import model_attentions
+    everything = _all_patched(where, receiver, donor, first, second, score, direction, pairs)
+    from attnviz.engine.forward import make_capture, model_attentions
 
     base = 0.0 if direction == "denoise" else 1.0
     heads = results["heads"].reshape(L, H)
     strongest = np.argsort(-np.abs(heads - base), axis=None, kind="stable")[:PATTERN_HEADS]
     on_clean, on_corrupt = model_attentions(loaded, first), model_attentions(loaded, second)  # (L, H, T, T)
     patterns = tuple((int(i // H), int(i % H), on_clean[i // H, i % H], on_corrupt[i // H, i % H]) for i in strongest)
+    captures = (make_capture(loaded, first, on_clean, clean), make_capture(loaded, second, on_corrupt, corrupt))
     return Patching(
         model=loaded.name, clean=clean, corrupt=corrupt, tokens=tuple(first.tokens),
         corrupt_tokens=tuple(second.tokens), answer=names[0], other=names[1], direction=direction,
         clean_diff=clean_diff,
-        corrupt_diff=corrupt_diff, heads=results["heads"].reshape(L, H), attention=results["attention"].reshape(L, T),
-        residual=results["residual"].reshape(L, T),
-        head_positions=results["head_positions"].reshape(L, H, T) if positions else None, all_patched=everything,
-        patterns=patterns, causal=bool(loaded.causal))
+        corrupt_diff=corrupt_diff, heads=results["heads"].reshape(L, H), attention=results["attention"].reshape(L, A),
+        residual=results["residual"].reshape(L, A),
+        head_positions=results["head_positions"].reshape(L, H, A) if positions else None, all_patched=everything,
+        patterns=patterns, causal=bool(loaded.causal), captures=captures,
+        alignment=() if _identity(pairs, len(first.tokens), len(second.tokens)) else tuple(pairs))
 
 
-def _prepare(clean, corrupt, model, tokenizer, answers, direction, truncate, device, dtype):
-    """What patching and path patching share: the prompts checked and encoded (as many tokens), the model (a
-    causal LM), both runs recorded, the two answers (their logit difference must differ between the runs).
-    (loaded, site, clean Encoded, corrupt Encoded, clean run, corrupted run, answer id, other id)"""
+def _identity(pairs, T: int, T2: int) -> bool:
+    return T == T2 == len(pairs) and all(i == k for i, k in pairs)
+
+
+def align_tokens(clean: Sequence[str], corrupt: Sequence[str], align: Any = "auto") -> tuple[tuple[int, int], ...]:
+    """Which position of the corrupted prompt each position of the clean one is patched with: ((clean,
+    corrupted), …), both increasing. `align` "auto": the tokens the two share, in order (difflib's longest
+    matching blocks), a changed span of as many tokens on both sides position for position, and a changed span
+    of different lengths by its last token (where a causal model has read the whole of it: Meng et al. 2022's
+    last subject token); a token inserted on one side only is left out. Or the pairs: a sequence of (clean,
+    corrupted) or a text "0:0,1:1,3-4:2-3" (a range on both sides of as many positions)."""
+    T, T2 = len(clean), len(corrupt)
+    if isinstance(align, str) and align.strip() == "auto":
+        import difflib
+
+        pairs: list[tuple[int, int]] = []
+        for tag, a, b, c, d in difflib.SequenceMatcher(None, list(clean), list(corrupt), autojunk=False).get_opcodes():
+            if tag == "equal" or (tag == "replace" and b - a == d - c):
+                pairs.extend(zip(range(a, b), range(c, d)))
+            elif tag == "replace":
+                pairs.append((b - 1, d - 1))
+    elif isinstance(align, str):
+        pairs = []
+        for part in align.replace(" ", "").split(","):
+            sides = part.split(":")
+            if len(sides) != 2:
+                raise UsageError(f"{arg('align')} takes auto or pairs CLEAN:CORRUPT separated by commas (0:0,1:1,3-4:"
+                                 f"2-3); got {visible(part)!r}", "align")
+            spans = [_span(side, part) for side in sides]
+            if spans[0][1] - spans[0][0] != spans[1][1] - spans[1][0]:
+                raise UsageError(f"{arg('align')} {visible(part)!r}: the two ranges must hold as many positions",
+                                 "align")
+            pairs.extend(zip(range(spans[0][0], spans[0][1] + 1), range(spans[1][0], spans[1][1] + 1)))
+    else:
+        try:
+            pairs = [(int(i), int(k)) for i, k in align]
+        except (TypeError, ValueError):
+            raise UsageError(f"{arg('align')} takes auto, a text of pairs (0:0,1:1) or (clean, corrupted) pairs of "
+                             f"whole numbers", "align") from None
+    if not pairs:
+        raise UsageError(f"{arg('align')} aligns no position of the two prompts", "align")
+    for i, k in pairs:
+        if not (0 <= i < T and 0 <= k < T2):
+            raise UsageError(f"{arg('align')} pair {i}:{k} is out of range: the clean prompt has {T} tokens (0 to "
+                             f"{T - 1}), the corrupted one {T2} (0 to {T2 - 1})", "align")
+    if any(b[0] <= a[0] or b[1] <= a[1] for a, b in zip(pairs, pairs[1:])):
+        raise UsageError(f"{arg('align')}: each side's positions must increase from pair to pair (an alignment keeps "
+                         f"the order of both prompts)", "align")
+    return tuple(pairs)
+
+
+def _span(side: str, part: str) -> tuple[int, int]:
+    ends = side.split("-")
+    if not 1 <= len(ends) <= 2 or not all(e.isdigit() and len(e) <= 9 for e in ends):
+        raise UsageError(f"{arg('align')} {visible(part)!r}: a position is a whole number from 0, a range two of them "
+                         f"(3-4)", "align")
+    first, last = int(ends[0]), int(ends[-1])
+    if last < first:
+        raise UsageError(f"{arg('align')} {visible(part)!r}: a range goes up (3-4, not 4-3)", "align")
+    return first, last
+
+
+def _prepare(clean, corrupt, model, tokenizer, answers, direction, truncate, device, dtype, align=None):
+    """What patching and path patching share: the prompts checked and encoded (as many tokens, or aligned), the
+    model (a causal LM), both runs recorded, the two answers (their logit difference must differ between the
+    runs). (loaded, site, clean Encoded, corrupt Encoded, clean run, corrupted run, measure, clean value,
+    corrupted value, answer names, aligned pairs)"""
     check_text(clean)
     check_text(corrupt)
     if direction not in DIRECTIONS:
@@ -232,15 +339,21 @@ def _prepare(clean, corrupt, model, tokenizer, answers, direction, truncate, dev
                          f"measured by its sentence embedding", "answers")
     first, second = encode(loaded, clean, truncate=truncate), encode(loaded, corrupt, truncate=truncate)
     T = len(first.tokens)
-    if len(second.tokens) != T:
-        raise InputError(f"the prompts must have as many tokens, to patch position by position: the clean one has "
-                         f"{T} ({' '.join(visible(t) for t in first.tokens[:12])}), the corrupted one "
-                         f"{len(second.tokens)} ({' '.join(visible(t) for t in second.tokens[:12])})", "corrupt")
-    check_memory(loaded, T, copies=4.0)
+    if align is None and len(second.tokens) != T:
+        starts = [" ".join(visible(t) for t in e.tokens[:12]) for e in (first, second)]
+        raise InputError(f"the prompts must have as many tokens to patch position by position, or an alignment "
+                         f"({arg('align', 'auto')}): the clean one has {T} ({starts[0]}), the corrupted one "
+                         f"{len(second.tokens)} ({starts[1]})", "corrupt")
+    pairs = (tuple((i, i) for i in range(T)) if align is None
+             else align_tokens(list(first.tokens), list(second.tokens), align))
+    check_memory(loaded, max(T, len(second.tokens)), copies=4.0)
     where = site(loaded.model)
     clean_run, corrupt_run = donor_run(where, first.inputs), donor_run(where, second.inputs)
     if not causal:  # an encoder: the cosine of the sentence embedding with the clean run's
         D = int(clean_run.reading.shape[0]) // (T + 1)
+        if len(second.tokens) != T:
+            raise InputError("an encoder's prompts must have as many tokens (its metric reads the whole sentence "
+                             f"embedding); {arg('align')} is for causal language models", "align")
         reference = clean_run.reading[:D]
 
         def measure(reading):
@@ -267,21 +380,26 @@ def _prepare(clean, corrupt, model, tokenizer, answers, direction, truncate, dev
         raise InputError("the two prompts give the same " + ("logit difference" if causal else "embedding")
                          + ": there is nothing to restore; choose prompts that differ"
                          + (f" in what they predict, or other {arg('answers')}" if causal else ""), "answers")
-    return loaded, where, first, second, clean_run, corrupt_run, measure, clean_value, corrupt_value, names
+    return loaded, where, first, second, clean_run, corrupt_run, measure, clean_value, corrupt_value, names, pairs
 
 
-def _all_patched(where, receiver, donor, first, second, score, clean_value, corrupt_value, direction) -> float | None:
-    """The check: every head and MLP patched. A causal LM: the metric at the last position (their last tokens
-    must be the same), as restored. An encoder: the final hidden state of every position whose token both
-    prompts share must be the donor's; restored 1 (denoising) or 0 where it is, else the largest difference
-    over the state's size moved past. None where no position qualifies."""
+def _all_patched(where, receiver, donor, first, second, score, direction, pairs) -> float | None:
+    """The check: every head and MLP patched. A causal LM: the metric at the last position (the last tokens
+    must be aligned, the same, and, with absolute position embeddings, at the same index), as restored. An
+    encoder: the final hidden state of every position whose token both prompts share must be the donor's;
+    restored 1 (denoising) or 0 where it is, else the largest difference over the state's size moved past.
+    None where no position qualifies."""
     from attnviz.engine.ablation import is_causal_lm
     from attnviz.engine.patching import all_patched_logits
 
+    T, T2 = len(first.tokens), len(second.tokens)
     reading = all_patched_logits(where, receiver.inputs, donor)
     if is_causal_lm(where.model):
-        return float(score(reading)) if first.tokens[-1] == second.tokens[-1] else None
-    shared = [i for i, (a, b) in enumerate(zip(first.tokens, second.tokens)) if a == b]
+        last = (T - 1, T2 - 1)
+        same_place = T == T2 or _rotary(where.model)
+        return (float(score(reading)) if last in pairs and first.tokens[-1] == second.tokens[-1] and same_place
+                else None)
+    shared = [i for i, k in pairs if i == k and first.tokens[i] == second.tokens[k]]
     if not shared:
         return None
     T = len(first.tokens)
@@ -290,6 +408,15 @@ def _all_patched(where, receiver, donor, first, second, score, clean_value, corr
     miss = float((states - wanted).abs().max()) / max(1.0, float(wanted.abs().max()))
     target = 1.0 if direction == "denoise" else 0.0
     return target if miss <= PATCH_TOLERANCE else target + (miss if direction == "denoise" else -miss)
+
+
+def _rotary(model) -> bool:
+    """Positions enter only inside attention (rotary embeddings, no table of absolute positions): a token's
+    embedding does not depend on its index."""
+    config = model.config
+    rotary = any(getattr(config, name, None) for name in ("rope_parameters", "rope_theta", "rope_scaling"))
+    return rotary and not any("position_embeddings" in name or name.endswith("wpe")
+                              for name, _ in model.named_modules())
 
 
 @dataclass(frozen=True)
@@ -312,6 +439,7 @@ class PathPatching:
     corrupt_diff: float
     score: float
     by_receiver: tuple[float, ...]
+    alignment: tuple[tuple[int, int], ...] = ()  # as Patching's: () position for position
 
     def to_dict(self) -> dict:
         """What `attnviz patch --from-heads … --json` prints."""
@@ -320,7 +448,8 @@ class PathPatching:
                 "receivers": [list(p) for p in self.receivers], "to": self.to, "clean_logit_diff": self.clean_diff,
                 "corrupt_logit_diff": self.corrupt_diff, "score": self.score,
                 "by_receiver": [{"layer": n, "head": h, "score": s}
-                                for (n, h), s in zip(self.receivers, self.by_receiver)]}
+                                for (n, h), s in zip(self.receivers, self.by_receiver)],
+                "alignment": [list(p) for p in self.alignment] or None}
 
     def records(self) -> list[dict]:
         return [{"layer": n, "head": h, "score": s} for (n, h), s in zip(self.receivers, self.by_receiver)]
@@ -334,20 +463,21 @@ class PathPatching:
 @checked
 def path_patch(clean: str, corrupt: str, *, senders: Any, receivers: Any = (), to: str = "qkv", model: Any = None,
                tokenizer: Any = None, answers: tuple[str | int, str | int] | list[str | int] | None = None,
-               direction: str = "denoise", truncate: bool = True, device: str = "auto",
+               direction: str = "denoise", align: Any = None, truncate: bool = True, device: str = "auto",
                dtype: str = "float32") -> PathPatching:
     """Path patching (Wang et al. 2022) for a causal language model: the `senders` ("9.6,9.9" or (layer, head)
     pairs) patched from the donor run (the clean one, denoising) into the receiver run, reaching only the
     `receivers` (heads of later layers) through their `to` inputs (any of "q", "k", "v"), every other head
-    frozen at the receiver run; the metric as `patch` measures it. With no receivers it changes nothing."""
+    frozen at the receiver run; the metric as `patch` measures it. With no receivers it changes nothing.
+    `align` as `patch` takes it: the senders' outputs move at the aligned positions only."""
     from attnviz.api.removal import _head_pairs
     from attnviz.engine.fromscratch.adapters import adapter_for
-    from attnviz.engine.patching import INPUTS, path_patched_logits, path_recording
+    from attnviz.engine.patching import aligned, INPUTS, path_patched_logits, path_recording
 
     if not to or any(c not in INPUTS for c in to) or len(set(to)) != len(to):
         raise InputError(f"{arg('to')} takes q, k and v, alone or together (qk, qkv, …); got {visible(to)!r}", "to")
-    loaded, where, first, second, clean_run, corrupt_run, measure, clean_diff, corrupt_diff, names = _prepare(
-        clean, corrupt, model, tokenizer, answers, direction, truncate, device, dtype)
+    loaded, where, first, second, clean_run, corrupt_run, measure, clean_diff, corrupt_diff, names, pairs = _prepare(
+        clean, corrupt, model, tokenizer, answers, direction, truncate, device, dtype, align)
     L, H = where.layers, where.heads
     sent = _head_pairs(senders, L, H)
     received = _head_pairs(receivers, L, H) if receivers else []
@@ -357,8 +487,10 @@ def path_patch(clean: str, corrupt: str, *, senders: Any, receivers: Any = (), t
     base = getattr(loaded.model, "base_model", loaded.model)
     attention = adapter_for(base).modules(base)
     gap = clean_diff - corrupt_diff
-    receiver_inputs, receiver, donor = ((second.inputs, corrupt_run, clean_run) if direction == "denoise"
-                                        else (first.inputs, clean_run, corrupt_run))
+    receiver_inputs, receiver, donor = ((second.inputs, corrupt_run, aligned(clean_run, corrupt_run,
+                                                                             [(k, i) for i, k in pairs]))
+                                        if direction == "denoise"
+                                        else (first.inputs, clean_run, aligned(corrupt_run, clean_run, list(pairs))))
 
     recorded = path_recording(where, attention, receiver_inputs, receiver, donor, sent, received, to)
 
@@ -369,5 +501,6 @@ def path_patch(clean: str, corrupt: str, *, senders: Any, receivers: Any = (), t
         model=loaded.name, clean=clean, corrupt=corrupt, answer=names[0], other=names[1], direction=direction,
         senders=tuple(sent), receivers=tuple(received),
         to=to, clean_diff=clean_diff, corrupt_diff=corrupt_diff, score=score(received),
-        by_receiver=tuple(score([r]) for r in received))
+        by_receiver=tuple(score([r]) for r in received),
+        alignment=() if _identity(pairs, len(first.tokens), len(second.tokens)) else tuple(pairs))
 

@@ -17,7 +17,8 @@ from attnviz.cli.params import CsvOpt, ImageOut, JsonOpt, whole_number
 
 
 @app.command(help="Which heads carry the difference between two prompts (activation patching, Meng et al. 2022, "
-                  "Wang et al. 2022): CLEAN and CORRUPT, of the same number of tokens, differ in one fact; each "
+                  "Wang et al. 2022): CLEAN and CORRUPT, of the same number of tokens (else aligned with --align), "
+                  "differ in one fact; each "
                   "head's output, and each layer's attention output and residual stream at each position, is "
                   "put from the clean run into the corrupted one alone (--noise: the other way), and the logit "
                   "difference of two answers at the last position says how much comes back: 0 is the "
@@ -27,7 +28,7 @@ from attnviz.cli.params import CsvOpt, ImageOut, JsonOpt, whole_number
 @takes(inp=TextSource)
 def patch(corrupt: Annotated[Optional[str], typer.Argument(
               metavar="CORRUPT", help="The corrupted prompt: the clean one (TEXT, -, or --text-file) with one fact "
-                                      "changed, as many tokens.", show_default=False)] = None,
+                                      "changed, as many tokens (or --align).", show_default=False)] = None,
           answers: Annotated[Optional[str], typer.Option(
               "--answers", metavar="A,B", show_default=False,
               help="The answer and the other, two tokens of the vocabulary as text (a word's leading space is "
@@ -39,6 +40,11 @@ def patch(corrupt: Annotated[Optional[str], typer.Argument(
           positions: Annotated[bool, typer.Option(
               "--positions", help="Also patch each head at each position alone (layers × heads × positions "
                                   "patches; --json holds them).")] = False,
+          align: Annotated[Optional[str], typer.Option(
+              "--align", metavar="auto|PAIRS", show_default=False,
+              help="For prompts of different lengths: which positions are patched with which. auto: the tokens "
+                   "both share, in order, and a changed span by its last token; or pairs CLEAN:CORRUPT (0:0,1:1,"
+                   "3-4:2-3). Positions left out are not patched.")] = None,
           top: Annotated[int, typer.Option("--top", parser=whole_number(1, 100), metavar="K",
                                            help="How many heads to list (1 to 100).")] = 10,
           senders: Annotated[Optional[str], typer.Option(
@@ -52,15 +58,21 @@ def patch(corrupt: Annotated[Optional[str], typer.Argument(
           to: Annotated[str, typer.Option(
               "--to", metavar="INPUTS", help="--from-heads: the receivers' inputs the path goes through: q, k, v or "
                                              "together (qk, qkv).")] = "qkv",
+          page: Annotated[Optional[str], typer.Option(
+              "--html", metavar="FILE", show_default=False,
+              help="Write the interactive page to FILE (.html): the views of α on both prompts and the patching "
+                   "panel (each head's map, each layer and position's; choose a head to see its α on both "
+                   "prompts).")] = None,
           output: ImageOut = None, as_json: JsonOpt = False, as_csv: CsvOpt = False,
           *, inp: TextSource) -> None:
     from attnviz.api import PATCH_TOLERANCE, patch as run_patch
     from attnviz.panels import short_model
     from attnviz.render.png import FORMATS
     from attnviz.render.tables import records_table, verdict
-    from attnviz.text import visible
+    from attnviz.text import shorten, visible
 
     check_output(output, FORMATS)
+    check_output(page, (".html", ".htm"))
     pair = None
     if answers is not None:
         pair = _answers(answers)
@@ -73,13 +85,16 @@ def patch(corrupt: Annotated[Optional[str], typer.Argument(
     text = inp.require_text()
     loaded = inp.load(lm_head="auto")
     if senders is not None:
-        _path(text, corrupt, loaded, senders, receivers, to, pair, noise, as_json, as_csv)
+        if page is not None:
+            raise typer.BadParameter("the page shows activation patching; path patching (--from-heads) prints "
+                                     "its scores", param_hint="--html")
+        _path(text, corrupt, loaded, senders, receivers, to, pair, noise, align, as_json, as_csv)
         return
     if receivers is not None:
         raise typer.BadParameter("--receivers is for path patching: give the senders with --from-heads",
                                  param_hint="--receivers")
     result = run_patch(text, corrupt, model=loaded, answers=pair, direction="noise" if noise else "denoise",
-                       positions=positions, truncate=inp.truncate, reporter=CliReporter())
+                       positions=positions, align=align, truncate=inp.truncate, reporter=CliReporter())
     if as_json:
         print_json(result.to_dict())
     elif not emit_records(result.records(), False, as_csv):
@@ -93,15 +108,20 @@ def patch(corrupt: Annotated[Optional[str], typer.Argument(
                                    else "the sentence embedding") + f", each head patched ({result.direction})"))
         say(f"{result.metric}: clean {result.clean_diff:+.3f}, corrupted {result.corrupt_diff:+.3f}; restored: "
             f"0 is the corrupted run, 1 the clean one", wrap=True)
-        labels = result.labels()
-        for position in result.differs or (len(labels) - 1,):
-            moves = [n for n in range(L) if result.residual[n, -1] > 0.5]
-            later = (f"; at the last position from layer {moves[0] if moves else '–'} on" if result.answer else "")
-            say(f"The residual stream at {labels[position]!r} (position {position}) carries the difference up to "
-                f"layer {_last_above(result.residual[:, position])}{later}.", wrap=True)
+        labels, pairs = result.labels(), result.pairs
+        if result.alignment:
+            shown = ", ".join(f"{i}:{k}" for i, k in pairs)
+            say(f"Aligned {len(pairs)} position(s) of {len(result.tokens)} and {len(result.corrupt_tokens)} "
+                f"(clean:corrupted): {shorten(shown, 300)}", wrap=True)
+        for n in result.differs or (len(labels) - 1,):
+            moves = [m for m in range(L) if result.residual[m, -1] > 0.5]
+            later = (f"; at the last aligned position from layer {moves[0] if moves else '–'} on" if result.answer
+                     else "")
+            say(f"The residual stream at {labels[n]!r} (position {pairs[n][0]}) carries the difference up to "
+                f"layer {_last_above(result.residual[:, n])}{later}.", wrap=True)
         if result.all_patched is None:
-            say("The check (every head and MLP patched) does not apply: the prompts' last tokens differ.",
-                style="dim", wrap=True)
+            say("The check (every head and MLP patched) does not apply: the prompts' last tokens differ"
+                + (" or sit at different indices" if result.alignment else "") + ".", style="dim", wrap=True)
         else:
             out.print(verdict(result.passed, f"every head and MLP patched gives the donor's run: "
                                              f"{result.all_patched:.6f} (tolerance {PATCH_TOLERANCE:.0e} of the "
@@ -114,6 +134,14 @@ def patch(corrupt: Annotated[Optional[str], typer.Argument(
 
         say(save_figure(result.figure(), output_path(output, "attnviz_patch.png")),
             console=err if as_json or as_csv else out)
+    if page is not None:
+        from attnviz.files import atomic_output, check_suffix
+
+        written = result.html()
+        where = check_suffix(output_path(page, "attnviz_patch.html"), (".html", ".htm"))
+        with atomic_output(where) as tmp:
+            tmp.write_text(written, encoding="utf-8")
+        say(where, console=err if as_json or as_csv else out)
     if not result.passed:
         raise typer.Exit(3)
 
@@ -137,7 +165,7 @@ def _last_above(column, level: float = 0.5) -> str:
     return str(above[-1]) if above else "–"
 
 
-def _path(text, corrupt, loaded, senders, receivers, to, pair, noise, as_json: bool, as_csv: bool) -> None:
+def _path(text, corrupt, loaded, senders, receivers, to, pair, noise, align, as_json: bool, as_csv: bool) -> None:
     """patch --from-heads: path patching, a line for the path through every receiver and one per receiver."""
     from attnviz.api import path_patch
     from attnviz.panels import short_model
@@ -145,7 +173,7 @@ def _path(text, corrupt, loaded, senders, receivers, to, pair, noise, as_json: b
     from attnviz.text import visible
 
     result = path_patch(text, corrupt, senders=senders, receivers=receivers or (), to=to, model=loaded,
-                        answers=pair, direction="noise" if noise else "denoise")
+                        answers=pair, direction="noise" if noise else "denoise", align=align)
     if as_json:
         print_json(result.to_dict())
         return

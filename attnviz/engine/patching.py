@@ -51,6 +51,28 @@ class Donor:
     hidden: list
     reading: torch.Tensor  # (R,): what the metric reads (read())
     inputs: dict  # the donor run's own inputs
+    pairs: tuple | None = None  # aligned(): ((receiver position, donor position), …); None: position for position
+
+
+def aligned(donor: Donor, receiver: Donor, pairs: Sequence[tuple[int, int]]) -> Donor:
+    """The donor's recordings moved to the receiver's positions, for prompts of different lengths: at each
+    receiver position r of `pairs` ((r, d), …) the donor's position d, elsewhere the receiver's own (a patch
+    there changes nothing). z and the block inputs take the receiver's length; `pairs` is kept for the MLP
+    outputs all_patched_logits moves."""
+    T = int(receiver.z[0].shape[1])
+    if len(pairs) == T == int(donor.z[0].shape[1]) and all(r == d for r, d in pairs):
+        return donor
+    at = torch.tensor([r for r, _ in pairs], dtype=torch.long)
+    source = torch.tensor([d for _, d in pairs], dtype=torch.long)
+
+    def moved(mine: torch.Tensor, theirs: torch.Tensor) -> torch.Tensor:
+        out = mine.clone()
+        out[:, at.to(out.device)] = theirs[:, source.to(theirs.device)].to(out.dtype)
+        return out
+
+    return Donor([moved(a, b) for a, b in zip(receiver.z, donor.z)],
+                 [moved(a, b) for a, b in zip(receiver.hidden, donor.hidden)], donor.reading, donor.inputs,
+                 tuple((int(r), int(d)) for r, d in pairs))
 
 
 def _hidden_of(args, kwargs) -> tuple[torch.Tensor, str | None]:
@@ -169,19 +191,21 @@ def run_patches(where: Site, inputs: dict, donor: Donor, patches: Sequence[Patch
     return torch.stack(results) if results else torch.zeros(0)
 
 
-def every_patch(kind: str, L: int, H: int, T: int, positions: bool = False) -> list[Patch]:
+def every_patch(kind: str, L: int, H: int, at: int | Sequence[int], positions: bool = False) -> list[Patch]:
     """Every patch of a kind: each head (at every position together, or at each position), or each layer and
-    position (attention output, residual stream). Layer-major."""
+    position (attention output, residual stream); `at` the positions (T: all of 0 … T − 1). Layer-major."""
+    places = range(at) if isinstance(at, int) else list(at)
     if kind == "head":
         return [Patch("head", n, h, p) for n in range(L) for h in range(H)
-                for p in (range(T) if positions else [None])]
-    return [Patch(kind, n, None, p) for n in range(L) for p in range(T)]
+                for p in (places if positions else [None])]
+    return [Patch(kind, n, None, p) for n in range(L) for p in places]
 
 
 def all_patched_logits(where: Site, inputs: dict, donor: Donor) -> torch.Tensor:
-    """The receiver run with every head's z and every MLP's output replaced by the donor's, at every layer:
-    at any position whose token is the same in both runs this is the donor's run there. (V,) at the last
-    position. (A check, not a metric.)"""
+    """The receiver run with every head's z and every MLP's output replaced by the donor's, at every layer (an
+    aligned() donor: at its aligned positions): at any position whose token is the same in both runs (and,
+    with absolute position embeddings, the same index) this is the donor's run there. What read() reads, (R,).
+    (A check, not a metric.)"""
     found = [_mlp_of(block) for block in where.blocks]
     if any(m is None for m in found):
         raise UnsupportedArchitectureError("this model's blocks have no MLP to patch (mlp, ffn or BERT's output.dense)")
@@ -201,11 +225,18 @@ def all_patched_logits(where: Site, inputs: dict, donor: Donor) -> torch.Tensor:
         for handle in handles:
             handle.remove()
 
+    def moved(n: int, live: torch.Tensor) -> torch.Tensor:
+        if donor.pairs is None:
+            return recorded[n].to(live.dtype)
+        out = live.clone()  # prompts of different lengths: the donor's outputs at the aligned positions only
+        out[:, [r for r, _ in donor.pairs]] = recorded[n][:, [d for _, d in donor.pairs]].to(out.dtype)
+        return out
+
     def replace(n: int):
         def hook(module, args, output):
             if isinstance(output, tuple):
-                return (recorded[n].to(output[0].dtype), *output[1:])
-            return recorded[n].to(output.dtype)
+                return (moved(n, output[0]), *output[1:])
+            return moved(n, output)
         return hook
 
     handles = [m.register_forward_hook(replace(n)) for n, m in enumerate(mlps)]

@@ -537,9 +537,141 @@
     return row >= 0 && row < g.rows && col >= 0 && col < g.cols ? [row, col] : null;
   }
 
+  // --- patching: each head and position patched, and the chosen head's α on both prompts -----------------
+  var P = data.patching;
+  if (P) {
+    state.pHead = P.top.length ? [P.top[0].layer, P.top[0].head] : [0, 0];
+    state.pWhere = "residual";
+    state.pCursor = null;
+  }
+  function pValue(name, l, c) { return P[name][l * (name === "heads" ? P.H : P.A) + c]; }
+  function diverging(v) {  // RdBu reversed, centred on 0: blue below, white at 0, red above (edge: ±P.edge)
+    var t = Math.max(-1, Math.min(1, v / P.edge)), a = t < 0 ? [33, 102, 172] : [178, 24, 43];
+    var f = Math.abs(t);
+    return "rgb(" + Math.round(255 + (a[0] - 255) * f) + "," + Math.round(255 + (a[1] - 255) * f) + "," +
+      Math.round(255 + (a[2] - 255) * f) + ")";
+  }
+  var pGeometry = {};
+  function drawDiverging(id, rows, cols, value, colLabels, mark, rowNames) {
+    // rows × cols cells coloured by value(r, c); layer numbers down the left, colLabels (or head numbers) on top
+    var cell = Math.max(8, Math.min(28, Math.floor(560 / Math.max(cols, 1)), Math.floor(560 / Math.max(rows, 1))));
+    var left = 34, top = colLabels ? 110 : 22, width = left + cols * cell + 4, height = top + rows * cell + 4;
+    var ctx = sizedCanvas($(id), width, height);
+    ctx.fillStyle = "#fff";
+    ctx.fillRect(0, 0, width, height);
+    for (var r = 0; r < rows; r++) for (var c = 0; c < cols; c++) {
+      ctx.fillStyle = diverging(value(r, c));
+      ctx.fillRect(left + c * cell, top + r * cell, cell, cell);
+    }
+    ctx.fillStyle = "#222";
+    ctx.font = "10px system-ui, sans-serif";
+    ctx.textAlign = "right";
+    ctx.textBaseline = "middle";
+    var every = Math.ceil(12 / cell);
+    for (r = 0; r < rows; r += every) ctx.fillText(rowNames ? rowNames[r] : String(r), left - 4, top + r * cell + cell / 2);
+    for (c = 0; c < cols; c++) {
+      ctx.save();
+      ctx.translate(left + c * cell + cell / 2, top - 4);
+      ctx.rotate(-Math.PI / 2);
+      ctx.textAlign = "left";
+      ctx.fillText(colLabels ? colLabels[c].slice(0, 16) : String(c), 0, 0);
+      ctx.restore();
+    }
+    if (mark) {
+      ctx.strokeStyle = "#111";
+      ctx.lineWidth = 2;
+      ctx.strokeRect(left + mark[1] * cell, top + mark[0] * cell, cell, cell);
+    }
+    pGeometry[id] = { left: left, top: top, cell: cell, rows: rows, cols: cols };
+  }
+  function pCellAt(id, e) {
+    var g = pGeometry[id], r = $(id).getBoundingClientRect();
+    if (!g) return null;
+    var c = Math.floor((e.clientX - r.left - g.left) / g.cell), row = Math.floor((e.clientY - r.top - g.top) / g.cell);
+    return row >= 0 && row < g.rows && c >= 0 && c < g.cols ? [row, c] : null;
+  }
+  function pWhereName() {
+    return state.pWhere === "head" ? "head " + state.pHead[0] + "." + state.pHead[1] + " at one position at a time" :
+      state.pWhere === "attention" ? "each layer's attention output at one position (layers down)" :
+      "the residual stream entering each layer at one position (layers down)";
+  }
+  function patchView() {
+    var restored = "restored: 0 is the corrupted run, 1 the clean one (" + P.direction + ")";
+    $("av-p-hint").textContent = P.metric + ": clean " + P.cleanDiff.toFixed(3) + ", corrupted " +
+      P.corruptDiff.toFixed(3) + "; " + restored + ". Colours from " + (-P.edge).toFixed(2) + " (blue) through 0 " +
+      "(white) to " + P.edge.toFixed(2) + " (red). Choose a head (click, or the arrow keys and Enter) to see its " +
+      "attention on both prompts.";
+    drawDiverging("av-p-heads", P.L, P.H, function (l, h) { return pValue("heads", l, h); }, null, state.pHead);
+    var options = [["residual", "residual stream"], ["attention", "attention output"]];
+    if (P.headPositions) options.push(["head", "the chosen head"]);
+    fillSelect($("av-p-where"), options, state.pWhere);
+    $("av-p-where-title").textContent = pWhereName();
+    if (state.pWhere === "head") {
+      var h = state.pHead;
+      drawDiverging("av-p-positions", 1, P.A, function (r, c) {
+        return P.headPositions[(h[0] * P.H + h[1]) * P.A + c]; }, P.labels, null, [h[0] + "." + h[1]]);
+    } else {
+      drawDiverging("av-p-positions", P.L, P.A, function (l, c) { return pValue(state.pWhere, l, c); }, P.labels);
+    }
+    var body = $("av-p-top").tBodies[0];
+    body.textContent = "";
+    P.top.forEach(function (t, n) {
+      var tr = el("tr"), b = el("button", t.layer + "." + t.head);
+      b.type = "button";
+      b.dataset.layer = t.layer;
+      b.dataset.head = t.head;
+      b.setAttribute("aria-pressed", t.layer === state.pHead[0] && t.head === state.pHead[1] ? "true" : "false");
+      tr.appendChild(el("td", String(n + 1)));
+      var td = el("td");
+      td.appendChild(b);
+      tr.appendChild(td);
+      tr.appendChild(el("td", (t.score >= 0 ? "+" : "") + t.score.toFixed(3)));
+      body.appendChild(tr);
+    });
+    drawPatterns();
+  }
+  function drawPatterns() {
+    var l = state.pHead[0], h = state.pHead[1];
+    $("av-p-pattern-title").textContent = "Head " + l + "." + h + " (restored " +
+      pValue("heads", l, h).toFixed(3) + "): its attention on the clean prompt and on the corrupted one";
+    [["av-p-clean", 0], ["av-p-corrupt", 1]].forEach(function (pair) {
+      var s = data.sections[pair[1]], li = s.layers.indexOf(l);
+      var cell = Math.max(6, Math.min(22, Math.floor(360 / s.R))), margin = cell >= 10 ? 110 : 4;
+      var ctx = sizedCanvas($(pair[0]), margin + s.C * cell + 4, margin + s.R * cell + 4);
+      ctx.fillStyle = "#fff";
+      ctx.fillRect(0, 0, margin + s.C * cell + 4, margin + s.R * cell + 4);
+      for (var i = 0; i < s.R; i++) for (var j = 0; j < s.C; j++) {
+        if (li < 0 || !shown(s, i, j, li)) { ctx.fillStyle = "#eeeeee"; }
+        else { var c = viridis(weight(s, li, h, i, j));
+          ctx.fillStyle = "rgb(" + Math.round(c[0]) + "," + Math.round(c[1]) + "," + Math.round(c[2]) + ")"; }
+        ctx.fillRect(margin + j * cell, margin + i * cell, cell, cell);
+      }
+      if (margin > 4) {
+        ctx.fillStyle = "#222";
+        ctx.font = Math.min(11, cell - 1) + "px system-ui, sans-serif";
+        ctx.textAlign = "right";
+        ctx.textBaseline = "middle";
+        for (i = 0; i < s.R; i++) ctx.fillText(s.rows[i].slice(0, 14), margin - 4, margin + i * cell + cell / 2);
+        for (j = 0; j < s.C; j++) {
+          ctx.save();
+          ctx.translate(margin + j * cell + cell / 2, margin - 4);
+          ctx.rotate(-Math.PI / 2);
+          ctx.textAlign = "left";
+          ctx.fillText(s.cols[j].slice(0, 14), 0, 0);
+          ctx.restore();
+        }
+      }
+    });
+  }
+  function choosePatchHead(l, h) {
+    state.pHead = [l, h];
+    patchView();
+  }
+  function patchReadout(text) { $("av-p-readout").textContent = text; }
+
   // --- views and events ---------------------------------------------------------------------------
   var hasPicture = data.sections.length === 1 && !!data.sections[0].picture;
-  var TABS = ["head", "model", "matrix"].concat(C ? ["contrib"] : [], hasPicture ? ["picture"] : []);
+  var TABS = ["head", "model", "matrix"].concat(C ? ["contrib"] : [], P ? ["patch"] : [], hasPicture ? ["picture"] : []);
   function showView(name) {
     state.view = name;
     TABS.forEach(function (t) {
@@ -548,13 +680,15 @@
       tab.tabIndex = on ? 0 : -1;
       $("av-" + t + "-view").hidden = !on;
     });
-    $("av-layer").parentElement.hidden = name === "contrib";  // the graph shows every layer at once
+    $("av-layer").parentElement.hidden = name === "contrib" || name === "patch";  // these show every layer at once
+    if (data.sections.length > 1) $("av-part-label").hidden = name === "patch";  // and both prompts
     render();
   }
   function render() {
     if (state.view === "head") headView();
     else if (state.view === "model") modelView();
     else if (state.view === "contrib") contribView();
+    else if (state.view === "patch") patchView();
     else if (state.view === "picture") pictureView();
     else matrixView();
     tellHeight();
@@ -661,6 +795,44 @@
         drawGraph(sec().rows);
       });
     }
+    if (P) {
+      $("av-tab-patch").hidden = false;
+      var heads = $("av-p-heads"), where = $("av-p-positions");
+      heads.addEventListener("mousemove", function (e) {
+        var at = pCellAt("av-p-heads", e);
+        if (at) patchReadout("head " + at[0] + "." + at[1] + ": restored " + pValue("heads", at[0], at[1]).toFixed(4));
+      });
+      heads.addEventListener("click", function (e) {
+        var at = pCellAt("av-p-heads", e);
+        if (at) choosePatchHead(at[0], at[1]);
+      });
+      heads.addEventListener("keydown", function (e) {
+        var moves = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1] };
+        var at = state.pCursor || state.pHead.slice();
+        if (e.key === "Enter") { choosePatchHead(at[0], at[1]); heads.focus(); e.preventDefault(); return; }
+        var m = moves[e.key];
+        if (!m) return;
+        state.pCursor = [Math.max(0, Math.min(P.L - 1, at[0] + m[0])), Math.max(0, Math.min(P.H - 1, at[1] + m[1]))];
+        patchReadout("head " + state.pCursor[0] + "." + state.pCursor[1] + ": restored " +
+          pValue("heads", state.pCursor[0], state.pCursor[1]).toFixed(4) + " (Enter chooses it)");
+        drawDiverging("av-p-heads", P.L, P.H, function (l, h) { return pValue("heads", l, h); }, null, state.pCursor);
+        e.preventDefault();
+      });
+      where.addEventListener("mousemove", function (e) {
+        var at = pCellAt("av-p-positions", e);
+        if (!at) return;
+        var pair = P.pairs[at[1]], v = state.pWhere === "head" ?
+          P.headPositions[(state.pHead[0] * P.H + state.pHead[1]) * P.A + at[1]] : pValue(state.pWhere, at[0], at[1]);
+        patchReadout((state.pWhere === "head" ? "head " + state.pHead[0] + "." + state.pHead[1] : "layer " + at[0]) +
+          ", position " + pair[0] + (pair[0] === pair[1] ? "" : " (corrupted " + pair[1] + ")") + " “" +
+          P.labels[at[1]] + "”: restored " + v.toFixed(4));
+      });
+      $("av-p-where").addEventListener("change", function (e) { state.pWhere = e.target.value; patchView(); });
+      $("av-p-top").addEventListener("click", function (e) {
+        var b = e.target.closest("button");
+        if (b) choosePatchHead(Number(b.dataset.layer), Number(b.dataset.head));
+      });
+    }
     var matrix = $("av-matrix");
     matrix.addEventListener("mousemove", function (e) {
       var g = matrixGeometry, s = sec();
@@ -712,6 +884,8 @@
     showView: showView,
     contribution: function (l, i, j) { return contribution(l, i, j); },
     strongestPaths: function (token, top) { return strongestPaths(token, top); },
+    patchValue: function (name, l, c) { return pValue(name, l, c); },
+    choosePatchHead: function (l, h) { choosePatchHead(l, h); },
     pictureRow: function () { return Array.from(pictureRow()); },
     weight: function (section, li, h, i, j) { return weight(data.sections[section], li, h, i, j); },
     readyAt: performance.now()

@@ -122,16 +122,47 @@ def contribution_section(scores: np.ndarray, rollout: np.ndarray, alpha_rollout:
             "rolloutScale": [row[0] for row in rolled_scale], "rollouts": rolled}
 
 
-def viewer_data(whole: Capture | Parts, *, layers: Sequence[int] | None = None, precision: str = "auto",
-                command: str | None = None, contributions: dict | None = None) -> dict:
+def patch_section(patching) -> dict:
+    """The patching panel's data (an attnviz.Patching): each head's restored share (L, H), the attention output
+    and residual stream by layer and aligned position (L, A), each head by position where it was patched so,
+    the aligned pairs and their labels, the top heads, the metric and the scale's edge (the static picture's)."""
+    def flat(values) -> list[float]:
+        finite = np.nan_to_num(np.asarray(values, np.float64), posinf=1e9, neginf=-1e9)
+        return [round(float(v), 6) for v in finite.ravel()]
+
+    L, H = patching.heads.shape
+    values = [patching.heads, patching.attention, patching.residual]
+    edge = max(1.0, max(float(np.abs(np.nan_to_num(v)).max()) for v in values))
+    return {"L": int(L), "H": int(H), "A": len(patching.pairs), "heads": flat(patching.heads),
+            "attention": flat(patching.attention), "residual": flat(patching.residual),
+            "headPositions": None if patching.head_positions is None else flat(patching.head_positions),
+            "pairs": [[int(i), int(k)] for i, k in patching.pairs], "labels": [_label(t) for t in patching.labels()],
+            "top": patching.top(), "edge": edge, "direction": patching.direction,
+            "metric": visible(patching.metric) + (f" of {_label(patching.answer)!r} against {_label(patching.other)!r}"
+                                                  if patching.answer or patching.other else ""),
+            "cleanDiff": float(patching.clean_diff), "corruptDiff": float(patching.corrupt_diff)}
+
+
+def viewer_data(whole: Capture | Parts | Sequence[tuple[str, Capture]], *, layers: Sequence[int] | None = None,
+                precision: str = "auto", command: str | None = None, contributions: dict | None = None,
+                patching: dict | None = None) -> dict:
     """Everything the page shows, as plain JSON-able data; `contributions` (contribution_section), the
-    contributions panel beside the views of α."""
-    if isinstance(whole, Parts):
+    contributions panel beside the views of α; `patching` (patch_section), the patching panel. `whole` may
+    also be captures with their titles ((title, Capture), …: two prompts), one part each."""
+    titles: dict[str, str] = {}
+    if isinstance(whole, (list, tuple)):
+        captures = [(f"prompt{n}", capture) for n, (_, capture) in enumerate(whole)]
+        titles = {f"prompt{n}": title for n, (title, _) in enumerate(whole)}
+        meta = whole[0][1].meta
+        text = " / ".join(str(c.meta.get("text", "")) for _, c in whole)
+        model = whole[0][1].model
+    elif isinstance(whole, Parts):
         captures = [(name, whole.part(name)) for name in whole.names]
         meta = whole.meta
         text = f"{meta.get('source_text', '')} → {meta.get('target_text', '')}"
         model = whole.model
     else:
+        assert isinstance(whole, Capture)
         captures = [("", whole)]
         meta = whole.meta
         text = str(meta.get("text") or " ".join(whole.tokens))
@@ -139,7 +170,8 @@ def viewer_data(whole: Capture | Parts, *, layers: Sequence[int] | None = None, 
     cells = 0
     chosen = {}
     for name, capture in captures:
-        chosen[name] = list(layers) if layers is not None and not name else list(range(capture.n_layers))
+        chosen[name] = (list(layers) if layers is not None and (not name or name in titles)
+                        else list(range(capture.n_layers)))
         cells += len(chosen[name]) * capture.n_heads * capture.n_tokens * capture.n_keys
     bits = _bits(cells, precision)
     if cells * bits / 8 * 4 / 3 > MAX_PAGE_BYTES:
@@ -150,9 +182,16 @@ def viewer_data(whole: Capture | Parts, *, layers: Sequence[int] | None = None, 
         "shortModel": visible(repair_unicode(short_model(model))),
         "version": __version__, "command": visible(repair_unicode(command or made_by())),
         "dtype": visible(str(meta.get("dtype", ""))), "bits": bits,
-        "sections": [section_data(capture, name, bits, chosen[name]) for name, capture in captures],
-        "contributions": contributions,
+        "sections": [_titled(section_data(capture, name, bits, chosen[name]), titles.get(name))
+                     for name, capture in captures],
+        "contributions": contributions, "patching": patching,
     }
+
+
+def _titled(section: dict, title: str | None) -> dict:
+    if title is not None:
+        section["title"] = visible(title)
+    return section
 
 
 def made_by() -> str:
