@@ -166,10 +166,14 @@ def is_punctuation(token: str) -> bool:
 def subword_flags(word_ids: list[int | None] | None, raw_tokens: list[str], special: list[bool]) -> list[bool]:
     """True where a token continues the word of the token before it.
 
-    Uses the fast tokenizer's word_ids() when available, else the vocabulary markers."""
+    Uses the fast tokenizer's word_ids() when available, else the vocabulary markers; a token that begins with
+    a space marker (Ġ, ▁) begins a word either way (a tokenizer without a pre-tokenizer that splits words, as
+    Gemma's read from a GGUF file, gives every token the same word id)."""
     flags = []
     for i, raw in enumerate(raw_tokens):
         if special[i] or i == 0:
+            flags.append(False)
+        elif raw.startswith(_MARKERS[:2]):
             flags.append(False)
         elif word_ids is not None:
             flags.append(word_ids[i] is not None and word_ids[i] == word_ids[i - 1])

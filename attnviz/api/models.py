@@ -28,9 +28,9 @@ __all__ = ["Model", "load_model", "resolve_model", "conversion_pending", "model_
 def load_model(name: str | os.PathLike | None = None, *, device: str = "auto", dtype: str = "float32",
                revision: str | None = None, trust_remote_code: bool = False, memory_budget: int | None = None,
                lm_head: bool | str = False) -> Model:
-    """Load a model once for many captures: an offline name (minilm, multilingual, smollm2), a Hugging Face
-    id, a local folder or a .gguf file, with eager attention, in eval mode, on `device`. `lm_head`: with its
-    language-model head (True), or where it is a decoder ("auto")."""
+    """Load a model once for many captures: an offline name (minilm, multilingual, smollm2, gemma3), a Hugging
+    Face id, a local folder or a .gguf file, with eager attention, in eval mode, on `device`. `lm_head`: with
+    its language-model head (True), or where it is a decoder ("auto")."""
     from attnviz.engine.loading import load
 
     return load(None if name is None else os.fspath(name), revision=revision, device=device, dtype=dtype,

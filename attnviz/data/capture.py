@@ -221,19 +221,40 @@ class Capture:
 
     def masked(self, layer: int) -> np.ndarray | None:
         """Cells layer `layer` cannot attend to: the future (causal models) and what its sliding window
-        leaves out. None when nothing is masked. (T, T) bool"""
+        leaves out; in a pooled capture, the blocks of keys the window leaves out wholly. None when nothing is
+        masked. (T, T) bool"""
         future = self.future_mask
         windows = self.windows
         window = windows[layer] if windows else 0
         if not window:
-            return future
+            pooled = self._pooled_window(layer)
+            if not pooled or self.long is None:
+                return future
+            edges = np.asarray(self.long.edges)
+            first, last = edges[:-1], edges[1:] - 1  # each block's first and last token
+            if self.causal:  # every query of block I at least `pooled` after every key of block J
+                beyond = first[:, None] - last[None, :] >= pooled
+            else:
+                beyond = np.maximum(first[:, None] - last[None, :], first[None, :] - last[:, None]) > pooled
+            return beyond | (future if future is not None else False)
         return window_mask(self.n_tokens, window, self.causal) | (future if future is not None else False)
+
+    def _pooled_window(self, layer: int) -> int:
+        """A pooled capture's sliding window of `layer`, in tokens (0: none, or not pooled)."""
+        windows = self.meta.get("windows")
+        if not self.pooled or not windows or self.long is None or not 0 <= layer < len(windows):
+            return 0
+        return int(windows[layer])
 
     def window_note(self, layer: int) -> str:
         """The legend of a layer's sliding window, "" for a full layer."""
         windows = self.windows
         window = windows[layer] if windows else 0
         if not window:
+            pooled = self._pooled_window(layer)
+            if pooled:
+                return (f"sliding window {pooled}: blocks of keys wholly {pooled}+ back masked" if self.causal else
+                        f"local attention ±{pooled}: blocks of keys wholly further away masked")
             return ""
         return (f"sliding window {window}: keys {window}+ back masked" if self.causal else
                 f"local attention ±{window}: keys further away masked")

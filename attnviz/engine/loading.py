@@ -285,8 +285,8 @@ def load(name: str | None = None, *, revision: str | None = None, device: str = 
                           stacklevel=2)
         return config, tokenizer, model
 
-    offline_hint = ("these work offline: minilm (the default), multilingual, smollm2, a local model folder or a "
-                    ".gguf file")
+    offline_hint = ("these work offline: minilm (the default), multilingual, smollm2, gemma3, a local model folder "
+                    "or a .gguf file")
     try:
         try:
             config, tokenizer, model = _load(local_only=True)

@@ -27,7 +27,7 @@ from attnviz._version import __version__
 from attnviz.blocks import equal_edges, row_shares, sum_blocks, sum_row_blocks
 from attnviz.data.capture import Capture
 from attnviz.data.sides import LongInput
-from attnviz.engine.families import has_sinks, require
+from attnviz.engine.families import has_sinks, layer_windows, require
 from attnviz.engine.forward import row_sum_tolerance
 from attnviz.metrics import Accumulator, all_metrics, records_from_values, rollout_rows, Rows, Tokens
 from attnviz.parallel import Started, runs, start_all, threads
@@ -125,8 +125,6 @@ def stream(model, inputs: dict, tokens: Tokens, *, batch: int = 0, pool: int = D
         raise ValueError(f"{tokens.T} tokens described, {T} real positions in the batch")
     L, _ = layers_and_heads(model.config)
     if windows is None:
-        from attnviz.engine.families import layer_windows
-
         windows = layer_windows(model.config, L)
     run = _Run(tokens, T, L, pool, rollout_tokens, window, block_bytes, device, edges, windows)
     keep = bool(rollout_tokens)
@@ -317,6 +315,9 @@ def streamed_capture(loaded, encoded, text: str, *, pool: int = DEFAULT_POOL, ro
             "pooled": {"tokens": tokens.T, "block": result.block}, "head_stats": records_from_values(result.values)}
     if has_sinks(loaded.model_type):
         meta["sinks"] = True
+    windows = layer_windows(loaded.model.config, int(result.pooled.shape[0]))
+    if windows is not None:
+        meta["windows"] = windows  # in tokens: Capture.masked draws the blocks a window leaves out wholly
     long = LongInput(tokens.tokens, tokens.special, tuple(encoded.special_kind), edges,
                      {int(t): r for t, r in result.rollout.items()})
     capture = Capture(attentions=result.pooled, tokens=tuple(block_labels(tokens.tokens, edges)),

@@ -80,6 +80,11 @@ def section_data(capture: Capture, name: str, bits: int, layers: Sequence[int]) 
         reach = max(shown_windows)
         notes.append(f"layers {', '.join(sliding)}: " + (f"a sliding window of {reach} (keys {reach} or more back "
                      f"are blank)" if capture.causal else f"local attention ±{reach} (keys further away are blank)"))
+    token_windows = capture.meta.get("windows") if capture.pooled else None
+    if token_windows and any(token_windows[n] for n in layers if n < len(token_windows)):
+        sliding = [str(n) for n in layers if n < len(token_windows) and token_windows[n]]
+        notes.append(f"layers {', '.join(sliding)}: a sliding window of {max(token_windows)} tokens (blocks of keys "
+                     f"wholly beyond it hold 0)")
     if capture.sinks:
         kept = float(alpha.sum(-1).mean())
         notes.append(f"sink logits: each head's sink takes part of every row (rows keep {kept:.2f} of their weight "

