@@ -165,8 +165,8 @@ class ModelOptions:
 
     model: Annotated[Optional[str], typer.Option(
         "--model", "-m", help="Offline: minilm (English BERT, the default), multilingual (Korean, Japanese, "
-                              "Chinese, … ), smollm2 or gemma3 (causal LMs), a .gguf file; or a Hugging Face id or local "
-                              "folder. Default: $ATTNVIZ_MODEL, else minilm.",
+                              "Chinese, … ), smollm2 or gemma3 (causal LMs), a .gguf file; or a Hugging Face id or "
+                              "local folder. Default: $ATTNVIZ_MODEL, else minilm.",
         show_default=False)] = None
     revision: Annotated[Optional[str], typer.Option(help="Model revision (branch, tag or commit).",
                                                     show_default=False)] = None
