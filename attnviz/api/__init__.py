@@ -30,6 +30,7 @@ _HOMES = {
                      "logit_attribution"), "attnviz.api.attribution"),
     **dict.fromkeys(("patch", "Patching", "PATCH_TOLERANCE", "path_patch", "PathPatching"), "attnviz.api.patching"),
     **dict.fromkeys(("CorpusState", "corpus", "merge"), "attnviz.api.corpora"),
+    **dict.fromkeys(("MassiveActivations", "SinkRate", "massive", "sink_rate"), "attnviz.api.mechanisms"),
     **dict.fromkeys(("Cost", "cost"), "attnviz.api.costs"),
     **dict.fromkeys(("DEVICES", "DTYPES", "Model", "conversion_pending", "list_families", "load_model",
                      "model_shape", "resolve_model"), "attnviz.api.models"),
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
                                            contributions, logit_attribution)
     from attnviz.api.patching import PATCH_TOLERANCE, PathPatching, Patching, patch, path_patch
     from attnviz.api.corpora import CorpusState, corpus, merge
+    from attnviz.api.mechanisms import MassiveActivations, SinkRate, massive, sink_rate
     from attnviz.api.costs import Cost, cost
     from attnviz.api.models import (DEVICES, DTYPES, Model, conversion_pending, list_families,
                                     load_model, model_shape, resolve_model)
@@ -89,18 +91,19 @@ def __dir__() -> list[str]:
 __all__ = ["Ablation", "Capture", "Contributions", "CorpusState", "Cost", "DEVICES", "DTYPES", "Decoding", "Detection",
            "Generation",
            "HeadEffect", "HeadTable", "Importance", "Keep", "LOGIT_TOLERANCE", "LogitAttribution",
-           "MAX_IMPORTANCE_TEXTS", "MAX_MEAN_TEXTS", "Model", "ModelSpec", "Norms", "Parts", "Positions", "Rollout",
+           "MAX_IMPORTANCE_TEXTS", "MAX_MEAN_TEXTS", "MassiveActivations", "Model", "ModelSpec", "Norms", "Parts",
+           "Positions", "Rollout",
            "PATCH_TOLERANCE", "PatchPositions", "Patching", "PathPatching", "Picture", "POSITION_TOLERANCE",
-           "Scaling", "Sinks",
+           "Scaling", "SinkRate", "Sinks",
            "Steps", "TOLERANCE",
            "Verification", "ablate",
            "capture", "capture_image", "contributions", "conversion_pending", "corpus", "cost", "detect", "export",
            "from_outputs",
            "generate",
            "heads", "importance", "list_families", "list_metrics", "load_capture", "load_model", "logit_attribution",
-           "merge", "model_shape", "norms",
+           "massive", "merge", "model_shape", "norms",
            "patch", "patch_positions", "path_patch", "picture", "positions", "register_metric", "resolve_model",
            "rollout", "scaling",
-           "sinks", "steps",
+           "sink_rate", "sinks", "steps",
            "to_words",
            "verify", "view"]

@@ -77,14 +77,15 @@ def _removed(heads: HeadsChoice | None, layer: Selection | None, L: int, H: int)
 
 
 def read_texts(path: Path, limit: int, what: str) -> list[str]:
-    """The texts of a file, one per line (blank and undecodable lines skipped), at most `limit`."""
-    from attnviz.corpora import read_lines
+    """The texts of a file, one per line, or JSON lines with a text field for .jsonl (blank and undecodable lines
+    skipped), at most `limit`."""
+    from attnviz.corpora import corpus_format, read_lines
     from attnviz.errors import InputError
     from attnviz.files import open_regular
 
     texts: list[str] = []
     with open_regular(path, what) as handle:
-        for line in read_lines(handle, str(path)):
+        for line in read_lines(handle, str(path), corpus_format(str(path), None, None)):
             if line.text is not None and line.text.strip():
                 texts.append(line.text)
             if len(texts) > limit:

@@ -3,7 +3,8 @@ sinks."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
 
@@ -58,6 +59,14 @@ def norms(layer: LayerSel = Selection.parse("-1", "layer", field="layer"),
 def sinks(threshold: Annotated[float, typer.Option(
               help="Sink score above which a key is a sink (Gu et al. 2024 use 0.3).", min=0.0, max=1.0,
               metavar="NUMBER")] = 0.3,
+          corpus: Annotated[Optional[Path], typer.Option(
+              "--corpus", metavar="FILE", dir_okay=False, show_default=False,
+              help="Instead of one text: the model-level sink rate Sink₁^ε of Gu et al. 2024 over the texts of "
+                   "FILE (one per line, each cut to its first --tokens tokens): the share of heads whose first "
+                   "token's sink score passes --threshold.")] = None,
+          tokens: Annotated[int, typer.Option(
+              "--tokens", min=2, max=4096, metavar="N",
+              help="--corpus: each text's first N tokens (Gu et al.: 64).")] = 64,
           output: ImageOut = None, cmap: CmapOpt = "viridis",
           as_json: JsonOpt = False, as_csv: CsvOpt = False, *, inp: PictureSource) -> None:
     from attnviz.api import sinks as find_sinks
@@ -66,6 +75,13 @@ def sinks(threshold: Annotated[float, typer.Option(
     from attnviz.render.tables import sinks_table
 
     check_output(output, FORMATS)
+    if corpus is not None:
+        if inp.given_text() is not None:
+            raise typer.BadParameter("give TEXT or --corpus FILE, not both", param_hint="--corpus")
+        if output is not None:
+            raise typer.BadParameter("--corpus prints the rate; -o draws one text's sinks", param_hint="-o")
+        _corpus_rate(corpus, inp, threshold, tokens, as_json, as_csv)
+        return
     text = inp.require_text()
     loaded = inp.load_single("sinks")
     result = find_sinks(text, model=loaded, threshold=threshold, truncate=inp.truncate, reporter=CliReporter())
@@ -82,3 +98,32 @@ def sinks(threshold: Annotated[float, typer.Option(
 
         say(save_figure(result.figure(cmap=cmap), output_path(output, "attnviz_sinks.png")),
             console=err if as_json or as_csv else out)
+
+
+MAX_CORPUS_TEXTS = 10_000  # sinks --corpus
+
+
+def _corpus_rate(path: Path, inp: PictureSource, epsilon: float, tokens: int, as_json: bool, as_csv: bool) -> None:
+    """sinks --corpus: Sink₁^ε over the texts of a file, and each layer's share of sink heads."""
+    from attnviz.api import sink_rate
+    from attnviz.cli.ablate import read_texts
+    from attnviz.panels import short_model
+    from attnviz.render.tables import records_table
+
+    if not 0 < epsilon < 1:
+        raise typer.BadParameter("--corpus takes a threshold above 0 and below 1", param_hint="--threshold")
+    texts = read_texts(path, MAX_CORPUS_TEXTS, "--corpus")
+    loaded = inp.load_single("sinks")
+    result = sink_rate(texts, model=loaded, epsilon=epsilon, tokens=tokens, reporter=CliReporter())
+    if as_json:
+        print_json(result.to_dict())
+        return
+    if emit_records(result.records(), False, as_csv):
+        return
+    by_layer = result.by_head.mean(axis=1)
+    rows = [{"layer": n, "share": float(v)} for n, v in enumerate(by_layer)]
+    out.print(records_table(rows, [("layer", "layer", "d"), ("share", "sink heads (first token)", ".1%")],
+                            f"{short_model(result.model)}: the first token as a sink, {result.texts} texts"))
+    say(f"Sink₁^{epsilon:g} (Gu et al. 2024) = {result.rate:.1%}: the share of heads, over {result.texts} texts "
+        f"(each its first {tokens} tokens), whose first token receives a mean weight above {epsilon:g} from the "
+        f"queries that can see it.", wrap=True)

@@ -3,8 +3,8 @@ Nothing here changes the capture; everything returns new numpy arrays or small r
 
 One job a module: rows (what a metric sees, the per-row kernels), registry (one Metric row per head
 statistic; head_values), labels (pattern labels, head records), propagation (rollout), compare (model vs.
-scratch; a shown matrix's summary), terms (the glossary of `attnviz explain`). This package re-exports their
-public names.
+scratch; a shown matrix's summary), mechanisms (massive activations, the sink rate), terms (the glossary of
+`attnviz explain`). This package re-exports their public names.
 """
 
 from __future__ import annotations
@@ -23,10 +23,14 @@ from attnviz.metrics.labels import (BLOCK_MIN, BROAD_MIN, check_head_stats, head
                                     repeats_note, segments, value_grid, VERTICAL_MIN, vertical_score)
 from attnviz.metrics.propagation import rollout, rollout_rows, strongest_paths
 from attnviz.metrics.compare import differences, LayerDifference, matrix_summary
+from attnviz.metrics.mechanisms import (Entry, key_importance, layer_medians, MASSIVE_MINIMUM, MASSIVE_RATIO,
+                                        massive_entries, SINK_EPSILON, sink_rate)
 from attnviz.metrics.terms import definitions_markdown, glossary, lookup, TERM_ALIASES, TERMS
 
 __all__ = [
-    "Accumulator", "all_metrics", "BLOCK", "BLOCK_MIN", "BLOCK_ROWS_BYTES", "block_score", "BROAD_MIN", "by_layer",
+    "Accumulator", "all_metrics", "Entry", "key_importance", "layer_medians", "MASSIVE_MINIMUM", "MASSIVE_RATIO",
+    "massive_entries", "SINK_EPSILON", "sink_rate", "BLOCK", "BLOCK_MIN", "BLOCK_ROWS_BYTES", "block_score",
+    "BROAD_MIN", "by_layer",
     "check_head_stats", "columns", "definitions_markdown", "detector_scores", "DETECTORS", "differences",
     "DISTANCE", "distance_rows", "DUPLICATE", "ENTROPY", "entropy", "find_metric", "FIXED_COLUMNS", "glossary",
     "head_records", "head_values", "INDUCTION", "KEPT", "label_definitions", "label_heads", "LABEL_INPUTS",

@@ -121,3 +121,56 @@ def position_mosaic_figure(similarity: np.ndarray, grid: tuple[int, int], title:
     fig.colorbar(shown, ax=ax, shrink=0.8, label="cosine similarity of position embeddings")
     fig.suptitle(title + (f"\n{subtitle}" if subtitle else ""), fontsize=10, x=0.01, ha="left")
     return fig
+
+
+def massive_figure(tops: np.ndarray, medians: np.ndarray, profile: np.ndarray | None, layer: int,
+                   dims: Sequence[int], tokens: Sequence[str], value_ratio: np.ndarray, minimum: float, ratio: float,
+                   title: str, subtitle: str = ""):
+    """Massive activations in three panels: each layer's three largest |h| and its median on a log scale (Sun et
+    al. 2024's Figure 1), with the threshold (over `minimum` and `ratio` × the median); |h| of every token on
+    the massive dimensions at `layer` (profile (T, k)); the massive tokens' value-vector norms over the median
+    token's, by layer (1: as large as a typical token's)."""
+    from attnviz.render.figure import NotebookFigure as Figure
+
+    fig = Figure(figsize=(15, 4.8), layout="constrained")
+    axes = fig.subplots(1, 3, width_ratios=[1.0, 1.4, 1.0])
+    L = len(medians)
+    x = np.arange(L)
+    ax = axes[0]
+    for k, (style, name) in enumerate((("o-", "largest"), ("s--", "second"), ("^:", "third"))):
+        ax.plot(x, tops[:, k], style, label=f"{name} |h|", markersize=4)
+    ax.plot(x, medians, "k-", label="median |h|", linewidth=1)
+    ax.plot(x, np.maximum(minimum, ratio * medians), color="tab:red", linestyle="-.", linewidth=0.8,
+            label=f"massive above: {minimum:g} and {ratio:g}× median")
+    ax.set_yscale("log")
+    ax.set_xlabel("layer (the block's output)")
+    ax.set_ylabel("|h|")
+    ax.set_title("the residual stream's largest entries", fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    ax = axes[1]
+    if profile is not None and len(dims):
+        T = profile.shape[0]
+        width = 0.8 / len(dims)
+        for k, dim in enumerate(dims):
+            ax.bar(np.arange(T) + (k - (len(dims) - 1) / 2) * width, profile[:, k], width=width, label=f"dim {dim}")
+        ax.set_yscale("log")
+        step = max(1, T // 40)
+        ax.set_xticks(np.arange(0, T, step))
+        ax.set_xticklabels([tokens[i][:12] for i in range(0, T, step)], rotation=90, fontsize=7)
+        ax.legend(fontsize=7)
+    ax.set_ylabel("|h|")
+    ax.set_title(f"layer {layer}: every token on the massive dimensions", fontsize=10)
+    ax.grid(True, axis="y", which="both", alpha=0.3)
+    ax = axes[2]
+    finite = np.isfinite(value_ratio)
+    if finite.any():
+        ax.plot(x[finite], value_ratio[finite], "o-", color="tab:purple", markersize=4)
+        ax.set_yscale("log")
+    ax.axhline(1.0, color="k", linewidth=0.8)
+    ax.set_xlabel("layer")
+    ax.set_ylabel("‖f(x)‖ of the massive tokens / the median token's")
+    ax.set_title("their value vectors (through W_O), by layer", fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    fig.suptitle(title + ("\n" + subtitle if subtitle else ""), fontsize=11)
+    return fig

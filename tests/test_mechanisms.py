@@ -1,0 +1,205 @@
+"""What happens inside a model: massive activations (attnviz massive, attnviz.massive) and the model-level sink
+rate (attnviz sinks --corpus, attnviz.sink_rate). Each quantity checked against an independent computation: the
+detector on planted entries, Gu et al.'s importance written out as a loop, the intervention's loss recomputed
+from the model's own final norm and head, a massive activation planted in a tiny model's embedding."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+from helpers import build_tiny_model, one_line_error, require_real, run
+
+import attnviz
+from attnviz.engine import offline
+from attnviz.metrics import key_importance, massive_entries, sink_rate
+
+TEXT = "The cat sat on the mat because it was tired"
+PLANTED = 20000.0  # added to one dimension of the start token's embedding
+
+
+def test_massive_entries_are_the_planted_ones_and_need_both_thresholds():
+    rng = np.random.default_rng(0)
+    hidden = rng.normal(size=(3, 12, 40))  # median |h| ≈ 0.67
+    hidden[1, 0, 7] = -900.0  # over 1000× the median, over 100
+    hidden[2, 0, 7] = 2000.0
+    hidden[2, 5, 3] = 400.0  # over 100 but only ≈ 600× the median
+    medians, found, tops = massive_entries(hidden)
+    np.testing.assert_allclose(medians, [np.median(np.abs(h)) for h in hidden])
+    assert [(e.layer, e.position, e.dim, e.value) for e in found] == [(1, 0, 7, -900.0), (2, 0, 7, 2000.0)]
+    assert found[0].ratio == pytest.approx(900.0 / medians[1])
+    assert [(e.position, e.dim) for e in tops[2]][:2] == [(0, 7), (5, 3)] and len(tops[0]) == 3
+    _, looser, _ = massive_entries(hidden, ratio=500.0)
+    assert (2, 5, 3) in {(e.layer, e.position, e.dim) for e in looser}
+    _, none, _ = massive_entries(hidden, minimum=5000.0)
+    assert none == []
+
+
+def test_key_importance_and_the_sink_rate_are_gu_et_als_loop():
+    rng = np.random.default_rng(1)
+    T = 9
+    raw = rng.random((2, 3, T, T)) * np.tril(np.ones((T, T)))
+    alpha = raw / raw.sum(-1, keepdims=True)
+    loop = np.zeros((2, 3, T))
+    for layer in range(2):
+        for head in range(3):
+            for k in range(T):  # the queries that can see key k: k … T − 1
+                loop[layer, head, k] = sum(alpha[layer, head, i, k] for i in range(k, T)) / (T - k)
+    np.testing.assert_allclose(key_importance(alpha, causal=True), loop, rtol=1e-12)
+    np.testing.assert_array_equal(sink_rate(alpha, True, 0.3), loop[..., 0] > 0.3)
+    np.testing.assert_allclose(key_importance(alpha, causal=False), alpha.sum(-2) / T, rtol=1e-12)
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    """A tiny random Llama whose start token's embedding carries PLANTED on dimension 3: a massive activation by
+    construction, in every layer's residual stream at position 0."""
+    import torch
+
+    from attnviz.engine.loading import load
+
+    folder = build_tiny_model("llama", tmp_path_factory.mktemp("planted") / "llama", lm=True, init=0.3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loaded = load(str(folder), device="cpu", lm_head="auto")
+    start = loaded.tokenizer.bos_token_id
+    with torch.no_grad():
+        loaded.model.get_input_embeddings().weight[start, 3] += PLANTED
+    return loaded
+
+
+def test_a_planted_massive_activation_is_found_in_every_layer(planted):
+    result = attnviz.massive(TEXT, model=planted)
+    L = planted.model.config.num_hidden_layers
+    assert result.positions == (0,) and result.dims == (3,) and result.tokens[0] == "<s>"
+    assert [(e.layer, e.position, e.dim) for e in result.entries] == [(n, 0, 3) for n in range(L)]
+    assert all(e.value > PLANTED / 2 for e in result.entries)
+    assert result.first_layers() == {(0, 3): 0} and result.output_check <= 1e-5
+    assert np.isnan(result.value_ratio[0]) and np.isfinite(result.value_ratio[1:]).all()
+    data = result.to_dict()
+    assert data["tokens"] == list(result.tokens) and data["massive"][0]["token"] == "<s>"
+    assert len(data["top"]) == L and data["dims"] == [3]
+
+
+def test_the_intervention_is_the_model_run_on_the_changed_stream(planted):
+    """Entries of the last block's output replaced: the loss equals the one computed by hand from that block's
+    recorded output, changed, through the model's own final norm and head (float32: 1e-5); no change gives the
+    model's own loss; an entry set to its own value changes nothing."""
+    import torch
+
+    from attnviz.engine.forward import encode
+    from attnviz.engine.massive import block_outputs, intervened
+
+    model = planted.model
+    inputs = encode(planted, TEXT).inputs
+    L = model.config.num_hidden_layers
+    plain, alpha = intervened(model, inputs, {})
+    with torch.inference_mode():
+        own = model(**inputs, labels=inputs["input_ids"]).loss
+    assert plain == pytest.approx(float(own), abs=1e-5) and alpha.shape[:2] == (L, 4)
+    last = block_outputs(model, inputs, [L - 1])[L - 1]
+    assert intervened(model, inputs, {L - 1: [(2, 5, float(last[2, 5]))]})[0] == pytest.approx(plain, abs=1e-6)
+    changed = torch.tensor(last).clone()
+    changed[2, 5], changed[4, 0] = 30.0, -12.0
+    with torch.inference_mode():
+        logits = model.lm_head(model.model.norm(changed[None]))[0, :-1].double()
+    by_hand = float(torch.nn.functional.cross_entropy(logits, inputs["input_ids"][0, 1:]))
+    loss, _ = intervened(model, inputs, {L - 1: [(2, 5, 30.0), (4, 0, -12.0)]})
+    assert loss == pytest.approx(by_hand, abs=1e-5) and abs(loss - plain) > 1e-3
+
+
+def test_the_planted_activation_set_to_zero_or_its_mean(planted):
+    result = attnviz.massive(TEXT, model=planted, intervene=True, reference=["A dog barked.", "Rain fell all day."])
+    runs = result.intervention
+    assert runs["texts"] == 2 and [(e["layer"], e["position"], e["dim"]) for e in runs["entries"]] == [(0, 0, 3)]
+    assert runs["entries"][0]["mean"] > PLANTED / 2  # the other texts' start tokens carry it too
+    assert runs["plain"]["loss"] != runs["zero"]["loss"]
+    assert abs(runs["mean"]["loss"] - runs["plain"]["loss"]) < abs(runs["zero"]["loss"] - runs["plain"]["loss"])
+    for name in ("plain", "zero", "mean"):
+        assert runs[name]["perplexity"] == pytest.approx(np.exp(runs[name]["loss"]))
+
+
+def test_massive_from_the_command_line(tiny_lm_dir, tiny_model_dir, tmp_path):
+    folder = tiny_lm_dir("llama")
+    path = tmp_path / "text.txt"
+    path.write_text(TEXT, encoding="utf-8")
+    given = json.loads(run("massive", TEXT, "-m", folder, "--json").stdout)
+    piped = json.loads(run("massive", "-", "-m", folder, "--json", input=TEXT).stdout)
+    filed = json.loads(run("massive", "--text-file", path, "-m", folder, "--json").stdout)
+    assert given == piped == filed and len(given["medians"]) == 2
+    capture = attnviz.capture(TEXT, model=folder)
+    assert given["tokens"] == list(capture.tokens)
+    looser = json.loads(run("massive", TEXT, "-m", folder, "--json", "--ratio", "2", "--minimum", "0").stdout)
+    assert len(looser["massive"]) > len(given["massive"])
+    assert all(m["ratio"] > 2 for m in looser["massive"])
+    shown = run("massive", TEXT, "-m", folder, "--intervene", "-o", tmp_path / "m.png",
+                env={"COLUMNS": "120", "NO_COLOR": "1"})
+    assert shown.exit_code == 0 and "set to 0" in shown.stdout and (tmp_path / "m.png").is_file()
+    reference = tmp_path / "ref.txt"
+    reference.write_text("One.\nTwo dogs.\n", encoding="utf-8")
+    data = json.loads(run("massive", TEXT, "-m", folder, "--intervene", "--reference", reference, "--ratio", "2",
+                          "--minimum", "0", "--json").stdout)
+    assert data["intervention"]["texts"] == 2
+    assert "encoder" in one_line_error(run("massive", TEXT, "-m", tiny_model_dir("bert"), "--intervene"))
+    assert "--intervene" in one_line_error(run("massive", TEXT, "-m", folder, "--reference", reference), 2)
+    assert "--ratio" in one_line_error(run("massive", TEXT, "-m", folder, "--ratio", "0.5"), 2)
+    encoder = json.loads(run("massive", TEXT, "-m", tiny_model_dir("bert"), "--json").stdout)
+    assert encoder["intervention"] is None and len(encoder["medians"]) == 2
+
+
+def test_the_sink_rate_over_a_corpus(tiny_lm_dir, tmp_path):
+    """Sink₁^ε over texts equals Gu et al.'s formula applied by hand to attnviz.capture's α of each text's first
+    tokens; the command reads text lines and JSON lines alike."""
+    folder = tiny_lm_dir("llama")
+    texts = [TEXT, "A dog barked at the mailman", "Rain fell on the quiet town all day long"]
+    result = attnviz.sink_rate(texts, model=folder, epsilon=0.2, tokens=6)
+    sinks = []
+    for text in texts:
+        alpha = attnviz.capture(text, model=folder).attentions[:, :, :6, :6].astype(np.float64)
+        T = alpha.shape[-1]
+        first = alpha[..., :, 0].sum(-1) / T  # every query sees the first token
+        sinks.append(first > 0.2)
+    np.testing.assert_allclose(result.by_head, np.mean(sinks, axis=0))
+    assert result.rate == pytest.approx(float(np.mean(sinks))) and result.texts == 3
+    lines = tmp_path / "c.txt"
+    lines.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    jsonl = tmp_path / "c.jsonl"
+    jsonl.write_text("\n".join(json.dumps({"text": t}) for t in texts) + "\n", encoding="utf-8")
+    a = json.loads(run("sinks", "--corpus", lines, "-m", folder, "--json", "--threshold", "0.2", "--tokens",
+                       "6").stdout)
+    b = json.loads(run("sinks", "--corpus", jsonl, "-m", folder, "--json", "--threshold", "0.2", "--tokens",
+                       "6").stdout)
+    assert a == b and a["sink_rate"] == pytest.approx(result.rate) and a["texts"] == 3
+    assert "not both" in one_line_error(run("sinks", TEXT, "--corpus", lines, "-m", folder), 2)
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n", encoding="utf-8")
+    assert "no texts" in one_line_error(run("sinks", "--corpus", empty, "-m", folder))
+
+
+@pytest.mark.slow
+def test_smollm2_massive_activations_as_sun_et_al_find_them():
+    """SmolLM2: one entry of the first token, dimension 507, about 23,000 from layer 11 on (over 1000× the
+    median); zeroed where it appears the loss explodes, set to its mean over other texts it barely moves; the
+    first token's value vectors are a fraction of a typical token's."""
+    require_real(offline.SMOLLM2)
+    result = attnviz.massive("Summer is warm. Winter is cold. The cat sat on the mat because it was tired.",
+                             model="smollm2", intervene=True)
+    assert result.positions == (0,) and result.dims[0] == 507
+    assert min(e.layer for e in result.entries if e.dim == 507) == 11
+    runs = result.intervention
+    assert runs["zero"]["loss"] > runs["plain"]["loss"] + 5.0
+    assert abs(runs["mean"]["loss"] - runs["plain"]["loss"]) < 0.1
+    assert runs["zero"]["sink_rate"] < runs["plain"]["sink_rate"]
+    assert np.nanmax(result.value_ratio[12:]) < 0.6
+
+
+@pytest.mark.slow
+def test_gemma3_massive_activations_and_its_sink_rate():
+    require_real(offline.GEMMA3)
+    result = attnviz.massive(TEXT, model="gemma3")
+    assert set(result.dims[:2]) == {400, 163}
+    assert all(e.position == 0 for e in result.entries if e.layer >= 5)  # the middle layers: <bos> alone
+    rate = attnviz.sink_rate([TEXT, "A dog barked at the mailman.", "Rain fell all day."], model="gemma3")
+    assert rate.rate > 0.8
