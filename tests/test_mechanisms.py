@@ -203,3 +203,125 @@ def test_gemma3_massive_activations_and_its_sink_rate():
     assert all(e.position == 0 for e in result.entries if e.layer >= 5)  # the middle layers: <bos> alone
     rate = attnviz.sink_rate([TEXT, "A dog barked at the mailman.", "Rain fell all day."], model="gemma3")
     assert rate.rate > 0.8
+
+
+# --- retrieval heads ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def long_llama(tmp_path_factory) -> str:
+    """A tiny random Llama that takes 2,048 positions (rotary: no table to grow), for haystacks: its small
+    vocabulary spells most words out letter by letter."""
+    folder = build_tiny_model("llama", tmp_path_factory.mktemp("long") / "llama", lm=True, init=0.3)
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config["max_position_embeddings"] = 2048
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    return str(folder)
+
+
+def test_haystacks_hold_one_needle_at_its_depth_and_come_from_the_seed(tiny_lm_dir):
+    from attnviz.engine.loading import load
+    from attnviz.engine.retrieval import haystacks
+
+    tokenizer = load(tiny_lm_dir("gpt2"), device="cpu").tokenizer
+    made = haystacks(tokenizer, [200, 400], [0.0, 0.5, 1.0], seed=3)
+    assert len(made) == 6 and made == haystacks(tokenizer, [200, 400], [0.0, 0.5, 1.0], seed=3)
+    assert made != haystacks(tokenizer, [200, 400], [0.0, 0.5, 1.0], seed=4)
+    for stack in made:
+        assert stack.prompt.count(stack.needle) == 1
+        assert stack.prompt[stack.needle_at:].startswith(stack.needle)
+        assert stack.prompt.endswith(f"The secret number of {stack.name} is")
+        assert stack.answer.strip() in stack.needle and stack.answer.strip().isdigit()
+        haystack = stack.prompt[:stack.prompt.index("\nQuestion:")]
+        before, total = stack.prompt[:stack.needle_at].count("."), haystack.count(".") - 1  # sentences
+        assert before == round(stack.depth * total)
+        tokens = len(tokenizer.encode(stack.prompt))
+        assert 0.6 * stack.length <= tokens <= 1.6 * stack.length
+
+
+def test_retrieval_hits_equal_a_full_forward_pass_over_what_was_written(long_llama):
+    """The KV-cached decoding's most-attended keys, step by step, are those of one forward pass over the prompt
+    and what it wrote (row by row; a tie within 1e-6 may go either way), and its hits are recounted from them."""
+    import torch
+
+    from attnviz.engine.forward import encode
+    from attnviz.engine.loading import load
+    from attnviz.engine.retrieval import haystacks, needle_span, retrieval_hits
+
+    loaded = load(long_llama, device="cpu", lm_head="auto")
+    (stack,) = haystacks(loaded.tokenizer, [300], [0.5], seed=1)
+    encoded = encode(loaded, stack.prompt, truncate=False)
+    ids = encoded.inputs["input_ids"]
+    span = needle_span(encoded.offsets, stack.needle_at, stack.needle_at + len(stack.needle))
+    text = "".join(encoded.tokens[span[0]:span[1]])
+    assert "secret" in text.replace("##", "") and span[1] - span[0] >= 5
+    written, hits, tops = retrieval_hits(loaded.model, ids, span, max_new=6)
+    assert len(written) == 6 and len(tops) == 6
+    full = torch.cat([ids, torch.tensor([written[:-1]])], dim=1)
+    with torch.inference_mode():
+        alpha = torch.stack([a[0] for a in loaded.model(input_ids=full, output_attentions=True).attentions])
+    T = ids.shape[1]
+    keys = full[0].tolist()
+    everywhere = (0, T)  # the whole prompt as the needle: a random model's heads do land on copies there
+    _, wide, _ = retrieval_hits(loaded.model, ids, everywhere, max_new=6)
+    for chosen, counted in ((span, hits), (everywhere, wide)):
+        recount = np.zeros_like(counted)
+        for step, top in enumerate(tops):
+            row = alpha[:, :, T - 1 + step].double().numpy()  # (L, H, S): the query that wrote written[step]
+            same = row.argmax(-1) == top
+            assert np.all(same | (np.abs(np.take_along_axis(row, top[..., None], -1)[..., 0] - row.max(-1)) < 1e-6))
+            recount += (top >= chosen[0]) & (top < chosen[1]) & (np.array(keys)[top] == written[step])
+        np.testing.assert_array_equal(recount, counted)
+    assert wide.sum() > 0
+
+
+def test_answer_accuracy_with_heads_removed_equals_their_weights_zeroed(tiny_lm_dir):
+    import torch
+
+    from attnviz.engine.ablation.seam import site, weights_removed
+    from attnviz.engine.loading import load
+    from attnviz.engine.retrieval import answer_accuracy
+
+    loaded = load(tiny_lm_dir("llama"), device="cpu", lm_head="auto")
+    where = site(loaded.model)
+    ids = torch.tensor([[1, 20, 31, 42, 53, 64, 20, 31]])
+    answer = [42, 53, 64]
+    removed = [(0, 1), (1, 2)]
+    full = torch.cat([ids, torch.tensor([answer])], dim=1)
+    for heads in ([], removed):
+        with weights_removed(where, heads), torch.inference_mode():
+            logits = loaded.model(input_ids=full).logits[0, 7:10].double()
+        right = float((logits.argmax(-1) == torch.tensor(answer)).double().mean())
+        logp = float(torch.log_softmax(logits, -1)[torch.arange(3), torch.tensor(answer)].mean())
+        accuracy, mean_logp = answer_accuracy(where, ids, answer, heads)
+        assert accuracy == right and mean_logp == pytest.approx(logp, abs=1e-5)
+
+
+def test_retrieval_heads_from_the_command_line(long_llama, tiny_model_dir, tmp_path):
+    """A tiny random model answers no needle: every score 0, no causal test; the prompts are listed as made."""
+    folder = long_llama
+    data = json.loads(run("retrieval", "-m", folder, "--lengths", "200,300", "--depths", "0,1", "--json").stdout)
+    assert len(data["prompts"]) == 4 and [p["depth"] for p in data["prompts"]] == [0.0, 1.0, 0.0, 1.0]
+    assert np.array(data["scores"]).shape == (2, 4) and data["answered"] == sum(p["retrieved"] for p in data["prompts"])
+    if not data["answered"]:
+        assert data["causal"] is None and not np.any(data["scores"])
+    shown = run("retrieval", "-m", folder, "--lengths", "200", "--depths", "0.5", "-o", tmp_path / "r.png",
+                env={"COLUMNS": "120", "NO_COLOR": "1"})
+    assert shown.exit_code == 0 and "1 needles" in shown.stdout and (tmp_path / "r.png").is_file()
+    assert "--lengths" in one_line_error(run("retrieval", "-m", folder, "--lengths", "a,b"), 2)
+    assert "lengths" in one_line_error(run("retrieval", "-m", folder, "--lengths", "10"), 2)
+    assert "depths" in one_line_error(run("retrieval", "-m", folder, "--depths", "1.5"), 2)
+    assert "causal language model" in one_line_error(run("retrieval", "-m", tiny_model_dir("bert")))
+
+
+@pytest.mark.slow
+def test_gemma3_retrieves_through_its_full_attention_layers():
+    """Gemma 3: the needle is copied by heads of the layers that see the whole text (5, 11, 17; the others see
+    512 tokens); removing the top 8 heads loses most answer tokens, removing 8 random heads far fewer."""
+    require_real(offline.GEMMA3)
+    result = attnviz.retrieval_heads(model="gemma3", lengths=[300, 700], depths=[0.2, 0.8], remove=8, draws=3)
+    assert result.answered == 4
+    assert all(t["layer"] in (5, 11, 17) for t in result.top(3))
+    causal = result.causal
+    assert causal["none"]["accuracy"] == 1.0
+    assert causal["top"]["accuracy"] < np.mean([r["accuracy"] for r in causal["random"]]) - 0.4
