@@ -325,3 +325,167 @@ def test_gemma3_retrieves_through_its_full_attention_layers():
     causal = result.causal
     assert causal["none"]["accuracy"] == 1.0
     assert causal["top"]["accuracy"] < np.mean([r["accuracy"] for r in causal["random"]]) - 0.4
+
+
+# --- QK and OV circuits from the weights ---------------------------------------------------------------------
+
+
+def _loaded_lm(folder):
+    from attnviz.engine.loading import load
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return load(folder, device="cpu", lm_head="auto")
+
+
+@pytest.fixture(scope="module")
+def copying_model(tmp_path_factory):
+    """A tiny Llama (4 query heads sharing 2 key/value heads, d = 8, D = 32) rebuilt by hand in layer 0: every
+    norm's gain 1, the embedding centred and the output head equal to it, and key/value head 0 reading a
+    subspace P (8 orthonormal directions): query head 0 writes it back (OV = P·Pᵀ, a copying head by
+    construction), query head 1, sharing that value head, writes its negative (OV = −P·Pᵀ)."""
+    import torch
+
+    folder = build_tiny_model("llama", tmp_path_factory.mktemp("copying") / "llama", lm=True, init=0.3)
+    loaded = _loaded_lm(str(folder))
+    model = loaded.model
+    rng = np.random.default_rng(5)
+    P = torch.tensor(np.linalg.qr(rng.normal(size=(32, 8)))[0])  # (D, d), orthonormal columns
+    with torch.no_grad():
+        for module in model.modules():
+            if type(module).__name__.endswith("RMSNorm"):
+                module.weight.fill_(1.0)
+        embedding = model.get_input_embeddings().weight
+        embedding -= embedding.mean(dim=0, keepdim=True)
+        model.lm_head.weight.copy_(embedding)
+        attention = model.model.layers[0].self_attn
+        attention.v_proj.weight[:8] = P.T.float()  # key/value head 0: W_V = P
+        attention.o_proj.weight[:, 0:8] = P.float()  # query head 0: W_O = Pᵀ (o_proj holds W_Oᵀ)
+        attention.o_proj.weight[:, 8:16] = -P.float()  # query head 1: W_O = −Pᵀ
+    return loaded
+
+
+def test_a_copying_head_built_by_hand_scores_one_and_its_negative_minus_one(copying_model):
+    from attnviz.api.mechanisms import common_tokens
+    from attnviz.engine.circuits import copying, head_weights
+
+    weights = head_weights(copying_model.model)
+    vocab = common_tokens(copying_model.tokenizer, 60)
+    assert len(vocab) == 60
+    score, positive = copying(weights, vocab)
+    assert score[0, 0] == pytest.approx(1.0, abs=1e-9) and positive[0, 0] == pytest.approx(1.0, abs=1e-9)
+    assert score[0, 1] == pytest.approx(-1.0, abs=1e-9) and positive[0, 1] == pytest.approx(0.0, abs=1e-9)
+    assert np.all(np.abs(score) <= 1 + 1e-12)
+    others = np.delete(score.ravel(), [0, 1])
+    assert np.all(np.abs(others) < 0.999)  # random heads: neither
+
+
+def test_the_ov_score_equals_the_full_vocabulary_matrix_eigenvalues(tiny_lm_dir):
+    """The copying score from the d × d factor equals the one from the S × S matrix W_E[S]·W_V·W_O·W_U[:, S] built
+    from the modules' own weights here (norm gains, the key/value head h // 2, W_U centred), and its
+    eigenvalues, to 1e-9."""
+    import torch
+
+    from attnviz.api.mechanisms import common_tokens
+    from attnviz.engine.circuits import copying, head_weights
+
+    loaded = _loaded_lm(tiny_lm_dir("llama"))
+    model = loaded.model
+    vocab = common_tokens(loaded.tokenizer, 40)
+    score, _ = copying(head_weights(model), vocab)
+    E = model.get_input_embeddings().weight.detach().double()
+    U = model.lm_head.weight.detach().double()
+    U = (U - U.mean(0)) * model.model.norm.weight.detach().double()  # (V, D)
+    for layer, head in ((0, 3), (1, 2)):
+        block = model.model.layers[layer]
+        gain = block.input_layernorm.weight.detach().double()
+        kv = head // 2
+        W_V = gain[:, None] * block.self_attn.v_proj.weight.detach().double()[kv * 8:(kv + 1) * 8].T  # (D, d)
+        W_O = block.self_attn.o_proj.weight.detach().double()[:, head * 8:(head + 1) * 8].T  # (d, D)
+        M = E[vocab] @ W_V @ W_O @ U[vocab].T  # (S, S)
+        values = torch.linalg.eigvals(M)
+        expected = float(values.sum().real / values.abs().sum())
+        assert score[layer, head] == pytest.approx(expected, abs=1e-9)
+
+
+def test_composition_equals_the_full_matrices_and_is_zero_within_a_layer(tiny_lm_dir):
+    from attnviz.engine.circuits import composition, head_weights
+
+    loaded = _loaded_lm(tiny_lm_dir("llama"))
+    w = head_weights(loaded.model)
+    scores = composition(w)
+
+    def fro(m):
+        return float(np.linalg.norm(m.numpy()))
+
+    for (l1, h1), (l2, h2) in (((0, 0), (1, 3)), ((0, 2), (1, 1))):
+        OV = w.v[l1][h1] @ w.o[l1][h1]  # (D, D)
+        QK = w.q[l2][h2] @ w.k[l2][h2].T
+        OV2 = w.v[l2][h2] @ w.o[l2][h2]
+        for mode, R in (("q", QK), ("k", QK.T), ("v", OV2)):
+            expected = fro(OV @ R) / (fro(OV) * fro(R))
+            assert scores[mode][l1, h1, l2, h2] == pytest.approx(expected, rel=1e-9)
+    for mode in "qkv":
+        assert not scores[mode][1, :, 0, :].any() and not scores[mode][0, :, 0, :].any()
+        assert np.all((scores[mode][0, :, 1, :] > 0) & (scores[mode][0, :, 1, :] <= 1))
+
+
+def test_the_folded_weights_give_the_models_own_values_and_queries(tiny_lm_dir):
+    """x̂·W_V^h (x̂ the block's input over its RMS, the norm's gain folded into W_V) is what v_proj gives for the
+    key/value head h // 2; likewise W_Q for every query head."""
+    import torch
+
+    from attnviz.engine.circuits import head_weights
+
+    loaded = _loaded_lm(tiny_lm_dir("llama"))
+    model = loaded.model
+    w = head_weights(model)
+    seen: dict = {}
+    block = model.model.layers[1]
+    hooks = [block.register_forward_pre_hook(lambda m, args: seen.update(x=args[0].detach().double())),
+             block.self_attn.v_proj.register_forward_hook(lambda m, a, out: seen.update(v=out.detach().double())),
+             block.self_attn.q_proj.register_forward_hook(lambda m, a, out: seen.update(q=out.detach().double()))]
+    try:
+        with torch.inference_mode():
+            model(input_ids=torch.tensor([[1, 20, 31, 42, 53]]))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    x = seen["x"][0]
+    eps = model.config.rms_norm_eps
+    normed = x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps)
+    for head in range(4):
+        kv = head // 2
+        torch.testing.assert_close(normed @ w.v[1][head], seen["v"][0][:, kv * 8:(kv + 1) * 8], atol=1e-5, rtol=0)
+        torch.testing.assert_close(normed @ w.q[1][head], seen["q"][0][:, head * 8:(head + 1) * 8], atol=1e-5,
+                                   rtol=0)
+
+
+def test_circuits_from_the_command_line(tiny_lm_dir, tiny_model_dir, tmp_path):
+    folder = tiny_lm_dir("llama")
+    data = json.loads(run("circuits", "-m", folder, "--tokens", "50", "--json").stdout)
+    assert np.array(data["copying"]).shape == (2, 4) and data["tokens"] == 50
+    assert np.array(data["composition"]["k"]).shape == (2, 4, 2, 4)
+    assert len(data["qk"][1][3]) == 3 and set(data["qk"][1][3][0]) == {"query", "key", "score"}
+    csv = run("circuits", "-m", folder, "--tokens", "50", "--csv").stdout.splitlines()
+    assert csv[0].startswith("layer,head,copying") and len(csv) == 1 + 8
+    shown = run("circuits", "-m", folder, "--tokens", "50", "-o", tmp_path / "c.png",
+                env={"COLUMNS": "120", "NO_COLOR": "1"})
+    assert shown.exit_code == 0 and "K-composition" in shown.stdout and (tmp_path / "c.png").is_file()
+    assert "--tokens" in one_line_error(run("circuits", "-m", folder, "--tokens", "5"), 2)
+    assert "output head" in one_line_error(run("circuits", "-m", tiny_model_dir("bert")))
+
+
+@pytest.mark.slow
+def test_circuits_of_gemma3_map_its_shared_key_value_head():
+    """Gemma 3: 4 query heads share 1 key/value head, so within a layer every head's W_V is the same; the scores
+    are bounded and the composition runs forward only."""
+    require_real(offline.GEMMA3)
+    result = attnviz.circuits(model="gemma3", tokens=300)
+    L, H = result.shape
+    assert (L, H) == (18, 4) and np.all(np.abs(result.copying) <= 1 + 1e-9)
+    for mode in "qkv":
+        scores = result.composition[mode]
+        assert all(not scores[n, :, m, :].any() for n in range(L) for m in range(n + 1))
+    top = result.top_copying(3)
+    assert all(t["copying"] > 0.8 for t in top)

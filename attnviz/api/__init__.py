@@ -30,8 +30,8 @@ _HOMES = {
                      "logit_attribution"), "attnviz.api.attribution"),
     **dict.fromkeys(("patch", "Patching", "PATCH_TOLERANCE", "path_patch", "PathPatching"), "attnviz.api.patching"),
     **dict.fromkeys(("CorpusState", "corpus", "merge"), "attnviz.api.corpora"),
-    **dict.fromkeys(("MassiveActivations", "RetrievalHeads", "SinkRate", "massive", "retrieval_heads", "sink_rate"),
-                    "attnviz.api.mechanisms"),
+    **dict.fromkeys(("Circuits", "MassiveActivations", "RetrievalHeads", "SinkRate", "circuits", "massive",
+                     "retrieval_heads", "sink_rate"), "attnviz.api.mechanisms"),
     **dict.fromkeys(("Cost", "cost"), "attnviz.api.costs"),
     **dict.fromkeys(("DEVICES", "DTYPES", "Model", "conversion_pending", "list_families", "load_model",
                      "model_shape", "resolve_model"), "attnviz.api.models"),
@@ -54,8 +54,8 @@ if TYPE_CHECKING:
                                            contributions, logit_attribution)
     from attnviz.api.patching import PATCH_TOLERANCE, PathPatching, Patching, patch, path_patch
     from attnviz.api.corpora import CorpusState, corpus, merge
-    from attnviz.api.mechanisms import (MassiveActivations, RetrievalHeads, SinkRate, massive, retrieval_heads,
-                                        sink_rate)
+    from attnviz.api.mechanisms import (Circuits, MassiveActivations, RetrievalHeads, SinkRate, circuits, massive,
+                                        retrieval_heads, sink_rate)
     from attnviz.api.costs import Cost, cost
     from attnviz.api.models import (DEVICES, DTYPES, Model, conversion_pending, list_families,
                                     load_model, model_shape, resolve_model)
@@ -90,22 +90,14 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
 
 
-__all__ = ["Ablation", "Capture", "Contributions", "CorpusState", "Cost", "DEVICES", "DTYPES", "Decoding", "Detection",
-           "Generation",
-           "HeadEffect", "HeadTable", "Importance", "Keep", "LOGIT_TOLERANCE", "LogitAttribution",
-           "MAX_IMPORTANCE_TEXTS", "MAX_MEAN_TEXTS", "MassiveActivations", "Model", "ModelSpec", "Norms", "Parts",
-           "Positions", "RetrievalHeads", "Rollout",
-           "PATCH_TOLERANCE", "PatchPositions", "Patching", "PathPatching", "Picture", "POSITION_TOLERANCE",
-           "Scaling", "SinkRate", "Sinks",
-           "Steps", "TOLERANCE",
-           "Verification", "ablate",
-           "capture", "capture_image", "contributions", "conversion_pending", "corpus", "cost", "detect", "export",
-           "from_outputs",
-           "generate",
-           "heads", "importance", "list_families", "list_metrics", "load_capture", "load_model", "logit_attribution",
-           "massive", "merge", "model_shape", "norms",
-           "patch", "patch_positions", "path_patch", "picture", "positions", "register_metric", "resolve_model",
-           "retrieval_heads", "rollout", "scaling",
-           "sink_rate", "sinks", "steps",
-           "to_words",
-           "verify", "view"]
+__all__ = ["Ablation", "Capture", "Circuits", "Contributions", "CorpusState", "Cost", "DEVICES", "DTYPES",
+           "Decoding", "Detection", "Generation", "HeadEffect", "HeadTable", "Importance", "Keep", "LOGIT_TOLERANCE",
+           "LogitAttribution", "MAX_IMPORTANCE_TEXTS", "MAX_MEAN_TEXTS", "MassiveActivations", "Model", "ModelSpec",
+           "Norms", "Parts", "Positions", "RetrievalHeads", "Rollout", "PATCH_TOLERANCE", "PatchPositions",
+           "Patching", "PathPatching", "Picture", "POSITION_TOLERANCE", "Scaling", "SinkRate", "Sinks", "Steps",
+           "TOLERANCE", "Verification", "ablate", "capture", "capture_image", "circuits", "contributions",
+           "conversion_pending", "corpus", "cost", "detect", "export", "from_outputs", "generate", "heads",
+           "importance", "list_families", "list_metrics", "load_capture", "load_model", "logit_attribution",
+           "massive", "merge", "model_shape", "norms", "patch", "patch_positions", "path_patch", "picture",
+           "positions", "register_metric", "resolve_model", "retrieval_heads", "rollout", "scaling", "sink_rate",
+           "sinks", "steps", "to_words", "verify", "view"]

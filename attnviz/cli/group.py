@@ -43,6 +43,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "importance": ("ablate", "Every head removed alone, ranked, beside its gradient estimate."),
     "detect": ("ablate", "Induction and other heads found, then tested by removing them."),
     "patch": ("patch", "Activation patching: which heads carry the difference between two prompts."),
+    "circuits": ("circuits", "QK and OV circuits from the weights: copying heads and how heads compose."),
     "retrieval": ("retrieval", "Retrieval heads: which heads copy a needle out of a haystack, and removing them."),
     "massive": ("massive", "Massive activations: the few huge entries behind the sinks, and what removing them does."),
     "explain": ("stats", "What every column, label and term means."),
