@@ -123,6 +123,33 @@ SAMPLES: list[tuple[str, list[str], str]] = [
                                "the Patching tab"),
     ("view_patch.png", [], "screenshot: the Patching tab, each head's map, the residual stream by position, "
                            "the top heads, and head 23.4's α on both prompts"),
+    ("gemma3_verify.txt", ["verify", "The capital of France is Paris, and the capital of Italy is", "-m", "gemma3"],
+     "Gemma 3 270M from its GGUF parts: α recomputed from its weights (QK-norm, the window, two RoPE bases)"),
+    ("gemma3_window_layer0_head0.png", ["heatmap", " ".join(f"word{i}" for i in range(700)), "-m", "gemma3",
+                                        "--layer", "0", "--head", "0", "-o", "{out}"],
+     "a text of over 2,000 tokens, pooled: layer 0's sliding window of 512 (blocks of keys wholly out of it masked)"),
+    ("smollm2_massive.txt", ["massive", "Summer is warm. Winter is cold. The cat sat on the mat because it was "
+                             "tired.", "-m", "smollm2", "--intervene", "-o", "sample_outputs/smollm2_massive.png"],
+     "massive activations in SmolLM2: one entry of the first token, ≈ 23,000; zeroed, the loss explodes; set to "
+     "its mean, it barely moves"),
+    ("smollm2_massive.png", [], "written by the massive command above: the largest entries by layer, the tokens "
+                                "on the massive dimensions, their value vectors"),
+    ("gemma3_massive.txt", ["massive", "Summer is warm. Winter is cold. The cat sat on the mat because it was "
+                            "tired.", "-m", "gemma3", "--intervene", "-o", "sample_outputs/gemma3_massive.png"],
+     "massive activations in Gemma 3: <bos> on dimensions 400 and 163"),
+    ("gemma3_massive.png", [], "written by the massive command above"),
+    ("gemma3_sinks_corpus.txt", ["sinks", "--corpus", "scripts/sample_corpus.jsonl", "-m", "gemma3"],
+     "Gu et al.'s model-level sink rate Sink₁^0.3 over the sample corpus"),
+    ("gemma3_retrieval.txt", ["retrieval", "-m", "gemma3", "-o", "sample_outputs/gemma3_retrieval.png"],
+     "retrieval heads of Gemma 3 on 9 needles of 300 to 1,200 tokens, and the causal test"),
+    ("gemma3_retrieval.png", [], "written by the retrieval command above: each head's retrieval score"),
+    ("smollm2_retrieval.txt", ["retrieval", "-m", "smollm2", "--lengths", "300,600", "--depths", "0.2,0.8"],
+     "retrieval heads of SmolLM2 on 4 needles, and the causal test"),
+    ("gemma3_circuits.txt", ["circuits", "-m", "gemma3", "-o", "sample_outputs/gemma3_circuits.png"],
+     "QK and OV circuits of Gemma 3 from its weights: copying heads and composition"),
+    ("gemma3_circuits.png", [], "written by the circuits command above: copying scores and the three compositions"),
+    ("smollm2_circuits.txt", ["circuits", "-m", "smollm2"],
+     "QK and OV circuits of SmolLM2 from its weights"),
     ("importance.txt", ["importance", "The cat sat on the mat because it was tired", "-o",
                         "sample_outputs/importance.png"],
      "every MiniLM head removed alone, ranked, beside Michel et al.'s gradient estimate"),

@@ -112,6 +112,14 @@ class MassiveActivations:
             return float("nan")
         return sum(bool(r["massive"]) for r in self.sink_heads) / len(self.sink_heads)
 
+    @property
+    def tied_where_present(self) -> float:
+        """The same share, over the sink heads of the layers that read a massive activation (the layer before
+        holds one); NaN where there are none."""
+        reading = {e.layer + 1 for e in self.entries}
+        later = [r for r in self.sink_heads if r["layer"] in reading]
+        return sum(bool(r["massive"]) for r in later) / len(later) if later else float("nan")
+
     def records(self) -> list[dict]:
         """One record per massive entry (what --csv prints)."""
         return [{"layer": e.layer, "position": e.position, "token": self.tokens[e.position], "dim": e.dim,
@@ -129,6 +137,8 @@ class MassiveActivations:
                 "dims": list(self.dims), "positions": list(self.positions),
                 "sink_heads": [dict(r) for r in self.sink_heads], "sink_rate": self.sink_rate,
                 "sink_heads_on_massive": None if not self.sink_heads else self.tied,
+                "sink_heads_on_massive_where_present": None if not self.tied_where_present == self.tied_where_present
+                else self.tied_where_present,
                 "value_ratio": [None if not np.isfinite(v) else float(v) for v in self.value_ratio],
                 "output_check": self.output_check, "intervention": self.intervention}
 
@@ -193,10 +203,9 @@ def massive(text: str, *, model: Any = None, tokenizer: Any = None, ratio: float
     medians, found, tops = massive_entries(run.hidden, ratio, minimum)
     L, H = run.alpha.shape[:2]
     importance = key_importance(run.alpha, bool(loaded.causal))  # (L, H, T)
-    holders: list[set[int]] = [set() for _ in range(L + 1)]  # holders[n]: massive positions in what layer n reads
-    for e in found:
-        for n in range(e.layer + 1, L + 1):
-            holders[n].add(e.position)
+    holders: list[set[int]] = [set() for _ in range(L + 1)]  # holders[n]: massive positions in what layer n reads,
+    for e in found:  # the output of block n − 1
+        holders[e.layer + 1].add(e.position)
     sink_heads = []
     for n in range(L):
         for h in range(H):

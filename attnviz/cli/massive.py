@@ -90,18 +90,23 @@ def massive(ratio: Annotated[float, typer.Option(
         else:
             say("No entry passes both thresholds: this text has no massive activations by this definition "
                 "(try a lower --ratio).", wrap=True)
-        share = f"{result.tied:.0%}" if result.sink_heads else "–"
-        say(f"Sink heads (a key's importance over {epsilon:g}): {len(result.sink_heads)} of "
-            f"{result.n_layers * result.n_heads}; their key holds a massive activation in {share} of them. "
-            f"Sink₁^{epsilon:g} (Gu et al., this text): "
-            f"{result.sink_rate:.1%} of heads.", wrap=True)
+        text = (f"Sink heads (a key's importance over {epsilon:g}): {len(result.sink_heads)} of "
+                f"{result.n_layers * result.n_heads}")
+        if result.sink_heads:
+            text += f"; {result.tied:.0%} of them sink on a token that holds a massive activation"
+            later = result.tied_where_present
+            if later == later:
+                text += f", {later:.0%} of those in the layers that read one"
+        say(text + f". Sink₁^{epsilon:g} (Gu et al., this text): {result.sink_rate:.1%} of heads.", wrap=True)
         finite = [(n, v) for n, v in enumerate(result.value_ratio) if v == v]
         if finite:
             low = min(finite, key=lambda p: p[1])
+            below = sum(v < 1 for _, v in finite)
             say(f"Their value vectors (‖f_h(x)‖ through W_O) against the median token's: "
                 f"{min(v for _, v in finite):.2f}–{max(v for _, v in finite):.2f}× over layers "
-                f"{finite[0][0]}–{finite[-1][0]} (smallest {low[1]:.2f}× in layer {low[0]}): a sink that small "
-                f"moves little.", wrap=True)
+                f"{finite[0][0]}–{finite[-1][0]} (smallest {low[1]:.2f}× in layer {low[0]}); smaller than a typical "
+                f"token's in {below} of those {len(finite)} layers: where a sink's value is small, the weight it "
+                f"takes moves little.", wrap=True)
         if result.intervention is not None:
             runs = result.intervention
             rows = [{"run": name, "loss": runs[key]["loss"], "perplexity": runs[key]["perplexity"],

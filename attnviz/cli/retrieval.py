@@ -33,10 +33,10 @@ def _numbers(value: str, kind: type, name: str) -> list:
 @cli_errors
 @takes(inp=ModelOptions)
 def retrieval(lengths: Annotated[str, typer.Option(
-                  "--lengths", metavar="N,N,…",
+                  "--lengths", metavar="N,N",
                   help="Prompt lengths in tokens, about (60 to 16,384).")] = "300,600,1200",
               depths: Annotated[str, typer.Option(
-                  "--depths", metavar="D,D,…",
+                  "--depths", metavar="D,D",
                   help="Where the needle sits: 0 at the start, 1 at the end.")] = "0.1,0.5,0.9",
               remove: Annotated[int, typer.Option(
                   "--remove", parser=whole_number(0, 1000), metavar="K",

@@ -176,6 +176,29 @@ TERMS: dict[str, str] = {
     "activation patching": "attnviz patch: run a clean and a corrupted prompt, put one piece of one run (a head's "
                            "output, a layer's attention output or residual stream at a position) into the other, "
                            "and measure how much of the answer comes back (Meng et al. 2022, Wang et al. 2022).",
+    "alignment": "in attnviz patch --align, for prompts of different lengths: which position of the corrupted "
+                 "prompt each position of the clean one is patched with. auto pairs the tokens both share, in "
+                 "order, and a changed span by its last token; a position left out is not patched.",
+    "massive activation": "in attnviz massive (Sun et al. 2024): an entry of the residual stream (a block's "
+                          "output) over 100 in size and about 1,000 times the layer's median |h|. A few, on fixed "
+                          "dimensions and tokens (the first, as a rule); the heads' sinks sit on those tokens.",
+    "Sink₁^ε": "the model-level sink rate (Gu et al. 2024): the share of heads, over a corpus, whose first token "
+               "receives a mean weight above ε (0.3) from the queries that can see it (attnviz sinks --corpus).",
+    "retrieval head": "a head that copies from the context (Wu et al. 2024): while the model writes an answer "
+                      "found in a needle-in-a-haystack prompt, its most-attended key lies in the needle and holds "
+                      "the token just written (attnviz retrieval).",
+    "retrieval score": "in attnviz retrieval: per prompt answered correctly, the steps at which a head's "
+                       "most-attended key lies in the needle and holds the token just written, over the needle's "
+                       "length in tokens; the mean over those prompts.",
+    "OV circuit": "what a head writes for each token it attends to, from the weights alone (Elhage et al. 2021): "
+                  "W_E·W_V·W_O·W_U on the vocabulary. Its copying score Σλ/Σ|λ| over its eigenvalues is 1 for a "
+                  "head that raises the very token it attends to, −1 for one that suppresses it (attnviz "
+                  "circuits).",
+    "QK circuit": "which token attends to which, from the weights alone: W_E·W_Q·(W_E·W_K)ᵀ on the vocabulary, "
+                  "positions left out (attnviz circuits lists each head's strongest pairs).",
+    "composition": "how much a later head reads what an earlier head writes (Elhage et al. 2021): ‖OV_1·R_2‖ / "
+                   "(‖OV_1‖ ‖R_2‖), R_2 the later head's QK (Q-composition), QKᵀ (K-) or OV (V-composition); "
+                   "0 to 1 (attnviz circuits).",
 }
 TERM_ALIASES = {"entropy tokens": "entropy_tokens", "token-weighted": "tok-w", "q": "Q", "k": "K", "v": "V",
                 "out": "α·V", "qk": "Q·Kᵀ", "sqrt(d_k)": "√d_k", "dk": "d_k", "streamed": "stream",
@@ -187,7 +210,12 @@ TERM_ALIASES = {"entropy tokens": "entropy_tokens", "token-weighted": "tok-w", "
                 "patching": "activation patching", "patch": "activation patching",
                 "softcap": "soft-capping", "softcapping": "soft-capping",
                 "soft-cap": "soft-capping", "sink logits": "sink logit", "s_aux": "sink logit",
-                "qk-norm": "QK-norm", "qk norm": "QK-norm"}
+                "qk-norm": "QK-norm", "qk norm": "QK-norm", "massive": "massive activation",
+                "massive activations": "massive activation", "sink rate": "Sink₁^ε", "sink₁^ε": "Sink₁^ε",
+                "retrieval": "retrieval head", "retrieval heads": "retrieval head", "copying score": "OV circuit",
+                "ov": "OV circuit", "ov circuit": "OV circuit", "qk circuit": "QK circuit",
+                "q-composition": "composition", "k-composition": "composition", "v-composition": "composition",
+                "align": "alignment"}
 
 
 def glossary() -> list[tuple[str, str, str]]:
