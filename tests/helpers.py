@@ -363,3 +363,15 @@ def small_filesystem(folder, *, size: str = "256k", read_only: bool = False):
     finally:
         if mounted:
             subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+def read_three_ways(command: str, text: str, tmp_path, *args) -> list:
+    """`attnviz COMMAND` with the text as TEXT, on standard input (-) and from --text-file, each with `args` and
+    --json: the three outputs parsed (they must be equal)."""
+    import json
+
+    path = tmp_path / "text.txt"
+    path.write_text(text, encoding="utf-8")
+    return [json.loads(run(command, text, *args, "--json").stdout),
+            json.loads(run(command, "-", *args, "--json", input=text).stdout),
+            json.loads(run(command, "--text-file", path, *args, "--json").stdout)]

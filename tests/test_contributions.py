@@ -8,7 +8,7 @@ import warnings
 
 import numpy as np
 import pytest
-from helpers import TODAYS, build_tiny_model, one_line_error, require_real, run
+from helpers import build_tiny_model, one_line_error, read_three_ways, require_real, run, TODAYS
 
 import attnviz
 from attnviz.engine import offline
@@ -112,11 +112,7 @@ def test_an_encoder_is_refused_in_one_line(tiny_model_dir):
 
 def test_the_command_reads_text_standard_input_and_a_file_alike(folders, tmp_path):
     folder = folders("gpt2")
-    path = tmp_path / "text.txt"
-    path.write_text(TEXT, encoding="utf-8")
-    given = json.loads(run("logit-attr", TEXT, "-m", folder, "--json").stdout)
-    piped = json.loads(run("logit-attr", "-", "-m", folder, "--json", input=TEXT).stdout)
-    filed = json.loads(run("logit-attr", "--text-file", path, "-m", folder, "--json").stdout)
+    given, piped, filed = read_three_ways("logit-attr", TEXT, tmp_path, "-m", folder)
     assert given == piped == filed
     assert given["passed"] and given["tokens"][-1] == given["tokens"][given["position"]]
     assert abs(given["rebuilt"] - given["logit"]) <= 1e-4 * max(1.0, abs(given["logit"]))

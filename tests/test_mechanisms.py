@@ -10,7 +10,7 @@ import warnings
 
 import numpy as np
 import pytest
-from helpers import build_tiny_model, one_line_error, require_real, run
+from helpers import build_tiny_model, one_line_error, read_three_ways, require_real, run
 
 import attnviz
 from attnviz.engine import offline
@@ -123,12 +123,10 @@ def test_the_planted_activation_set_to_zero_or_its_mean(planted):
 
 def test_massive_from_the_command_line(tiny_lm_dir, tiny_model_dir, tmp_path):
     folder = tiny_lm_dir("llama")
-    path = tmp_path / "text.txt"
-    path.write_text(TEXT, encoding="utf-8")
-    given = json.loads(run("massive", TEXT, "-m", folder, "--json").stdout)
-    piped = json.loads(run("massive", "-", "-m", folder, "--json", input=TEXT).stdout)
-    filed = json.loads(run("massive", "--text-file", path, "-m", folder, "--json").stdout)
+    given, piped, filed = read_three_ways("massive", TEXT, tmp_path, "-m", folder)
     assert given == piped == filed and len(given["medians"]) == 2
+    csv = run("massive", TEXT, "-m", folder, "--csv", "--ratio", "2", "--minimum", "0").stdout.splitlines()
+    assert csv[0] == "layer,position,token,dim,value,ratio" and len(csv) > 1
     capture = attnviz.capture(TEXT, model=folder)
     assert given["tokens"] == list(capture.tokens)
     looser = json.loads(run("massive", TEXT, "-m", folder, "--json", "--ratio", "2", "--minimum", "0").stdout)

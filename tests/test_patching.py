@@ -43,6 +43,22 @@ def prepared(folder):
     return loaded, site(loaded.model), encode(loaded, CLEAN), encode(loaded, corrupt_for(loaded))
 
 
+def w_o_input(where, layer: int, call):
+    """What layer `layer`'s output projection receives while `call()` runs, split into heads (B, T, H, d): a hook
+    of the test's own."""
+    seen: dict = {}
+
+    def keep(module, args, output):
+        seen["z"] = args[0].detach().reshape(*args[0].shape[:-1], where.heads, -1)
+
+    hook = where.projections[layer].register_forward_hook(keep)
+    try:
+        call()
+    finally:
+        hook.remove()
+    return seen["z"]
+
+
 def corrupt_for(loaded) -> str:
     """CLEAN with its animal changed (or to "mat", in a tiny vocabulary), as many tokens for this tokenizer."""
     from attnviz.engine.forward import encode
@@ -139,17 +155,9 @@ def test_a_patched_head_receives_the_donors_output_exactly(folders):
     with recording(where) as receiver_z, torch.inference_mode():
         loaded.model(**corrupt.inputs)
     layer, head = 1, 2
-    seen: dict = {}
-
-    def keep(module, args, output):
-        seen["z"] = args[0].detach().reshape(*args[0].shape[:-1], where.heads, -1)
-
-    hook = where.projections[layer].register_forward_hook(keep)
-    try:
-        patched_logits(where, corrupt.inputs, donor, [Patch("head", layer, head), Patch("head", layer, head, 1)])
-    finally:
-        hook.remove()
-    z = seen["z"]  # (3, T, H, d): the receiver, the head at every position, the head at position 1
+    z = w_o_input(where, layer, lambda: patched_logits(where, corrupt.inputs, donor, [
+        Patch("head", layer, head), Patch("head", layer, head, 1)]))  # (3, T, H, d): the receiver, the head at
+    # every position, the head at position 1
     others = [h for h in range(where.heads) if h != head]
     # what is copied is the donor's, bit for bit; the rest is the receiver's (a batch of 3 rounds its products
     # in other orders than a batch of 1: float32, 1e-6)
@@ -342,17 +350,8 @@ def test_an_aligned_patch_moves_the_donors_own_positions_exactly(folders):
     donor, receiver = donor_run(where, clean.inputs), donor_run(where, longer.inputs)
     moved = aligned(donor, receiver, [(k, i) for i, k in pairs])
     layer, head = 1, 2
-    seen: dict = {}
-
-    def keep(module, args, output):
-        seen["z"] = args[0].detach().reshape(*args[0].shape[:-1], where.heads, -1)
-
-    hook = where.projections[layer].register_forward_hook(keep)
-    try:
-        patched_logits(where, longer.inputs, moved, [Patch("head", layer, head)])
-    finally:
-        hook.remove()
-    z = seen["z"][1]  # (T', H, d): the patched copy
+    z = w_o_input(where, layer, lambda: patched_logits(where, longer.inputs, moved, [Patch("head", layer, head)]))[1]
+    # (T', H, d): the patched copy
     for i, k in pairs:
         assert torch.equal(z[k, head], donor.z[layer][0, i, head])
     inserted = sorted(set(range(len(longer.tokens))) - {k for _, k in pairs})

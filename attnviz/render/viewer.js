@@ -264,6 +264,22 @@
   function matrixValue(s, i, j) {
     return state.matrixHead === "mean" ? meanWeight(s, state.layer, i, j) : weight(s, state.layer, Number(state.matrixHead), i, j);
   }
+  function axisLabels(ctx, rows, cols, margin, cell, size, cut) {
+    // row labels to the left of a matrix drawn at (margin, margin), column labels above it, turned upright
+    ctx.fillStyle = "#222";
+    ctx.font = size + "px system-ui, sans-serif";
+    ctx.textAlign = "right";
+    ctx.textBaseline = "middle";
+    for (var i = 0; i < rows.length; i++) ctx.fillText(rows[i].slice(0, cut), margin - 4, margin + i * cell + cell / 2);
+    for (var j = 0; j < cols.length; j++) {
+      ctx.save();
+      ctx.translate(margin + j * cell + cell / 2, margin - 4);
+      ctx.rotate(-Math.PI / 2);
+      ctx.textAlign = "left";
+      ctx.fillText(cols[j].slice(0, cut), 0, 0);
+      ctx.restore();
+    }
+  }
   function matrixView() {
     var s = sec();
     var cell = Math.max(2, Math.min(24, Math.floor(720 / Math.max(s.R, s.C))));
@@ -285,21 +301,7 @@
         ctx.fillStyle = "rgb(" + Math.round(c[0]) + "," + Math.round(c[1]) + "," + Math.round(c[2]) + ")"; }
       ctx.fillRect(margin + j * cell, margin + i * cell, cell, cell);
     }
-    if (labels) {
-      ctx.fillStyle = "#222";
-      ctx.font = Math.min(12, cell - 1) + "px system-ui, sans-serif";
-      ctx.textAlign = "right";
-      ctx.textBaseline = "middle";
-      for (i = 0; i < s.R; i++) ctx.fillText(s.rows[i].slice(0, 18), margin - 4, margin + i * cell + cell / 2);
-      for (j = 0; j < s.C; j++) {
-        ctx.save();
-        ctx.translate(margin + j * cell + cell / 2, margin - 4);
-        ctx.rotate(-Math.PI / 2);
-        ctx.textAlign = "left";
-        ctx.fillText(s.cols[j].slice(0, 18), 0, 0);
-        ctx.restore();
-      }
-    }
+    if (labels) axisLabels(ctx, s.rows, s.cols, margin, cell, Math.min(12, cell - 1), 18);
     if (s.rowSplit !== null && s.rowSplit !== undefined && s.rowSplit > 0) {  // where generated tokens begin
       ctx.strokeStyle = "#e8175d";
       ctx.lineWidth = 2;
@@ -646,21 +648,7 @@
           ctx.fillStyle = "rgb(" + Math.round(c[0]) + "," + Math.round(c[1]) + "," + Math.round(c[2]) + ")"; }
         ctx.fillRect(margin + j * cell, margin + i * cell, cell, cell);
       }
-      if (margin > 4) {
-        ctx.fillStyle = "#222";
-        ctx.font = Math.min(11, cell - 1) + "px system-ui, sans-serif";
-        ctx.textAlign = "right";
-        ctx.textBaseline = "middle";
-        for (i = 0; i < s.R; i++) ctx.fillText(s.rows[i].slice(0, 14), margin - 4, margin + i * cell + cell / 2);
-        for (j = 0; j < s.C; j++) {
-          ctx.save();
-          ctx.translate(margin + j * cell + cell / 2, margin - 4);
-          ctx.rotate(-Math.PI / 2);
-          ctx.textAlign = "left";
-          ctx.fillText(s.cols[j].slice(0, 14), 0, 0);
-          ctx.restore();
-        }
-      }
+      if (margin > 4) axisLabels(ctx, s.rows, s.cols, margin, cell, Math.min(11, cell - 1), 14);
     });
   }
   function choosePatchHead(l, h) {
