@@ -151,6 +151,10 @@ def test_the_sliding_window_in_a_pooled_long_input(gemma3, tmp_path):
     (panel,) = attention_panels(pooled, [0], [0])
     np.testing.assert_array_equal(panel.hidden, masked)
     assert "sliding window 512" in "".join(panel.title)
+    from attnviz.render.viewer import section_data
+
+    page = section_data(pooled, "", 8, [0, 5])
+    assert page["blockWindows"] == [512, 0] and page["edges"] == [int(e) for e in edges]
     pooled.save(tmp_path / "long.npz")
     np.testing.assert_array_equal(Capture.load(tmp_path / "long.npz").masked(0), masked)
 

@@ -44,7 +44,12 @@
   function weight(s, li, h, i, j) { return s.q[((li * s.heads + h) * s.R + i) * s.C + j] / s.top * s.scale[li][h]; }
   function shown(s, i, j, li) {  // false for cells the layer masks: the future, and beyond a sliding window
     if (s.causal && j > i) return false;
-    var w = s.windows ? s.windows[li === undefined ? state.layer : li] : 0;
+    var layer = li === undefined ? state.layer : li;
+    if (s.blockWindows && s.blockWindows[layer]) {  // pooled: a block of keys wholly out of the window
+      var bw = s.blockWindows[layer], first = s.edges[i], last = s.edges[j + 1] - 1;
+      return s.causal ? first - last < bw : Math.max(first - last, s.edges[j] - (s.edges[i + 1] - 1)) <= bw;
+    }
+    var w = s.windows ? s.windows[layer] : 0;
     return !w || (s.causal ? i - j < w : Math.abs(i - j) <= w);
   }
   function meanWeight(s, li, i, j) {

@@ -80,11 +80,13 @@ def section_data(capture: Capture, name: str, bits: int, layers: Sequence[int]) 
         reach = max(shown_windows)
         notes.append(f"layers {', '.join(sliding)}: " + (f"a sliding window of {reach} (keys {reach} or more back "
                      f"are blank)" if capture.causal else f"local attention ±{reach} (keys further away are blank)"))
-    token_windows = capture.meta.get("windows") if capture.pooled else None
+    token_windows = capture.meta.get("windows") if capture.pooled and capture.long is not None else None
+    block_windows = None
     if token_windows and any(token_windows[n] for n in layers if n < len(token_windows)):
         sliding = [str(n) for n in layers if n < len(token_windows) and token_windows[n]]
         notes.append(f"layers {', '.join(sliding)}: a sliding window of {max(token_windows)} tokens (blocks of keys "
-                     f"wholly beyond it hold 0)")
+                     f"wholly beyond it are blank)")
+        block_windows = [int(token_windows[n]) if n < len(token_windows) else 0 for n in layers]
     if capture.sinks:
         kept = float(alpha.sum(-1).mean())
         notes.append(f"sink logits: each head's sink takes part of every row (rows keep {kept:.2f} of their weight "
@@ -110,6 +112,8 @@ def section_data(capture: Capture, name: str, bits: int, layers: Sequence[int]) 
         "rowAxis": "target" if name in ("decoder", "cross") else "query", "colAxis":
             "source" if name in ("encoder", "cross") else "key",
         "notes": notes, "bits": bits, "scale": scale, "alpha": payload, "picture": picture,
+        "blockWindows": block_windows,  # a pooled capture's windows in tokens, and its blocks' first tokens
+        "edges": [int(e) for e in capture.long.edges] if block_windows is not None and capture.long else None,
     }
 
 
