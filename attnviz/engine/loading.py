@@ -255,6 +255,9 @@ def load(name: str | None = None, *, revision: str | None = None, device: str = 
 
     def _load(local_only: bool):
         config = AutoConfig.from_pretrained(source, local_files_only=local_only, **kwargs)
+        if getattr(config, "num_mel_bins", None):  # Whisper and its kind: the encoder reads a log-mel spectrogram
+            raise ModelLoadError(f"{shown} reads speech (a log-mel spectrogram of its sound); attnviz's commands take "
+                                 f"text and pictures, not sound yet")
         seq2seq = bool(getattr(config, "is_encoder_decoder", False))
         head = bool(lm_head)
         if lm_head == "auto":

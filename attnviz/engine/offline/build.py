@@ -15,6 +15,8 @@ import hashlib
 import shutil
 import warnings
 from pathlib import Path
+
+import numpy as np
 from unittest import mock
 
 from attnviz.errors import ModelLoadError
@@ -169,6 +171,8 @@ def folder_for(model: OfflineModel) -> Path:
         return cached_folder(model.key, found[0], lambda out: build_e5(out, found[0], found[1]))
     if model.kind == "onnx":
         return cached_folder(model.key, found[0], lambda out: build_onnx_vit(out, found[0]))
+    if model.kind == "ct2-whisper":
+        return cached_folder(model.key, found[0], lambda out: build_ct2_whisper(out, found[0], found[1], found[2]))
     if model.kind == "gguf-chunks":
         if not gguf_available():
             raise ModelLoadError(f"reading GGUF files needs the gguf and accelerate packages: {GGUF_INSTALL}")
@@ -208,3 +212,117 @@ def gguf_folder(path: Path, key: str | None = None) -> Path:
     if not is_current(cache_root() / key, path):
         inspect(path)  # a forged file is refused here, before torch loads to convert it (a fifth of a second)
     return cached_folder(key, path, lambda out: build_gguf(out, path))
+
+
+WHISPER_ACTIVATIONS = {3: "gelu", 1: "gelu_new", 0: "relu"}  # CTranslate2's Activation codes
+
+
+def build_ct2_whisper(folder: Path, model_bin: Path, config_json: Path, tokenizer_json: Path) -> None:
+    """A CTranslate2 Whisper (model.bin, float16) as transformers' WhisperForConditionalGeneration in float32: each
+    layer's fused Q/K/V split back (CTranslate2 stores K's missing bias as zeros, which must be zeros), the
+    output projection tied to the token embedding, the tokenizer byte for byte, the log-mel settings of
+    Whisper (80 bins, 16 kHz); the alignment heads of its config kept in the generation config."""
+    import json
+
+    import torch
+    from transformers import (GenerationConfig, PreTrainedTokenizerFast, WhisperConfig, WhisperFeatureExtractor,
+                              WhisperForConditionalGeneration)
+
+    from attnviz.engine.offline import ct2
+
+    spec = ct2.read(model_bin)
+    if spec.spec != "WhisperSpec":
+        raise ModelLoadError(f"{model_bin.name} holds a {spec.spec!r}, not a Whisper model")
+    try:
+        extra = json.loads(config_json.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelLoadError(f"cannot read {config_json.name}: {exc}") from None
+    names = spec.variables
+
+    def count(side: str) -> int:
+        import re
+
+        return len({m.group(1) for n in names if (m := re.match(rf"{side}/layer_(\d+)/", n))})
+
+    embed = spec.get("decoder/embeddings/weight")
+    vocab, d_model = embed.shape
+    conv1 = spec.get("encoder/conv1/weight")
+    layers = {"encoder": count("encoder"), "decoder": count("decoder")}
+    ffn = spec.get("encoder/layer_0/ffn/linear_0/weight").shape[0]
+    activation = WHISPER_ACTIVATIONS.get(spec.scalar("decoder/activation")) if "decoder/activation" in names else "gelu"
+    if activation is None:
+        raise ModelLoadError(f"{model_bin.name}: an activation attnviz does not map")
+    config = WhisperConfig(
+        vocab_size=int(vocab), num_mel_bins=int(conv1.shape[1]), d_model=int(d_model),
+        encoder_layers=layers["encoder"], decoder_layers=layers["decoder"],
+        encoder_attention_heads=spec.scalar("encoder/num_heads"),
+        decoder_attention_heads=spec.scalar("decoder/num_heads"),
+        encoder_ffn_dim=int(ffn), decoder_ffn_dim=int(ffn), activation_function=activation,
+        max_source_positions=int(spec.get("encoder/position_encodings/encodings").shape[0]),
+        max_target_positions=int(spec.get("decoder/position_encodings/encodings").shape[0]),
+        decoder_start_token_id=50257, bos_token_id=50257, eos_token_id=50256, pad_token_id=50256,
+        begin_suppress_tokens=list(extra.get("suppress_ids_begin", [])),
+        suppress_tokens=list(extra.get("suppress_ids", [])),
+        tie_word_embeddings=True, architectures=["WhisperForConditionalGeneration"])
+    state: dict[str, np.ndarray] = {}
+
+    def norm(target: str, source: str) -> None:
+        state[f"{target}.weight"], state[f"{target}.bias"] = spec.get(f"{source}/gamma"), spec.get(f"{source}/beta")
+
+    def linear(target: str, weight: np.ndarray, bias: np.ndarray | None) -> None:
+        state[f"{target}.weight"] = weight
+        if bias is not None:
+            state[f"{target}.bias"] = bias
+
+    def attention(target: str, source: str, fused: bool) -> None:
+        if fused:  # self-attention: Q, K, V one after the other
+            w, b = spec.get(f"{source}/linear_0/weight"), spec.get(f"{source}/linear_0/bias")
+            (wq, wk, wv), (bq, bk, bv) = np.split(w, 3), np.split(b, 3)
+            out = 1
+        else:  # cross-attention: Q, then K and V fused
+            wq, bq = spec.get(f"{source}/linear_0/weight"), spec.get(f"{source}/linear_0/bias")
+            (wk, wv), (bk, bv) = np.split(spec.get(f"{source}/linear_1/weight"), 2), np.split(
+                spec.get(f"{source}/linear_1/bias"), 2)
+            out = 2
+        if np.any(bk != 0):
+            raise ModelLoadError(f"{model_bin.name}: {source} has a key bias, which Whisper's key projection lacks")
+        linear(f"{target}.q_proj", wq, bq)
+        linear(f"{target}.k_proj", wk, None)
+        linear(f"{target}.v_proj", wv, bv)
+        linear(f"{target}.out_proj", spec.get(f"{source}/linear_{out}/weight"), spec.get(f"{source}/linear_{out}/bias"))
+
+    for side in ("encoder", "decoder"):
+        for n in range(layers[side]):
+            here, there = f"model.{side}.layers.{n}", f"{side}/layer_{n}"
+            attention(f"{here}.self_attn", f"{there}/self_attention", True)
+            norm(f"{here}.self_attn_layer_norm", f"{there}/self_attention/layer_norm")
+            if side == "decoder":
+                attention(f"{here}.encoder_attn", f"{there}/attention", False)
+                norm(f"{here}.encoder_attn_layer_norm", f"{there}/attention/layer_norm")
+            linear(f"{here}.fc1", spec.get(f"{there}/ffn/linear_0/weight"), spec.get(f"{there}/ffn/linear_0/bias"))
+            linear(f"{here}.fc2", spec.get(f"{there}/ffn/linear_1/weight"), spec.get(f"{there}/ffn/linear_1/bias"))
+            norm(f"{here}.final_layer_norm", f"{there}/ffn/layer_norm")
+        norm(f"model.{side}.layer_norm", f"{side}/layer_norm")
+        state[f"model.{side}.embed_positions.weight"] = spec.get(f"{side}/position_encodings/encodings")
+    for n in (1, 2):
+        linear(f"model.encoder.conv{n}", spec.get(f"encoder/conv{n}/weight"), spec.get(f"encoder/conv{n}/bias"))
+    state["model.decoder.embed_tokens.weight"] = embed
+    model = WhisperForConditionalGeneration(config)
+    tensors = {k: torch.from_numpy(np.asarray(v, dtype=np.float32)) for k, v in state.items()}
+    result = model.load_state_dict(tensors, strict=False)
+    missing = set(result.missing_keys) - {"proj_out.weight"}
+    if missing or result.unexpected_keys:
+        raise ModelLoadError(f"{model_bin.name}: its variables do not make a Whisper model (missing "
+                             f"{sorted(missing)[:3]}, unexpected {result.unexpected_keys[:3]})")
+    model.tie_weights()
+    model.generation_config = GenerationConfig(
+        decoder_start_token_id=50257, eos_token_id=50256, pad_token_id=50256,
+        alignment_heads=[list(map(int, p)) for p in extra.get("alignment_heads", [])],
+        no_timestamps_token_id=50362, is_multilingual=False)
+    model.save_pretrained(folder)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(tokenizer_json), bos_token="<|startoftranscript|>",
+                                        eos_token="<|endoftext|>", unk_token="<|endoftext|>",
+                                        pad_token="<|endoftext|>")
+    tokenizer.save_pretrained(folder)
+    shutil.copyfile(tokenizer_json, folder / "tokenizer.json")  # byte for byte
+    WhisperFeatureExtractor(feature_size=config.num_mel_bins).save_pretrained(folder)
