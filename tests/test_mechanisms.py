@@ -487,3 +487,23 @@ def test_circuits_of_gemma3_map_its_shared_key_value_head():
         assert all(not scores[n, :, m, :].any() for n in range(L) for m in range(n + 1))
     top = result.top_copying(3)
     assert all(t["copying"] > 0.8 for t in top)
+
+
+def test_retrieval_keeps_no_weights_so_its_memory_check_counts_one_layer_at_a_time(long_llama):
+    """A budget between one layer's weights (with the model's temporaries) and every layer's: holding the
+    prompt's α is refused, retrieval_heads runs (it keeps no α, only each step's row)."""
+    from attnviz.engine.forward import encode
+    from attnviz.engine.retrieval import haystacks
+
+    loaded = attnviz.load_model(long_llama)
+    (stack,) = haystacks(loaded.tokenizer, [200], [0.5], seed=0)
+    T = len(encode(loaded, stack.prompt, truncate=False).tokens)
+    L, H = 2, 4
+    budget = 5 * H * T * T * 4  # (0 + 4) × H·T²·4 fits, (L + 4) × H·T²·4 does not
+    tight = attnviz.load_model(long_llama, memory_budget=budget, lm_head="auto")
+    from attnviz.engine.memory import check_memory
+
+    with pytest.raises(attnviz.AttnvizError, match="budget"):
+        check_memory(tight, T)
+    result = attnviz.retrieval_heads(model=tight, lengths=[200], depths=[0.5], remove=0)
+    assert len(result.prompts) == 1 and result.prompts[0]["tokens"] == T and L + 4 > 5

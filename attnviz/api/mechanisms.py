@@ -457,7 +457,7 @@ def retrieval_heads(*, model: Any = None, tokenizer: Any = None, lengths: Sequen
         for stack in made:
             encoded = encode(loaded, stack.prompt, truncate=False)
             T = len(encoded.tokens)
-            check_memory(loaded, T)
+            check_memory(loaded, T, copies=0.0)  # no α kept: each layer's weights for as long as the layer runs
             ids = encoded.inputs["input_ids"]
             full = encode(loaded, stack.prompt + stack.answer, truncate=False).token_ids
             answer = list(full[T:]) if list(full[:T]) == list(encoded.token_ids) else []
