@@ -507,3 +507,23 @@ def test_retrieval_keeps_no_weights_so_its_memory_check_counts_one_layer_at_a_ti
         check_memory(tight, T)
     result = attnviz.retrieval_heads(model=tight, lengths=[200], depths=[0.5], remove=0)
     assert len(result.prompts) == 1 and result.prompts[0]["tokens"] == T and L + 4 > 5
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "phi3", "qwen3", "gemma3", "olmo2"])
+def test_circuits_and_massive_read_every_layout_of_weights(kind, tmp_path):
+    """GPT-2's fused c_attn, Phi-3's fused qkv_proj, QK-norm per head (Qwen3, Gemma 3, with Gemma's w − 1 and
+    its norm after the attention) or over the projection (OLMo 2): the scores are bounded, composition runs
+    forward only, and every head's folded W_O·W_V has the shapes of its model."""
+    from attnviz.engine.circuits import head_weights
+
+    folder = str(build_tiny_model(kind, tmp_path / kind, lm=True, init=0.3))
+    result = attnviz.circuits(model=folder, tokens=30)
+    L, H = result.shape
+    assert np.all(np.abs(result.copying) <= 1 + 1e-9) and np.all((result.positive >= 0) & (result.positive <= 1))
+    for mode in "qkv":
+        assert not any(result.composition[mode][n, :, m, :].any() for n in range(L) for m in range(n + 1))
+    weights = head_weights(_loaded_lm(folder).model)
+    D = weights.embed.shape[1]
+    assert all(q.shape[:2] == (H, D) and o.shape[0] == H and o.shape[2] == D for q, o in zip(weights.q, weights.o))
+    massive = attnviz.massive(TEXT, model=folder)
+    assert len(massive.medians) == L and massive.output_check <= 1e-5
