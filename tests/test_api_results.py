@@ -236,6 +236,15 @@ BORROWERS = {  # every API function that takes model=, called on a small text
     "contributions": lambda m, t: attnviz.contributions(SENTENCE, model=m, tokenizer=t),
     "patch": lambda m, t: attnviz.patch(SENTENCE, SENTENCE.replace("cat", "dog"), model=m, tokenizer=t,
                                         answers=(5, 7)),
+    "patch aligned": lambda m, t: attnviz.patch(SENTENCE, SENTENCE.replace("cat", "big dog"), model=m,
+                                                tokenizer=t, answers=(5, 7), align="auto"),
+    "path_patch": lambda m, t: attnviz.path_patch(SENTENCE, SENTENCE.replace("cat", "dog"), senders="0.1",
+                                                  receivers="1.0", model=m, tokenizer=t, answers=(5, 7)),
+    "massive": lambda m, t: attnviz.massive(SENTENCE, model=m, tokenizer=t, ratio=2.0, minimum=0.0,
+                                            intervene=True, reference=["A dog ran"]),
+    "sink_rate": lambda m, t: attnviz.sink_rate([SENTENCE, "A dog ran"], model=m, tokenizer=t),
+    "retrieval_heads (refused: a haystack past 64 positions)": lambda m, t: attnviz.retrieval_heads(
+        model=m, tokenizer=t, lengths=[60], depths=[0.5], remove=2, draws=1),
 }
 
 
@@ -281,6 +290,17 @@ def test_a_borrowed_model_comes_back_as_it_was(users_model, function):
             BORROWERS[function](model, tokenizer)
         armed["on"] = False
     assert _state(model) == before
+
+
+def test_circuits_read_a_borrowed_model_without_changing_it(users_model):
+    """circuits reads weights and runs nothing: the model comes back as it was, and its weights unchanged."""
+    import torch
+
+    model, tokenizer, _ = users_model
+    before, weights = _state(model), [p.detach().clone() for p in model.parameters()]
+    attnviz.circuits(model=model, tokenizer=tokenizer, tokens=20)
+    assert _state(model) == before
+    assert all(torch.equal(a, b) for a, b in zip(weights, model.parameters()))
 
 
 def test_a_borrowed_model_answers_its_own_calls_afterwards(users_model):
