@@ -238,11 +238,12 @@ def massive(text: str, *, model: Any = None, tokenizer: Any = None, ratio: float
     from dataclasses import replace
 
     with reporter.status("Setting the massive activations to 0 and to their mean, and running again…"):
-        return replace(result, intervention=_intervene(loaded, encoded, result, list(reference or REFERENCE_TEXTS),
-                                                       truncate))
+        return replace(result, intervention=_intervene(loaded, encoded, result, run.hidden,
+                                                       list(reference or REFERENCE_TEXTS), truncate))
 
 
-def _intervene(loaded, encoded, result: MassiveActivations, reference: list[str], truncate: bool) -> dict:
+def _intervene(loaded, encoded, result: MassiveActivations, hidden: np.ndarray, reference: list[str],
+               truncate: bool) -> dict:
     """Sun et al. 2024's intervention: each massive entry (position, dim) set, at the layer where it first
     appears, to 0 or to its empirical mean: the mean over the reference texts of the entry of the same rank (by
     |h|) in that layer and dimension (the largest, for the text's largest: the first token's, as a rule). The
@@ -258,10 +259,9 @@ def _intervene(loaded, encoded, result: MassiveActivations, reference: list[str]
     for (position, dim), layer in first.items():
         groups.setdefault((layer, dim), []).append(position)
     layers = {layer for layer, _ in groups}
-    own = block_outputs(loaded.model, encoded.inputs, layers)
     rank: dict[tuple[int, int, int], int] = {}  # (layer, position, dim) -> its rank by |h| in that column
     for (layer, dim), positions in groups.items():
-        order = list(np.argsort(-np.abs(own[layer][:, dim]), kind="stable"))
+        order = list(np.argsort(-np.abs(hidden[layer][:, dim]), kind="stable"))  # this text's own run
         for position in positions:
             rank[(layer, position, dim)] = order.index(position)
     found: dict[tuple[int, int, int], list[float]] = {}  # (layer, dim, rank) -> the reference texts' values

@@ -390,13 +390,13 @@ def _all_patched(where, receiver, donor, first, second, score, direction, pairs)
     restored 1 (denoising) or 0 where it is, else the largest difference over the state's size moved past.
     None where no position qualifies."""
     from attnviz.engine.ablation import is_causal_lm
-    from attnviz.engine.patching import all_patched_logits
+    from attnviz.engine.patching import all_patched_logits, positions_inside_attention
 
     T, T2 = len(first.tokens), len(second.tokens)
     reading = all_patched_logits(where, receiver.inputs, donor)
     if is_causal_lm(where.model):
         last = (T - 1, T2 - 1)
-        same_place = T == T2 or _rotary(where.model)
+        same_place = T == T2 or positions_inside_attention(where.model)
         return (float(score(reading)) if last in pairs and first.tokens[-1] == second.tokens[-1] and same_place
                 else None)
     shared = [i for i, k in pairs if i == k and first.tokens[i] == second.tokens[k]]
@@ -408,15 +408,6 @@ def _all_patched(where, receiver, donor, first, second, score, direction, pairs)
     miss = float((states - wanted).abs().max()) / max(1.0, float(wanted.abs().max()))
     target = 1.0 if direction == "denoise" else 0.0
     return target if miss <= PATCH_TOLERANCE else target + (miss if direction == "denoise" else -miss)
-
-
-def _rotary(model) -> bool:
-    """Positions enter only inside attention (rotary embeddings, no table of absolute positions): a token's
-    embedding does not depend on its index."""
-    config = model.config
-    rotary = any(getattr(config, name, None) for name in ("rope_parameters", "rope_theta", "rope_scaling"))
-    return rotary and not any("position_embeddings" in name or name.endswith("wpe")
-                              for name, _ in model.named_modules())
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from attnviz.cli.output import check_output, emit_records, err, flag, out, outpu
 from attnviz.cli.errors import cli_errors
 from attnviz.cli.group import app
 from attnviz.cli.params import choice_parser, CsvOpt, ImageOut, JsonOpt, ModelOptions, selection_parser, whole_number
-from attnviz.cli.inputs import CliReporter, takes, TextSource
+from attnviz.cli.inputs import CliReporter, read_texts, takes, TextSource
 from attnviz.selection import Selection
 
 # Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
@@ -74,25 +74,6 @@ def _removed(heads: HeadsChoice | None, layer: Selection | None, L: int, H: int)
                                  param_hint="--heads")
     chosen = heads.selection if heads is not None and heads.selection is not None else Selection.everything("head")
     return [(n, h) for n in layer.indices(L) for h in chosen.indices(H)]
-
-
-def read_texts(path: Path, limit: int, what: str) -> list[str]:
-    """The texts of a file, one per line, or JSON lines with a text field for .jsonl (blank and undecodable lines
-    skipped), at most `limit`."""
-    from attnviz.corpora import corpus_format, read_lines
-    from attnviz.errors import InputError
-    from attnviz.files import open_regular
-
-    texts: list[str] = []
-    with open_regular(path, what) as handle:
-        for line in read_lines(handle, str(path), corpus_format(str(path), None, None)):
-            if line.text is not None and line.text.strip():
-                texts.append(line.text)
-            if len(texts) > limit:
-                raise InputError(f"{path} has more than {limit:,} texts; {what} takes at most {limit:,}")
-    if not texts:
-        raise InputError(f"{path} holds no texts (one per line)")
-    return texts
 
 
 def _means_source(mode: str, mean_over: Path | None) -> list[str] | None:

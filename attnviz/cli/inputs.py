@@ -53,6 +53,25 @@ def read_text(source: Path | None) -> str:
         raise InputError(f"the text in {name} is not UTF-8 (byte {exc.start}); save it as UTF-8") from None
 
 
+def read_texts(path: Path, limit: int, what: str) -> list[str]:
+    """The texts of a file, one per line, or JSON lines with a text field for .jsonl (blank and undecodable lines
+    skipped), at most `limit`."""
+    from attnviz.corpora import corpus_format, read_lines
+    from attnviz.errors import InputError
+    from attnviz.files import open_regular
+
+    texts: list[str] = []
+    with open_regular(path, what) as handle:
+        for line in read_lines(handle, str(path), corpus_format(str(path), None, None)):
+            if line.text is not None and line.text.strip():
+                texts.append(line.text)
+            if len(texts) > limit:
+                raise InputError(f"{path} has more than {limit:,} texts; {what} takes at most {limit:,}")
+    if not texts:
+        raise InputError(f"{path} holds no texts (one per line)")
+    return texts
+
+
 @dataclass(frozen=True)
 class TextSource(ModelOptions):
     """TEXT (or - for standard input, or --text-file) and the model to run it through: the commands that show

@@ -9,7 +9,7 @@ import typer
 
 from attnviz.cli.errors import cli_errors
 from attnviz.cli.group import app
-from attnviz.cli.inputs import CliReporter, takes, TextSource
+from attnviz.cli.inputs import CliReporter, read_texts, takes, TextSource
 from attnviz.cli.output import check_output, emit_records, err, out, output_path, print_json, say
 from attnviz.cli.params import CsvOpt, ImageOut, JsonOpt
 
@@ -56,8 +56,6 @@ def massive(ratio: Annotated[float, typer.Option(
                                  param_hint="--reference")
     texts = None
     if reference is not None:
-        from attnviz.cli.ablate import read_texts
-
         texts = read_texts(reference, MAX_REFERENCE_TEXTS, "--reference")
     text = inp.require_text()
     loaded = inp.load(lm_head="auto")

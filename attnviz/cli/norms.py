@@ -12,7 +12,7 @@ from attnviz.cli.output import check_output, emit_records, err, out, output_path
 from attnviz.cli.errors import cli_errors
 from attnviz.cli.group import app
 from attnviz.cli.params import CmapOpt, CsvOpt, HeadSel, ImageOut, JsonOpt, LayerSel
-from attnviz.cli.inputs import CliReporter, PictureSource, takes
+from attnviz.cli.inputs import CliReporter, PictureSource, read_texts, takes
 from attnviz.selection import Selection
 
 # Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
@@ -106,7 +106,6 @@ MAX_CORPUS_TEXTS = 10_000  # sinks --corpus
 def _corpus_rate(path: Path, inp: PictureSource, epsilon: float, tokens: int, as_json: bool, as_csv: bool) -> None:
     """sinks --corpus: Sink₁^ε over the texts of a file, and each layer's share of sink heads."""
     from attnviz.api import sink_rate
-    from attnviz.cli.ablate import read_texts
     from attnviz.panels import short_model
     from attnviz.render.tables import records_table
 

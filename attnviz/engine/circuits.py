@@ -131,16 +131,12 @@ def head_weights(model) -> HeadWeights:
     return HeadWeights(qs, ks, vs, os_, embed, unembed)
 
 
-def _stack(weights: list[torch.Tensor]) -> torch.Tensor:
-    return torch.stack(weights)  # (L, H, …)
-
-
 def composition(w: HeadWeights) -> dict[str, np.ndarray]:
     """Q-, K- and V-composition (Elhage et al. 2021) of every sender head (layer l1) into every receiver head
     (layer l2 > l1): ‖OV_s · R‖_F / (‖OV_s‖_F ‖R‖_F), R the receiver's QK (Q), QKᵀ (K) or OV (V); 0 where l2 ≤ l1.
     Computed on the d × d factors: ‖A X B‖²_F = Σ (AᵀA·X) ⊙ (X·BBᵀ), X = B_s·A_r. {mode: (L, H, L, H)}"""
     L, H = w.layers, w.heads
-    V, W_O, Q, K = (_stack(x) for x in (w.v, w.o, w.q, w.k))  # (L, H, D, d) or (L, H, d, D)
+    V, W_O, Q, K = (torch.stack(x) for x in (w.v, w.o, w.q, w.k))  # (L, H, D, d) or (L, H, d, D)
 
     def gram_left(A):  # A (…, D, d) -> AᵀA (…, d, d)
         return A.transpose(-1, -2) @ A

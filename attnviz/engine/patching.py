@@ -260,6 +260,15 @@ def _mlp_of(block):
     return dense if getattr(block, "intermediate", None) is not None and isinstance(dense, torch.nn.Module) else None
 
 
+def positions_inside_attention(model) -> bool:
+    """Positions enter only inside attention (rotary embeddings, no table of absolute positions): a token's
+    embedding does not depend on its index."""
+    config = model.config
+    rotary = any(getattr(config, name, None) for name in ("rope_parameters", "rope_theta", "rope_scaling"))
+    return rotary and not any("position_embeddings" in name or name.endswith("wpe")
+                              for name, _ in model.named_modules())
+
+
 def logit_difference(logits: torch.Tensor, answer: int, other: int) -> np.ndarray:
     """logit(answer) − logit(other) of each row (…, V) -> (…,) float64."""
     return (logits[..., answer] - logits[..., other]).double().cpu().numpy()

@@ -99,7 +99,7 @@ def retrieval_hits(model, ids: torch.Tensor, span: tuple[int, int], *, max_new: 
     hits = None
     tops = []
     with torch.inference_mode():
-        out = run_model_cached(model, ids[:, :-1])
+        out = model(input_ids=ids[:, :-1], use_cache=True)  # the prompt fills the KV cache; no weights kept
         step = ids[:, -1:]
         for _ in range(max_new):
             out = model(input_ids=step, use_cache=True, output_attentions=True, **cache_argument(out))
@@ -119,11 +119,6 @@ def retrieval_hits(model, ids: torch.Tensor, span: tuple[int, int], *, max_new: 
     if hits is None:
         raise UnsupportedArchitectureError("nothing was decoded")
     return written, hits, tops
-
-
-def run_model_cached(model, ids: torch.Tensor):
-    """The prompt's forward pass that fills the KV cache (no weights kept)."""
-    return model(input_ids=ids, use_cache=True)
 
 
 def answer_accuracy(where: Site, ids: torch.Tensor, answer: Sequence[int],
