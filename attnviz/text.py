@@ -116,7 +116,7 @@ def shorten(text: str, limit: int = 80) -> str:
 def check_text(text: TextInput) -> TextInput:
     """Raise InputError for empty, whitespace-only or undecodable text (cheap: callers use it before
     loading a model)."""
-    if getattr(text, "is_picture", False):  # a vision model's input (attnviz.images.Picture)
+    if getattr(text, "is_picture", False) or getattr(text, "is_sound", False):  # an image or a sound
         return text
     if not isinstance(text, str):
         several = isinstance(text, (list, tuple)) and all(isinstance(t, str) for t in text)

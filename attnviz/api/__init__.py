@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 # command line, which imports one function, loads only what that command needs (removal's module, for one,
 # imports torch).
 _HOMES = {
-    **dict.fromkeys(("Keep", "capture", "capture_image", "from_outputs", "load_capture", "picture", "Picture",
-                     "to_words"),
+    **dict.fromkeys(("Keep", "capture", "capture_audio", "capture_image", "from_outputs", "load_capture", "picture",
+                     "Picture", "sound", "Sound", "to_words"),
                     "attnviz.api.capturing"),
     **dict.fromkeys(("Contributions", "HeadEffect", "LOGIT_TOLERANCE", "LogitAttribution", "contributions",
                      "logit_attribution"), "attnviz.api.attribution"),
@@ -33,6 +33,7 @@ _HOMES = {
     **dict.fromkeys(("Circuits", "MassiveActivations", "RetrievalHeads", "SinkRate", "circuits", "massive",
                      "retrieval_heads", "sink_rate"), "attnviz.api.mechanisms"),
     **dict.fromkeys(("Cost", "cost"), "attnviz.api.costs"),
+    **dict.fromkeys(("WordTimings", "align", "ALIGNMENT_TOLERANCE"), "attnviz.api.speech"),
     **dict.fromkeys(("DEVICES", "DTYPES", "Model", "conversion_pending", "list_families", "load_model",
                      "model_shape", "resolve_model"), "attnviz.api.models"),
     **dict.fromkeys(("MAX_IMPORTANCE_TEXTS", "MAX_MEAN_TEXTS", "Ablation", "Detection", "Importance", "ablate",
@@ -48,8 +49,9 @@ _HOMES = {
 _RENAMED = {"view": ("attnviz.display", "write_view")}
 
 if TYPE_CHECKING:
-    from attnviz.api.capturing import (Keep, Picture, capture, capture_image, from_outputs, load_capture, picture,
-                                       to_words)
+    from attnviz.api.capturing import (Keep, Picture, Sound, capture, capture_audio, capture_image, from_outputs,
+                                       load_capture, picture, sound, to_words)
+    from attnviz.api.speech import ALIGNMENT_TOLERANCE, WordTimings, align
     from attnviz.api.attribution import (Contributions, HeadEffect, LOGIT_TOLERANCE, LogitAttribution,
                                            contributions, logit_attribution)
     from attnviz.api.patching import PATCH_TOLERANCE, PathPatching, Patching, patch, path_patch
@@ -90,14 +92,14 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
 
 
-__all__ = ["Ablation", "Capture", "Circuits", "Contributions", "CorpusState", "Cost", "DEVICES", "DTYPES",
+__all__ = ["ALIGNMENT_TOLERANCE", "Ablation", "Capture", "Circuits", "Contributions", "CorpusState", "Cost", "DEVICES", "DTYPES",
            "Decoding", "Detection", "Generation", "HeadEffect", "HeadTable", "Importance", "Keep", "LOGIT_TOLERANCE",
            "LogitAttribution", "MAX_IMPORTANCE_TEXTS", "MAX_MEAN_TEXTS", "MassiveActivations", "Model", "ModelSpec",
            "Norms", "Parts", "Positions", "RetrievalHeads", "Rollout", "PATCH_TOLERANCE", "PatchPositions",
-           "Patching", "PathPatching", "Picture", "POSITION_TOLERANCE", "Scaling", "SinkRate", "Sinks", "Steps",
-           "TOLERANCE", "Verification", "ablate", "capture", "capture_image", "circuits", "contributions",
+           "Patching", "PathPatching", "Picture", "POSITION_TOLERANCE", "Scaling", "SinkRate", "Sinks", "Sound", "Steps",
+           "TOLERANCE", "Verification", "WordTimings", "ablate", "align", "capture", "capture_audio", "capture_image", "circuits", "contributions",
            "conversion_pending", "corpus", "cost", "detect", "export", "from_outputs", "generate", "heads",
            "importance", "list_families", "list_metrics", "load_capture", "load_model", "logit_attribution",
            "massive", "merge", "model_shape", "norms", "patch", "patch_positions", "path_patch", "picture",
            "positions", "register_metric", "resolve_model", "retrieval_heads", "rollout", "scaling", "sink_rate",
-           "sinks", "steps", "to_words", "verify", "view"]
+           "sinks", "sound", "steps", "to_words", "verify", "view"]

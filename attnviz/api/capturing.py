@@ -13,6 +13,7 @@ from attnviz.data.parts import PART_NAMES, Parts, load_capture
 from attnviz.errors import InputError
 from attnviz.images import Picture, picture  # re-exported: a vision model's input
 from attnviz.progress import Reporter
+from attnviz.audio import Sound, sound  # re-exported: a speech model's input
 from attnviz.selection import Selection
 from attnviz.text import check_text
 from attnviz.words import to_words  # re-exported: a Capture or Parts at word level
@@ -20,7 +21,7 @@ from attnviz.words import to_words  # re-exported: a Capture or Parts at word le
 # The engine (torch, transformers) is imported inside each function, so that `import attnviz` and a saved
 # capture never load it.
 
-__all__ = ["capture", "capture_image", "Keep", "from_outputs", "load_capture", "picture", "Picture", "to_words"]
+__all__ = ["capture", "capture_audio", "capture_image", "Keep", "from_outputs", "load_capture", "picture", "Picture", "to_words"]
 
 
 @dataclass(frozen=True)
@@ -105,3 +106,40 @@ def capture_image(image: Any, *, model: Any = "dinov2", size: int | None = None,
     from attnviz.engine.vision import capture_image as run
 
     return run(loaded, chosen)
+
+
+@borrows
+@checked
+def capture_audio(audio: Any, *, model: Any = "whisper", tokenizer: Any = None, target: str | None = None,
+                  max_new_tokens: int | None = None, device: str = "auto", dtype: str = "float32",
+                  reporter: Reporter | None = None) -> Parts:
+    """The attention of a speech model (Whisper) over one sound: `audio` a path (WAV or FLAC), "-" for standard
+    input, the file's bytes, a float array of samples at 16 kHz or an attnviz.sound(); `model` the offline
+    "whisper" (tiny.en), a Whisper folder or a Whisper model object with its `tokenizer`.
+
+    The decoder writes the transcript greedily (at most `max_new_tokens`, default 224), as faster-whisper does
+    without timestamps, or reads `target`. The Parts: encoder (frames × frames), decoder (tokens × tokens) and
+    cross (tokens × frames) attention; the keys of the sound are its 20-ms frames, 0.00s, 0.02s, …, then one
+    "(silence)" for the padding to 30 s (the sum of the weights on it). Each part that hears the sound keeps it
+    (`.sound`, 16 kHz) and its log-mel spectrogram (`.mel`)."""
+    heard = sound(audio)
+    if target is not None:
+        check_text(target)
+        if max_new_tokens is not None:
+            raise InputError("give either target (the decoder reads it) or max_new_tokens (the decoder writes), "
+                             "not both", "target")
+    if max_new_tokens is not None and not 1 <= max_new_tokens <= 448:
+        raise InputError(f"max_new_tokens takes 1 to 448 (Whisper's decoder reads 448 positions); got "
+                         f"{max_new_tokens}", "max_new_tokens")
+    loaded = resolve_model(model, tokenizer, device=device, dtype=dtype)
+    if not loaded.speech:
+        raise InputError(f"{loaded.name} reads {'images' if loaded.vision else 'text'}, not sound: give a speech "
+                         f"model (model='whisper', offline)", "model")
+    from attnviz.engine.speech import capture_sound
+
+    reporter = reporter or Reporter()
+    if target is None:
+        with reporter.progress("writing", max_new_tokens or 224, "tokens") as advance:
+            return capture_sound(loaded, heard, max_new_tokens=max_new_tokens, on_step=advance)
+    with reporter.status(f"reading the target over {heard.seconds:.1f} s of sound"):
+        return capture_sound(loaded, heard, target=target)

@@ -13,6 +13,7 @@ import numpy as np
 
 from attnviz.arguments import checked
 from attnviz.images import Picture, picture
+from attnviz.audio import Sound
 from attnviz.api.capturing import capture as capture_text
 from attnviz.api.models import Model, borrows, for_input, resolve_model
 from attnviz.data.capture import Capture
@@ -126,7 +127,7 @@ class Verification:
 
 @borrows
 @checked
-def verify(text: str | Picture | None = None, *, model: Any = None, tokenizer: Any = None,
+def verify(text: str | Picture | Sound | None = None, *, model: Any = None, tokenizer: Any = None,
            capture: Capture | Parts | str | os.PathLike | None = None, source: str | None = None,
            norms: bool = False, tolerance: float | None = None, truncate: bool = True, target: str | None = None,
            max_new_tokens: int | None = None, device: str = "auto", dtype: str = "float32",
@@ -154,6 +155,13 @@ def verify(text: str | Picture | None = None, *, model: Any = None, tokenizer: A
     if norms:
         loaded.require_single("verify --norms")
         return _verify_norms(loaded, text, truncate, tolerance, reporter)
+    if getattr(text, "is_sound", False) or loaded.speech:
+        from attnviz.api.capturing import capture_audio
+
+        if not getattr(text, "is_sound", False):
+            raise InputError(f"{loaded.name} is a speech model: give it a sound (attnviz.sound(path))", "text")
+        heard = capture_audio(text, model=loaded, target=target, max_new_tokens=max_new_tokens, reporter=reporter)
+        return _verify_speech(loaded, heard, None, tolerance, reporter)
     if loaded.seq2seq:
         parts = capture_text(str(text), model=loaded, target=target, max_new_tokens=max_new_tokens, truncate=truncate,
                              reporter=reporter)
@@ -198,6 +206,8 @@ def _verify_parts(loaded: Model, parts: Parts, source: str | None, tolerance: fl
 
     from attnviz.engine.fromscratch.verify import scratch_parts
 
+    if loaded.speech or any(c.mel is not None for c in parts.captures.values()):
+        return _verify_speech(loaded, parts, source, tolerance, reporter)
     encoder = parts.part("encoder") if "encoder" in parts.captures else None
     source_side = parts.part("cross").keys if "cross" in parts.captures else None
     source_ids = (encoder.token_ids if encoder is not None else source_side.token_ids if source_side else None)
@@ -232,6 +242,58 @@ def _verify_parts(loaded: Model, parts: Parts, source: str | None, tolerance: fl
         if source is not None:
             checks[f"{name}: saved vs model"] = differences(saved, reported)
         checks[f"{name}: model vs scratch"] = differences(reported, replace(saved, attentions=scratch))
+    return Verification("parts", loaded.name, loaded.dtype, loaded.device, tolerance, checks, captures, source)
+
+
+def _verify_speech(loaded: Model, parts: Parts, source: str | None, tolerance: float,
+                   reporter: Reporter) -> Verification:
+    """A speech model: one forward pass over the capture's sound (its spectrogram recomputed from the samples)
+    and transcript; each part from the formula against the model over all the encoder's positions (the padding
+    to 30 s too), and the capture's parts (the silence folded into one key) against that pass folded alike."""
+    import torch
+
+    from attnviz.audio import Sound
+    from attnviz.engine.fromscratch.verify import scratch_parts
+    from attnviz.engine.speech import features, fold, frame_side
+
+    heard = next((c for c in parts.captures.values() if c.sound is not None), None)
+    if not loaded.speech or heard is None:
+        raise InputError(f"{source or 'the capture'} and {loaded.name} do not match: one is of a speech model and "
+                         f"the other not")
+    target = parts.captures.get("decoder") or parts.part("cross")
+    vocab = int(loaded.model.get_input_embeddings().num_embeddings)
+    if int(target.token_ids.max()) >= vocab or int(target.token_ids.min()) < 0:
+        raise InputError(f"the capture's token ids do not fit {loaded.name}'s vocabulary of {vocab}")
+    assert heard.sound is not None
+    mel = features(loaded, Sound(heard.sound, str(parts.meta.get("audio_name", "the sound"))))
+    inputs = {"input_features": mel,
+              "decoder_input_ids": torch.tensor([list(target.token_ids)], device=loaded.device)}
+    with reporter.status("Running the model and the from-scratch path over every part…"):
+        results = scratch_parts(loaded, inputs)
+    N = heard.frames
+    checks: dict[str, list] = {}
+    captures: dict[str, Capture] = {"target": target}
+    for name, (scratch, model_alpha) in results.items():
+        if name not in parts.captures:
+            continue
+        saved = parts.part(name)
+        captures[name] = saved
+        if name == "decoder":
+            full = saved
+        else:  # every position of the encoder, as the model computed them
+            frames = frame_side(model_alpha.shape[-1], model_alpha.shape[-1])
+            rows = frames if name == "encoder" else saved
+            full = Capture(attentions=model_alpha, tokens=rows.tokens, token_ids=rows.token_ids, special=rows.special,
+                           special_kind=rows.special_kind, subword=rows.subword, meta=saved.meta,
+                           keys=frames if name == "cross" else None)
+        checks[f"{name}: model vs scratch"] = differences(replace(full, attentions=model_alpha),
+                                                          replace(full, attentions=scratch))
+        folded = model_alpha if name == "decoder" else fold(model_alpha, N, rows=name == "encoder")
+        if folded.shape != saved.attentions.shape:
+            raise InputError(f"the capture's {name} part is {saved.attentions.shape}, {loaded.name} gives "
+                             f"{folded.shape}: give the model that made it")
+        if source is not None:
+            checks[f"{name}: saved vs model"] = differences(saved, replace(saved, attentions=folded))
     return Verification("parts", loaded.name, loaded.dtype, loaded.device, tolerance, checks, captures, source)
 
 

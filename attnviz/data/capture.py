@@ -10,6 +10,9 @@
     image       uint8   (h, w, 3)      a vision model's capture: the picture as the model saw it, its patch
                                        grid in meta (image_grid [rows, cols], image_patch pixels), tokens
                                        [CLS] (and any register tokens) then p(row,col) row by row
+    sound       float32 (n,)           a speech model's capture (its encoder and cross parts): the sound at
+    mel         float32 (80, 2N)       16 kHz, and the log-mel spectrogram of its N encoder frames (meta
+                                       audio_frames, frame_seconds); the keys are those frames, then (silence)
 
 Saved as .npz with exactly these keys (meta as one JSON string); loading never unpickles.
 Nothing here imports torch or transformers.
@@ -28,8 +31,8 @@ import numpy as np
 from attnviz import registry
 from attnviz.blocks import row_shares
 from attnviz.data.npzformat import (FORMAT_VERSION, MAX_ATTENTION_BYTES, PARTS_FORMAT_VERSION,
-                                    capture_members, checked_flags, checked_long, checked_meta, checked_offsets,
-                                    format_version, limit, long_members)
+                                    MAX_SOUND_FRAMES, capture_members, checked_flags, checked_long, checked_meta,
+                                    checked_offsets, format_version, limit, long_members, sound_members)
 from attnviz.data.sides import (PART_AXES, PART_META, PART_NAMES, SIDE_KEYS, SPECIAL_KINDS, HeadSpec, LongInput, Side,
                                 causal_mask, normalise_tokens, part_meta, window_mask)
 from attnviz.errors import AttentionCheckError, CaptureFormatError, OutputError, SelectionError, arg
@@ -57,6 +60,8 @@ class Capture:
     generated: np.ndarray | None = None  # (T,) bool: written by the model (attnviz generate), not the prompt
     keys: Side | None = None  # cross-attention: the key tokens (S of them; α is (L, H, T, S)); None: the queries
     image: np.ndarray | None = None  # (h, w, 3) uint8: a vision model's input picture
+    sound: np.ndarray | None = None  # (n,) float32 at 16 kHz: a speech model's input
+    mel: np.ndarray | None = None  # (bins, 2N) float32: the log-mel spectrogram of the N frames with sound
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "attentions", np.asarray(self.attentions, dtype=np.float32))
@@ -125,6 +130,15 @@ class Capture:
         """A vision capture's patch grid (rows, cols), or None for text."""
         grid = self.meta.get("image_grid")
         return (int(grid[0]), int(grid[1])) if self.image is not None and grid else None
+
+    @property
+    def frames(self) -> int:
+        """A speech capture's encoder frames with sound (N; the keys are those frames, then any silence), or 0."""
+        return int(self.meta.get("audio_frames", 0)) if self.mel is not None else 0
+
+    @property
+    def frame_seconds(self) -> float:
+        return float(self.meta.get("frame_seconds", 0.02))
 
     @property
     def patch_start(self) -> int:
@@ -315,6 +329,8 @@ class Capture:
                 raise AttentionCheckError("only a causal model's capture can hold generated tokens")
         if self.image is not None:
             self._validate_image(T)
+        if self.sound is not None or self.mel is not None:
+            self._validate_sound()
         kinds = set(self.special_kind) - set(SPECIAL_KINDS)
         if kinds:
             allowed = ", ".join(map(repr, SPECIAL_KINDS))
@@ -366,6 +382,27 @@ class Capture:
                                       f"{cols} × {rows} patches of {patch} pixels its grid says")
         if not 0 <= T - rows * cols <= 16 or self.special[T - rows * cols:].any():
             raise AttentionCheckError(f"{T} tokens do not hold a grid of {rows} × {cols} patches after [CLS]")
+
+    def _validate_sound(self) -> None:
+        sound, mel, N = self.sound, self.mel, self.meta.get("audio_frames")
+        if sound is None or mel is None:
+            raise AttentionCheckError("a capture of sound needs both its samples and its spectrogram")
+        if not (isinstance(N, int) and not isinstance(N, bool) and 0 < N <= MAX_SOUND_FRAMES):
+            raise AttentionCheckError(f"a capture of sound needs meta audio_frames: 1 to {MAX_SOUND_FRAMES}")
+        step = self.meta.get("frame_seconds", 0.02)
+        if not (isinstance(step, (int, float)) and not isinstance(step, bool) and 0 < step <= 1):
+            raise AttentionCheckError("a capture of sound needs meta frame_seconds: the seconds of one frame")
+        if sound.dtype != np.float32 or sound.ndim != 1 or not N * 320 <= len(sound) < (N + 1) * 320:
+            raise AttentionCheckError(f"the sound is {len(sound) if sound.ndim == 1 else sound.shape} samples, not "
+                                      f"the {N} frames of 320 its metadata says")
+        if mel.dtype != np.float32 or mel.ndim != 2 or mel.shape[1] != 2 * N or not 1 <= mel.shape[0] <= 256:
+            raise AttentionCheckError(f"the spectrogram is {mel.shape}, not (bins, {2 * N}) for {N} frames")
+        if not (np.isfinite(sound).all() and np.isfinite(mel).all()) or np.abs(sound).max() > 1:
+            raise AttentionCheckError("the sound's samples must be finite and within [-1, 1]")
+        frames = self.key_side
+        if len(frames) not in (N, N + 1) or frames.special[:N].any() or (len(frames) == N + 1
+                                                                          and not frames.special[N]):
+            raise AttentionCheckError(f"the {len(frames)} keys are not the {N} frames of the sound and its silence")
 
     # --- persistence -------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> Path:
@@ -525,6 +562,10 @@ def write_parts(captures: dict[str, Capture], path: str | os.PathLike) -> Path:
             arrays[f"{prefix}_offsets"] = side.offsets
     if target is not None and target[1] is not None:
         arrays["target_generated"] = target[1]
+    heard = next((c for c in captures.values() if c.sound is not None), None)
+    if heard is not None:
+        arrays["sound"] = heard.sound  # float32 as the model heard it: verify recomputes the spectrogram from it
+        arrays["mel"] = heard.mel
     shared = {k: v for k, v in next(iter(captures.values())).meta.items() if k not in PART_META}
     meta = {**shared, "format_version": PARTS_FORMAT_VERSION, "parts": list(captures)}
     arrays["meta"] = np.array(json.dumps(meta, sort_keys=True))
@@ -549,7 +590,12 @@ def read_parts(path: Path, raw_meta: np.ndarray) -> dict[str, Capture]:
     members = {**{f"{n}_attentions": Member("f", 4, alpha) for n in names}, **side_members}
     optional = {f"{side}_offsets": long_members()["offsets"] for side in sides}
     optional["target_generated"] = long_members()["generated"]
+    optional |= sound_members()
     data = read_npz(path, members, optional=optional)
+    if ("sound" in data) != ("mel" in data):
+        raise CaptureFormatError(f"{path}: a capture of sound holds both its samples and its spectrogram")
+    heard = data["sound"].astype(np.float32) if "sound" in data else None
+    mel = data["mel"].astype(np.float32) if "mel" in data else None
     built: dict[str, Side] = {}
     for side in sides:
         n = data[f"{side}_tokens"].shape[0] if data[f"{side}_tokens"].ndim == 1 else -1
@@ -576,7 +622,8 @@ def read_parts(path: Path, raw_meta: np.ndarray) -> dict[str, Capture]:
         capture = Capture(attentions=a, tokens=rows.tokens, token_ids=rows.token_ids, special=rows.special,
                           special_kind=rows.special_kind, subword=rows.subword, meta=part_meta(meta, name),
                           offsets=rows.offsets, generated=generated if PART_AXES[name][0] == "target" else None,
-                          keys=cols if name == "cross" else None)
+                          keys=cols if name == "cross" else None,
+                          sound=heard if name != "decoder" else None, mel=mel if name != "decoder" else None)
         try:
             captures[name] = capture.validate()
         except AttentionCheckError as exc:

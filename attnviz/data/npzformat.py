@@ -35,7 +35,9 @@ META_TYPES: dict[str, tuple[type, ...]] = {
     "level": (str,), "pieces": (int,), "quantity": (str,), "norm_check": (float, int), "prompt": (str,),
     "generated_text": (str,), "decoding": (str,), "stopped": (str,), "part": (str,), "source_text": (str,),
     "target_text": (str,), "target_source": (str,), "sinks": (bool,), "windows": (list,),
-    "image_grid": (list,), "image_patch": (int,), "image_name": (str,),
+    "image_grid": (list,), "image_patch": (int,), "image_name": (str,), "audio_name": (str,),
+    "audio_seconds": (float, int), "audio_frames": (int,), "frame_seconds": (float,), "audio_file_rate": (int,),
+    "audio_channels": (int,), "prompt_tokens": (int,), "alignment_heads": (str,),
 }
 
 
@@ -65,6 +67,12 @@ def long_members() -> dict[str, Member]:
             "rollout_tokens": Member("iu", 1, 8 * 64), "rollout": Member("f", 2, min(alpha, 64 * N * 8))}
 
 
+def sound_members() -> dict[str, Member]:
+    """What a capture of sound adds: its samples at 16 kHz (float32, at most 30 s) and its log-mel spectrogram."""
+    return {"sound": Member("f", 1, 4 * (MAX_SOUND_FRAMES + 1) * 320), "mel": Member("f", 2, 4 * 256 * 2 * MAX_SOUND_FRAMES)}
+
+
+MAX_SOUND_FRAMES = 1500  # Whisper's 30 s: 1,500 encoder frames of 20 ms
 MAX_LONG_TOKENS = 1 << 17  # the longest input a pooled capture describes
 MAX_IMAGE_MEMBER_BYTES = 3 * 2048 * 2048  # the picture a vision capture keeps, as the model saw it (uint8 RGB)
 MAX_HEAD_STATS = 100_000  # head records a pooled capture may carry

@@ -64,6 +64,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("T5", ("t5",), "encoder-decoder", "relative position bias, no 1/√d_k", adapter="T5Adapter"),
     Family("BART", ("bart",), "encoder-decoder", "", adapter="BartAdapter"),
     Family("Marian", ("marian",), "encoder-decoder", "", adapter="BartAdapter"),
+    Family("Whisper", ("whisper",), "encoder-decoder", "", adapter="BartAdapter"),
     Family("DINOv2", ("dinov2", "dinov2_with_registers"), "vision",
            "patches of 14 px, [CLS] (and registers), interpolated positions, layer scale", adapter="VisionAdapter"),
     Family("ViT, DeiT", ("vit", "deit"), "vision", "patches, [CLS] (DeiT: and a distillation token)",

@@ -31,6 +31,9 @@ def encode(loaded: LoadedModel, text: str, *, truncate: bool = True, target: boo
     if getattr(loaded, "vision", False):
         raise InputError(f"{loaded.name} is a vision model: it reads an image (--image FILE, or "
                          f"attnviz.capture_image), not text", "image")
+    if getattr(loaded, "speech", False) and not target:
+        raise InputError(f"{loaded.name} is a speech model: it reads a sound (--audio FILE, or "
+                         f"attnviz.capture_audio), not text", "audio")
     tok = loaded.tokenizer
     fast = bool(getattr(tok, "is_fast", False))
 

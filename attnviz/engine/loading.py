@@ -134,11 +134,17 @@ class LoadedModel:
     seq2seq: bool = False  # an encoder-decoder model (T5, BART, Marian): three kinds of attention
     source: str = ""  # what loads it again (reload_name); "" for a model object handed in
     image_source: str = ""  # a vision model's folder (its preprocessor_config.json); "" for text models
+    audio_source: str = ""  # a speech model's folder (its preprocessor_config.json: the log-mel settings)
 
     @property
     def vision(self) -> bool:
         """A vision model: it reads an image (attnviz.capture_image), not text."""
         return self.tokenizer is None and str(getattr(self.model.config, "model_type", "")) in VISION_MODEL_TYPES
+
+    @property
+    def speech(self) -> bool:
+        """A speech model (Whisper): its encoder reads a log-mel spectrogram of a sound, not text."""
+        return bool(getattr(self.model.config, "num_mel_bins", None))
 
     def check_inputs(self, *, part: str | None = None, target: str | None = None, max_new_tokens: int | None = None,
                      stream: bool | None = None, writes: bool = False) -> None:
@@ -256,8 +262,15 @@ def load(name: str | None = None, *, revision: str | None = None, device: str = 
     def _load(local_only: bool):
         config = AutoConfig.from_pretrained(source, local_files_only=local_only, **kwargs)
         if getattr(config, "num_mel_bins", None):  # Whisper and its kind: the encoder reads a log-mel spectrogram
-            raise ModelLoadError(f"{shown} reads speech (a log-mel spectrogram of its sound); attnviz's commands take "
-                                 f"text and pictures, not sound yet")
+            from transformers import AutoModelForSpeechSeq2Seq
+
+            if str(getattr(config, "model_type", "")) != "whisper":
+                raise ModelLoadError(f"{shown} reads speech, and of speech models attnviz reads Whisper's kind")
+            tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_only, **kwargs)
+            model = AutoModelForSpeechSeq2Seq.from_pretrained(
+                source, config=config, local_files_only=local_only, attn_implementation="eager",
+                dtype=getattr(torch, dtype), **kwargs)
+            return config, tokenizer, model
         seq2seq = bool(getattr(config, "is_encoder_decoder", False))
         head = bool(lm_head)
         if lm_head == "auto":
@@ -321,6 +334,8 @@ def load(name: str | None = None, *, revision: str | None = None, device: str = 
     loaded.source = reload_name(name)
     if tokenizer is None:
         loaded.image_source = source
+    if loaded.speech:
+        loaded.audio_source = source
     return loaded
 
 

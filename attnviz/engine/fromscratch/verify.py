@@ -41,12 +41,18 @@ def scratch_parts(loaded, inputs: dict) -> dict[str, tuple[np.ndarray, np.ndarra
     adapter = seq2seq_adapter_for(model)
     groups = adapter.parts(model)
     modules = [m for part in ("encoder", "decoder", "cross") for m in groups[part]]
-    check_parts_memory(loaded, inputs["input_ids"].shape[1], inputs["decoder_input_ids"].shape[1], copies=3.0)
+    T = inputs["decoder_input_ids"].shape[1]
+    if "input_features" in inputs:  # a speech model: the encoder's positions come from the spectrogram
+        S = int(getattr(model.config, "max_source_positions", inputs["input_features"].shape[-1] // 2))
+        source_mask = torch.ones(1, S, dtype=torch.long, device=inputs["input_features"].device)
+    else:
+        S = inputs["input_ids"].shape[1]
+        source_mask = inputs.get("attention_mask")
+        if source_mask is None:
+            source_mask = torch.ones_like(inputs["input_ids"])
+    check_parts_memory(loaded, S, T, copies=3.0)
     with recording_inputs(modules) as seen, torch.inference_mode():
         output = model(**inputs, output_attentions=True)
-    source_mask = inputs.get("attention_mask")
-    if source_mask is None:
-        source_mask = torch.ones_like(inputs["input_ids"])
     masks = part_masks(source_mask, inputs["decoder_input_ids"].shape[1])
     reported = {"encoder": output.encoder_attentions, "decoder": output.decoder_attentions,
                 "cross": output.cross_attentions}

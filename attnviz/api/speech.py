@@ -1,0 +1,164 @@
+"""When each word was said, from a speech model's cross-attention (attnviz.align, `attnviz align`): the
+alignment heads' cross-attention through whisper's timing.py recipe (metrics/timing.py), the words' start and
+end times, the path, and how much of each cross-attention head's weight lies on that path."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from attnviz.arguments import checked
+from attnviz.data.parts import Parts
+from attnviz.display import records_html
+from attnviz.errors import InputError, UsageError, arg
+from attnviz.metrics.timing import alignment_matrix, dtw, MEDIAN_WIDTH, on_path, word_times
+from attnviz.panels import short_model
+from attnviz.progress import Reporter
+
+__all__ = ["align", "ALIGNMENT_TOLERANCE", "WordTimings"]
+
+ALIGNMENT_TOLERANCE = 0.1  # seconds: each word's start and end against faster-whisper's word_timestamps
+LISTED_SHARE = 0.5  # a head "aligns" when at least this share of its weight lies on the path
+
+
+@dataclass(frozen=True, eq=False)
+class WordTimings:
+    """Word timings from cross-attention (whisper's timing.py): `words` one record each (word, start, end in
+    seconds, tokens: the indices of its tokens in the text); `matrix` (rows, N) the alignment matrix (a row per
+    step that wrote the text, from <|notimestamps|> to the last text token; a column per frame with sound);
+    `path` the DTW path (rows, columns); `heads` the (layer, head) pairs used and `listed` whether they are the
+    model's own alignment heads; `scores` (L, H): each cross-attention head's share of weight within `band`
+    frames of the path; `capture` the Parts it was read from."""
+
+    model: str
+    words: tuple[dict, ...]
+    matrix: np.ndarray
+    path: tuple[np.ndarray, np.ndarray]
+    heads: tuple[tuple[int, int], ...]
+    listed: bool
+    scores: np.ndarray
+    band: int
+    capture: Parts
+
+    @property
+    def frame_seconds(self) -> float:
+        return self.capture.part("cross").frame_seconds
+
+    def records(self) -> list[dict]:
+        """One record per word: word (as written, leading space dropped), start, end (s, two decimals)."""
+        return [{"word": w["word"].strip(), "start": round(w["start"], 2), "end": round(w["end"], 2)}
+                for w in self.words]
+
+    def head_records(self) -> list[dict]:
+        """Every cross-attention head by its share on the path, highest first, with whether the model lists it."""
+        L, H = self.scores.shape
+        listed = set(self.model_heads)
+        order = np.argsort(-self.scores, axis=None, kind="stable")
+        return [{"layer": int(i // H), "head": int(i % H), "on_path": round(float(self.scores.flat[i]), 4),
+                 "listed": (int(i // H), int(i % H)) in listed} for i in order]
+
+    @property
+    def model_heads(self) -> tuple[tuple[int, int], ...]:
+        """The alignment heads the model lists (its generation config), or () where it lists none."""
+        return _listed(self.capture)
+
+    def aligning(self, share: float = LISTED_SHARE) -> list[tuple[int, int]]:
+        """The heads with at least `share` of their weight on the path."""
+        return [(r["layer"], r["head"]) for r in self.head_records() if r["on_path"] >= share]
+
+    def to_dict(self) -> dict:
+        return {"model": self.model, "text": self.capture.meta.get("target_text", "").strip(),
+                "audio": self.capture.meta.get("audio_name"), "seconds": self.capture.meta.get("audio_seconds"),
+                "words": self.records(), "heads": [list(h) for h in self.heads], "listed": self.listed,
+                "band_frames": self.band, "head_scores": self.head_records(),
+                "path": {"rows": self.path[0].tolist(), "frames": self.path[1].tolist()}}
+
+    def _repr_html_(self) -> str:
+        return records_html(self.records(), ["word", "start", "end"], f"{self.model}: word timings from attention")
+
+    def page(self):
+        """The picture: the alignment matrix over the spectrogram, the path drawn over it, each word's span."""
+        from attnviz.panels.sound import alignment_page
+
+        return alignment_page(self)
+
+    def figure(self):
+        from attnviz.render.sound import sound_figure
+
+        return sound_figure(self.page())
+
+
+def _listed(parts: Parts) -> tuple[tuple[int, int], ...]:
+    text = str(parts.meta.get("alignment_heads", "") or "")
+    heads = []
+    for item in text.split(","):
+        layer, _, head = item.partition(".")
+        if layer.isdigit() and head.isdigit():
+            heads.append((int(layer), int(head)))
+    return tuple(heads)
+
+
+def text_pieces(parts: Parts) -> list[str]:
+    """The text of each written token, from its span of the transcript (a token with no span of its own, a
+    piece of a character, gives "": it joins the word before)."""
+    cross = parts.part("cross")
+    text = str(cross.meta.get("text", ""))
+    start = int(parts.meta.get("prompt_tokens", 0))
+    spans = cross.offsets if cross.offsets is not None else np.full((cross.n_tokens, 2), -1)
+    return [text[a:b] if a >= 0 else "" for a, b in spans[start:]]
+
+
+@checked
+def align(audio: Any, *, model: Any = "whisper", tokenizer: Any = None, target: str | None = None,
+          heads: Sequence[tuple[int, int]] | None = None, band: int = 1, device: str = "auto",
+          dtype: str = "float32", reporter: Reporter | None = None) -> WordTimings:
+    """Each word's start and end in `audio` from a speech model's cross-attention, as whisper's timing.py does:
+    `audio` a sound (as attnviz.capture_audio takes it) or the Parts of a capture of sound (nothing is run);
+    the transcript the model writes, or `target` read against the sound (forced alignment). `heads` the
+    cross-attention heads to use, as (layer, head); default the model's own alignment heads, else every head of
+    the decoder's second half (timing.py's default). `band`: frames either side of the path that count as on it
+    for each head's score."""
+    if not 0 <= band <= 50:
+        raise UsageError(f"{arg('band')} takes 0 to 50 frames", "band")
+    if isinstance(audio, Parts):
+        if target is not None:
+            raise UsageError(f"{arg('target')} chooses what the model reads; a capture has read it already",
+                             "target")
+        parts = audio
+    else:
+        from attnviz.api.capturing import capture_audio
+
+        parts = capture_audio(audio, model=model, tokenizer=tokenizer, target=target, device=device, dtype=dtype,
+                              reporter=reporter)
+    if "cross" not in parts.captures or parts.part("cross").mel is None:
+        raise InputError("align reads a capture of sound (attnviz capture --audio FILE), and this one holds none")
+    cross = parts.part("cross")
+    N = cross.frames
+    first = int(parts.meta.get("prompt_tokens", 0)) - 1  # the row of <|notimestamps|>: it writes the first word
+    if first < 0 or cross.n_tokens - first < 2:
+        raise InputError("the transcript is empty: there are no words to time")
+    L, H = cross.n_layers, cross.n_heads
+    chosen = tuple(heads) if heads else (_listed(parts) or tuple((n, h) for n in range(L // 2, L)
+                                                                  for h in range(H)))
+    bad = [p for p in chosen if not (0 <= p[0] < L and 0 <= p[1] < H)]
+    if bad:
+        raise UsageError(f"{arg('heads')}: {bad[0][0]}.{bad[0][1]} is not a cross-attention head of "
+                         f"{L} layers × {H} heads", "heads")
+    weights = cross.attentions[:, :, first:, :N]  # (L, H, rows, N)
+    matrix = alignment_matrix(np.stack([weights[n, h] for n, h in chosen]), MEDIAN_WIDTH)
+    rows, cols = dtw(-matrix)
+    words = word_times(text_pieces(parts), rows, cols, cross.frame_seconds)
+    return WordTimings(model=parts.model, words=tuple(words), matrix=matrix.astype(np.float32), path=(rows, cols),
+                       heads=chosen, listed=not heads and bool(_listed(parts)), scores=on_path(weights, rows, cols,
+                                                                                                band),
+                       band=band, capture=parts)
+
+
+def describe(timings: WordTimings) -> str:
+    """One line: how many words over how long, from which heads."""
+    which = "the model's alignment heads" if timings.listed else f"{len(timings.heads)} heads"
+    return (f"{short_model(timings.model)} · {len(timings.words)} words over "
+            f"{timings.capture.meta.get('audio_seconds', 0):.2f} s, from {which}")

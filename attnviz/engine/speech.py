@@ -1,0 +1,239 @@
+"""A speech model's attention (Whisper): the sound through the encoder, the transcript through the decoder, and
+all three kinds of attention kept as the Parts of one capture, with the sound beside them.
+
+    sound (16 kHz) --log-mel (80 × 3000: Whisper hears 30 s, the rest padded with silence)--> encoder
+        --> 1500 positions, 20 ms each; N = samples // 320 of them hold the sound
+    decoder reads <|startoftranscript|> (+ language and task on a multilingual model) <|notimestamps|>, then
+        writes greedily as faster-whisper does (its suppressed tokens suppressed) — or reads --target
+    α of the whole sequence in one teacher-forced pass: encoder (L, H, 1500, 1500), decoder (L, H, T, T),
+        cross (L, H, T, 1500)
+
+The padding after the sound is one key and one query, "(silence)", as words are (Clark et al.): attention *to*
+it is the sum over its frames, *from* it the mean of their rows. Rows still sum to 1, exactly what the model
+gave the sound is kept frame by frame, and a 3-s clip's encoder α is 150² not 1500² per head.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attnviz import audio as sounds
+from attnviz._version import __version__
+from attnviz.data.parts import Parts, part_meta
+from attnviz.data.capture import Capture
+from attnviz.data.sides import Side
+from attnviz.engine.forward import row_sum_tolerance
+from attnviz.engine.loading import LoadedModel
+from attnviz.errors import AttentionCheckError, InputError
+
+SAMPLES_PER_FRAME = 320  # two hops of 160 samples: one encoder position, 20 ms
+FRAME_SECONDS = SAMPLES_PER_FRAME / sounds.RATE
+SILENCE = "(silence)"  # the padding after the sound, one key
+
+
+def frames_of(samples: int, positions: int = 1500) -> int:
+    """Encoder positions that hold sound: what whisper's timing.py and faster-whisper align over."""
+    return max(1, min(positions, samples // SAMPLES_PER_FRAME))
+
+
+def prompt_ids(loaded: LoadedModel) -> list[int]:
+    """<|startoftranscript|> (<|en|><|transcribe|> on a multilingual model) <|notimestamps|>."""
+    tok = loaded.tokenizer
+    names = ["<|startoftranscript|>"]
+    if int(getattr(loaded.model.config, "vocab_size", 0)) >= 51865:  # multilingual: English, transcribe
+        names += ["<|en|>", "<|transcribe|>"]
+    names.append("<|notimestamps|>")
+    ids = [tok.convert_tokens_to_ids(n) for n in names]
+    if any(not isinstance(i, int) or i == getattr(tok, "unk_token_id", None) for i in ids):
+        raise InputError(f"{loaded.name}'s tokenizer lacks Whisper's prompt tokens ({', '.join(names)})")
+    return ids
+
+
+def features(loaded: LoadedModel, heard: sounds.Sound):
+    """The log-mel spectrogram Whisper reads: (1, 80, 3000) float32 (padded with silence to 30 s)."""
+    from transformers import WhisperFeatureExtractor
+
+    try:
+        extractor = WhisperFeatureExtractor.from_pretrained(loaded.audio_source) if loaded.audio_source else \
+            WhisperFeatureExtractor(feature_size=int(loaded.model.config.num_mel_bins))
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{loaded.name} has no feature extractor settings: {exc}") from None
+    import torch
+
+    mel = extractor(heard.samples, sampling_rate=sounds.RATE, return_tensors="np").input_features
+    return torch.from_numpy(np.asarray(mel, np.float32)).to(loaded.device, getattr(torch, loaded.dtype))
+
+
+def suppressed(loaded: LoadedModel) -> tuple[list[int], list[int]]:
+    """(tokens never written, tokens not written first): the model's own lists, as faster-whisper uses them."""
+    config = loaded.model.generation_config if hasattr(loaded.model, "generation_config") else loaded.model.config
+    always = list(getattr(config, "suppress_tokens", None) or getattr(loaded.model.config, "suppress_tokens", None)
+                  or [])
+    first = list(getattr(config, "begin_suppress_tokens", None)
+                 or getattr(loaded.model.config, "begin_suppress_tokens", None) or [])
+    return always, first
+
+
+def capture_sound(loaded: LoadedModel, heard: sounds.Sound, *, target: str | None = None,
+                  max_new_tokens: int | None = None, on_step=None) -> Parts:
+    """The three attention parts of a Whisper model for `heard`: the decoder writes greedily (or reads
+    `target`), then one teacher-forced pass gives every row of α."""
+    import torch
+
+    model = loaded.model
+    mel = features(loaded, heard)
+    start = prompt_ids(loaded)
+    tok = loaded.tokenizer
+    eot = int(getattr(model.config, "eos_token_id", None) or tok.convert_tokens_to_ids("<|endoftext|>"))
+    limit = int(getattr(model.config, "max_target_positions", 448))
+    try:
+        with torch.inference_mode():
+            encoded = model.model.encoder(mel, output_attentions=True)
+            memory = encoded.last_hidden_state
+            if target is not None:
+                text_ids = tok(target, add_special_tokens=False).input_ids
+                if not text_ids:
+                    raise InputError("the target text gives no tokens", "target")
+                if len(start) + len(text_ids) > limit:
+                    raise InputError(f"the target takes {len(text_ids)} tokens; {loaded.name} reads at most "
+                                     f"{limit - len(start)}", "target")
+                stopped, source = "target", "given"
+            else:
+                text_ids, stopped = _write(model, memory, start, eot, min(max_new_tokens or 224, limit - len(start)),
+                                           suppressed(loaded), on_step)
+                source = "generated"
+            ids = torch.tensor([start + text_ids], device=memory.device)
+            out = model(encoder_outputs=(memory,), decoder_input_ids=ids, output_attentions=True)
+    except (ValueError, TypeError, RuntimeError, IndexError) as exc:
+        raise AttentionCheckError(f"{loaded.name} could not run on this sound: {str(exc).splitlines()[0]}") \
+            from None
+    N = frames_of(len(heard.samples), int(memory.shape[1]))
+    encoder = fold(_stack(encoded.attentions, loaded.name, "encoder"), N, rows=True)
+    decoder = _stack(out.decoder_attentions, loaded.name, "decoder")
+    cross = fold(_stack(out.cross_attentions, loaded.name, "cross"), N, rows=False)
+    source_side = frame_side(N, int(memory.shape[1]))
+    from attnviz.engine.generate import written_spans
+
+    text, spans = written_spans(tok, [], text_ids, 0)
+    target_side = _target_side(tok, start, text_ids, spans)
+    meta = {"model": loaded.name, "model_source": loaded.source, "revision": loaded.revision, "device": loaded.device,
+            "dtype": loaded.dtype, "model_type": loaded.model_type, "source": "model",
+            "source_text": heard.name, "target_text": text, "target_source": source, "stopped": stopped,
+            "attnviz_version": __version__, "audio_name": heard.name, "audio_seconds": round(heard.seconds, 4),
+            "audio_frames": N, "frame_seconds": FRAME_SECONDS, "audio_file_rate": heard.file_rate,
+            "audio_channels": heard.channels, "prompt_tokens": len(start)}
+    heads = alignment_heads(loaded)
+    if heads:
+        meta["alignment_heads"] = ",".join(f"{layer}.{head}" for layer, head in heads)
+    if source == "generated":
+        meta["decoding"] = "greedy"
+    spectrogram = mel[0, :, :2 * N].float().cpu().numpy()
+    generated = np.arange(len(target_side)) >= len(start) if source == "generated" else None
+    return _assemble({"encoder": encoder, "decoder": decoder, "cross": cross}, source_side, target_side,
+                     generated, meta, heard, spectrogram)
+
+
+def _write(model, memory, start: list[int], eot: int, room: int, suppress, on_step) -> tuple[list[int], str]:
+    """Greedy decoding with the KV cache: the model's suppressed tokens never, the blank and <|endoftext|>
+    not first (faster-whisper's suppress_blank), until <|endoftext|> or `room` tokens."""
+    import torch
+
+    always, first = suppress
+    written: list[int] = []
+    from attnviz.engine.generate import cache_argument
+
+    cache: dict = {}
+    step_ids = torch.tensor([start], device=memory.device)
+    stopped = "max_new_tokens"
+    for step in range(room + 1):
+        out = model(encoder_outputs=(memory,), decoder_input_ids=step_ids, use_cache=True, **cache)
+        logits = out.logits[0, -1].float().clone()
+        banned = [t for t in always if 0 <= t < logits.shape[0]]
+        if step == 0:
+            banned += [t for t in first if 0 <= t < logits.shape[0]]
+        if banned:
+            logits[banned] = -float("inf")
+        choice = int(logits.argmax())
+        if choice == eot:
+            stopped = "eos"
+            break
+        if step == room:
+            break
+        written.append(choice)
+        cache = cache_argument(out)
+        step_ids = torch.tensor([[choice]], device=memory.device)
+        if on_step is not None:
+            on_step(1)
+    return written, stopped
+
+
+def fold(alpha: np.ndarray, N: int, *, rows: bool) -> np.ndarray:
+    """(L, H, R, P) over the encoder's P positions -> the N that hold sound and one "(silence)" column (their
+    sum); with `rows` (the encoder's square α) the silence's rows become one row, their mean. Without padding
+    (30 s of sound) nothing is folded."""
+    P = alpha.shape[-1]
+    if N >= P:
+        return np.ascontiguousarray(alpha, np.float32)
+    cols = np.concatenate([alpha[..., :N], alpha[..., N:].sum(axis=-1, dtype=np.float64)[..., None]], axis=-1)
+    if rows:
+        cols = np.concatenate([cols[..., :N, :], cols[..., N:, :].mean(axis=-2, dtype=np.float64)[..., None, :]],
+                              axis=-2)
+    return np.ascontiguousarray(cols, np.float32)
+
+
+def frame_side(N: int, positions: int = 1500) -> Side:
+    """The encoder's positions as tokens: 0.00s, 0.02s, … (each the start of its 20 ms), then (silence)."""
+    labels = [f"{i * FRAME_SECONDS:.2f}s" for i in range(N)]
+    pad = N < positions
+    return Side(tuple(labels + ([SILENCE] if pad else [])), np.arange(N + pad, dtype=np.int64),
+                np.array([False] * N + [True] * pad), tuple([""] * N + ["other"] * pad),
+                np.zeros(N + pad, bool), None)
+
+
+def alignment_heads(loaded: LoadedModel) -> list[tuple[int, int]]:
+    """The cross-attention heads the model lists as following the sound in time (its generation config's
+    alignment_heads), as (layer, head); [] where it lists none."""
+    config = getattr(loaded.model, "generation_config", None)
+    listed = getattr(config, "alignment_heads", None) or []
+    try:
+        return [(int(layer), int(head)) for layer, head in listed]
+    except (TypeError, ValueError):
+        return []
+
+
+def _target_side(tok, start: list[int], text_ids: list[int], spans: list[tuple[int, int]]) -> Side:
+    from attnviz.tokens import readable_tokens
+
+    ids = start + text_ids
+    raw = tok.convert_ids_to_tokens(ids)
+    special = [n < len(start) for n in range(len(ids))]
+    decoded = [tok.decode([i]) for i in ids]
+    subword = [n > len(start) and not special[n] and not decoded[n].startswith(" ") for n in range(len(ids))]
+    tokens = readable_tokens(raw, decoded, [None] * len(ids), special, subword)
+    kinds = ["start" if n == 0 else ("other" if special[n] else "") for n in range(len(ids))]
+    offsets = [(-1, -1)] * len(start) + list(spans)
+    return Side(tuple(tokens), np.asarray(ids, np.int64), np.asarray(special), tuple(kinds),
+                np.asarray(subword), np.asarray(offsets, np.int64))
+
+
+def _stack(layers, name: str, part: str) -> np.ndarray:
+    if not layers or any(a is None for a in layers):
+        raise AttentionCheckError(f"{name} returned no {part} attention weights; attnviz needs a model loaded with "
+                                  f"attn_implementation='eager'")
+    return np.stack([a[0].float().cpu().numpy() for a in layers])
+
+
+def _assemble(alphas: dict[str, np.ndarray], source: Side, target: Side, generated, meta: dict,
+              heard: sounds.Sound, spectrogram: np.ndarray) -> Parts:
+    atol = row_sum_tolerance(str(meta.get("dtype", "float32")))
+    sides = {"encoder": (source, None), "decoder": (target, None), "cross": (target, source)}
+    captures = {}
+    for name, (rows, keys) in sides.items():
+        hears = name != "decoder"
+        capture = Capture(attentions=alphas[name], tokens=rows.tokens, token_ids=rows.token_ids,
+                          special=rows.special, special_kind=rows.special_kind, subword=rows.subword,
+                          meta=part_meta(meta, name), offsets=rows.offsets,
+                          generated=generated if rows is target else None, keys=keys,
+                          sound=heard.samples if hears else None, mel=spectrogram if hears else None)
+        captures[name] = capture.validate(atol=atol)
+    return Parts(captures)
