@@ -46,6 +46,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "circuits": ("circuits", "QK and OV circuits from the weights: copying heads and how heads compose."),
     "retrieval": ("retrieval", "Retrieval heads: which heads copy a needle out of a haystack, and removing them."),
     "massive": ("massive", "Massive activations: the few huge entries behind the sinks, and what removing them does."),
+    "align": ("align", "Word timings from a speech model's cross-attention (--audio), and which heads align."),
     "explain": ("stats", "What every column, label and term means."),
     "verify": ("verify", "Recompute α from the model's weights and compare (exit 3 if not equal)."),
     "scaling": ("verify", "Why divide by √d_k: the softmax with and without it."),

@@ -128,8 +128,17 @@ class PictureSource(TextSource):
         help="--image: the longer side fed to the model, 28 to 1,024 pixels (default: the model's own, 224 for "
              "dinov2); both sides are rounded to whole patches.")] = None
 
+    audio: Annotated[Optional[str], typer.Option(
+        "--audio", metavar="FILE", show_default=False,
+        help="A sound instead of TEXT (WAV or FLAC, at most 30 s; - reads standard input), for a speech model (the "
+             "model defaults to whisper): the transcript it writes, and its attention over time.")] = None
+
     def require_text(self):
-        """The text, or with --image the picture (read and checked once)."""
+        """The text, or with --image the picture, with --audio the sound (read and checked once)."""
+        if self.audio is not None:
+            if self.text is not None or self.text_file is not None or self.image is not None:
+                raise typer.BadParameter("give either TEXT (or --image) or --audio, not both", param_hint="--audio")
+            return self._sound
         if self.image is None:
             if self.image_size is not None:
                 raise typer.BadParameter("--image-size is for --image", param_hint="--image-size")
@@ -144,7 +153,15 @@ class PictureSource(TextSource):
 
         return picture(self.image, size=self.image_size)
 
+    @functools.cached_property
+    def _sound(self):
+        from attnviz.api import sound
+
+        return sound(self.audio)
+
     def load(self, *, lm_head: bool | str = False):
+        if self.audio is not None and self.model is None:  # a sound: the offline speech model
+            return dataclasses.replace(self, model="whisper").load(lm_head=lm_head)
         if self.image is not None and self.model is None:  # a picture: the offline vision model
             return dataclasses.replace(self, model="dinov2").load(lm_head=lm_head)
         return super().load(lm_head=lm_head)
@@ -181,6 +198,20 @@ class TextInput(PictureSource):
     def pool_size(self) -> int:
         return 512
 
+    def audio_parts(self):
+        """All three parts of a speech model over --audio: the decoder writes its transcript (a progress bar
+        counts the tokens) or reads --target."""
+        from attnviz.api import capture_audio
+
+        if getattr(self, "words", False) or getattr(self, "stream", False):
+            raise typer.BadParameter("--words and --stream are for text; a sound's attention is held whole",
+                                     param_hint="--audio")
+        heard = self.require_text()
+        loaded = self.load()
+        with usage_errors():
+            return capture_audio(heard, model=loaded, target=self.target, max_new_tokens=self.max_new_tokens,
+                                 reporter=CliReporter())
+
     def parts(self, loaded, text: str, decoding=None):
         """All three attention parts of an encoder-decoder model: the decoder reads --target, or writes (a
         progress bar counts its tokens)."""
@@ -202,6 +233,9 @@ class TextInput(PictureSource):
 
         if getattr(self, "image", None) is not None:  # a picture, for a vision model
             return self.image_capture()  # type: ignore[attr-defined]
+        if self.audio is not None:  # a sound, for a speech model
+            whole = self.audio_parts()
+            return whole if (part or default_part) is None else _chosen_part(whole, part, default_part)
         text = self.require_text()
         loaded = self.load()
         self.check_model_kind(loaded, part)
@@ -300,15 +334,17 @@ class CaptureInput(LongTextInput):
                                default_part=default_part)
 
     def require_source(self) -> None:
-        if self.text is None and self.text_file is None and self.source is None and self.image is None:
-            raise typer.BadParameter("give the TEXT to look at (in quotes), --image FILE, or --from CAPTURE.npz")
+        if self.text is None and self.text_file is None and self.source is None and self.image is None \
+                and self.audio is None:
+            raise typer.BadParameter("give the TEXT to look at (in quotes), --image FILE, --audio FILE, or --from "
+                                     "CAPTURE.npz")
 
     def saved(self):
         """The --from file: a Capture, or an encoder-decoder model's Parts."""
         from attnviz.data.parts import load_capture
 
-        if self.text is not None or self.text_file is not None or self.image is not None:
-            raise typer.BadParameter("give either TEXT (or --image) or --from, not both")
+        if self.text is not None or self.text_file is not None or self.image is not None or self.audio is not None:
+            raise typer.BadParameter("give either TEXT (or --image, --audio) or --from, not both")
         if self.target is not None or self.max_new_tokens is not None:
             raise typer.BadParameter("--target and --max-new-tokens choose what the model reads; with --from "
                                      "nothing is run")
@@ -394,3 +430,36 @@ def takes(**groups: type) -> Callable:
     return decorate
 
 
+
+
+@dataclass(frozen=True)
+class SoundInput(ModelOptions):
+    """A sound and the speech model to run it through (--audio, --target, -m), or a saved capture of one
+    (--from): the commands that read only sound (align)."""
+
+    audio: Annotated[Optional[str], typer.Option(
+        "--audio", metavar="FILE", show_default=False,
+        help="The sound (WAV or FLAC, at most 30 s; - reads standard input); the model defaults to whisper.")] = None
+    target: Annotated[Optional[str], typer.Option(
+        "--target", metavar="TEXT", show_default=False,
+        help="The transcript to time (forced alignment); without it, the one the model writes.")] = None
+    source: FromOpt = None
+
+    def parts(self):
+        """The capture of sound: from --from (nothing is run), or the model over --audio."""
+        from attnviz.api import capture_audio, sound
+
+        if (self.audio is None) == (self.source is None):
+            raise typer.BadParameter("give the sound to look at (--audio FILE) or a capture of one (--from "
+                                     "CAPTURE.npz), one of them")
+        if self.source is not None:
+            if self.target is not None:
+                raise typer.BadParameter("--target chooses what the model reads; with --from nothing is run",
+                                         param_hint="--target")
+            from attnviz.data.parts import load_capture
+
+            return load_capture(self.source)
+        heard = sound(self.audio)
+        loaded = (self if self.model is not None else dataclasses.replace(self, model="whisper")).load()
+        with usage_errors():
+            return capture_audio(heard, model=loaded, target=self.target, reporter=CliReporter())

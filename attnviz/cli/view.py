@@ -38,7 +38,7 @@ def heatmap(output: Annotated[Optional[str], typer.Option(
                 "--patch", metavar="ROW,COL", show_default=False,
                 help="A picture's capture: draw where this patch looks (its row of α) instead of [CLS].")] = None,
             *, inp: CaptureInput, look: ScaleOptions) -> None:
-    from attnviz.panels import Page, coarsen, heatmap_page, image_page, text_subtitle, window_panels
+    from attnviz.panels import Page, coarsen, heatmap_page, image_page, pool_columns, text_subtitle, window_panels
     from attnviz.render.png import FORMATS
 
     check_output(output, FORMATS)
@@ -47,7 +47,14 @@ def heatmap(output: Annotated[Optional[str], typer.Option(
     capture = inp.capture(window=(rows, cols, layer) if window else None, part=part)
     layers = layer.indices(capture.n_layers)
     heads = head.resolve(capture.n_heads)
-    if capture.grid is not None and not window:  # a picture: its patch grid over the picture
+    sound = capture.mel is not None and capture.part != "decoder" and not window
+    if sound:  # a sound: attention over time, under its spectrogram
+        from attnviz.panels.sound import sound_page
+
+        if chosen_patch is not None:
+            raise typer.BadParameter("--patch is for the capture of a picture (--image)", param_hint="--patch")
+        page = sound_page(capture, layers, heads)
+    elif capture.grid is not None and not window:  # a picture: its patch grid over the picture
         page = image_page(capture, layers, heads, chosen_patch)
     elif chosen_patch is not None:
         raise typer.BadParameter("--patch is for the capture of a picture (--image)", param_hint="--patch")
@@ -69,15 +76,22 @@ def heatmap(output: Annotated[Optional[str], typer.Option(
         from attnviz.render.terminal import panel_renderable
 
         for panel in page.panels:
-            if capture.pooled and not window:  # the terminal view pools to its width
+            if (capture.pooled or sound) and not window:  # the terminal view pools to its width
                 fits = max((out.width - 18) // 2, 8)
-                panel = coarsen(panel, -(-panel.matrix.shape[1] // fits))
+                k = -(-panel.matrix.shape[1] // fits)
+                panel = pool_columns(panel, k) if sound else coarsen(panel, k)
             out.print(panel_renderable(panel, width=out.width, color=use_color(), cmap=cmap, start=start))
         if output is None:  # --terminal alone draws only; with -o the image is written too
             return
     from attnviz.render.png import page_figure, save_figure
 
-    path = save_figure(page_figure(page, cmap=cmap), output_path(output, f"{page.name}.png"))
+    if sound:
+        from attnviz.render.sound import sound_figure
+
+        figure = sound_figure(page, cmap=cmap)
+    else:
+        figure = page_figure(page, cmap=cmap)
+    path = save_figure(figure, output_path(output, f"{page.name}.png"))
     say(path)
 
 

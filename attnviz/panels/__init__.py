@@ -12,8 +12,8 @@ positions), one_token (attnviz token). This package re-exports their public name
 
 from __future__ import annotations
 
-from attnviz.panels.page import (AUTO_LINEAR_MAX_T, coarsen, HeadChoice, LOG_RANGE, NORMS, Page, Panel, Scale,
-                                 ScaleChoice)
+from attnviz.panels.page import (AUTO_LINEAR_MAX_T, coarsen, HeadChoice, LOG_RANGE, NORMS, Page, Panel,
+                                 pool_columns, Scale, ScaleChoice)
 from attnviz.panels.names import (generated_split, grid_title, head_filename, head_label, kept_tokens, key_labels,
                                   PART_TITLES, short_model, splits, text_subtitle, token_labels)
 from attnviz.panels.attention import (apply_scale, attention_panels, heatmap_page, quantity_scale, window_panels,
@@ -29,7 +29,7 @@ __all__ = [
     "entropy_panel", "generated_split", "generation_steps", "grid_title", "head_filename", "head_grid_panel",
     "head_label", "HeadChoice", "heatmap_page", "image_page", "query_of",
     "kept_tokens", "key_labels", "label_share_page", "LOG_RANGE",
-    "NORMS", "Page", "Panel", "PART_TITLES", "positions_page", "quantity_scale", "rollout_panel", "Scale",
+    "NORMS", "Page", "Panel", "pool_columns", "PART_TITLES", "positions_page", "quantity_scale", "rollout_panel", "Scale",
     "ScaleChoice", "short_model", "splits", "steps_page", "STRIPE_SHARE", "text_subtitle", "token_labels",
     "token_links", "token_page", "window_panels", "with_shared_scale",
 ]

@@ -110,6 +110,7 @@ class Panel:
     col_split: int | None = None
     picture: np.ndarray | None = None  # (h, w, 3) uint8 drawn under the matrix (a vision capture's patch grid)
     mark: tuple[int, int] | None = None  # a cell outlined (the patch whose row is drawn)
+    path: tuple[np.ndarray, np.ndarray] | None = None  # (rows, columns) of a path drawn over the matrix (DTW)
 
     @property
     def title_text(self) -> str:
@@ -130,6 +131,9 @@ class Page:
     name: str = "attnviz"  # default file stem
     notes: tuple[str, ...] = field(default_factory=tuple)
     subtitle: str = ""  # the input text, display-safe (shortened to fit by the renderer)
+    spectrogram: np.ndarray | None = None  # (bins, 2N): a sound's log-mel, drawn above panels whose columns are time
+    frame_seconds: float = 0.02  # seconds a column of those panels stands for
+    words: tuple[tuple[str, float, float], ...] = ()  # (word, start, end): spans marked over the spectrogram
 
     @property
     def scale(self) -> Scale:
@@ -156,3 +160,17 @@ def coarsen(panel: Panel, k: int) -> Panel:
                    rows=tuple(panel.rows[i] for i in row_groups), cols=tuple(panel.cols[j] for j in col_groups),
                    hidden=hidden, title=title,
                    row_split=split(panel.row_split), col_split=split(panel.col_split))
+
+
+def pool_columns(panel: Panel, k: int) -> Panel:
+    """A panel's columns summed k at a time (rows kept: each still sums to what it did), labelled by each
+    group's first column: a sound's frames narrowed to a terminal."""
+    if k <= 1:
+        return panel
+    R, C = panel.matrix.shape
+    col_edges = every(C, k)
+    matrix = pool_blocks(panel.matrix, every(R, 1), col_edges)  # columns summed, rows as they were
+    top = max(float(matrix.max()), 1e-9)
+    return replace(panel, matrix=matrix.astype(np.float32), cols=tuple(panel.cols[i] for i in col_edges[:-1]),
+                   hidden=None, scale=replace(panel.scale, vmin=0.0, vmax=top),
+                   title=(*panel.title, f" · {k} frames a column"), path=None)
