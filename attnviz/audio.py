@@ -67,6 +67,11 @@ def sound(source, name: str | None = None) -> Sound:
 
 
 def _decoded(data: bytes, shown: str) -> Sound:
+    if not data:
+        raise InputError(f"{shown} is empty: give a WAV or FLAC file", "audio")
+    if len(data) > MAX_SOUND_BYTES:
+        raise InputError(f"{shown} is over {MAX_SOUND_BYTES >> 20} MB: give at most {MAX_SECONDS:g} s of sound",
+                         "audio")
     samples, rate, channels = read_sound(data, shown)
     return Sound(samples, shown, rate, channels)
 

@@ -83,7 +83,7 @@ def test_sizes_types_and_aliases_are_checked(tmp_path):
 
 def test_a_speech_model_is_refused_in_one_line_by_the_commands(tmp_path):
     require_real(offline.WHISPER)
-    assert "reads speech" in one_line_error(run("heatmap", "hello", "-m", "whisper"))
+    assert "speech model" in one_line_error(run("heatmap", "hello", "-m", "whisper"))
 
 
 def _speech(tmp_path, text: str):

@@ -92,14 +92,15 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
 
 
-__all__ = ["ALIGNMENT_TOLERANCE", "Ablation", "Capture", "Circuits", "Contributions", "CorpusState", "Cost", "DEVICES", "DTYPES",
-           "Decoding", "Detection", "Generation", "HeadEffect", "HeadTable", "Importance", "Keep", "LOGIT_TOLERANCE",
-           "LogitAttribution", "MAX_IMPORTANCE_TEXTS", "MAX_MEAN_TEXTS", "MassiveActivations", "Model", "ModelSpec",
-           "Norms", "Parts", "Positions", "RetrievalHeads", "Rollout", "PATCH_TOLERANCE", "PatchPositions",
-           "Patching", "PathPatching", "Picture", "POSITION_TOLERANCE", "Scaling", "SinkRate", "Sinks", "Sound", "Steps",
-           "TOLERANCE", "Verification", "WordTimings", "ablate", "align", "capture", "capture_audio", "capture_image", "circuits", "contributions",
-           "conversion_pending", "corpus", "cost", "detect", "export", "from_outputs", "generate", "heads",
-           "importance", "list_families", "list_metrics", "load_capture", "load_model", "logit_attribution",
-           "massive", "merge", "model_shape", "norms", "patch", "patch_positions", "path_patch", "picture",
-           "positions", "register_metric", "resolve_model", "retrieval_heads", "rollout", "scaling", "sink_rate",
-           "sinks", "sound", "steps", "to_words", "verify", "view"]
+__all__ = ["ALIGNMENT_TOLERANCE", "Ablation", "Capture", "Circuits", "Contributions", "CorpusState", "Cost",
+           "DEVICES", "DTYPES", "Decoding", "Detection", "Generation", "HeadEffect", "HeadTable", "Importance",
+           "Keep", "LOGIT_TOLERANCE", "LogitAttribution", "MAX_IMPORTANCE_TEXTS", "MAX_MEAN_TEXTS",
+           "MassiveActivations", "Model", "ModelSpec", "Norms", "Parts", "Positions", "RetrievalHeads", "Rollout",
+           "PATCH_TOLERANCE", "PatchPositions", "Patching", "PathPatching", "Picture", "POSITION_TOLERANCE",
+           "Scaling", "SinkRate", "Sinks", "Sound", "Steps", "TOLERANCE", "Verification", "WordTimings", "ablate",
+           "align", "capture", "capture_audio", "capture_image", "circuits", "contributions", "conversion_pending",
+           "corpus", "cost", "detect", "export", "from_outputs", "generate", "heads", "importance", "list_families",
+           "list_metrics", "load_capture", "load_model", "logit_attribution", "massive", "merge", "model_shape",
+           "norms", "patch", "patch_positions", "path_patch", "picture", "positions", "register_metric",
+           "resolve_model", "retrieval_heads", "rollout", "scaling", "sink_rate", "sinks", "sound", "steps",
+           "to_words", "verify", "view"]

@@ -21,7 +21,8 @@ from attnviz.words import to_words  # re-exported: a Capture or Parts at word le
 # The engine (torch, transformers) is imported inside each function, so that `import attnviz` and a saved
 # capture never load it.
 
-__all__ = ["capture", "capture_audio", "capture_image", "Keep", "from_outputs", "load_capture", "picture", "Picture", "to_words"]
+__all__ = ["Sound", "sound", "capture", "capture_audio", "capture_image", "Keep", "from_outputs", "load_capture",
+           "picture", "Picture", "to_words"]
 
 
 @dataclass(frozen=True)

@@ -154,7 +154,7 @@ def verify(text: str | Picture | Sound | None = None, *, model: Any = None, toke
     tolerance = TOLERANCE[loaded.dtype] if tolerance is None else tolerance
     if norms:
         loaded.require_single("verify --norms")
-        return _verify_norms(loaded, text, truncate, tolerance, reporter)
+        return _verify_norms(loaded, text, truncate, tolerance, reporter)  # type: ignore[arg-type]
     if getattr(text, "is_sound", False) or loaded.speech:
         from attnviz.api.capturing import capture_audio
 

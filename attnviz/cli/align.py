@@ -76,8 +76,9 @@ def show(timings, top: int) -> None:
                                                 ("end", "end (s)", ".2f")], title="words"))
     if top:
         rows = [{**r, "listed": "✓" if r["listed"] else ""} for r in timings.head_records()[:top]]
-        out.print(records_table(rows, [("layer", "layer", "d"), ("head", "head", "d"), ("on_path", "on the path", ".1%"),
-                                       ("listed", "listed", "")],
+        columns = [("layer", "layer", "d"), ("head", "head", "d"), ("on_path", "on the path", ".1%"),
+                   ("listed", "listed", "")]
+        out.print(records_table(rows, columns,
                                 title=f"cross-attention heads by their share within {timings.band} frame"
                                       f"{'s' if timings.band != 1 else ''} of the path"))
     found = timings.aligning()

@@ -69,7 +69,8 @@ def long_members() -> dict[str, Member]:
 
 def sound_members() -> dict[str, Member]:
     """What a capture of sound adds: its samples at 16 kHz (float32, at most 30 s) and its log-mel spectrogram."""
-    return {"sound": Member("f", 1, 4 * (MAX_SOUND_FRAMES + 1) * 320), "mel": Member("f", 2, 4 * 256 * 2 * MAX_SOUND_FRAMES)}
+    return {"sound": Member("f", 1, 4 * (MAX_SOUND_FRAMES + 1) * 320),
+            "mel": Member("f", 2, 4 * 256 * 2 * MAX_SOUND_FRAMES)}
 
 
 MAX_SOUND_FRAMES = 1500  # Whisper's 30 s: 1,500 encoder frames of 20 ms

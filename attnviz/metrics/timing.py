@@ -15,6 +15,7 @@ faster-whisper through CTranslate2): pure numpy.
 from __future__ import annotations
 
 import string
+from typing import Any
 
 import numpy as np
 
@@ -56,11 +57,11 @@ def dtw(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         for i in range(1, R + 1):
             c0, c1, c2 = total[i - 1, j - 1], total[i - 1, j], total[i, j - 1]
             if c0 < c1 and c0 < c2:
-                best, move = c0, 0
+                best, move = float(c0), 0
             elif c1 < c0 and c1 < c2:
-                best, move = c1, 1
+                best, move = float(c1), 1
             else:
-                best, move = c2, 2
+                best, move = float(c2), 2
             total[i, j] = cost[i - 1, j - 1] + best
             trace[i, j] = move
     trace[0, :] = 2
@@ -70,7 +71,7 @@ def dtw(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     while i > 0 or j > 0:
         rows.append(i - 1)
         cols.append(j - 1)
-        move = trace[i, j]
+        move = int(trace[i, j])
         if move == 0:
             i, j = i - 1, j - 1
         elif move == 1:
@@ -100,7 +101,7 @@ def split_words(pieces: list[str]) -> list[tuple[str, list[int]]]:
     return words
 
 
-def merge_punctuation(words: list[dict]) -> list[dict]:
+def merge_punctuation(words: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Opening punctuation joins the word after it, closing punctuation the word before (timing.py's rule),
     the joined word keeping the times of the word it joins; empty entries are dropped."""
     words = [dict(w) for w in words]
@@ -127,14 +128,15 @@ def merge_punctuation(words: list[dict]) -> list[dict]:
     return [w for w in words if w["word"]]
 
 
-def word_times(pieces: list[str], rows: np.ndarray, cols: np.ndarray, frame_seconds: float) -> list[dict]:
+def word_times(pieces: list[str], rows: np.ndarray, cols: np.ndarray, frame_seconds: float
+               ) -> list[dict[str, Any]]:
     """Each word's start and end (s) from the path: the time its first token's row is reached, and the next
     word's (the last word's: the row of <|endoftext|>). Words longer than twice the median word (at most
     1.4 s) at a sentence's end are cut to that, as timing.py does; then punctuation is merged."""
     times = token_times(rows, cols, frame_seconds)  # one per row: the text's tokens, then <|endoftext|>
     split = split_words(pieces)
     bounds = np.cumsum([0] + [len(ids) for _, ids in split])
-    words = [{"word": text, "tokens": ids, "start": float(times[a]), "end": float(times[b])}
+    words: list[dict[str, Any]] = [{"word": text, "tokens": ids, "start": float(times[a]), "end": float(times[b])}
              for (text, ids), a, b in zip(split, bounds[:-1], bounds[1:])]
     durations = np.array([w["end"] - w["start"] for w in words])
     durations = durations[durations.nonzero()]

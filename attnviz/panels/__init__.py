@@ -24,12 +24,10 @@ from attnviz.panels.steps import positions_page, steps_page
 from attnviz.panels.image import image_page, query_of
 from attnviz.panels.one_token import generation_steps, STRIPE_SHARE, token_links, token_page
 
-__all__ = [
-    "apply_scale", "attention_panels", "AUTO_LINEAR_MAX_T", "coarsen", "delta_layers", "delta_page", "DELTA_PANELS",
-    "entropy_panel", "generated_split", "generation_steps", "grid_title", "head_filename", "head_grid_panel",
-    "head_label", "HeadChoice", "heatmap_page", "image_page", "query_of",
-    "kept_tokens", "key_labels", "label_share_page", "LOG_RANGE",
-    "NORMS", "Page", "Panel", "pool_columns", "PART_TITLES", "positions_page", "quantity_scale", "rollout_panel", "Scale",
-    "ScaleChoice", "short_model", "splits", "steps_page", "STRIPE_SHARE", "text_subtitle", "token_labels",
-    "token_links", "token_page", "window_panels", "with_shared_scale",
-]
+__all__ = ["apply_scale", "attention_panels", "AUTO_LINEAR_MAX_T", "coarsen", "delta_layers", "delta_page",
+           "DELTA_PANELS", "entropy_panel", "generated_split", "generation_steps", "grid_title", "head_filename",
+           "head_grid_panel", "head_label", "HeadChoice", "heatmap_page", "image_page", "query_of", "kept_tokens",
+           "key_labels", "label_share_page", "LOG_RANGE", "NORMS", "Page", "Panel", "pool_columns", "PART_TITLES",
+           "positions_page", "quantity_scale", "rollout_panel", "Scale", "ScaleChoice", "short_model", "splits",
+           "steps_page", "STRIPE_SHARE", "text_subtitle", "token_labels", "token_links", "token_page",
+           "window_panels", "with_shared_scale"]

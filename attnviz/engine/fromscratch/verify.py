@@ -47,9 +47,8 @@ def scratch_parts(loaded, inputs: dict) -> dict[str, tuple[np.ndarray, np.ndarra
         source_mask = torch.ones(1, S, dtype=torch.long, device=inputs["input_features"].device)
     else:
         S = inputs["input_ids"].shape[1]
-        source_mask = inputs.get("attention_mask")
-        if source_mask is None:
-            source_mask = torch.ones_like(inputs["input_ids"])
+        given = inputs.get("attention_mask")
+        source_mask = torch.ones_like(inputs["input_ids"]) if given is None else given
     check_parts_memory(loaded, S, T, copies=3.0)
     with recording_inputs(modules) as seen, torch.inference_mode():
         output = model(**inputs, output_attentions=True)
