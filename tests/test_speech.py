@@ -15,6 +15,7 @@ import wave
 import numpy as np
 import pytest
 from helpers import one_line_error, require_real, run
+from test_viewer import browser  # noqa: F401  (the Chromium fixture)
 
 import attnviz
 from attnviz.audio import MAX_SECONDS, RATE, read_sound, resample
@@ -325,3 +326,32 @@ def test_a_borrowed_whisper_comes_back_as_it_was(spoken):
     assert model.training and model.config._attn_implementation == "sdpa"
     assert not model.model.decoder.embed_tokens.weight.requires_grad
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+@pytest.mark.slow
+def test_the_page_plays_the_sound_and_highlights_the_frames_of_a_token(browser, spoken, tmp_path):  # noqa: F811
+    """The Sound tab in Chromium: the sound decodes (its duration is the sound's), choosing a token gives the
+    cross-attention row of the step that wrote it (against the capture, within the 16-bit step), and the
+    readout names it; no request leaves the file, no console error."""
+    from test_viewer import Page, write_page
+
+    _, parts = spoken
+    cross = parts.part("cross")
+    page = Page(browser, write_page(tmp_path, parts))
+    assert page.js("document.getElementById('av-tab-sound').hidden") is False
+    page.page.click("#av-tab-sound")
+    page.page.wait_for_function("document.getElementById('av-sound').width > 0")
+    page.page.wait_for_function("isFinite(document.getElementById('av-audio').duration)")
+    duration = page.js("document.getElementById('av-audio').duration")
+    assert duration == pytest.approx(len(cross.sound) / 16_000, abs=0.01)
+    words = page.page.locator("#av-sound-tokens button")
+    assert words.count() == cross.n_tokens - 1  # from the step of <|notimestamps|> to the last
+    row = int(parts.meta["prompt_tokens"]) - 1 + 3  # the fourth button: the step that wrote the token after it
+    assert words.nth(3).text_content() == cross.tokens[row + 1]
+    page.page.select_option("#av-layer", "3")
+    words.nth(3).click()
+    expected = cross.attentions[3, :, row, :cross.frames].mean(axis=0)
+    np.testing.assert_allclose(page.js("window.attnvizViewer.soundRow()"), expected, atol=2e-5)
+    readout = page.js("document.getElementById('av-sound-readout').textContent")
+    assert f"writing {cross.tokens[row + 1]} (layer 3)" in readout
+    page.close()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -353,10 +353,24 @@ def detect(length: Annotated[int, typer.Option(parser=whole_number(2, 2048), met
                                              help="The random seed of the sequences and of the random heads.")] = 0,
            draws: Annotated[int, typer.Option(parser=whole_number(0, 100), metavar="N",
                                               help="Random head sets to remove in the causal test (0 to 100).")] = 10,
-           mode: ModeOpt = "zero", output: ImageOut = None, as_json: JsonOpt = False, *, inp: ModelOptions) -> None:
+           mode: ModeOpt = "zero", output: ImageOut = None, as_json: JsonOpt = False,
+           audio: Annotated[Optional[str], typer.Option(
+               "--audio", metavar="FILE", show_default=False,
+               help="A speech model (-m whisper, the default here): which cross-attention heads align with the sound "
+                    "(each head's share of weight on the word-timing path; attnviz align), and whether the model "
+                    "lists them as its alignment heads.")] = None,
+           *, inp: ModelOptions) -> None:
     from attnviz.render.png import FORMATS
 
     check_output(output, FORMATS)
+    if audio is not None:
+        from attnviz.cli.align import aligned_heads
+        from attnviz.cli.inputs import SoundInput
+
+        sound_input = SoundInput(**{f.name: getattr(inp, f.name) for f in fields(ModelOptions)
+                                    if f.name != "_checked_first"}, audio=audio)
+        aligned_heads(sound_input, output, as_json)
+        return
     from attnviz.api import detect as run
     from attnviz.panels import short_model
 

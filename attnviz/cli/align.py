@@ -68,12 +68,20 @@ def align(heads: Annotated[Optional[str], typer.Option(
 
 def show(timings, top: int) -> None:
     """The words' table, the heads' table and what they say."""
-    from attnviz.api.speech import describe, LISTED_SHARE
+    from attnviz.api.speech import describe
     from attnviz.render.tables import records_table
 
     say(describe(timings), style="bold")
     out.print(records_table(timings.records(), [("word", "word", ""), ("start", "start (s)", ".2f"),
                                                 ("end", "end (s)", ".2f")], title="words"))
+    show_heads(timings, top)
+
+
+def show_heads(timings, top: int) -> None:
+    """The heads' table (the `top` by share on the path) and which heads align, listed or not."""
+    from attnviz.api.speech import LISTED_SHARE
+    from attnviz.render.tables import records_table
+
     if top:
         rows = [{**r, "listed": "✓" if r["listed"] else ""} for r in timings.head_records()[:top]]
         columns = [("layer", "layer", "d"), ("head", "head", "d"), ("on_path", "on the path", ".1%"),
@@ -87,3 +95,28 @@ def show(timings, top: int) -> None:
     say(f"heads with at least {LISTED_SHARE:.0%} of their weight on the path: {named}")
     if listed:
         say(f"{len(set(found) & listed)} of the model's {len(listed)} listed alignment heads are among them")
+
+
+def aligned_heads(inp: SoundInput, output: str | None, as_json: bool) -> None:
+    """attnviz detect --audio: every cross-attention head's share of weight on the word-timing path, and
+    whether the model lists it; -o draws the shares, layers × heads."""
+    from attnviz.api import align as run
+    from attnviz.api.speech import describe, LISTED_SHARE
+
+    timings = run(inp.parts())
+    if as_json:
+        print_json({"model": timings.model, "band_frames": timings.band, "threshold": LISTED_SHARE,
+                    "aligning": [list(p) for p in timings.aligning()],
+                    "listed": [list(p) for p in timings.model_heads], "heads": timings.head_records()})
+    else:
+        say(describe(timings), style="bold")
+        show_heads(timings, len(timings.head_records()))
+    if output is not None:
+        from attnviz.panels import head_grid_panel, Scale, short_model
+        from attnviz.render.png import panel_figure, save_figure
+
+        panel = head_grid_panel(timings.scores, Scale(0.0, 1.0, "share of weight on the path"),
+                                f"{short_model(timings.model)} · cross-attention heads on the word-timing path",
+                                "attnviz_detect_alignment")
+        say(save_figure(panel_figure(panel), output_path(output, "attnviz_detect_alignment.png")),
+            console=err if as_json else out)

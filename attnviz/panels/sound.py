@@ -6,7 +6,7 @@ is in the notes). numpy only."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
@@ -15,9 +15,6 @@ from attnviz.errors import SelectionError
 from attnviz.panels.names import head_filename, head_label, short_model
 from attnviz.panels.page import HeadChoice, Page, Panel, Scale
 from attnviz.text import shorten, visible
-
-if TYPE_CHECKING:
-    from attnviz.api.speech import WordTimings
 
 END = "(end)"
 
@@ -87,8 +84,8 @@ def _subtitle(capture: Capture) -> str:
     return f"{name} ({seconds:.2f} s): “{shorten(visible(text), 160)}”" if text else f"{name} ({seconds:.2f} s)"
 
 
-def alignment_page(timings: WordTimings) -> Page:
-    """The alignment matrix (rows: the steps that wrote the text, then the end; columns: frames) with the DTW
+def alignment_page(timings: Any) -> Page:
+    """An attnviz.WordTimings' picture: the alignment matrix (rows: the steps that wrote the text, then the end; columns: frames) with the DTW
     path over it, under the spectrogram with each word's span marked."""
     cross = timings.capture.part("cross")
     first, rows = written_labels(cross)

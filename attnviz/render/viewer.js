@@ -544,6 +544,81 @@
     return row >= 0 && row < g.rows && col >= 0 && col < g.cols ? [row, col] : null;
   }
 
+  // --- sound: a speech model's capture, its spectrogram, and the frames of the token chosen ---------------
+  var S = data.sound;
+  var melImage = null;
+  state.soundToken = null;  // the row of the cross-attention chosen (the step that wrote a token)
+  state.soundHead = "mean";
+  function soundRow(r) {  // the weight of cross-attention row r on each frame with sound, this layer
+    var s = data.sections[S.cross], row = new Float64Array(S.frames);
+    var layer = Math.min(state.layer, s.layers.length - 1), heads = state.soundHead === "mean" ? null : Number(state.soundHead);
+    for (var j = 0; j < S.frames; j++) row[j] = heads === null ? meanWeight(s, layer, r, j) : weight(s, layer, heads, r, j);
+    return row;
+  }
+  function soundView() {
+    var s = data.sections[S.cross];
+    var heads = [["mean", "mean of the heads"]];
+    for (var h = 0; h < s.heads; h++) heads.push([h, "head " + h]);
+    fillSelect($("av-sound-head"), heads, state.soundHead);
+    var box = $("av-sound-tokens");
+    if (!box.childElementCount) {
+      for (var r = S.first; r < s.R; r++) {
+        var b = document.createElement("button");
+        b.type = "button";
+        b.dataset.row = String(r);
+        b.textContent = r + 1 < s.R ? s.rows[r + 1] : "(end)";
+        b.setAttribute("aria-pressed", "false");
+        box.appendChild(b);
+      }
+    }
+    if (state.soundToken === null) state.soundToken = S.first;
+    Array.prototype.forEach.call(box.children, function (b) {
+      b.setAttribute("aria-pressed", Number(b.dataset.row) === state.soundToken ? "true" : "false");
+    });
+    if (!melImage) {
+      melImage = new Image();
+      melImage.onload = function () { if (state.view === "sound") drawSound(); };
+      melImage.setAttribute("src", "data:image/png;base64," + S.mel);  // the capture's own spectrogram
+      $("av-audio").setAttribute("src", "data:audio/wav;base64," + S.wav);  // its own sound: nothing is fetched
+    }
+    drawSound();
+  }
+  var soundGeometry = null;
+  function drawSound() {
+    var width = Math.max(320, Math.min(960, S.frames * 6)), height = 200;
+    var ctx = sizedCanvas($("av-sound"), width, height), column = width / S.frames;
+    if (melImage && melImage.complete && melImage.naturalWidth) ctx.drawImage(melImage, 0, 0, width, height);
+    var row = soundRow(state.soundToken), top = 0, j, first = -1, last = -1;
+    for (j = 0; j < row.length; j++) top = Math.max(top, row[j]);
+    for (j = 0; j < row.length; j++) {
+      var share = top > 0 ? row[j] / top : 0;
+      ctx.fillStyle = "rgba(0,0,0," + (0.7 * (1 - share)).toFixed(3) + ")";  // what the step does not look at is dimmed
+      ctx.fillRect(j * column, 0, column + 0.5, height);
+      if (share >= 0.5) { if (first < 0) first = j; last = j; }
+    }
+    var audio = $("av-audio");
+    if (audio && audio.currentTime > 0) {
+      ctx.strokeStyle = "#00e5ff";
+      ctx.lineWidth = 2;
+      var x = audio.currentTime / (S.frames * S.frameSeconds) * width;
+      ctx.beginPath(); ctx.moveTo(x, 0); ctx.lineTo(x, height); ctx.stroke();
+    }
+    soundGeometry = { column: column, first: first, last: last };
+    var s = data.sections[S.cross], r = state.soundToken, word = r + 1 < s.R ? s.rows[r + 1] : "(end)";
+    var sum = 0;
+    for (j = 0; j < row.length; j++) sum += row[j];
+    $("av-sound-readout").textContent = "writing " + word + " (layer " + s.layers[Math.min(state.layer, s.layers.length - 1)] +
+      "): most weight at " + (first * S.frameSeconds).toFixed(2) + "–" + ((last + 1) * S.frameSeconds).toFixed(2) +
+      " s; " + (100 * sum).toFixed(0) + "% of its weight on the sound, the rest on the silence after it";
+  }
+  function playFrom(start, stop) {
+    var audio = $("av-audio");
+    audio.currentTime = start;
+    state.soundStop = stop;
+    var played = audio.play();
+    if (played && played.catch) played.catch(function () { /* no sound device: the highlight stays */ });
+  }
+
   // --- patching: each head and position patched, and the chosen head's α on both prompts -----------------
   var P = data.patching;
   if (P) {
@@ -664,7 +739,8 @@
 
   // --- views and events ---------------------------------------------------------------------------
   var hasPicture = data.sections.length === 1 && !!data.sections[0].picture;
-  var TABS = ["head", "model", "matrix"].concat(C ? ["contrib"] : [], P ? ["patch"] : [], hasPicture ? ["picture"] : []);
+  var TABS = ["head", "model", "matrix"].concat(C ? ["contrib"] : [], P ? ["patch"] : [], hasPicture ? ["picture"] : [],
+    S ? ["sound"] : []);
   function showView(name) {
     state.view = name;
     TABS.forEach(function (t) {
@@ -683,6 +759,7 @@
     else if (state.view === "contrib") contribView();
     else if (state.view === "patch") patchView();
     else if (state.view === "picture") pictureView();
+    else if (state.view === "sound") soundView();
     else matrixView();
     tellHeight();
   }
@@ -772,6 +849,31 @@
         e.preventDefault();
       });
       $("av-picture-head").addEventListener("change", function (e) { state.pictureHead = e.target.value; drawPicture(); });
+    }
+    if (S) {
+      $("av-tab-sound").hidden = false;
+      $("av-sound-tokens").addEventListener("click", function (e) {
+        var b = e.target.closest("button");
+        if (!b) return;
+        state.soundToken = Number(b.dataset.row);
+        soundView();
+        var g = soundGeometry;
+        if (g && g.first >= 0) playFrom(g.first * S.frameSeconds, (g.last + 1) * S.frameSeconds);
+        b.focus();
+      });
+      $("av-sound-head").addEventListener("change", function (e) { state.soundHead = e.target.value; drawSound(); });
+      $("av-sound").addEventListener("click", function (e) {
+        var r = $("av-sound").getBoundingClientRect(), g = soundGeometry;
+        if (g) playFrom(Math.max(0, (e.clientX - r.left) / g.column) * S.frameSeconds, null);
+      });
+      $("av-audio").addEventListener("timeupdate", function () {
+        var audio = $("av-audio");
+        if (state.soundStop !== null && state.soundStop !== undefined && audio.currentTime >= state.soundStop) {
+          audio.pause();
+          state.soundStop = null;
+        }
+        if (state.view === "sound") drawSound();
+      });
     }
     if (C) {
       $("av-tab-contrib").hidden = false;
@@ -880,6 +982,7 @@
     patchValue: function (name, l, c) { return pValue(name, l, c); },
     choosePatchHead: function (l, h) { choosePatchHead(l, h); },
     pictureRow: function () { return Array.from(pictureRow()); },
+    soundRow: function () { return Array.from(soundRow(state.soundToken)); },
     weight: function (section, li, h, i, j) { return weight(data.sections[section], li, h, i, j); },
     readyAt: performance.now()
   };

@@ -194,7 +194,35 @@ def viewer_data(whole: Capture | Parts | Sequence[tuple[str, Capture]], *, layer
         "sections": [_titled(section_data(capture, name, bits, chosen[name]), titles.get(name))
                      for name, capture in captures],
         "contributions": contributions, "patching": patching,
+        "sound": sound_section(whole, [name for name, _ in captures]) if isinstance(whole, Parts) else None,
     }
+
+
+def sound_section(parts: Parts, names: list[str]) -> dict | None:
+    """A capture of sound: the sound as a WAV the page plays (16-bit, 16 kHz), its log-mel spectrogram as a
+    PNG (magma, low bins at the bottom), the frames with sound, and which section is the cross-attention (the
+    page highlights the frames of the step that wrote the chosen token)."""
+    if "cross" not in parts.captures or parts.part("cross").mel is None:
+        return None
+    import io
+
+    from matplotlib import colormaps
+    from PIL import Image
+
+    from attnviz.audio import wav_bytes
+
+    cross = parts.part("cross")
+    assert cross.sound is not None and cross.mel is not None
+    mel = cross.mel[::-1]  # low frequencies at the bottom
+    low, high = float(mel.min()), float(mel.max())
+    rgb = (colormaps["magma"]((mel - low) / max(high - low, 1e-9))[..., :3] * 255).astype(np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(rgb).save(buffer, format="PNG")
+    return {"wav": base64.b64encode(wav_bytes(cross.sound)).decode("ascii"),
+            "mel": base64.b64encode(buffer.getvalue()).decode("ascii"), "frames": cross.frames,
+            "frameSeconds": cross.frame_seconds, "seconds": float(cross.meta.get("audio_seconds", 0.0)),
+            "cross": names.index("cross"), "first": max(int(parts.meta.get("prompt_tokens", 1)) - 1, 0),
+            "name": visible(str(parts.meta.get("audio_name", "")))}
 
 
 def _titled(section: dict, title: str | None) -> dict:
@@ -209,7 +237,7 @@ def made_by() -> str:
 
 
 _SCRIPT_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
-CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:")
+CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; media-src data:")
 CSP_WITH_IMAGES = CSP + " 'self'"  # the export's index: the view, and the gallery's own image files
 
 
