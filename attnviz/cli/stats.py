@@ -166,6 +166,10 @@ def _named(capture) -> str:
 
 
 def _size(capture) -> str:
+    if capture.frames:  # a sound: its frames, and the silence after it as one more key
+        silence = " and the silence after it" if capture.n_keys > capture.frames else ""
+        queries = f"{capture.n_tokens} target tokens" if not capture.square else f"T = {capture.n_tokens}"
+        return f"{queries} over {capture.frames} frames of sound ({capture.frame_seconds * 1000:.0f} ms each){silence}"
     if capture.square:
         blocks = capture.n_tokens if capture.long is not None else 0
         return f"T = {capture.input_tokens}" + (f" (pictures: {blocks} blocks)" if blocks > 1 else "")

@@ -197,7 +197,8 @@ def token(token: Annotated[Optional[str], typer.Argument(
     from attnviz.selection import find_token
 
     check_output(output, FORMATS)
-    if token is None and inp.source is not None and inp.text is not None:  # attnviz token --from F TOKEN
+    if token is None and (inp.source is not None or inp.audio is not None or inp.image is not None) \
+            and inp.text is not None:  # attnviz token --from F TOKEN (or --audio F, --image F)
         from dataclasses import replace
 
         token, inp = inp.text, replace(inp, text=None)

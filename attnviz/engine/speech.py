@@ -86,6 +86,10 @@ def capture_sound(loaded: LoadedModel, heard: sounds.Sound, *, target: str | Non
     tok = loaded.tokenizer
     eot = int(getattr(model.config, "eos_token_id", None) or tok.convert_tokens_to_ids("<|endoftext|>"))
     limit = int(getattr(model.config, "max_target_positions", 448))
+    from attnviz.engine.memory import check_parts_memory
+
+    room = min(max_new_tokens or 224, limit - len(start))
+    check_parts_memory(loaded, int(getattr(model.config, "max_source_positions", 1500)), len(start) + room + 1)
     try:
         with torch.inference_mode():
             encoded = model.model.encoder(mel, output_attentions=True)
@@ -99,8 +103,7 @@ def capture_sound(loaded: LoadedModel, heard: sounds.Sound, *, target: str | Non
                                      f"{limit - len(start)}", "target")
                 stopped, source = "target", "given"
             else:
-                text_ids, stopped = _write(model, memory, start, eot, min(max_new_tokens or 224, limit - len(start)),
-                                           suppressed(loaded), on_step)
+                text_ids, stopped = _write(model, memory, start, eot, room, suppressed(loaded), on_step)
                 source = "generated"
             ids = torch.tensor([start + text_ids], device=memory.device)
             out = model(encoder_outputs=(memory,), decoder_input_ids=ids, output_attentions=True)

@@ -16,15 +16,18 @@ from attnviz.panels.names import head_filename, head_label, short_model
 from attnviz.panels.page import HeadChoice, Page, Panel, Scale
 from attnviz.text import shorten, visible
 
-END = "(end)"
+END = "(end)"  # the last row writes <|endoftext|> (or follows a given transcript's end)
+NEXT = "(next)"  # the last row of a transcript cut by --max-new-tokens: it writes what was not kept
 
 
 def written_labels(capture: Capture) -> tuple[int, tuple[str, ...]]:
     """(the first row drawn, a label per row from it): each row is the step that wrote the next token, so it is
-    labelled with what it wrote — the row of <|notimestamps|> writes the first word, the last writes the end."""
+    labelled with what it wrote — the row of <|notimestamps|> writes the first word, the last writes the end
+    (or, where --max-new-tokens cut the transcript, the next token, not kept)."""
     first = max(int(capture.meta.get("prompt_tokens", 1)) - 1, 0)
     tokens = capture.tokens
-    labels = tuple(visible(tokens[i + 1]) if i + 1 < len(tokens) else END for i in range(first, len(tokens)))
+    last = END if capture.meta.get("stopped") != "max_new_tokens" else NEXT
+    labels = tuple(visible(tokens[i + 1]) if i + 1 < len(tokens) else last for i in range(first, len(tokens)))
     return first, labels
 
 

@@ -566,7 +566,7 @@
         var b = document.createElement("button");
         b.type = "button";
         b.dataset.row = String(r);
-        b.textContent = r + 1 < s.R ? s.rows[r + 1] : "(end)";
+        b.textContent = r + 1 < s.R ? s.rows[r + 1] : S.last;
         b.setAttribute("aria-pressed", "false");
         box.appendChild(b);
       }
@@ -604,7 +604,7 @@
       ctx.beginPath(); ctx.moveTo(x, 0); ctx.lineTo(x, height); ctx.stroke();
     }
     soundGeometry = { column: column, first: first, last: last };
-    var s = data.sections[S.cross], r = state.soundToken, word = r + 1 < s.R ? s.rows[r + 1] : "(end)";
+    var s = data.sections[S.cross], r = state.soundToken, word = r + 1 < s.R ? s.rows[r + 1] : S.last;
     var sum = 0;
     for (j = 0; j < row.length; j++) sum += row[j];
     $("av-sound-readout").textContent = "writing " + word + " (layer " + s.layers[Math.min(state.layer, s.layers.length - 1)] +

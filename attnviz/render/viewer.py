@@ -222,7 +222,8 @@ def sound_section(parts: Parts, names: list[str]) -> dict | None:
             "mel": base64.b64encode(buffer.getvalue()).decode("ascii"), "frames": cross.frames,
             "frameSeconds": cross.frame_seconds, "seconds": float(cross.meta.get("audio_seconds", 0.0)),
             "cross": names.index("cross"), "first": max(int(parts.meta.get("prompt_tokens", 1)) - 1, 0),
-            "name": visible(str(parts.meta.get("audio_name", "")))}
+            "name": visible(str(parts.meta.get("audio_name", ""))),
+            "last": "(next)" if parts.meta.get("stopped") == "max_new_tokens" else "(end)"}
 
 
 def _titled(section: dict, title: str | None) -> dict:

@@ -167,6 +167,7 @@ def folder_for(model: OfflineModel) -> Path:
     found = sources(model)
     if model.kind == "folder":
         return found[0].parent
+    _quiet()  # transformers' own progress bars (writing shards) would print under attnviz's spinner
     if model is MULTILINGUAL:
         return cached_folder(model.key, found[0], lambda out: build_e5(out, found[0], found[1]))
     if model.kind == "onnx":
@@ -178,6 +179,12 @@ def folder_for(model: OfflineModel) -> Path:
             raise ModelLoadError(f"reading GGUF files needs the gguf and accelerate packages: {GGUF_INSTALL}")
         return cached_folder(model.key, found[0], lambda out: build_chunked_gguf(out, found, model))
     return gguf_folder(found[0], key=model.key)
+
+
+def _quiet() -> None:
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
 
 
 def build_chunked_gguf(folder: Path, chunks: list[Path], model: OfflineModel) -> None:
