@@ -16,6 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "sample_outputs"
 CAT = "The cat sat on the mat"
 IT = "The cat sat on the mat because it was tired"
+SPOKEN = "The cat sat on the mat because it was tired."  # espeak-ng speaks it into sample_outputs/speech.wav
+SPEECH = "sample_outputs/speech.wav"
 
 # (file written, arguments to attnviz, what it shows). Files ending in .txt/.svg from a command that
 # prints to the terminal are that command's output (plain: NO_COLOR; .svg: the coloured terminal).
@@ -150,6 +152,28 @@ SAMPLES: list[tuple[str, list[str], str]] = [
     ("gemma3_circuits.png", [], "written by the circuits command above: copying scores and the three compositions"),
     ("smollm2_circuits.txt", ["circuits", "-m", "smollm2"],
      "QK and OV circuits of SmolLM2 from its weights"),
+    ("speech.wav", [], f"espeak-ng speaking “{SPOKEN}” (made by this script: espeak-ng -w speech.wav)"),
+    ("whisper_cross.txt", ["heatmap", "--audio", SPEECH, "-o", "sample_outputs/whisper_cross.png"],
+     "Whisper tiny.en writes the transcript; its last layer's cross-attention over the sound"),
+    ("whisper_cross.png", [], "written by the heatmap command above: a row per token written, under the "
+                              "spectrogram, time in seconds"),
+    ("whisper_encoder.png", ["heatmap", "--audio", SPEECH, "--part", "encoder", "--layer", "1", "-o", "{out}"],
+     "the encoder's self-attention, time against time (the silence after the sound folded into one key, not drawn)"),
+    ("whisper_capture.txt", ["capture", "--audio", SPEECH, "-o", "sample_outputs/whisper.npz"],
+     "the three parts saved with the sound and its spectrogram, for --from"),
+    ("whisper_heads.txt", ["heads", "--from", "sample_outputs/whisper.npz", "--part", "cross", "--layer", "3"],
+     "the cross-attention heads' statistics over the frames"),
+    ("whisper_align.txt", ["align", "--from", "sample_outputs/whisper.npz", "-o", "sample_outputs/whisper_align.png"],
+     "word timings from the alignment heads (whisper's timing.py recipe), and each head's share on the path"),
+    ("whisper_align.png", [], "written by the align command above: the alignment matrix, the path, each word's span"),
+    ("whisper_detect.txt", ["detect", "--audio", SPEECH, "-o", "sample_outputs/whisper_detect.png"],
+     "which cross-attention heads align with the sound, against the heads the model lists"),
+    ("whisper_detect.png", [], "written by the detect command above: each head's share of weight on the path"),
+    ("whisper_verify.txt", ["verify", "--audio", SPEECH],
+     "Whisper's encoder, decoder and cross-attention recomputed from its weights, over all 1,500 positions"),
+    ("whisper_view.html", ["view", "--from", "sample_outputs/whisper.npz", "-o", "{out}"],
+     "the interactive page of a sound: the three parts, and the Sound tab (it plays the sound)"),
+    ("view_sound.png", [], "screenshot: the Sound tab, layer 3, the step that wrote 'mat' (its frames bright)"),
     ("importance.txt", ["importance", "The cat sat on the mat because it was tired", "-o",
                         "sample_outputs/importance.png"],
      "every MiniLM head removed alone, ranked, beside Michel et al.'s gradient estimate"),
@@ -243,7 +267,13 @@ def main() -> None:
              "| file | command | shows |", "|---|---|---|"]
     for name, template, what in SAMPLES:
         path = OUT / name
+        if name == "speech.wav":  # the sound the Whisper samples hear
+            subprocess.run(["espeak-ng", "-w", str(path), SPOKEN], check=True, capture_output=True)
+            lines.append(f"| [{name}]({name}) | `espeak-ng -w {SPEECH} \"{SPOKEN}\"` | {what} |")
+            continue
         if not template:  # written by the command before it
+            if name == "view_sound.png":
+                sound_screenshot(OUT / "whisper_view.html", path)
             if name == "view_contributions.png":
                 tab_screenshot(OUT / "contributions.html", path, "contrib")
             elif name == "view_patch.png":
@@ -312,6 +342,17 @@ def picture_screenshot(page_path: Path, shot: Path) -> None:
         page.mouse.move(box["x"] + 2, box["y"] + 2)
         page.mouse.move(box["x"] + 7.5 * cell, box["y"] + 5.5 * cell, steps=4)
         page.wait_for_timeout(200)
+        page.screenshot(path=str(shot), full_page=True)
+
+
+def sound_screenshot(page_path: Path, shot: Path) -> None:
+    """The Sound tab of a capture of sound: layer 3, the step that wrote "mat"."""
+    with opened(page_path, 1100, 900) as page:
+        page.click("#av-tab-sound")
+        page.select_option("#av-layer", "3")
+        page.locator("#av-sound-tokens button", has_text="mat").first.click()
+        page.wait_for_timeout(300)
+        page.evaluate("document.getElementById('av-audio').pause()")
         page.screenshot(path=str(shot), full_page=True)
 
 

@@ -88,8 +88,8 @@ def _subtitle(capture: Capture) -> str:
 
 
 def alignment_page(timings: Any) -> Page:
-    """An attnviz.WordTimings' picture: the alignment matrix (rows: the steps that wrote the text, then the end; columns: frames) with the DTW
-    path over it, under the spectrogram with each word's span marked."""
+    """An attnviz.WordTimings' picture: the alignment matrix (rows: the steps that wrote the text, then the end;
+    columns: frames) with the DTW path over it, under the spectrogram with each word's span marked."""
     cross = timings.capture.part("cross")
     first, rows = written_labels(cross)
     matrix = timings.matrix

@@ -591,10 +591,17 @@
     var row = soundRow(state.soundToken), top = 0, j, first = -1, last = -1;
     for (j = 0; j < row.length; j++) top = Math.max(top, row[j]);
     for (j = 0; j < row.length; j++) {
-      var share = top > 0 ? row[j] / top : 0;
+      var share = top > 0 ? row[j] / top : 0, x0 = Math.round(j * column), x1 = Math.round((j + 1) * column);
       ctx.fillStyle = "rgba(0,0,0," + (0.7 * (1 - share)).toFixed(3) + ")";  // what the step does not look at is dimmed
-      ctx.fillRect(j * column, 0, column + 0.5, height);
+      ctx.fillRect(x0, 0, x1 - x0, height);
       if (share >= 0.5) { if (first < 0) first = j; last = j; }
+    }
+    ctx.fillStyle = "#ffffff";  // the time axis, every half second
+    ctx.font = "11px sans-serif";
+    for (var t = 0.5; t < S.frames * S.frameSeconds; t += 0.5) {
+      var tx = Math.round(t / S.frameSeconds * column);
+      ctx.fillRect(tx, height - 6, 1, 6);
+      ctx.fillText(t.toFixed(1) + " s", tx + 2, height - 8);
     }
     var audio = $("av-audio");
     if (audio && audio.currentTime > 0) {
