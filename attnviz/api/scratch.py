@@ -288,6 +288,8 @@ def _verify_speech(loaded: Model, parts: Parts, source: str | None, tolerance: f
                            keys=frames if name == "cross" else None)
         checks[f"{name}: model vs scratch"] = differences(replace(full, attentions=model_alpha),
                                                           replace(full, attentions=scratch))
+        if name != "decoder":
+            captures[f"{name}: model vs scratch"] = full  # over every position the encoder has
         folded = model_alpha if name == "decoder" else fold(model_alpha, N, rows=name == "encoder")
         if folded.shape != saved.attentions.shape:
             raise InputError(f"the capture's {name} part is {saved.attentions.shape}, {loaded.name} gives "

@@ -122,7 +122,7 @@ def _show(result, loaded) -> None:
         titles = {}
         for name in result.checks:
             part, what = name.split(": ")
-            capture = result.captures[part]
+            capture = result.captures.get(name) or result.captures[part]  # a speech model: all 1,500 positions
             titles[name] = (f"{visible(loaded.name)} ({loaded.dtype}, {loaded.device}) · {PART_TITLES[part]} · "
                             f"{what}: {capture.n_layers} layers × {capture.n_heads} heads × {capture.n_tokens} × "
                             f"{capture.n_keys}")
