@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import warnings
 
+import numpy as np
 import pytest
 from helpers import run
 
@@ -245,6 +246,8 @@ BORROWERS = {  # every API function that takes model=, called on a small text
     "sink_rate": lambda m, t: attnviz.sink_rate([SENTENCE, "A dog ran"], model=m, tokenizer=t),
     "retrieval_heads (refused: a haystack past 64 positions)": lambda m, t: attnviz.retrieval_heads(
         model=m, tokenizer=t, lengths=[60], depths=[0.5], remove=2, draws=1),
+    "capture_audio (refused: not a speech model)": lambda m, t: attnviz.capture_audio(
+        np.zeros(16_000, np.float32), model=m, tokenizer=t),
 }
 
 

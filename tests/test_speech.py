@@ -355,3 +355,16 @@ def test_the_page_plays_the_sound_and_highlights_the_frames_of_a_token(browser, 
     readout = page.js("document.getElementById('av-sound-readout').textContent")
     assert f"writing {cross.tokens[row + 1]} (layer 3)" in readout
     page.close()
+
+
+@pytest.mark.slow
+def test_every_column_of_align_and_detect_is_explained(spoken, tmp_path):
+    from test_glossary import explainable, header_cells
+
+    saved = spoken[1].save(tmp_path / "speech.npz")
+    tokens = set(spoken[1].part("cross").tokens)
+    for command in (("align", "--from", saved), ("detect", "--audio", spoken[0])):
+        cells = header_cells(run(*command).stdout)
+        assert cells and all(explainable(c, tokens) for c in cells), (command, cells)
+    for term in ("frame", "silence", "dtw", "alignment heads"):
+        assert run("explain", term).exit_code == 0

@@ -63,6 +63,9 @@ def generate(sample: Annotated[bool, typer.Option(
     if inp.image is not None:
         raise typer.BadParameter("generate writes text after a text; a picture is for vision models' attention "
                                  "(heatmap, heads, verify, norms, sinks)", param_hint="--image")
+    if inp.audio is not None:
+        raise typer.BadParameter("generate writes text after a text; for a sound, heatmap, capture and view --audio "
+                                 "keep the transcript Whisper writes, step by step", param_hint="--audio")
     text = inp.require_text()
     loaded = inp.load(lm_head=True)
     inp.check_model_kind(loaded, part, writes=True)

@@ -196,6 +196,24 @@ TERMS: dict[str, str] = {
                   "circuits).",
     "QK circuit": "which token attends to which, from the weights alone: W_E·W_Q·(W_E·W_K)ᵀ on the vocabulary, "
                   "positions left out (attnviz circuits lists each head's strongest pairs).",
+    "frame": "a speech model's unit of time: Whisper's encoder turns each 20 ms of sound (two 10-ms columns of "
+             "the log-mel spectrogram) into one position; a sound's keys are its frames, 0.00s, 0.02s, …",
+    "(silence)": "the padding after a sound (Whisper hears 30 s at a time), folded into one key: attention to it "
+                 "is the sum over its frames, from it the mean of their rows; pictures leave it out and say its "
+                 "share.",
+    "word timings": "when each word was said, from cross-attention (whisper's timing.py): the alignment heads' "
+                    "rows renormalised over the sound, standardised over the tokens, median-filtered over 7 "
+                    "frames, averaged; dynamic time warping then gives a monotonic path, and a word starts where "
+                    "the path reaches its first token (attnviz align).",
+    "alignment heads": "the cross-attention heads a Whisper model lists as following the sound in time; word "
+                       "timings use them (attnviz align, attnviz detect --audio).",
+    "on the path": "in attnviz align and detect --audio: the share of a cross-attention head's weight "
+                   "(renormalised over the sound, averaged over the text's rows) within --band frames of the "
+                   "word-timing path.",
+    "listed": "in attnviz align and detect --audio: ✓ where the model lists the head as an alignment head.",
+    "start (s)": "in attnviz align: when the word begins, in seconds from the start of the sound.",
+    "end (s)": "in attnviz align: when the word ends (the next word's start, or the end of the transcript).",
+    "word": "in attnviz align: a word of the transcript as written, punctuation joined to it.",
     "composition": "how much a later head reads what an earlier head writes (Elhage et al. 2021): ‖OV_1·R_2‖ / "
                    "(‖OV_1‖ ‖R_2‖), R_2 the later head's QK (Q-composition), QKᵀ (K-) or OV (V-composition); "
                    "0 to 1 (attnviz circuits).",
@@ -215,7 +233,8 @@ TERM_ALIASES = {"entropy tokens": "entropy_tokens", "token-weighted": "tok-w", "
                 "retrieval": "retrieval head", "retrieval heads": "retrieval head", "copying score": "OV circuit",
                 "ov": "OV circuit", "ov circuit": "OV circuit", "qk circuit": "QK circuit",
                 "q-composition": "composition", "k-composition": "composition", "v-composition": "composition",
-                "align": "alignment"}
+                "align": "alignment", "alignment head": "alignment heads", "dtw": "word timings",
+                "timing": "word timings", "timings": "word timings", "silence": "(silence)", "frames": "frame"}
 
 
 def glossary() -> list[tuple[str, str, str]]:

@@ -238,7 +238,7 @@ def made_by() -> str:
 
 
 _SCRIPT_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
-CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; media-src data:")
+CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; media-src data:; img-src data:")
 CSP_WITH_IMAGES = CSP + " 'self'"  # the export's index: the view, and the gallery's own image files
 
 
