@@ -78,22 +78,9 @@ def _decoded(data: bytes, shown: str) -> Sound:
 
 def read_bytes(source: str | Path | None) -> tuple[bytes, str]:
     """(the file's bytes, its name for messages); None reads standard input. At most MAX_SOUND_BYTES."""
-    import sys
+    from attnviz.files import read_input
 
-    if source is None:
-        data = sys.stdin.buffer.read(MAX_SOUND_BYTES + 1)
-        name = "standard input"
-    else:
-        from attnviz.files import read_regular
-
-        name = str(source)
-        try:
-            data = read_regular(Path(source), MAX_SOUND_BYTES, "audio")
-        except OSError as exc:
-            raise InputError(f"cannot read the sound {name}: {exc.strerror or exc}", "audio") from None
-    if len(data) > MAX_SOUND_BYTES:
-        raise InputError(f"{name} is over {MAX_SOUND_BYTES >> 20} MB: give at most {MAX_SECONDS:g} s of sound",
-                         "audio")
+    data, name = read_input(source, MAX_SOUND_BYTES, "audio")
     if not data:
         raise InputError(f"{name} is empty: give a WAV or FLAC file", "audio")
     return data, name

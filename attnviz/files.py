@@ -61,6 +61,25 @@ def read_regular(path: str | Path, limit: int, what: str = "file", error: type[E
         return handle.read(limit + 1)
 
 
+def read_input(source: str | Path | None, limit: int, what: str) -> tuple[bytes, str]:
+    """(a file's bytes, its name for messages) for an input read whole (an image, a sound); None reads standard
+    input. At most `limit` bytes: a larger one, or one that cannot be read, is InputError naming the argument."""
+    import sys
+
+    if source is None:
+        data = sys.stdin.buffer.read(limit + 1)
+        name = "standard input"
+    else:
+        name = str(source)
+        try:
+            data = read_regular(Path(source), limit, what)
+        except OSError as exc:
+            raise InputError(f"cannot read the {what} {name}: {exc.strerror or exc}", what) from None
+    if len(data) > limit:
+        raise InputError(f"the {what} in {name} is over {limit >> 20} MB", what)
+    return data, name
+
+
 # --- writing a file ------------------------------------------------------------------------------------
 
 

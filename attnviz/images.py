@@ -65,22 +65,9 @@ def picture(image, name: str | None = None, size: int | None = None) -> Picture:
 
 def read_bytes(source: str | Path | None) -> tuple[bytes, str]:
     """(the file's bytes, its name for messages); None or "-" reads standard input. At most MAX_IMAGE_BYTES."""
-    import sys
+    from attnviz.files import read_input
 
-    if source is None or str(source) == "-":
-        data = sys.stdin.buffer.read(MAX_IMAGE_BYTES + 1)
-        name = "standard input"
-    else:
-        from attnviz.files import read_regular
-
-        name = str(source)
-        try:
-            data = read_regular(Path(source), MAX_IMAGE_BYTES, "image")
-        except OSError as exc:
-            raise InputError(f"cannot read the image {name}: {exc.strerror or exc}", "image") from None
-    if len(data) > MAX_IMAGE_BYTES:
-        raise InputError(f"the image in {name} is over {MAX_IMAGE_BYTES >> 20} MB", "image")
-    return data, name
+    return read_input(None if source is None or str(source) == "-" else source, MAX_IMAGE_BYTES, "image")
 
 
 def read_image(data: bytes, name: str = "the image") -> np.ndarray:

@@ -375,3 +375,20 @@ def read_three_ways(command: str, text: str, tmp_path, *args) -> list:
     return [json.loads(run(command, text, *args, "--json").stdout),
             json.loads(run(command, "-", *args, "--json", input=text).stdout),
             json.loads(run(command, "--text-file", path, *args, "--json").stdout)]
+
+
+def espeak(folder, text: str):
+    """A WAV file of espeak-ng speaking `text` (22,050 Hz); skip, saying what to install, unless CI requires the
+    real models."""
+    import os
+    import shutil
+
+    import pytest
+
+    if shutil.which("espeak-ng") is None:
+        if os.environ.get("ATTNVIZ_REQUIRE_REAL_MODELS"):
+            pytest.fail("ATTNVIZ_REQUIRE_REAL_MODELS is set but espeak-ng is missing (apt-get install espeak-ng)")
+        pytest.skip("espeak-ng makes the speech: apt-get install espeak-ng")
+    path = folder / "speech.wav"
+    subprocess.run(["espeak-ng", "-w", str(path), text], check=True, capture_output=True)
+    return path

@@ -8,13 +8,11 @@ from __future__ import annotations
 import io
 import json
 import os
-import shutil
-import subprocess
 import wave
 
 import numpy as np
 import pytest
-from helpers import one_line_error, require_real, run
+from helpers import espeak, one_line_error, require_real, run
 from test_viewer import browser  # noqa: F401  (the Chromium fixture)
 
 import attnviz
@@ -35,16 +33,6 @@ def wav(samples: np.ndarray, rate: int, channels: int = 1, width: int = 2) -> by
         out.setframerate(rate)
         out.writeframes((np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes())
     return buffer.getvalue()
-
-
-def speak(folder, text: str = SENTENCE):
-    if shutil.which("espeak-ng") is None:
-        if os.environ.get("ATTNVIZ_REQUIRE_REAL_MODELS"):
-            pytest.fail("ATTNVIZ_REQUIRE_REAL_MODELS is set but espeak-ng is missing (apt-get install espeak-ng)")
-        pytest.skip("espeak-ng makes the speech: apt-get install espeak-ng")
-    path = folder / "speech.wav"
-    subprocess.run(["espeak-ng", "-w", str(path), text], check=True, capture_output=True)
-    return path
 
 
 # --- the sound reader --------------------------------------------------------------------------------------
@@ -171,7 +159,7 @@ def test_folding_the_silence_keeps_every_row_of_weight():
 def spoken(tmp_path_factory):
     require_real(offline.WHISPER)
     folder = tmp_path_factory.mktemp("speech")
-    path = speak(folder)
+    path = espeak(folder, SENTENCE)
     return path, attnviz.capture_audio(path)
 
 

@@ -5,14 +5,11 @@ logits within 1e-4 of their size (both float32 on the same float16 weights, summ
 
 from __future__ import annotations
 
-import os
-import shutil
 import struct
-import subprocess
 
 import numpy as np
 import pytest
-from helpers import one_line_error, require_real, run
+from helpers import espeak, one_line_error, require_real, run
 
 from attnviz.engine import offline
 from attnviz.engine.offline import ct2
@@ -90,12 +87,7 @@ def _speech(tmp_path, text: str):
     """16 kHz mono float32 of espeak-ng speaking `text` (resampled linearly from its 22,050 Hz)."""
     import soundfile
 
-    if shutil.which("espeak-ng") is None:
-        if os.environ.get("ATTNVIZ_REQUIRE_REAL_MODELS"):
-            pytest.fail("ATTNVIZ_REQUIRE_REAL_MODELS is set but espeak-ng is missing (apt-get install espeak-ng)")
-        pytest.skip("espeak-ng makes the speech: apt-get install espeak-ng")
-    path = tmp_path / "speech.wav"
-    subprocess.run(["espeak-ng", "-w", str(path), text], check=True, capture_output=True)
+    path = espeak(tmp_path, text)
     sound, rate = soundfile.read(path, dtype="float32")
     n = int(len(sound) * 16000 / rate)
     return np.interp(np.linspace(0, len(sound), n, endpoint=False), np.arange(len(sound)), sound).astype(np.float32)
