@@ -54,6 +54,13 @@ def test_the_command_line_never_imports_the_engine(path):
     assert engine == [], f"{path.name} imports {engine}"
 
 
+@pytest.mark.parametrize("path", sorted((PACKAGE / "serve").glob("*.py")), ids=lambda p: p.name)
+def test_the_live_app_never_imports_the_engine(path):
+    """serve/ calls the same functions a notebook does (attnviz.api), never the torch side directly."""
+    engine = sorted(m for m in imported_modules(path) if m == "attnviz.engine" or m.startswith("attnviz.engine."))
+    assert engine == [], f"{path.name} imports {engine}"
+
+
 def test_no_import_cycles_in_the_package():
     """Following every import of an attnviz module (top-level, inside functions, by name), the modules form no
     cycle. The package root re-exports and is left out; a package and its own modules are one."""

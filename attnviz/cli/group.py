@@ -56,6 +56,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "view": ("view", "An interactive page (one offline HTML file): head, model and matrix views."),
     "corpus": ("corpus", "Head statistics over many texts, batched; shards merged."),
     "cost": ("cost", "Time and memory against T: the full path beside the streamed one."),
+    "serve": ("serve", "A live local app: type a sentence, every view redraws; the model loaded once."),
 }
 
 

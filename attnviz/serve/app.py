@@ -1,0 +1,306 @@
+"""The live app (`attnviz serve`): a FastAPI application that holds one model and answers with what the
+notebook functions give — attnviz.capture (or capture_image, capture_audio), attnviz.heads, attnviz.steps,
+attnviz.contributions — and the interactive page of each capture.
+
+    GET  /                  the live page: a text box (or a file for a vision or speech model), the views
+    GET  /api/model         the model, what it reads, this server's limits
+    POST /api/capture       a text (or a picture, a sound, base64) -> tokens, the head table, the page's address
+    GET  /view/{id}         that capture's interactive page (the last few are kept)
+    POST /api/steps         one head step by step (JSON); /api/steps.png: its picture
+    GET  /api/queue         where a request waits in line (its ticket), and how many wait
+    GET  /openapi.json      the JSON API described (FastAPI's own; no page that loads script from elsewhere)
+
+One request runs at a time (queue.OneAtATime); what fails is a JSON {"error": "…"} with a 4xx status for the
+user's own mistake and 500 otherwise, and the server goes on serving.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from pydantic import BaseModel, Field
+
+import attnviz
+from attnviz.errors import AttnvizError, InputError
+from attnviz.text import check_text
+from attnviz.serve.queue import Busy, OneAtATime
+
+PAGE_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob: data:; connect-src 'self'; "
+            "frame-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+VIEW_CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; media-src data:; "
+            "img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'self'")
+TICKET = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may ask for: characters of text, tokens, the bytes of a picture or sound file, the
+    body, requests waiting in line, and the pages kept for /view."""
+
+    max_chars: int = 2_000
+    max_tokens: int = 512
+    max_file: int = 8 << 20
+    max_body: int = 12 << 20
+    max_waiting: int = 16
+    pages: int = 8
+    max_alpha_tokens: int = 256  # a layer's α in the JSON answer: H·T² numbers, T at most this
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+class CaptureRequest(BaseModel):
+    """A text to look at (or, for a vision or speech model, a picture or a sound as base64)."""
+
+    text: str | None = Field(None, description="The text (a text model).")
+    image: str | None = Field(None, description="A PNG, JPEG or WebP file, base64 (a vision model).")
+    audio: str | None = Field(None, description="A WAV or FLAC file, base64 (a speech model).")
+    words: bool = Field(False, description="Attention between words instead of sub-word tokens.")
+    contributions: bool = Field(False, description="Add the contributions panel (ALTI) to the page.")
+    alpha_layer: int | None = Field(None, description="Also answer α of this layer (heads × T × T).")
+    ticket: str | None = Field(None, description="A name for this request, to ask its place in line by.")
+
+
+class StepsRequest(BaseModel):
+    text: str
+    layer: int = 0
+    head: int = 0
+    token: int | None = None
+
+
+class CaptureAnswer(BaseModel):
+    id: str
+    view: str
+    model: str
+    kind: str
+    tokens: list[str]
+    layers: int
+    heads: int
+    seconds: float
+    head_table: list[dict[str, Any]]
+    alpha: list | None = None
+    part: str | None = None
+    transcript: str | None = None
+
+
+class Failure(BaseModel):
+    error: str
+
+
+def _asset(name: str) -> bytes:
+    return resources.files("attnviz.serve").joinpath("static").joinpath(name).read_bytes()
+
+
+def make_app(model: Any, *, limits: Limits | None = None, command: str = "attnviz serve") -> FastAPI:
+    """The app for one loaded model (an attnviz Model from load_model). Its routes call the public API."""
+    limits = limits or Limits()
+    line = OneAtATime(limits.max_waiting)
+    pages: OrderedDict[str, str] = OrderedDict()
+    kind = "image" if model.vision else "sound" if model.speech else "text"
+    app = FastAPI(title="attnviz", version=attnviz.__version__, docs_url=None, redoc_url=None,
+                  description="The attention of one model, live: what attnviz's Python functions give, as JSON.",
+                  responses={400: {"model": Failure}, 413: {"model": Failure}, 422: {"model": Failure},
+                             503: {"model": Failure}})
+    app.state.line = line
+    app.state.limits = limits
+
+    @app.exception_handler(AttnvizError)
+    async def user_error(request: Request, exc: AttnvizError) -> JSONResponse:
+        return JSONResponse({"error": str(exc)}, status_code=422)
+
+    @app.exception_handler(RequestValidationError)
+    async def malformed(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        if first.get("type") == "json_invalid" or not first:
+            return JSONResponse({"error": "malformed request: the body is not valid JSON"}, status_code=422)
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        return JSONResponse({"error": f"malformed request ({where or 'the body'}): {first.get('msg', '')}"},
+                            status_code=422)
+
+    @app.exception_handler(Busy)
+    async def busy(request: Request, exc: Busy) -> JSONResponse:
+        return JSONResponse({"error": str(exc)}, status_code=503, headers={"retry-after": "2"})
+
+    @app.exception_handler(Exception)
+    async def failed(request: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse({"error": f"the server failed on this request ({type(exc).__name__}); it goes on "
+                                      f"serving"}, status_code=500)
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def page() -> Response:
+        return Response(_asset("live.html"), media_type="text/html; charset=utf-8",
+                        headers={"content-security-policy": PAGE_CSP, "cache-control": "no-store"})
+
+    @app.get("/static/{name}", include_in_schema=False)
+    async def static(name: str) -> Response:
+        types = {"live.js": "text/javascript; charset=utf-8", "live.css": "text/css; charset=utf-8"}
+        if name not in types:
+            return JSONResponse({"error": "no such file"}, status_code=404)
+        return Response(_asset(name), media_type=types[name], headers={"cache-control": "no-store"})
+
+    @app.get("/api/model")
+    async def describe() -> dict:
+        """The model this server holds, what it reads (text, image or sound), and the limits of a request."""
+        layers, heads = model.shape
+        return {"model": model.name, "kind": kind, "layers": layers, "heads": heads, "device": model.device,
+                "dtype": model.dtype, "seq2seq": bool(model.seq2seq), "limits": limits.to_dict(),
+                "version": attnviz.__version__}
+
+    @app.get("/api/queue")
+    async def queue(ticket: str | None = None) -> dict:
+        """How many requests wait, and where `ticket` stands: 0 while it runs, k with k requests before it,
+        null when it is not in line (done, or not yet arrived)."""
+        return {"waiting": line.waiting, "position": line.position(ticket) if ticket else None,
+                "served": line.served}
+
+    @app.post("/api/capture", response_model=CaptureAnswer)
+    async def capture(request: CaptureRequest) -> dict:
+        """Run the model once: the tokens, every head's statistics and pattern label, the address of the
+        interactive page (/view/ID), and with `alpha_layer` that layer's α."""
+        run = _capture_work(model, kind, request, limits, command)
+        started = time.perf_counter()
+        answer, html = await line.run(_ticket(request.ticket, line), run)
+        page_id = f"v{line.served}"
+        pages[page_id] = html
+        while len(pages) > limits.pages:
+            pages.popitem(last=False)
+        return {**answer, "id": page_id, "view": f"/view/{page_id}", "seconds": time.perf_counter() - started}
+
+    @app.get("/view/{page_id}", response_class=HTMLResponse, include_in_schema=False)
+    async def view(page_id: str) -> Response:
+        html = pages.get(page_id)
+        if html is None:
+            return JSONResponse({"error": f"no page {page_id[:40]!r}: the server keeps the last {limits.pages}"},
+                                status_code=404)
+        return Response(html, media_type="text/html; charset=utf-8",
+                        headers={"content-security-policy": VIEW_CSP, "cache-control": "no-store"})
+
+    @app.post("/api/steps")
+    async def steps(request: StepsRequest) -> Response:
+        """One head step by step, from the model's own weights: Q, K, Q·Kᵀ, ÷√d_k, softmax → α, α·V, and α
+        checked against the model's (max_abs_diff)."""
+        result = await line.run(line.new_ticket(), _steps_work(model, request, limits))
+        return Response(attnviz_json(result.to_dict()), media_type="application/json")
+
+    @app.post("/api/steps.png", response_class=Response)
+    async def steps_png(request: StepsRequest) -> Response:
+        """The same steps drawn: one PNG of every step."""
+        result = await line.run(line.new_ticket(), _steps_work(model, request, limits))
+        return Response(_png(result.figure()), media_type="image/png")
+
+    return app
+
+
+def _ticket(given: str | None, line: OneAtATime) -> str:
+    if given is None:
+        return line.new_ticket()
+    if not TICKET.match(given):
+        raise InputError("a ticket is 1 to 64 letters, digits, - or _")
+    return given
+
+
+def _check_text(text: str | None, limits: Limits, model) -> str:
+    if text is None:
+        raise InputError(f"{model.name} reads text: give \"text\"")
+    if len(text) > limits.max_chars:
+        raise InputError(f"the text is {len(text):,} characters; this server takes at most "
+                                   f"{limits.max_chars:,}")
+    return check_text(text)
+
+
+def _count_tokens(model, text: str, limits: Limits) -> None:
+    tokenizer = model.tokenizer
+    if tokenizer is None:
+        return
+    try:
+        n = len(tokenizer(text)["input_ids"])
+    except Exception:  # the API says what is wrong with the text, in its own words
+        return
+    if n > limits.max_tokens:
+        raise InputError(f"the text is {n:,} tokens; this server takes at most {limits.max_tokens:,}")
+
+
+def _file(data: str | None, what: str, limits: Limits) -> bytes:
+    if data is None:
+        raise InputError(f"this model reads {'a picture' if what == 'image' else 'a sound'}: give "
+                                   f"\"{what}\" (the file, base64)")
+    if len(data) > limits.max_file * 4 // 3 + 4:
+        raise InputError(f"the {what} file is over {limits.max_file >> 20} MB")
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise InputError(f"\"{what}\" is not base64") from None
+
+
+def _capture_work(model, kind: str, request: CaptureRequest, limits: Limits, command: str):
+    """What runs on the model's thread for one capture: (the JSON answer, the page)."""
+    from attnviz.render.viewer import viewer_data, viewer_html
+
+    if kind == "text":
+        text = _check_text(request.text, limits, model)
+        _count_tokens(model, text, limits)
+    elif kind == "image":
+        raw = _file(request.image, "image", limits)
+    else:
+        raw = _file(request.audio, "audio", limits)
+
+    def work() -> tuple[dict, str]:
+        contributions = None
+        if kind == "image":
+            whole: Any = attnviz.capture_image(raw, model=model)
+        elif kind == "sound":
+            whole = attnviz.capture_audio(raw, model=model)
+        elif request.contributions and not model.seq2seq:
+            contributions = attnviz.contributions(text, model=model)
+            whole = contributions.capture
+        else:
+            whole = attnviz.capture(text, model=model, words=request.words, stream=False)
+        shown = whole.part("cross") if isinstance(whole, attnviz.Parts) else whole
+        html = contributions.html(command=command) if contributions is not None else \
+            viewer_html(viewer_data(whole, command=command))
+        written = str(whole.meta.get("target_text", "")).strip() if isinstance(whole, attnviz.Parts) else ""
+        answer = {"model": model.name, "kind": kind, "tokens": list(shown.tokens), "layers": shown.n_layers,
+                  "heads": shown.n_heads, "head_table": attnviz.heads(shown).to_records(),
+                  "part": shown.part, "transcript": written or None}
+        if request.alpha_layer is not None:
+            if shown.n_tokens > limits.max_alpha_tokens:
+                raise InputError(f"α in the answer is for texts of at most {limits.max_alpha_tokens} "
+                                           f"tokens; this one is {shown.n_tokens}")
+            if not -shown.n_layers <= request.alpha_layer < shown.n_layers:
+                raise InputError(f"alpha_layer {request.alpha_layer} is out of range: there are "
+                                           f"{shown.n_layers} layers")
+            answer["alpha"] = shown.attentions[request.alpha_layer].round(6).tolist()
+        return answer, html
+
+    return work
+
+
+def _steps_work(model, request: StepsRequest, limits: Limits):
+    text = _check_text(request.text, limits, model)
+    _count_tokens(model, text, limits)
+    return lambda: attnviz.steps(text, model=model, layer=request.layer, head=request.head, token=request.token)
+
+
+def _png(figure) -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    figure.figure.savefig(buffer, format="png", dpi=90) if hasattr(figure, "figure") else \
+        figure.savefig(buffer, format="png", dpi=90)
+    return buffer.getvalue()
+
+
+def attnviz_json(data: dict) -> bytes:
+    from attnviz.records import to_json
+
+    return to_json(data).encode("utf-8")

@@ -1,0 +1,124 @@
+"""What every request passes before the app sees it, as plain ASGI: the Host header must name this server (a
+page on another site cannot reach it by pointing its own name at 127.0.0.1: DNS rebinding), a request that
+changes anything must come from this server's own page or from no page at all (a script; not a cross-origin
+form or fetch), and a body may not pass its limit (counted as it arrives, not trusted from Content-Length).
+Every response carries headers that keep the pages to themselves."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterable
+
+Scope = dict
+Receive = Callable[[], Awaitable[dict]]
+Send = Callable[[dict], Awaitable[None]]
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+HEADERS = [(b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer"),
+           (b"cross-origin-opener-policy", b"same-origin"), (b"cross-origin-resource-policy", b"same-origin"),
+           (b"permissions-policy", b"camera=(), microphone=(), geolocation=()")]
+
+
+def allowed_hosts(host: str) -> tuple[str, ...] | None:
+    """The names a Host header may carry for a server bound to `host` (its port checked apart); None: any
+    (bound to every interface, where the machine's own names are not known: said loudly at start)."""
+    if host in ("0.0.0.0", "::", ""):
+        return None
+    return tuple(dict.fromkeys((*LOOPBACK, host.lower(), f"[{host.lower()}]" if ":" in host else host.lower())))
+
+
+def split_host(value: str) -> tuple[str, str]:
+    """("name", "port") of a Host header: [::1]:8000, localhost:8000, example.org."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        name, _, rest = value.partition("]")
+        return name + "]", rest.removeprefix(":")
+    name, _, port = value.rpartition(":") if value.count(":") == 1 else (value, "", "")
+    return name, port
+
+
+class Guard:
+    """The ASGI middleware: Host, Origin and body checks, and the headers every response carries."""
+
+    def __init__(self, app, *, hosts: Iterable[str] | None, port: Callable[[], int], max_body: int) -> None:
+        self.app = app
+        self.hosts = None if hosts is None else set(hosts)
+        self.port = port  # the bound port, known once the socket is bound
+        self.max_body = max_body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+
+        async def send_with_headers(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *HEADERS]}
+            await send(message)
+
+        host = headers.get("host", "")
+        name, port = split_host(host)
+        if not host or (self.hosts is not None and (name not in self.hosts or (port and port != str(self.port())))):
+            await refuse(send_with_headers, 421, "this server answers to its own address only (the Host header "
+                                                 f"names {host[:80]!r})")
+            return
+        if scope["method"] not in SAFE_METHODS:
+            origin = headers.get("origin")
+            site = headers.get("sec-fetch-site")
+            if (origin is not None and origin not in self.origins(host)) or site == "cross-site":
+                await refuse(send_with_headers, 403, "requests from another site's page are refused")
+                return
+            declared = headers.get("content-length")
+            if declared is not None and (not declared.isdigit() or int(declared) > self.max_body):
+                await refuse(send_with_headers, 413, f"the request is over {self.max_body:,} bytes")
+                return
+            body = await self.read_body(receive)
+            if body is None:
+                await refuse(send_with_headers, 413, f"the request is over {self.max_body:,} bytes")
+                return
+            receive = replay(body, receive)
+        await self.app(scope, receive, send_with_headers)
+
+    def origins(self, host: str) -> set[str]:
+        """The origins of this server's own page: http:// and the Host it was reached by."""
+        return {f"http://{host}"}
+
+    async def read_body(self, receive: Receive) -> bytes | None:
+        """The whole body, counted as it arrives; None past the limit (the rest is not read)."""
+        parts: list[bytes] = []
+        seen = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return b"".join(parts)
+            chunk = message.get("body", b"")
+            seen += len(chunk)
+            if seen > self.max_body:
+                return None
+            parts.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(parts)
+
+
+def replay(body: bytes, receive: Receive) -> Receive:
+    """A receive that gives the body read already, then what the client sends next (its disconnect)."""
+    given = False
+
+    async def wrapped() -> dict:
+        nonlocal given
+        if not given:
+            given = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return wrapped
+
+
+async def refuse(send: Send, status: int, message: str) -> None:
+    body = json.dumps({"error": message}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            (b"cache-control", b"no-store")]})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,69 @@
+"""Running the app: the socket bound first (a port in use is one line, and port 0 picks a free one that the
+URL names), the app wrapped in its guard, uvicorn serving until Ctrl-C or SIGTERM."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+
+from attnviz.errors import InputError
+
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port, or InputError in one line."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise InputError(f"cannot listen on {host!r}: {getattr(exc, 'strerror', None) or exc}", "host") from None
+    family, _, _, _, address = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        why = "the port is in use: choose another with --port" if exc.errno == 98 else exc.strerror or str(exc)
+        raise InputError(f"cannot listen on {host}:{port}: {why}", "port") from None
+    sock.setblocking(False)
+    return sock
+
+
+def url(sock: socket.socket, host: str) -> str:
+    name, port = sock.getsockname()[:2]
+    shown = host if host in ("localhost",) else name
+    return f"http://[{shown}]:{port}" if ":" in shown else f"http://{shown}:{port}"
+
+
+def serve_forever(model, sock: socket.socket, host: str, *, max_chars: int, max_tokens: int, max_waiting: int,
+                  announce: Callable[[str], None], warn: Callable[[str], None]) -> None:
+    import uvicorn
+
+    from attnviz.serve.app import Limits, make_app
+    from attnviz.serve.guard import allowed_hosts, Guard
+
+    limits = Limits(max_chars=max_chars, max_tokens=max_tokens, max_waiting=max_waiting)
+    port = sock.getsockname()[1]
+    app = make_app(model, limits=limits)
+    guarded = Guard(app, hosts=allowed_hosts(host), port=lambda: port, max_body=limits.max_body)
+    if host not in LOOPBACK_NAMES:
+        warn(f"attnviz serves on {host}, not only on this machine: anyone who can reach it can run the model and "
+             f"read what it is sent" + (" (and on every interface the Host check is off)"
+                                        if allowed_hosts(host) is None else ""))
+    config = uvicorn.Config(guarded, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=5)
+    line = f"attnviz serves {url(sock, host)}  ({model.name}; Ctrl-C stops it)"
+
+    class Announcing(uvicorn.Server):
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets=sockets)
+            announce(line)  # once it listens and Ctrl-C is its own to handle
+
+    try:
+        Announcing(config).run(sockets=[sock])
+    except KeyboardInterrupt:  # uvicorn stopped cleanly, then passed Ctrl-C on
+        pass
+    finally:
+        app.state.line.close()
+    announce("stopped")
