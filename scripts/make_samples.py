@@ -174,6 +174,9 @@ SAMPLES: list[tuple[str, list[str], str]] = [
     ("whisper_view.html", ["view", "--from", "sample_outputs/whisper.npz", "-o", "{out}"],
      "the interactive page of a sound: the three parts, and the Sound tab (it plays the sound)"),
     ("view_sound.png", [], "screenshot: the Sound tab, layer 3, the step that wrote 'mat' (its frames bright)"),
+    ("serve.png", [], "screenshot made by the live app's browser test (tests/test_serve.py): attnviz serve, "
+                      "a second sentence typed, its views redrawn in the page"),
+    ("serve_openapi.json", [], "the live app's JSON API as the server describes it (GET /openapi.json)"),
     ("importance.txt", ["importance", "The cat sat on the mat because it was tired", "-o",
                         "sample_outputs/importance.png"],
      "every MiniLM head removed alone, ranked, beside Michel et al.'s gradient estimate"),
@@ -271,6 +274,12 @@ def main() -> None:
             subprocess.run(["espeak-ng", "-w", str(path), SPOKEN], check=True, capture_output=True)
             lines.append(f"| [{name}]({name}) | `espeak-ng -w {SPEECH} \"{SPOKEN}\"` | {what} |")
             continue
+        if name == "serve.png":  # the browser test drives the live app and takes the picture
+            subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_serve.py",
+                            "-k", "typing_a_sentence"], check=True, cwd=ROOT, env={**os.environ,
+                                                                               "ATTNVIZ_SAMPLES": str(path)})
+        elif name == "serve_openapi.json":
+            path.write_text(openapi() + "\n")
         if not template:  # written by the command before it
             if name == "view_sound.png":
                 sound_screenshot(OUT / "whisper_view.html", path)
@@ -343,6 +352,16 @@ def picture_screenshot(page_path: Path, shot: Path) -> None:
         page.mouse.move(box["x"] + 7.5 * cell, box["y"] + 5.5 * cell, steps=4)
         page.wait_for_timeout(200)
         page.screenshot(path=str(shot), full_page=True)
+
+
+def openapi() -> str:
+    """The live app's OpenAPI description, as GET /openapi.json gives it (MiniLM)."""
+    import json
+
+    import attnviz
+    from attnviz.serve.app import make_app
+
+    return json.dumps(make_app(attnviz.load_model("minilm")).openapi(), indent=1, ensure_ascii=False)
 
 
 def sound_screenshot(page_path: Path, shot: Path) -> None:

@@ -359,8 +359,8 @@ def test_ctrl_c_stops_the_server_cleanly(tmp_path):
 @pytest.mark.browser
 def test_typing_a_sentence_redraws_the_views(server, tmp_path):
     """Chromium on the live page: type a sentence, the views load in their frame with its tokens; switch the
-    head in the matrix view; type another, the views redraw; the head table and the steps; an empty and an
-    oversize text each show the server's error; no console error, no request off 127.0.0.1."""
+    head in the matrix view; type another, the views redraw; the head table, the steps, two heads removed; an
+    empty and an oversize text each show the server's error; no console error, no request off 127.0.0.1."""
     from test_viewer import chromium_path
 
     playwright = pytest.importorskip("playwright.sync_api")
@@ -411,6 +411,12 @@ def test_typing_a_sentence_redraws_the_views(server, tmp_path):
         page.click("#lv-steps-go")
         page.wait_for_selector("#lv-steps-img:not([hidden])")
         until(page, "() => document.getElementById('lv-steps-img').naturalWidth > 0")
+        page.click("#lv-tab-ablate")
+        page.fill("#lv-ablate-heads", "0.3,1.5")
+        page.click("#lv-ablate-go")
+        page.wait_for_selector("#lv-ablate-img:not([hidden])")
+        until(page, "() => document.getElementById('lv-ablate-img').naturalWidth > 0")
+        assert "removed 0.3, 1.5: sentence embedding" in page.text_content("#lv-ablate-status")
         page.click("#lv-tab-view")
         if os.environ.get("ATTNVIZ_SAMPLES"):  # scripts/make_samples.py: the docs' screenshot
             page.screenshot(path=os.environ["ATTNVIZ_SAMPLES"], full_page=True)
@@ -425,3 +431,15 @@ def test_typing_a_sentence_redraws_the_views(server, tmp_path):
         browser.close()
     refusals = [e for e in errors if "status of 422" in e]  # the two refusals asked for, as Chromium logs them
     assert len(refusals) == 2 and [e for e in errors if e not in refusals] == [] and outside == []
+
+
+def test_removing_heads_answers_what_attnviz_ablate_gives(client, bert):
+    data = client.post("/api/ablate", json={"text": SENTENCE, "heads": "0.1,1.0"}).json()
+    reference = attnviz.ablate(SENTENCE, heads="0.1,1.0", model=bert)
+    assert data["removed"] == [[0, 1], [1, 0]] and data["kind"] == "encoder"
+    assert data["sentence_cosine"] == pytest.approx(reference.cosine, abs=1e-6)
+    assert data["check"]["relative"] < 1e-4 and [r["layer"] for r in data["later_layers"]] == [1]
+    picture = client.post("/api/ablate.png", json={"text": SENTENCE, "heads": "0.1"})
+    assert picture.content[:4] == b"\x89PNG"
+    assert client.post("/api/ablate", json={"text": SENTENCE, "heads": "9.9"}).status_code == 422
+    assert "no layer follows" in client.post("/api/ablate.png", json={"text": SENTENCE, "heads": "1.0"}).json()["error"]

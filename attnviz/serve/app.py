@@ -1,12 +1,13 @@
 """The live app (`attnviz serve`): a FastAPI application that holds one model and answers with what the
 notebook functions give — attnviz.capture (or capture_image, capture_audio), attnviz.heads, attnviz.steps,
-attnviz.contributions — and the interactive page of each capture.
+attnviz.contributions, attnviz.ablate — and the interactive page of each capture.
 
     GET  /                  the live page: a text box (or a file for a vision or speech model), the views
     GET  /api/model         the model, what it reads, this server's limits
     POST /api/capture       a text (or a picture, a sound, base64) -> tokens, the head table, the page's address
     GET  /view/{id}         that capture's interactive page (the last few are kept)
     POST /api/steps         one head step by step (JSON); /api/steps.png: its picture
+    POST /api/ablate        the text with heads removed against the clean model; /api/ablate.png: Δα drawn
     GET  /api/queue         where a request waits in line (its ticket), and how many wait
     GET  /openapi.json      the JSON API described (FastAPI's own; no page that loads script from elsewhere)
 
@@ -76,6 +77,12 @@ class StepsRequest(BaseModel):
     layer: int = 0
     head: int = 0
     token: int | None = None
+
+
+class AblateRequest(BaseModel):
+    text: str
+    heads: str = Field(description="The heads to remove: LAYER.HEAD separated by commas, e.g. \"0.3,1.5\".")
+    mode: str = Field("zero", description="zero, or mean (each head's mean output over the text).")
 
 
 class CaptureAnswer(BaseModel):
@@ -198,7 +205,53 @@ def make_app(model: Any, *, limits: Limits | None = None, command: str = "attnvi
         result = await line.run(line.new_ticket(), _steps_work(model, request, limits))
         return Response(_png(result.figure()), media_type="image/png")
 
+    @app.post("/api/ablate")
+    async def ablate(request: AblateRequest) -> dict:
+        """The text with heads removed against the clean model (attnviz.ablate): a causal LM's next-token loss
+        before and after, an encoder's sentence embedding (cosine before and after), how much the later layers'
+        attention changed, and the check against editing the weights."""
+        result = await line.run(line.new_ticket(), _ablate_work(model, request, limits))
+        return _ablation_summary(result)
+
+    @app.post("/api/ablate.png", response_class=Response)
+    async def ablate_png(request: AblateRequest) -> Response:
+        """The later layers' Δα drawn (α with the heads removed − α clean)."""
+        from attnviz.panels import delta_page, short_model
+        from attnviz.render.png import mixed_figure
+
+        result = await line.run(line.new_ticket(), _ablate_work(model, request, limits))
+        page = delta_page(result.alpha_removed - result.alpha_clean, result.tokens, result.kind == "causal",
+                          after=result.first_layer, title=f"{short_model(result.model)} · Δα after removing "
+                                                          f"{request.heads} ({request.mode})")
+        if page is None:
+            raise InputError("no layer follows the heads removed: there is no Δα to draw")
+        return Response(_png(mixed_figure(page, cmap="RdBu_r")), media_type="image/png")
+
     return app
+
+
+def _ablate_work(model, request: AblateRequest, limits: Limits):
+    text = _check_text(request.text, limits, model)
+    _count_tokens(model, text, limits)
+    if request.mode not in ("zero", "mean"):
+        raise InputError(f"mode is zero or mean, not {request.mode[:20]!r}")
+    return lambda: attnviz.ablate(text, heads=request.heads, model=model, mode=request.mode)
+
+
+def _ablation_summary(result) -> dict:
+    from attnviz.panels import delta_layers
+
+    summary: dict[str, Any] = {"removed": [list(p) for p in result.removed], "kind": result.kind,
+                               "tokens": list(result.tokens),
+                               "later_layers": delta_layers(result.alpha_removed - result.alpha_clean,
+                                                            result.first_layer),
+                               "check": {"max_abs_diff": result.check,
+                                         "relative": result.check / max(result.scale, 1.0)}}
+    if result.kind == "causal" and result.loss is not None:
+        summary["loss"] = {"before": result.loss[0], "after": result.loss[1]}
+    else:
+        summary["sentence_cosine"] = result.cosine
+    return summary
 
 
 def _ticket(given: str | None, line: OneAtATime) -> str:

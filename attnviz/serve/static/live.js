@@ -45,7 +45,7 @@
     $("lv-words-label").hidden = !text || model.seq2seq;
     $("lv-contrib-label").hidden = !text || model.seq2seq;
     $("lv-steps-go").disabled = !text || model.seq2seq;
-    if (!text || model.seq2seq) $("lv-tab-steps").hidden = true;
+    if (!text || model.seq2seq) { $("lv-tab-steps").hidden = true; $("lv-tab-ablate").hidden = true; }
   }
 
   function readFile(file) {
@@ -175,7 +175,32 @@
     }, function (error) { $("lv-steps-status").textContent = ""; fail(error.message); });
   }
 
-  var TABS = ["view", "heads", "steps"];
+  function ablate() {
+    if (!state.answer || !state.text) { $("lv-ablate-status").textContent = "show a text first"; return; }
+    var body = { text: state.text, heads: $("lv-ablate-heads").value, mode: $("lv-ablate-mode").value };
+    $("lv-ablate-status").textContent = "removing…";
+    clearError();
+    post("/api/ablate", body).then(function (summary) {
+      var said = summary.kind === "causal"
+        ? "next-token loss " + summary.loss.before.toFixed(3) + " → " + summary.loss.after.toFixed(3) + " nats"
+        : "sentence embedding: cosine before/after " + summary.sentence_cosine.toFixed(4);
+      var later = summary.later_layers.length
+        ? "; the largest change of α in a later layer: " + Math.max.apply(null, summary.later_layers.map(function (l) { return l.max_abs_delta; })).toFixed(3)
+        : "; no layer follows them";
+      $("lv-ablate-status").textContent = "removed " + summary.removed.map(function (p) { return p[0] + "." + p[1]; }).join(", ") +
+        ": " + said + later;
+      if (!summary.later_layers.length) { $("lv-ablate-img").hidden = true; return null; }
+      return post("/api/ablate.png", body, true);
+    }).then(function (blob) {
+      if (!blob) return;
+      var img = $("lv-ablate-img"), old = img.src;
+      img.src = URL.createObjectURL(blob);
+      img.hidden = false;
+      if (old && old.indexOf("blob:") === 0) URL.revokeObjectURL(old);
+    }, function (error) { $("lv-ablate-status").textContent = ""; fail(error.message); });
+  }
+
+  var TABS = ["view", "heads", "steps", "ablate"];
   function showTab(name) {
     TABS.forEach(function (t) {
       var on = t === name;
@@ -198,6 +223,7 @@
     });
     TABS.forEach(function (t) { $("lv-tab-" + t).addEventListener("click", function () { showTab(t); }); });
     $("lv-steps-go").addEventListener("click", steps);
+    $("lv-ablate-go").addEventListener("click", ablate);
     $("lv-heads").tHead.addEventListener("click", function (e) { var th = e.target.closest("th"); if (th) sortBy(th.dataset.key); });
     $("lv-heads").tHead.addEventListener("keydown", function (e) {
       var th = e.target.closest("th");
