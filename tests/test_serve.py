@@ -443,3 +443,46 @@ def test_removing_heads_answers_what_attnviz_ablate_gives(client, bert):
     assert picture.content[:4] == b"\x89PNG"
     assert client.post("/api/ablate", json={"text": SENTENCE, "heads": "9.9"}).status_code == 422
     assert "no layer follows" in client.post("/api/ablate.png", json={"text": SENTENCE, "heads": "1.0"}).json()["error"]
+
+
+def start(*options: str) -> tuple[subprocess.Popen, str]:
+    process = subprocess.Popen([sys.executable, "-m", "attnviz", "serve", "--port", "0", *options],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "NO_COLOR": "1", "COLUMNS": "300"})
+    return process, process.stdout.readline()
+
+
+def stop(process: subprocess.Popen) -> tuple[str, str]:
+    process.send_signal(signal.SIGINT)
+    return process.communicate(timeout=60)
+
+
+@pytest.mark.slow
+def test_the_limits_and_the_host_given_are_the_ones_served(tiny_model_dir):
+    process, line = start("-m", str(tiny_model_dir("bert")), "--host", "localhost", "--max-chars", "12",
+                          "--max-tokens", "6", "--max-waiting", "3")
+    try:
+        port = int(re.search(r"http://localhost:(\d+)", line).group(1))
+        status, data, _ = request(port, "GET", "/api/model")
+        assert status == 200 and (data["limits"]["max_chars"], data["limits"]["max_tokens"],
+                                  data["limits"]["max_waiting"]) == (12, 6, 3)
+        status, data, _ = request(port, "POST", "/api/capture", {"text": "thirteen char"})
+        assert status == 422 and "at most 12" in data["error"]
+        status, data, _ = request(port, "POST", "/api/capture", {"text": "a b c d e f"})
+        assert status == 422 and "at most 6" in data["error"]
+    finally:
+        out, err = stop(process)
+    assert "not only on this machine" not in err
+
+
+@pytest.mark.slow
+def test_listening_beyond_this_machine_is_said_loudly(tiny_model_dir):
+    process, line = start("-m", str(tiny_model_dir("bert")), "--host", "0.0.0.0")
+    out, err = stop(process)
+    assert "attnviz serves http://0.0.0.0:" in line
+    assert "not only on this machine" in err and "Host check is off" in err
+
+
+def test_a_malformed_option_is_a_usage_error():
+    assert run("serve", "--port", "70000").exit_code == 2
+    assert run("serve", "--max-chars", "0").exit_code == 2
