@@ -6,6 +6,7 @@ of 200 requests from 8 clients with nothing lost and memory flat."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import http.client
 import json
 import os
@@ -20,6 +21,7 @@ import time
 import numpy as np
 import pytest
 from helpers import one_line_error, run
+from test_vision import vision_dir  # noqa: F401  (the tiny vision models)
 
 import attnviz
 
@@ -486,3 +488,34 @@ def test_listening_beyond_this_machine_is_said_loudly(tiny_model_dir):
 def test_a_malformed_option_is_a_usage_error():
     assert run("serve", "--port", "70000").exit_code == 2
     assert run("serve", "--max-chars", "0").exit_code == 2
+
+
+def test_a_vision_model_reads_a_picture(vision_dir):  # noqa: F811
+    from test_vision import photo
+
+    model = attnviz.load_model(vision_dir("vit"), device="cpu")
+    client, _ = client_for(model)
+    assert client.get("/api/model").json()["kind"] == "image"
+    picture = photo()
+    data = client.post("/api/capture", json={"image": base64.b64encode(picture).decode()}).json()
+    reference = attnviz.capture_image(picture, model=model)
+    assert data["tokens"] == list(reference.tokens) and data["tokens"][0] == "[CLS]"
+    assert "\"picture\":{" in client.get(data["view"]).text
+    assert "reads a picture" in client.post("/api/capture", json={"text": SENTENCE}).json()["error"]
+    assert "not base64" in client.post("/api/capture", json={"image": "%%%"}).json()["error"]
+    assert client.post("/api/capture", json={"image": base64.b64encode(b"not a picture").decode()}).status_code == 422
+
+
+@pytest.mark.slow
+def test_a_speech_model_reads_a_sound(tmp_path):
+    from helpers import espeak, require_real
+
+    from attnviz.engine import offline
+
+    require_real(offline.WHISPER)
+    model = attnviz.load_model("whisper", device="cpu")
+    client, _ = client_for(model)
+    sound = espeak(tmp_path, "The cat sat on the mat.").read_bytes()
+    data = client.post("/api/capture", json={"audio": base64.b64encode(sound).decode()}).json()
+    assert data["kind"] == "sound" and data["part"] == "cross" and "mat" in data["transcript"]
+    assert "\"sound\":{" in client.get(data["view"]).text

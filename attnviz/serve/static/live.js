@@ -40,7 +40,8 @@
     $("lv-text").maxLength = model.limits.max_chars;
     $("lv-file").hidden = text;
     $("lv-file-label").hidden = text;
-    $("lv-file-label").textContent = model.kind === "image" ? "Picture (PNG, JPEG or WebP)" : "Sound (WAV or FLAC, at most 30 s)";
+    $("lv-file-label").textContent = (model.kind === "image" ? "Picture (PNG, JPEG or WebP)" : "Sound (WAV or FLAC, at most 30 s)") +
+      ": choose it, or drop it here";
     $("lv-file").accept = model.kind === "image" ? "image/png,image/jpeg,image/webp" : "audio/wav,audio/x-wav,audio/flac,.wav,.flac";
     $("lv-words-label").hidden = !text || model.seq2seq;
     $("lv-contrib-label").hidden = !text || model.seq2seq;
@@ -222,6 +223,18 @@
       if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); $("lv-ask").requestSubmit(); }
     });
     TABS.forEach(function (t) { $("lv-tab-" + t).addEventListener("click", function () { showTab(t); }); });
+    var form = $("lv-ask");  // a picture or a sound dropped on the form is sent as if chosen
+    form.addEventListener("dragover", function (e) {
+      if (state.model && state.model.kind !== "text") { e.preventDefault(); form.classList.add("lv-drop"); }
+    });
+    form.addEventListener("dragleave", function () { form.classList.remove("lv-drop"); });
+    form.addEventListener("drop", function (e) {
+      form.classList.remove("lv-drop");
+      if (!state.model || state.model.kind === "text" || !e.dataTransfer || !e.dataTransfer.files.length) return;
+      e.preventDefault();
+      $("lv-file").files = e.dataTransfer.files;
+      form.requestSubmit();
+    });
     $("lv-steps-go").addEventListener("click", steps);
     $("lv-ablate-go").addEventListener("click", ablate);
     $("lv-heads").tHead.addEventListener("click", function (e) { var th = e.target.closest("th"); if (th) sortBy(th.dataset.key); });
