@@ -519,3 +519,36 @@ def test_a_speech_model_reads_a_sound(tmp_path):
     data = client.post("/api/capture", json={"audio": base64.b64encode(sound).decode()}).json()
     assert data["kind"] == "sound" and data["part"] == "cross" and "mat" in data["transcript"]
     assert "\"sound\":{" in client.get(data["view"]).text
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_a_picture_chosen_on_the_page_is_shown(vision_dir):  # noqa: F811
+    """A vision model's page: no text box, a file chosen; the views' frame gets the Picture tab."""
+    from test_viewer import chromium_path
+    from test_vision import photo
+
+    playwright = pytest.importorskip("playwright.sync_api")
+    path = chromium_path()
+    if path is None:
+        pytest.skip("Chromium is missing (apt-get install chromium)")
+    process, line = start("-m", vision_dir("vit"))
+    try:
+        url = re.search(r"http://127\.0\.0\.1:\d+", line).group(0)
+        with playwright.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=path, args=["--no-sandbox"])
+            page = browser.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(url)
+            page.wait_for_selector("html[data-attnviz-live='1']", state="attached")
+            assert page.is_hidden("#lv-text") and page.is_visible("#lv-file")
+            page.set_input_files("#lv-file", files=[{"name": "blocks.png", "mimeType": "image/png",
+                                                     "buffer": photo()}])
+            page.click("#lv-go")
+            frame = page.frame_locator("#lv-view")
+            frame.locator("#av-tab-picture").wait_for(state="visible", timeout=60_000)
+            assert "tokens" in page.text_content("#lv-status") and errors == []
+            browser.close()
+    finally:
+        stop(process)
