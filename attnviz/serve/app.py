@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import itertools
 import re
 import time
 from collections import OrderedDict
@@ -113,6 +114,7 @@ def make_app(model: Any, *, limits: Limits | None = None, command: str = "attnvi
     limits = limits or Limits()
     line = OneAtATime(limits.max_waiting)
     pages: OrderedDict[str, str] = OrderedDict()
+    numbers = itertools.count(1)
     kind = "image" if model.vision else "sound" if model.speech else "text"
     app = FastAPI(title="attnviz", version=attnviz.__version__, docs_url=None, redoc_url=None,
                   description="The attention of one model, live: what attnviz's Python functions give, as JSON.",
@@ -177,7 +179,7 @@ def make_app(model: Any, *, limits: Limits | None = None, command: str = "attnvi
         run = _capture_work(model, kind, request, limits, command)
         started = time.perf_counter()
         answer, html = await line.run(_ticket(request.ticket, line), run)
-        page_id = f"v{line.served}"
+        page_id = f"v{next(numbers)}"
         pages[page_id] = html
         while len(pages) > limits.pages:
             pages.popitem(last=False)
@@ -232,10 +234,14 @@ def make_app(model: Any, *, limits: Limits | None = None, command: str = "attnvi
 
 def _ablate_work(model, request: AblateRequest, limits: Limits):
     text = _check_text(request.text, limits, model)
-    _count_tokens(model, text, limits)
     if request.mode not in ("zero", "mean"):
         raise InputError(f"mode is zero or mean, not {request.mode[:20]!r}")
-    return lambda: attnviz.ablate(text, heads=request.heads, model=model, mode=request.mode)
+
+    def work():
+        _count_tokens(model, text, limits)
+        return attnviz.ablate(text, heads=request.heads, model=model, mode=request.mode)
+
+    return work
 
 
 def _ablation_summary(result) -> dict:
@@ -301,7 +307,6 @@ def _capture_work(model, kind: str, request: CaptureRequest, limits: Limits, com
 
     if kind == "text":
         text = _check_text(request.text, limits, model)
-        _count_tokens(model, text, limits)
     elif kind == "image":
         raw = _file(request.image, "image", limits)
     else:
@@ -309,6 +314,8 @@ def _capture_work(model, kind: str, request: CaptureRequest, limits: Limits, com
 
     def work() -> tuple[dict, str]:
         contributions = None
+        if kind == "text":
+            _count_tokens(model, text, limits)  # here, on the model's thread: the tokenizer is used by one
         if kind == "image":
             whole: Any = attnviz.capture_image(raw, model=model)
         elif kind == "sound":
@@ -340,8 +347,12 @@ def _capture_work(model, kind: str, request: CaptureRequest, limits: Limits, com
 
 def _steps_work(model, request: StepsRequest, limits: Limits):
     text = _check_text(request.text, limits, model)
-    _count_tokens(model, text, limits)
-    return lambda: attnviz.steps(text, model=model, layer=request.layer, head=request.head, token=request.token)
+
+    def work():
+        _count_tokens(model, text, limits)
+        return attnviz.steps(text, model=model, layer=request.layer, head=request.head, token=request.token)
+
+    return work
 
 
 def _png(figure) -> bytes:
