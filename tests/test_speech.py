@@ -291,6 +291,10 @@ def test_the_commands_refuse_what_does_not_fit_in_one_line(spoken, tmp_path):
     assert one_line_error(run("align", "--audio", path, "--heads", "9.9"), 2)
     assert run("align", "--audio", path, "--heads", "x").exit_code == 2
     assert run("align").exit_code == 2
+    assert run("heatmap", "--audio", path, "--target", "the cat", "-n", "3").exit_code == 2
+    refused = one_line_error(run("capture", "--audio", path, "--max-memory", "100M", "-o", tmp_path / "x.npz"))
+    assert "1500 encoder positions" in refused and "--max-new-tokens" in refused and "shorten the text" not in refused
+    assert not (tmp_path / "x.npz").exists()
 
 
 @pytest.mark.slow
@@ -340,6 +344,10 @@ def test_the_page_plays_the_sound_and_highlights_the_frames_of_a_token(browser, 
     words.nth(3).click()
     expected = cross.attentions[3, :, row, :cross.frames].mean(axis=0)
     np.testing.assert_allclose(page.js("window.attnvizViewer.soundRow()"), expected, atol=2e-5)
+    meta = page.js("document.getElementById('av-meta').textContent")
+    N = cross.frames
+    assert f"{N + 1} × {N + 1} tokens" not in meta and f"{N} frames of sound and the silence" in meta
+    assert f"{cross.n_tokens} tokens × {N} frames of sound" in meta
     readout = page.js("document.getElementById('av-sound-readout').textContent")
     assert f"writing {cross.tokens[row + 1]} (layer 3)" in readout
     page.close()

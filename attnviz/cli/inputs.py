@@ -206,6 +206,9 @@ class TextInput(PictureSource):
         if getattr(self, "words", False) or getattr(self, "stream", False):
             raise typer.BadParameter("--words and --stream are for text; a sound's attention is held whole",
                                      param_hint="--audio")
+        if self.target is not None and self.max_new_tokens is not None:
+            raise typer.BadParameter("give either --target (the decoder reads it) or --max-new-tokens (the decoder "
+                                     "writes), not both", param_hint="--target")
         heard = self.require_text()
         loaded = self.load()
         with usage_errors():

@@ -16,8 +16,9 @@ from attnviz.cli.params import ModelOptions, whole_number
 
 
 @app.command(help="A live local app: the model loaded once, a page where each sentence typed redraws every view "
-                  "(head, model, matrix), the head table and one head's steps, and a JSON API for scripts "
-                  "(/openapi.json). Listens on 127.0.0.1 only unless --host says otherwise; Ctrl-C stops it.")
+                  "(head, model, matrix), the head table, one head's steps and heads removed, and a JSON API for "
+                  "scripts (/openapi.json). Listens on 127.0.0.1 only unless --host says otherwise; Ctrl-C stops "
+                  "it.")
 @cli_errors
 @takes(inp=ModelOptions)
 def serve(host: Annotated[str, typer.Option(

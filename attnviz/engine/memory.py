@@ -19,9 +19,10 @@ WORKING_BYTES = 256 << 20  # ALTI works through a layer in blocks of query rows 
                            # (H, rows, T), float64, take about this much (at least one row)
 
 
-def check_parts_memory(loaded: LoadedModel, S: int, T: int, copies: float = 1.0) -> None:
+def check_parts_memory(loaded: LoadedModel, S: int, T: int, copies: float = 1.0,
+                       shorter: str = "shorten the text") -> None:
     """Refuse, before running, an encoder-decoder input whose three attention parts (S² + T² + T·S weights
-    per layer and head) would not fit the memory budget."""
+    per layer and head) would not fit the memory budget; `shorter` says what the user can make smaller."""
     shapes = part_shapes(loaded.model.config)
     cells = {"encoder": S * S, "decoder": T * T, "cross": T * S}
     need = int(sum((copies * L + 4) * H * cells[p] * 4 for p, (L, H) in shapes.items()))
@@ -29,7 +30,7 @@ def check_parts_memory(loaded: LoadedModel, S: int, T: int, copies: float = 1.0)
     if need > budget:
         raise InputError(f"{S} source and {T} target tokens would need about {size_text(need)} for attention, "
                          f"(layers + 4) × heads × (S² + T² + T·S) weights × 4 bytes, over the budget of "
-                         f"{size_text(budget)}; shorten the text, or raise {arg('max_memory')}")
+                         f"{size_text(budget)}; {shorter}, or raise {arg('max_memory')}")
 
 
 def attention_bytes(loaded: LoadedModel, T: int, copies: float = 1.0) -> int:

@@ -24,7 +24,7 @@ from attnviz.data.capture import Capture
 from attnviz.data.sides import Side
 from attnviz.engine.forward import row_sum_tolerance
 from attnviz.engine.loading import LoadedModel
-from attnviz.errors import AttentionCheckError, InputError
+from attnviz.errors import arg, AttentionCheckError, InputError
 
 SAMPLES_PER_FRAME = 320  # two hops of 160 samples: one encoder position, 20 ms
 FRAME_SECONDS = SAMPLES_PER_FRAME / sounds.RATE
@@ -89,7 +89,9 @@ def capture_sound(loaded: LoadedModel, heard: sounds.Sound, *, target: str | Non
     from attnviz.engine.memory import check_parts_memory
 
     room = min(max_new_tokens or 224, limit - len(start))
-    check_parts_memory(loaded, int(getattr(model.config, "max_source_positions", 1500)), len(start) + room + 1)
+    check_parts_memory(loaded, int(getattr(model.config, "max_source_positions", 1500)), len(start) + room + 1,
+                       shorter=f"a sound is always {int(getattr(model.config, 'max_source_positions', 1500))} "
+                               f"encoder positions: write fewer tokens ({arg('max_new_tokens')})")
     try:
         with torch.inference_mode():
             encoded = model.model.encoder(mel, output_attentions=True)

@@ -70,6 +70,11 @@
     $("av-text").textContent = data.text;
     var s0 = data.sections[0];
     var size = data.sections.map(function (s) {
+      var over = s.frames ? s.frames + " frames of sound" + (s.C > s.frames ? " and the silence" : "") : null;
+      if (over) {  // a speech model's part over the sound: the frames are its keys (and the encoder's queries)
+        return (data.sections.length > 1 ? s.title + ": " : "") + s.L + " layers × " + s.heads + " heads, " +
+          (s.R === s.C ? over : s.R + " tokens × " + over);
+      }
       return (data.sections.length > 1 ? s.title + ": " : "") + s.L + " layers × " + s.heads + " heads, " + s.R +
         (s.R === s.C ? " tokens" : " × " + s.C + " tokens");
     }).join(" · ");

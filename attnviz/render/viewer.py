@@ -112,6 +112,7 @@ def section_data(capture: Capture, name: str, bits: int, layers: Sequence[int]) 
         "rowAxis": "target" if name in ("decoder", "cross") else "query", "colAxis":
             "source" if name in ("encoder", "cross") else "key",
         "notes": notes, "bits": bits, "scale": scale, "alpha": payload, "picture": picture,
+        "frames": capture.frames or None,  # a speech model's part over the sound: its frames with sound
         "blockWindows": block_windows,  # a pooled capture's windows in tokens, and its blocks' first tokens
         "edges": [int(e) for e in capture.long.edges] if block_windows is not None and capture.long else None,
     }
