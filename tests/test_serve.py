@@ -181,7 +181,11 @@ def test_too_many_tokens_is_refused_before_the_model_runs(bert):
     assert "at most 5" in client.post("/api/capture", json={"text": SENTENCE}).json()["error"]
 
 
-def test_a_request_that_fails_inside_is_a_json_error_and_the_server_goes_on(client, monkeypatch):
+def test_a_request_that_fails_inside_is_a_json_error_and_the_server_goes_on(bert, monkeypatch):
+    said: list[str] = []
+    app = make_app(bert)
+    client = TestClient(Guard(app, hosts=allowed_hosts("127.0.0.1"), port=lambda: 8000, max_body=1 << 20,
+                              report=said.append), base_url="http://127.0.0.1:8000")
     calls = {"n": 0}
     real = attnviz.heads
 
@@ -194,6 +198,7 @@ def test_a_request_that_fails_inside_is_a_json_error_and_the_server_goes_on(clie
     monkeypatch.setattr(attnviz, "heads", broken)
     answer = client.post("/api/capture", json={"text": SENTENCE})
     assert answer.status_code == 500 and "goes on serving" in answer.json()["error"] and "boom" not in answer.text
+    assert said == ["attnviz serve: POST /api/capture failed (RuntimeError: boom); serving on"]
     still_serving(client)
 
 

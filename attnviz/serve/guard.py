@@ -41,11 +41,13 @@ def split_host(value: str) -> tuple[str, str]:
 class Guard:
     """The ASGI middleware: Host, Origin and body checks, and the headers every response carries."""
 
-    def __init__(self, app, *, hosts: Iterable[str] | None, port: Callable[[], int], max_body: int) -> None:
+    def __init__(self, app, *, hosts: Iterable[str] | None, port: Callable[[], int], max_body: int,
+                 report: Callable[[str], None] | None = None) -> None:
         self.app = app
         self.hosts = None if hosts is None else set(hosts)
         self.port = port  # the bound port, known once the socket is bound
         self.max_body = max_body
+        self.report = report or _to_stderr  # a request that failed inside: one line, never a traceback
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -79,7 +81,14 @@ class Guard:
                 await refuse(send_with_headers, 413, f"the request is over {self.max_body:,} bytes")
                 return
             receive = replay(body, receive)
-        await self.app(scope, receive, send_with_headers)
+        try:
+            await self.app(scope, receive, send_with_headers)
+        except Exception as exc:  # the app has answered 500 already; the server goes on
+            from attnviz.text import visible
+
+            self.report(visible(f"attnviz serve: {scope['method']} {scope.get('path', '')[:80]} failed "
+                                f"({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}); "
+                                f"serving on"))
 
     def origins(self, host: str) -> set[str]:
         """The origins of this server's own page: http:// and the Host it was reached by."""
@@ -100,6 +109,12 @@ class Guard:
             parts.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(parts)
+
+
+def _to_stderr(line: str) -> None:
+    import sys
+
+    print(line, file=sys.stderr, flush=True)
 
 
 def replay(body: bytes, receive: Receive) -> Receive:
