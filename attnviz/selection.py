@@ -13,13 +13,14 @@ are errors whose message says what is valid; a selection is never silently empty
 
 from __future__ import annotations
 
+import numbers
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Union
+from typing import Any, Union
 import unicodedata
 
-from attnviz.errors import SelectionError, arg
+from attnviz.errors import SelectionError, UsageError, arg
 from attnviz.text import visible
 
 MAX_SPEC_CHARS = 1000
@@ -243,3 +244,19 @@ def resolve_pairs(pairs: Sequence[tuple[int, int | str]], layers: int, heads: in
             if (n, h) not in chosen:
                 chosen.append((n, h))
     return chosen
+
+
+def head_pairs(heads: Any, L: int, H: int) -> list[tuple[int, int]]:
+    """`heads` as (layer, head) pairs within the model: "5.11,3.0", or pairs (layer, head or "all")."""
+    if isinstance(heads, str):
+        return resolve_pairs(parse_pairs(heads), L, H)
+
+    def whole(value) -> bool:
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+    if not isinstance(heads, (list, tuple)) or not heads or not all(
+            isinstance(pair, (list, tuple)) and len(pair) == 2 and whole(pair[0])
+            and (whole(pair[1]) or pair[1] == "all") for pair in heads):
+        raise UsageError(f"{arg('heads')} takes heads as \"5.11,3.0\" or (layer, head) pairs such as [(5, 11), "
+                         f"(3, \"all\")]; got {str(heads)[:60]}", "heads")
+    return resolve_pairs(tuple((int(layer), head if head == "all" else int(head)) for layer, head in heads), L, H)

@@ -461,7 +461,7 @@ def path_patch(clean: str, corrupt: str, *, senders: Any, receivers: Any = (), t
     `receivers` (heads of later layers) through their `to` inputs (any of "q", "k", "v"), every other head
     frozen at the receiver run; the metric as `patch` measures it. With no receivers it changes nothing.
     `align` as `patch` takes it: the senders' outputs move at the aligned positions only."""
-    from attnviz.api.removal import _head_pairs
+    from attnviz.selection import head_pairs
     from attnviz.engine.fromscratch.adapters import adapter_for
     from attnviz.engine.patching import aligned, INPUTS, path_patched_logits, path_recording
 
@@ -470,8 +470,8 @@ def path_patch(clean: str, corrupt: str, *, senders: Any, receivers: Any = (), t
     loaded, where, first, second, clean_run, corrupt_run, measure, clean_diff, corrupt_diff, names, pairs = _prepare(
         clean, corrupt, model, tokenizer, answers, direction, truncate, device, dtype, align)
     L, H = where.layers, where.heads
-    sent = _head_pairs(senders, L, H)
-    received = _head_pairs(receivers, L, H) if receivers else []
+    sent = head_pairs(senders, L, H)
+    received = head_pairs(receivers, L, H) if receivers else []
     if received and min(n for n, _ in received) <= max(n for n, _ in sent):
         raise InputError(f"{arg('receivers')} must be heads of layers after the senders' (the last sender is in "
                          f"layer {max(n for n, _ in sent)})", "receivers")

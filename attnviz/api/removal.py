@@ -3,16 +3,15 @@ detect (previous-token, duplicate-token and induction heads, then the causal tes
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Sequence
 from typing import Any
 
 from attnviz.arguments import checked
 from attnviz.api.models import borrows, resolve_model
 from attnviz.engine.ablation import Ablation, Detection, Importance
-from attnviz.errors import arg, InputError, UsageError
+from attnviz.errors import InputError
 from attnviz.progress import Reporter
-from attnviz.selection import parse_pairs, resolve_pairs
+from attnviz.selection import head_pairs
 from attnviz.text import check_text
 
 # The engine (torch, transformers) is imported inside each function, so that `import attnviz` and a saved
@@ -46,22 +45,6 @@ def _encoded_inputs(loaded, texts: Sequence[str], truncate: bool) -> list[dict]:
     return [encode(loaded, text, truncate=truncate).inputs for text in texts]
 
 
-def _head_pairs(heads: Any, L: int, H: int) -> list[tuple[int, int]]:
-    """`heads` as (layer, head) pairs within the model: "5.11,3.0", or pairs (layer, head or "all")."""
-    if isinstance(heads, str):
-        return resolve_pairs(parse_pairs(heads), L, H)
-
-    def whole(value) -> bool:
-        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-    if not isinstance(heads, (list, tuple)) or not heads or not all(
-            isinstance(pair, (list, tuple)) and len(pair) == 2 and whole(pair[0])
-            and (whole(pair[1]) or pair[1] == "all") for pair in heads):
-        raise UsageError(f"{arg('heads')} takes heads as \"5.11,3.0\" or (layer, head) pairs such as [(5, 11), "
-                         f"(3, \"all\")]; got {str(heads)[:60]}", "heads")
-    return resolve_pairs(tuple((int(layer), head if head == "all" else int(head)) for layer, head in heads), L, H)
-
-
 @borrows
 @checked
 def ablate(text: str, *, heads: Any, model: Any = None, tokenizer: Any = None, mode: str = "zero",
@@ -79,7 +62,7 @@ def ablate(text: str, *, heads: Any, model: Any = None, tokenizer: Any = None, m
     loaded, where = _ablation_model(model, tokenizer, device=device, dtype=dtype)
     encoded = encode(loaded, text, truncate=truncate)
     check_memory(loaded, len(encoded.tokens), copies=2.0)
-    removed = _head_pairs(heads, where.layers, where.heads)
+    removed = head_pairs(heads, where.layers, where.heads)
     fills, source = None, "the text"
     if mode == "mean" and mean_over is not None:
         texts = [t for t in mean_over if t.strip()][:MAX_MEAN_TEXTS]

@@ -17,6 +17,7 @@ from attnviz.errors import InputError, UsageError, arg
 from attnviz.metrics.timing import alignment_matrix, dtw, MEDIAN_WIDTH, on_path, word_times
 from attnviz.panels import short_model
 from attnviz.progress import Reporter
+from attnviz.selection import head_pairs
 
 __all__ = ["align", "ALIGNMENT_TOLERANCE", "WordTimings"]
 
@@ -92,13 +93,17 @@ class WordTimings:
 
 
 def _listed(parts: Parts) -> tuple[tuple[int, int], ...]:
+    """The alignment heads a capture's metadata lists ("1.0,2.0,…"); () where it lists none or cannot be read."""
+    from attnviz.errors import AttnvizError
+
     text = str(parts.meta.get("alignment_heads", "") or "")
-    heads = []
-    for item in text.split(","):
-        layer, _, head = item.partition(".")
-        if layer.isdigit() and head.isdigit():
-            heads.append((int(layer), int(head)))
-    return tuple(heads)
+    cross = parts.captures.get("cross")
+    if not text or cross is None:
+        return ()
+    try:
+        return tuple(head_pairs(text, cross.n_layers, cross.n_heads))
+    except AttnvizError:
+        return ()
 
 
 def text_pieces(parts: Parts) -> list[str]:
@@ -113,14 +118,14 @@ def text_pieces(parts: Parts) -> list[str]:
 
 @checked
 def align(audio: Any, *, model: Any = "whisper", tokenizer: Any = None, target: str | None = None,
-          heads: Sequence[tuple[int, int]] | None = None, band: int = 1, device: str = "auto",
+          heads: str | Sequence[tuple[int, int]] | None = None, band: int = 1, device: str = "auto",
           dtype: str = "float32", reporter: Reporter | None = None) -> WordTimings:
     """Each word's start and end in `audio` from a speech model's cross-attention, as whisper's timing.py does:
     `audio` a sound (as attnviz.capture_audio takes it) or the Parts of a capture of sound (nothing is run);
     the transcript the model writes, or `target` read against the sound (forced alignment). `heads` the
-    cross-attention heads to use, as (layer, head); default the model's own alignment heads, else every head of
-    the decoder's second half (timing.py's default). `band`: frames either side of the path that count as on it
-    for each head's score."""
+    cross-attention heads to use, "3.4,2.5" or (layer, head) pairs; default the model's own alignment heads,
+    else every head of the decoder's second half (timing.py's default). `band`: frames either side of the path
+    that count as on it for each head's score."""
     if not 0 <= band <= 50:
         raise UsageError(f"{arg('band')} takes 0 to 50 frames", "band")
     if isinstance(audio, Parts):
@@ -141,12 +146,8 @@ def align(audio: Any, *, model: Any = "whisper", tokenizer: Any = None, target: 
     if first < 0 or cross.n_tokens - first < 2:
         raise InputError("the transcript is empty: there are no words to time")
     L, H = cross.n_layers, cross.n_heads
-    chosen = tuple(heads) if heads else (_listed(parts) or tuple((n, h) for n in range(L // 2, L)
-                                                                  for h in range(H)))
-    bad = [p for p in chosen if not (0 <= p[0] < L and 0 <= p[1] < H)]
-    if bad:
-        raise UsageError(f"{arg('heads')}: {bad[0][0]}.{bad[0][1]} is not a cross-attention head of "
-                         f"{L} layers × {H} heads", "heads")
+    chosen = tuple(head_pairs(heads, L, H)) if heads else (_listed(parts) or tuple(
+        (n, h) for n in range(L // 2, L) for h in range(H)))
     weights = cross.attentions[:, :, first:, :N]  # (L, H, rows, N)
     matrix = alignment_matrix(np.stack([weights[n, h] for n, h in chosen]), MEDIAN_WIDTH)
     rows, cols = dtw(-matrix)

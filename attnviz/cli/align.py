@@ -15,20 +15,6 @@ from attnviz.cli.params import CsvOpt, ImageOut, JsonOpt, whole_number
 # Imports inside the command (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` light.
 
 
-def parse_heads(value: str | None) -> list[tuple[int, int]] | None:
-    """--heads 3.4,2.5 as (layer, head) pairs."""
-    if value is None:
-        return None
-    pairs = []
-    for item in value.replace(" ", "").split(","):
-        layer, dot, head = item.partition(".")
-        if not (dot and layer.isdigit() and head.isdigit() and len(layer) <= 4 and len(head) <= 4):
-            raise typer.BadParameter(f"{value!r}: give heads as LAYER.HEAD, separated by commas (e.g. 3.4,2.5)",
-                                     param_hint="--heads")
-        pairs.append((int(layer), int(head)))
-    return pairs
-
-
 @app.command(help="When each word was said, from the cross-attention of a speech model (Whisper): its alignment "
                   "heads' attention over the sound, standardised and median-filtered, then dynamic time warping "
                   "(whisper's timing.py, as faster-whisper's word_timestamps). Prints each word's start and end, "
@@ -50,9 +36,8 @@ def align(heads: Annotated[Optional[str], typer.Option(
     from attnviz.render.png import FORMATS
 
     check_output(output, FORMATS)
-    chosen = parse_heads(heads)
     parts = inp.parts()
-    timings = run(parts, heads=chosen, band=band)
+    timings = run(parts, heads=heads, band=band)
     if as_json:
         print_json(timings.to_dict())
     elif as_csv:

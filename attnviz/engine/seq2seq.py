@@ -84,10 +84,10 @@ def parts_capture(loaded, source: str, *, target: str | None = None, decoding=No
         except (ValueError, TypeError, RuntimeError, IndexError) as exc:
             raise AttentionCheckError(f"{loaded.name} could not run on this input: {str(exc).splitlines()[0]}") \
                 from None
-        alphas = {name: _stack(getattr(out, f"{name}_attentions"), loaded.name, name)
+        alphas = {name: stack_layers(getattr(out, f"{name}_attentions"), loaded.name, name)
                   for name in ("encoder", "decoder", "cross")}
         meta |= {"target_text": target, "target_source": "given"}
-        return _assemble(alphas, source_side, target_side, None, meta)
+        return assemble_parts(alphas, source_side, target_side, None, meta)
     return _written(loaded, encoded, source_side, decoding or Decoding(), meta, on_step)
 
 
@@ -122,7 +122,7 @@ def _written(loaded, encoded, source_side: Side, decoding, meta: dict, on_step) 
         with torch.inference_mode():
             out = loaded.model(**encoded.inputs, decoder_input_ids=torch.tensor([[start]], device=device),
                                use_cache=True, output_attentions=True)
-            encoder_alpha = _stack(out.encoder_attentions, loaded.name, "encoder")
+            encoder_alpha = stack_layers(out.encoder_attentions, loaded.name, "encoder")
             memory = BaseModelOutput(last_hidden_state=out.encoder_last_hidden_state)
             t = 0
             while True:
@@ -160,7 +160,7 @@ def _written(loaded, encoded, source_side: Side, decoding, meta: dict, on_step) 
     meta |= {"target_text": text, "target_source": "generated", "decoding": decoding.describe(), "stopped": stopped}
     alphas = {"encoder": encoder_alpha, "decoder": np.ascontiguousarray(decoder[:, :, :T, :T]),
               "cross": np.ascontiguousarray(cross[:, :, :T])}
-    return _assemble(alphas, source_side, target_side, np.arange(T) > 0, meta)
+    return assemble_parts(alphas, source_side, target_side, np.arange(T) > 0, meta)
 
 
 def _side(tokens, ids, special, kinds, subword, offsets) -> Side:
@@ -168,7 +168,8 @@ def _side(tokens, ids, special, kinds, subword, offsets) -> Side:
                 np.asarray(subword, bool), None if offsets is None else np.asarray(offsets, np.int64))
 
 
-def _stack(layers, name: str, part: str) -> np.ndarray:
+def stack_layers(layers, name: str, part: str) -> np.ndarray:
+    """A model's per-layer attention output (1, H, R, C) each as one (L, H, R, C) float32 array."""
     if not layers or any(a is None for a in layers):
         raise AttentionCheckError(f"{name} returned no {part} attention weights; attnviz needs a model loaded with "
                                   f"attn_implementation='eager'")
@@ -179,9 +180,10 @@ def _version() -> str:
     return __version__
 
 
-def _assemble(alphas: dict[str, np.ndarray], source: Side, target: Side, generated: np.ndarray | None,
-              meta: dict) -> Parts:
-    """Parts from the three α arrays and the two sides, each part validated."""
+def assemble_parts(alphas: dict[str, np.ndarray], source: Side, target: Side, generated: np.ndarray | None,
+                   meta: dict, sound: np.ndarray | None = None, mel: np.ndarray | None = None) -> Parts:
+    """Parts from the three α arrays and the two sides, each part validated; a speech model's `sound` and its
+    spectrogram `mel` go with the parts that hear it (encoder and cross)."""
 
     atol = row_sum_tolerance(str(meta.get("dtype", "float32")))
     sides = {"encoder": (source, None), "decoder": (target, None), "cross": (target, source)}
@@ -190,6 +192,7 @@ def _assemble(alphas: dict[str, np.ndarray], source: Side, target: Side, generat
         capture = Capture(attentions=alphas[name], tokens=rows.tokens, token_ids=rows.token_ids,
                           special=rows.special, special_kind=rows.special_kind, subword=rows.subword,
                           meta=part_meta(meta, name), offsets=rows.offsets,
-                          generated=generated if rows is target else None, keys=keys)
+                          generated=generated if rows is target else None, keys=keys,
+                          sound=sound if name != "decoder" else None, mel=mel if name != "decoder" else None)
         captures[name] = capture.validate(atol=atol)
     return Parts(captures)

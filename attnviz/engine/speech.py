@@ -19,10 +19,9 @@ import numpy as np
 
 from attnviz import audio as sounds
 from attnviz._version import __version__
-from attnviz.data.parts import Parts, part_meta
-from attnviz.data.capture import Capture
+from attnviz.data.parts import Parts
 from attnviz.data.sides import Side
-from attnviz.engine.forward import row_sum_tolerance
+from attnviz.engine.seq2seq import assemble_parts, stack_layers
 from attnviz.engine.loading import LoadedModel
 from attnviz.errors import arg, AttentionCheckError, InputError
 
@@ -113,9 +112,9 @@ def capture_sound(loaded: LoadedModel, heard: sounds.Sound, *, target: str | Non
         raise AttentionCheckError(f"{loaded.name} could not run on this sound: {str(exc).splitlines()[0]}") \
             from None
     N = frames_of(len(heard.samples), int(memory.shape[1]))
-    encoder = fold(_stack(encoded.attentions, loaded.name, "encoder"), N, rows=True)
-    decoder = _stack(out.decoder_attentions, loaded.name, "decoder")
-    cross = fold(_stack(out.cross_attentions, loaded.name, "cross"), N, rows=False)
+    encoder = fold(stack_layers(encoded.attentions, loaded.name, "encoder"), N, rows=True)
+    decoder = stack_layers(out.decoder_attentions, loaded.name, "decoder")
+    cross = fold(stack_layers(out.cross_attentions, loaded.name, "cross"), N, rows=False)
     source_side = frame_side(N, int(memory.shape[1]))
     from attnviz.engine.generate import written_spans
 
@@ -134,8 +133,8 @@ def capture_sound(loaded: LoadedModel, heard: sounds.Sound, *, target: str | Non
         meta["decoding"] = "greedy"
     spectrogram = mel[0, :, :2 * N].float().cpu().numpy()
     generated = np.arange(len(target_side)) >= len(start) if source == "generated" else None
-    return _assemble({"encoder": encoder, "decoder": decoder, "cross": cross}, source_side, target_side,
-                     generated, meta, heard, spectrogram)
+    return assemble_parts({"encoder": encoder, "decoder": decoder, "cross": cross}, source_side, target_side,
+                          generated, meta, sound=heard.samples, mel=spectrogram)
 
 
 def _write(model, memory, start: list[int], eot: int, room: int, suppress, on_step) -> tuple[list[int], str]:
@@ -219,26 +218,3 @@ def _target_side(tok, start: list[int], text_ids: list[int], spans: list[tuple[i
     offsets = [(-1, -1)] * len(start) + list(spans)
     return Side(tuple(tokens), np.asarray(ids, np.int64), np.asarray(special), tuple(kinds),
                 np.asarray(subword), np.asarray(offsets, np.int64))
-
-
-def _stack(layers, name: str, part: str) -> np.ndarray:
-    if not layers or any(a is None for a in layers):
-        raise AttentionCheckError(f"{name} returned no {part} attention weights; attnviz needs a model loaded with "
-                                  f"attn_implementation='eager'")
-    return np.stack([a[0].float().cpu().numpy() for a in layers])
-
-
-def _assemble(alphas: dict[str, np.ndarray], source: Side, target: Side, generated, meta: dict,
-              heard: sounds.Sound, spectrogram: np.ndarray) -> Parts:
-    atol = row_sum_tolerance(str(meta.get("dtype", "float32")))
-    sides = {"encoder": (source, None), "decoder": (target, None), "cross": (target, source)}
-    captures = {}
-    for name, (rows, keys) in sides.items():
-        hears = name != "decoder"
-        capture = Capture(attentions=alphas[name], tokens=rows.tokens, token_ids=rows.token_ids,
-                          special=rows.special, special_kind=rows.special_kind, subword=rows.subword,
-                          meta=part_meta(meta, name), offsets=rows.offsets,
-                          generated=generated if rows is target else None, keys=keys,
-                          sound=heard.samples if hears else None, mel=spectrogram if hears else None)
-        captures[name] = capture.validate(atol=atol)
-    return Parts(captures)

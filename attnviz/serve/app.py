@@ -205,7 +205,7 @@ def make_app(model: Any, *, limits: Limits | None = None, command: str = "attnvi
     async def steps_png(request: StepsRequest) -> Response:
         """The same steps drawn: one PNG of every step."""
         result = await line.run(line.new_ticket(), _steps_work(model, request, limits))
-        return Response(_png(result.figure()), media_type="image/png")
+        return Response(result.figure()._repr_png_(), media_type="image/png")  # the figure as a notebook shows it
 
     @app.post("/api/ablate")
     async def ablate(request: AblateRequest) -> dict:
@@ -227,7 +227,7 @@ def make_app(model: Any, *, limits: Limits | None = None, command: str = "attnvi
                                                           f"{request.heads} ({request.mode})")
         if page is None:
             raise InputError("no layer follows the heads removed: there is no Δα to draw")
-        return Response(_png(mixed_figure(page, cmap="RdBu_r")), media_type="image/png")
+        return Response(mixed_figure(page, cmap="RdBu_r")._repr_png_(), media_type="image/png")
 
     return app
 
@@ -353,15 +353,6 @@ def _steps_work(model, request: StepsRequest, limits: Limits):
         return attnviz.steps(text, model=model, layer=request.layer, head=request.head, token=request.token)
 
     return work
-
-
-def _png(figure) -> bytes:
-    import io
-
-    buffer = io.BytesIO()
-    figure.figure.savefig(buffer, format="png", dpi=90) if hasattr(figure, "figure") else \
-        figure.savefig(buffer, format="png", dpi=90)
-    return buffer.getvalue()
 
 
 def attnviz_json(data: dict) -> bytes:
