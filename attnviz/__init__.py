@@ -20,7 +20,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from attnviz import display as _display  # noqa: F401 (registers the views every Capture shows; imports no numpy)
+from attnviz.api import notebook as _display  # noqa: F401 (registers the views every Capture shows; imports no numpy)
 from attnviz._version import __version__
 from attnviz.api import __all__ as _PUBLIC  # the API's names (attnviz.api imports its modules lazily)
 

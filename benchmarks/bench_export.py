@@ -7,7 +7,7 @@ measured side by side in one run; then the whole process, `attnviz export --from
 In process, for each T it builds a synthetic capture (fixed seed) and writes the same 144 labelled heatmaps
 (tokens on both axes, colorbar, title; same figure size and dpi):
   naive   a new pyplot figure per head: imshow, tick labels, colorbar, title, savefig, close
-  attnviz attnviz.gallery.render_panels (layout drawn once, α swapped in, workers = cores)
+  attnviz attnviz.api.gallery.render_panels (layout drawn once, α swapped in, workers = cores)
   floor   only PNG-encoding, in one process, 144 images of the same pixel size:
             frames    attnviz's own finished frames with attnviz's encoder (ISA-L deflate, level 2)
             zlib-3    the same frames with the previous encoder (zlib level 3), for comparison
@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from attnviz.data.capture import Capture
-from attnviz.gallery import HeadImageWriter, render_panels
+from attnviz.api.gallery import HeadImageWriter, render_panels
 from attnviz.render.encode import encode_scanlines
 from attnviz.panels import ScaleChoice, attention_panels, text_subtitle
 from attnviz.render.png import LabelLayout, heatmap_figure

@@ -138,7 +138,7 @@ def test_from_outputs_respects_the_capture_limit(bert, monkeypatch):
 
 def test_capture_chooses_the_path(tiny_model_dir, load_tiny):
     from attnviz.metrics import head_values
-    from attnviz.words import to_words
+    from attnviz.data.words import to_words
 
     folder = tiny_model_dir("bert")
     full = attnviz.capture(SENTENCE, model=folder, device="cpu")

@@ -12,7 +12,7 @@ import pytest
 from helpers import run
 
 import attnviz
-from attnviz.records import to_json
+from attnviz.base.records import to_json
 
 SENTENCE = "the cat sat on the mat"
 
@@ -122,7 +122,7 @@ def test_errors_name_the_argument_and_the_command_line_spells_the_flag(bert, ber
     assert caught.value.field == "layer" and str(caught.value).startswith("layer 9 is out of range: there are 2")
     from attnviz.cli.output import flag
     from attnviz.errors import SelectionError
-    from attnviz.selection import Selection
+    from attnviz.base.selection import Selection
 
     with pytest.raises(SelectionError) as caught:
         Selection.parse("5-2", "layer", field="layers")

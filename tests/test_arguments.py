@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import attnviz
-from attnviz.arguments import checked
+from attnviz.base.arguments import checked
 from attnviz.errors import AttnvizError, InputError
 
 ANYTHING = st.one_of(

@@ -75,7 +75,7 @@ def test_word_level_statistics_equal_the_single_text_words_path(kind, load_tiny,
     (to_words of the text's own capture), to 1e-5; merging a word-level run with a token-level one is refused."""
     from attnviz.engine.forward import capture_text
     from attnviz.metrics import head_values
-    from attnviz.words import to_words
+    from attnviz.data.words import to_words
 
     loaded = load_tiny(kind)
     runner = _runner(loaded, batch_size=8, words=True)

@@ -11,7 +11,7 @@ from helpers import make_capture
 
 from attnviz.data.capture import Capture
 from attnviz.errors import OutputError
-from attnviz.gallery import MANIFEST, HeadImageWriter, export, export_panels, render_panels
+from attnviz.api.gallery import MANIFEST, HeadImageWriter, export, export_panels, render_panels
 from attnviz.panels import attention_panels, head_filename, text_subtitle
 from attnviz.render.encode import encode_png
 from attnviz.render.png import heatmap_figure
@@ -163,7 +163,7 @@ def test_refuses_non_empty_folder_unless_forced(tmp_path):
 
 
 def test_error_midway_leaves_nothing(tmp_path, monkeypatch):
-    from attnviz import files as export_module  # where the folder machinery lives
+    from attnviz.base import files as export_module  # where the folder machinery lives
 
     cap, _ = one_hot_capture()
 
@@ -246,7 +246,7 @@ def test_every_norm_exports_and_a_long_input_defaults_to_log(tmp_path, norm):
 
 
 def test_the_export_grid_names_each_heads_pattern(cat_capture, tmp_path):
-    from attnviz.gallery import export_panels
+    from attnviz.api.gallery import export_panels
     from attnviz.metrics import head_records
     from attnviz.render.png import grid_figure
 
@@ -259,7 +259,7 @@ def test_the_export_grid_names_each_heads_pattern(cat_capture, tmp_path):
 
 
 def test_export_per_head_scale_frames_match_full_figures(tmp_path):
-    from attnviz.gallery import HeadImageWriter, export_panels
+    from attnviz.api.gallery import HeadImageWriter, export_panels
     from attnviz.panels import ScaleChoice, text_subtitle
     from attnviz.render.png import panel_figure
 

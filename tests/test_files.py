@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from helpers import make_capture, one_line_error, run
 
-from attnviz import gallery as export_module
+from attnviz.api import gallery as export_module
 from attnviz.data.capture import Capture
 from attnviz.errors import OutputError
-from attnviz.gallery import export
+from attnviz.api.gallery import export
 
 
 def small_capture(L=2, H=2, T=6, seed=0):
@@ -169,7 +169,7 @@ def test_two_exports_into_one_folder_one_wins_the_other_says_so(tmp_path):
 def test_a_manifest_naming_files_elsewhere_is_refused(tmp_path):
     import json
 
-    from attnviz.gallery import MANIFEST
+    from attnviz.api.gallery import MANIFEST
 
     victim = tmp_path / "victim.txt"
     victim.write_text("not attnviz's")

@@ -225,7 +225,7 @@ def test_panels_mark_where_the_prompt_ends(gen_file):
 
 
 def test_the_line_is_drawn_in_images_and_the_terminal(gen_file):
-    from attnviz.gallery import HeadImageWriter, export_panels
+    from attnviz.api.gallery import HeadImageWriter, export_panels
     from attnviz.panels import heatmap_page
     from attnviz.render.png import page_figure
 
@@ -289,7 +289,7 @@ def test_verify_from_a_generated_capture(gen_file, tmp_path, tiny_lm_dir):
 
 
 def test_words_keep_the_generated_flags(lm):
-    from attnviz.words import to_words
+    from attnviz.data.words import to_words
 
     capture = generate_capture(lm("llama"), PROMPT, Decoding(max_new_tokens=8))
     words = to_words(capture)

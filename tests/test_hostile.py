@@ -212,7 +212,7 @@ def test_csv_cells_that_a_spreadsheet_would_run_are_escaped(tmp_path):
 
 
 def test_json_is_strict_and_utf8_safe():
-    from attnviz.records import to_json
+    from attnviz.base.records import to_json
 
     text = to_json({"a": float("nan"), "b": [float("inf"), 1.5], "c": "caf\udce9", "d": np.float32(0.5)})
     data = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
@@ -239,7 +239,7 @@ def test_hostile_option_values_are_usage_errors(tmp_path, hostile_capture):
 def test_workers_are_capped_by_jobs_and_cores(hostile_capture, tmp_path):
     import os
 
-    from attnviz.gallery import worker_count
+    from attnviz.api.gallery import worker_count
 
     assert worker_count(1000, 5) == min(5, os.cpu_count() or 1)
     assert worker_count(1000, 1) == 1
@@ -306,7 +306,7 @@ def test_capture_too_large_to_read_back_is_not_written(tmp_path, monkeypatch):
 @pytest.mark.parametrize("name", ["ATTNVIZ_MAX_CAPTURE_BYTES", "ATTNVIZ_MEMORY_BUDGET", "ATTNVIZ_MAX_MODEL_BYTES"])
 @pytest.mark.parametrize("value", ["abc", "1e99", "-1", "0", "nan", "inf", "12Q"])
 def test_a_bad_size_in_the_environment_is_one_line_naming_it(name, value, tmp_path):
-    from attnviz.sizes import size_from_env
+    from attnviz.base.sizes import size_from_env
 
     os.environ[name] = value
     try:

@@ -108,7 +108,7 @@ def test_the_capture_function_is_never_shadowed_by_a_module():
     public = set(attnviz.__all__)
     modules = {p.stem for p in PACKAGE.glob("*.py")} | {p.name for p in PACKAGE.iterdir() if p.is_dir()}
     assert not public & modules, public & modules
-    for name in ("attnviz.data.capture", "attnviz.gallery", "attnviz.corpora"):
+    for name in ("attnviz.data.capture", "attnviz.api.gallery", "attnviz.corpora"):
         importlib.import_module(name)
     assert callable(attnviz.capture) and callable(attnviz.export) and callable(attnviz.corpus)
     assert type(attnviz).__name__ == "module"

@@ -143,7 +143,7 @@ def test_float32_rows_give_the_float64_statistics_of_long_rows():
 
 
 def test_row_block_sums_equal_reduceat():
-    from attnviz.blocks import sum_blocks, sum_row_blocks
+    from attnviz.base.blocks import sum_blocks, sum_row_blocks
 
     x = np.random.default_rng(0).random((3, 11, 5)).astype(np.float32)
     edges = np.array([0, 2, 3, 9, 11])

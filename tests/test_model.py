@@ -113,7 +113,7 @@ def test_a_device_this_machine_cannot_have_is_refused_in_one_line(monkeypatch):
 
     import torch
 
-    from attnviz.devices import pick_device, refuse_early
+    from attnviz.base.devices import pick_device, refuse_early
 
     if not torch.cuda.is_available():
         assert "cuda" in one_line_error(run("heatmap", "The cat", "--device", "cuda", "-t"))

@@ -24,7 +24,7 @@ from attnviz.engine import offline
 from attnviz.engine.offline import cache, e5bin
 from attnviz.engine.offline import gguf as gguf_check
 from attnviz.errors import AttnvizWarning, InputError, ModelLoadError
-from attnviz.tokens import readable_tokens, split_character_labels, token_bytes
+from attnviz.base.tokens import readable_tokens, split_character_labels, token_bytes
 
 KOREAN = "나는 사과를 먹었다"
 HOSTILE_TEXTS = ["나는 사과를 먹었다", "猫がマットの上に座った。", "我吃了一个苹果", "🍕 pizza 😀👍🏽",
@@ -420,7 +420,7 @@ def test_the_model_size_limit_is_read_and_checked(monkeypatch):
 
 def byte_level(data: bytes) -> str:
     """Bytes as a byte-level BPE vocabulary writes them (GPT-2's table, inverted back by token_bytes)."""
-    from attnviz.tokens import _byte_table
+    from attnviz.base.tokens import _byte_table
 
     table = {b: c for c, b in _byte_table().items()}
     return "".join(table[b] for b in data)
@@ -445,7 +445,7 @@ def test_byte_fallback_pieces_stray_bytes_and_special_tokens():
     raw = ["<s>", "<0xEB>", "<0x82>", "<0x98>", "▁cat", "<0xFF>"]
     labels = split_character_labels(raw, [True, False, False, False, False, False])
     assert labels == {1: "나(1/3)", 2: "나(2/3)", 3: "나(3/3)", 5: "\\xFF"}
-    from attnviz.tokens import fallback_byte
+    from attnviz.base.tokens import fallback_byte
 
     assert fallback_byte("<0xZZ>") is None and token_bytes("<0xZZ>") == b"<0xZZ>"  # byte-level: its own bytes
     assert token_bytes("<s>") is not None  # '<', 's', '>' are byte stand-ins too
@@ -625,7 +625,7 @@ def test_minilm_names_the_multilingual_model_for_words_it_cannot_read():
 @pytest.mark.slow
 def test_smollm2_byte_level_pieces_and_words(smollm2):
     from attnviz.engine.forward import capture_text
-    from attnviz.words import to_words
+    from attnviz.data.words import to_words
 
     capture = capture_text(KOREAN, smollm2)
     assert capture.n_tokens == 22

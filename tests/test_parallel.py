@@ -1,4 +1,4 @@
-"""attnviz.parallel: a fold cut over the cores gives what one thread gives; errors come back; the cap holds."""
+"""attnviz.base.parallel: a fold cut over the cores gives what one thread gives; errors come back; the cap holds."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import pytest
 
-from attnviz.parallel import run_all, runs, start_all, threads
+from attnviz.base.parallel import run_all, runs, start_all, threads
 
 
 @pytest.mark.parametrize("n,parts", [(0, 2), (1, 2), (5, 2), (7, 3), (85, 2), (3, 8)])

@@ -444,7 +444,7 @@ def test_the_patching_page_holds_both_prompts_and_every_score(folders, tmp_path)
 
 
 def visible_token(token: str) -> str:
-    from attnviz.text import visible
+    from attnviz.base.text import visible
 
     return visible(token)
 

@@ -11,8 +11,8 @@ from hypothesis.extra.numpy import arrays
 
 from attnviz import metrics
 from attnviz.data.capture import Capture
-from attnviz.text import cells, fit, is_valid_unicode, pad, visible
-from attnviz.tokens import readable_token
+from attnviz.base.text import cells, fit, is_valid_unicode, pad, visible
+from attnviz.base.tokens import readable_token
 
 valid_text = st.text(st.characters(exclude_categories=("Cs",)), max_size=12)
 

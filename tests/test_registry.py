@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from attnviz import metrics
 from attnviz.cli import app
 from attnviz.errors import UsageError
-from attnviz.gallery import export
+from attnviz.api.gallery import export
 
 COMMANDS_PAGE = Path(__file__).resolve().parent.parent / "docs" / "commands.md"
 

@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnviz.errors import SelectionError
-from attnviz.selection import Selection
+from attnviz.base.selection import Selection
 
 
 def resolve(spec, n, what="layer", keywords=()):

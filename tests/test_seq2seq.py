@@ -297,7 +297,7 @@ def test_the_decoder_writes_by_default(tiny_seq2seq_dir):
 
 
 def test_words_on_cross_attention(s2s):
-    from attnviz.words import to_words
+    from attnviz.data.words import to_words
 
     parts = parts_capture(s2s("t5"), SOURCE, target="A dog ran in the park")
     words = to_words(parts.part("cross"))

@@ -16,7 +16,7 @@ from helpers import espeak, one_line_error, require_real, run
 from test_viewer import browser  # noqa: F401  (the Chromium fixture)
 
 import attnviz
-from attnviz.audio import MAX_SECONDS, RATE, read_sound, resample
+from attnviz.data.sound import MAX_SECONDS, RATE, read_sound, resample
 from attnviz.engine import offline
 from attnviz.errors import CaptureFormatError, InputError
 from attnviz.metrics.timing import dtw, median_filter

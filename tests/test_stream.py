@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from helpers import one_line_error, run
 
-from attnviz.blocks import equal_edges as pool_edges
+from attnviz.base.blocks import equal_edges as pool_edges
 from attnviz.data.capture import Capture
 from attnviz.engine.stream import Window, stream
 from attnviz.metrics import Tokens, head_values, rollout

@@ -9,7 +9,7 @@ import pytest
 from helpers import make_capture, run
 
 from attnviz.data.capture import Capture
-from attnviz.tokens import readable_token, subword_flags
+from attnviz.base.tokens import readable_token, subword_flags
 
 
 def test_wordpiece_bpe_and_sentencepiece_markers():
@@ -49,7 +49,7 @@ def test_unknown_words_are_marked_at_word_level_too(tiny_model_dir, stream):
 
 
 def test_partly_unknown_words_say_which_part():
-    from attnviz.words import to_words
+    from attnviz.data.words import to_words
 
     alpha = np.full((1, 1, 4, 4), 0.25, np.float32)
     capture = make_capture(alpha, ["[CLS]", "ab", "##[UNK:🍕]", "[SEP]"], special=[True, False, False, True],

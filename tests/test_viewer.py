@@ -13,7 +13,7 @@ import pytest
 from helpers import SENTENCE, browser_missing, chromium_path, make_capture, one_line_error, run
 
 from attnviz.render.viewer import viewer_data, viewer_html
-from attnviz.text import visible
+from attnviz.base.text import visible
 
 THRESHOLD = 0.01  # the head view draws a line for α ≥ this
 
@@ -132,7 +132,7 @@ def test_a_12_by_12_capture_at_128_tokens_fits_in_5_mb():
 def test_notes_for_words_pooled_generated_and_causal(tiny_model_dir, tmp_path):
     from attnviz.engine.forward import capture_text
     from attnviz.engine.loading import load
-    from attnviz.words import to_words
+    from attnviz.data.words import to_words
 
     loaded = load(tiny_model_dir("gpt2"), device="cpu")
     capture = capture_text("The cat sat on the mat, happily.", loaded)
@@ -365,7 +365,7 @@ def test_embedded_data_cannot_change_how_the_page_parses(browser, tmp_path):
 
 @pytest.mark.browser
 def test_export_index_has_a_content_security_policy_and_still_shows_its_images(browser, tmp_path):
-    from attnviz.gallery import export
+    from attnviz.api.gallery import export
 
     alpha = np.full((1, 2, len(BREAKERS), len(BREAKERS)), 1 / len(BREAKERS))
     capture = make_capture(alpha, BREAKERS).with_meta(text="<!--<script> text")
@@ -383,7 +383,7 @@ def test_export_index_has_a_content_security_policy_and_still_shows_its_images(b
 @pytest.mark.browser
 def test_a_notebook_frame_fits_its_page(browser, cat_capture, tmp_path):
     """The frame a notebook shows takes the height its page posts: no empty band under a short sentence."""
-    from attnviz.display import FRAME_HEIGHT_PX, inline_html
+    from attnviz.api.notebook import FRAME_HEIGHT_PX, inline_html
 
     notebook = tmp_path / "notebook.html"
     notebook.write_text(f"<!doctype html><html><body>{inline_html(cat_capture)}<p id='after'>next cell</p>"
@@ -404,7 +404,7 @@ def test_a_notebook_frame_fits_its_page(browser, cat_capture, tmp_path):
 
 @pytest.mark.browser
 def test_export_index_has_the_interactive_view(browser, cat_capture, tmp_path):
-    from attnviz.gallery import export
+    from attnviz.api.gallery import export
 
     target = export(cat_capture, tmp_path / "out", layers=[0, 5], heads=[0, 1])
     page = Page(browser, target / "index.html", local_files=True)  # the gallery's own images
@@ -418,7 +418,7 @@ def test_export_of_a_capture_too_large_for_a_page_still_works(tmp_path, monkeypa
     """The export's gallery goes without the interactive view, saying why, when the capture would pass the
     page's limit (the limit lowered here); the export itself is unchanged."""
     import attnviz.render.viewer as viewer
-    from attnviz.gallery import export
+    from attnviz.api.gallery import export
 
     monkeypatch.setattr(viewer, "MAX_PAGE_BYTES", 100)
     target = export(make_capture(np.full((1, 2, 8, 8), 1 / 8)), tmp_path / "out", layers=[0], heads=[0, 1])

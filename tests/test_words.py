@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from helpers import make_capture, run
 
-from attnviz.blocks import pool_blocks
+from attnviz.base.blocks import pool_blocks
 from attnviz.data.capture import Capture
-from attnviz.words import to_words, word_edges
+from attnviz.data.words import to_words, word_edges
 
 
 def words_by_hand(alpha: np.ndarray, groups: list[list[int]]) -> np.ndarray:

@@ -44,9 +44,9 @@ _HOMES = {
     **dict.fromkeys(("Norms", "Sinks", "norms", "sinks"), "attnviz.api.values"),
     **dict.fromkeys(("Decoding", "Generation", "generate"), "attnviz.api.writing"),
     "Capture": "attnviz.data.capture", "Parts": "attnviz.data.parts", "ModelSpec": "attnviz.engine.loading",
-    "export": "attnviz.gallery", "list_metrics": "attnviz.metrics", "register_metric": "attnviz.metrics",
+    "export": "attnviz.api.gallery", "list_metrics": "attnviz.metrics", "register_metric": "attnviz.metrics",
 }
-_RENAMED = {"view": ("attnviz.display", "write_view")}
+_RENAMED = {"view": ("attnviz.api.notebook", "write_view")}
 
 if TYPE_CHECKING:
     from attnviz.api.capturing import (Keep, Picture, Sound, capture, capture_audio, capture_image, from_outputs,
@@ -70,9 +70,9 @@ if TYPE_CHECKING:
     from attnviz.api.writing import Decoding, Generation, generate
     from attnviz.data.capture import Capture
     from attnviz.data.parts import Parts
-    from attnviz.display import write_view as view
+    from attnviz.api.notebook import write_view as view
     from attnviz.engine.loading import ModelSpec
-    from attnviz.gallery import export
+    from attnviz.api.gallery import export
     from attnviz.metrics import list_metrics, register_metric
 
 

@@ -10,14 +10,14 @@ import numpy as np
 
 from attnviz.api.models import borrows, resolve_model
 from attnviz.data.capture import Capture
-from attnviz.arguments import checked
-from attnviz.display import records_html
+from attnviz.base.arguments import checked
+from attnviz.api.notebook import records_html
 from attnviz.errors import InputError, arg
 from attnviz.metrics import strongest_paths
 from attnviz.panels import head_grid_panel, Page, Panel, Scale, short_model
 from attnviz.progress import Reporter
 from attnviz.render.png import mixed_figure
-from attnviz.text import check_text, shorten, visible
+from attnviz.base.text import check_text, shorten, visible
 
 # The engine (torch, transformers) is imported inside the function, so that `import attnviz` never loads it.
 
@@ -340,7 +340,7 @@ class Contributions:
         return data
 
     def _repr_html_(self) -> str:
-        from attnviz.display import framed
+        from attnviz.api.notebook import framed
 
         return records_html(self.records, list(self.records[0]) if self.records else [],
                             f"{self.model}: contributions ({self.method}) beside α") + framed(
@@ -377,7 +377,7 @@ class Contributions:
         from dataclasses import replace
 
         from attnviz.panels import attention_panels, text_subtitle
-        from attnviz.selection import Selection
+        from attnviz.base.selection import Selection
 
         chosen = Selection.parse(str(layer), "layer").indices(self.capture.n_layers)[:1]
         seen = attention_panels(self.alpha, chosen, ["mean"])[0]

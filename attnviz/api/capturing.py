@@ -6,17 +6,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from attnviz.arguments import checked
+from attnviz.base.arguments import checked
 from attnviz.api.models import borrows, resolve_model
 from attnviz.data.capture import Capture
 from attnviz.data.parts import PART_NAMES, Parts, load_capture
 from attnviz.errors import InputError
-from attnviz.images import Picture, picture  # re-exported: a vision model's input
+from attnviz.data.picture import Picture, picture  # re-exported: a vision model's input
 from attnviz.progress import Reporter
-from attnviz.audio import Sound, sound  # re-exported: a speech model's input
-from attnviz.selection import Selection
-from attnviz.text import check_text
-from attnviz.words import to_words  # re-exported: a Capture or Parts at word level
+from attnviz.data.sound import Sound, sound  # re-exported: a speech model's input
+from attnviz.base.selection import Selection
+from attnviz.base.text import check_text
+from attnviz.data.words import to_words  # re-exported: a Capture or Parts at word level
 
 # The engine (torch, transformers) is imported inside each function, so that `import attnviz` and a saved
 # capture never load it.

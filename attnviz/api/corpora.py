@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from attnviz.arguments import checked
+from attnviz.base.arguments import checked
 from attnviz.api.models import borrows, resolve_model
 from attnviz.corpora import CorpusState, Line, merge_states
 from attnviz.corpora.run import BatchRunner, run_local

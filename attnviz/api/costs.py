@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from attnviz.arguments import checked
+from attnviz.base.arguments import checked
 from attnviz.api.models import borrows, resolve_model
-from attnviz.display import records_html
+from attnviz.api.notebook import records_html
 from attnviz.errors import InputError, UsageError
 from attnviz.panels import short_model
 from attnviz.progress import Reporter

@@ -11,14 +11,14 @@ from typing import Any
 import numpy as np
 
 from attnviz.api.models import borrows, resolve_model
-from attnviz.arguments import checked
-from attnviz.display import records_html
+from attnviz.base.arguments import checked
+from attnviz.api.notebook import records_html
 from attnviz.errors import InputError, UsageError, arg
 from attnviz.metrics import (Entry, key_importance, MASSIVE_MINIMUM, MASSIVE_RATIO, massive_entries, SINK_EPSILON,
                              sink_rate as sinks_of)
 from attnviz.panels import short_model
 from attnviz.progress import Reporter
-from attnviz.text import check_text, shorten, visible
+from attnviz.base.text import check_text, shorten, visible
 
 __all__ = ["circuits", "Circuits", "common_tokens", "massive", "MassiveActivations", "retrieval_heads",
            "RetrievalHeads", "sink_rate", "SinkRate", "REFERENCE_TEXTS", "SINK_TOKENS"]

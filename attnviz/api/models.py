@@ -11,8 +11,8 @@ import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from attnviz.arguments import checked
-from attnviz.devices import DEVICES, DTYPES  # re-exported
+from attnviz.base.arguments import checked
+from attnviz.base.devices import DEVICES, DTYPES  # re-exported
 from attnviz.engine.families import FAMILIES, Family
 from attnviz.engine.loading import LoadedModel as Model
 from attnviz.errors import InputError, arg

@@ -9,13 +9,13 @@ from typing import Any
 import numpy as np
 
 from attnviz.api.models import borrows, resolve_model
-from attnviz.arguments import checked
-from attnviz.display import records_html
+from attnviz.base.arguments import checked
+from attnviz.api.notebook import records_html
 from attnviz.errors import InputError, UsageError, arg
 from attnviz.panels import head_grid_panel, Page, Panel, Scale, short_model
 from attnviz.progress import Reporter
 from attnviz.render.png import mixed_figure
-from attnviz.text import check_text, shorten, visible
+from attnviz.base.text import check_text, shorten, visible
 
 __all__ = ["patch", "Patching", "path_patch", "PathPatching", "DIRECTIONS", "PATCH_TOLERANCE", "align_tokens"]
 
@@ -116,7 +116,7 @@ class Patching:
         return data
 
     def _repr_html_(self) -> str:
-        from attnviz.display import framed
+        from attnviz.api.notebook import framed
 
         table = records_html(self.top(), ["layer", "head", "score"],
                              f"{self.model}: which heads carry {self.answer!r} against {self.other!r}")
@@ -461,7 +461,7 @@ def path_patch(clean: str, corrupt: str, *, senders: Any, receivers: Any = (), t
     `receivers` (heads of later layers) through their `to` inputs (any of "q", "k", "v"), every other head
     frozen at the receiver run; the metric as `patch` measures it. With no receivers it changes nothing.
     `align` as `patch` takes it: the senders' outputs move at the aligned positions only."""
-    from attnviz.selection import head_pairs
+    from attnviz.base.selection import head_pairs
     from attnviz.engine.fromscratch.adapters import adapter_for
     from attnviz.engine.patching import aligned, INPUTS, path_patched_logits, path_recording
 

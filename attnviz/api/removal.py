@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from attnviz.arguments import checked
+from attnviz.base.arguments import checked
 from attnviz.api.models import borrows, resolve_model
 from attnviz.engine.ablation import Ablation, Detection, Importance
 from attnviz.errors import InputError
 from attnviz.progress import Reporter
-from attnviz.selection import head_pairs
-from attnviz.text import check_text
+from attnviz.base.selection import head_pairs
+from attnviz.base.text import check_text
 
 # The engine (torch, transformers) is imported inside each function, so that `import attnviz` and a saved
 # capture never load it.

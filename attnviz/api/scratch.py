@@ -11,21 +11,21 @@ from typing import Any
 
 import numpy as np
 
-from attnviz.arguments import checked
-from attnviz.images import Picture, picture
-from attnviz.audio import Sound
+from attnviz.base.arguments import checked
+from attnviz.data.picture import Picture, picture
+from attnviz.data.sound import Sound
 from attnviz.api.capturing import capture as capture_text
 from attnviz.api.models import Model, borrows, for_input, resolve_model
 from attnviz.data.capture import Capture
 from attnviz.data.parts import Parts, load_capture
-from attnviz.display import records_html
+from attnviz.api.notebook import records_html
 from attnviz.errors import arg, InputError, UsageError
 from attnviz.metrics import differences
 from attnviz.panels import positions_page, short_model, steps_page
 from attnviz.progress import Reporter
 from attnviz.render.png import mixed_figure, scaling_figure
-from attnviz.selection import Selection, find_token
-from attnviz.text import check_text, visible
+from attnviz.base.selection import Selection, find_token
+from attnviz.base.text import check_text, visible
 
 # The engine (torch, transformers) is imported inside each function, so that `import attnviz` and a saved
 # capture never load it.
@@ -252,7 +252,7 @@ def _verify_speech(loaded: Model, parts: Parts, source: str | None, tolerance: f
     to 30 s too), and the capture's parts (the silence folded into one key) against that pass folded alike."""
     import torch
 
-    from attnviz.audio import Sound
+    from attnviz.data.sound import Sound
     from attnviz.engine.fromscratch.verify import scratch_parts
     from attnviz.engine.speech import features, fold, frame_side
 

@@ -10,14 +10,14 @@ from typing import Any
 
 import numpy as np
 
-from attnviz.arguments import checked
+from attnviz.base.arguments import checked
 from attnviz.data.parts import Parts
-from attnviz.display import records_html
+from attnviz.api.notebook import records_html
 from attnviz.errors import InputError, UsageError, arg
 from attnviz.metrics.timing import alignment_matrix, dtw, MEDIAN_WIDTH, on_path, word_times
 from attnviz.panels import short_model
 from attnviz.progress import Reporter
-from attnviz.selection import head_pairs
+from attnviz.base.selection import head_pairs
 
 __all__ = ["align", "ALIGNMENT_TOLERANCE", "WordTimings"]
 

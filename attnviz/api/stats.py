@@ -7,17 +7,17 @@ from typing import Any
 
 import numpy as np
 
-from attnviz.arguments import checked
+from attnviz.base.arguments import checked
 from attnviz.api.capturing import Keep, capture as capture_text
-from attnviz.blocks import sum_blocks
+from attnviz.base.blocks import sum_blocks
 from attnviz.data.capture import Capture
 from attnviz.data.parts import Parts
-from attnviz.display import head_table, HeadTable, records_html
+from attnviz.api.notebook import head_table, HeadTable, records_html
 from attnviz.errors import SelectionError, arg
 from attnviz.panels import Panel, rollout_panel, Scale, short_model, text_subtitle
 from attnviz.render.png import panel_figure
-from attnviz.selection import find_token
-from attnviz.text import visible
+from attnviz.base.selection import find_token
+from attnviz.base.text import visible
 
 __all__ = ["heads", "HeadTable", "rollout", "Rollout"]
 

@@ -8,19 +8,19 @@ from typing import Any
 
 import numpy as np
 
-from attnviz.arguments import checked
-from attnviz.images import Picture
+from attnviz.base.arguments import checked
+from attnviz.data.picture import Picture
 from attnviz.api.models import borrows, for_input, resolve_model
-from attnviz.blocks import row_shares
+from attnviz.base.blocks import row_shares
 from attnviz.data.capture import Capture
-from attnviz.display import records_html
+from attnviz.api.notebook import records_html
 from attnviz.errors import UsageError
 from attnviz.metrics import sink_scores, Tokens
 from attnviz.panels import attention_panels, head_grid_panel, Page, Scale, short_model, text_subtitle
 from attnviz.progress import Reporter
 from attnviz.render.png import mixed_figure, panel_figure
-from attnviz.selection import Selection
-from attnviz.text import check_text
+from attnviz.base.selection import Selection
+from attnviz.base.text import check_text
 
 # The engine (torch, transformers) is imported inside each function, so that `import attnviz` and a saved
 # capture never load it.

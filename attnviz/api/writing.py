@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 import html
 from typing import Any
 
-from attnviz.arguments import checked
+from attnviz.base.arguments import checked
 from attnviz.api.capturing import capture as capture_text
 from attnviz.api.models import borrows, resolve_model
 from attnviz.data.capture import Capture
@@ -15,7 +15,7 @@ from attnviz.engine.generate import Decoding
 from attnviz.errors import InputError, UsageError, arg
 from attnviz.panels import generation_steps
 from attnviz.progress import Reporter
-from attnviz.text import check_text
+from attnviz.base.text import check_text
 
 # The engine (torch, transformers) is imported inside each function, so that `import attnviz` and a saved
 # capture never load it.

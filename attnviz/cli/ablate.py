@@ -13,7 +13,7 @@ from attnviz.cli.errors import cli_errors
 from attnviz.cli.group import app
 from attnviz.cli.params import choice_parser, CsvOpt, ImageOut, JsonOpt, ModelOptions, selection_parser, whole_number
 from attnviz.cli.inputs import CliReporter, read_texts, takes, TextSource
-from attnviz.selection import Selection
+from attnviz.base.selection import Selection
 
 # Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
 # each command's --help light: a command module loads only what its own command needs, when it runs.
@@ -31,7 +31,7 @@ def _heads_parser(value: Any) -> HeadsChoice:
     if isinstance(value, HeadsChoice):
         return value
     from attnviz.errors import SelectionError
-    from attnviz.selection import looks_like_pairs, parse_pairs
+    from attnviz.base.selection import looks_like_pairs, parse_pairs
 
     spec = str(value)
     try:
@@ -59,7 +59,7 @@ MeanOverOpt = Annotated[Optional[Path], typer.Option(
 
 
 def _removed(heads: HeadsChoice | None, layer: Selection | None, L: int, H: int) -> list[tuple[int, int]]:
-    from attnviz.selection import resolve_pairs
+    from attnviz.base.selection import resolve_pairs
 
     if heads is None and layer is None:
         raise typer.BadParameter("name the heads to remove: --heads 5.11,3.0 (layer.head), or --layer 5 "
@@ -128,7 +128,7 @@ def ablate(heads: HeadsOpt = None, layer: LayersOpt = None, mode: ModeOpt = "zer
         if result.kind != "causal":
             raise typer.BadParameter("--at shows a causal LM's next-token distribution; this model is an encoder",
                                      param_hint="--at")
-        from attnviz.selection import find_token
+        from attnviz.base.selection import find_token
 
         position = find_token(result.tokens, at, "at")
     records = _position_records(result, loaded.tokenizer)
@@ -329,7 +329,7 @@ def importance(corpus: Annotated[Optional[Path], typer.Option(
                                   title, "importance", short=f"effect: {what}"),
                   head_grid_panel(result.gradient, Scale(0.0, max(float(result.gradient.max()), 1e-9), "gradient"),
                                   title, "importance", short="gradient estimate (Michel et al. 2019)"))
-        from attnviz.text import shorten, visible
+        from attnviz.base.text import shorten, visible
 
         read = (f"“{visible(shorten(texts[0], 400))}”" if len(texts) == 1 else
                 f"{len(texts)} texts of {visible(str(corpus))}: “{visible(shorten(texts[0], 200))}” …")

@@ -11,7 +11,7 @@ from attnviz.cli.group import app
 from attnviz.cli.inputs import CliReporter, takes, TextSource
 from attnviz.cli.output import check_output, emit_records, err, out, output_path, print_json, say
 from attnviz.cli.params import choice_parser, CsvOpt, finite_float, ImageOut, JsonOpt, LayerSel, whole_number
-from attnviz.selection import Selection
+from attnviz.base.selection import Selection
 
 # Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
 # each command's --help light: a command module loads only what its own command needs, when it runs.
@@ -44,7 +44,7 @@ def logit_attr(target: Annotated[Optional[str], typer.Option(
     from attnviz.panels import short_model
     from attnviz.render.png import FORMATS
     from attnviz.render.tables import records_table, verdict
-    from attnviz.text import visible
+    from attnviz.base.text import visible
 
     check_output(output, FORMATS)
     text = inp.require_text()
@@ -148,7 +148,7 @@ def contributions(method: Annotated[str, typer.Option(
     from attnviz.panels import short_model
     from attnviz.render.png import FORMATS
     from attnviz.render.tables import records_table, verdict
-    from attnviz.text import visible
+    from attnviz.base.text import visible
 
     check_output(output, FORMATS)
     check_output(graph, FORMATS)
@@ -162,7 +162,7 @@ def contributions(method: Annotated[str, typer.Option(
     chosen = layer.indices(result.capture.n_layers)[0]
     capture = result.capture
     if token is not None:
-        from attnviz.selection import find_token
+        from attnviz.base.selection import find_token
 
         target = find_token(capture.tokens, token, field="token")
     else:  # the last token that is not special ([SEP], </s>)
@@ -212,7 +212,7 @@ def contributions(method: Annotated[str, typer.Option(
         say(save_figure(drawn, output_path(graph, "attnviz_contribution_graph.png")),
             console=err if as_json or as_csv else out)
     if page is not None:
-        from attnviz.files import atomic_output, check_suffix
+        from attnviz.base.files import atomic_output, check_suffix
 
         written = result.html(target, threshold=threshold)
         where = check_suffix(output_path(page, "attnviz_contributions.html"), (".html", ".htm"))

@@ -15,7 +15,7 @@ from attnviz.cli.output import emit_records, err, error_line, out, print_json, s
 from attnviz.cli.errors import cli_errors, INTERRUPTED_EXIT, TERMINATED_EXIT
 from attnviz.cli.group import app
 from attnviz.cli.inputs import CliReporter, takes
-from attnviz.text import visible
+from attnviz.base.text import visible
 
 # Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
 # each command's --help light: a command module loads only what its own command needs, when it runs.
@@ -131,7 +131,7 @@ def _open(source: str):
 
     if source == "-":
         return "standard input", sys.stdin.buffer
-    from attnviz.files import open_regular
+    from attnviz.base.files import open_regular
 
     path = Path(source).expanduser()
     if path.is_dir():
@@ -140,7 +140,7 @@ def _open(source: str):
 
 
 def _check_out(out_dir: Path, force: bool) -> None:
-    from attnviz.files import check_target, export_folder
+    from attnviz.base.files import check_target, export_folder
 
     check_target(export_folder(out_dir), force, "corpus statistics")  # before any model work
 

@@ -52,7 +52,7 @@ def cost(lengths: Annotated[Optional[str], typer.Option(
     chosen = _lengths(lengths)
     loaded = inp.load()
     from attnviz.api import cost as measure
-    from attnviz.sizes import size_text
+    from attnviz.base.sizes import size_text
 
     with usage_errors():
         result = measure(model=loaded, lengths=chosen, max_length=max_length, repeats=repeats,

@@ -13,7 +13,7 @@ from attnviz.cli.output import err, say
 from attnviz.cli.errors import cli_errors
 from attnviz.cli.group import app
 from attnviz.cli.inputs import CaptureInput, takes
-from attnviz.selection import Selection
+from attnviz.base.selection import Selection
 
 # Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
 # each command's --help light: a command module loads only what its own command needs, when it runs.
@@ -43,14 +43,14 @@ def export_command(out_dir: Annotated[Path, typer.Option(
                    look: ScaleOptions) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from attnviz.gallery import FORMATS, export
-    from attnviz.files import check_target, export_folder
+    from attnviz.api.gallery import FORMATS, export
+    from attnviz.base.files import check_target, export_folder
 
     if fmt not in FORMATS:
         raise typer.BadParameter(f"{fmt!r}: choose one of {', '.join(FORMATS)}", param_hint="--format")
     check_target(export_folder(out_dir), force)  # before any model work
     from attnviz.data.parts import Parts
-    from attnviz.gallery import ExportPart
+    from attnviz.api.gallery import ExportPart
 
     whole = inp.whole()
     if isinstance(whole, Parts):  # an encoder-decoder model: each part its own images, grid and section

@@ -11,7 +11,7 @@ from attnviz.cli.output import check_output, err, out, output_path, print_json, 
 from attnviz.cli.errors import cli_errors, usage_errors
 from attnviz.cli.group import app
 from attnviz.cli.inputs import CliReporter, takes, TextInput
-from attnviz.selection import Selection
+from attnviz.base.selection import Selection
 
 # Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
 # each command's --help light: a command module loads only what its own command needs, when it runs.
@@ -81,7 +81,7 @@ def generate(sample: Annotated[bool, typer.Option(
         raise typer.BadParameter("the per-step view shows one layer and one head (or the head mean)",
                                  param_hint="--layer" if len(layers) != 1 else "--head")
     from attnviz.panels import PART_TITLES, head_label, short_model
-    from attnviz.text import visible
+    from attnviz.base.text import visible
 
     path = generation.save(output_path(output, "generation.npz")) if output is not None else None
     steps = generation.steps(layers[0], heads[0], top)

@@ -22,7 +22,7 @@ from attnviz.errors import spell
 from attnviz.cli.errors import usage_errors
 from attnviz.cli.output import err, flag, say
 from attnviz.cli.params import FromOpt, MAX_NEW_TOKENS, ModelOptions, TextArg, whole_number
-from attnviz.selection import Selection
+from attnviz.base.selection import Selection
 
 # Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
 # each command's --help light: a command module loads only what its own command needs, when it runs.
@@ -40,7 +40,7 @@ def read_text(source: Path | None) -> str:
         if source is None:
             data = sys.stdin.buffer.read(MAX_TEXT_BYTES + 1)
         else:
-            from attnviz.files import read_regular
+            from attnviz.base.files import read_regular
 
             data = read_regular(source, MAX_TEXT_BYTES, "text")
     except OSError as exc:
@@ -58,7 +58,7 @@ def read_texts(path: Path, limit: int, what: str) -> list[str]:
     skipped), at most `limit`."""
     from attnviz.corpora import corpus_format, read_lines
     from attnviz.errors import InputError
-    from attnviz.files import open_regular
+    from attnviz.base.files import open_regular
 
     texts: list[str] = []
     with open_regular(path, what) as handle:
@@ -102,7 +102,7 @@ class TextSource(ModelOptions):
         if text is None:
             raise typer.BadParameter("give the TEXT to look at, in quotes (or - to read it from standard "
                                      "input, or --text-file FILE)")
-        from attnviz.text import check_text
+        from attnviz.base.text import check_text
 
         return check_text(text)
 

@@ -48,7 +48,7 @@ def massive(ratio: Annotated[float, typer.Option(
     from attnviz.panels import short_model
     from attnviz.render.png import FORMATS
     from attnviz.render.tables import records_table
-    from attnviz.text import visible
+    from attnviz.base.text import visible
 
     check_output(output, FORMATS)
     if reference is not None and not intervene:

@@ -13,7 +13,7 @@ from attnviz.cli.errors import cli_errors
 from attnviz.cli.group import app
 from attnviz.cli.params import CmapOpt, CsvOpt, HeadSel, ImageOut, JsonOpt, LayerSel
 from attnviz.cli.inputs import CliReporter, PictureSource, read_texts, takes
-from attnviz.selection import Selection
+from attnviz.base.selection import Selection
 
 # Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
 # each command's --help light: a command module loads only what its own command needs, when it runs.

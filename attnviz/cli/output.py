@@ -13,7 +13,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from attnviz.text import visible
+from attnviz.base.text import visible
 
 # Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
 # each command's --help light: a command module loads only what its own command needs, when it runs.
@@ -64,7 +64,7 @@ def error_line(message: str, label: str = "Error", console: Console | None = Non
 
 def emit_records(records: list[dict], as_json: bool, as_csv: bool, columns: list[str] | None = None) -> bool:
     """Print records as JSON or CSV on stdout if asked; return whether it did."""
-    from attnviz.records import to_csv, to_json
+    from attnviz.base.records import to_csv, to_json
 
     if as_json:
         print(to_json(records))
@@ -83,7 +83,7 @@ def check_output(value: str | None, formats: tuple[str, ...]) -> None:
     """-o is checked before any model work: a folder is fine (the default name goes inside), a file needs
     one of `formats` as its suffix."""
     if value is not None and not _folder_like(value):
-        from attnviz.files import check_suffix
+        from attnviz.base.files import check_suffix
 
         check_suffix(value, formats)
 
@@ -98,7 +98,7 @@ def output_path(value: str | None, default_name: str) -> Path:
     return Path(value).expanduser()
 
 def print_json(value: Any) -> None:
-    from attnviz.records import to_json
+    from attnviz.base.records import to_json
 
     print(to_json(value))
 

@@ -14,10 +14,10 @@ from collections.abc import Callable
 import typer
 from rich.text import Text
 
-from attnviz.sizes import MAX_NEW_TOKENS  # noqa: F401 (the options' bound; inputs imports it here)
-from attnviz.devices import DEVICE_ALIASES, DEVICES, DTYPE_ALIASES, DTYPES  # one definition of each (no torch)
-from attnviz.selection import Selection
-from attnviz.text import visible
+from attnviz.base.sizes import MAX_NEW_TOKENS  # noqa: F401 (the options' bound; inputs imports it here)
+from attnviz.base.devices import DEVICE_ALIASES, DEVICES, DTYPE_ALIASES, DTYPES  # one definition of each (no torch)
+from attnviz.base.selection import Selection
+from attnviz.base.text import visible
 from attnviz.cli.output import err, flag
 
 # Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
@@ -29,7 +29,7 @@ from attnviz.cli.output import err, flag
 
 def selection_parser(what: str, keywords: tuple[str, ...] = (), field: str | None = None) -> Callable:
     """A --layer/--head parser: indices, negative indices, ranges, lists, 'all' (and 'mean'/'max' for heads),
-    by attnviz.selection; anything malformed is a usage error that says what is valid."""
+    by attnviz.base.selection; anything malformed is a usage error that says what is valid."""
     field = field or what
 
     def parse(value: Any) -> Selection:
@@ -99,7 +99,7 @@ def size_parser(value: Any) -> int:
     """A size in bytes: 512M, 2G, 1.5G or a number of bytes."""
     if isinstance(value, int):
         return value
-    from attnviz.sizes import parse_size
+    from attnviz.base.sizes import parse_size
 
     try:
         return parse_size(str(value))
@@ -203,7 +203,7 @@ class ModelOptions:
         """The model, loaded once (with a spinner on stderr); `lm_head`: with its language-model head. A layer
         or head selection out of range is refused before the weights load."""
         from attnviz.api import conversion_pending, model_shape
-        from attnviz.devices import refuse_early
+        from attnviz.base.devices import refuse_early
 
         refuse_early(self.device)  # a device this install cannot have: before torch loads
         shape = model_shape(self.model) if self._checked_first else None

@@ -69,7 +69,7 @@ def patch(corrupt: Annotated[Optional[str], typer.Argument(
     from attnviz.panels import short_model
     from attnviz.render.png import FORMATS
     from attnviz.render.tables import records_table, verdict
-    from attnviz.text import shorten, visible
+    from attnviz.base.text import shorten, visible
 
     check_output(output, FORMATS)
     check_output(page, (".html", ".htm"))
@@ -135,7 +135,7 @@ def patch(corrupt: Annotated[Optional[str], typer.Argument(
         say(save_figure(result.figure(), output_path(output, "attnviz_patch.png")),
             console=err if as_json or as_csv else out)
     if page is not None:
-        from attnviz.files import atomic_output, check_suffix
+        from attnviz.base.files import atomic_output, check_suffix
 
         written = result.html()
         where = check_suffix(output_path(page, "attnviz_patch.html"), (".html", ".htm"))
@@ -170,7 +170,7 @@ def _path(text, corrupt, loaded, senders, receivers, to, pair, noise, align, as_
     from attnviz.api import path_patch
     from attnviz.panels import short_model
     from attnviz.render.tables import records_table
-    from attnviz.text import visible
+    from attnviz.base.text import visible
 
     result = path_patch(text, corrupt, senders=senders, receivers=receivers or (), to=to, model=loaded,
                         answers=pair, direction="noise" if noise else "denoise", align=align)

@@ -14,7 +14,7 @@ from attnviz.cli.errors import cli_errors
 from attnviz.cli.group import app
 from attnviz.cli.inputs import CaptureInput, LongTextInput, takes
 from attnviz.render import FORMATS
-from attnviz.selection import Selection
+from attnviz.base.selection import Selection
 
 # Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
 # each command's --help light: a command module loads only what its own command needs, when it runs.
@@ -124,7 +124,7 @@ def rollout(token: Annotated[Optional[str], typer.Option(
     from attnviz.api import rollout as roll_out
     from attnviz.panels import short_model, token_labels
     from attnviz.render.terminal import bar_chart
-    from attnviz.text import visible
+    from attnviz.base.text import visible
 
     check_output(output, FORMATS)
     capture = inp.capture(rollout_token=token, part=part, default_part="encoder")
@@ -216,7 +216,7 @@ def compare(layer: Annotated[Optional[Selection], typer.Option(
     from attnviz.errors import CaptureMismatchError
     from attnviz.metrics import matrix_summary
     from attnviz.panels import Page, apply_scale, attention_panels, short_model, text_subtitle
-    from attnviz.text import visible
+    from attnviz.base.text import visible
 
     check_output(output, FORMATS)
     names = [m.strip() for m in (models or inp.model or "").split(",")] if (models or "," in (inp.model or "")) \
@@ -293,7 +293,7 @@ def explain(term: Annotated[Optional[str], typer.Argument(
 
     from attnviz.errors import SelectionError
     from attnviz.metrics import glossary
-    from attnviz.text import visible
+    from attnviz.base.text import visible
 
     rows = glossary()
     if term is not None:

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from attnviz.text import visible
+from attnviz.base.text import visible
 from attnviz.cli.output import check_output, err, out, output_path, print_json, say
 from attnviz.cli.errors import cli_errors
 from attnviz.cli.group import app

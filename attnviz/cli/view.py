@@ -14,7 +14,7 @@ from attnviz.cli.group import app
 from attnviz.cli.params import (CmapOpt, ColsOpt, CsvOpt, HeadSel, HideOpt, ImageOut, JsonOpt, LayerSel, PartOpt,
                                 RowsOpt, ScaleOptions, SelfPartOpt, StartOpt, ValuesOpt)
 from attnviz.cli.inputs import CaptureInput, LongTextInput, takes
-from attnviz.selection import Selection
+from attnviz.base.selection import Selection
 
 # Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
 # each command's --help light: a command module loads only what its own command needs, when it runs.
@@ -159,8 +159,8 @@ def view(output: Annotated[Optional[str], typer.Option(
          open_page: Annotated[bool, typer.Option("--open", help="Open the page in a web browser.")] = False,
          *, inp: CaptureInput) -> None:
     from attnviz.data.parts import Parts
-    from attnviz.files import check_suffix
-    from attnviz.files import atomic_output
+    from attnviz.base.files import check_suffix
+    from attnviz.base.files import atomic_output
     from attnviz.render.viewer import PRECISIONS, viewer_data, viewer_html
 
     if precision not in PRECISIONS:
@@ -194,7 +194,7 @@ def token(token: Annotated[Optional[str], typer.Argument(
           part: SelfPartOpt = None, *, inp: CaptureInput, look: ScaleOptions) -> None:
     from attnviz.panels import token_links, token_page
     from attnviz.render.png import FORMATS
-    from attnviz.selection import find_token
+    from attnviz.base.selection import find_token
 
     check_output(output, FORMATS)
     if token is None and (inp.source is not None or inp.audio is not None or inp.image is not None) \

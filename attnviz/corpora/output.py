@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 
 from attnviz.corpora import STATE_FILE, CorpusState
-from attnviz.files import write_folder
+from attnviz.base.files import write_folder
 from attnviz.metrics import LABELS, uniform_entropy
 from attnviz.panels import entropy_panel, head_grid_panel, label_share_page, Page, Panel, Scale, short_model
-from attnviz.records import to_csv, to_json
+from attnviz.base.records import to_csv, to_json
 from attnviz.render.png import mixed_figure, panel_figure, save_figure
 
 

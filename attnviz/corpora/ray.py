@@ -24,7 +24,7 @@ from attnviz.corpora.run import BatchRunner, CHUNK_BATCHES
 from attnviz.engine.loading import load, ModelSpec
 from attnviz.errors import InputError, arg
 from attnviz.progress import Reporter
-from attnviz.text import visible
+from attnviz.base.text import visible
 
 RAY_HINT = 'the Ray engine needs Ray Data: pip install "attnviz[ray]"'
 

@@ -19,11 +19,11 @@ from attnviz.corpora import BatchStats, CorpusState, Line, corpus_metrics, pack,
 from attnviz.data.capture import Capture
 from attnviz.errors import AttentionCheckError, InputError, arg
 from attnviz.metrics import Tokens
-from attnviz.tokens import Described, describe_tokens
+from attnviz.base.tokens import Described, describe_tokens
 from attnviz.engine.loading import LoadedModel, first_line, forward_args, layers_and_heads
 from attnviz.engine.memory import attention_bytes, memory_budget
 from attnviz.engine.forward import attentions_of
-from attnviz.words import to_words
+from attnviz.data.words import to_words
 
 CHUNK_BATCHES = 16  # texts are read and length-sorted this many batches at a time
 
@@ -182,7 +182,7 @@ class BatchRunner:
         return out.cpu().numpy().reshape(T, out.shape[1], L * H)
 
     def as_words(self, alpha: np.ndarray, p: Prepared):
-        """One text's attention between words (attnviz.words, as `--words` gives for one text)."""
+        """One text's attention between words (attnviz.data.words, as `--words` gives for one text)."""
 
         d = p.described
         capture = Capture(attentions=np.ascontiguousarray(alpha), tokens=tuple(d.tokens), token_ids=np.asarray(p.ids),

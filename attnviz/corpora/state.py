@@ -19,7 +19,7 @@ from attnviz.metrics import BLOCK, LABELS, Metric, all_metrics
 from attnviz.corpora.lines import Line, MAX_BAD_LISTED
 from attnviz.corpora.moments import Moments
 from attnviz.corpora.texts import BatchStats, TextStats
-from attnviz.files import read_regular
+from attnviz.base.files import read_regular
 
 
 STATE_KIND = "attnviz-corpus"

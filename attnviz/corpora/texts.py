@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnviz.blocks import row_shares
-from attnviz.parallel import run_all
+from attnviz.base.blocks import row_shares
+from attnviz.base.parallel import run_all
 from attnviz.metrics import BLOCK, LABELS, Metric, Rows, Tokens, all_metrics, label_heads
 
 

@@ -28,17 +28,17 @@ from typing import Any
 
 import numpy as np
 
-from attnviz import registry
-from attnviz.blocks import row_shares
+from attnviz.base import registry
+from attnviz.base.blocks import row_shares
 from attnviz.data.npzformat import (FORMAT_VERSION, MAX_ATTENTION_BYTES, PARTS_FORMAT_VERSION,
                                     MAX_SOUND_FRAMES, capture_members, checked_flags, checked_long, checked_meta,
                                     checked_offsets, format_version, limit, long_members, sound_members)
 from attnviz.data.sides import (PART_AXES, PART_META, PART_NAMES, SIDE_KEYS, SPECIAL_KINDS, HeadSpec, LongInput, Side,
                                 causal_mask, normalise_tokens, part_meta, window_mask)
 from attnviz.errors import AttentionCheckError, CaptureFormatError, OutputError, SelectionError, arg
-from attnviz.files import atomic_output, check_suffix
-from attnviz.npzfile import Member, read_npz
-from attnviz.text import is_valid_unicode
+from attnviz.base.files import atomic_output, check_suffix
+from attnviz.base.npzfile import Member, read_npz
+from attnviz.base.text import is_valid_unicode
 
 ROW_SUM_ATOL = 1e-4
 

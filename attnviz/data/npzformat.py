@@ -12,9 +12,9 @@ import numpy as np
 
 from attnviz.data.sides import SPECIAL_KINDS, LongInput
 from attnviz.errors import CaptureFormatError
-from attnviz.npzfile import Member
-from attnviz.sizes import size_from_env
-from attnviz.text import is_valid_unicode
+from attnviz.base.npzfile import Member
+from attnviz.base.sizes import size_from_env
+from attnviz.base.text import is_valid_unicode
 
 FORMAT_VERSION = 1  # one self-attention (a Capture)
 PARTS_FORMAT_VERSION = 2  # an encoder-decoder model's three parts (Parts)

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import numpy as np
 
-from attnviz import registry
+from attnviz.base import registry
 from attnviz.data.capture import Capture, read_parts, write_parts
 from attnviz.data.npzformat import PARTS_FORMAT_VERSION, capture_members, format_version
 from attnviz.data.sides import PART_AXES, PART_META, PART_NAMES, SIDE_KEYS, part_meta  # noqa: F401 (re-exported)
 from attnviz.errors import AttentionCheckError, CaptureFormatError, SelectionError, arg
-from attnviz.npzfile import read_npz
+from attnviz.base.npzfile import read_npz
 
 @dataclass(frozen=True, eq=False)
 class Parts:

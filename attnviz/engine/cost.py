@@ -27,7 +27,7 @@ from attnviz.engine.stream import give_back_memory, streamed_capture
 
 from attnviz.metrics import head_values
 
-from attnviz.sizes import size_text
+from attnviz.base.sizes import size_text
 
 TEXT = ("Attention lets every token look at every other token, and the cost of looking grows with the square of "
         "the length. ")

@@ -19,10 +19,10 @@ from attnviz.engine.seq2seq import parts_capture
 from attnviz.engine.stream import streamed_capture, streamed_words, Window
 from attnviz.errors import arg
 from attnviz.progress import Reporter
-from attnviz.selection import find_token, Selection
-from attnviz.sizes import size_text
-from attnviz.text import check_text, visible
-from attnviz.words import to_words
+from attnviz.base.selection import find_token, Selection
+from attnviz.base.sizes import size_text
+from attnviz.base.text import check_text, visible
+from attnviz.data.words import to_words
 
 
 def run_capture(loaded, text: str, *, words: bool, stream: bool | None, part: str | None, target: str | None,
@@ -47,7 +47,7 @@ def run_capture(loaded, text: str, *, words: bool, stream: bool | None, part: st
 
     require(loaded, "stream")
     if words:
-        from attnviz.words import word_edges
+        from attnviz.data.words import word_edges
 
         W = len(word_edges(encoded.tokens, encoded.subword, encoded.special)) - 1
         reporter.note(f"Streamed: {T} tokens in {W} words, attention computed a block of query rows at a time "

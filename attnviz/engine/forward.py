@@ -17,8 +17,8 @@ from attnviz.engine.families import has_sinks, layer_windows
 from attnviz.engine.loading import LoadedModel, first_line, forward_args
 from attnviz.engine.memory import check_memory
 from attnviz.errors import AttentionCheckError, AttnvizWarning, InputError, ModelLoadError, arg
-from attnviz.text import check_text
-from attnviz.tokens import describe_tokens, special_ids
+from attnviz.base.text import check_text
+from attnviz.base.tokens import describe_tokens, special_ids
 
 def encode(loaded: LoadedModel, text: str, *, truncate: bool = True, target: bool = False) -> Encoded:
     """Tokenise `text` for `loaded`; truncate (with a warning) past the model's maximum positions.

@@ -24,8 +24,8 @@ from attnviz.engine.forward import attentions_of, encode, make_capture
 from attnviz.engine.loading import layers_and_heads
 from attnviz.engine.memory import check_memory
 from attnviz.errors import arg, AttentionCheckError, AttnvizWarning, InputError, UsageError
-from attnviz.sizes import MAX_NEW_TOKENS
-from attnviz.tokens import readable_tokens, special_ids, special_kind as _special_kind
+from attnviz.base.sizes import MAX_NEW_TOKENS
+from attnviz.base.tokens import readable_tokens, special_ids, special_kind as _special_kind
 
 
 @dataclass(frozen=True)

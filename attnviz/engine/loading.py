@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from attnviz.devices import DTYPES, dtype_name, pick_device, refuse_early
+from attnviz.base.devices import DTYPES, dtype_name, pick_device, refuse_early
 from attnviz.engine import offline
 from attnviz.engine.families import decoder_types, encoder_types, vision_types
 from attnviz.engine.modelfiles import check_folder, read_config
 from attnviz.errors import AttnvizWarning, InputError, ModelLoadError, UsageError, arg
-from attnviz.tokens import special_ids
+from attnviz.base.tokens import special_ids
 
 # torch and transformers are imported inside the functions that need them, so that the names here answer
 # before they load (about 2.5 s).

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from attnviz.engine.loading import LoadedModel, layers_and_heads, part_shapes
 from attnviz.errors import InputError, arg
-from attnviz.sizes import size_from_env, size_text
+from attnviz.base.sizes import size_from_env, size_text
 
 def memory_budget() -> int:
     """Bytes the full attention tensor may take: $ATTNVIZ_MEMORY_BUDGET (512M, 8G, bytes), else 2 GiB.

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from attnviz.engine.offline.gguf import MAX_CONTEXT, MAX_MODEL_ENV, max_model_bytes
 from attnviz.errors import ModelLoadError
-from attnviz.files import kind_of
+from attnviz.base.files import kind_of
 
 CONFIG_BYTES = 1 << 20  # a config.json, at most
 HEADER_BYTES = 100_000_000  # a safetensors header, at most (the safetensors library's own limit)
@@ -213,6 +213,6 @@ def _read_bounded(path: Path, limit: int, shown: str) -> bytes:
 
 
 def _size(n: int) -> str:
-    from attnviz.sizes import size_text
+    from attnviz.base.sizes import size_text
 
     return size_text(n)

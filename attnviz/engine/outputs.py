@@ -10,7 +10,7 @@ import numpy as np
 from attnviz.data.capture import Capture
 from attnviz.data.npzformat import MAX_ATTENTION_BYTES, limit
 from attnviz.errors import CaptureFormatError, InputError
-from attnviz.tokens import describe_tokens
+from attnviz.base.tokens import describe_tokens
 
 
 def capture_from_outputs(outputs, inputs, tokenizer, *, text: str | None = None,

@@ -1,6 +1,6 @@
 """A picture as a vision model's input: fitted whole to the patch grid, normalised as the model's folder says,
 with a token per [CLS] (and DeiT's distillation token, DINOv2's registers) and per patch, p(row,col) row by row.
-The torch side of attnviz.images (which decodes and checks the file); forward.encode hands pictures here.
+The torch side of attnviz.data.picture (which decodes and checks the file); forward.encode hands pictures here.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from attnviz import images
+from attnviz.data import picture as images
 from attnviz.engine.encoded import Encoded
 from attnviz.engine.loading import LoadedModel
 from attnviz.engine.memory import attention_bytes, memory_budget
 from attnviz.errors import InputError, arg
-from attnviz.sizes import size_text
+from attnviz.base.sizes import size_text
 
 IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 

@@ -23,7 +23,7 @@ from attnviz.engine.generate import cache_argument, choose_token, Decoding, writ
 from attnviz.engine.loading import part_shapes
 from attnviz.engine.memory import check_parts_memory
 from attnviz.errors import AttentionCheckError, AttnvizWarning, InputError
-from attnviz.tokens import readable_tokens, special_ids, special_kind as _special_kind
+from attnviz.base.tokens import readable_tokens, special_ids, special_kind as _special_kind
 
 START_LABEL = "<start>"  # T5 and Marian start the decoder with their padding id: it is no padding here
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnviz import audio as sounds
+from attnviz.data import sound as sounds
 from attnviz._version import __version__
 from attnviz.data.parts import Parts
 from attnviz.data.sides import Side
@@ -206,7 +206,7 @@ def alignment_heads(loaded: LoadedModel) -> list[tuple[int, int]]:
 
 
 def _target_side(tok, start: list[int], text_ids: list[int], spans: list[tuple[int, int]]) -> Side:
-    from attnviz.tokens import readable_tokens
+    from attnviz.base.tokens import readable_tokens
 
     ids = start + text_ids
     raw = tok.convert_ids_to_tokens(ids)

@@ -24,20 +24,20 @@ import numpy as np
 import torch
 
 from attnviz._version import __version__
-from attnviz.blocks import equal_edges, row_shares, sum_blocks, sum_row_blocks
+from attnviz.base.blocks import equal_edges, row_shares, sum_blocks, sum_row_blocks
 from attnviz.data.capture import Capture
 from attnviz.data.sides import LongInput
 from attnviz.engine.families import has_sinks, layer_windows, require
 from attnviz.engine.forward import row_sum_tolerance
 from attnviz.metrics import Accumulator, all_metrics, records_from_values, rollout_rows, Rows, Tokens
-from attnviz.parallel import Started, runs, start_all, threads
+from attnviz.base.parallel import Started, runs, start_all, threads
 from attnviz.engine.interface import LayerAttention, output, streaming
 from attnviz.engine.loading import layers_and_heads
 from attnviz.engine.memory import attention_bytes
 from attnviz.errors import arg, InputError, UnsupportedArchitectureError
-from attnviz.sizes import size_text
-from attnviz.text import fit
-from attnviz.words import word_edges, word_labels
+from attnviz.base.sizes import size_text
+from attnviz.base.text import fit
+from attnviz.data.words import word_edges, word_labels
 
 BLOCK_BYTES = 16 << 20  # one block of α rows in float64 (the numpy side); the torch side holds a float32 copy
 DEFAULT_POOL = 512  # pooled pictures have at most this many cells a side

@@ -14,7 +14,7 @@ import inspect
 import numpy as np
 import torch
 
-from attnviz import images
+from attnviz.data import picture as images
 from attnviz.data.capture import Capture
 from attnviz.engine.forward import make_capture, model_attentions
 from attnviz.engine.loading import LoadedModel

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from attnviz.data.capture import Capture
-from attnviz.tokens import is_punctuation
+from attnviz.base.tokens import is_punctuation
 
 
 

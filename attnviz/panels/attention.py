@@ -12,7 +12,7 @@ import numpy as np
 
 from attnviz.data.capture import Capture
 from attnviz.errors import SelectionError, arg
-from attnviz.text import visible
+from attnviz.base.text import visible
 
 from attnviz.panels.page import HeadChoice, Page, Panel, Scale, ScaleChoice
 from attnviz.panels.names import (PART_TITLES, head_filename, head_label, key_labels, kept_tokens, short_model, splits,

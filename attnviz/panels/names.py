@@ -10,7 +10,7 @@ import numpy as np
 
 from attnviz.data.capture import Capture
 from attnviz.errors import SelectionError, arg
-from attnviz.text import shorten, visible
+from attnviz.base.text import shorten, visible
 
 from attnviz.panels.page import HeadChoice, Panel, Scale
 

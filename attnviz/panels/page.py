@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from attnviz.blocks import every, pool_blocks, sum_blocks
+from attnviz.base.blocks import every, pool_blocks, sum_blocks
 
 # matplotlib is imported inside the functions that draw, so that reading a capture and --help never load it.
 

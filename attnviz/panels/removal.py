@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from attnviz.text import visible
+from attnviz.base.text import visible
 
 from attnviz.panels.page import Page, Panel, Scale
 

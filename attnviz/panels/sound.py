@@ -14,7 +14,7 @@ from attnviz.data.capture import Capture
 from attnviz.errors import SelectionError
 from attnviz.panels.names import head_filename, head_label, short_model
 from attnviz.panels.page import HeadChoice, Page, Panel, Scale
-from attnviz.text import shorten, visible
+from attnviz.base.text import shorten, visible
 
 END = "(end)"  # the last row writes <|endoftext|> (or follows a given transcript's end)
 NEXT = "(next)"  # the last row of a transcript cut by --max-new-tokens: it writes what was not kept

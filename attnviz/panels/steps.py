@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from attnviz.text import shorten, visible
+from attnviz.base.text import shorten, visible
 
 from attnviz.panels.page import Page, Panel, Scale
 from attnviz.panels.names import short_model

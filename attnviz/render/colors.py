@@ -24,7 +24,7 @@ def colormap(name: str):
     try:
         return colormaps[name].with_extremes(bad="#f2f2f2")
     except (KeyError, TypeError, ValueError):
-        from attnviz.text import visible
+        from attnviz.base.text import visible
 
         raise ColormapError(f"unknown colormap {visible(str(name))!r}; try viridis, magma, Blues or any "
                             f"matplotlib colormap name", "cmap") from None

@@ -12,7 +12,7 @@ from attnviz import metrics
 from attnviz._version import __version__
 from attnviz.data.capture import Capture
 from attnviz.panels import head_label, Panel, PART_TITLES, short_model
-from attnviz.text import visible
+from attnviz.base.text import visible
 from attnviz.render.viewer import CSP_WITH_IMAGES
 
 STYLE = """

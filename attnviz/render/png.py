@@ -19,13 +19,13 @@ import numpy as np
 
 from attnviz._version import __version__
 from attnviz.data.capture import Capture
-from attnviz.files import atomic_output, check_suffix
+from attnviz.base.files import atomic_output, check_suffix
 from attnviz.render import FORMATS
 from attnviz.panels import HeadChoice, Page, Panel, Scale, grid_title, heatmap_page, short_model
 from attnviz.render.colors import DEFAULT_CMAP, colormap, rgb, text_on
 from attnviz.render.encode import encode_png, figure_rgb
 from attnviz.render.fonts import families_for
-from attnviz.text import cells, fit
+from attnviz.base.text import cells, fit
 
 # matplotlib is imported inside the functions that draw, so that reading a capture and --help never load it.
 

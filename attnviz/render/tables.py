@@ -13,7 +13,7 @@ from rich.text import Text
 
 from attnviz import metrics
 from attnviz.render.colors import rgb, text_on
-from attnviz.text import visible
+from attnviz.base.text import visible
 
 
 def titled(title: str, table: Table) -> Group:

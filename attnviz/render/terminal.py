@@ -18,7 +18,7 @@ from rich.text import Text
 
 from attnviz.panels import generated_split, Panel, Scale, short_model, token_labels, with_shared_scale
 from attnviz.render.colors import DEFAULT_CMAP, rgb, text_on
-from attnviz.text import cells, fit, glyphs, pad, visible
+from attnviz.base.text import cells, fit, glyphs, pad, visible
 
 SHADES = " ░▒▓█"  # 0 .. vmax in five steps
 MAX_HEADER_LINES = 12  # vertical key labels longer than this many characters end in "…"

@@ -26,7 +26,7 @@ from attnviz.data.capture import Capture
 from attnviz.data.parts import Parts
 from attnviz.errors import InputError
 from attnviz.panels import PART_TITLES, generated_split, short_model
-from attnviz.text import repair_unicode, visible
+from attnviz.base.text import repair_unicode, visible
 
 PRECISIONS = ("auto", "16", "8")
 AUTO_16_BIT_BYTES = 4 << 20  # auto: 16 bits per weight while the weights take at most this (base64), else 8
@@ -210,7 +210,7 @@ def sound_section(parts: Parts, names: list[str]) -> dict | None:
     from matplotlib import colormaps
     from PIL import Image
 
-    from attnviz.audio import wav_bytes
+    from attnviz.data.sound import wav_bytes
 
     cross = parts.part("cross")
     assert cross.sound is not None and cross.mel is not None

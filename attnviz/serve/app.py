@@ -34,7 +34,7 @@ from pydantic import BaseModel, Field
 
 import attnviz
 from attnviz.errors import AttnvizError, InputError
-from attnviz.text import check_text
+from attnviz.base.text import check_text
 from attnviz.serve.queue import Busy, OneAtATime
 
 PAGE_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob: data:; connect-src 'self'; "
@@ -356,6 +356,6 @@ def _steps_work(model, request: StepsRequest, limits: Limits):
 
 
 def attnviz_json(data: dict) -> bytes:
-    from attnviz.records import to_json
+    from attnviz.base.records import to_json
 
     return to_json(data).encode("utf-8")

@@ -84,7 +84,7 @@ class Guard:
         try:
             await self.app(scope, receive, send_with_headers)
         except Exception as exc:  # the app has answered 500 already; the server goes on
-            from attnviz.text import visible
+            from attnviz.base.text import visible
 
             self.report(visible(f"attnviz serve: {scope['method']} {scope.get('path', '')[:80]} failed "
                                 f"({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}); "

@@ -17,7 +17,7 @@ from attnviz.engine.ablation.runs import alpha_of, head_means, is_causal_lm, out
 from attnviz.engine.loading import forward_args
 from attnviz.metrics import detector_scores, POSITIONAL_MIN, REPEAT_MIN
 from attnviz.progress import Reporter
-from attnviz.tokens import special_ids
+from attnviz.base.tokens import special_ids
 
 
 # --- detectors on controlled inputs ----------------------------------------------------------------------

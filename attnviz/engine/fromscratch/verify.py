@@ -20,7 +20,7 @@ from attnviz.engine.hooks import Seen, recording_inputs
 from attnviz.engine.loading import forward_args, layers_and_heads
 from attnviz.engine.memory import check_memory, check_parts_memory
 from attnviz.errors import arg, InputError, UnsupportedArchitectureError
-from attnviz.text import visible
+from attnviz.base.text import visible
 
 
 def part_masks(source_mask: torch.Tensor, T: int) -> dict[str, torch.Tensor]:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from attnviz._version import __version__
 from attnviz.errors import AttnvizWarning, ModelLoadError
-from attnviz.files import sync
+from attnviz.base.files import sync
 
 CACHE_ENV = "ATTNVIZ_CACHE_DIR"
 STAMP = "attnviz-stamp.json"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnviz.errors import ModelLoadError
-from attnviz.sizes import size_from_env
+from attnviz.base.sizes import size_from_env
 
 MAGIC = b"GGUF"
 MAX_TENSORS = 100_000
@@ -224,7 +224,7 @@ def inspect(path: Path) -> GGUFSummary:
     _check_metadata(shown, architecture, metadata, table)
     need, limit = parameters * 4, max_model_bytes()
     if need > limit:
-        from attnviz.sizes import size_text
+        from attnviz.base.sizes import size_text
 
         raise ModelLoadError(f"{shown} has {parameters:,} weights: {size_text(need)} dequantized to float32, over "
                              f"the limit of {size_text(limit)} ({MAX_MODEL_ENV})")

@@ -21,7 +21,7 @@ from typing import Any, Union
 import unicodedata
 
 from attnviz.errors import SelectionError, UsageError, arg
-from attnviz.text import visible
+from attnviz.base.text import visible
 
 MAX_SPEC_CHARS = 1000
 _RANGE = re.compile(r"^(-?\d{1,18})\s*-\s*(-?\d{1,18})$", re.ASCII)

@@ -32,7 +32,7 @@ class Picture:
     name: str
     size: int | None = None  # the longer side to feed the model (None: the model's own)
 
-    is_picture = True  # what check_text looks for (attnviz.text imports nothing of this module)
+    is_picture = True  # what check_text looks for (attnviz.base.text imports nothing of this module)
 
     def __repr__(self) -> str:
         return f"Picture({self.name!r}, {self.pixels.shape[1]} × {self.pixels.shape[0]} pixels)"
@@ -65,7 +65,7 @@ def picture(image, name: str | None = None, size: int | None = None) -> Picture:
 
 def read_bytes(source: str | Path | None) -> tuple[bytes, str]:
     """(the file's bytes, its name for messages); None or "-" reads standard input. At most MAX_IMAGE_BYTES."""
-    from attnviz.files import read_input
+    from attnviz.base.files import read_input
 
     return read_input(None if source is None or str(source) == "-" else source, MAX_IMAGE_BYTES, "image")
 

@@ -17,7 +17,7 @@ import re
 from typing import Any
 from collections.abc import Iterable, Mapping
 
-from attnviz.text import repair_unicode, visible
+from attnviz.base.text import repair_unicode, visible
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 

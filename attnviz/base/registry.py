@@ -2,7 +2,7 @@
 
 A leaf: it imports nothing of attnviz. Lower layers look things up here, higher layers register them, so no
 module below the renderers imports one above it. `attnviz/__init__.py` imports the notebook views
-(`attnviz.display`), which register themselves, so a Capture anywhere in the package has its views.
+(`attnviz.api.notebook`), which register themselves, so a Capture anywhere in the package has its views.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 VIEW_NAMES = ("html", "heatmap", "heads", "view")
-VIEWS: dict[str, Callable[..., Any]] = {}  # name -> function(capture, ...), registered by attnviz.display
+VIEWS: dict[str, Callable[..., Any]] = {}  # name -> function(capture, ...), registered by attnviz.api.notebook
 
 
 def register_view(name: str, function: Callable[..., Any]) -> None:
@@ -26,5 +26,5 @@ def view(name: str) -> Callable[..., Any]:
     try:
         return VIEWS[name]
     except KeyError:
-        raise LookupError(f"no {name!r} view is registered: import attnviz (attnviz.display registers "
+        raise LookupError(f"no {name!r} view is registered: import attnviz (attnviz.api.notebook registers "
                           f"the views)") from None

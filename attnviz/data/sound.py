@@ -37,7 +37,7 @@ class Sound:
     file_rate: int = RATE  # the file's own rate, before resampling
     channels: int = 1  # the file's channels, before mixing
 
-    is_sound = True  # what check_text looks for (attnviz.text imports nothing of this module)
+    is_sound = True  # what check_text looks for (attnviz.base.text imports nothing of this module)
 
     @property
     def seconds(self) -> float:
@@ -78,7 +78,7 @@ def _decoded(data: bytes, shown: str) -> Sound:
 
 def read_bytes(source: str | Path | None) -> tuple[bytes, str]:
     """(the file's bytes, its name for messages); None reads standard input. At most MAX_SOUND_BYTES."""
-    from attnviz.files import read_input
+    from attnviz.base.files import read_input
 
     data, name = read_input(source, MAX_SOUND_BYTES, "audio")
     if not data:

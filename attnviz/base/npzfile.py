@@ -98,7 +98,7 @@ def read_npz(path: str | Path, members: dict[str, Member],
     members are read (and checked) only when present."""
     path = Path(path)
     if not path.is_file():
-        from attnviz.files import kind_of
+        from attnviz.base.files import kind_of
 
         if path.exists():
             raise CaptureFormatError(f"{path} is {kind_of(path.stat().st_mode)}, not a capture file")

@@ -1,6 +1,6 @@
 """What a Capture shows in a notebook: the interactive viewer inline, a heatmap Figure, the head table, the
 page written to a file. These need the renderers, which sit above the Capture, so they register themselves
-in attnviz.registry (imported by attnviz/__init__.py) rather than being imported from below.
+in attnviz.base.registry (imported by attnviz/__init__.py) rather than being imported from below.
 
 The renderers are imported inside each function: `import attnviz` stays light (no numpy, no matplotlib).
 """
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnviz import registry
-from attnviz.arguments import checked
+from attnviz.base import registry
+from attnviz.base.arguments import checked
 
 # `import attnviz` imports this module (it registers the views), so everything beyond the standard library
 # is imported inside the functions: `import attnviz` loads no numpy, matplotlib or torch.
@@ -110,7 +110,7 @@ def write_view(whole: Any, path: str | os.PathLike, *, layers: Sequence[int] | N
     from attnviz.data.capture import Capture
     from attnviz.data.parts import Parts
     from attnviz.errors import InputError, SelectionError, arg
-    from attnviz.files import atomic_output
+    from attnviz.base.files import atomic_output
     from attnviz.render.viewer import viewer_data, viewer_html
 
     if not isinstance(whole, (Capture, Parts)):

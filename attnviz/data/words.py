@@ -13,11 +13,11 @@ from typing import overload
 
 import numpy as np
 
-from attnviz.blocks import pool_blocks
+from attnviz.base.blocks import pool_blocks
 from attnviz.data.capture import Capture
 from attnviz.data.parts import Parts
 from attnviz.data.sides import Side
-from attnviz.tokens import is_punctuation
+from attnviz.base.tokens import is_punctuation
 
 
 def word_edges(tokens: Sequence[str], subword: Sequence[bool] | np.ndarray, special: Sequence[bool] | np.ndarray,

@@ -20,14 +20,14 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from attnviz.arguments import checked
-from attnviz.files import MANIFEST, write_folder  # noqa: F401 (MANIFEST re-exported)
+from attnviz.base.arguments import checked
+from attnviz.base.files import MANIFEST, write_folder  # noqa: F401 (MANIFEST re-exported)
 from attnviz.data.capture import Capture
 from attnviz.data.parts import Parts
 from attnviz.errors import arg, InputError, OutputError, SelectionError, UsageError
 from attnviz.metrics import head_records
 from attnviz.panels import Panel, Scale, ScaleChoice, attention_panels, text_subtitle
-from attnviz.records import to_csv, to_json
+from attnviz.base.records import to_csv, to_json
 from attnviz.render.encode import encode_scanlines, rgb_view, scanlines
 from attnviz.render.html import gallery_html, Section
 from attnviz.render.png import FORMATS as FIGURE_FORMATS, grid_figure, panel_figure, save_grid
