@@ -3,7 +3,7 @@
 Data flows one way, and the packages show it:
 
     text -> engine/ (the torch side: loading, the one capture entry, streaming, generation,
-                     encoder-decoders, the input-recording hooks; fromscratch/ recomputes α from the weights)
+                     encoder-decoders, the input-recording hooks; scratch/ recomputes α from the weights)
          -> data/ (Capture, Parts, the .npz format) -> metrics -> panels -> render/
          -> api/ (the public API: the only door) -> cli/ (the command line, which calls only the API)
 

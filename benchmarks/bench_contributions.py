@@ -31,7 +31,7 @@ CHILD = """
 import sys, time
 import numpy as np
 import attnviz
-from attnviz.engine.loading import load
+from attnviz.engine.models import load
 
 text, stream, out = open(sys.argv[1], encoding="utf-8").read(), sys.argv[2] == "1", sys.argv[3]
 loaded = load("smollm2", device="cpu")
@@ -45,7 +45,7 @@ print(f"{len(result.capture.tokens)} {seconds:.2f} {float(result.checks.max()):.
 
 def text_of(T: int) -> str:
     """Words from a fixed seed, cut to exactly T SmolLM2 tokens."""
-    from attnviz.engine.loading import load
+    from attnviz.engine.models import load
 
     tokenizer = load("smollm2", device="cpu").tokenizer
     rng = random.Random(0)

@@ -51,7 +51,7 @@ def naive(loaded, texts):
 
 def local(loaded, texts, batch_size):
     from attnviz.corpora import Line
-    from attnviz.corpora.run import BatchRunner, run_local
+    from attnviz.engine.corpora.run import BatchRunner, run_local
 
     runner = BatchRunner(loaded, batch_size=batch_size)
     state = runner.new_state()
@@ -64,7 +64,7 @@ def stages(loaded, texts, batch_size) -> dict[str, float]:
     tokenise (BatchRunner.prepare), forward (BatchRunner.run less the statistics in it), statistics
     (texts_stats, per batch), merge (CorpusState.add_texts)."""
     from attnviz.corpora import CorpusState, Line
-    from attnviz.corpora import run as corpus_run
+    from attnviz.engine.corpora import run as corpus_run
 
     spent = {"tokenise": 0.0, "run": 0.0, "statistics": 0.0, "merge": 0.0}
 
@@ -99,7 +99,7 @@ def forward_only(loaded, texts, batch_size) -> float:
     import torch
 
     from attnviz.corpora import Line
-    from attnviz.corpora.run import BatchRunner
+    from attnviz.engine.corpora.run import BatchRunner
 
     runner = BatchRunner(loaded, batch_size=batch_size)
     ready, _ = runner.prepare([Line("bench", n + 1, t) for n, t in enumerate(texts)])
@@ -143,7 +143,7 @@ def main() -> None:
 
     import torch
 
-    from attnviz.engine.loading import load
+    from attnviz.engine.models import load
 
     texts = sentences(args.texts)
     loaded = load(None, device=args.device)
@@ -188,7 +188,7 @@ def ray_rows(texts, args, state) -> list:
         print('(Ray rows skipped: pip install "attnviz[ray]")')
         return []
     from attnviz.api import ModelSpec
-    from attnviz.corpora.ray import run_ray
+    from attnviz.engine.corpora.ray import run_ray
 
     folder = Path(tempfile.mkdtemp())
     one, every = folder / "one.txt", folder / "all.txt"

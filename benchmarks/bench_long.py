@@ -33,7 +33,7 @@ def build_model(folder: Path) -> Path:
     import torch
     import transformers as tf
 
-    from attnviz.engine.loading import bundled_model_dir
+    from attnviz.engine.models import bundled_model_dir
 
     torch.manual_seed(0)
     tokenizer = tf.AutoTokenizer.from_pretrained(str(bundled_model_dir()))
@@ -70,7 +70,7 @@ FLOOR = """
 import sys, time
 import torch
 from transformers import AutoModel, AutoTokenizer
-from attnviz.engine.fromscratch.adapters import adapter_for
+from attnviz.engine.scratch.adapters import adapter_for
 from attnviz.engine.hooks import recording_inputs
 
 folder, path = sys.argv[1], sys.argv[2]

@@ -6,7 +6,7 @@ model's own `generate` without it (greedy, same tokens), side by side in one run
     python benchmarks/bench_offline.py --new-tokens 50  # the longer generation row
     python benchmarks/bench_offline.py --device cuda    # the GPU rows
 
-A load is `attnviz.engine.loading.load(name)` in a new interpreter, timed inside it from before the import of attnviz
+A load is `attnviz.engine.models.load(name)` in a new interpreter, timed inside it from before the import of attnviz
 (so torch's and transformers' import is part of every row, as it is for a user). The first load uses an
 empty cache folder made for the run.
 """
@@ -25,7 +25,7 @@ import time
 LOAD = """
 import json, sys, time
 start = time.perf_counter()
-from attnviz.engine.loading import load
+from attnviz.engine.models import load
 loaded = load(sys.argv[1], device=sys.argv[2], lm_head=sys.argv[1] == "smollm2")
 print(json.dumps({"seconds": time.perf_counter() - start}))
 """
@@ -42,9 +42,9 @@ def load_seconds(name: str, device: str, cache: str) -> float:
 def generation(device: str, new_tokens: int, repeats: int) -> tuple[float, float, list[int], list[int]]:
     import torch
 
-    from attnviz.engine.generate import Decoding, generate_capture
+    from attnviz.engine.generation import Decoding, generate_capture
     from attnviz.engine.forward import encode
-    from attnviz.engine.loading import load
+    from attnviz.engine.models import load
 
     loaded = load("smollm2", device=device, lm_head=True)
     prompt = "Once upon a time, in a small town by the sea, there lived a cat who"  # a story: it goes on

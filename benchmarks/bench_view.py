@@ -38,7 +38,7 @@ def main() -> None:
                       meta={"model": "random 12 × 12", "causal": False, "text": "synthetic"})
     if args.real:
         from attnviz.engine.forward import capture_text
-        from attnviz.engine.loading import load
+        from attnviz.engine.models import load
 
         capture = capture_text(" ".join(["The quick brown fox jumps over the lazy dog while the cat sat on the "
                                          "mat."] * 8), load(None, device="cpu"))

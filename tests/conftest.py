@@ -38,7 +38,7 @@ def tiny_seq2seq_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def load_tiny(tiny_model_dir):
-    from attnviz.engine.loading import load
+    from attnviz.engine.models import load
 
     return once(lambda kind: load(tiny_model_dir(kind), device="cpu"))
 
@@ -46,7 +46,7 @@ def load_tiny(tiny_model_dir):
 @pytest.fixture(scope="session")
 def minilm():
     """The real bundled all-MiniLM-L6-v2, loaded once."""
-    from attnviz.engine.loading import load
+    from attnviz.engine.models import load
 
     return load("minilm", device="cpu")
 

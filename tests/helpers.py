@@ -89,7 +89,7 @@ def build_tiny_seq2seq(kind: str, folder, *, init: float = 0.3):
 def bert_tokenizer():
     from transformers import AutoTokenizer
 
-    from attnviz.engine.loading import bundled_model_dir
+    from attnviz.engine.models import bundled_model_dir
 
     return AutoTokenizer.from_pretrained(str(bundled_model_dir()))
 

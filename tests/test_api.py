@@ -216,7 +216,7 @@ def _notebook(path):
 
     cells = [
         "import torch\nimport attnviz\nfrom transformers import AutoModel, AutoTokenizer\n"
-        "from attnviz.engine.loading import bundled_model_dir\n%matplotlib inline",
+        "from attnviz.engine.models import bundled_model_dir\n%matplotlib inline",
         # the essays' BERT example, as they write it, with the bundled model
         "tokenizer = AutoTokenizer.from_pretrained(str(bundled_model_dir()))\n"
         "model = AutoModel.from_pretrained(str(bundled_model_dir()), attn_implementation='eager')\n"

@@ -186,7 +186,7 @@ def test_verify_unsupported_architecture_is_one_line(tmp_path):
                                    num_hidden_layers=1, embedding_size=8)).save_pretrained(tmp_path)
     from transformers import AutoTokenizer
 
-    from attnviz.engine.loading import bundled_model_dir
+    from attnviz.engine.models import bundled_model_dir
 
     AutoTokenizer.from_pretrained(str(bundled_model_dir())).save_pretrained(tmp_path)
     assert "no adapter for 'albert'" in one_line_error(run("verify", SENTENCE, "-m", tmp_path))

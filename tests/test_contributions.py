@@ -55,7 +55,7 @@ def test_a_heads_effect_equals_its_slice_of_the_models_own_output_projection(fol
     import torch
 
     from attnviz.engine.forward import encode
-    from attnviz.engine.loading import load
+    from attnviz.engine.models import load
 
     loaded = load(folders("gpt2"), device="cpu", lm_head=True)
     result = attnviz.logit_attribution(TEXT, model=loaded)
@@ -179,9 +179,9 @@ def test_value_zeroing_equals_zeroing_one_value_at_a_time(kind, tmp_path):
     import torch
 
     from attnviz.engine.forward import encode
-    from attnviz.engine.fromscratch.adapters import adapter_for
-    from attnviz.engine.loading import load
-    from attnviz.engine.zeroing import value_zeroing
+    from attnviz.engine.scratch.adapters import adapter_for
+    from attnviz.engine.models import load
+    from attnviz.engine.attribution.zeroing import value_zeroing
 
     loaded = load(str(build_tiny_model(kind, tmp_path / kind)), device="cpu")
     encoded = encode(loaded, SENTENCE)
@@ -244,7 +244,7 @@ def test_alti_on_three_tokens_equals_the_formula_written_out(tmp_path):
     import torch
     import transformers as tf
 
-    from attnviz.engine.fromscratch.alti import alti
+    from attnviz.engine.attribution.alti import alti
 
     torch.manual_seed(3)
     config = tf.BertConfig(vocab_size=10, hidden_size=4, num_hidden_layers=1, num_attention_heads=2,
@@ -460,7 +460,7 @@ def test_streamed_alti_equals_the_full_path(kind, folders, tiny_model_dir):
 def test_a_long_input_streams_by_itself_and_is_refused_in_one_line_past_the_budget(tiny_model_dir, monkeypatch):
     """Past the memory budget the full path would take, ALTI streams without being asked (and says so);
     past what even the streamed path holds, one line states the formula. Value zeroing does not stream."""
-    from attnviz.engine.loading import load
+    from attnviz.engine.models import load
     from attnviz.engine.memory import alti_bytes
 
     folder = tiny_model_dir("bert")

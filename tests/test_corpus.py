@@ -26,7 +26,7 @@ CAUSAL = ("gpt2", "llama")
 
 
 def _runner(loaded, **kwargs):
-    from attnviz.corpora.run import BatchRunner
+    from attnviz.engine.corpora.run import BatchRunner
 
     return BatchRunner(loaded, **kwargs)
 
@@ -151,7 +151,7 @@ def test_statistics_of_a_batch_do_not_depend_on_how_it_is_cut(kind, load_tiny, m
 def test_token_weighted_moments_equal_a_direct_computation_over_all_rows(load_tiny):
     """The tokens weighting: mean and sample std over every query row of every text, computed here from each
     text's own capture with numpy (row entropy, α_i,i−1), against the state's moments."""
-    from attnviz.corpora.run import run_local
+    from attnviz.engine.corpora.run import run_local
     from attnviz.engine.forward import capture_text
     from attnviz.metrics import row_entropy
 
@@ -387,7 +387,7 @@ def test_usage_errors(tmp_path):
 def test_interrupt_writes_partial_statistics(tmp_path, tiny_model_dir, monkeypatch):
     """Ctrl-C during a run: the batch in progress finishes, what was folded so far is written, marked
     partial, and the exit code is 130."""
-    from attnviz.corpora.run import BatchRunner
+    from attnviz.engine.corpora.run import BatchRunner
 
     calls = []
     original = BatchRunner.run
@@ -448,7 +448,7 @@ def test_an_unreachable_ray_address_is_one_line_in_seconds(tmp_path, tiny_model_
     """Ray retries a wrong --address for minutes; attnviz checks the port first (before importing Ray)."""
     import socket
 
-    from attnviz.corpora.ray import check_address
+    from attnviz.engine.corpora.ray import check_address
     from attnviz.errors import InputError
 
     with socket.socket() as s:  # a port with nothing listening: bind, take its number, close

@@ -11,7 +11,7 @@ from helpers import one_line_error, run
 
 
 def test_the_memory_meter_sees_an_allocation():
-    from attnviz.engine.cost import PeakMemory, _status
+    from attnviz.engine.costs import PeakMemory, _status
 
     if _status("VmHWM") is None:
         pytest.skip("no /proc/self/status here")
@@ -27,7 +27,7 @@ def test_the_memory_meter_sees_an_allocation():
 
 @pytest.mark.parametrize("T", [5, 17, 64])
 def test_an_input_of_exactly_t_tokens(T, load_tiny):
-    from attnviz.engine.cost import input_of
+    from attnviz.engine.costs import input_of
 
     encoded, _ = input_of(load_tiny("gpt2"), T)
     assert encoded.inputs["input_ids"].shape == (1, T)
@@ -81,7 +81,7 @@ def test_cost_max_length_and_repeats(tiny_model_dir):
 def test_the_figure_marks_the_lengths_where_the_full_path_was_not_run():
     """A length the full path was refused at (over the memory budget) is marked on both panels at that T,
     and the legend says what the mark means; lengths it ran at are not marked."""
-    from attnviz.engine.cost import CostRow
+    from attnviz.engine.costs import CostRow
     from attnviz.render.charts import cost_figure
 
     rows = [CostRow(16, 0.01, 2_000_000, 0.02, 1_000_000, 1024), CostRow(32, 0.04, 8_000_000, 0.03, 1_500_000, 4096),

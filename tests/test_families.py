@@ -176,7 +176,7 @@ def test_every_family_is_tested_as_registered():
     that verifies names a registered adapter of its kind (self-attention or encoder-decoder), and every
     registered adapter serves some family."""
     from attnviz.engine.families import FAMILIES
-    from attnviz.engine.fromscratch.adapters import REGISTERED, Adapter, Seq2SeqAdapter
+    from attnviz.engine.scratch.adapters import REGISTERED, Adapter, Seq2SeqAdapter
 
     streams = {t for f in FAMILIES if f.stream for t in f.model_types}
     built = {model_type(kind) for kind in STREAMED}
@@ -254,8 +254,8 @@ WRONG = {  # kind -> (adapter class, method, replacement): one written-out step 
 
 @pytest.mark.parametrize("kind", TODAYS)
 def test_verify_fails_when_a_step_is_left_out(kind, load_tiny, monkeypatch):
-    from attnviz.engine.fromscratch import adapters
-    from attnviz.engine.fromscratch.verify import capture_both
+    from attnviz.engine.scratch import adapters
+    from attnviz.engine.scratch.verify import capture_both
     from attnviz.metrics import differences
 
     name, method, replacement = WRONG[kind]

@@ -61,7 +61,7 @@ def test_a_missing_part_names_the_line_that_installs_them(monkeypatch):
 @pytest.fixture(scope="module")
 def gemma3():
     require_real(offline.GEMMA3)
-    from attnviz.engine.loading import load
+    from attnviz.engine.models import load
 
     return load("gemma3", device="cpu", lm_head=True)
 
@@ -165,8 +165,8 @@ def test_verify_and_what_the_model_knows(gemma3):
     base model knows two capitals and counts on."""
     import torch
 
-    from attnviz.engine.fromscratch.verify import capture_both
-    from attnviz.engine.generate import Decoding, generate_capture
+    from attnviz.engine.scratch.verify import capture_both
+    from attnviz.engine.generation import Decoding, generate_capture
     from attnviz.metrics import differences
 
     reported, recomputed = capture_both(gemma3, PROSE)

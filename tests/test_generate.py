@@ -14,8 +14,8 @@ import torch
 from helpers import make_capture, once, one_line_error, run
 
 from attnviz.data.capture import Capture
-from attnviz.engine.generate import Decoding, generate_capture
-from attnviz.engine.loading import load
+from attnviz.engine.generation import Decoding, generate_capture
+from attnviz.engine.models import load
 from attnviz.errors import AttnvizWarning
 
 PROMPT = "the quick brown fox"  # both tiny models write 24 tokens after it without an end-of-sequence
@@ -93,7 +93,7 @@ def test_sampling_is_seeded_and_top_p_near_zero_is_greedy(lm):
 
 
 def test_stops_at_the_end_of_sequence_token(lm, monkeypatch):
-    import attnviz.engine.generate as gen
+    import attnviz.engine.generation as gen
 
     loaded = lm("gpt2")
     eos = loaded.tokenizer.eos_token_id

@@ -124,12 +124,12 @@ def test_a_selection_out_of_range_is_refused_before_the_weights_load(tiny_model_
     """--layer and --head are checked against the config before any weights load (one line, exit 2); where
     the config cannot say cheaply (an encoder-decoder model, a Hub id), nothing is decided early."""
     import attnviz
-    from attnviz.engine import loading
+    from attnviz.engine import models
 
     def no_weights(*args, **kwargs):
         raise AssertionError("the weights were loaded")
 
-    monkeypatch.setattr(loading, "load", no_weights)
+    monkeypatch.setattr(models, "load", no_weights)
     bert = tiny_model_dir("bert")
     layers, heads = attnviz.model_shape(bert)
     for args, words in ((["heatmap", SENTENCE, "--layer", str(layers), "-t"], f"there are {layers} layers"),

@@ -58,7 +58,7 @@ def planted(tmp_path_factory):
     construction, in every layer's residual stream at position 0."""
     import torch
 
-    from attnviz.engine.loading import load
+    from attnviz.engine.models import load
 
     folder = build_tiny_model("llama", tmp_path_factory.mktemp("planted") / "llama", lm=True, init=0.3)
     with warnings.catch_warnings():
@@ -90,7 +90,7 @@ def test_the_intervention_is_the_model_run_on_the_changed_stream(planted):
     import torch
 
     from attnviz.engine.forward import encode
-    from attnviz.engine.massive import block_outputs, intervened
+    from attnviz.engine.mechanisms.massive import block_outputs, intervened
 
     model = planted.model
     inputs = encode(planted, TEXT).inputs
@@ -218,8 +218,8 @@ def long_llama(tmp_path_factory) -> str:
 
 
 def test_haystacks_hold_one_needle_at_its_depth_and_come_from_the_seed(tiny_lm_dir):
-    from attnviz.engine.loading import load
-    from attnviz.engine.retrieval import haystacks
+    from attnviz.engine.models import load
+    from attnviz.engine.mechanisms.retrieval import haystacks
 
     tokenizer = load(tiny_lm_dir("gpt2"), device="cpu").tokenizer
     made = haystacks(tokenizer, [200, 400], [0.0, 0.5, 1.0], seed=3)
@@ -243,8 +243,8 @@ def test_retrieval_hits_equal_a_full_forward_pass_over_what_was_written(long_lla
     import torch
 
     from attnviz.engine.forward import encode
-    from attnviz.engine.loading import load
-    from attnviz.engine.retrieval import haystacks, needle_span, retrieval_hits
+    from attnviz.engine.models import load
+    from attnviz.engine.mechanisms.retrieval import haystacks, needle_span, retrieval_hits
 
     loaded = load(long_llama, device="cpu", lm_head="auto")
     (stack,) = haystacks(loaded.tokenizer, [300], [0.5], seed=1)
@@ -277,8 +277,8 @@ def test_answer_accuracy_with_heads_removed_equals_their_weights_zeroed(tiny_lm_
     import torch
 
     from attnviz.engine.ablation.seam import site, weights_removed
-    from attnviz.engine.loading import load
-    from attnviz.engine.retrieval import answer_accuracy
+    from attnviz.engine.models import load
+    from attnviz.engine.mechanisms.retrieval import answer_accuracy
 
     loaded = load(tiny_lm_dir("llama"), device="cpu", lm_head="auto")
     where = site(loaded.model)
@@ -329,7 +329,7 @@ def test_gemma3_retrieves_through_its_full_attention_layers():
 
 
 def _loaded_lm(folder):
-    from attnviz.engine.loading import load
+    from attnviz.engine.models import load
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -365,7 +365,7 @@ def copying_model(tmp_path_factory):
 
 def test_a_copying_head_built_by_hand_scores_one_and_its_negative_minus_one(copying_model):
     from attnviz.api.mechanisms import common_tokens
-    from attnviz.engine.circuits import copying, head_weights
+    from attnviz.engine.mechanisms.circuits import copying, head_weights
 
     weights = head_weights(copying_model.model)
     vocab = common_tokens(copying_model.tokenizer, 60)
@@ -385,7 +385,7 @@ def test_the_ov_score_equals_the_full_vocabulary_matrix_eigenvalues(tiny_lm_dir)
     import torch
 
     from attnviz.api.mechanisms import common_tokens
-    from attnviz.engine.circuits import copying, head_weights
+    from attnviz.engine.mechanisms.circuits import copying, head_weights
 
     loaded = _loaded_lm(tiny_lm_dir("llama"))
     model = loaded.model
@@ -407,7 +407,7 @@ def test_the_ov_score_equals_the_full_vocabulary_matrix_eigenvalues(tiny_lm_dir)
 
 
 def test_composition_equals_the_full_matrices_and_is_zero_within_a_layer(tiny_lm_dir):
-    from attnviz.engine.circuits import composition, head_weights
+    from attnviz.engine.mechanisms.circuits import composition, head_weights
 
     loaded = _loaded_lm(tiny_lm_dir("llama"))
     w = head_weights(loaded.model)
@@ -433,7 +433,7 @@ def test_the_folded_weights_give_the_models_own_values_and_queries(tiny_lm_dir):
     key/value head h // 2; likewise W_Q for every query head."""
     import torch
 
-    from attnviz.engine.circuits import head_weights
+    from attnviz.engine.mechanisms.circuits import head_weights
 
     loaded = _loaded_lm(tiny_lm_dir("llama"))
     model = loaded.model
@@ -493,7 +493,7 @@ def test_retrieval_keeps_no_weights_so_its_memory_check_counts_one_layer_at_a_ti
     """A budget between one layer's weights (with the model's temporaries) and every layer's: holding the
     prompt's α is refused, retrieval_heads runs (it keeps no α, only each step's row)."""
     from attnviz.engine.forward import encode
-    from attnviz.engine.retrieval import haystacks
+    from attnviz.engine.mechanisms.retrieval import haystacks
 
     loaded = attnviz.load_model(long_llama)
     (stack,) = haystacks(loaded.tokenizer, [200], [0.5], seed=0)
@@ -514,7 +514,7 @@ def test_circuits_and_massive_read_every_layout_of_weights(kind, tmp_path):
     """GPT-2's fused c_attn, Phi-3's fused qkv_proj, QK-norm per head (Qwen3, Gemma 3, with Gemma's w − 1 and
     its norm after the attention) or over the projection (OLMo 2): the scores are bounded, composition runs
     forward only, and every head's folded W_O·W_V has the shapes of its model."""
-    from attnviz.engine.circuits import head_weights
+    from attnviz.engine.mechanisms.circuits import head_weights
 
     folder = str(build_tiny_model(kind, tmp_path / kind, lm=True, init=0.3))
     result = attnviz.circuits(model=folder, tokens=30)

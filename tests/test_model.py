@@ -4,7 +4,7 @@ import pytest
 from helpers import SENTENCE, one_line_error, run
 
 from attnviz.engine.forward import capture_text
-from attnviz.engine.loading import load, resolve_model
+from attnviz.engine.models import load, resolve_model
 from attnviz.errors import AttnvizWarning, InputError, ModelLoadError
 
 pytestmark = pytest.mark.slow
@@ -113,7 +113,8 @@ def test_a_device_this_machine_cannot_have_is_refused_in_one_line(monkeypatch):
 
     import torch
 
-    from attnviz.base.devices import pick_device, refuse_early
+    from attnviz.base.devices import refuse_early
+    from attnviz.engine.models import pick_device
 
     if not torch.cuda.is_available():
         assert "cuda" in one_line_error(run("heatmap", "The cat", "--device", "cuda", "-t"))
@@ -136,7 +137,7 @@ def test_a_bare_encoder_decoder_checkpoint_loads_with_its_head(tmp_path):
     loads as an encoder-decoder model (T5 ties its head to the embeddings) and all three parts come out."""
     import transformers as tf
 
-    from attnviz.engine.loading import bundled_model_dir
+    from attnviz.engine.models import bundled_model_dir
     from attnviz.engine.seq2seq import parts_capture
 
     config = tf.T5Config(vocab_size=30522, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=2,

@@ -27,7 +27,7 @@ def test_parts_add_up_to_the_attention_output(kind, tiny_model_dir):
 def test_the_norm_check_can_fail(tiny_model_dir, monkeypatch):
     import torch
 
-    from attnviz.engine.fromscratch import norms as scratch
+    from attnviz.engine.scratch import norms as scratch
 
     real = scratch.head_outputs
 
@@ -44,7 +44,7 @@ def test_norms_are_alpha_times_the_value_vector_norm(load_tiny):
     import torch
 
     from attnviz.engine.forward import encode
-    from attnviz.engine.fromscratch.norms import value_norms
+    from attnviz.engine.scratch.norms import value_norms
     from attnviz.engine.hooks import recording_inputs
 
     loaded = load_tiny("bert")

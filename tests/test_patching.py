@@ -35,7 +35,7 @@ def folders(tmp_path_factory):
 def prepared(folder):
     from attnviz.engine.ablation import site
     from attnviz.engine.forward import encode
-    from attnviz.engine.loading import load
+    from attnviz.engine.models import load
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -263,7 +263,7 @@ def test_smollm2_carries_the_country_through_one_head():
 def test_path_patching_with_no_receivers_changes_nothing(kind, folders):
     """Senders patched, every other head frozen, but no receiver reads them: the corrupted run's answer (0), and
     a donor that is the receiver run itself gives the receiver's own logits."""
-    from attnviz.engine.fromscratch.adapters import adapter_for
+    from attnviz.engine.scratch.adapters import adapter_for
     from attnviz.engine.patching import donor_run, path_patched_logits, path_recording
 
     loaded, where, clean, corrupt = prepared(folders(kind))

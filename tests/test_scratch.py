@@ -8,11 +8,11 @@ import torch
 from helpers import SENTENCE
 
 from attnviz.engine.forward import encode
-from attnviz.engine.fromscratch.adapters import adapter_for, rotary_cos_sin
-from attnviz.engine.fromscratch.formula import attention_mask, scaled_dot_product_attention
-from attnviz.engine.fromscratch.scaling import scaling_rows, synthetic_scaling
-from attnviz.engine.fromscratch.verify import capture_both, recompute, scratch_attentions
-from attnviz.engine.loading import load
+from attnviz.engine.scratch.adapters import adapter_for, rotary_cos_sin
+from attnviz.engine.scratch.formula import attention_mask, scaled_dot_product_attention
+from attnviz.engine.scratch.scaling import scaling_rows, synthetic_scaling
+from attnviz.engine.scratch.verify import capture_both, recompute, scratch_attentions
+from attnviz.engine.models import load
 from attnviz.errors import UnsupportedArchitectureError
 from attnviz.metrics import differences
 
@@ -66,7 +66,7 @@ def test_core_fully_masked_row_gives_zeros_not_nan():
 def test_the_fused_softmax_equals_the_written_out_formula(softcap):
     """The streamed path's fused softmax (torch's kernel) gives the written-out exp / sum's weights to 1e-6,
     a row with every key masked 0 in both, with a mask and a bias; verify keeps the written-out one."""
-    from attnviz.engine.fromscratch.formula import attention_weights
+    from attnviz.engine.scratch.formula import attention_weights
 
     gen = torch.Generator().manual_seed(1)
     q, k = torch.randn(2, 3, 6, 8, generator=gen), torch.randn(2, 3, 9, 8, generator=gen)
@@ -114,7 +114,7 @@ def test_a_wrong_rotary_base_is_caught(load_tiny, monkeypatch):
 
 
 def test_gpt2_causal_mask_is_needed(load_tiny, monkeypatch):
-    from attnviz.engine.fromscratch import adapters as scratch
+    from attnviz.engine.scratch import adapters as scratch
 
     loaded = load_tiny("gpt2")
     monkeypatch.setattr(scratch.GPT2Adapter, "causal", False)

@@ -15,10 +15,10 @@ from helpers import once, one_line_error, run
 
 from attnviz.data.capture import Capture
 from attnviz.data.parts import Parts, load_capture
-from attnviz.engine.fromscratch.adapters import t5_relative_bucket
-from attnviz.engine.fromscratch.verify import scratch_parts
-from attnviz.engine.generate import Decoding
-from attnviz.engine.loading import load
+from attnviz.engine.scratch.adapters import t5_relative_bucket
+from attnviz.engine.scratch.verify import scratch_parts
+from attnviz.engine.generation import Decoding
+from attnviz.engine.models import load
 from attnviz.engine.seq2seq import parts_capture
 
 KINDS = ["t5", "bart", "marian"]

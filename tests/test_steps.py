@@ -94,7 +94,7 @@ def test_positions_without_embeddings_alpha_is_permuted_exactly(tiny_model_dir):
 def test_positions_independent_check_on_the_shuffled_tokens(load_tiny):
     """The permutation maps the shuffled text's tokens onto the original's, token for token."""
     from attnviz.engine.forward import encode
-    from attnviz.engine.fromscratch.positions import positions_experiment
+    from attnviz.engine.scratch.positions import positions_experiment
 
     loaded = load_tiny("bert")
     result = positions_experiment(loaded, "the cat sat on the mat", seed=3)

@@ -131,7 +131,7 @@ def test_a_12_by_12_capture_at_128_tokens_fits_in_5_mb():
 
 def test_notes_for_words_pooled_generated_and_causal(tiny_model_dir, tmp_path):
     from attnviz.engine.forward import capture_text
-    from attnviz.engine.loading import load
+    from attnviz.engine.models import load
     from attnviz.data.words import to_words
 
     loaded = load(tiny_model_dir("gpt2"), device="cpu")
@@ -144,8 +144,8 @@ def test_notes_for_words_pooled_generated_and_causal(tiny_model_dir, tmp_path):
 
 
 def test_generated_tokens_are_marked(tiny_lm_dir):
-    from attnviz.engine.generate import Decoding, generate_capture
-    from attnviz.engine.loading import load
+    from attnviz.engine.generation import Decoding, generate_capture
+    from attnviz.engine.models import load
 
     loaded = load(tiny_lm_dir("gpt2"), device="cpu", lm_head=True)
     capture = generate_capture(loaded, "The cat sat", Decoding(max_new_tokens=4))
@@ -266,8 +266,8 @@ def test_matrix_view_shows_the_weight_under_the_pointer(browser, cat_capture, tm
 
 @pytest.mark.browser
 def test_the_matrix_view_draws_where_generation_begins(browser, tiny_lm_dir, tmp_path):
-    from attnviz.engine.generate import Decoding, generate_capture
-    from attnviz.engine.loading import load
+    from attnviz.engine.generation import Decoding, generate_capture
+    from attnviz.engine.models import load
 
     capture = generate_capture(load(tiny_lm_dir("gpt2"), device="cpu", lm_head=True), "The cat sat",
                                Decoding(max_new_tokens=4))
@@ -291,7 +291,7 @@ def test_the_matrix_view_draws_where_generation_begins(browser, tiny_lm_dir, tmp
 @pytest.mark.browser
 def test_causal_models_leave_the_future_blank(browser, tiny_model_dir, tmp_path):
     from attnviz.engine.forward import capture_text
-    from attnviz.engine.loading import load
+    from attnviz.engine.models import load
 
     capture = capture_text("The cat sat on the mat", load(tiny_model_dir("gpt2"), device="cpu"))
     page = Page(browser, write_page(tmp_path, capture))
@@ -309,7 +309,7 @@ def test_causal_models_leave_the_future_blank(browser, tiny_model_dir, tmp_path)
 
 @pytest.mark.browser
 def test_encoder_decoder_parts(browser, tiny_seq2seq_dir, tmp_path):
-    from attnviz.engine.loading import load
+    from attnviz.engine.models import load
     from attnviz.engine.seq2seq import parts_capture
 
     loaded = load(tiny_seq2seq_dir("bart"), device="cpu")

@@ -94,7 +94,7 @@ def test_every_vision_family_captures_a_picture_and_verifies(kind, vision_dir):
 
 def test_verify_fails_when_a_step_is_left_out(vision_dir, monkeypatch):
     """Without the 1/√d_k the recomputed α is not the model's: verify must say so (it can fail)."""
-    from attnviz.engine.fromscratch import formula
+    from attnviz.engine.scratch import formula
 
     real = formula.attention_weights
 
@@ -102,7 +102,7 @@ def test_verify_fails_when_a_step_is_left_out(vision_dir, monkeypatch):
         return real(q, k, *args, scale=1.0, **kwargs)
 
     monkeypatch.setattr(formula, "attention_weights", unscaled)
-    import attnviz.engine.fromscratch.adapters as adapters
+    import attnviz.engine.scratch.adapters as adapters
 
     monkeypatch.setattr(adapters, "attention_weights", unscaled)
     result = attnviz.verify(attnviz.picture(photo()), model=vision_dir("dinov2"))
@@ -239,7 +239,7 @@ def test_dinov2_from_its_onnx_graph_equals_onnxruntime_running_the_graph():
     ort = pytest.importorskip("onnxruntime")
     import torch
 
-    from attnviz.engine.loading import load
+    from attnviz.engine.models import load
 
     graph = onnx.load(str(sources[0]))
     output = [o for n in graph.graph.node if n.name.startswith("/backbone/layernorm") for o in n.output][-1]

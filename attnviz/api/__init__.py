@@ -37,13 +37,13 @@ _HOMES = {
     **dict.fromkeys(("DEVICES", "DTYPES", "Model", "conversion_pending", "list_families", "load_model",
                      "model_shape", "resolve_model"), "attnviz.api.models"),
     **dict.fromkeys(("MAX_IMPORTANCE_TEXTS", "MAX_MEAN_TEXTS", "Ablation", "Detection", "Importance", "ablate",
-                     "detect", "importance"), "attnviz.api.removal"),
+                     "detect", "importance"), "attnviz.api.ablation"),
     **dict.fromkeys(("TOLERANCE", "Positions", "Scaling", "Steps", "Verification", "positions", "scaling", "steps",
                      "verify", "patch_positions", "PatchPositions", "POSITION_TOLERANCE"), "attnviz.api.scratch"),
     **dict.fromkeys(("HeadTable", "Rollout", "heads", "rollout"), "attnviz.api.stats"),
     **dict.fromkeys(("Norms", "Sinks", "norms", "sinks"), "attnviz.api.values"),
-    **dict.fromkeys(("Decoding", "Generation", "generate"), "attnviz.api.writing"),
-    "Capture": "attnviz.data.capture", "Parts": "attnviz.data.parts", "ModelSpec": "attnviz.engine.loading",
+    **dict.fromkeys(("Decoding", "Generation", "generate"), "attnviz.api.generation"),
+    "Capture": "attnviz.data.capture", "Parts": "attnviz.data.parts", "ModelSpec": "attnviz.engine.models",
     "export": "attnviz.api.gallery", "list_metrics": "attnviz.metrics", "register_metric": "attnviz.metrics",
 }
 _RENAMED = {"view": ("attnviz.api.notebook", "write_view")}
@@ -61,17 +61,17 @@ if TYPE_CHECKING:
     from attnviz.api.costs import Cost, cost
     from attnviz.api.models import (DEVICES, DTYPES, Model, conversion_pending, list_families,
                                     load_model, model_shape, resolve_model)
-    from attnviz.api.removal import (MAX_IMPORTANCE_TEXTS, MAX_MEAN_TEXTS, Ablation, Detection,
+    from attnviz.api.ablation import (MAX_IMPORTANCE_TEXTS, MAX_MEAN_TEXTS, Ablation, Detection,
                                      Importance, ablate, detect, importance)
     from attnviz.api.scratch import (POSITION_TOLERANCE, TOLERANCE, PatchPositions, Positions, Scaling, Steps,
                                      Verification, patch_positions, positions, scaling, steps, verify)
     from attnviz.api.stats import HeadTable, Rollout, heads, rollout
     from attnviz.api.values import Norms, Sinks, norms, sinks
-    from attnviz.api.writing import Decoding, Generation, generate
+    from attnviz.api.generation import Decoding, Generation, generate
     from attnviz.data.capture import Capture
     from attnviz.data.parts import Parts
     from attnviz.api.notebook import write_view as view
-    from attnviz.engine.loading import ModelSpec
+    from attnviz.engine.models import ModelSpec
     from attnviz.api.gallery import export
     from attnviz.metrics import list_metrics, register_metric
 

@@ -206,8 +206,8 @@ def logit_attribution(text: str, *, model: Any = None, tokenizer: Any = None, ta
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype, lm_head=True)
     loaded.require_single("logit attribution")
     from attnviz.engine.forward import encode
-    from attnviz.engine.fromscratch.alti import alti_logit
-    from attnviz.engine.fromscratch.logits import logit_parts, raised_and_lowered
+    from attnviz.engine.attribution.alti import alti_logit
+    from attnviz.engine.attribution.logits import logit_parts, raised_and_lowered
     from attnviz.engine.memory import check_memory
 
     encoded = encode(loaded, text, truncate=truncate)
@@ -447,11 +447,11 @@ def contributions(text: str, *, model: Any = None, tokenizer: Any = None, method
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype)
     loaded.require_single("contributions")
     from attnviz.engine.forward import encode, make_capture, model_attentions
-    from attnviz.engine.fromscratch.adapters import adapter_for
-    from attnviz.engine.fromscratch.alti import alti
-    from attnviz.engine.loading import layers_and_heads
+    from attnviz.engine.scratch.adapters import adapter_for
+    from attnviz.engine.attribution.alti import alti
+    from attnviz.engine.models import layers_and_heads
     from attnviz.engine.memory import alti_bytes, check_alti_memory, check_memory, memory_budget
-    from attnviz.engine.zeroing import value_zeroing
+    from attnviz.engine.attribution.zeroing import value_zeroing
     from attnviz.metrics import spearman
 
     if stream and method != "alti":

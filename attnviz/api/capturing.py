@@ -71,7 +71,7 @@ def capture(text: str, *, model: Any = None, tokenizer: Any = None, words: bool 
         raise InputError(f"part must be one of {', '.join(PART_NAMES)}, not {part!r}", "part")
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype)
     keep = keep or Keep()
-    from attnviz.engine.entry import run_capture
+    from attnviz.engine.capturing import run_capture
 
     return run_capture(loaded, text, words=words, stream=stream, part=part, target=target,
                        max_new_tokens=max_new_tokens, truncate=truncate, pool=keep.pool, window=keep.window(),

@@ -8,7 +8,7 @@ from typing import Any
 from attnviz.base.arguments import checked
 from attnviz.api.models import borrows, resolve_model
 from attnviz.corpora import CorpusState, Line, merge_states
-from attnviz.corpora.run import BatchRunner, run_local
+from attnviz.engine.corpora.run import BatchRunner, run_local
 from attnviz.progress import Reporter
 
 __all__ = ["corpus", "merge", "CorpusState"]

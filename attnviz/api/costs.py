@@ -28,7 +28,7 @@ class Cost:
     model: str
     device: str
     repeats: int
-    rows: tuple  # attnviz.engine.cost.CostRow
+    rows: tuple  # attnviz.engine.costs.CostRow
 
     def records(self) -> list[dict]:
         return [{"T": r.T, "full_seconds": r.full_seconds, "full_bytes": r.full_bytes,
@@ -72,7 +72,7 @@ def cost(*, model: Any = None, tokenizer: Any = None, lengths: Sequence[int] | N
         chosen = [T for T in (2 ** k for k in range(6, 21)) if T <= top] or [top]
     elif chosen[-1] > limit:
         raise UsageError(f"{loaded.name} takes at most {limit} positions", "lengths")
-    from attnviz.engine.cost import measure
+    from attnviz.engine.costs import measure
 
     with (reporter or Reporter()).progress("Measuring", 2 * len(chosen), "runs") as step:
         rows = measure(loaded, chosen, repeats=repeats, on_step=step)

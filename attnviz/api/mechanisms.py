@@ -185,7 +185,7 @@ def massive(text: str, *, model: Any = None, tokenizer: Any = None, ratio: float
     loaded.require_single("massive")
     from attnviz.engine.ablation import is_causal_lm
     from attnviz.engine.forward import encode
-    from attnviz.engine.massive import record
+    from attnviz.engine.mechanisms.massive import record
     from attnviz.engine.memory import check_memory
 
     causal = is_causal_lm(loaded.model)
@@ -249,7 +249,7 @@ def _intervene(loaded, encoded, result: MassiveActivations, hidden: np.ndarray, 
     |h|) in that layer and dimension (the largest, for the text's largest: the first token's, as a rule). The
     plain run beside them. {run: {loss, perplexity, sink_rate, first_token}, "entries", "means", "texts"}"""
     from attnviz.engine.forward import encode
-    from attnviz.engine.massive import block_outputs, intervened
+    from attnviz.engine.mechanisms.massive import block_outputs, intervened
 
     if not reference or not all(isinstance(t, str) and t.strip() for t in reference):
         raise InputError(f"{arg('reference')} takes texts that are not empty", "reference")
@@ -337,7 +337,7 @@ def sink_rate(texts: Sequence[str], *, model: Any = None, tokenizer: Any = None,
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype)
     loaded.require_single("sinks")
     from attnviz.engine.forward import encode, model_attentions
-    from attnviz.engine.loading import layers_and_heads
+    from attnviz.engine.models import layers_and_heads
 
     L, H = layers_and_heads(loaded.model.config)
     counts = np.zeros((L, H))
@@ -442,7 +442,7 @@ def retrieval_heads(*, model: Any = None, tokenizer: Any = None, lengths: Sequen
     from attnviz.engine.ablation.seam import every_head, site
     from attnviz.engine.forward import encode
     from attnviz.engine.memory import check_memory
-    from attnviz.engine.retrieval import answer_accuracy, haystacks, needle_span, retrieval_hits
+    from attnviz.engine.mechanisms.retrieval import answer_accuracy, haystacks, needle_span, retrieval_hits
 
     if not is_causal_lm(loaded.model):
         raise InputError(f"retrieval heads are found while a causal language model writes (e.g. "
@@ -629,7 +629,7 @@ def circuits(*, model: Any = None, tokenizer: Any = None, tokens: int = CIRCUIT_
         raise UsageError(f"{arg('top')} takes 1 to 50 pairs; got {top}", "top")
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype, lm_head="auto")
     loaded.require_single("circuits")
-    from attnviz.engine.circuits import composition, copying, head_weights, qk_pairs
+    from attnviz.engine.mechanisms.circuits import composition, copying, head_weights, qk_pairs
 
     head = getattr(loaded.model, "get_output_embeddings", lambda: None)()
     if head is None or getattr(head, "weight", None) is None:

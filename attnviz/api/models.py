@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from attnviz.base.arguments import checked
 from attnviz.base.devices import DEVICES, DTYPES  # re-exported
 from attnviz.engine.families import FAMILIES, Family
-from attnviz.engine.loading import LoadedModel as Model
+from attnviz.engine.models import LoadedModel as Model
 from attnviz.errors import InputError, arg
 
 # The engine (torch, transformers) is imported inside each function, so that `import attnviz` and a saved
@@ -31,7 +31,7 @@ def load_model(name: str | os.PathLike | None = None, *, device: str = "auto", d
     """Load a model once for many captures: an offline name (minilm, multilingual, smollm2, gemma3), a Hugging
     Face id, a local folder or a .gguf file, with eager attention, in eval mode, on `device`. `lm_head`: with
     its language-model head (True), or where it is a decoder ("auto")."""
-    from attnviz.engine.loading import load
+    from attnviz.engine.models import load
 
     return load(None if name is None else os.fspath(name), revision=revision, device=device, dtype=dtype,
                 trust_remote_code=trust_remote_code, memory_budget=memory_budget, lm_head=lm_head)
@@ -48,7 +48,7 @@ def resolve_model(model: Any = None, tokenizer: Any = None, *, device: str = "au
     elif model is None or isinstance(model, (str, os.PathLike)):
         return load_model(None if model is None else str(model), device=device, dtype=dtype, lm_head=lm_head)
     else:
-        from attnviz.engine.loading import wrap
+        from attnviz.engine.models import wrap
 
         loaded = wrap(model, tokenizer)
     if lm_head is True and not loaded.seq2seq and _without_head(loaded.model):
@@ -158,7 +158,7 @@ def borrows(function: F) -> F:
 def conversion_pending(name: str | os.PathLike | None) -> str | None:
     """The offline model that `name` names, if its one-time conversion into the model cache is still to run
     (the first load takes longer then); else None."""
-    from attnviz.engine.loading import default_model
+    from attnviz.engine.models import default_model
     from attnviz.engine.offline.build import pending
 
     return pending(os.fspath(name) if name is not None else default_model())
@@ -169,7 +169,7 @@ def model_shape(name: str | os.PathLike | None) -> tuple[int, int] | None:
     """(layers, heads) of a model's attention, read from its config.json alone before any weights load, so
     that a selection out of range is refused at once; None where that is not cheap or not certain (a model
     still to convert, a Hub id, an encoder-decoder model, a config that does not say)."""
-    from attnviz.engine.loading import config_shape
+    from attnviz.engine.models import config_shape
 
     if conversion_pending(name):
         return None

@@ -462,7 +462,7 @@ def path_patch(clean: str, corrupt: str, *, senders: Any, receivers: Any = (), t
     frozen at the receiver run; the metric as `patch` measures it. With no receivers it changes nothing.
     `align` as `patch` takes it: the senders' outputs move at the aligned positions only."""
     from attnviz.base.selection import head_pairs
-    from attnviz.engine.fromscratch.adapters import adapter_for
+    from attnviz.engine.scratch.adapters import adapter_for
     from attnviz.engine.patching import aligned, INPUTS, path_patched_logits, path_recording
 
     if not to or any(c not in INPUTS for c in to) or len(set(to)) != len(to):

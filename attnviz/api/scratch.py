@@ -170,7 +170,7 @@ def verify(text: str | Picture | Sound | None = None, *, model: Any = None, toke
     if target is not None or max_new_tokens is not None:
         raise InputError(f"target and max_new_tokens are for encoder-decoder models; {loaded.name} is not one",
                          "target")
-    from attnviz.engine.fromscratch.verify import capture_both
+    from attnviz.engine.scratch.verify import capture_both
 
     with reporter.status("Running the model and the from-scratch path…"):
         reported, recomputed = capture_both(loaded, text, truncate=truncate)
@@ -182,7 +182,7 @@ def _verify_saved(loaded: Model, saved: Capture | Parts, source: str | None, tol
                   reporter: Reporter) -> Verification:
     """The saved α (e.g. assembled step by step by generate) against one forward pass of the model over the
     same token ids, and that pass against the from-scratch formula."""
-    from attnviz.engine.fromscratch.verify import capture_both_ids
+    from attnviz.engine.scratch.verify import capture_both_ids
 
     tolerance = TOLERANCE[loaded.dtype] if tolerance is None else tolerance
     if isinstance(saved, Parts) or loaded.seq2seq:
@@ -204,7 +204,7 @@ def _verify_parts(loaded: Model, parts: Parts, source: str | None, tolerance: fl
     pass too."""
     import torch
 
-    from attnviz.engine.fromscratch.verify import scratch_parts
+    from attnviz.engine.scratch.verify import scratch_parts
 
     if loaded.speech or any(c.mel is not None for c in parts.captures.values()):
         return _verify_speech(loaded, parts, source, tolerance, reporter)
@@ -253,7 +253,7 @@ def _verify_speech(loaded: Model, parts: Parts, source: str | None, tolerance: f
     import torch
 
     from attnviz.data.sound import Sound
-    from attnviz.engine.fromscratch.verify import scratch_parts
+    from attnviz.engine.scratch.verify import scratch_parts
     from attnviz.engine.speech import features, fold, frame_side
 
     heard = next((c for c in parts.captures.values() if c.sound is not None), None)
@@ -303,7 +303,7 @@ def _verify_norms(loaded: Model, text: str | Picture, truncate: bool, tolerance:
                   reporter: Reporter) -> Verification:
     """The exact check of value-weighted norms: the heads' weighted, projected values add up to the block's
     output (recorded by a hook), per layer."""
-    from attnviz.engine.fromscratch.norms import norms_capture
+    from attnviz.engine.scratch.norms import norms_capture
 
     with reporter.status("Running the model and recomputing each head's value vectors…"):
         capture, result = norms_capture(loaded, text, truncate=truncate)
@@ -326,7 +326,7 @@ class Steps:
     head: int
     tokens: tuple[str, ...]
     token: int | None  # the query row followed, if one was asked for
-    computed: Any  # attnviz.engine.fromscratch.steps.Steps
+    computed: Any  # attnviz.engine.scratch.steps.Steps
 
     @property
     def d_k(self) -> int:
@@ -366,7 +366,7 @@ def steps(text: str, *, model: Any = None, tokenizer: Any = None, layer: int = 0
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype)
     loaded.require_single("steps")
     from attnviz.engine.forward import encode
-    from attnviz.engine.fromscratch.steps import head_steps
+    from attnviz.engine.scratch.steps import head_steps
 
     n_layers, n_heads = loaded.shape
     which_layer, which_head = _one(layer, n_layers, "layer"), _one(head, n_heads, "head")
@@ -388,7 +388,7 @@ class Positions:
 
     model: str
     text: str
-    result: Any  # attnviz.engine.fromscratch.positions.PositionsResult
+    result: Any  # attnviz.engine.scratch.positions.PositionsResult
 
     def to_dict(self) -> dict:
         """What `attnviz positions --json` prints."""
@@ -478,7 +478,7 @@ def positions(text: str, *, model: Any = None, tokenizer: Any = None, seed: int 
     check_text(text)
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype)
     loaded.require_single("positions")
-    from attnviz.engine.fromscratch.positions import positions_experiment
+    from attnviz.engine.scratch.positions import positions_experiment
 
     with (reporter or Reporter()).status("Running the model on both word orders, with and without positions…"):
         result = positions_experiment(loaded, text, seed=seed)
@@ -535,8 +535,8 @@ def scaling(text: str, *, model: Any = None, tokenizer: Any = None, dk: list[int
         raise UsageError(f"{arg('dk')} takes up to {MAX_DK_VALUES} whole numbers from 1 to {MAX_DK:,}; got "
                          f"{str(list(dk))[:60]}", "dk")
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype)
-    from attnviz.engine.fromscratch.adapters import seq2seq_adapter_for
-    from attnviz.engine.fromscratch.scaling import scaling_rows, synthetic_row, synthetic_scaling
+    from attnviz.engine.scratch.adapters import seq2seq_adapter_for
+    from attnviz.engine.scratch.scaling import scaling_rows, synthetic_row, synthetic_scaling
 
     with (reporter or Reporter()).status("Recomputing Q and K…"):
         rows, T, d_k = scaling_rows(loaded, text, truncate=truncate)

@@ -34,7 +34,7 @@ def _norms_capture(text: str | Picture, model: Any, tokenizer: Any, truncate: bo
     check_text(text)
     loaded = resolve_model(for_input(model, text), tokenizer, device=device, dtype=dtype)
     loaded.require_single(what)
-    from attnviz.engine.fromscratch.norms import norms_capture
+    from attnviz.engine.scratch.norms import norms_capture
 
     with (reporter or Reporter()).status("Running the model and recomputing each head's value vectors…"):
         return norms_capture(loaded, text, truncate=truncate)

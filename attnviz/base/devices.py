@@ -43,24 +43,3 @@ def refuse_early(device: str) -> None:
     if device == "mps" and sys.platform != "darwin":
         raise InputError(f"{arg('device')} mps was asked for, but MPS is Apple's, and this is {sys.platform} (try "
                          f"{arg('device')} cpu)", "device")
-
-
-def pick_device(device: str) -> str:
-    import torch
-
-    device = DEVICE_ALIASES.get(str(device).strip().lower(), str(device).strip().lower())
-    if device not in DEVICES:
-        raise InputError(f"unknown device {device!r}: choose one of {', '.join(DEVICES)}")
-    if device == "auto":
-        if torch.cuda.is_available():
-            return "cuda"
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            return "mps"
-        return "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise InputError(f"{arg('device')} cuda was asked for, but no CUDA GPU is available here (try "
-                         f"{arg('device')} cpu)", "device")
-    if device == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise InputError(f"{arg('device')} mps was asked for, but MPS is not available here (try "
-                         f"{arg('device')} cpu)", "device")
-    return device

@@ -11,10 +11,11 @@ tokens  each query row is one sample (token-weighted): long texts count more. A 
 
 Merging two states gives what one run over both corpora gives (to rounding), so shards can be computed
 anywhere (`attnviz corpus merge`, or Ray workers) and combined. Pure numpy: the model runs in
-`attnviz.corpora.run`.
+`attnviz.engine.corpora.run`.
 
 One job a module: lines (reading), moments, texts (one text's statistics), state (stats.json, merging),
-report (tables, summary). The model's side is in run (batched) and ray (a Ray cluster).
+report (tables, summary). The model's side is in attnviz.engine.corpora: run (batched) and ray (a Ray
+cluster).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ capture  the model's own α (eager attention, output_attentions): every family w
          weights, tested or not
 stream   long inputs a block of query rows at a time, through attnviz's function in transformers' attention
          interface (engine/interface.py); tested per family against the full path
-verify   α recomputed from the weights by a hand-written adapter (engine/fromscratch/adapters.py), which does
+verify   α recomputed from the weights by a hand-written adapter (engine/scratch/adapters.py), which does
          not call the model's attention: a family names its adapter here, and nowhere else says which
          families an adapter serves
 
@@ -25,7 +25,7 @@ class Family:
     kind: str  # "encoder", "decoder" or "encoder-decoder"
     adds: str = ""  # what its attention adds to softmax(Q·Kᵀ/√d_k)·V
     stream: bool = False
-    adapter: str = ""  # the class in engine/fromscratch/adapters.py that recomputes its α ("": none, no verify)
+    adapter: str = ""  # the class in engine/scratch/adapters.py that recomputes its α ("": none, no verify)
     sinks: bool = False  # per-head sink logits: a row's weights over the real keys sum to less than 1
 
     @property

@@ -14,7 +14,7 @@ from attnviz._version import __version__
 from attnviz.data.capture import Capture
 from attnviz.engine.encoded import Encoded
 from attnviz.engine.families import has_sinks, layer_windows
-from attnviz.engine.loading import LoadedModel, first_line, forward_args
+from attnviz.engine.models import LoadedModel, first_line, forward_args
 from attnviz.engine.memory import check_memory
 from attnviz.errors import AttentionCheckError, AttnvizWarning, InputError, ModelLoadError, arg
 from attnviz.base.text import check_text

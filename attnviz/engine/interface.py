@@ -5,7 +5,7 @@ registered there receives query, key and value after the family's own projection
 positions, with the mask (causal, sliding window, padding), the scaling and the family's extras (logit
 soft-capping, per-head sink logits). `streaming(model, on_layer)` switches the model to attnviz's function for
 the length of a `with` block; each call becomes a `LayerAttention`, which computes the module's output a block
-of query rows at a time with the textbook formula (`fromscratch.formula.attention_weights`) — the same
+of query rows at a time with the textbook formula (`scratch.formula.attention_weights`) — the same
 computation as the family's eager attention, without ever holding a T × T matrix per head — and hands the
 layer to `on_layer`, where the streamed path folds its α rows into the statistics.
 """
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnviz.engine.fromscratch.formula import attention_weights
+from attnviz.engine.scratch.formula import attention_weights
 from attnviz.errors import UnsupportedArchitectureError
 
 NAME = "attnviz_stream"  # the implementation's name in transformers' registries

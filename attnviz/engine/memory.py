@@ -3,7 +3,7 @@ checked before anything runs."""
 
 from __future__ import annotations
 
-from attnviz.engine.loading import LoadedModel, layers_and_heads, part_shapes
+from attnviz.engine.models import LoadedModel, layers_and_heads, part_shapes
 from attnviz.errors import InputError, arg
 from attnviz.base.sizes import size_from_env, size_text
 

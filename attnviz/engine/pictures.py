@@ -14,7 +14,7 @@ import torch
 
 from attnviz.data import picture as images
 from attnviz.engine.encoded import Encoded
-from attnviz.engine.loading import LoadedModel
+from attnviz.engine.models import LoadedModel
 from attnviz.engine.memory import attention_bytes, memory_budget
 from attnviz.errors import InputError, arg
 from attnviz.base.sizes import size_text

@@ -19,8 +19,8 @@ from attnviz.data.capture import Capture
 from attnviz.data.parts import Parts, part_meta
 from attnviz.data.sides import Side
 from attnviz.engine.forward import encode, row_sum_tolerance
-from attnviz.engine.generate import cache_argument, choose_token, Decoding, written_spans
-from attnviz.engine.loading import part_shapes
+from attnviz.engine.generation import cache_argument, choose_token, Decoding, written_spans
+from attnviz.engine.models import part_shapes
 from attnviz.engine.memory import check_parts_memory
 from attnviz.errors import AttentionCheckError, AttnvizWarning, InputError
 from attnviz.base.tokens import readable_tokens, special_ids, special_kind as _special_kind

@@ -22,7 +22,7 @@ from attnviz._version import __version__
 from attnviz.data.parts import Parts
 from attnviz.data.sides import Side
 from attnviz.engine.seq2seq import assemble_parts, stack_layers
-from attnviz.engine.loading import LoadedModel
+from attnviz.engine.models import LoadedModel
 from attnviz.errors import arg, AttentionCheckError, InputError
 
 SAMPLES_PER_FRAME = 320  # two hops of 160 samples: one encoder position, 20 ms
@@ -116,7 +116,7 @@ def capture_sound(loaded: LoadedModel, heard: sounds.Sound, *, target: str | Non
     decoder = stack_layers(out.decoder_attentions, loaded.name, "decoder")
     cross = fold(stack_layers(out.cross_attentions, loaded.name, "cross"), N, rows=False)
     source_side = frame_side(N, int(memory.shape[1]))
-    from attnviz.engine.generate import written_spans
+    from attnviz.engine.generation import written_spans
 
     text, spans = written_spans(tok, [], text_ids, 0)
     target_side = _target_side(tok, start, text_ids, spans)
@@ -144,7 +144,7 @@ def _write(model, memory, start: list[int], eot: int, room: int, suppress, on_st
 
     always, first = suppress
     written: list[int] = []
-    from attnviz.engine.generate import cache_argument
+    from attnviz.engine.generation import cache_argument
 
     cache: dict = {}
     step_ids = torch.tensor([start], device=memory.device)

@@ -32,7 +32,7 @@ from attnviz.engine.forward import row_sum_tolerance
 from attnviz.metrics import Accumulator, all_metrics, records_from_values, rollout_rows, Rows, Tokens
 from attnviz.base.parallel import Started, runs, start_all, threads
 from attnviz.engine.interface import LayerAttention, output, streaming
-from attnviz.engine.loading import layers_and_heads
+from attnviz.engine.models import layers_and_heads
 from attnviz.engine.memory import attention_bytes
 from attnviz.errors import arg, InputError, UnsupportedArchitectureError
 from attnviz.base.sizes import size_text

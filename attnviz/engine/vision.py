@@ -17,7 +17,7 @@ import torch
 from attnviz.data import picture as images
 from attnviz.data.capture import Capture
 from attnviz.engine.forward import make_capture, model_attentions
-from attnviz.engine.loading import LoadedModel
+from attnviz.engine.models import LoadedModel
 from attnviz.engine.pictures import encode_picture
 from attnviz.errors import InputError
 

@@ -4,7 +4,7 @@ Head h of layer l adds z_h · W_O^h to its attention block's output, where z_h (
 W_O^h the head's slice of the output projection's input columns. Removing the head replaces z_h, where the
 output projection receives it, by 0 (zero ablation) or by its mean over positions (mean ablation: over the
 text's tokens, or over the texts of a corpus file), with a forward pre-hook on the output projection: the same
-seam for every family with an adapter (engine/fromscratch/adapters.py names each family's W_O).
+seam for every family with an adapter (engine/scratch/adapters.py names each family's W_O).
 
     clean run (each W_O's input recorded: the means) -> the run with the heads removed (α kept)
         -> causal LM: next-token distributions (KL per position, top token before and after)

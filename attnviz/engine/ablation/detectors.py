@@ -14,7 +14,7 @@ from attnviz.errors import InputError
 
 from attnviz.engine.ablation.seam import Site, editing, every_head, removal
 from attnviz.engine.ablation.runs import alpha_of, head_means, is_causal_lm, outputs_of, run_model
-from attnviz.engine.loading import forward_args
+from attnviz.engine.models import forward_args
 from attnviz.metrics import detector_scores, POSITIONAL_MIN, REPEAT_MIN
 from attnviz.progress import Reporter
 from attnviz.base.tokens import special_ids

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
-from attnviz.engine.fromscratch.adapters import adapter_for
-from attnviz.engine.loading import layers_and_heads
+from attnviz.engine.scratch.adapters import adapter_for
+from attnviz.engine.models import layers_and_heads
 from attnviz.errors import UnsupportedArchitectureError
 
 

@@ -11,7 +11,7 @@ from attnviz.api.capturing import capture as capture_text
 from attnviz.api.models import borrows, resolve_model
 from attnviz.data.capture import Capture
 from attnviz.data.parts import Parts
-from attnviz.engine.generate import Decoding
+from attnviz.engine.generation import Decoding
 from attnviz.errors import InputError, UsageError, arg
 from attnviz.panels import generation_steps
 from attnviz.progress import Reporter
@@ -103,7 +103,7 @@ def generate(text: str, *, model: Any = None, tokenizer: Any = None, decoding: D
     if part is not None:
         raise InputError(f"{loaded.name} has one kind of attention (self-attention); {arg('part')} is for "
                          f"encoder-decoder models (T5, BART, Marian)", "part")
-    from attnviz.engine.generate import generate_capture
+    from attnviz.engine.generation import generate_capture
 
     with reporter.progress("Generating", decoding.max_new_tokens, "tokens") as step:
         return Generation(generate_capture(loaded, text, decoding, truncate=truncate, on_step=step))

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import torch
 
 from attnviz.engine.forward import encode
-from attnviz.engine.fromscratch.adapters import seq2seq_adapter_for
-from attnviz.engine.fromscratch.verify import part_masks, recompute
+from attnviz.engine.scratch.adapters import seq2seq_adapter_for
+from attnviz.engine.scratch.verify import part_masks, recompute
 from attnviz.engine.hooks import Seen, recording_inputs
 from attnviz.engine.memory import check_memory
 from attnviz.engine.seq2seq import decoder_start

@@ -9,8 +9,8 @@ import numpy as np
 import torch
 
 from attnviz.engine.forward import encode, make_capture
-from attnviz.engine.fromscratch.adapters import adapter_for
-from attnviz.engine.fromscratch.verify import recompute
+from attnviz.engine.scratch.adapters import adapter_for
+from attnviz.engine.scratch.verify import recompute
 from attnviz.engine.memory import check_memory
 from attnviz.errors import UnsupportedArchitectureError
 

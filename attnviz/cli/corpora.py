@@ -101,7 +101,7 @@ def corpus(sources: Annotated[list[str], typer.Argument(
     if out_dir is not None:
         _check_out(out_dir, force)
     if engine == "ray":
-        from attnviz.corpora.ray import run_ray
+        from attnviz.engine.corpora.ray import run_ray
 
         for _, stream in opened:  # opened only to check them: Ray Data reads the files itself
             if stream is not sys.stdin.buffer:
@@ -149,7 +149,7 @@ def _run_local(opened, opts: ModelOptions, fmt, field, batch_size, max_length, w
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from attnviz.corpora import corpus_format, read_lines
-    from attnviz.corpora.run import BatchRunner, run_local
+    from attnviz.engine.corpora.run import BatchRunner, run_local
 
     loaded = opts.load()
     runner = BatchRunner(loaded, max_length=max_length, batch_size=batch_size, truncate=opts.truncate, words=words)

@@ -20,7 +20,7 @@ import torch
 
 from attnviz.engine.ablation.runs import run_model
 from attnviz.engine.ablation.seam import editing, removal, Site
-from attnviz.engine.generate import cache_argument
+from attnviz.engine.generation import cache_argument
 from attnviz.errors import UnsupportedArchitectureError
 
 # The haystack: plain sentences on nothing in particular, none holding a number or a name.

@@ -14,10 +14,10 @@ import torch
 
 from attnviz.data.capture import Capture
 from attnviz.engine.forward import attentions_of, encode, make_capture
-from attnviz.engine.fromscratch.adapters import QKV, adapter_for, layer_qkv, seq2seq_adapter_for
-from attnviz.engine.fromscratch.formula import attention_mask, attention_weights
+from attnviz.engine.scratch.adapters import QKV, adapter_for, layer_qkv, seq2seq_adapter_for
+from attnviz.engine.scratch.formula import attention_mask, attention_weights
 from attnviz.engine.hooks import Seen, recording_inputs
-from attnviz.engine.loading import forward_args, layers_and_heads
+from attnviz.engine.models import forward_args, layers_and_heads
 from attnviz.engine.memory import check_memory, check_parts_memory
 from attnviz.errors import arg, InputError, UnsupportedArchitectureError
 from attnviz.base.text import visible

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from attnviz.base.devices import DTYPES, dtype_name, pick_device, refuse_early
+from attnviz.base.devices import DEVICE_ALIASES, DEVICES, DTYPES, dtype_name, refuse_early
 from attnviz.engine import offline
 from attnviz.engine.families import decoder_types, encoder_types, vision_types
 from attnviz.engine.modelfiles import check_folder, read_config
@@ -423,3 +423,25 @@ def part_shapes(config) -> dict[str, tuple[int, int]]:
     decoder = (first("decoder_layers", "num_decoder_layers", "num_layers", "num_hidden_layers"),
                first("decoder_attention_heads", "num_heads", "num_attention_heads"))
     return {"encoder": encoder, "decoder": decoder, "cross": decoder}
+
+
+def pick_device(device: str) -> str:
+    """The device to run on: auto picks CUDA, then MPS, then the CPU; one asked for must be there."""
+    import torch
+
+    device = DEVICE_ALIASES.get(str(device).strip().lower(), str(device).strip().lower())
+    if device not in DEVICES:
+        raise InputError(f"unknown device {device!r}: choose one of {', '.join(DEVICES)}")
+    if device == "auto":
+        if torch.cuda.is_available():
+            return "cuda"
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return "mps"
+        return "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise InputError(f"{arg('device')} cuda was asked for, but no CUDA GPU is available here (try "
+                         f"{arg('device')} cpu)", "device")
+    if device == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise InputError(f"{arg('device')} mps was asked for, but MPS is not available here (try "
+                         f"{arg('device')} cpu)", "device")
+    return device

@@ -20,8 +20,8 @@ import sys
 import warnings
 
 from attnviz.corpora import CorpusState, Line, corpus_format, merge_states, read_lines
-from attnviz.corpora.run import BatchRunner, CHUNK_BATCHES
-from attnviz.engine.loading import load, ModelSpec
+from attnviz.engine.corpora.run import BatchRunner, CHUNK_BATCHES
+from attnviz.engine.models import load, ModelSpec
 from attnviz.errors import InputError, arg
 from attnviz.progress import Reporter
 from attnviz.base.text import visible
@@ -182,7 +182,7 @@ def run_ray(paths: Sequence[str], spec: ModelSpec, *, fmt: str | None, field: st
                                   level=first.level)
         state = merge_states([state, *partials])
     else:  # nothing to run: an empty state of the model
-        from attnviz.corpora.run import BatchRunner
+        from attnviz.engine.corpora.run import BatchRunner
 
         state = BatchRunner(load(**model_options), max_length=max_length, batch_size=batch_size,
                             words=words).new_state()

@@ -18,7 +18,7 @@ import torch
 
 from attnviz.engine.ablation.runs import is_causal_lm, run_model
 from attnviz.engine.ablation.seam import site
-from attnviz.engine.fromscratch.norms import value_norms
+from attnviz.engine.scratch.norms import value_norms
 from attnviz.errors import UnsupportedArchitectureError
 
 

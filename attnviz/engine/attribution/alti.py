@@ -29,9 +29,9 @@ import numpy as np
 import torch
 
 from attnviz.engine.forward import attentions_of
-from attnviz.engine.fromscratch.adapters import adapter_for, layer_blocks
-from attnviz.engine.fromscratch.norms import _out_weight, head_outputs
-from attnviz.engine.fromscratch.verify import recompute
+from attnviz.engine.scratch.adapters import adapter_for, layer_blocks
+from attnviz.engine.scratch.norms import _out_weight, head_outputs
+from attnviz.engine.scratch.verify import recompute
 from attnviz.engine.memory import WORKING_BYTES
 from attnviz.errors import UnsupportedArchitectureError
 

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from attnviz.engine.ablation.seam import site
-from attnviz.engine.fromscratch.adapters import adapter_for
+from attnviz.engine.scratch.adapters import adapter_for
 from attnviz.errors import UnsupportedArchitectureError
 
 

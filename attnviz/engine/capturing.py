@@ -12,8 +12,8 @@ from attnviz.data.capture import Capture
 from attnviz.data.parts import Parts
 from attnviz.engine.families import can, require
 from attnviz.engine.forward import encode, make_capture, model_attentions
-from attnviz.engine.generate import Decoding
-from attnviz.engine.loading import layers_and_heads
+from attnviz.engine.generation import Decoding
+from attnviz.engine.models import layers_and_heads
 from attnviz.engine.memory import attention_bytes, check_memory, memory_budget
 from attnviz.engine.seq2seq import parts_capture
 from attnviz.engine.stream import streamed_capture, streamed_words, Window

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from attnviz.engine.fromscratch.formula import attention_weights
+from attnviz.engine.scratch.formula import attention_weights
 from attnviz.engine.families import family_of, layer_window, support_line
 from attnviz.engine.hooks import Seen
 from attnviz.errors import UnsupportedArchitectureError

@@ -19,7 +19,7 @@ from attnviz.engine.families import can
 
 from attnviz.engine.forward import encode, make_capture, model_attentions
 
-from attnviz.engine.loading import layers_and_heads
+from attnviz.engine.models import layers_and_heads
 
 from attnviz.engine.memory import attention_bytes, memory_budget
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from attnviz.data.capture import Capture
 from attnviz.engine.forward import attentions_of, encode, make_capture
-from attnviz.engine.loading import layers_and_heads
+from attnviz.engine.models import layers_and_heads
 from attnviz.engine.memory import check_memory
 from attnviz.errors import arg, AttentionCheckError, AttnvizWarning, InputError, UsageError
 from attnviz.base.sizes import MAX_NEW_TOKENS

@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnviz.engine.fromscratch.adapters import adapter_for, layer_blocks
-from attnviz.engine.fromscratch.norms import _out_weight, head_outputs
-from attnviz.engine.fromscratch.verify import recompute
+from attnviz.engine.scratch.adapters import adapter_for, layer_blocks
+from attnviz.engine.scratch.norms import _out_weight, head_outputs
+from attnviz.engine.scratch.verify import recompute
 from attnviz.errors import UnsupportedArchitectureError
 
 STREAM_TOLERANCE = 1e-4  # of the stream's largest |value|: float32 sums over a few dozen parts

@@ -364,7 +364,7 @@ def detect(length: Annotated[int, typer.Option(parser=whole_number(2, 2048), met
 
     check_output(output, FORMATS)
     if audio is not None:
-        from attnviz.cli.align import aligned_heads
+        from attnviz.cli.speech import aligned_heads
         from attnviz.cli.inputs import SoundInput
 
         sound_input = SoundInput(**{f.name: getattr(inp, f.name) for f in fields(ModelOptions)

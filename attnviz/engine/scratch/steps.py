@@ -10,8 +10,8 @@ import numpy as np
 import torch
 
 from attnviz.engine.forward import attentions_of
-from attnviz.engine.fromscratch.formula import attention_weights
-from attnviz.engine.fromscratch.verify import recompute
+from attnviz.engine.scratch.formula import attention_weights
+from attnviz.engine.scratch.verify import recompute
 from attnviz.engine.memory import check_memory
 
 

@@ -20,7 +20,7 @@ from attnviz.data.capture import Capture
 from attnviz.errors import AttentionCheckError, InputError, arg
 from attnviz.metrics import Tokens
 from attnviz.base.tokens import Described, describe_tokens
-from attnviz.engine.loading import LoadedModel, first_line, forward_args, layers_and_heads
+from attnviz.engine.models import LoadedModel, first_line, forward_args, layers_and_heads
 from attnviz.engine.memory import attention_bytes, memory_budget
 from attnviz.engine.forward import attentions_of
 from attnviz.data.words import to_words

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnviz.engine.fromscratch.adapters import layer_blocks
+from attnviz.engine.scratch.adapters import layer_blocks
 from attnviz.engine.interface import output, streaming
 
 BLOCK_BYTES = 1 << 24  # α held at once per attention call, in float64
