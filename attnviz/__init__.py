@@ -2,45 +2,38 @@
 
 Data flows one way, and the packages show it:
 
-    text -> engine/ (the torch side: loading, the one capture entry, streaming, generation,
-                     encoder-decoders, the input-recording hooks; scratch/ recomputes α from the weights)
-         -> data/ (Capture, Parts, the .npz format) -> metrics -> panels -> render/
-         -> api/ (the public API: the only door) -> cli/ (the command line, which calls only the API)
+    cli/, serve/   parse what was asked, call ONE api function, hand its result to one emitter
+    api/           attnviz.<command>(...) -> a typed result that owns its output (to_dict, rows, report, figure)
+    engine/        the torch side, the only one that imports torch and transformers
+    metrics/, panels/, render/, data/, corpora/   numpy: statistics, what a picture shows, how it is drawn, the
+                   Capture and its file format
+    base/          what every layer uses: argument checks, files, records, selections, plain text
 
-Only engine/ imports torch and transformers, and only when a model is loaded. Importing attnviz imports
-nothing heavy: the public names (attnviz.api's) load on first use.
+Importing attnviz imports nothing heavy: the public names (attnviz.api.PUBLIC, one table) load on first use.
 
     import attnviz
     cap = attnviz.capture("The cat sat on the mat")     # the bundled MiniLM
-    cap.heatmap(layer=0, head=2); cap.heads(); cap      # a Figure, a table, the viewer inline
+    attnviz.heatmap(cap, layer=0, head=2).figure()      # a matplotlib figure
+    cap                                                  # in a notebook: the interactive viewer
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING
-
-from attnviz.api import notebook as _display  # noqa: F401 (registers the views every Capture shows; imports no numpy)
 from attnviz._version import __version__
-from attnviz.api import __all__ as _PUBLIC  # the API's names (attnviz.api imports its modules lazily)
+from attnviz.api import RENAMED as _RENAMED, __all__ as _PUBLIC, __getattr__ as _public
+from attnviz.api import notebook as _notebook  # noqa: F401 (registers the views every Capture shows; no numpy)
 
-_ELSEWHERE = {"AttnvizError": "attnviz.errors", "AttnvizWarning": "attnviz.errors", "Reporter": "attnviz.progress"}
-
-__all__ = [*_PUBLIC, *_ELSEWHERE, "__version__"]
-
-if TYPE_CHECKING:
-    from attnviz.api import *  # noqa: F403
-    from attnviz.errors import AttnvizError, AttnvizWarning  # noqa: F401
-    from attnviz.progress import Reporter  # noqa: F401
+__all__ = [*_PUBLIC, "__version__"]
 
 
 def __getattr__(name: str):
-    """The public names, imported when first used (PEP 562), so `import attnviz` and the CLI start fast."""
-    home = "attnviz.api" if name in _PUBLIC else _ELSEWHERE.get(name)
-    if home is None:
+    """The public names, imported when first used (PEP 562), so `import attnviz` and the CLI start fast; an old
+    name works with a DeprecationWarning."""
+    if name not in _PUBLIC and name not in _RENAMED:
         raise AttributeError(f"module 'attnviz' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
+    value = _public(name)
+    if name not in _RENAMED:
+        globals()[name] = value
     return value
 
 

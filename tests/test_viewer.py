@@ -383,7 +383,8 @@ def test_export_index_has_a_content_security_policy_and_still_shows_its_images(b
 @pytest.mark.browser
 def test_a_notebook_frame_fits_its_page(browser, cat_capture, tmp_path):
     """The frame a notebook shows takes the height its page posts: no empty band under a short sentence."""
-    from attnviz.api.notebook import FRAME_HEIGHT_PX, inline_html
+    from attnviz.api.notebook import inline_html
+    from attnviz.render.viewer import FRAME_HEIGHT_PX
 
     notebook = tmp_path / "notebook.html"
     notebook.write_text(f"<!doctype html><html><body>{inline_html(cat_capture)}<p id='after'>next cell</p>"

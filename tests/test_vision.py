@@ -82,7 +82,7 @@ def test_every_vision_family_captures_a_picture_and_verifies(kind, vision_dir):
     rows, cols = capture.grid
     assert capture.image.shape == (rows * 14, cols * 14, 3) and cols > rows
     np.testing.assert_allclose(capture.attentions.sum(-1), 1.0, atol=1e-5)
-    front = capture.patch_start
+    front = capture.grid_start
     assert capture.tokens[front:front + 2] == ("p(0,0)", "p(0,1)") and capture.tokens[-1] == f"p({rows - 1},{cols - 1})"
     assert front == {"dinov2_with_registers": 4, "deit": 2, "siglip_vision_model": 0}.get(kind, 1)
     assert bool(capture.special[:front].all()) and not capture.special[front:].any()

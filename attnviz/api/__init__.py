@@ -5,102 +5,87 @@ nothing else of the library's model side; so can you.
     model = attnviz.load_model("minilm")                  # or "multilingual", "smollm2", a folder, a .gguf
     cap = attnviz.capture("The cat sat on the mat", model=model)
     cap                                                   # in Jupyter / VS Code: the interactive viewer
-    cap.heatmap(layer=0, head=2)                          # a matplotlib Figure
+    attnviz.heatmap(cap, layer=0, head=2).figure()        # a matplotlib figure
     attnviz.verify("The cat sat on the mat", model=model).passed
 
-Every function takes its input first and everything else by keyword (`fn(text, *, model=None, …)`), and
-returns a frozen, typed result with `to_dict()` (what the command's --json prints) and, where a picture
-suits, `figure()`. Errors are attnviz.AttnvizError subclasses whose messages name these functions' arguments.
-Importing this module imports neither torch nor transformers; they load with the first model.
+Every command is one function of the same name (hyphens as underscores: `attnviz logit-attr` is
+attnviz.logit_attr), which takes its input first and everything else by keyword (`fn(text, *, model=None, …)`)
+and returns a frozen, typed result that owns its output: `to_dict()` (exactly what the command's --json
+prints), `to_rows()` (its --csv), `report()` (its terminal table), `figure()` where it draws and `html()` where it
+has a page. Errors are attnviz.AttnvizError subclasses whose messages name these functions' arguments.
+
+The public names come from one table, PUBLIC: each module loads when one of its names is first used (PEP 562),
+so that importing attnviz imports neither torch nor transformers, and the command line, which calls one
+function, loads only what that command needs.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
+import warnings
 
-# name -> the module that defines it. Each module loads when one of its names is first used (PEP 562), so the
-# command line, which imports one function, loads only what that command needs (removal's module, for one,
-# imports torch).
-_HOMES = {
-    **dict.fromkeys(("Keep", "capture", "capture_audio", "capture_image", "from_outputs", "load_capture", "picture",
-                     "Picture", "sound", "Sound", "to_words"),
-                    "attnviz.api.capturing"),
-    **dict.fromkeys(("Contributions", "HeadEffect", "LOGIT_TOLERANCE", "LogitAttribution", "contributions",
-                     "logit_attribution"), "attnviz.api.attribution"),
-    **dict.fromkeys(("patch", "Patching", "PATCH_TOLERANCE", "path_patch", "PathPatching"), "attnviz.api.patching"),
-    **dict.fromkeys(("CorpusState", "corpus", "merge"), "attnviz.api.corpora"),
-    **dict.fromkeys(("Circuits", "MassiveActivations", "RetrievalHeads", "SinkRate", "circuits", "massive",
-                     "retrieval_heads", "sink_rate"), "attnviz.api.mechanisms"),
-    **dict.fromkeys(("Cost", "cost"), "attnviz.api.costs"),
-    **dict.fromkeys(("WordTimings", "align", "ALIGNMENT_TOLERANCE"), "attnviz.api.speech"),
-    **dict.fromkeys(("DEVICES", "DTYPES", "Model", "conversion_pending", "list_families", "load_model",
-                     "model_shape", "resolve_model"), "attnviz.api.models"),
-    **dict.fromkeys(("MAX_IMPORTANCE_TEXTS", "MAX_MEAN_TEXTS", "Ablation", "Detection", "Importance", "ablate",
-                     "detect", "importance"), "attnviz.api.ablation"),
-    **dict.fromkeys(("TOLERANCE", "Positions", "Scaling", "Steps", "Verification", "positions", "scaling", "steps",
-                     "verify", "patch_positions", "PatchPositions", "POSITION_TOLERANCE"), "attnviz.api.scratch"),
-    **dict.fromkeys(("HeadTable", "Rollout", "heads", "rollout"), "attnviz.api.stats"),
-    **dict.fromkeys(("Norms", "Sinks", "norms", "sinks"), "attnviz.api.values"),
-    **dict.fromkeys(("Decoding", "Generation", "generate"), "attnviz.api.generation"),
-    "Capture": "attnviz.data.capture", "Parts": "attnviz.data.parts", "ModelSpec": "attnviz.engine.models",
-    "export": "attnviz.api.gallery", "list_metrics": "attnviz.metrics", "register_metric": "attnviz.metrics",
+# module -> the public names it defines: the one list of the API (attnviz.__all__ and the docs follow it).
+PUBLIC: dict[str, tuple[str, ...]] = {
+    "attnviz.api.capturing": ("capture", "capture_audio", "capture_image", "from_outputs", "Keep", "load_capture",
+                              "picture", "Picture", "sound", "Sound", "to_words"),
+    "attnviz.api.views": ("heatmap", "Heatmap", "token", "TokenAttention", "compare", "Comparison", "view", "View"),
+    "attnviz.api.stats": ("heads", "HeadTable", "entropy", "Entropy", "rollout", "Rollout", "explain", "Glossary"),
+    "attnviz.api.scratch.verify": ("verify", "Verification", "TOLERANCE"),
+    "attnviz.api.scratch.steps": ("steps", "Steps"),
+    "attnviz.api.scratch.positions": ("positions", "Positions", "grid_positions", "GridPositions",
+                                      "POSITION_TOLERANCE"),
+    "attnviz.api.scratch.scaling": ("scaling", "Scaling"),
+    "attnviz.api.values": ("norms", "Norms", "sinks", "Sinks", "sink_rate", "SinkRate"),
+    "attnviz.api.attribution.contributions": ("contributions", "Contributions"),
+    "attnviz.api.attribution.logits": ("logit_attr", "LogitAttribution", "HeadEffect", "LOGIT_TOLERANCE"),
+    "attnviz.api.ablation.removing": ("ablate", "Ablation", "MAX_MEAN_TEXTS"),
+    "attnviz.api.ablation.ranking": ("importance", "Importance", "MAX_IMPORTANCE_TEXTS"),
+    "attnviz.api.ablation.detectors": ("detect", "Detection"),
+    "attnviz.api.patching": ("patch", "Patching", "path_patch", "PathPatching", "PATCH_TOLERANCE"),
+    "attnviz.api.mechanisms": ("circuits", "Circuits", "retrieval", "RetrievalHeads", "massive",
+                               "MassiveActivations"),
+    "attnviz.api.speech": ("align", "WordTimings", "AlignmentHeads", "ALIGNMENT_TOLERANCE"),
+    "attnviz.api.generation": ("generate", "Generation", "Decoding"),
+    "attnviz.api.costs": ("cost", "Cost"),
+    "attnviz.api.corpora": ("corpus", "Corpus", "CorpusState", "merge"),
+    "attnviz.api.gallery": ("export", "Gallery"),
+    "attnviz.api.models": ("load_model", "Model", "ModelSpec", "resolve_model", "conversion_pending", "model_shape",
+                           "list_families", "DEVICES", "DTYPES"),
+    "attnviz.data.capture": ("Capture",),
+    "attnviz.data.parts": ("Parts",),
+    "attnviz.metrics": ("list_metrics", "register_metric"),
+    "attnviz.errors": ("AttnvizError", "AttnvizWarning"),
+    "attnviz.progress": ("Reporter",),
 }
-_RENAMED = {"view": ("attnviz.api.notebook", "write_view")}
 
-if TYPE_CHECKING:
-    from attnviz.api.capturing import (Keep, Picture, Sound, capture, capture_audio, capture_image, from_outputs,
-                                       load_capture, picture, sound, to_words)
-    from attnviz.api.speech import ALIGNMENT_TOLERANCE, WordTimings, align
-    from attnviz.api.attribution import (Contributions, HeadEffect, LOGIT_TOLERANCE, LogitAttribution,
-                                           contributions, logit_attribution)
-    from attnviz.api.patching import PATCH_TOLERANCE, PathPatching, Patching, patch, path_patch
-    from attnviz.api.corpora import CorpusState, corpus, merge
-    from attnviz.api.mechanisms import (Circuits, MassiveActivations, RetrievalHeads, SinkRate, circuits, massive,
-                                        retrieval_heads, sink_rate)
-    from attnviz.api.costs import Cost, cost
-    from attnviz.api.models import (DEVICES, DTYPES, Model, conversion_pending, list_families,
-                                    load_model, model_shape, resolve_model)
-    from attnviz.api.ablation import (MAX_IMPORTANCE_TEXTS, MAX_MEAN_TEXTS, Ablation, Detection,
-                                     Importance, ablate, detect, importance)
-    from attnviz.api.scratch import (POSITION_TOLERANCE, TOLERANCE, PatchPositions, Positions, Scaling, Steps,
-                                     Verification, patch_positions, positions, scaling, steps, verify)
-    from attnviz.api.stats import HeadTable, Rollout, heads, rollout
-    from attnviz.api.values import Norms, Sinks, norms, sinks
-    from attnviz.api.generation import Decoding, Generation, generate
-    from attnviz.data.capture import Capture
-    from attnviz.data.parts import Parts
-    from attnviz.api.notebook import write_view as view
-    from attnviz.engine.models import ModelSpec
-    from attnviz.api.gallery import export
-    from attnviz.metrics import list_metrics, register_metric
+# old name -> (its new name, what changed): they work, with a DeprecationWarning, until the release CHANGELOG.md
+# names; the command line keeps its old spellings as hidden aliases.
+RENAMED: dict[str, tuple[str, str]] = {
+    "logit_attribution": ("logit_attr", "named as its command, attnviz logit-attr"),
+    "retrieval_heads": ("retrieval", "named as its command, attnviz retrieval"),
+    "patch_positions": ("grid_positions", "'patch' is activation patching's word; a picture has a grid of cells"),
+    "PatchPositions": ("GridPositions", "'patch' is activation patching's word; a picture has a grid of cells"),
+}
+
+HOMES: dict[str, str] = {name: module for module, names in PUBLIC.items() for name in names}
+
+__all__ = sorted(HOMES, key=str.lower)
 
 
 def __getattr__(name: str):
-    if name in _RENAMED:
-        home, attribute = _RENAMED[name]
-    elif name in _HOMES:
-        home, attribute = _HOMES[name], name
-    else:
+    """A public name, imported when first used; an old name, with a DeprecationWarning naming the new one."""
+    if name in RENAMED:
+        new, why = RENAMED[name]
+        warnings.warn(f"attnviz.{name} is now attnviz.{new} ({why}); the old name goes in a later release",
+                      DeprecationWarning, stacklevel=2)
+        return __getattr__(new)
+    home = HOMES.get(name)
+    if home is None:
         raise AttributeError(f"module 'attnviz.api' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), attribute)
+    value = getattr(importlib.import_module(home), name)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
-
-
-__all__ = ["ALIGNMENT_TOLERANCE", "Ablation", "Capture", "Circuits", "Contributions", "CorpusState", "Cost",
-           "DEVICES", "DTYPES", "Decoding", "Detection", "Generation", "HeadEffect", "HeadTable", "Importance",
-           "Keep", "LOGIT_TOLERANCE", "LogitAttribution", "MAX_IMPORTANCE_TEXTS", "MAX_MEAN_TEXTS",
-           "MassiveActivations", "Model", "ModelSpec", "Norms", "Parts", "Positions", "RetrievalHeads", "Rollout",
-           "PATCH_TOLERANCE", "PatchPositions", "Patching", "PathPatching", "Picture", "POSITION_TOLERANCE",
-           "Scaling", "SinkRate", "Sinks", "Sound", "Steps", "TOLERANCE", "Verification", "WordTimings", "ablate",
-           "align", "capture", "capture_audio", "capture_image", "circuits", "contributions", "conversion_pending",
-           "corpus", "cost", "detect", "export", "from_outputs", "generate", "heads", "importance", "list_families",
-           "list_metrics", "load_capture", "load_model", "logit_attribution", "massive", "merge", "model_shape",
-           "norms", "patch", "patch_positions", "path_patch", "picture", "positions", "register_metric",
-           "resolve_model", "retrieval_heads", "rollout", "scaling", "sink_rate", "sinks", "sound", "steps",
-           "to_words", "verify", "view"]

@@ -1,5 +1,6 @@
-"""The one way a text becomes attention: attnviz.capture(text, model=…), and a Capture from a forward pass the
-user ran themselves (from_outputs) or from a file (load_capture)."""
+"""The one way an input becomes attention: attnviz.capture(text, picture or sound, model=…), and a Capture from a
+forward pass the user ran themselves (from_outputs) or from a file (load_capture). Every command that shows
+attention gets it through attention_of: a saved capture as it is, or the input through the model."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnviz.base.arguments import checked
-from attnviz.api.models import borrows, resolve_model
+from attnviz.api.models import borrows, for_input, resolve_model
 from attnviz.data.capture import Capture
 from attnviz.data.parts import PART_NAMES, Parts, load_capture
-from attnviz.errors import InputError
+from attnviz.data.modality import of_input
+from attnviz.errors import InputError, UsageError, arg
 from attnviz.data.picture import Picture, picture  # re-exported: a vision model's input
 from attnviz.progress import Reporter
 from attnviz.data.sound import Sound, sound  # re-exported: a speech model's input
@@ -22,7 +24,7 @@ from attnviz.data.words import to_words  # re-exported: a Capture or Parts at wo
 # capture never load it.
 
 __all__ = ["Sound", "sound", "capture", "capture_audio", "capture_image", "Keep", "from_outputs", "load_capture",
-           "picture", "Picture", "to_words"]
+           "picture", "Picture", "to_words", "attention_of", "default_model"]
 
 
 @dataclass(frozen=True)
@@ -50,11 +52,12 @@ class Keep:
 
 @borrows
 @checked
-def capture(text: str, *, model: Any = None, tokenizer: Any = None, words: bool = False, stream: bool | None = None,
-            keep: Keep | None = None, part: str | None = None, target: str | None = None,
-            max_new_tokens: int | None = None, decoding: Any = None, truncate: bool = True, device: str = "auto",
-            dtype: str = "float32", reporter: Reporter | None = None) -> Capture | Parts:
-    """The attention of `text`: the one place that chooses how it is computed.
+def capture(text: str | Picture | Sound, *, model: Any = None, tokenizer: Any = None, words: bool = False,
+            stream: bool | None = None, keep: Keep | None = None, part: str | None = None, target: str | None = None,
+            max_new_tokens: int | None = None, decoding: Any = None, norms: bool = False, truncate: bool = True,
+            device: str = "auto", dtype: str = "float32", reporter: Reporter | None = None) -> Capture | Parts:
+    """The attention of `text` (or of a picture, attnviz.picture(), or a sound, attnviz.sound(), each through its
+    own door: capture_image, capture_audio): the one place that chooses how it is computed.
 
     model          a name or folder (loaded here), a Model from load_model(), or a Hugging Face model object
                    with its `tokenizer` (switched to eager attention in place if it was loaded with SDPA)
@@ -64,8 +67,24 @@ def capture(text: str, *, model: Any = None, tokenizer: Any = None, words: bool 
     part           an encoder-decoder model's encoder, decoder or cross attention; None gives all three (Parts)
     target         an encoder-decoder model's decoder reads this text; without it the decoder writes
                    (`max_new_tokens`, default 20; `decoding`: an attnviz.Decoding, default greedy)
+    norms          the value-weighted norms ‖α_ij·f_h(x_j)‖ (each query's shares of them) instead of α
     reporter       hears of long work (the command line shows it)
     """
+    if norms:
+        from attnviz.api.values import norms as value_norms
+
+        shares = value_norms(text, model=model, tokenizer=tokenizer, truncate=truncate, device=device, dtype=dtype,
+                             reporter=reporter).capture
+        return to_words(shares) if words else shares
+    if getattr(text, "is_picture", False) or getattr(text, "is_sound", False):  # the other inputs' own doors
+        if words or stream:
+            raise UsageError(f"{arg('words')} and {arg('stream')} are for text; a {of_input(text).name}'s attention "
+                             f"is held whole", "words" if words else "stream")
+        if getattr(text, "is_picture", False):
+            return capture_image(text, model=for_input(model, text), device=device, dtype=dtype)
+        whole = capture_audio(text, model=for_input(model, text), tokenizer=tokenizer, target=target,
+                              max_new_tokens=max_new_tokens, device=device, dtype=dtype, reporter=reporter)
+        return whole.part(part) if part is not None else whole
     check_text(text)
     if part is not None and part not in PART_NAMES:
         raise InputError(f"part must be one of {', '.join(PART_NAMES)}, not {part!r}", "part")
@@ -144,3 +163,46 @@ def capture_audio(audio: Any, *, model: Any = "whisper", tokenizer: Any = None, 
             return capture_sound(loaded, heard, max_new_tokens=max_new_tokens, on_step=advance)
     with reporter.status(f"reading the target over {heard.seconds:.1f} s of sound"):
         return capture_sound(loaded, heard, target=target)
+
+
+def default_model(given: Any) -> str | None:
+    """The offline model an input defaults to when none is named: dinov2 for a picture, whisper for a sound, None
+    (the default text model) for text."""
+    return of_input(given).default_model
+
+
+def attention_of(given: Any, *, model: Any = None, tokenizer: Any = None, part: str | None = None,
+                 default_part: str | None = "cross", words: bool = False, stream: bool | None = False,
+                 keep: Keep | None = None, target: str | None = None, max_new_tokens: int | None = None,
+                 truncate: bool = True, device: str = "auto", dtype: str = "float32",
+                 reporter: Reporter | None = None) -> Capture | Parts:
+    """What a command shows: a saved capture as it is (at word level with `words`), or the input (text, a
+    picture, a sound) through the model. Of an encoder-decoder model's attention, the `part` asked for, else
+    `default_part` (None: all three, as Parts)."""
+    if isinstance(given, (Capture, Parts)):
+        if target is not None or max_new_tokens is not None:
+            raise UsageError(f"{arg('target')} and {arg('max_new_tokens')} choose what the model reads; a saved "
+                             f"capture runs nothing", "target")
+        chosen = _part_of(given, part, default_part)
+        return to_words(chosen) if words else chosen
+    if isinstance(given, str):
+        loaded = resolve_model(model, tokenizer, device=device, dtype=dtype)
+        loaded.check_inputs(part=part, target=target, max_new_tokens=max_new_tokens, stream=stream)
+        return capture(given, model=loaded, words=words, stream=stream, keep=keep,
+                       part=(part or default_part) if loaded.seq2seq else None, target=target,
+                       max_new_tokens=max_new_tokens, truncate=truncate, reporter=reporter)
+    whole = capture(given, model=model, tokenizer=tokenizer, words=words, stream=stream, target=target,
+                    max_new_tokens=max_new_tokens, device=device, dtype=dtype, reporter=reporter)
+    return _part_of(whole, part, default_part)
+
+
+def _part_of(whole: Capture | Parts, part: str | None, default_part: str | None) -> Capture | Parts:
+    """A capture as it is (a part refused: it has one kind of attention), or one part of Parts (all of them for
+    no part and no default)."""
+    if isinstance(whole, Parts):
+        chosen = part or default_part
+        return whole.part(chosen) if chosen else whole
+    if part is not None:
+        raise UsageError(f"this capture has one kind of attention (self-attention); {arg('part')} is for captures "
+                         f"of encoder-decoder models", "part")
+    return whole

@@ -8,7 +8,7 @@ from typing import Any
 
 from attnviz.base.arguments import checked
 from attnviz.api.models import borrows, resolve_model
-from attnviz.api.notebook import records_html
+from attnviz.render.tables import records_html
 from attnviz.errors import InputError, UsageError
 from attnviz.panels import short_model
 from attnviz.progress import Reporter

@@ -29,7 +29,7 @@ from attnviz.metrics import head_records
 from attnviz.panels import Panel, Scale, ScaleChoice, attention_panels, text_subtitle
 from attnviz.base.records import to_csv, to_json
 from attnviz.render.encode import encode_scanlines, rgb_view, scanlines
-from attnviz.render.html import gallery_html, Section
+from attnviz.render.gallery import gallery_html, Section
 from attnviz.render.png import FORMATS as FIGURE_FORMATS, grid_figure, panel_figure, save_grid
 from attnviz.render.viewer import viewer_data, viewer_fragment
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from attnviz.api.models import borrows, resolve_model
 from attnviz.base.arguments import checked
-from attnviz.api.notebook import records_html
+from attnviz.render.tables import records_html
 from attnviz.errors import InputError, UsageError, arg
 from attnviz.metrics import (Entry, key_importance, MASSIVE_MINIMUM, MASSIVE_RATIO, massive_entries, SINK_EPSILON,
                              sink_rate as sinks_of)
@@ -21,9 +21,8 @@ from attnviz.progress import Reporter
 from attnviz.base.text import check_text, shorten, visible
 
 __all__ = ["circuits", "Circuits", "common_tokens", "massive", "MassiveActivations", "retrieval_heads",
-           "RetrievalHeads", "sink_rate", "SinkRate", "REFERENCE_TEXTS", "SINK_TOKENS"]
+           "RetrievalHeads", "REFERENCE_TEXTS"]
 
-SINK_TOKENS = 64  # Gu et al. 2024 measure each text's first 64 tokens
 # Texts whose massive activations give the mean the intervention sets them to (Sun et al. 2024: "the empirical
 # mean over many sentences"); varied in topic and form, none of them the texts of the examples.
 REFERENCE_TEXTS = (
@@ -291,78 +290,6 @@ def _intervene(loaded, encoded, result: MassiveActivations, hidden: np.ndarray, 
                 "value": value[(layer, p, dim)], "mean": means.get((layer, dim, rank[(layer, p, dim)]), 0.0)}
                for (layer, dim), positions in sorted(groups.items()) for p in sorted(positions)]
     return {**runs, "entries": entries, "texts": len(reference)}
-
-
-@dataclass(frozen=True)
-class SinkRate:
-    """Gu et al. 2024's model-level sink rate Sink₁^ε over a corpus: the share of (text, layer, head) whose first
-    token's importance (the mean weight it receives from the queries that can see it) is above ε, each text's
-    first `tokens` tokens. `by_head` (L, H): the share of texts in which each head is a sink."""
-
-    model: str
-    epsilon: float
-    tokens: int
-    texts: int
-    rate: float
-    by_head: np.ndarray  # (L, H)
-
-    def to_dict(self) -> dict:
-        return {"model": self.model, "epsilon": self.epsilon, "tokens": self.tokens, "texts": self.texts,
-                "sink_rate": self.rate, "by_layer": self.by_head.mean(axis=1).tolist(),
-                "by_head": self.by_head.tolist()}
-
-    def records(self) -> list[dict]:
-        L, H = self.by_head.shape
-        return [{"layer": n, "head": h, "sink_share": float(self.by_head[n, h])} for n in range(L) for h in range(H)]
-
-    def _repr_html_(self) -> str:
-        return records_html([{"model": self.model, "texts": self.texts, "epsilon": self.epsilon,
-                              "sink_rate": self.rate}], ["model", "texts", "epsilon", "sink_rate"],
-                            f"{self.model}: Sink₁^ε (Gu et al. 2024)")
-
-
-@borrows
-@checked
-def sink_rate(texts: Sequence[str], *, model: Any = None, tokenizer: Any = None, epsilon: float = SINK_EPSILON,
-              tokens: int = SINK_TOKENS, device: str = "auto", dtype: str = "float32",
-              reporter: Reporter | None = None) -> SinkRate:
-    """Sink₁^ε (Gu et al. 2024, sail-sg/Attention-Sink compute_attention_sink) over `texts`: each text's first
-    `tokens` tokens, the first token's importance per head, the share of heads above `epsilon`."""
-    if not 0 < epsilon < 1:
-        raise UsageError(f"{arg('epsilon')} must be above 0 and below 1; got {epsilon:g}", "epsilon")
-    if not 2 <= tokens <= 4096:
-        raise UsageError(f"{arg('tokens')} takes a whole number from 2 to 4096; got {tokens}", "tokens")
-    if not texts:
-        raise InputError("give at least one text", "texts")
-    loaded = resolve_model(model, tokenizer, device=device, dtype=dtype)
-    loaded.require_single("sinks")
-    from attnviz.engine.forward import encode, model_attentions
-    from attnviz.engine.models import layers_and_heads
-
-    L, H = layers_and_heads(loaded.model.config)
-    counts = np.zeros((L, H))
-    reporter = reporter or Reporter()
-    with reporter.progress("Texts", len(texts), "texts") as step:
-        for text in texts:
-            check_text(text)
-            encoded = encode(loaded, text, truncate=True)
-            if len(encoded.tokens) > tokens:
-                encoded = _first_tokens(encoded, tokens)
-            alpha = model_attentions(loaded, encoded)  # (L, H, T, T)
-            counts += sinks_of(alpha, bool(loaded.causal), epsilon)
-            step(1)
-    by_head = counts / len(texts)
-    return SinkRate(loaded.name, epsilon, tokens, len(texts), float(by_head.mean()), by_head)
-
-
-def _first_tokens(encoded, n: int):
-    """An encoded text cut to its first n tokens (every input tensor along its token axis)."""
-    from dataclasses import replace
-
-    inputs = {k: (v[:, :n] if hasattr(v, "dim") and v.dim() == 2 else v) for k, v in encoded.inputs.items()}
-    return replace(encoded, inputs=inputs, tokens=list(encoded.tokens)[:n], token_ids=list(encoded.token_ids)[:n],
-                   special=list(encoded.special)[:n], special_kind=list(encoded.special_kind)[:n],
-                   subword=list(encoded.subword)[:n], offsets=list(encoded.offsets)[:n] if encoded.offsets else None)
 
 
 RETRIEVAL_LENGTHS = (300, 600, 1200)  # tokens, about: a few hundred to over a thousand

@@ -14,13 +14,13 @@ from typing import Any, TypeVar
 from attnviz.base.arguments import checked
 from attnviz.base.devices import DEVICES, DTYPES  # re-exported
 from attnviz.engine.families import FAMILIES, Family
-from attnviz.engine.models import LoadedModel as Model
+from attnviz.engine.models import LoadedModel as Model, ModelSpec
 from attnviz.errors import InputError, arg
 
 # The engine (torch, transformers) is imported inside each function, so that `import attnviz` and a saved
 # capture never load it.
 
-__all__ = ["Model", "load_model", "resolve_model", "conversion_pending", "model_shape", "list_families", "DEVICES",
+__all__ = ["Model", "ModelSpec", "load_model", "resolve_model", "conversion_pending", "model_shape", "list_families", "DEVICES",
            "DTYPES"]
 
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from attnviz.api.models import borrows, resolve_model
 from attnviz.base.arguments import checked
-from attnviz.api.notebook import records_html
+from attnviz.render.tables import records_html
 from attnviz.errors import InputError, UsageError, arg
 from attnviz.panels import head_grid_panel, Page, Panel, Scale, short_model
 from attnviz.progress import Reporter
@@ -116,7 +116,7 @@ class Patching:
         return data
 
     def _repr_html_(self) -> str:
-        from attnviz.api.notebook import framed
+        from attnviz.render.viewer import framed
 
         table = records_html(self.top(), ["layer", "head", "score"],
                              f"{self.model}: which heads carry {self.answer!r} against {self.other!r}")
@@ -327,7 +327,7 @@ def _prepare(clean, corrupt, model, tokenizer, answers, direction, truncate, dev
                          f"' Paris',' Rome'", "answers")
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype, lm_head="auto")
     loaded.require_single("patch")
-    from attnviz.api.attribution import _target_id
+    from attnviz.api.attribution.logits import target_id
     from attnviz.engine.ablation import is_causal_lm, site
     from attnviz.engine.forward import encode
     from attnviz.engine.memory import check_memory
@@ -368,7 +368,7 @@ def _prepare(clean, corrupt, model, tokenizer, answers, direction, truncate, dev
                 raise InputError(f"both prompts predict {shown!r}: give the two answers to compare with "
                                  f"{arg('answers')} (e.g. ' Paris',' Rome')", "answers")
         else:
-            given = [_target_id(loaded, a, "answers") for a in answers]
+            given = [target_id(loaded, a, "answers") for a in answers]
             answer, other = int(given[0] or 0), int(given[1] or 0)
 
         def measure(reading):

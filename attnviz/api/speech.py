@@ -1,32 +1,34 @@
 """When each word was said, from a speech model's cross-attention (attnviz.align, `attnviz align`): the
 alignment heads' cross-attention through whisper's timing.py recipe (metrics/timing.py), the words' start and
-end times, the path, and how much of each cross-attention head's weight lies on that path."""
+end times, the path, and how much of each cross-attention head's weight lies on that path; which heads align
+(attnviz.detect of a sound, `attnviz detect --audio`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
+from attnviz.api.result import Line, Result
 from attnviz.base.arguments import checked
 from attnviz.data.parts import Parts
-from attnviz.api.notebook import records_html
+from attnviz.render.tables import records_html
 from attnviz.errors import InputError, UsageError, arg
 from attnviz.metrics.timing import alignment_matrix, dtw, MEDIAN_WIDTH, on_path, word_times
 from attnviz.panels import short_model
 from attnviz.progress import Reporter
 from attnviz.base.selection import head_pairs
 
-__all__ = ["align", "ALIGNMENT_TOLERANCE", "WordTimings"]
+__all__ = ["align", "ALIGNMENT_TOLERANCE", "WordTimings", "alignment_heads", "AlignmentHeads", "LISTED_SHARE"]
 
 ALIGNMENT_TOLERANCE = 0.1  # seconds: each word's start and end against faster-whisper's word_timestamps
 LISTED_SHARE = 0.5  # a head "aligns" when at least this share of its weight lies on the path
 
 
 @dataclass(frozen=True, eq=False)
-class WordTimings:
+class WordTimings(Result):
     """Word timings from cross-attention (whisper's timing.py): `words` one record each (word, start, end in
     seconds, tokens: the indices of its tokens in the text); `matrix` (rows, N) the alignment matrix (a row per
     step that wrote the text, from <|notimestamps|> to the last text token; a column per frame with sound);
@@ -34,6 +36,7 @@ class WordTimings:
     model's own alignment heads; `scores` (L, H): each cross-attention head's share of weight within `band`
     frames of the path; `capture` the Parts it was read from."""
 
+    command: ClassVar[str] = "align"
     model: str
     words: tuple[dict, ...]
     matrix: np.ndarray
@@ -43,6 +46,21 @@ class WordTimings:
     scores: np.ndarray
     band: int
     capture: Parts
+    top: int = 8  # heads the report lists
+
+    figure_name: ClassVar[str] = "attnviz_align.png"
+
+    def to_rows(self) -> list[dict]:
+        return self.records()
+
+    def report(self, **style: Any) -> list:
+        """The words' table, the heads' table and which heads align."""
+        from attnviz.render.tables import records_table
+
+        return [Line(describe(self), style="bold"),
+                records_table(self.records(), [("word", "word", ""), ("start", "start (s)", ".2f"),
+                                               ("end", "end (s)", ".2f")], title="words"),
+                *heads_report(self, self.top)]
 
     @property
     def frame_seconds(self) -> float:
@@ -118,16 +136,18 @@ def text_pieces(parts: Parts) -> list[str]:
 
 @checked
 def align(audio: Any, *, model: Any = "whisper", tokenizer: Any = None, target: str | None = None,
-          heads: str | Sequence[tuple[int, int]] | None = None, band: int = 1, device: str = "auto",
+          heads: str | Sequence[tuple[int, int]] | None = None, band: int = 1, top: int = 8, device: str = "auto",
           dtype: str = "float32", reporter: Reporter | None = None) -> WordTimings:
     """Each word's start and end in `audio` from a speech model's cross-attention, as whisper's timing.py does:
     `audio` a sound (as attnviz.capture_audio takes it) or the Parts of a capture of sound (nothing is run);
     the transcript the model writes, or `target` read against the sound (forced alignment). `heads` the
     cross-attention heads to use, "3.4,2.5" or (layer, head) pairs; default the model's own alignment heads,
     else every head of the decoder's second half (timing.py's default). `band`: frames either side of the path
-    that count as on it for each head's score."""
+    that count as on it for each head's score; `top`: the heads the report lists."""
     if not 0 <= band <= 50:
         raise UsageError(f"{arg('band')} takes 0 to 50 frames", "band")
+    if not 0 <= top <= 10_000:
+        raise UsageError(f"{arg('top')} takes 0 to 10,000 heads", "top")
     if isinstance(audio, Parts):
         if target is not None:
             raise UsageError(f"{arg('target')} chooses what the model reads; a capture has read it already",
@@ -155,7 +175,7 @@ def align(audio: Any, *, model: Any = "whisper", tokenizer: Any = None, target: 
     return WordTimings(model=parts.model, words=tuple(words), matrix=matrix.astype(np.float32), path=(rows, cols),
                        heads=chosen, listed=not heads and bool(_listed(parts)), scores=on_path(weights, rows, cols,
                                                                                                 band),
-                       band=band, capture=parts)
+                       band=band, capture=parts, top=top)
 
 
 def describe(timings: WordTimings) -> str:
@@ -163,3 +183,68 @@ def describe(timings: WordTimings) -> str:
     which = "the model's alignment heads" if timings.listed else f"{len(timings.heads)} heads"
     return (f"{short_model(timings.model)} · {len(timings.words)} words over "
             f"{timings.capture.meta.get('audio_seconds', 0):.2f} s, from {which}")
+
+
+def heads_report(timings: WordTimings, top: int) -> list:
+    """The heads' table (the `top` by share on the path) and which heads align, listed or not."""
+    from attnviz.render.tables import records_table
+
+    items: list = []
+    if top:
+        rows = [{**r, "listed": "✓" if r["listed"] else ""} for r in timings.head_records()[:top]]
+        columns = [("layer", "layer", "d"), ("head", "head", "d"), ("on_path", "on the path", ".1%"),
+                   ("listed", "listed", "")]
+        items.append(records_table(rows, columns, title=f"cross-attention heads by their share within "
+                                                        f"{timings.band} frame{'s' if timings.band != 1 else ''} of "
+                                                        f"the path"))
+    found = timings.aligning()
+    listed = set(timings.model_heads)
+    named = ", ".join(f"{n}.{h}{' (listed)' if (n, h) in listed else ''}" for n, h in found) or "none"
+    items.append(Line(f"heads with at least {LISTED_SHARE:.0%} of their weight on the path: {named}", wrap=False))
+    if listed:
+        items.append(Line(f"{len(set(found) & listed)} of the model's {len(listed)} listed alignment heads are among "
+                          f"them", wrap=False))
+    return items
+
+
+@dataclass(frozen=True, eq=False)
+class AlignmentHeads(Result):
+    """Every cross-attention head of a speech model by its share of weight on the word-timing path of one sound,
+    and whether the model lists it as an alignment head (attnviz detect --audio)."""
+
+    command: ClassVar[str] = "detect"
+    timings: WordTimings
+
+    figure_name: ClassVar[str] = "attnviz_detect_alignment.png"
+
+    def to_dict(self) -> dict:
+        """What `attnviz detect --audio --json` prints."""
+        t = self.timings
+        return {"model": t.model, "band_frames": t.band, "threshold": LISTED_SHARE,
+                "aligning": [list(p) for p in t.aligning()], "listed": [list(p) for p in t.model_heads],
+                "heads": t.head_records()}
+
+    def to_rows(self) -> list[dict]:
+        return self.timings.head_records()
+
+    def report(self, **style: Any) -> list:
+        return [Line(describe(self.timings), style="bold"),
+                *heads_report(self.timings, len(self.timings.head_records()))]
+
+    def figure(self):
+        """Each cross-attention head's share on the path, layers × heads."""
+        from attnviz.panels import Scale, head_grid_panel
+        from attnviz.render.png import panel_figure
+
+        panel = head_grid_panel(self.timings.scores, Scale(0.0, 1.0, "share of weight on the path"),
+                                f"{short_model(self.timings.model)} · cross-attention heads on the word-timing path",
+                                "attnviz_detect_alignment")
+        return panel_figure(panel)
+
+
+def alignment_heads(audio: Any, *, model: Any = "whisper", tokenizer: Any = None, device: str = "auto",
+                    dtype: str = "float32", reporter: Reporter | None = None) -> AlignmentHeads:
+    """Which cross-attention heads of a speech model align with `audio` (a sound, or a capture of one): each
+    head's share of weight on the word-timing path, and whether the model lists it."""
+    return AlignmentHeads(align(audio, model="whisper" if model is None else model, tokenizer=tokenizer,
+                                device=device, dtype=dtype, reporter=reporter))

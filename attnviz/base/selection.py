@@ -260,3 +260,19 @@ def head_pairs(heads: Any, L: int, H: int) -> list[tuple[int, int]]:
         raise UsageError(f"{arg('heads')} takes heads as \"5.11,3.0\" or (layer, head) pairs such as [(5, 11), "
                          f"(3, \"all\")]; got {str(heads)[:60]}", "heads")
     return resolve_pairs(tuple((int(layer), head if head == "all" else int(head)) for layer, head in heads), L, H)
+
+
+def selection(value: Any, what: str = "layer", *, keywords: tuple[str, ...] = (), field: str | None = None) -> Selection:
+    """A selection as the library takes it: a Selection, an index, a list of indices, or a spec as typed
+    ("0-2", "all", "mean")."""
+    if isinstance(value, Selection):
+        return value
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return Selection.parse(str(int(value)), what, keywords=keywords, field=field)
+    if isinstance(value, (list, tuple)) and value and all(
+            isinstance(v, numbers.Integral) and not isinstance(v, bool) or v in keywords for v in value):
+        return Selection.parse(",".join(str(v) for v in value), what, keywords=keywords, field=field)
+    if isinstance(value, str):
+        return Selection.parse(value, what, keywords=keywords, field=field)
+    raise UsageError(f"{arg(field or what)} takes an index, a list of indices or a selection such as \"0-2\" or "
+                     f"\"all\"; got {str(value)[:40]}", field or what)

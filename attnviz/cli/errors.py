@@ -4,7 +4,6 @@ data); warnings one line each; Ctrl-C and SIGTERM a clean exit (130, 143) after 
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import signal
 import warnings
@@ -21,18 +20,6 @@ from attnviz.cli.output import error_line, flag
 
 TERMINATED_EXIT = 143  # 128 + SIGTERM
 INTERRUPTED_EXIT = 130  # 128 + SIGINT
-
-
-@contextlib.contextmanager
-def usage_errors():
-    """A library UsageError about one argument, as the command line's usage error about its flag (one line,
-    "Invalid value for '--part': …", exit 2), where a command checks that argument only through the library."""
-    from attnviz.errors import UsageError
-
-    try:
-        yield
-    except UsageError as exc:
-        raise typer.BadParameter(exc.spelled(flag), param_hint=flag(exc.field) if exc.field else None) from None
 
 
 # --- errors and signals ------------------------------------------------------------------------------
@@ -117,3 +104,9 @@ def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+
+
+def usage_errors():  # transitional: library usage errors are usage errors everywhere now (cli_errors)
+    import contextlib
+
+    return contextlib.nullcontext()

@@ -11,7 +11,7 @@ import inspect
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Optional, get_type_hints
+from typing import Annotated, Any, Optional, get_type_hints
 from collections.abc import Callable
 
 import typer
@@ -384,23 +384,39 @@ def with_progress(what: str, total: int, run: Callable):
 
 
 @functools.cache
-def _group_parameters(cls: type) -> tuple[list[inspect.Parameter], list[inspect.Parameter]]:
-    """An option group's fields as keyword parameters: (arguments, options). Once per group: evaluating the
-    annotations is most of what defining the commands costs at start-up."""
+def _group_parameters(cls: type, names: tuple[str, ...] | None = None,
+                      help: tuple[tuple[str, str], ...] = ()) -> tuple[list[inspect.Parameter],
+                                                                       list[inspect.Parameter]]:
+    """An option group's fields (those named in `names`, or all) as keyword parameters: (arguments, options),
+    with the help texts `help` gives. Once per group: evaluating the annotations is most of what defining the
+    commands costs at start-up."""
     hints = get_type_hints(cls, include_extras=True)
+    own = dict(help)
     arguments: list[inspect.Parameter] = []
     options: list[inspect.Parameter] = []
     for f in dataclasses.fields(cls):
+        if f.name.startswith("_") or (names is not None and f.name not in names):
+            continue
         metadata = getattr(hints[f.name], "__metadata__", ())
         is_argument = any(type(m).__name__ == "ArgumentInfo" for m in metadata)
+        annotation = hints[f.name]
+        if f.name in own:  # the same option, its help in this command's words
+            import copy
+            from typing import Annotated as Marked
+
+            infos = [copy.copy(m) for m in metadata]
+            for info in infos:
+                info.help = own[f.name]
+            annotation = Marked[(annotation.__origin__, *infos)]  # type: ignore[valid-type]
         (arguments if is_argument else options).append(
-            inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=hints[f.name]))
+            inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=annotation))
     return arguments, options
 
 
-def takes(**groups: type) -> Callable:
-    """Decorator: add the fields of each option-group dataclass to the command's options, and pass each
-    group to the command as one object (the way simonw/llm shares option groups through decorators)."""
+def takes(**groups: type | Offer) -> Callable:
+    """Decorator: add the fields of each option-group dataclass (or those an Offer names) to the command's
+    options, and pass each group to the command as one object (the way simonw/llm shares option groups through
+    decorators)."""
 
     def decorate(func: Callable) -> Callable:
         signature = inspect.signature(func, eval_str=True)
@@ -408,16 +424,22 @@ def takes(**groups: type) -> Callable:
         own = [p.replace(kind=keyword) for p in signature.parameters.values() if p.name not in groups]
         arguments: list[inspect.Parameter] = []
         options: list[inspect.Parameter] = []
-        for cls in groups.values():
-            group_arguments, group_options = _group_parameters(cls)
+        for group in groups.values():
+            cls, names, help = (group.cls, group.names, group.help) if isinstance(group, Offer) else (group, None, ())
+            group_arguments, group_options = _group_parameters(cls, names, help)
             arguments += group_arguments
             options += group_options
         params = arguments + own + options  # TEXT comes first on the command line, the shared options last
 
         @functools.wraps(func)
         def wrapper(*args, **kwargs):
-            for arg, cls in groups.items():
-                kwargs[arg] = cls(**{f.name: kwargs.pop(f.name) for f in dataclasses.fields(cls)})
+            for arg, group in groups.items():
+                cls, names = (group.cls, group.names) if isinstance(group, Offer) else (group, None)
+                made = cls(**{f.name: kwargs.pop(f.name) for f in dataclasses.fields(cls)
+                              if not f.name.startswith("_") and (names is None or f.name in names)})
+                if names is not None:
+                    object.__setattr__(made, "_offered", names)
+                kwargs[arg] = made
             selections = tuple(value for value in kwargs.values()
                                if isinstance(value, Selection) and value.what in ("layer", "head"))
             for group in kwargs.values():
@@ -431,8 +453,6 @@ def takes(**groups: type) -> Callable:
         return wrapper
 
     return decorate
-
-
 
 
 @dataclass(frozen=True)
@@ -466,3 +486,160 @@ class SoundInput(ModelOptions):
         loaded = (self if self.model is not None else dataclasses.replace(self, model="whisper")).load()
         with usage_errors():
             return capture_audio(heard, model=loaded, target=self.target, reporter=CliReporter())
+
+
+# --- the one input type ------------------------------------------------------------------------------------
+
+# What a command can look at, as groups of options: each command offers some of them (Source.taking).
+KINDS = {"text": ("text", "text_file"), "image": ("image", "image_size"), "audio": ("audio",),
+         "seq2seq": ("target", "max_new_tokens"), "long": ("stream", "pool", "words"), "saved": ("source",)}
+
+
+@dataclass(frozen=True)
+class Offer:
+    """An option group offered in part: the fields of `cls` named in `names` (the others keep their defaults),
+    with the help of some said in the command's own words (`help`: (name, text) pairs)."""
+
+    cls: type
+    names: tuple[str, ...]
+    help: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Source:
+    """What a command looks at, as typed: TEXT (or - for standard input, or --text-file), --image, --audio, a
+    saved capture (--from), and how to read it (--target, --max-new-tokens for encoder-decoder models;
+    --stream, --pool, --words for long text). resolve() checks that one input is given and reads it, once;
+    options() are the reading options for the API. A command offers the kinds it takes (Source.taking)."""
+
+    text: TextArg = None
+    text_file: Annotated[Optional[Path], typer.Option(
+        "--text-file", help="Read the text from this file (UTF-8) instead of TEXT.", dir_okay=False,
+        show_default=False, metavar="FILE")] = None
+    image: Annotated[Optional[str], typer.Option(
+        "--image", metavar="FILE", show_default=False,
+        help="A picture instead of TEXT (PNG, JPEG or WebP; - reads standard input), for a vision model (the "
+             "model defaults to dinov2): attention over its patches, tokens [CLS] and p(row,col).")] = None
+    image_size: Annotated[Optional[int], typer.Option(
+        "--image-size", parser=whole_number(28, 1024), metavar="PIXELS", show_default=False,
+        help="--image: the longer side fed to the model, 28 to 1,024 pixels (default: the model's own, 224 for "
+             "dinov2); both sides are rounded to whole patches.")] = None
+    audio: Annotated[Optional[str], typer.Option(
+        "--audio", metavar="FILE", show_default=False,
+        help="A sound instead of TEXT (WAV or FLAC, at most 30 s; - reads standard input), for a speech model (the "
+             "model defaults to whisper): the transcript it writes, and its attention over time.")] = None
+    target: Annotated[Optional[str], typer.Option(
+        "--target", metavar="TEXT", show_default=False,
+        help="Encoder-decoder models: the decoder reads this target text (teacher forcing); without it the "
+             "decoder writes its own (greedy, --max-new-tokens).")] = None
+    max_new_tokens: Annotated[Optional[int], typer.Option(
+        "--max-new-tokens", "-n", parser=whole_number(1, MAX_NEW_TOKENS), metavar="N", show_default=False,
+        help="Tokens to write, at most, 1 to 4,096 (attnviz generate, and encoder-decoder models without "
+             "--target): default 20; the end-of-sequence token stops earlier.")] = None
+    stream: Annotated[bool, typer.Option(
+        "--stream", help="Compute attention a block of query rows at a time (for long inputs): statistics exact, "
+                         "pictures pooled. Chosen by itself when the full tensor exceeds --max-memory.")] = False
+    pool: Annotated[int, typer.Option(
+        "--pool", parser=whole_number(1, 4096), metavar="P",
+        help="Streamed pictures: at most P × P cells (P from 1 to 4,096), each the mean over a block of "
+             "tokens.")] = 512
+    words: Annotated[bool, typer.Option(
+        "--words", help="Attention between words instead of sub-word tokens: to a word, the sum over its pieces; "
+                        "from a word, their mean (Clark et al. 2019).")] = False
+    source: FromOpt = None
+
+    @classmethod
+    def taking(cls, *kinds: str, **help: str) -> Offer:
+        """The options of the kinds of input a command takes (text, image, audio, seq2seq, long, saved), an
+        option's help in the command's own words where given (audio="…")."""
+        return Offer(cls, tuple(name for kind in kinds for name in KINDS[kind]), tuple(help.items()))
+
+    @property
+    def offered(self) -> tuple[str, ...]:
+        return getattr(self, "_offered", tuple(f.name for f in dataclasses.fields(self)))
+
+    def takes(self, kind: str) -> bool:
+        return KINDS[kind][0] in self.offered
+
+    def given_text(self) -> str | None:
+        """TEXT, or the text of --text-file or standard input, read once however often it is asked for."""
+        return self._given_text
+
+    @functools.cached_property
+    def _given_text(self) -> str | None:
+        if self.text_file is not None:
+            if self.text is not None:
+                raise typer.BadParameter("give either TEXT or --text-file, not both")
+            return read_text(self.text_file)
+        if self.text == "-":
+            return read_text(None)
+        return self.text
+
+    def resolve(self):
+        """The one input, read and checked once: the text (str), a picture (attnviz.Picture), a sound
+        (attnviz.Sound), or a saved capture (a Capture, or an encoder-decoder model's Parts)."""
+        return self._resolved
+
+    @functools.cached_property
+    def _resolved(self):
+        texts = self.text is not None or self.text_file is not None
+        if self.source is not None:
+            if texts or self.image is not None or self.audio is not None:
+                raise typer.BadParameter("give either TEXT (or --image, --audio) or --from, not both")
+            if self.target is not None or self.max_new_tokens is not None:
+                raise typer.BadParameter("--target and --max-new-tokens choose what the model reads; with --from "
+                                         "nothing is run")
+            from attnviz.api import load_capture
+
+            return load_capture(self.source)
+        if self.audio is not None:
+            if texts or self.image is not None:
+                raise typer.BadParameter("give either TEXT (or --image) or --audio, not both", param_hint="--audio")
+            if self.words or self.stream:
+                raise typer.BadParameter("--words and --stream are for text; a sound's attention is held whole",
+                                         param_hint="--audio")
+            if self.target is not None and self.max_new_tokens is not None:
+                raise typer.BadParameter("give either --target (the decoder reads it) or --max-new-tokens (the "
+                                         "decoder writes), not both", param_hint="--target")
+            from attnviz.api import sound
+
+            return sound(self.audio)
+        if self.image is not None:
+            if texts:
+                raise typer.BadParameter("give either TEXT or --image, not both", param_hint="--image")
+            if self.words or self.stream:
+                raise typer.BadParameter("--words and --stream are for text; a picture's attention is held whole",
+                                         param_hint="--image")
+            from attnviz.api import picture
+
+            return picture(self.image, size=self.image_size)
+        if self.image_size is not None:
+            raise typer.BadParameter("--image-size is for --image", param_hint="--image-size")
+        text = self.given_text()
+        if text is None:
+            raise typer.BadParameter(self._missing())
+        from attnviz.base.text import check_text
+
+        return check_text(text)
+
+    def _missing(self) -> str:
+        """What to give, in the words of what this command takes."""
+        if self.takes("saved"):
+            others = [o for kind, o in (("image", "--image FILE"), ("audio", "--audio FILE")) if self.takes(kind)]
+            return f"give the TEXT to look at (in quotes), {', '.join(others + ['or --from CAPTURE.npz'])}"
+        return ("give the TEXT to look at, in quotes (or - to read it from standard input, or --text-file FILE)")
+
+    def options(self, **keep: Any) -> dict:
+        """How the API reads the input (attnviz.capture's options): words, streaming, what a streamed run keeps,
+        an encoder-decoder model's target and tokens to write. `keep`: attnviz.Keep's fields a command sets
+        (rows, cols, layers, rollout_token, pictures)."""
+        from attnviz.api import Keep
+
+        options: dict[str, Any] = {"words": self.words, "target": self.target, "max_new_tokens": self.max_new_tokens,
+                                   "reporter": CliReporter()}
+        if self.takes("long"):
+            options["stream"] = True if self.stream else None
+            options["keep"] = Keep(pool=self.pool, **keep)
+        else:
+            options["stream"] = False  # a command that does not stream holds the whole α (or says why it cannot)
+        return options

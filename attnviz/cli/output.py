@@ -1,5 +1,7 @@
-"""How the command line prints: plain text (never markup, control characters made visible), one-line
-errors, JSON/CSV records on stdout, where -o writes, and how a library argument is spelled as a flag.
+"""How the command line prints, in one place: a command's result handed to `emit` (its files written first,
+then its report, --json or --csv, then where the files went), plain text (never markup, control characters
+made visible), one-line errors, progress on stderr, where -o writes, and how a library argument is spelled as a
+flag. A closed standard output (`| head`) ends the output quietly.
 """
 
 from __future__ import annotations
@@ -9,6 +11,9 @@ import re
 import sys
 from pathlib import Path
 from typing import Any
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from rich.console import Console
 from rich.text import Text
@@ -43,7 +48,8 @@ def say(*parts: Any, console: Console | None = None, style: str = "", wrap: bool
 
 # How the command line spells a library argument that an error names: its flag (the few arguments that are
 # not flags by their own name are listed).
-FLAG_NAMES = {"token_argument": "TOKEN", "text": "TEXT", "sources": "SOURCE", "source": "--from"}
+FLAG_NAMES = {"token_argument": "TOKEN", "text": "TEXT", "sources": "SOURCE", "source": "--from", "term": "TERM",
+              "descending": "--desc", "cell": "--cell"}
 
 
 def flag(name: str) -> str:
@@ -101,6 +107,101 @@ def print_json(value: Any) -> None:
     from attnviz.base.records import to_json
 
     print(to_json(value))
+
+
+# --- the one emitter ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class File:
+    """A file a command writes when asked: `value` is its option's value (None: not asked for; a folder gets
+    `default` inside), `write(path)` writes it atomically and returns the path written, `note(path)` is the
+    line that says where it went."""
+
+    value: str | None
+    default: str
+    write: Callable[[Path], Path]
+    note: Callable[[Path], str] = field(default=str)
+    wanted: bool | None = None  # None: when a value is given
+
+    @property
+    def asked(self) -> bool:
+        return self.value is not None if self.wanted is None else self.wanted
+
+
+def figure_file(value: str | None, result: Any, *, default: str | None = None, wanted: bool | None = None,
+                **style: Any) -> File:
+    """-o for a result's picture: result.figure(**style), in the format of the suffix."""
+    def write(path: Path) -> Path:
+        from attnviz.render.png import save_figure
+
+        return save_figure(result.figure(**style), path)
+
+    return File(value, default or result.figure_name, write, wanted=wanted)
+
+
+def page_file(value: str | None, result: Any, *, default: str | None = None, wanted: bool | None = None,
+              **options: Any) -> File:
+    """--html (or view's -o) for a result's interactive page: result.html(**options)."""
+    def write(path: Path) -> Path:
+        from attnviz.base.files import atomic_output, check_suffix
+
+        path = check_suffix(path, (".html", ".htm"))
+        page = result.html(**options)
+        with atomic_output(path) as tmp:
+            tmp.write_text(page, encoding="utf-8")
+        return path
+
+    return File(value, default or result.page_name, write, wanted=wanted)
+
+
+def emit(result: Any, *, as_json: bool = False, as_csv: bool = False, files: Sequence[File] = (),
+         report: bool = True, style: dict | None = None) -> None:
+    """Show a command's result: write the files asked for (first, so that a reader who closes the pipe early
+    still gets them), then print its --json, its --csv or its terminal report (`report=False`: none), then the
+    lines that say where the files went (on stderr beside --json and --csv). Exits with the result's code."""
+    from attnviz.base.records import to_csv, to_json
+
+    written = [(f, f.write(output_path(f.value, f.default))) for f in files if f.asked]
+    try:
+        if as_json:
+            print(to_json(result.to_dict()))
+        elif as_csv:
+            sys.stdout.write(to_csv(result.to_rows() or [], result.csv_columns()))
+        elif report:
+            for item in result.report(width=out.width, color=use_color(), **(style or {})):
+                show(item)
+        for f, path in written:
+            say(f.note(path), console=err if as_json or as_csv else out)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _closed_stdout()
+    code = result.exit_code
+    if code:
+        import typer
+
+        raise typer.Exit(code)
+
+
+def show(item: Any) -> None:
+    """One item of a report: a Line (plain text, wrapped or on one logical line, stdout or stderr) or a Rich
+    renderable."""
+    from attnviz.api.result import Line
+
+    if isinstance(item, Line):
+        say(item.text, console=err if item.stderr else out, style=item.style, wrap=item.wrap)
+    else:
+        out.print(item)
+
+
+def _closed_stdout() -> None:
+    """The reader closed standard output (`attnviz … | head`): what was written stays, nothing more is said,
+    and Python's own flush at exit must not complain either."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 def use_color() -> bool:

@@ -199,6 +199,20 @@ class ModelOptions:
     # weights load, where the config says its shape cheaply (attnviz.model_shape).
     _checked_first: tuple = ()
 
+    def load_for(self, given: Any, *, lm_head: bool | str = False):
+        """The model for an input (Source.resolve()): none for a saved capture (nothing runs), -m if given, else
+        the input's own default (a picture: dinov2, a sound: whisper, text: the default text model)."""
+        from attnviz.api import Capture, Parts
+        from attnviz.api.capturing import default_model
+
+        if isinstance(given, (Capture, Parts)):
+            return None
+        if self.model is None and default_model(given) is not None:
+            from dataclasses import replace
+
+            return replace(self, model=default_model(given)).load(lm_head=lm_head)
+        return self.load(lm_head=lm_head)
+
     def load(self, *, lm_head: bool | str = False):
         """The model, loaded once (with a spinner on stderr); `lm_head`: with its language-model head. A layer
         or head selection out of range is refused before the weights load."""
@@ -239,6 +253,10 @@ class ScaleOptions:
     vmax: Annotated[Optional[float], typer.Option(
         "--vmax", parser=finite_float(0.0), metavar="NUMBER", show_default=False,
         help="Top of the colour scale (default: the largest weight shown).")] = None
+
+    def options(self) -> dict:
+        """The API's arguments: scale, norm, vmax."""
+        return {"scale": self.scale, "norm": self.norm, "vmax": self.vmax}
 
     def choice(self):
         from attnviz.panels import ScaleChoice

@@ -6,11 +6,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from attnviz.base import registry
-from attnviz.data.capture import Capture, read_parts, write_parts
+from attnviz.data.capture import Capture
+from attnviz.data.saving import read_parts, read_v1, write_parts
 from attnviz.data.npzformat import PARTS_FORMAT_VERSION, capture_members, format_version
 from attnviz.data.sides import PART_AXES, PART_META, PART_NAMES, SIDE_KEYS, part_meta  # noqa: F401 (re-exported)
 from attnviz.errors import AttentionCheckError, CaptureFormatError, SelectionError, arg
@@ -63,10 +65,29 @@ class Parts:
         """Write format 2 atomically: each part's α, the source and target tokens once, one meta."""
         return write_parts(self.captures, path)
 
+    # --- as a command's result (attnviz capture) -------------------------------------------------------------
+    def to_dict(self) -> dict:
+        """What `attnviz capture --json` prints: each part as a Capture's to_dict, and the shared metadata."""
+        return {"model": self.model, "meta": self.meta,
+                "parts": {name: capture.to_dict() for name, capture in self.captures.items()}}
+
+    def report(self, **style: Any) -> list:
+        return []
+
+    @property
+    def exit_code(self) -> int:
+        return 0
+
+    def saved(self, path: str | os.PathLike) -> str:
+        """The line that says where the parts went, and their sizes."""
+        sizes = ", ".join(f"{name} {c.n_layers}×{c.n_heads}×{c.n_tokens}×{c.n_keys}"
+                          for name, c in self.captures.items())
+        return f"{path}  ({sizes}: layers × heads × rows × columns)"
+
     @classmethod
     def _load(cls, path: Path, raw_meta: np.ndarray) -> Parts:
         try:
-            return cls(read_parts(path, raw_meta))
+            return cls(read_parts(path, raw_meta, Capture))
         except AttentionCheckError as exc:
             raise CaptureFormatError(f"{path}: {exc}") from None
 
@@ -79,6 +100,6 @@ def load_capture(path: str | os.PathLike) -> Capture | Parts:
     raw = read_npz(path, {"meta": capture_members()["meta"]})["meta"]
     if format_version(raw) == PARTS_FORMAT_VERSION:
         return Parts._load(path, raw)
-    return Capture._load_v1(path)
+    return read_v1(path, Capture)
 
 

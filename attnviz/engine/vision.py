@@ -29,7 +29,7 @@ def capture_image(loaded: LoadedModel, picture: images.Picture) -> Capture:
     return make_capture(loaded, encoded, alpha, picture.name)
 
 
-def patch_positions(loaded: LoadedModel, picture: images.Picture) -> tuple[np.ndarray, float, tuple[int, int]]:
+def grid_positions(loaded: LoadedModel, picture: images.Picture) -> tuple[np.ndarray, float, tuple[int, int]]:
     """(each patch's position embedding as the model adds it for this picture's grid (N, D) float64, the check:
     the largest |difference| from what the model's own embedding layer added (its output less the patch
     projection and [CLS]), over that output's largest |value|; the grid)."""

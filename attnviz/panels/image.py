@@ -24,8 +24,8 @@ def query_of(capture: Capture, patch: tuple[int, int] | None) -> tuple[int | Non
         if not (0 <= r < grid[0] and 0 <= c < grid[1]):
             raise SelectionError(f"{arg('patch')} {r},{c} is outside the grid of {grid[0]} × {grid[1]} patches "
                                  f"(rows 0..{grid[0] - 1}, columns 0..{grid[1] - 1})", "patch")
-        return capture.patch_start + r * grid[1] + c, f"p({r},{c})"
-    if capture.patch_start > 0:
+        return capture.grid_start + r * grid[1] + c, f"p({r},{c})"
+    if capture.grid_start > 0:
         return 0, capture.tokens[0]
     return None, "the patches (mean of their rows)"
 
@@ -36,7 +36,7 @@ def image_page(capture: Capture, layers: Sequence[int], heads: Sequence[HeadChoi
     own scale from 0 to its largest weight (heads differ by orders of magnitude)."""
     query, name = query_of(capture, patch)
     rows, cols = capture.grid or (0, 0)
-    start = capture.patch_start
+    start = capture.grid_start
     panels = []
     for layer in layers:
         for head in heads:

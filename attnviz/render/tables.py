@@ -3,6 +3,7 @@ Every cell is a plain Text (a token like "[/x]" is data, not markup), widths are
 
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
 
 import numpy as np
@@ -258,3 +259,15 @@ def records_table(records: Sequence[dict], columns: Sequence[tuple[str, str, str
                 cells.append(Text(format(value, fmt)))
         table.add_row(*cells)
     return titled(title, table)
+
+
+def records_html(records: Sequence[dict], columns: Sequence[str], title: str = "") -> str:
+    """Records as an HTML table (numbers to 3 significant digits, every string escaped)."""
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in columns)
+
+    def cell(value) -> str:
+        return f"{value:.3g}" if isinstance(value, float) else html.escape(str(value))
+
+    rows = "".join("<tr>" + "".join(f"<td>{cell(r.get(c, ''))}</td>" for c in columns) + "</tr>" for r in records)
+    caption = f"<caption>{html.escape(title)}</caption>" if title else ""
+    return f'<table class="attnviz-table">{caption}<thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'

@@ -11,6 +11,8 @@ parts of an encoder-decoder model); the page's script draws everything.
 
 from __future__ import annotations
 
+import html
+
 import base64
 import json
 import shlex
@@ -101,7 +103,7 @@ def section_data(capture: Capture, name: str, bits: int, layers: Sequence[int]) 
         buffer = io.BytesIO()
         Image.fromarray(capture.image).save(buffer, format="PNG")
         picture = {"png": base64.b64encode(buffer.getvalue()).decode("ascii"), "grid": list(capture.grid),
-                   "start": capture.patch_start, "patch": int(capture.meta.get("image_patch", 14))}
+                   "start": capture.grid_start, "patch": int(capture.meta.get("image_patch", 14))}
     return {
         "name": name, "title": PART_TITLES.get(name, "self-attention"),
         "layers": [int(n) for n in layers], "heads": int(capture.n_heads),
@@ -267,3 +269,25 @@ def viewer_html(data: dict) -> str:
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
             f"<meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">\n"
             f"<title>{title}</title>\n<style>{style}</style></head>\n<body>\n{body}\n{script}\n</body></html>\n")
+
+
+# --- in a notebook: the page as a sandboxed frame that fits its height ----------------------------------
+
+FRAME_HEIGHT_PX = 760  # the frame's height until the page inside says how tall it is (at most FRAME_MAX_PX)
+FRAME_MAX_PX = 2000
+
+# Beside the frame: resize it to the height its page posts (a number, from that frame's window only).
+_FIT = ("<script>(function () {{ var f = document.getElementById('{id}'); if (!f) return;"
+        " window.addEventListener('message', function (e) {{ if (e.source !== f.contentWindow || !e.data) return;"
+        " var h = Number(e.data.attnvizHeight); if (h > 0 && h < {max}) f.style.height = Math.round(h) + 'px'; }});"
+        " }})();</script>")
+
+
+def framed(page: str) -> str:
+    """A whole page (the viewer's) as a sandboxed frame that fits its height (inline_html)."""
+    import uuid
+
+    frame = f"attnviz-view-{uuid.uuid4().hex[:12]}"
+    return (f'<iframe id="{frame}" class="attnviz-view" srcdoc="{html.escape(page, quote=True)}" '
+            f'sandbox="allow-scripts" style="width: 100%; height: {FRAME_HEIGHT_PX}px; border: 0" '
+            f'title="attnviz view"></iframe>' + _FIT.format(id=frame, max=FRAME_MAX_PX))

@@ -30,14 +30,14 @@ from __future__ import annotations
 from attnviz.engine.ablation.seam import (ATTENTION_BYTES, copies_that_fit, Edit, editing, every_head, MODES,
                                           OUTPUT_BYTES, recording, removal, Site, site, weights_removed)
 from attnviz.engine.ablation.runs import alpha_of, embedding, head_means, is_causal_lm, outputs_of, run_model
-from attnviz.engine.ablation.removing import ablate, Ablation, kl_rows, next_token_loss
-from attnviz.engine.ablation.ranking import gradient_scores, Importance, importance, JACOBIAN_BATCH, removal_outputs
-from attnviz.engine.ablation.detectors import (Causal, causal_test, Detection, detection, repeat_loss, Repeated,
+from attnviz.engine.ablation.removing import ablate, AblationRun, kl_rows, next_token_loss
+from attnviz.engine.ablation.ranking import gradient_scores, ImportanceRun, importance, JACOBIAN_BATCH, removal_outputs
+from attnviz.engine.ablation.detectors import (Causal, causal_test, DetectionRun, detection, repeat_loss, Repeated,
                                                repeated_sequence)
 
 __all__ = [
-    "ablate", "Ablation", "alpha_of", "ATTENTION_BYTES", "Causal", "causal_test", "copies_that_fit", "Detection",
-    "detection", "Edit", "editing", "embedding", "every_head", "gradient_scores", "head_means", "Importance",
+    "ablate", "AblationRun", "alpha_of", "ATTENTION_BYTES", "Causal", "causal_test", "copies_that_fit", "DetectionRun",
+    "detection", "Edit", "editing", "embedding", "every_head", "gradient_scores", "head_means", "ImportanceRun",
     "importance", "is_causal_lm", "JACOBIAN_BATCH", "kl_rows", "MODES", "next_token_loss", "OUTPUT_BYTES",
     "outputs_of", "recording", "removal", "removal_outputs", "repeat_loss", "Repeated", "repeated_sequence",
     "run_model", "Site", "site", "weights_removed",

@@ -113,7 +113,7 @@ def causal_test(where: Site, inputs: dict, half: slice, heads: Sequence[tuple[in
 
 
 @dataclass
-class Detection:
+class DetectionRun:
     """Previous-token, duplicate-token and induction scores of every head on repeated random sequences.
 
     scores    name -> (L, H): TransformerLens's head-detector score, Σ α⊙P / Σ α over the whole matrix (its
@@ -136,7 +136,7 @@ class Detection:
 
 
 def detection(loaded, where: Site, *, length: int = 50, sequences: int = 4, seed: int = 0, draws: int = 10,
-              mode: str = "zero", reporter: Reporter | None = None) -> Detection:
+              mode: str = "zero", reporter: Reporter | None = None) -> DetectionRun:
     """The three detectors on `sequences` random sequences of `length` tokens repeated once, and (for a causal
     LM) the causal test on the same sequences; each phase a bar on `reporter`."""
     reporter = reporter or Reporter()
@@ -169,7 +169,7 @@ def detection(loaded, where: Site, *, length: int = 50, sequences: int = 4, seed
         detected[name] = sorted(((int(a), int(b)) for a, b in passed), key=lambda p: -share[p])
     first = runs[0][0]
     tokens = [loaded.tokenizer.decode([i]) for i in first.ids]
-    result = Detection(length, sequences, seed, scores, shares, detected, thresholds, tokens)
+    result = DetectionRun(length, sequences, seed, scores, shares, detected, thresholds, tokens)
     if causal_lm and detected["induction"]:
         fills = head_means(where, [inputs for _, inputs in runs]) if mode == "mean" else None
         # the same seed for every sequence: draw k removes the same random heads from each

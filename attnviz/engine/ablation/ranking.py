@@ -24,7 +24,7 @@ JACOBIAN_BATCH = 64  # copies per backward pass for an encoder's embedding Jacob
 
 
 @dataclass
-class Importance:
+class ImportanceRun:
     """Every head removed alone, over one or more texts (means over the texts).
 
     effect    (L, H): causal LM, the mean over positions of KL(p_clean ‖ p_removed), nats; encoder,
@@ -111,7 +111,7 @@ def _measures(clean: torch.Tensor, outs: torch.Tensor, causal: bool, ids: torch.
 
 
 def importance(where: Site, texts: Sequence[dict], *, mode: str = "zero", fills: list[torch.Tensor] | None = None,
-               batched: bool = True, gradient: bool = True, reporter: Reporter | None = None) -> Importance:
+               batched: bool = True, gradient: bool = True, reporter: Reporter | None = None) -> ImportanceRun:
     """Every head removed alone on each input of `texts` (batches of 1), and (`gradient`) the gradient estimate,
     averaged over the texts; each phase a bar on `reporter`. `batched=False` runs one forward pass per head
     (the loop the batched path must equal)."""
@@ -158,7 +158,7 @@ def importance(where: Site, texts: Sequence[dict], *, mode: str = "zero", fills:
                 scores += gradient_scores(where, inputs, causal, used)
                 step(1)
     n = max(len(texts), 1)
-    return Importance("causal" if causal else "encoder", mode, effect / n, scores / n, estimated / n,
+    return ImportanceRun("causal" if causal else "encoder", mode, effect / n, scores / n, estimated / n,
                       None if loss is None else loss / n, texts=len(texts), tokens=tokens,
                       clean_loss=float(np.mean(clean_losses)) if clean_losses else None)
 

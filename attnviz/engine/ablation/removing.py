@@ -17,7 +17,7 @@ from attnviz.engine.ablation.runs import alpha_of, embedding, head_means, is_cau
 
 
 @dataclass
-class Ablation:
+class AblationRun:
     """One text with heads removed, against the clean model.
 
     kind        "causal" or "encoder"
@@ -71,7 +71,7 @@ def kl_rows(clean: torch.Tensor, removed: torch.Tensor) -> torch.Tensor:
 
 
 def ablate(where: Site, inputs: dict, removed: Sequence[tuple[int, int]], *, mode: str = "zero",
-           fills: list[torch.Tensor] | None = None, means_from: str = "the text") -> Ablation:
+           fills: list[torch.Tensor] | None = None, means_from: str = "the text") -> AblationRun:
     """The text `inputs` (batch of 1) through the clean model and with the heads `removed` taken away."""
     if mode not in MODES:
         raise InputError(f"{arg('mode')} must be one of {', '.join(MODES)}, not {mode!r}")
@@ -90,7 +90,7 @@ def ablate(where: Site, inputs: dict, removed: Sequence[tuple[int, int]], *, mod
         with weights_removed(where, removed, edit_fills):
             edited = outputs_of(run_model(model, inputs), causal)
     clean, after = outputs_of(clean_out, causal), outputs_of(removed_out, causal)
-    result = Ablation(list(removed), mode, "causal" if causal else "encoder", alpha_of(clean_out),
+    result = AblationRun(list(removed), mode, "causal" if causal else "encoder", alpha_of(clean_out),
                       alpha_of(removed_out), check=float((after - edited).abs().max()), scale=float(after.abs().max()),
                       means_from=means_from if mode == "mean" else "")
     if causal:

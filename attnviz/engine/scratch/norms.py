@@ -33,7 +33,7 @@ def head_outputs(v: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass
-class Norms:
+class ValueNorms:
     """Per layer: α (B, H, T, T), ‖f_h(x_j)‖ (B, H, T), and how far Σ_h Σ_j α_ij f_h(x_j) + b_O lies from the
     attention block's own output (max |Δ|, the exact check)."""
 
@@ -55,7 +55,7 @@ class Norms:
         return self.alpha * self.value_norms[..., None, :]
 
 
-def value_norms(model, inputs: dict) -> Norms:
+def value_norms(model, inputs: dict) -> ValueNorms:
     """Run the model once; per layer recompute α and each head's value vectors through W_O from the model's
     own weights, and check that they add up to the attention block's output (recorded by a hook)."""
     base = getattr(model, "base_model", model)
@@ -99,12 +99,12 @@ def value_norms(model, inputs: dict) -> Norms:
             if key_mask is not None:
                 shown = shown * key_mask[:, :, None].to(shown.dtype)
             scales.append(float(shown.max()))
-    return Norms(torch.stack(alphas).cpu().numpy(), torch.stack(norms).cpu().numpy(), np.array(diffs),
+    return ValueNorms(torch.stack(alphas).cpu().numpy(), torch.stack(norms).cpu().numpy(), np.array(diffs),
                  np.array(scales))
 
 
 def norms_capture(loaded, text, *, truncate: bool = True):
-    """(Capture of value-weighted norms ‖α_ij f_h(x_j)‖, Norms): meta quantity "norm", the exact check's
+    """(Capture of value-weighted norms ‖α_ij f_h(x_j)‖, ValueNorms): meta quantity "norm", the exact check's
     largest |Δ| in meta "norm_check"."""
 
     encoded = encode(loaded, text, truncate=truncate)

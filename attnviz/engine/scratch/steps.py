@@ -16,7 +16,7 @@ from attnviz.engine.memory import check_memory
 
 
 @dataclass
-class Steps:
+class HeadSteps:
     """Every intermediate of one head's attention, from the model's own weights, as numpy float64.
 
     q, k (T, d_k); v (T, d_v); scores = q·kᵀ (T, T); scaled = scores / √d_k (T, T); allowed (T, T) bool
@@ -59,7 +59,7 @@ def window_words(window: int | None, reach: int | None) -> str:
     return ""
 
 
-def head_steps(loaded, encoded, layer: int, head: int) -> Steps:
+def head_steps(loaded, encoded, layer: int, head: int) -> HeadSteps:
     """Recompute one head's attention step by step: Q and K from the module's own input and weights, the
     scores, the scaling by √d_k, the mask, the softmax and α·V, beside the model's own α."""
 
@@ -83,6 +83,6 @@ def head_steps(loaded, encoded, layer: int, head: int) -> Steps:
     out = alpha @ v
     reported = attentions_of(run.output, loaded.model, loaded.name)[layer][0, head].double()  # (T, T)
     numpy = lambda t: t.detach().cpu().numpy()
-    return Steps(layer, head, d_k, numpy(q), numpy(k), numpy(v), numpy(scores), numpy(scaled), numpy(allowed),
+    return HeadSteps(layer, head, d_k, numpy(q), numpy(k), numpy(v), numpy(scores), numpy(scaled), numpy(allowed),
                  numpy(alpha), numpy(out), numpy(reported), scaling, None if sinks is None else float(sinks[0]),
                  window_words(qkv.window, qkv.reach))

@@ -13,6 +13,9 @@ import numpy as np
 import torch
 
 from attnviz.data.capture import Capture
+from attnviz.data.parts import Parts
+from attnviz.metrics import differences
+from attnviz.progress import Reporter
 from attnviz.engine.forward import attentions_of, encode, make_capture
 from attnviz.engine.scratch.adapters import QKV, adapter_for, layer_qkv, seq2seq_adapter_for
 from attnviz.engine.scratch.formula import attention_mask, attention_weights
@@ -161,3 +164,101 @@ def capture_both_ids(loaded, saved: Capture) -> tuple[Capture, Capture]:
     meta = {**saved.meta, "model": loaded.name, "dtype": loaded.dtype, "device": loaded.device}
     return (replace(saved, attentions=reported[:, 0], meta={**meta, "source": "model"}),
             replace(saved, attentions=scratch[:, 0], meta={**meta, "source": "scratch"}))
+
+
+# --- an encoder-decoder model's parts, and a speech model's -------------------------------------------------
+
+
+def parts_checks(loaded, parts: Parts, saved: bool, reporter: Reporter,
+                 source: str | None = None) -> tuple[dict[str, list], dict[str, Capture]]:
+    """An encoder-decoder model: each part (encoder, decoder, cross) of one forward pass over the source and
+    the decoder's input, against the formula from the weights; with a `saved` capture, its parts against that
+    pass too. (the checks: name -> each layer's differences, the capture each is about)"""
+    if loaded.speech or any(c.mel is not None for c in parts.captures.values()):
+        return speech_checks(loaded, parts, saved, reporter, source)
+    encoder = parts.part("encoder") if "encoder" in parts.captures else None
+    source_side = parts.part("cross").keys if "cross" in parts.captures else None
+    source_ids = (encoder.token_ids if encoder is not None else source_side.token_ids if source_side else None)
+    target = parts.part("decoder") if "decoder" in parts.captures else parts.captures.get("cross")
+    if source_ids is None or target is None:
+        raise InputError("verify needs the source and the target tokens: this capture holds only "
+                         + ", ".join(parts.names))
+    vocab = int(loaded.model.get_input_embeddings().num_embeddings)
+    if max(int(source_ids.max()), int(target.token_ids.max())) >= vocab or min(int(source_ids.min()),
+                                                                               int(target.token_ids.min())) < 0:
+        raise InputError(f"the capture's token ids do not fit {loaded.name}'s vocabulary of {vocab}: give the model "
+                         f"that made it (the capture names {visible(parts.model)!r})")
+    device = loaded.device
+    ids = torch.tensor([list(source_ids)], device=device)
+    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+              "decoder_input_ids": torch.tensor([list(target.token_ids)], device=device)}
+    with reporter.status("Running the model and the from-scratch path over every part…"):
+        results = scratch_parts(loaded, inputs)
+    checks: dict[str, list] = {}
+    captures: dict[str, Capture] = {"target": target}
+    if encoder is not None:
+        captures["encoder"] = encoder
+    for name, (scratch, model_alpha) in results.items():
+        if name not in parts.captures:
+            continue
+        stored = parts.part(name)
+        captures[name] = stored
+        if stored.attentions.shape != model_alpha.shape:
+            raise InputError(f"the capture's {name} part is {stored.attentions.shape}, {loaded.name} gives "
+                             f"{model_alpha.shape}: give the model that made it")
+        reported = replace(stored, attentions=model_alpha)
+        if saved:
+            checks[f"{name}: saved vs model"] = differences(stored, reported)
+        checks[f"{name}: model vs scratch"] = differences(reported, replace(stored, attentions=scratch))
+    return checks, captures
+
+
+def speech_checks(loaded, parts: Parts, saved: bool, reporter: Reporter,
+                  source: str | None = None) -> tuple[dict[str, list], dict[str, Capture]]:
+    """A speech model: one forward pass over the capture's sound (its spectrogram recomputed from the samples)
+    and transcript; each part from the formula against the model over all the encoder's positions (the padding
+    to 30 s too), and the capture's parts (the silence folded into one key) against that pass folded alike."""
+    from attnviz.data.sound import Sound
+    from attnviz.engine.speech import features, fold, frame_side
+
+    heard = next((c for c in parts.captures.values() if c.sound is not None), None)
+    if not loaded.speech or heard is None:
+        raise InputError(f"{source or 'the capture'} and {loaded.name} do not match: one is of a speech model and "
+                         f"the other not")
+    target = parts.captures.get("decoder") or parts.part("cross")
+    vocab = int(loaded.model.get_input_embeddings().num_embeddings)
+    if int(target.token_ids.max()) >= vocab or int(target.token_ids.min()) < 0:
+        raise InputError(f"the capture's token ids do not fit {loaded.name}'s vocabulary of {vocab}")
+    assert heard.sound is not None
+    mel = features(loaded, Sound(heard.sound, str(parts.meta.get("audio_name", "the sound"))))
+    inputs = {"input_features": mel,
+              "decoder_input_ids": torch.tensor([list(target.token_ids)], device=loaded.device)}
+    with reporter.status("Running the model and the from-scratch path over every part…"):
+        results = scratch_parts(loaded, inputs)
+    N = heard.frames
+    checks: dict[str, list] = {}
+    captures: dict[str, Capture] = {"target": target}
+    for name, (scratch, model_alpha) in results.items():
+        if name not in parts.captures:
+            continue
+        stored = parts.part(name)
+        captures[name] = stored
+        if name == "decoder":
+            full = stored
+        else:  # every position of the encoder, as the model computed them
+            frames = frame_side(model_alpha.shape[-1], model_alpha.shape[-1])
+            rows = frames if name == "encoder" else stored
+            full = Capture(attentions=model_alpha, tokens=rows.tokens, token_ids=rows.token_ids, special=rows.special,
+                           special_kind=rows.special_kind, subword=rows.subword, meta=stored.meta,
+                           keys=frames if name == "cross" else None)
+        checks[f"{name}: model vs scratch"] = differences(replace(full, attentions=model_alpha),
+                                                          replace(full, attentions=scratch))
+        if name != "decoder":
+            captures[f"{name}: model vs scratch"] = full  # over every position the encoder has
+        folded = model_alpha if name == "decoder" else fold(model_alpha, N, rows=name == "encoder")
+        if folded.shape != stored.attentions.shape:
+            raise InputError(f"the capture's {name} part is {stored.attentions.shape}, {loaded.name} gives "
+                             f"{folded.shape}: give the model that made it")
+        if saved:
+            checks[f"{name}: saved vs model"] = differences(stored, replace(stored, attentions=folded))
+    return checks, captures
