@@ -24,7 +24,7 @@ def ablatable(tiny_model_dir):
     """kind -> (loaded, site, inputs): a tiny random model of the family, with a causal-LM head for decoders."""
     from helpers import once
 
-    from attnviz.api.ablation import _ablation_model
+    from attnviz.api.ablation.removing import ablation_model as _ablation_model
     from attnviz.engine.forward import encode
     from attnviz.engine.models import load
 
@@ -441,7 +441,7 @@ def test_detect_on_the_command_line(lm, tmp_path):
 def test_minilm_hook_and_weights_agree_and_the_gradient_ranks_like_removal(minilm):
     """On the real MiniLM: zero ablation through the hook equals the weights edited exactly; the gradient
     estimate ranks the heads as removing them does (Spearman ρ > 0.8 on this sentence)."""
-    from attnviz.api.ablation import _ablation_model
+    from attnviz.api.ablation.removing import ablation_model as _ablation_model
     from attnviz.engine.ablation import ablate, importance
     from attnviz.engine.forward import encode
     from attnviz.metrics import spearman
@@ -480,7 +480,7 @@ def test_the_hook_equals_the_weights_edited_on_real_weights(which):
     loop on a short text."""
     from helpers import require_real
 
-    from attnviz.api.ablation import _ablation_model
+    from attnviz.api.ablation.removing import ablation_model as _ablation_model
     from attnviz.engine import offline
     from attnviz.engine.ablation import ablate, importance
     from attnviz.engine.forward import encode

@@ -482,7 +482,7 @@ def test_a_long_input_streams_by_itself_and_is_refused_in_one_line_past_the_budg
 def test_rollout_rows_and_what_json_and_the_graph_leave_out(tiny_model_dir, monkeypatch):
     """rollout(rows), multiplied from the top down, equals those rows of the full rollout; --json leaves out
     matrices past JSON_MAX_CELLS and says so; the graph refuses more tokens than it can draw, in one line."""
-    from attnviz.api import attribution
+    from attnviz.api.attribution import contributions as attribution
 
     result = attnviz.contributions(SENTENCE, model=tiny_model_dir("bert"))
     rows = [0, 3, -1]

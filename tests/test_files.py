@@ -16,6 +16,7 @@ import pytest
 from helpers import make_capture, one_line_error, run
 
 from attnviz.api import gallery as export_module
+from attnviz.render import heads as heads_module
 from attnviz.data.capture import Capture
 from attnviz.errors import OutputError
 from attnviz.api.gallery import export
@@ -71,7 +72,7 @@ def test_full_disk_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(export_module, "encode_scanlines", full)
+    monkeypatch.setattr(heads_module, "encode_scanlines", full)
     message = one_line_error(run("export", "--from", path, "--out-dir", tmp_path / "e", "--workers", "1"))
     assert "No space left on device" in message
     assert not (tmp_path / "e").exists() and leftovers(tmp_path) == []

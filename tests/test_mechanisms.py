@@ -364,7 +364,7 @@ def copying_model(tmp_path_factory):
 
 
 def test_a_copying_head_built_by_hand_scores_one_and_its_negative_minus_one(copying_model):
-    from attnviz.api.mechanisms import common_tokens
+    from attnviz.api.mechanisms.circuits import common_tokens
     from attnviz.engine.mechanisms.circuits import copying, head_weights
 
     weights = head_weights(copying_model.model)
@@ -384,7 +384,7 @@ def test_the_ov_score_equals_the_full_vocabulary_matrix_eigenvalues(tiny_lm_dir)
     eigenvalues, to 1e-9."""
     import torch
 
-    from attnviz.api.mechanisms import common_tokens
+    from attnviz.api.mechanisms.circuits import common_tokens
     from attnviz.engine.mechanisms.circuits import copying, head_weights
 
     loaded = _loaded_lm(tiny_lm_dir("llama"))

@@ -313,7 +313,7 @@ LONGER = "The big cat sat on the mat"  # CLEAN with a word more: more tokens for
 
 
 def test_align_tokens_pairs_the_shared_tokens_and_a_changed_span_by_its_last():
-    from attnviz.api.patching import align_tokens
+    from attnviz.api.patching.prompts import align_tokens
 
     clean = ["The", "E", "iffel", "Tower", "is", "in"]
     assert align_tokens(clean, ["The", "Vatican", "is", "in"]) == ((0, 0), (3, 1), (4, 2), (5, 3))
@@ -327,7 +327,7 @@ def test_align_tokens_pairs_the_shared_tokens_and_a_changed_span_by_its_last():
     ("0:0,9:1", "out of range"), ("1:1,0:0", "increase"), ("0-2:0-1", "as many positions"), ("0:0:1", "pairs"),
     ("x:0", "whole number"), ("2-1:2-1", "goes up"), ("", "pairs CLEAN:CORRUPT"), ([(0, "a")], "pairs")])
 def test_align_tokens_refuses_a_malformed_alignment(spec, message):
-    from attnviz.api.patching import align_tokens
+    from attnviz.api.patching.prompts import align_tokens
 
     with pytest.raises(attnviz.AttnvizError, match=message) as raised:
         align_tokens(["a", "b", "c"], ["a", "b"], spec)
@@ -339,7 +339,7 @@ def test_an_aligned_patch_moves_the_donors_own_positions_exactly(folders):
     each aligned position the donor's z at its partner position, bit for bit, and elsewhere the receiver's."""
     import torch
 
-    from attnviz.api.patching import align_tokens
+    from attnviz.api.patching.prompts import align_tokens
     from attnviz.engine.forward import encode
     from attnviz.engine.patching import aligned, donor_run, Patch, patched_logits
 

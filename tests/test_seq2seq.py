@@ -270,16 +270,16 @@ def test_what_applies_to_which_model_is_the_librarys_decision_spelled_as_flags(t
     t5, bert = tiny_seq2seq_dir("t5"), tiny_model_dir("bert")
     cases = [
         (["heatmap", SOURCE, "-m", bert, "--part", "cross", "-t"],
-         "Invalid value for --part: {bert} has one kind of attention (self-attention); --part is for "
+         "{bert} has one kind of attention (self-attention); --part is for "
          "encoder-decoder models (T5, BART, Marian)"),
         (["heads", SOURCE, "-m", bert, "-n", "3"],
-         "Invalid value: --target and --max-new-tokens are for encoder-decoder models; {bert} is not one (for a "
+         "--target and --max-new-tokens are for encoder-decoder models; {bert} is not one (for a "
          "causal language model, attnviz generate writes text)"),
         (["heatmap", SOURCE, "-m", t5, "--target", "x", "-n", "3", "-t"],
-         "Invalid value: give either --target (the decoder reads it) or --max-new-tokens (the decoder writes), "
+         "give either --target (the decoder reads it) or --max-new-tokens (the decoder writes), "
          "not both"),
         (["export", SOURCE, "-m", t5, "--stream", "--out-dir", "never"],
-         "Invalid value: --stream is for long inputs of encoder-only and decoder-only models; an encoder-decoder "
+         "--stream is for long inputs of encoder-only and decoder-only models; an encoder-decoder "
          "model's attention is kept whole (--max-memory bounds it)"),
     ]
     for args, expected in cases:

@@ -525,7 +525,7 @@ def test_the_contributions_page_from_the_command_line(tiny_model_dir, tmp_path, 
                                 (tmp_path / "c.html").read_text(encoding="utf-8"), re.S).group(1))
     assert data["sections"][0]["rows"][data["contributions"]["token"]] == "cat"
     assert ".html" in one_line_error(run("contributions", SENTENCE, "-m", folder, "--html", tmp_path / "c.png"))
-    from attnviz.api import attribution
+    from attnviz.api.attribution import contributions as attribution
 
     monkeypatch.setattr(attribution, "MAX_GRAPH_TOKENS", 4)
     assert "at most 4" in one_line_error(run("contributions", SENTENCE, "-m", folder, "--html", tmp_path / "d.html"))

@@ -172,7 +172,7 @@ def test_heatmap_of_a_picture_from_the_command_line(vision_dir, tmp_path):
     assert "not both" in one_line_error(run("heatmap", "a text", "--image", path, "-m", folder), 2)
     assert "--words" in one_line_error(run("heatmap", "--image", path, "-m", folder, "--words"), 2)
     assert "vision model" in one_line_error(run("heatmap", "a text", "-m", folder))
-    assert "--patch" in one_line_error(run("heatmap", "a text", "--patch", "0,0"), 2)
+    assert "--cell" in one_line_error(run("heatmap", "a text", "--patch", "0,0"), 2)  # --patch: its old name
     terminal = run("heatmap", "--image", path, "-m", folder, "--terminal", env={"COLUMNS": "120"})
     assert terminal.exit_code == 0 and "where [CLS] looks" in terminal.stdout
     for command in ("heads", "entropy", "verify", "norms", "sinks"):

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 import html
-from typing import Any
+from typing import Any, ClassVar
 
+from attnviz.api.result import Line, Result
 from attnviz.base.arguments import checked
+from attnviz.base.selection import selection
 from attnviz.api.capturing import capture as capture_text
 from attnviz.api.models import borrows, resolve_model
 from attnviz.data.capture import Capture
@@ -15,22 +17,32 @@ from attnviz.engine.generation import Decoding
 from attnviz.errors import InputError, UsageError, arg
 from attnviz.panels import generation_steps
 from attnviz.progress import Reporter
-from attnviz.base.text import check_text
+from attnviz.base.text import check_text, visible
 
 # The engine (torch, transformers) is imported inside each function, so that `import attnviz` and a saved
 # capture never load it.
 
-__all__ = ["generate", "Generation", "Decoding"]
+__all__ = ["generate", "Generation", "Decoding", "STOPPED"]
+
+STOPPED = {"eos": "the model's end-of-sequence token", "max_new_tokens": "max_new_tokens",
+           "max_positions": "the model's maximum positions"}
 
 
 @dataclass(frozen=True)
-class Generation:
+class Generation(Result):
     """What a model wrote from `prompt`, and the attention of prompt + written tokens: `capture` (of an
     encoder-decoder model, the part asked for, default cross-attention; `whole`: all three parts).
-    `capture.generated` flags the new tokens; meta holds generated_text, decoding and why it stopped."""
+    `capture.generated` flags the new tokens; meta holds generated_text, decoding and why it stopped. The
+    report's per-step view follows `layer` and `head` (one each, or "mean"), `top` earlier tokens a step;
+    `saved` where the capture was written, if it was."""
 
+    command: ClassVar[str] = "generate"
     capture: Capture
     whole: Parts | None = None
+    layer: int = -1
+    head: int | str = "mean"
+    top: int = 3
+    saved: str | None = None
 
     @property
     def prompt(self) -> str:
@@ -59,10 +71,15 @@ class Generation:
         return generation_steps(capture, capture.layer_index(layer), head if isinstance(head, str)
                                 else capture.head_index(head), top)
 
-    def to_dict(self, layer: int = -1, head: int | str = "mean", top: int = 3, path: str | None = None) -> dict:
-        """What `attnviz generate --json` prints (`path`: where the capture was saved)."""
+    def to_dict(self, layer: int | None = None, head: int | str | None = None, top: int | None = None,
+                path: str | None = None) -> dict:
+        """What `attnviz generate --json` prints: the text written, and per new token the earlier tokens it
+        attends to most (in `layer` and `head`, by default the ones asked for)."""
         capture, meta = self.capture, self.capture.meta
-        layer_index = capture.layer_index(layer)
+        layer_index = capture.layer_index(self.layer if layer is None else layer)
+        head = self.head if head is None else head
+        top = self.top if top is None else top
+        path = self.saved if path is None else path
         head_index = head if isinstance(head, str) else capture.head_index(head)
         return {"model": capture.model, "prompt": meta["prompt"], "generated_text": meta["generated_text"],
                 "decoding": meta["decoding"], "stopped": meta["stopped"], "tokens": list(capture.tokens),
@@ -73,6 +90,36 @@ class Generation:
         """The capture of prompt + generated tokens as .npz (all three parts of an encoder-decoder model)."""
         return (self.whole or self.capture).save(path)
 
+    def report(self, *, color: bool = False, terminal: bool = False, **style: Any) -> list:
+        """The prompt and what was written (in bold green where the terminal shows colour), how many tokens and
+        why it stopped (a note on stderr); `terminal`: per new token, the earlier tokens it attends to most;
+        where the capture was saved."""
+        from rich.text import Text
+
+        from attnviz.panels import PART_TITLES, head_label, short_model
+
+        capture, meta = self.capture, self.capture.meta
+        written = Text(visible(meta["prompt"]) + (" → " if self.whole is not None else ""))
+        written.append(visible(meta["generated_text"]), style="bold green" if color else "")
+        n_new = self.new_tokens
+        items: list = [written, Line(f"{n_new} new token{'s' if n_new != 1 else ''} ({meta['decoding']}); stopped "
+                                     f"at {STOPPED[meta['stopped']]}.", style="dim", wrap=False, stderr=True)]
+        if terminal:
+            from attnviz.render.tables import generation_table
+
+            layer = capture.layer_index(self.layer)
+            head = self.head if isinstance(self.head, str) else capture.head_index(self.head)
+            which = head_label(head, capture.n_heads) if isinstance(head, str) else f"head {head}"
+            what = f"{PART_TITLES[capture.part]}: " if capture.part else ""
+            title = (f"{short_model(capture.model)} · {what}layer {layer} · {which}: what each new token attends to "
+                     f"as it is read in (its row of α)")
+            items.append(generation_table(self.steps(layer, head, self.top), title, color=color))
+        if self.saved is not None:
+            items.append(Line(f"{self.saved}  ({capture.n_layers} layers × {capture.n_heads} heads × "
+                              f"{capture.n_tokens} tokens, {n_new} generated) · see it: attnviz heatmap --from "
+                              f"{self.saved} --rows generated", wrap=False))
+        return items
+
     def _repr_html_(self) -> str:
         return f"<p>{html.escape(self.prompt)}<b>{html.escape(self.text)}</b></p>" + self.capture._repr_html_()
 
@@ -80,13 +127,24 @@ class Generation:
 @borrows
 @checked
 def generate(text: str, *, model: Any = None, tokenizer: Any = None, decoding: Decoding | None = None,
-             max_new_tokens: int | None = None, part: str | None = None, truncate: bool = True, device: str = "auto",
-             dtype: str = "float32", reporter: Reporter | None = None) -> Generation:
+             max_new_tokens: int | None = None, part: str | None = None, layer: Any = -1, head: Any = "mean",
+             top: int = 3, save: Any = None, truncate: bool = True, device: str = "auto", dtype: str = "float32",
+             reporter: Reporter | None = None) -> Generation:
     """A causal language model (or an encoder-decoder model's decoder) continues `text` with the KV cache; every
     layer's and head's attention row of every new token is kept as it is produced. `decoding`: greedy by
     default, or an attnviz.Decoding(sample=True, temperature=…, top_p=…, seed=…); `max_new_tokens` (default
-    20) when no decoding is given. `part`: of an encoder-decoder model, the decoder or cross attention."""
+    20) when no decoding is given. `part`: of an encoder-decoder model, the decoder or cross attention. The
+    per-step view (`steps()`, the report) follows one `layer` and one `head` (or "mean", "max"), `top` earlier
+    tokens a step (1 to 20). `save`: a path to write the capture of prompt + written tokens to (.npz)."""
     check_text(text)
+    layers, heads = selection(layer, "layer", field="layer"), selection(head, "head", keywords=("mean", "max"),
+                                                                         field="head")
+    if not 1 <= top <= 20:
+        raise UsageError(f"{arg('top')} takes 1 to 20 tokens a step; got {top}", "top")
+    if save is not None:
+        from attnviz.base.files import check_suffix
+
+        check_suffix(save, (".npz",))
     decoding = decoding or Decoding(max_new_tokens=20 if max_new_tokens is None else max_new_tokens)
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype, lm_head=True)
     reporter = reporter or Reporter()
@@ -99,11 +157,23 @@ def generate(text: str, *, model: Any = None, tokenizer: Any = None, decoding: D
         chosen = whole.part(part or "cross")
         chosen = replace(chosen, meta={**chosen.meta, "prompt": text,
                                        "generated_text": chosen.meta.get("target_text", "")})
-        return Generation(chosen, whole)
+        return _finish(Generation(chosen, whole), layers, heads, top, save)
     if part is not None:
         raise InputError(f"{loaded.name} has one kind of attention (self-attention); {arg('part')} is for "
                          f"encoder-decoder models (T5, BART, Marian)", "part")
     from attnviz.engine.generation import generate_capture
 
     with reporter.progress("Generating", decoding.max_new_tokens, "tokens") as step:
-        return Generation(generate_capture(loaded, text, decoding, truncate=truncate, on_step=step))
+        written = Generation(generate_capture(loaded, text, decoding, truncate=truncate, on_step=step))
+    return _finish(written, layers, heads, top, save)
+
+
+def _finish(written: Generation, layers, heads, top: int, save: Any) -> Generation:
+    """The per-step view's one layer and one head, checked against the capture; the capture saved if asked."""
+    capture = written.capture
+    chosen_layers, chosen_heads = layers.indices(capture.n_layers), heads.resolve(capture.n_heads)
+    if len(chosen_layers) != 1 or len(chosen_heads) != 1:
+        raise UsageError("the per-step view shows one layer and one head (or the head mean)",
+                         "layer" if len(chosen_layers) != 1 else "head")
+    saved = None if save is None else str(written.save(save))
+    return replace(written, layer=chosen_layers[0], head=chosen_heads[0], top=top, saved=saved)

@@ -20,8 +20,8 @@ from attnviz.errors import InputError, arg
 # The engine (torch, transformers) is imported inside each function, so that `import attnviz` and a saved
 # capture never load it.
 
-__all__ = ["Model", "ModelSpec", "load_model", "resolve_model", "conversion_pending", "model_shape", "list_families", "DEVICES",
-           "DTYPES"]
+__all__ = ["Model", "ModelSpec", "load_model", "resolve_model", "conversion_pending", "model_shape", "list_families",
+           "DEVICES", "DTYPES"]
 
 
 @checked

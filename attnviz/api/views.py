@@ -8,10 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-import numpy as np
 
 from attnviz.api.capturing import Keep, attention_of
-from attnviz.api.result import Line, Result
+from attnviz.api.result import Result
 from attnviz.base.arguments import checked
 from attnviz.base.selection import Selection, find_token, selection
 from attnviz.base.text import visible

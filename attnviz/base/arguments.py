@@ -46,7 +46,8 @@ def checked(function: F) -> F:
             if expected is None or signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
                 continue
             problem = _mismatch(value, expected)
-            if problem == "a string" and name == "text" and isinstance(value, (list, tuple)):
+            if problem is not None and problem.startswith("a string") and name == "text" \
+                    and isinstance(value, (list, tuple)):
                 problem = "one string, not a list; for many texts, attnviz.corpus"
             if problem is not None:
                 raise InputError(f"{arg(name)} takes {problem}; got {_shown(value)}", name)

@@ -262,7 +262,8 @@ def head_pairs(heads: Any, L: int, H: int) -> list[tuple[int, int]]:
     return resolve_pairs(tuple((int(layer), head if head == "all" else int(head)) for layer, head in heads), L, H)
 
 
-def selection(value: Any, what: str = "layer", *, keywords: tuple[str, ...] = (), field: str | None = None) -> Selection:
+def selection(value: Any, what: str = "layer", *, keywords: tuple[str, ...] = (),
+              field: str | None = None) -> Selection:
     """A selection as the library takes it: a Selection, an index, a list of indices, or a spec as typed
     ("0-2", "all", "mean")."""
     if isinstance(value, Selection):

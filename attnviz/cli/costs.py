@@ -6,14 +6,13 @@ from typing import Annotated, Optional
 
 import typer
 
-from attnviz.cli.output import check_output, err, out, output_path, print_json, say
-from attnviz.cli.errors import cli_errors, usage_errors
+from attnviz.cli.errors import cli_errors
 from attnviz.cli.group import app
-from attnviz.cli.params import ImageOut, JsonOpt, ModelOptions, whole_number
 from attnviz.cli.inputs import CliReporter, takes
+from attnviz.cli.output import check_output, emit, figure_file
+from attnviz.cli.params import ImageOut, JsonOpt, ModelOptions, whole_number
 
-# Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
-# each command's --help light: a command module loads only what its own command needs, when it runs.
+# Imports inside the command (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` light.
 
 
 def _lengths(value: str | None) -> list[int] | None:
@@ -35,7 +34,7 @@ def _lengths(value: str | None) -> list[int] | None:
                   "at T = 64, 128, … up to the model's maximum positions or --max-length, beside O(T²) and O(T). "
                   "-o draws both against T. The essays' n = 8192: -m smollm2 --max-length 8192 (slow).")
 @cli_errors
-@takes(inp=ModelOptions)
+@takes(model=ModelOptions)
 def cost(lengths: Annotated[Optional[str], typer.Option(
              "--lengths", metavar="LENGTHS", show_default=False,
              help="The lengths to measure (default: powers of two from 64).")] = None,
@@ -45,37 +44,12 @@ def cost(lengths: Annotated[Optional[str], typer.Option(
                   "positions).")] = 2048,
          repeats: Annotated[int, typer.Option(parser=whole_number(1, 20), metavar="R",
                                               help="Runs per length and path; the fastest counts (1 to 20).")] = 1,
-         output: ImageOut = None, as_json: JsonOpt = False, *, inp: ModelOptions) -> None:
+         output: ImageOut = None, as_json: JsonOpt = False, *, model: ModelOptions) -> None:
+    import attnviz
     from attnviz.render.png import FORMATS
 
     check_output(output, FORMATS)
     chosen = _lengths(lengths)
-    loaded = inp.load()
-    from attnviz.api import cost as measure
-    from attnviz.base.sizes import size_text
-
-    with usage_errors():
-        result = measure(model=loaded, lengths=chosen, max_length=max_length, repeats=repeats,
-                         reporter=CliReporter())
-    records, title = result.records(), result.title
-    if as_json:
-        print_json(result.to_dict())
-    else:
-        from attnviz.render.tables import records_table
-
-        def mib(value):
-            return None if value is None else value / (1 << 20)
-
-        shown = [{**r, "full_mib": mib(r["full_bytes"]), "stream_mib": mib(r["stream_bytes"]),
-                  "alpha": size_text(float(r["alpha_bytes"] or 0)), "full_note": r["full_note"] or ""}
-                 for r in records]
-        out.print(records_table(shown, [("T", "T", "d"), ("full_seconds", "full s", ".2f"),
-                                        ("full_mib", "full MiB", ".0f"), ("stream_seconds", "streamed s", ".2f"),
-                                        ("stream_mib", "streamed MiB", ".0f"), ("alpha", "α alone", ""),
-                                        ("full_note", "", "")], title))
-        say("Peak memory above what the process held before each run (the loaded model). Measured, not computed; "
-            "the full path's α alone is L·H·T²·4 bytes.", wrap=True, style="dim")
-    if output is not None:
-        from attnviz.render.png import save_figure
-
-        say(save_figure(result.figure(), output_path(output, "attnviz_cost.png")), console=err if as_json else out)
+    result = attnviz.cost(model=model.load(), lengths=chosen, max_length=max_length, repeats=repeats,
+                          reporter=CliReporter())
+    emit(result, as_json=as_json, files=[figure_file(output, result)])

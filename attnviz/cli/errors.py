@@ -102,11 +102,3 @@ def _main_thread() -> bool:
     import threading
 
     return threading.current_thread() is threading.main_thread()
-
-
-
-
-def usage_errors():  # transitional: library usage errors are usage errors everywhere now (cli_errors)
-    import contextlib
-
-    return contextlib.nullcontext()

@@ -8,23 +8,22 @@ from typing import Annotated
 
 import typer
 
-from attnviz.cli.params import AllPartsOpt, CmapOpt, HeadSel, LayerSel, ScaleOptions, whole_number
-from attnviz.cli.output import err, say
+from attnviz.base.selection import Selection
 from attnviz.cli.errors import cli_errors
 from attnviz.cli.group import app
-from attnviz.cli.inputs import CaptureInput, takes
-from attnviz.base.selection import Selection
+from attnviz.cli.inputs import Source, takes
+from attnviz.cli.output import emit
+from attnviz.cli.params import (AllPartsOpt, CmapOpt, HeadSel, JsonOpt, LayerSel, ModelOptions, ScaleOptions,
+                                whole_number)
 
-# Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
-# each command's --help light: a command module loads only what its own command needs, when it runs.
-
+# Imports inside the command (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` light.
 
 
 @app.command("export",
              help='Write every layer × head as a labelled image, a head-mean image per layer, a grid overview, the '
                             'capture, heads.csv/heads.json and an index.html that works offline.')
 @cli_errors
-@takes(inp=CaptureInput, look=ScaleOptions)
+@takes(model=ModelOptions, inp=Source.taking("text", "image", "audio", "seq2seq", "long", "saved"), look=ScaleOptions)
 def export_command(out_dir: Annotated[Path, typer.Option(
                        "--out-dir", "--output", "-o", "-d", help="Folder to create.",
                        file_okay=False)] = Path("attnviz_export"),
@@ -39,45 +38,18 @@ def export_command(out_dir: Annotated[Path, typer.Option(
                                                         metavar="N")] = os.cpu_count() or 1,
                    force: Annotated[bool, typer.Option("--force", help="Replace an earlier attnviz export in "
                                                                        "--out-dir (never other files).")] = False,
-                   cmap: CmapOpt = "viridis", part: AllPartsOpt = None, *, inp: CaptureInput,
-                   look: ScaleOptions) -> None:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from attnviz.api.gallery import FORMATS, export
-    from attnviz.base.files import check_target, export_folder
+                   cmap: CmapOpt = "viridis", part: AllPartsOpt = None, as_json: JsonOpt = False, *,
+                   model: ModelOptions, inp: Source, look: ScaleOptions) -> None:
+    import attnviz
+    from attnviz.api.gallery import FORMATS
 
     if fmt not in FORMATS:
         raise typer.BadParameter(f"{fmt!r}: choose one of {', '.join(FORMATS)}", param_hint="--format")
+    from attnviz.base.files import check_target, export_folder
+
     check_target(export_folder(out_dir), force)  # before any model work
-    from attnviz.data.parts import Parts
-    from attnviz.api.gallery import ExportPart
-
-    whole = inp.whole()
-    if isinstance(whole, Parts):  # an encoder-decoder model: each part its own images, grid and section
-        names = whole.names if part in (None, "all") else [whole.part(part).part or part]
-        chosen = [whole.part(name) for name in names]
-        items = [ExportPart(c, layer.indices(c.n_layers), head.indices(c.n_heads), f"{c.part}_") for c in chosen]
-        saved = whole if len(names) == len(whole.names) else Parts({c.part or "": c for c in chosen})
-    else:
-        if part not in (None, "all"):
-            raise typer.BadParameter("this input has one kind of attention (self-attention); --part is for "
-                                     "encoder-decoder models", param_hint="--part")
-        items = [ExportPart(whole, layer.indices(whole.n_layers), head.indices(whole.n_heads))]
-        saved = whole
-    columns = (TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn())
-    progress = Progress(*columns, console=err, transient=True, disable=not err.is_terminal)
-    tasks: list = []
-
-    def start(total: int) -> None:  # the bar appears once the export folder could be created
-        progress.start()
-        tasks.append(progress.add_task("Exporting", total=total))
-
-    try:
-        target = export(saved, out_dir, items=items, fmt=fmt, dpi=dpi, cmap=cmap, workers=workers, force=force,
-                        scale=look.choice(), on_total=start, on_done=lambda n: progress.advance(tasks[0], n))
-    finally:
-        progress.stop()
-    images = sum(item.images for item in items)
-    grids = ", ".join(f"{item.prefix}grid.{fmt}" for item in items)
-    say(f"{target}  ({images} images, {grids}, attention.npz, heads.csv, heads.json, index.html)")
+    given = inp.resolve()
+    result = attnviz.export(given, out_dir, model=model.load_for(given), layers=layer, heads=head, part=part,
+                            fmt=fmt, dpi=dpi, cmap=cmap, workers=workers, force=force, scale=look.choice(),
+                            **inp.options(), truncate=model.truncate)
+    emit(result, as_json=as_json)

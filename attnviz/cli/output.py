@@ -6,19 +6,21 @@ flag. A closed standard output (`| head`) ends the output quietly.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
-from pathlib import Path
-from typing import Any
-
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.text import Text
 
 from attnviz.base.text import visible
+from attnviz.errors import spell
+from attnviz.progress import Reporter
 
 # Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
 # each command's --help light: a command module loads only what its own command needs, when it runs.
@@ -49,7 +51,7 @@ def say(*parts: Any, console: Console | None = None, style: str = "", wrap: bool
 # How the command line spells a library argument that an error names: its flag (the few arguments that are
 # not flags by their own name are listed).
 FLAG_NAMES = {"token_argument": "TOKEN", "text": "TEXT", "sources": "SOURCE", "source": "--from", "term": "TERM",
-              "descending": "--desc", "cell": "--cell"}
+              "descending": "--desc", "cell": "--cell", "senders": "--from-heads", "folder": "--out-dir"}
 
 
 def flag(name: str) -> str:
@@ -66,19 +68,6 @@ def error_line(message: str, label: str = "Error", console: Console | None = Non
 
 
 # --- output helpers ----------------------------------------------------------------------------------
-
-
-def emit_records(records: list[dict], as_json: bool, as_csv: bool, columns: list[str] | None = None) -> bool:
-    """Print records as JSON or CSV on stdout if asked; return whether it did."""
-    from attnviz.base.records import to_csv, to_json
-
-    if as_json:
-        print(to_json(records))
-        return True
-    if as_csv:
-        sys.stdout.write(to_csv(records, columns))
-        return True
-    return False
 
 
 def _folder_like(value: str) -> bool:
@@ -103,23 +92,17 @@ def output_path(value: str | None, default_name: str) -> Path:
         return Path(value).expanduser() / default_name
     return Path(value).expanduser()
 
-def print_json(value: Any) -> None:
-    from attnviz.base.records import to_json
-
-    print(to_json(value))
-
-
 # --- the one emitter ---------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class File:
     """A file a command writes when asked: `value` is its option's value (None: not asked for; a folder gets
-    `default` inside), `write(path)` writes it atomically and returns the path written, `note(path)` is the
-    line that says where it went."""
+    `default` inside: a name, or what gives it), `write(path)` writes it atomically and returns the path written,
+    `note(path)` is the line that says where it went."""
 
     value: str | None
-    default: str
+    default: str | Callable[[], str]
     write: Callable[[Path], Path]
     note: Callable[[Path], str] = field(default=str)
     wanted: bool | None = None  # None: when a value is given
@@ -127,6 +110,10 @@ class File:
     @property
     def asked(self) -> bool:
         return self.value is not None if self.wanted is None else self.wanted
+
+    @property
+    def path(self) -> Path:
+        return output_path(self.value, self.default if isinstance(self.default, str) else self.default())
 
 
 def figure_file(value: str | None, result: Any, *, default: str | None = None, wanted: bool | None = None,
@@ -137,7 +124,7 @@ def figure_file(value: str | None, result: Any, *, default: str | None = None, w
 
         return save_figure(result.figure(**style), path)
 
-    return File(value, default or result.figure_name, write, wanted=wanted)
+    return File(value, default or (lambda: result.figure_name), write, wanted=wanted)
 
 
 def page_file(value: str | None, result: Any, *, default: str | None = None, wanted: bool | None = None,
@@ -152,7 +139,7 @@ def page_file(value: str | None, result: Any, *, default: str | None = None, wan
             tmp.write_text(page, encoding="utf-8")
         return path
 
-    return File(value, default or result.page_name, write, wanted=wanted)
+    return File(value, default or (lambda: result.page_name), write, wanted=wanted)
 
 
 def emit(result: Any, *, as_json: bool = False, as_csv: bool = False, files: Sequence[File] = (),
@@ -162,12 +149,19 @@ def emit(result: Any, *, as_json: bool = False, as_csv: bool = False, files: Seq
     lines that say where the files went (on stderr beside --json and --csv). Exits with the result's code."""
     from attnviz.base.records import to_csv, to_json
 
-    written = [(f, f.write(output_path(f.value, f.default))) for f in files if f.asked]
+    written = [(f, f.write(f.path)) for f in files if f.asked]
     try:
-        if as_json:
-            print(to_json(result.to_dict()))
-        elif as_csv:
-            sys.stdout.write(to_csv(result.to_rows() or [], result.csv_columns()))
+        if as_json or as_csv:
+            from attnviz.api.result import Line
+
+            notes = [item for item in result.report(width=out.width, color=use_color(), **(style or {}))
+                     if isinstance(item, Line) and item.stderr] if report else []
+            for note in notes:  # what the run read or did, said on stderr whatever the format
+                show(note)
+            if as_json:
+                print(to_json(result.to_dict()))
+            else:
+                sys.stdout.write(to_csv(result.to_rows() or [], result.csv_columns()))
         elif report:
             for item in result.report(width=out.width, color=use_color(), **(style or {})):
                 show(item)
@@ -208,3 +202,26 @@ def use_color() -> bool:
     return out.color_system is not None and not out.no_color
 
 
+# --- long work, on stderr -------------------------------------------------------------------------------------
+
+
+class CliReporter(Reporter):
+    """Long work as the command line shows it, on stderr: a spinner, a progress bar, a note."""
+
+    @contextlib.contextmanager
+    def status(self, text: str):
+        with err.status(Text(text)):
+            yield
+
+    @contextlib.contextmanager
+    def progress(self, what: str, total: int, unit: str):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        bar = Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), TextColumn(unit), TimeElapsedColumn(),
+                       console=err, transient=True, disable=not err.is_terminal)
+        with bar:
+            task = bar.add_task(what, total=total or None)
+            yield lambda n: bar.advance(task, n)
+
+    def note(self, text: str) -> None:
+        say(spell(text, flag), console=err, style="cyan", wrap=True)

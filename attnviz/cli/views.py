@@ -170,6 +170,4 @@ def view(output: Annotated[Optional[str], typer.Option(
     if open_page:
         import webbrowser
 
-        from attnviz.cli.output import output_path
-
-        webbrowser.open(output_path(output, result.page_name).resolve().as_uri())
+        webbrowser.open(page.path.resolve().as_uri())

@@ -208,26 +208,19 @@ def make_app(model: Any, *, limits: Limits | None = None, command: str = "attnvi
         return Response(result.figure()._repr_png_(), media_type="image/png")  # the figure as a notebook shows it
 
     @app.post("/api/ablate")
-    async def ablate(request: AblateRequest) -> dict:
-        """The text with heads removed against the clean model (attnviz.ablate): a causal LM's next-token loss
-        before and after, an encoder's sentence embedding (cosine before and after), how much the later layers'
-        attention changed, and the check against editing the weights."""
+    async def ablate(request: AblateRequest) -> Response:
+        """The text with heads removed against the clean model (attnviz.ablate, what `attnviz ablate --json`
+        prints): a causal LM's next-token distributions and loss before and after, an encoder's sentence
+        embedding (cosine before and after), how much the later layers' attention changed, and the check
+        against editing the weights."""
         result = await line.run(line.new_ticket(), _ablate_work(model, request, limits))
-        return _ablation_summary(result)
+        return Response(attnviz_json(result.to_dict()), media_type="application/json")
 
     @app.post("/api/ablate.png", response_class=Response)
     async def ablate_png(request: AblateRequest) -> Response:
         """The later layers' Δα drawn (α with the heads removed − α clean)."""
-        from attnviz.panels import delta_page, short_model
-        from attnviz.render.png import mixed_figure
-
         result = await line.run(line.new_ticket(), _ablate_work(model, request, limits))
-        page = delta_page(result.alpha_removed - result.alpha_clean, result.tokens, result.kind == "causal",
-                          after=result.first_layer, title=f"{short_model(result.model)} · Δα after removing "
-                                                          f"{request.heads} ({request.mode})")
-        if page is None:
-            raise InputError("no layer follows the heads removed: there is no Δα to draw")
-        return Response(mixed_figure(page, cmap="RdBu_r")._repr_png_(), media_type="image/png")
+        return Response(result.figure()._repr_png_(), media_type="image/png")
 
     return app
 
@@ -242,22 +235,6 @@ def _ablate_work(model, request: AblateRequest, limits: Limits):
         return attnviz.ablate(text, heads=request.heads, model=model, mode=request.mode)
 
     return work
-
-
-def _ablation_summary(result) -> dict:
-    from attnviz.panels import delta_layers
-
-    summary: dict[str, Any] = {"removed": [list(p) for p in result.removed], "kind": result.kind,
-                               "tokens": list(result.tokens),
-                               "later_layers": delta_layers(result.alpha_removed - result.alpha_clean,
-                                                            result.first_layer),
-                               "check": {"max_abs_diff": result.check,
-                                         "relative": result.check / max(result.scale, 1.0)}}
-    if result.kind == "causal" and result.loss is not None:
-        summary["loss"] = {"before": result.loss[0], "after": result.loss[1]}
-    else:
-        summary["sentence_cosine"] = result.cosine
-    return summary
 
 
 def _ticket(given: str | None, line: OneAtATime) -> str:
@@ -316,21 +293,18 @@ def _capture_work(model, kind: str, request: CaptureRequest, limits: Limits, com
         contributions = None
         if kind == "text":
             _count_tokens(model, text, limits)  # here, on the model's thread: the tokenizer is used by one
-        if kind == "image":
-            whole: Any = attnviz.capture_image(raw, model=model)
-        elif kind == "sound":
-            whole = attnviz.capture_audio(raw, model=model)
-        elif request.contributions and not model.seq2seq:
+        given: Any = (text if kind == "text" else attnviz.picture(raw) if kind == "image" else attnviz.sound(raw))
+        if kind == "text" and request.contributions and not model.seq2seq:
             contributions = attnviz.contributions(text, model=model)
-            whole = contributions.capture
+            whole: Any = contributions.capture
         else:
-            whole = attnviz.capture(text, model=model, words=request.words, stream=False)
+            whole = attnviz.capture(given, model=model, words=request.words and kind == "text", stream=False)
         shown = whole.part("cross") if isinstance(whole, attnviz.Parts) else whole
         html = contributions.html(command=command) if contributions is not None else \
             viewer_html(viewer_data(whole, command=command))
         written = str(whole.meta.get("target_text", "")).strip() if isinstance(whole, attnviz.Parts) else ""
         answer = {"model": model.name, "kind": kind, "tokens": list(shown.tokens), "layers": shown.n_layers,
-                  "heads": shown.n_heads, "head_table": attnviz.heads(shown).to_records(),
+                  "heads": shown.n_heads, "head_table": attnviz.heads(shown).to_dict(),
                   "part": shown.part, "transcript": written or None}
         if request.alpha_layer is not None:
             if shown.n_tokens > limits.max_alpha_tokens:

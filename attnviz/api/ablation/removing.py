@@ -237,7 +237,8 @@ def ablate(text: str, *args: Any, heads: Any = None, layer: Any = None, model: A
     if mode not in MODES:
         raise UsageError(f"{arg('mode')} is one of {', '.join(MODES)}, not {str(mode)[:20]!r}", "mode")
     if mean_over is not None and mode != "mean":
-        raise UsageError(f"{arg('mean_over')} gives the means of {arg('mode', 'mean')}; add it", "mean_over")
+        raise UsageError(f"{arg('mean_over')} gives the means of {arg('mode', 'mean')}; add {arg('mode', 'mean')}",
+                         "mean_over")
     reporter = reporter or Reporter()
     loaded, where = ablation_model(model, tokenizer, device=device, dtype=dtype)
     encoded = encode(loaded, text, truncate=truncate)

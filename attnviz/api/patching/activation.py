@@ -1,31 +1,32 @@
-"""Which heads carry the difference between two prompts: activation patching (attnviz.patch, `attnviz patch`)."""
+"""Which heads carry the difference between two prompts: activation patching (attnviz.patch, `attnviz patch`).
+Path patching, which follows one path from senders to receivers, is attnviz.api.patching.paths."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from attnviz.api.models import borrows, resolve_model
+from attnviz.api.models import borrows
+from attnviz.api.patching.prompts import align_tokens, identity, prepare
+from attnviz.api.result import Line, Result
 from attnviz.base.arguments import checked
 from attnviz.render.tables import records_html
 from attnviz.errors import InputError, UsageError, arg
 from attnviz.panels import head_grid_panel, Page, Panel, Scale, short_model
 from attnviz.progress import Reporter
-from attnviz.render.png import mixed_figure
-from attnviz.base.text import check_text, shorten, visible
+from attnviz.base.text import shorten, visible
 
-__all__ = ["patch", "Patching", "path_patch", "PathPatching", "DIRECTIONS", "PATCH_TOLERANCE", "align_tokens"]
+__all__ = ["patch", "Patching", "PATCH_TOLERANCE", "MISMATCH_EXIT", "align_tokens"]
 
-DIRECTIONS = ("denoise", "noise")
 PATTERN_HEADS = 3  # the top heads whose α on both prompts the picture shows
 PATCH_TOLERANCE = 1e-4  # |LD with every head and MLP patched − the donor's LD|, over max(1, |LD|): float32 sums
+MISMATCH_EXIT = 3  # every head and MLP patched does not give the donor's run
 
 
 @dataclass(frozen=True)
-class Patching:
+class Patching(Result):
     """Activation patching between a clean and a corrupted prompt of the same length, measured by the logit
     difference LD = logit(answer) − logit(other) at the last position, normalised so that 0 is the corrupted
     run and 1 the clean run: `direction` denoise puts pieces of the clean run into the corrupted one (how much
@@ -42,6 +43,7 @@ class Patching:
     `all_patched`: the LD with every head and MLP output of every layer patched, which must be the donor's
     (`passed`)."""
 
+    command: ClassVar[str] = "patch"
     model: str
     clean: str
     corrupt: str
@@ -62,6 +64,55 @@ class Patching:
     causal: bool = True
     alignment: tuple[tuple[int, int], ...] = ()  # ((clean position, corrupted position), …); () position for position
     captures: tuple = ()  # (the clean prompt's Capture, the corrupted prompt's): α of every head, for html()
+    listed: int = 10  # heads the report lists
+
+    figure_name: ClassVar[str] = "attnviz_patch.png"
+    page_name: ClassVar[str] = "attnviz_patch.html"
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.passed else MISMATCH_EXIT
+
+    def to_rows(self) -> list[dict]:
+        return self.records()
+
+    def report(self, **style: Any) -> list:
+        """The heads that restore most, the metric on both runs, the alignment, where the residual stream carries
+        the difference, and the check."""
+        from attnviz.render.tables import records_table, verdict
+
+        L = self.heads.shape[0]
+        rows = [{"rank": n + 1, "head": f"{r['layer']}.{r['head']}", "score": r["score"]}
+                for n, r in enumerate(self.top(self.listed))]
+        columns = [("rank", "rank", "d"), ("head", "layer.head", ""), ("score", "restored", "+.3f")]
+        items: list = [records_table(rows, columns,
+                                     f"{short_model(self.model)}: "
+                                     + (f"{visible(self.answer)!r} against {visible(self.other)!r}" if self.answer
+                                        else "the sentence embedding") + f", each head patched ({self.direction})"),
+                       Line(f"{self.metric}: clean {self.clean_diff:+.3f}, corrupted {self.corrupt_diff:+.3f}; "
+                            f"restored: 0 is the corrupted run, 1 the clean one")]
+        labels, pairs = self.labels(), self.pairs
+        if self.alignment:
+            shown = ", ".join(f"{i}:{k}" for i, k in pairs)
+            items.append(Line(f"Aligned {len(pairs)} position(s) of {len(self.tokens)} and {len(self.corrupt_tokens)} "
+                              f"(clean:corrupted): {shorten(shown, 300)}"))
+        for n in self.differs or (len(labels) - 1,):
+            moves = [m for m in range(L) if self.residual[m, -1] > 0.5]
+            later = (f"; at the last aligned position from layer {moves[0] if moves else '–'} on" if self.answer
+                     else "")
+            items.append(Line(f"The residual stream at {labels[n]!r} (position {pairs[n][0]}) carries the difference "
+                              f"up to layer {_last_above(self.residual[:, n])}{later}."))
+        if self.all_patched is None:
+            items.append(Line("The check (every head and MLP patched) does not apply: the prompts' last tokens differ"
+                              + (" or sit at different indices" if self.alignment else "") + ".", style="dim"))
+        else:
+            items.append(verdict(self.passed, f"every head and MLP patched gives the donor's run: "
+                                              f"{self.all_patched:.6f} (tolerance {PATCH_TOLERANCE:.0e} of the "
+                                              f"metric)"))
+        items.append(Line("restored: (M patched − M corrupted) / (M clean − M corrupted), M the logit difference of "
+                          "the two answers at the last position (an encoder: the cosine of the sentence embedding with "
+                          "the clean run's); a head patched alone at every position.", style="dim"))
+        return items
 
     @property
     def pairs(self) -> tuple[tuple[int, int], ...]:
@@ -184,16 +235,24 @@ class Patching:
         return Page(panels=tuple(panels), title=title, name="attnviz_patch", notes=notes, subtitle=subtitle)
 
     def figure(self):
+        from attnviz.render.png import mixed_figure
+
         return mixed_figure(self.page(), ncols=3)
+
+
+def _last_above(column, level: float = 0.5) -> str:
+    """The last layer where the value is above `level`, or –."""
+    above = [n for n, v in enumerate(column) if v > level]
+    return str(above[-1]) if above else "–"
 
 
 @borrows
 @checked
 def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
           answers: tuple[str | int, str | int] | list[str | int] | None = None, direction: str = "denoise",
-          positions: bool = False, align: Any = None,
-          truncate: bool = True, device: str = "auto", dtype: str = "float32",
-          reporter: Reporter | None = None) -> Patching:
+          positions: bool = False, align: Any = None, top: int = 10, senders: Any = None, receivers: Any = (),
+          to: str = "qkv", truncate: bool = True, device: str = "auto", dtype: str = "float32",
+          reporter: Reporter | None = None) -> Any:
     """Activation patching for a causal language model: the `clean` and `corrupt` prompts (the same number of
     tokens), the metric the logit difference of `answers` (two texts of one token each, e.g. (" Paris",
     " Rome"); default: the clean run's and the corrupted run's top tokens) at the last position. Each head
@@ -204,8 +263,21 @@ def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
     `align`, for prompts of different lengths (or to patch only some positions): "auto" (align_tokens: the
     tokens both prompts share, in order; a changed span of as many tokens position for position, else its
     last token with the other's last), or the pairs themselves, ((clean position, corrupted position), …) or
-    "0:0,1:1,3-4:2-3" (each increasing); positions left out are not patched."""
-    loaded, where, first, second, clean_run, corrupt_run, measure, clean_diff, corrupt_diff, names, pairs = _prepare(
+    "0:0,1:1,3-4:2-3" (each increasing); positions left out are not patched. `top`: the heads the report lists.
+
+    With `senders`, path patching instead (attnviz.path_patch: `senders` to `receivers` through their `to`
+    inputs), a PathPatching."""
+    if senders is not None:
+        from attnviz.api.patching.paths import path_patch
+
+        return path_patch(clean, corrupt, senders=senders, receivers=receivers, to=to, model=model,
+                          tokenizer=tokenizer, answers=answers, direction=direction, align=align, truncate=truncate,
+                          device=device, dtype=dtype)
+    if receivers:
+        raise UsageError(f"{arg('receivers')} is for path patching: give the senders ({arg('senders')})", "receivers")
+    if not 1 <= top <= 100:
+        raise UsageError(f"{arg('top')} takes a whole number from 1 to 100; got {top}", "top")
+    loaded, where, first, second, clean_run, corrupt_run, measure, clean_diff, corrupt_diff, names, pairs = prepare(
         clean, corrupt, model, tokenizer, answers, direction, truncate, device, dtype, align)
     from attnviz.engine.patching import aligned, every_patch, run_patches
 
@@ -248,139 +320,7 @@ def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
         residual=results["residual"].reshape(L, A),
         head_positions=results["head_positions"].reshape(L, H, A) if positions else None, all_patched=everything,
         patterns=patterns, causal=bool(loaded.causal), captures=captures,
-        alignment=() if _identity(pairs, len(first.tokens), len(second.tokens)) else tuple(pairs))
-
-
-def _identity(pairs, T: int, T2: int) -> bool:
-    return T == T2 == len(pairs) and all(i == k for i, k in pairs)
-
-
-def align_tokens(clean: Sequence[str], corrupt: Sequence[str], align: Any = "auto") -> tuple[tuple[int, int], ...]:
-    """Which position of the corrupted prompt each position of the clean one is patched with: ((clean,
-    corrupted), …), both increasing. `align` "auto": the tokens the two share, in order (difflib's longest
-    matching blocks), a changed span of as many tokens on both sides position for position, and a changed span
-    of different lengths by its last token (where a causal model has read the whole of it: Meng et al. 2022's
-    last subject token); a token inserted on one side only is left out. Or the pairs: a sequence of (clean,
-    corrupted) or a text "0:0,1:1,3-4:2-3" (a range on both sides of as many positions)."""
-    T, T2 = len(clean), len(corrupt)
-    if isinstance(align, str) and align.strip() == "auto":
-        import difflib
-
-        pairs: list[tuple[int, int]] = []
-        for tag, a, b, c, d in difflib.SequenceMatcher(None, list(clean), list(corrupt), autojunk=False).get_opcodes():
-            if tag == "equal" or (tag == "replace" and b - a == d - c):
-                pairs.extend(zip(range(a, b), range(c, d)))
-            elif tag == "replace":
-                pairs.append((b - 1, d - 1))
-    elif isinstance(align, str):
-        pairs = []
-        for part in align.replace(" ", "").split(","):
-            sides = part.split(":")
-            if len(sides) != 2:
-                raise UsageError(f"{arg('align')} takes auto or pairs CLEAN:CORRUPT separated by commas (0:0,1:1,3-4:"
-                                 f"2-3); got {visible(part)!r}", "align")
-            spans = [_span(side, part) for side in sides]
-            if spans[0][1] - spans[0][0] != spans[1][1] - spans[1][0]:
-                raise UsageError(f"{arg('align')} {visible(part)!r}: the two ranges must hold as many positions",
-                                 "align")
-            pairs.extend(zip(range(spans[0][0], spans[0][1] + 1), range(spans[1][0], spans[1][1] + 1)))
-    else:
-        try:
-            pairs = [(int(i), int(k)) for i, k in align]
-        except (TypeError, ValueError):
-            raise UsageError(f"{arg('align')} takes auto, a text of pairs (0:0,1:1) or (clean, corrupted) pairs of "
-                             f"whole numbers", "align") from None
-    if not pairs:
-        raise UsageError(f"{arg('align')} aligns no position of the two prompts", "align")
-    for i, k in pairs:
-        if not (0 <= i < T and 0 <= k < T2):
-            raise UsageError(f"{arg('align')} pair {i}:{k} is out of range: the clean prompt has {T} tokens (0 to "
-                             f"{T - 1}), the corrupted one {T2} (0 to {T2 - 1})", "align")
-    if any(b[0] <= a[0] or b[1] <= a[1] for a, b in zip(pairs, pairs[1:])):
-        raise UsageError(f"{arg('align')}: each side's positions must increase from pair to pair (an alignment keeps "
-                         f"the order of both prompts)", "align")
-    return tuple(pairs)
-
-
-def _span(side: str, part: str) -> tuple[int, int]:
-    ends = side.split("-")
-    if not 1 <= len(ends) <= 2 or not all(e.isdigit() and len(e) <= 9 for e in ends):
-        raise UsageError(f"{arg('align')} {visible(part)!r}: a position is a whole number from 0, a range two of them "
-                         f"(3-4)", "align")
-    first, last = int(ends[0]), int(ends[-1])
-    if last < first:
-        raise UsageError(f"{arg('align')} {visible(part)!r}: a range goes up (3-4, not 4-3)", "align")
-    return first, last
-
-
-def _prepare(clean, corrupt, model, tokenizer, answers, direction, truncate, device, dtype, align=None):
-    """What patching and path patching share: the prompts checked and encoded (as many tokens, or aligned), the
-    model (a causal LM), both runs recorded, the two answers (their logit difference must differ between the
-    runs). (loaded, site, clean Encoded, corrupt Encoded, clean run, corrupted run, measure, clean value,
-    corrupted value, answer names, aligned pairs)"""
-    check_text(clean)
-    check_text(corrupt)
-    if direction not in DIRECTIONS:
-        raise InputError(f"{arg('direction')} takes denoise or noise; got {visible(direction)!r}", "direction")
-    if answers is not None and (len(answers) != 2 or answers[0] == answers[1]):
-        raise InputError(f"{arg('answers')} takes two different tokens, the answer and the other, e.g. "
-                         f"' Paris',' Rome'", "answers")
-    loaded = resolve_model(model, tokenizer, device=device, dtype=dtype, lm_head="auto")
-    loaded.require_single("patch")
-    from attnviz.api.attribution.logits import target_id
-    from attnviz.engine.ablation import is_causal_lm, site
-    from attnviz.engine.forward import encode
-    from attnviz.engine.memory import check_memory
-    from attnviz.engine.patching import donor_run, logit_difference
-
-    causal = is_causal_lm(loaded.model)
-    if not causal and answers is not None:
-        raise InputError(f"{arg('answers')} are next tokens of a causal language model; {loaded.name} is an encoder, "
-                         f"measured by its sentence embedding", "answers")
-    first, second = encode(loaded, clean, truncate=truncate), encode(loaded, corrupt, truncate=truncate)
-    T = len(first.tokens)
-    if align is None and len(second.tokens) != T:
-        starts = [" ".join(visible(t) for t in e.tokens[:12]) for e in (first, second)]
-        raise InputError(f"the prompts must have as many tokens to patch position by position, or an alignment "
-                         f"({arg('align', 'auto')}): the clean one has {T} ({starts[0]}), the corrupted one "
-                         f"{len(second.tokens)} ({starts[1]})", "corrupt")
-    pairs = (tuple((i, i) for i in range(T)) if align is None
-             else align_tokens(list(first.tokens), list(second.tokens), align))
-    check_memory(loaded, max(T, len(second.tokens)), copies=4.0)
-    where = site(loaded.model)
-    clean_run, corrupt_run = donor_run(where, first.inputs), donor_run(where, second.inputs)
-    if not causal:  # an encoder: the cosine of the sentence embedding with the clean run's
-        D = int(clean_run.reading.shape[0]) // (T + 1)
-        if len(second.tokens) != T:
-            raise InputError("an encoder's prompts must have as many tokens (its metric reads the whole sentence "
-                             f"embedding); {arg('align')} is for causal language models", "align")
-        reference = clean_run.reading[:D]
-
-        def measure(reading):
-            return (reading[..., :D] @ reference).double().cpu().numpy()
-
-        names = ("", "")
-    else:
-        if answers is None:
-            answer, other = int(clean_run.reading.argmax()), int(corrupt_run.reading.argmax())
-            if answer == other:
-                shown = visible(loaded.tokenizer.decode([answer]))
-                raise InputError(f"both prompts predict {shown!r}: give the two answers to compare with "
-                                 f"{arg('answers')} (e.g. ' Paris',' Rome')", "answers")
-        else:
-            given = [target_id(loaded, a, "answers") for a in answers]
-            answer, other = int(given[0] or 0), int(given[1] or 0)
-
-        def measure(reading):
-            return logit_difference(reading, answer, other)
-
-        names = (loaded.tokenizer.decode([answer]), loaded.tokenizer.decode([other]))
-    clean_value, corrupt_value = float(measure(clean_run.reading)), float(measure(corrupt_run.reading))
-    if abs(clean_value - corrupt_value) < 1e-6:
-        raise InputError("the two prompts give the same " + ("logit difference" if causal else "embedding")
-                         + ": there is nothing to restore; choose prompts that differ"
-                         + (f" in what they predict, or other {arg('answers')}" if causal else ""), "answers")
-    return loaded, where, first, second, clean_run, corrupt_run, measure, clean_value, corrupt_value, names, pairs
+        alignment=() if identity(pairs, len(first.tokens), len(second.tokens)) else tuple(pairs), listed=top)
 
 
 def _all_patched(where, receiver, donor, first, second, score, direction, pairs) -> float | None:
@@ -408,90 +348,3 @@ def _all_patched(where, receiver, donor, first, second, score, direction, pairs)
     miss = float((states - wanted).abs().max()) / max(1.0, float(wanted.abs().max()))
     target = 1.0 if direction == "denoise" else 0.0
     return target if miss <= PATCH_TOLERANCE else target + (miss if direction == "denoise" else -miss)
-
-
-@dataclass(frozen=True)
-class PathPatching:
-    """Path patching (Wang et al. 2022): the senders' outputs from the donor run reach the receivers only through
-    their inputs `to` (of q, k, v), everything else frozen at the receiver run, measured like `Patching` (0
-    the corrupted run, 1 the clean one). `score`: through every receiver at once; `by_receiver`: through each
-    alone."""
-
-    model: str
-    clean: str
-    corrupt: str
-    answer: str
-    other: str
-    direction: str
-    senders: tuple[tuple[int, int], ...]
-    receivers: tuple[tuple[int, int], ...]
-    to: str
-    clean_diff: float
-    corrupt_diff: float
-    score: float
-    by_receiver: tuple[float, ...]
-    alignment: tuple[tuple[int, int], ...] = ()  # as Patching's: () position for position
-
-    def to_dict(self) -> dict:
-        """What `attnviz patch --from-heads … --json` prints."""
-        return {"model": self.model, "clean": self.clean, "corrupt": self.corrupt, "answer": self.answer,
-                "other": self.other, "direction": self.direction, "senders": [list(p) for p in self.senders],
-                "receivers": [list(p) for p in self.receivers], "to": self.to, "clean_logit_diff": self.clean_diff,
-                "corrupt_logit_diff": self.corrupt_diff, "score": self.score,
-                "by_receiver": [{"layer": n, "head": h, "score": s}
-                                for (n, h), s in zip(self.receivers, self.by_receiver)],
-                "alignment": [list(p) for p in self.alignment] or None}
-
-    def records(self) -> list[dict]:
-        return [{"layer": n, "head": h, "score": s} for (n, h), s in zip(self.receivers, self.by_receiver)]
-
-    def _repr_html_(self) -> str:
-        return records_html(self.records(), ["layer", "head", "score"],
-                            f"{self.model}: path patching into {len(self.receivers)} receivers ({self.to})")
-
-
-@borrows
-@checked
-def path_patch(clean: str, corrupt: str, *, senders: Any, receivers: Any = (), to: str = "qkv", model: Any = None,
-               tokenizer: Any = None, answers: tuple[str | int, str | int] | list[str | int] | None = None,
-               direction: str = "denoise", align: Any = None, truncate: bool = True, device: str = "auto",
-               dtype: str = "float32") -> PathPatching:
-    """Path patching (Wang et al. 2022) for a causal language model: the `senders` ("9.6,9.9" or (layer, head)
-    pairs) patched from the donor run (the clean one, denoising) into the receiver run, reaching only the
-    `receivers` (heads of later layers) through their `to` inputs (any of "q", "k", "v"), every other head
-    frozen at the receiver run; the metric as `patch` measures it. With no receivers it changes nothing.
-    `align` as `patch` takes it: the senders' outputs move at the aligned positions only."""
-    from attnviz.base.selection import head_pairs
-    from attnviz.engine.scratch.adapters import adapter_for
-    from attnviz.engine.patching import aligned, INPUTS, path_patched_logits, path_recording
-
-    if not to or any(c not in INPUTS for c in to) or len(set(to)) != len(to):
-        raise InputError(f"{arg('to')} takes q, k and v, alone or together (qk, qkv, …); got {visible(to)!r}", "to")
-    loaded, where, first, second, clean_run, corrupt_run, measure, clean_diff, corrupt_diff, names, pairs = _prepare(
-        clean, corrupt, model, tokenizer, answers, direction, truncate, device, dtype, align)
-    L, H = where.layers, where.heads
-    sent = head_pairs(senders, L, H)
-    received = head_pairs(receivers, L, H) if receivers else []
-    if received and min(n for n, _ in received) <= max(n for n, _ in sent):
-        raise InputError(f"{arg('receivers')} must be heads of layers after the senders' (the last sender is in "
-                         f"layer {max(n for n, _ in sent)})", "receivers")
-    base = getattr(loaded.model, "base_model", loaded.model)
-    attention = adapter_for(base).modules(base)
-    gap = clean_diff - corrupt_diff
-    receiver_inputs, receiver, donor = ((second.inputs, corrupt_run, aligned(clean_run, corrupt_run,
-                                                                             [(k, i) for i, k in pairs]))
-                                        if direction == "denoise"
-                                        else (first.inputs, clean_run, aligned(corrupt_run, clean_run, list(pairs))))
-
-    recorded = path_recording(where, attention, receiver_inputs, receiver, donor, sent, received, to)
-
-    def score(group) -> float:
-        return float((measure(path_patched_logits(where, receiver_inputs, recorded, group)) - corrupt_diff) / gap)
-
-    return PathPatching(
-        model=loaded.name, clean=clean, corrupt=corrupt, answer=names[0], other=names[1], direction=direction,
-        senders=tuple(sent), receivers=tuple(received),
-        to=to, clean_diff=clean_diff, corrupt_diff=corrupt_diff, score=score(received),
-        by_receiver=tuple(score([r]) for r in received),
-        alignment=() if _identity(pairs, len(first.tokens), len(second.tokens)) else tuple(pairs))
-
