@@ -29,11 +29,17 @@ __all__ = [*_PUBLIC, "__version__"]
 def __getattr__(name: str):
     """The public names, imported when first used (PEP 562), so `import attnviz` and the CLI start fast; an old
     name works with a DeprecationWarning."""
-    if name not in _PUBLIC and name not in _RENAMED:
+    if name in _RENAMED:
+        import warnings
+
+        new, why = _RENAMED[name]
+        warnings.warn(f"attnviz.{name} is now attnviz.{new} ({why}); the old name goes in a later release",
+                      DeprecationWarning, stacklevel=2)
+        return _public(new)
+    if name not in _PUBLIC:
         raise AttributeError(f"module 'attnviz' has no attribute {name!r}")
     value = _public(name)
-    if name not in _RENAMED:
-        globals()[name] = value
+    globals()[name] = value
     return value
 
 

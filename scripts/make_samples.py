@@ -174,7 +174,7 @@ SAMPLES: list[tuple[str, list[str], str]] = [
     ("whisper_view.html", ["view", "--from", "sample_outputs/whisper.npz", "-o", "{out}"],
      "the interactive page of a sound: the three parts, and the Sound tab (it plays the sound)"),
     ("view_sound.png", [], "screenshot: the Sound tab, layer 3, the step that wrote 'mat' (its frames bright)"),
-    ("serve.png", [], "screenshot made by the live app's browser test (tests/test_serve.py): attnviz serve, "
+    ("serve.png", [], "screenshot made by the live app's browser test (tests/serve/test_serve.py): attnviz serve, "
                       "a second sentence typed, its views redrawn in the page"),
     ("serve_openapi.json", [], "the live app's JSON API as the server describes it (GET /openapi.json)"),
     ("importance.txt", ["importance", "The cat sat on the mat because it was tired", "-o",
@@ -275,7 +275,7 @@ def main() -> None:
             lines.append(f"| [{name}]({name}) | `espeak-ng -w {SPEECH} \"{SPOKEN}\"` | {what} |")
             continue
         if name == "serve.png":  # the browser test drives the live app and takes the picture
-            subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_serve.py",
+            subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/serve/test_serve.py",
                             "-k", "typing_a_sentence"], check=True, cwd=ROOT, env={**os.environ,
                                                                                "ATTNVIZ_SAMPLES": str(path)})
         elif name == "serve_openapi.json":

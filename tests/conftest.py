@@ -10,7 +10,8 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-from helpers import SENTENCE, TEXTS, build_tiny_model, build_tiny_seq2seq, once, run  # after the environment is set
+from helpers import (SENTENCE, TEXTS, browser_missing, build_tiny_model, build_tiny_seq2seq, chromium_path, once,
+                     run)  # after the environment is set
 
 
 @pytest.fixture(scope="session")
@@ -73,3 +74,53 @@ def shard(tmp_path_factory, tiny_model_dir):
     (folder / "t.txt").write_text("\n".join(TEXTS) + "\n")
     assert run("corpus", folder / "t.txt", "-m", tiny_model_dir("bert"), "-o", folder / "a").exit_code == 0
     return folder / "a"
+
+
+# --- tiny vision models of every family, and the browser (shared by several layers' tests) ---------------------
+
+
+@pytest.fixture(scope="session")
+def vision_dir(tmp_path_factory):
+    made: dict = {}
+
+    def folder(kind: str):
+        if kind not in made:
+            import torch
+            import transformers as tf
+
+            torch.manual_seed(0)
+            shape = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                         image_size=56, patch_size=14)
+            config, model = {
+                "dinov2": (tf.Dinov2Config, tf.Dinov2Model),
+                "dinov2_with_registers": (tf.Dinov2WithRegistersConfig, tf.Dinov2WithRegistersModel),
+                "vit": (tf.ViTConfig, tf.ViTModel), "deit": (tf.DeiTConfig, tf.DeiTModel),
+                "clip_vision_model": (tf.CLIPVisionConfig, tf.CLIPVisionModel),
+                "siglip_vision_model": (tf.SiglipVisionConfig, tf.SiglipVisionModel)}[kind]
+            extra = {"num_register_tokens": 3} if kind == "dinov2_with_registers" else {}
+            built = model(config(**shape, **extra))
+            if kind == "dinov2":  # DINOv2's layer scale, made to matter
+                for layer in built.encoder.layer:
+                    layer.layer_scale1.lambda1.data.uniform_(0.2, 2.0)
+            path = tmp_path_factory.mktemp(kind) / kind
+            built.save_pretrained(path)
+            made[kind] = str(path)
+        return made[kind]
+
+    return folder
+
+
+@pytest.fixture(scope="session")
+def browser():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        browser_missing("browser tests need Playwright for Python: pip install playwright (in the test extra)")
+    path = chromium_path()
+    if path is None:
+        browser_missing("browser tests need Chromium: apt-get install chromium (or set ATTNVIZ_CHROMIUM to its path); "
+                 ".ci/run installs it")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=path, args=["--no-sandbox"])
+        yield browser
+        browser.close()

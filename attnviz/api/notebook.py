@@ -49,6 +49,17 @@ def write_view(whole: Any, path: str | os.PathLike) -> Path:
     return view(whole, path)
 
 
+def from_outputs(*args: Any, **kwargs: Any):
+    """Capture.from_outputs, the spelling before attnviz.from_outputs: the same, with a DeprecationWarning."""
+    import warnings
+
+    from attnviz.api.capturing import from_outputs as made
+
+    warnings.warn("Capture.from_outputs(…) is now attnviz.from_outputs(…); the old spelling goes in a later release",
+                  DeprecationWarning, stacklevel=3)
+    return made(*args, **kwargs)
+
+
 for _name, _function in (("html", inline_html), ("heatmap", heatmap_figure), ("heads", head_table),
-                         ("view", write_view)):
+                         ("view", write_view), ("from_outputs", from_outputs)):
     registry.register_view(_name, _function)

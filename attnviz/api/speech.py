@@ -159,7 +159,8 @@ def align(audio: Any, *, model: Any = "whisper", tokenizer: Any = None, target: 
         parts = capture_audio(audio, model=model, tokenizer=tokenizer, target=target, device=device, dtype=dtype,
                               reporter=reporter)
     if "cross" not in parts.captures or parts.part("cross").mel is None:
-        raise InputError("align reads a capture of sound (attnviz capture --audio FILE), and this one holds none")
+        raise InputError("align reads a capture of sound, and this one holds none (capture a sound: "
+                         f"{arg('audio', 'FILE')})", "audio")
     cross = parts.part("cross")
     N = cross.frames
     first = int(parts.meta.get("prompt_tokens", 0)) - 1  # the row of <|notimestamps|>: it writes the first word

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-VIEW_NAMES = ("html", "heatmap", "heads", "view")
+VIEW_NAMES = ("html", "heatmap", "heads", "view", "from_outputs")
 VIEWS: dict[str, Callable[..., Any]] = {}  # name -> function(capture, ...), registered by attnviz.api.notebook
 
 

@@ -47,15 +47,18 @@ def heatmap(output: Annotated[Optional[str], typer.Option(
             hide_special: HideOpt = False, values: ValuesOpt = False, cmap: CmapOpt = "viridis",
             start: StartOpt = 0, rows: RowsOpt = None, cols: ColsOpt = None, part: PartOpt = None,
             cell: Annotated[Optional[str], typer.Option(
-                "--cell", "--patch", metavar="ROW,COL", show_default=False,
+                "--cell", metavar="ROW,COL", show_default=False,
                 help="A picture's capture: draw where this cell of its grid looks (its row of α) instead of "
                      "[CLS].")] = None,
+            old_cell: Annotated[Optional[str], typer.Option("--patch", hidden=True)] = None,  # --cell's old name
             as_json: JsonOpt = False, *, model: ModelOptions, inp: Source, look: ScaleOptions) -> None:
     import attnviz
     from attnviz.render.png import FORMATS
 
     check_output(output, FORMATS)
-    chosen = _cell(cell)
+    if cell is not None and old_cell is not None:
+        raise typer.BadParameter("give --cell once (--patch is its old name)", param_hint="--cell")
+    chosen = _cell(cell if cell is not None else old_cell)
     given = inp.resolve()
     result = attnviz.heatmap(given, model=model.load_for(given), layer=layer, head=head, rows=rows, cols=cols,
                              cell=chosen, hide_special=hide_special, values=values, part=part, **look.options(),

@@ -459,5 +459,10 @@ class Capture:
         """Write the interactive page (one offline HTML file) to `path`."""
         return registry.view("view")(self, path)
 
+    @classmethod
+    def from_outputs(cls, outputs: Any, inputs: Any, tokenizer: Any, **options: Any) -> Capture:
+        """Deprecated: attnviz.from_outputs(outputs, inputs, tokenizer) (the same Capture)."""
+        return registry.view("from_outputs")(outputs, inputs, tokenizer, **options)
+
     def with_meta(self, **updates) -> Capture:
         return replace(self, meta={**self.meta, **updates})

@@ -29,11 +29,11 @@ def encode(loaded: LoadedModel, text: str, *, truncate: bool = True, target: boo
 
         return encode_picture(loaded, text)  # type: ignore[arg-type]
     if getattr(loaded, "vision", False):
-        raise InputError(f"{loaded.name} is a vision model: it reads an image (--image FILE, or "
-                         f"attnviz.capture_image), not text", "image")
+        raise InputError(f"{loaded.name} is a vision model: it reads a picture, not text (give "
+                         f"{arg('image', 'FILE')})", "image")
     if getattr(loaded, "speech", False) and not target:
-        raise InputError(f"{loaded.name} is a speech model: it reads a sound (--audio FILE, or "
-                         f"attnviz.capture_audio), not text", "audio")
+        raise InputError(f"{loaded.name} is a speech model: it reads a sound, not text (give "
+                         f"{arg('audio', 'FILE')})", "audio")
     tok = loaded.tokenizer
     fast = bool(getattr(tok, "is_fast", False))
 

@@ -280,7 +280,8 @@ def load(name: str | None = None, *, revision: str | None = None, device: str = 
             _require_causal(config, shown)
         if str(getattr(config, "model_type", "")) in VISION_MODEL_TYPES:  # an image model: no tokenizer
             if lm_head is True:
-                raise ModelLoadError(f"{shown} is a vision model: it reads images (--image), it writes no text")
+                raise ModelLoadError(f"{shown} is a vision model: it reads pictures ({arg('image')}), it writes no "
+                                     f"text")
             model = AutoModel.from_pretrained(source, config=config, local_files_only=local_only,
                                               attn_implementation="eager", dtype=getattr(torch, dtype), **kwargs)
             return config, None, model

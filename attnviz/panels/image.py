@@ -18,7 +18,8 @@ def query_of(capture: Capture, patch: tuple[int, int] | None) -> tuple[int | Non
     the mean over the patches' rows)."""
     grid = capture.grid
     if grid is None:
-        raise SelectionError("this capture is of text: the picture's views need a capture of an image (--image)")
+        raise SelectionError(f"this capture is of text: the picture's views need a capture of a picture "
+                             f"({arg('image')})", "image")
     if patch is not None:
         r, c = patch
         if not (0 <= r < grid[0] and 0 <= c < grid[1]):

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from attnviz.data.capture import Capture
-from attnviz.errors import SelectionError
+from attnviz.errors import SelectionError, arg
 from attnviz.panels.names import head_filename, head_label, short_model
 from attnviz.panels.page import HeadChoice, Page, Panel, Scale
 from attnviz.base.text import shorten, visible
@@ -40,7 +40,7 @@ def sound_page(capture: Capture, layers: Sequence[int], heads: Sequence[HeadChoi
     token written) or the encoder's self-attention (frames × frames). One scale per panel, from 0 to its
     largest weight: a row's weight is spread over many frames."""
     if capture.mel is None:
-        raise SelectionError("this capture is not of a sound: give --audio FILE")
+        raise SelectionError(f"this capture is not of a sound: give {arg('audio', 'FILE')}", "audio")
     N = capture.frames
     cross = capture.part == "cross"
     if cross:
@@ -48,8 +48,8 @@ def sound_page(capture: Capture, layers: Sequence[int], heads: Sequence[HeadChoi
     elif capture.part == "encoder":
         first, rows = 0, frame_labels(capture)
     else:
-        raise SelectionError("the decoder reads tokens, not the sound: its heatmap is the ordinary one (--part "
-                             "decoder without --audio's picture)")
+        raise SelectionError(f"the decoder reads tokens, not the sound: its heatmap is the ordinary one "
+                             f"({arg('part', 'decoder')} without the sound's picture)", "part")
     panels = []
     silence = []
     for layer in layers:

@@ -141,11 +141,6 @@ def value_format(values: np.ndarray):
     return lambda v: f"{v:.{decimals}f}"
 
 
-def format_value(value: float) -> str:
-    """One value on its own, in the format value_format picks for it."""
-    return value_format(np.array([value]))(value)
-
-
 def _set_tick_labels(ax, row_labels, col_labels, *, fontsize: float | tuple[float, float],
                      step: int | tuple[int, int], families, rotate: bool) -> None:
     row_pt, col_pt = fontsize if isinstance(fontsize, tuple) else (fontsize, fontsize)

@@ -26,7 +26,7 @@ import numpy as np
 from attnviz._version import __version__
 from attnviz.data.capture import Capture
 from attnviz.data.parts import Parts
-from attnviz.errors import InputError
+from attnviz.errors import InputError, arg
 from attnviz.panels import PART_TITLES, generated_split, short_model
 from attnviz.base.text import repair_unicode, visible
 
@@ -188,7 +188,7 @@ def viewer_data(whole: Capture | Parts | Sequence[tuple[str, Capture]], *, layer
     bits = _bits(cells, precision)
     if cells * bits / 8 * 4 / 3 > MAX_PAGE_BYTES:
         raise InputError(f"the page would hold {cells:,} weights, more than {MAX_PAGE_BYTES >> 20} MiB; choose fewer "
-                         f"layers with --layer, or pool the input (--stream --pool 128)")
+                         f"layers ({arg('layers')}), or pool the input ({arg('stream')}, {arg('pool', '128')})")
     return {
         "text": visible(repair_unicode(text)), "model": visible(repair_unicode(model)),
         "shortModel": visible(repair_unicode(short_model(model))),

@@ -21,7 +21,6 @@ import time
 import numpy as np
 import pytest
 from helpers import one_line_error, run
-from test_vision import vision_dir  # noqa: F401  (the tiny vision models)
 
 import attnviz
 
@@ -495,7 +494,7 @@ def test_a_malformed_option_is_a_usage_error():
     assert run("serve", "--max-chars", "0").exit_code == 2
 
 
-def test_a_vision_model_reads_a_picture(vision_dir):  # noqa: F811
+def test_a_vision_model_reads_a_picture(vision_dir):
     from test_vision import photo
 
     model = attnviz.load_model(vision_dir("vit"), device="cpu")
@@ -528,7 +527,7 @@ def test_a_speech_model_reads_a_sound(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.browser
-def test_a_picture_chosen_on_the_page_is_shown(vision_dir):  # noqa: F811
+def test_a_picture_chosen_on_the_page_is_shown(vision_dir):
     """A vision model's page: no text box, a file chosen; the views' frame gets the Picture tab."""
     from test_viewer import chromium_path
     from test_vision import photo

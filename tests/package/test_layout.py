@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "attnviz"
+PACKAGE = Path(__file__).resolve().parents[2] / "attnviz"
 
 
 def imported_modules(path: Path) -> set[str]:

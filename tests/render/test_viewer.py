@@ -10,28 +10,12 @@ import re
 
 import numpy as np
 import pytest
-from helpers import SENTENCE, browser_missing, chromium_path, make_capture, one_line_error, run
+from helpers import SENTENCE, make_capture, one_line_error, run
 
 from attnviz.render.viewer import viewer_data, viewer_html
 from attnviz.base.text import visible
 
 THRESHOLD = 0.01  # the head view draws a line for α ≥ this
-
-
-@pytest.fixture(scope="module")
-def browser():
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        browser_missing("browser tests need Playwright for Python: pip install playwright (in the test extra)")
-    path = chromium_path()
-    if path is None:
-        browser_missing("browser tests need Chromium: apt-get install chromium (or set ATTNVIZ_CHROMIUM to its path); "
-                 ".ci/run installs it")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=path, args=["--no-sandbox"])
-        yield browser
-        browser.close()
 
 
 class Page:

@@ -41,37 +41,6 @@ def photo(height: int = 50, width: int = 70, seed: int = 0, fmt: str = "PNG") ->
 KINDS = ("dinov2", "dinov2_with_registers", "vit", "deit", "clip_vision_model", "siglip_vision_model")
 
 
-@pytest.fixture(scope="module")
-def vision_dir(tmp_path_factory):
-    made: dict = {}
-
-    def folder(kind: str):
-        if kind not in made:
-            import torch
-            import transformers as tf
-
-            torch.manual_seed(0)
-            shape = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                         image_size=56, patch_size=14)
-            config, model = {
-                "dinov2": (tf.Dinov2Config, tf.Dinov2Model),
-                "dinov2_with_registers": (tf.Dinov2WithRegistersConfig, tf.Dinov2WithRegistersModel),
-                "vit": (tf.ViTConfig, tf.ViTModel), "deit": (tf.DeiTConfig, tf.DeiTModel),
-                "clip_vision_model": (tf.CLIPVisionConfig, tf.CLIPVisionModel),
-                "siglip_vision_model": (tf.SiglipVisionConfig, tf.SiglipVisionModel)}[kind]
-            extra = {"num_register_tokens": 3} if kind == "dinov2_with_registers" else {}
-            built = model(config(**shape, **extra))
-            if kind == "dinov2":  # DINOv2's layer scale, made to matter
-                for layer in built.encoder.layer:
-                    layer.layer_scale1.lambda1.data.uniform_(0.2, 2.0)
-            path = tmp_path_factory.mktemp(kind) / kind
-            built.save_pretrained(path)
-            made[kind] = str(path)
-        return made[kind]
-
-    return folder
-
-
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_vision_family_captures_a_picture_and_verifies(kind, vision_dir):
     """Rows sum to 1, the tokens are [CLS] (registers, DeiT's distillation token) and the patches row by row

@@ -193,7 +193,7 @@ def test_the_docs_list_the_registered_families():
 
     from attnviz.engine.families import markdown_table
 
-    page = Path(__file__).resolve().parents[1].joinpath("docs", "models.md").read_text(encoding="utf-8")
+    page = Path(__file__).resolve().parents[2].joinpath("docs", "models.md").read_text(encoding="utf-8")
     block = page.split("<!-- families:start -->\n", 1)[1].split("\n<!-- families:end -->", 1)[0]
     assert block == markdown_table(), "docs/models.md's family table is stale: python scripts/make_samples.py --tables"
 

@@ -13,7 +13,6 @@ import wave
 import numpy as np
 import pytest
 from helpers import espeak, one_line_error, require_real, run
-from test_viewer import browser  # noqa: F401  (the Chromium fixture)
 
 import attnviz
 from attnviz.data.sound import MAX_SECONDS, RATE, read_sound, resample
@@ -321,7 +320,7 @@ def test_a_borrowed_whisper_comes_back_as_it_was(spoken):
 
 
 @pytest.mark.slow
-def test_the_page_plays_the_sound_and_highlights_the_frames_of_a_token(browser, spoken, tmp_path):  # noqa: F811
+def test_the_page_plays_the_sound_and_highlights_the_frames_of_a_token(browser, spoken, tmp_path):
     """The Sound tab in Chromium: the sound decodes (its duration is the sound's), choosing a token gives the
     cross-attention row of the step that wrote it (against the capture, within the 16-bit step), and the
     readout names it; no request leaves the file, no console error."""

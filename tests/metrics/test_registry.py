@@ -14,7 +14,7 @@ from attnviz.cli import app
 from attnviz.errors import UsageError
 from attnviz.api.gallery import export
 
-COMMANDS_PAGE = Path(__file__).resolve().parent.parent / "docs" / "commands.md"
+COMMANDS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "commands.md"
 
 
 @pytest.fixture
