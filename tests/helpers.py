@@ -392,3 +392,23 @@ def espeak(folder, text: str):
     path = folder / "speech.wav"
     subprocess.run(["espeak-ng", "-w", str(path), text], check=True, capture_output=True)
     return path
+
+
+def rendered(result, width: int = 80, **style) -> str:
+    """A result's terminal report as the command line prints it through a pipe (plain text, no colour, the
+    spaces at the ends of lines trimmed): what its command's stdout must be."""
+    import io
+
+    from rich.console import Console
+
+    from attnviz.api.result import Line
+    from attnviz.base.text import visible
+
+    console = Console(width=width, file=io.StringIO(), record=True, color_system=None, force_terminal=False)
+    for item in result.report(width=width, color=False, **style):
+        if isinstance(item, Line):
+            if not item.stderr:
+                console.print(visible(item.text), soft_wrap=not item.wrap, highlight=False)
+        else:
+            console.print(item)
+    return "\n".join(line.rstrip() for line in console.export_text().splitlines()) + "\n"

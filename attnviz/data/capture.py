@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -42,6 +42,7 @@ class Capture:
     """Attention of one input. Index it like TransformerLens's cache: cap[layer] -> (H, T, T),
     cap[layer, head] -> (T, T). Metrics and renderers read it and never change it."""
 
+    command: ClassVar[str] = "capture"  # the command whose result it is
     attentions: np.ndarray  # (L, H, T, T) float32
     tokens: tuple[str, ...]  # (T,)
     token_ids: np.ndarray  # (T,) int64

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -25,6 +25,7 @@ class Parts:
     queries to source keys (L, H, T, S). Each part is a Capture; they share one meta (model, source_text,
     target_text, …). Saved as capture format 2."""
 
+    command: ClassVar[str] = "capture"  # the command whose result it is
     captures: dict[str, Capture]
 
     def __post_init__(self) -> None:

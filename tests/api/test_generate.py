@@ -309,8 +309,17 @@ def test_a_seed_out_of_range_is_a_usage_error(tiny_lm_dir, seed):
 
 
 def test_the_largest_seed_works(tiny_lm_dir):
-    assert run("generate", "the cat", "-m", tiny_lm_dir("gpt2"), "--sample", "--seed", str(2 ** 64 - 1), "-n",
-               "2").exit_code == 0
+    """The largest seed is taken, and the seed makes the sampled text: the same twice, and what the library
+    writes with it."""
+    import attnviz
+
+    folder = tiny_lm_dir("gpt2")
+    seed = 2 ** 64 - 1
+    args = ("generate", "the cat", "-m", folder, "--sample", "--seed", str(seed), "-n", "2", "--json")
+    first, second = (json.loads(run(*args).stdout) for _ in range(2))
+    expected = attnviz.generate("the cat", model=folder, decoding=Decoding(max_new_tokens=2, sample=True, seed=seed))
+    assert first == second
+    assert first["generated_text"] == expected.text and len(first["steps"]) == expected.new_tokens
 
 
 def test_a_capture_finds_its_model_from_another_folder(tiny_lm_dir, tmp_path, monkeypatch):

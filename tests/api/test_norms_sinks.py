@@ -25,18 +25,25 @@ def test_parts_add_up_to_the_attention_output(kind, tiny_model_dir):
 
 
 def test_the_norm_check_can_fail(tiny_model_dir, monkeypatch):
+    """Each head through the wrong slice of W_O: the parts no longer add up to the block's output, and verify
+    --norms says FAIL (exit 3) with the size of the miss; untouched, the same check passes."""
     import torch
 
     from attnviz.engine.scratch import norms as scratch
 
+    folder = tiny_model_dir("bert")
+    honest = json.loads(run("verify", SENTENCE, "-m", folder, "--norms", "--json").stdout)
+    assert honest["passed"] and honest["max_rel_diff"] <= honest["tolerance"]
     real = scratch.head_outputs
 
     def heads_swapped(v, weight):  # each head through the wrong slice of W_O
         return real(torch.flip(v, dims=[1]), weight)
 
     monkeypatch.setattr(scratch, "head_outputs", heads_swapped)
-    result = run("verify", SENTENCE, "-m", tiny_model_dir("bert"), "--norms")
-    assert result.exit_code == 3 and "FAIL" in result.stdout
+    result = run("verify", SENTENCE, "-m", folder, "--norms")
+    assert result.exit_code == 3 and "FAIL means: the parts do not add up" in result.stdout
+    broken = json.loads(run("verify", SENTENCE, "-m", folder, "--norms", "--json").stdout)
+    assert not broken["passed"] and broken["max_rel_diff"] > 100 * broken["tolerance"]
 
 
 def test_norms_are_alpha_times_the_value_vector_norm(load_tiny):

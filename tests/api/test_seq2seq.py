@@ -243,14 +243,23 @@ def test_verify_checks_all_three_parts(tiny_seq2seq_dir, kind):
 
 
 def test_verify_from_a_saved_capture_catches_a_change(s2s_file, tmp_path, tiny_seq2seq_dir):
-    ok = run("verify", "--from", s2s_file, "-m", tiny_seq2seq_dir("t5"))
-    assert ok.exit_code == 0, ok.output
+    """One row of the saved cross-attention made uniform: verify names that comparison and that layer as the
+    failure (exit 3), by the size of the change, and every other check still passes."""
+    ok = json.loads(run("verify", "--from", s2s_file, "-m", tiny_seq2seq_dir("t5"), "--json").stdout)
+    assert ok["passed"] and all(check["passed"] for check in ok["checks"].values())
     parts = load_capture(s2s_file)
     cross = parts.part("cross")
     alpha = cross.attentions.copy()
     alpha[1, 2, 0] = 1.0 / cross.n_keys  # one row made uniform: still a valid distribution
     changed = Parts({**parts.captures, "cross": replace(cross, attentions=alpha)}).save(tmp_path / "changed.npz")
-    assert run("verify", "--from", changed, "-m", tiny_seq2seq_dir("t5")).exit_code == 3
+    result = run("verify", "--from", changed, "-m", tiny_seq2seq_dir("t5"), "--json")
+    assert result.exit_code == 3
+    checks = json.loads(result.stdout)["checks"]
+    failed = {name for name, check in checks.items() if not check["passed"]}
+    assert failed == {"cross: saved vs model"}
+    worst = max(checks["cross: saved vs model"]["layers"], key=lambda d: d["max_abs"])
+    assert worst["layer"] == 1 and worst["max_abs"] == pytest.approx(
+        float(np.abs(cross.attentions[1, 2, 0] - alpha[1, 2, 0]).max()), abs=1e-5)
 
 
 @pytest.mark.slow
@@ -291,9 +300,19 @@ def test_what_applies_to_which_model_is_the_librarys_decision_spelled_as_flags(t
 
 
 def test_the_decoder_writes_by_default(tiny_seq2seq_dir):
-    result = run("heatmap", SOURCE, "-m", tiny_seq2seq_dir("bart"), "-n", "4", "-t", env={"NO_COLOR": "1"})
+    """Without --target the decoder writes (greedy, -n tokens at most), says so, and its rows are what the library
+    writes: the same target tokens and the same cross-attention."""
+    import attnviz
+
+    folder = tiny_seq2seq_dir("bart")
+    result = run("heatmap", SOURCE, "-m", folder, "-n", "4", "-t", env={"NO_COLOR": "1"})
     assert result.exit_code == 0, result.output
     assert "Decoder input: written by the model" in result.stderr
+    printed = json.loads(run("heatmap", SOURCE, "-m", folder, "-n", "4", "--json", "--layer", "0", "--head",
+                             "0").stdout)
+    written = attnviz.capture(SOURCE, model=folder, max_new_tokens=4).part("cross")
+    assert printed["tokens"] == list(written.tokens) and len(written.tokens) <= 4 + 2
+    np.testing.assert_allclose(printed["panels"][0]["alpha"], written.attentions[0, 0], atol=1e-6)
 
 
 def test_words_on_cross_attention(s2s):

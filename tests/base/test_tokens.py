@@ -61,9 +61,13 @@ def test_partly_unknown_words_say_which_part():
 
 
 def test_unknown_words_are_labelled_and_warned(load_tiny):
+    """A word the vocabulary cannot spell becomes [UNK], labelled with what it stood for, at its place, and the
+    warning says which words and which model reads them."""
     from attnviz.engine.forward import encode
     from attnviz.errors import AttnvizWarning
 
+    loaded = load_tiny("bert")
     with pytest.warns(AttnvizWarning, match=r"1 of 3 words became \[UNK\] \(🍕\).*multilingual"):
-        encoded = encode(load_tiny("bert"), "the 🍕 cat")
-    assert "[UNK:🍕]" in encoded.tokens
+        encoded = encode(loaded, "the 🍕 cat")
+    assert list(encoded.tokens) == ["[CLS]", "the", "[UNK:🍕]", "cat", "[SEP]"]
+    assert encoded.token_ids[2] == loaded.tokenizer.unk_token_id

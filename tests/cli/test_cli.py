@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
 
 import numpy as np
 import pytest
-from helpers import SENTENCE, make_capture, one_line_error, run
+from helpers import SENTENCE, make_capture, one_line_error, rendered, run
 
 from attnviz import __version__
 from attnviz.data.capture import Capture
@@ -89,24 +91,39 @@ def test_heatmap_default_writes_png_in_cwd(saved_capture, tmp_path, monkeypatch)
 
 
 def test_heatmap_all_layers_svg_and_pdf(saved_capture, tmp_path):
+    """Every layer as a vector file: the SVG holds a panel titled for each layer, the PDF is a PDF."""
+    import attnviz
+
+    layers = attnviz.load_capture(saved_capture).n_layers
     for suffix in (".svg", ".pdf"):
         result = run("heatmap", "--from", saved_capture, "--layer", "all", "-o", tmp_path / f"all{suffix}")
         assert result.exit_code == 0, result.output
-        assert (tmp_path / f"all{suffix}").stat().st_size > 1000
+        assert result.stdout.strip() == str(tmp_path / f"all{suffix}")
+    svg = (tmp_path / "all.svg").read_text(encoding="utf-8")
+    assert svg.startswith("<?xml") and all(f"layer {n}" in svg for n in range(layers))
+    assert (tmp_path / "all.pdf").read_bytes()[:5] == b"%PDF-"
 
 
 def test_heatmap_terminal(saved_capture):
+    """The terminal heatmap is attnviz.heatmap's report: a row per token in order, the future marked (causal)."""
+    import attnviz
+
     result = run("heatmap", "--from", saved_capture, "--terminal", "--head", "max")
     assert result.exit_code == 0, result.output
-    assert "cat" in result.stdout and "mat" in result.stdout and "layer 1" in result.stdout
-    assert "·" in result.stdout  # causal: future cells marked
+    expected = attnviz.heatmap(attnviz.load_capture(saved_capture), head="max")
+    assert result.stdout == rendered(expected)
+    tokens = list(expected.capture.tokens)
+    rows = [line.split()[1] for line in result.stdout.splitlines() if re.match(r"^\s*\d+ ", line)]
+    assert rows == tokens and "·" in result.stdout  # causal: future cells marked
 
 
 @pytest.mark.slow
 def test_heatmap_default_model_terminal_hide_special():
+    """--hide-special leaves [CLS] and [SEP] out of the rows: the rows are the sentence's words, in order."""
     result = run("heatmap", SENTENCE, "--terminal", "--hide-special", "--layer", "0", "--head", "3")
     assert result.exit_code == 0, result.output
-    assert "[CLS]" not in result.stdout and "cat" in result.stdout
+    rows = [line.split()[1] for line in result.stdout.splitlines() if re.match(r"^\s*\d+ ", line)]
+    assert rows == SENTENCE.lower().split()
 
 
 @pytest.mark.parametrize("args,message,code", [
@@ -135,10 +152,13 @@ def test_user_errors_are_one_line(args, message, code, saved_capture, tmp_path, 
 
 
 def test_usage_errors_keep_exit_2(saved_capture):
-    assert run("heatmap", "--from", saved_capture, "--layer", "seven").exit_code == 2
-    assert run("heatmap", "--from", saved_capture, "--head", "avg").exit_code == 2
-    assert run("heatmap").exit_code == 2  # neither TEXT nor --from
-    assert run("heatmap", "text", "--from", saved_capture).exit_code == 2
+    """Each malformed option is one line, exit 2, naming the option and what it takes."""
+    assert "'seven' is not a layer selection" in one_line_error(run("heatmap", "--from", saved_capture, "--layer",
+                                                                    "seven"), 2)
+    assert "'avg' is not a head selection" in one_line_error(run("heatmap", "--from", saved_capture, "--head",
+                                                                 "avg"), 2)
+    assert "give the TEXT to look at" in one_line_error(run("heatmap"), 2)  # neither TEXT nor --from
+    assert "not both" in one_line_error(run("heatmap", "text", "--from", saved_capture), 2)
 
 
 def test_truncation_warning_is_one_line(tiny_model_dir, tmp_path):
@@ -174,9 +194,12 @@ def test_verify_passes_with_table_and_json(tiny_model_dir):
 
 
 def test_verify_fails_with_distinct_exit_code(tiny_model_dir):
+    """Tolerance 0: float32 rounding alone fails it; exit 3, FAIL and by how much, in the table and --json."""
     result = run("verify", SENTENCE, "-m", tiny_model_dir("bert"), "--tolerance", "0")
     assert result.exit_code == 3, result.output
-    assert "FAIL" in result.stdout
+    assert "FAIL means" in result.stdout and "> tolerance 0" in result.stdout
+    data = json.loads(run("verify", SENTENCE, "-m", tiny_model_dir("bert"), "--tolerance", "0", "--json").stdout)
+    assert not data["passed"] and data["tolerance"] == 0 and 0 < data["max_abs_diff"] < 1e-5
 
 
 def test_verify_unsupported_architecture_is_one_line(tmp_path):
@@ -308,24 +331,39 @@ def test_export_command(saved_capture, tmp_path):
 
 
 def test_heatmap_terminal_with_output_writes_both(saved_capture, tmp_path):
-    result = run("heatmap", "--from", saved_capture, "-t", "-o", tmp_path / "both.png")
-    assert result.exit_code == 0, result.output
-    assert "cat" in result.stdout and (tmp_path / "both.png").exists()
+    """-t with -o draws in the terminal and writes the same picture -o alone writes, and says where."""
+    from PIL import Image
+
+    both = run("heatmap", "--from", saved_capture, "-t", "-o", tmp_path / "both.png")
+    alone = run("heatmap", "--from", saved_capture, "-o", tmp_path / "alone.png")
+    terminal = run("heatmap", "--from", saved_capture, "-t")
+    assert both.exit_code == alone.exit_code == terminal.exit_code == 0, both.output
+    assert both.stdout == terminal.stdout + f"{tmp_path / 'both.png'}\n"
+    with Image.open(tmp_path / "both.png") as a, Image.open(tmp_path / "alone.png") as b:
+        assert a.size == b.size and a.tobytes() == b.tobytes()
 
 
 @pytest.mark.parametrize("command", [["heatmap", "-o", "{tmp}/h.png"], ["heads", "--json"], ["entropy"],
                                      ["rollout"], ["compare"], ["export", "--out-dir", "{tmp}/e", "--workers", "1"]])
 @pytest.mark.slow
 def test_commands_from_a_capture_never_import_torch(command, saved_capture, tmp_path):
-    """Re-rendering a saved capture needs neither torch nor transformers: importing either fails here."""
+    """Re-rendering a saved capture needs neither torch nor transformers: importing either fails here, and the
+    command prints what it prints with them."""
     import subprocess
     import sys
 
     args = [a.format(tmp=tmp_path) for a in command] + ["--from", str(saved_capture)]
     code = ("import sys; sys.modules['torch'] = None; sys.modules['transformers'] = None;"
             f"sys.argv = ['attnviz'] + {args!r}; from attnviz.cli import main; main()")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env={**os.environ, "COLUMNS": "80"})
     assert result.returncode == 0, result.stderr
+    if command[0] in ("heatmap", "export"):
+        import shutil
+
+        shutil.rmtree(tmp_path / "e", ignore_errors=True)
+        (tmp_path / "h.png").unlink(missing_ok=True)
+    assert result.stdout == run(*args, env={"COLUMNS": "80"}).stdout
 
 
 def test_unknown_colormap_in_terminal_is_one_line(saved_capture):
@@ -359,7 +397,9 @@ def test_help_is_readable_at_80_columns(command):
 
 @pytest.mark.parametrize("command", ["steps", "positions", "norms", "sinks", "scaling"])
 def test_single_attention_commands_list_no_encoder_decoder_options(command):
+    """A command that shows one self-attention offers no encoder-decoder options (and still shows its own)."""
     result = run(command, "--help", env={"COLUMNS": "200"})
+    assert result.exit_code == 0 and "--model" in result.stdout and "--text-file" in result.stdout
     assert "--target" not in result.stdout and "--max-new-tokens" not in result.stdout
 
 

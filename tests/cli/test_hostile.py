@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import os
 import zipfile
 
@@ -288,9 +289,20 @@ def test_undecodable_text_is_one_line(tiny_model_dir):
 
 
 def test_control_characters_typed_into_a_byte_level_model_are_shown_visibly(tiny_model_dir):
-    result = run("heatmap", "the\x1b[2Jcat\x07", "-m", tiny_model_dir("gpt2"), "-t", env={"NO_COLOR": "1"})
+    """ESC and BEL typed into the text reach the terminal as the symbols ␛ and ␇, at their tokens' rows,
+    never as control characters."""
+    import attnviz
+
+    folder = tiny_model_dir("gpt2")
+    text = "the\x1b[2Jcat\x07"
+    result = run("heatmap", text, "-m", folder, "-t", env={"NO_COLOR": "1"})
     assert result.exit_code == 0, result.output
-    assert "\x1b" not in result.stdout and "\x07" not in result.stdout and "␛" in result.stdout
+    assert "\x1b" not in result.stdout and "\x07" not in result.stdout
+    tokens = attnviz.capture(text, model=folder).tokens
+    rows = [line.split(maxsplit=1)[1][:12] for line in result.stdout.splitlines() if re.match(r"^\s*\d+ ", line)]
+    assert len(rows) == len(tokens)
+    escaped = [n for n, token in enumerate(tokens) if "\x1b" in token or "\x07" in token]
+    assert escaped and all("␛" in rows[n] or "␇" in rows[n] for n in escaped)
 
 
 def test_capture_too_large_to_read_back_is_not_written(tmp_path, monkeypatch):

@@ -53,10 +53,19 @@ STDIN_COMMANDS = [
 @pytest.mark.parametrize("args", STDIN_COMMANDS, ids=lambda a: " ".join(a[:3]))
 @pytest.mark.slow
 def test_every_command_reads_standard_input(args, tmp_path, tiny_model_dir):
-    filled = [a.format(tmp=tmp_path) for a in args]
-    result = run(*filled, "-m", tiny_model_dir("bert"), input=SENTENCE + "\n")
-    assert result.exit_code == 0, result.output
-    assert "empty" not in result.stderr
+    """`-` reads the text from standard input: the command's --json is the same as with the text as TEXT."""
+    model = ("-m", tiny_model_dir("bert"))
+
+    def printed(text: str, stdin: str | None, where: str) -> dict:
+        filled = [text if a == "-" else a.format(tmp=tmp_path / where) for a in args]
+        result = run(*filled, *model, "--json", input=stdin)
+        assert result.exit_code == 0, result.output
+        data = json.loads(result.stdout)
+        return {k: v for k, v in data.items() if k != "folder"} if isinstance(data, dict) else data
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    assert printed("-", SENTENCE + "\n", "a") == printed(SENTENCE, None, "b")
 
 
 def test_generate_reads_standard_input(tiny_lm_dir):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import json
+import re
 import os
 import shutil
 import struct
@@ -618,8 +619,12 @@ def test_commands_on_the_multilingual_model():
 
 @pytest.mark.slow
 def test_minilm_names_the_multilingual_model_for_words_it_cannot_read():
+    """MiniLM cannot spell Hangul: the words it cannot read become [UNK] rows, and the warning names them and
+    the model that reads them."""
     result = run("heatmap", "나는 사과를 🍕 먹었다", "-t")
     assert result.exit_code == 0 and "--model multilingual" in result.stderr, result.output
+    rows = [line.split()[1] for line in result.stdout.splitlines() if re.match(r"^\s*\d+ ", line)]
+    assert rows[0] == "[CLS]" and rows[-1] == "[SEP]" and any(r.startswith("[UNK") for r in rows)
 
 
 @pytest.mark.slow

@@ -234,5 +234,10 @@ def test_damaged_head_statistics_are_one_line(tmp_path, pooled, damage, words, c
 
 
 def test_the_intact_pooled_capture_reads(pooled):
+    """The untouched pooled capture reads back: its head table is the one its streamed pass stored."""
+    from attnviz.data.capture import Capture
+
     result = run("heads", "--from", pooled, "--json")
     assert result.exit_code == 0, result.output
+    stored = Capture.load(pooled).meta["head_stats"]
+    assert json.loads(result.stdout) == json.loads(json.dumps(stored))

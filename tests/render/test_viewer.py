@@ -401,15 +401,20 @@ def test_export_index_has_the_interactive_view(browser, cat_capture, tmp_path):
 
 def test_export_of_a_capture_too_large_for_a_page_still_works(tmp_path, monkeypatch):
     """The export's gallery goes without the interactive view, saying why, when the capture would pass the
-    page's limit (the limit lowered here); the export itself is unchanged."""
+    page's limit (the limit lowered here); the export itself is unchanged: the same images as with the view."""
     import attnviz.render.viewer as viewer
     from attnviz.api.gallery import export
 
+    capture = make_capture(np.full((1, 2, 8, 8), 1 / 8))
+    whole = export(capture, tmp_path / "whole", layers=[0], heads=[0, 1])
     monkeypatch.setattr(viewer, "MAX_PAGE_BYTES", 100)
-    target = export(make_capture(np.full((1, 2, 8, 8), 1 / 8)), tmp_path / "out", layers=[0], heads=[0, 1])
+    target = export(capture, tmp_path / "out", layers=[0], heads=[0, 1])
     html = (target / "index.html").read_text()
     assert "interactive view is left out" in html and "attnviz-data" not in html
-    assert (target / "layer00_head01.png").exists()
+    assert "attnviz-data" in (whole / "index.html").read_text()
+    images = sorted(p.name for p in whole.iterdir() if p.suffix == ".png")
+    assert images == sorted(p.name for p in target.iterdir() if p.suffix == ".png") and len(images) == 4
+    assert all((whole / name).read_bytes() == (target / name).read_bytes() for name in images)
 
 
 def test_view_command(tmp_path, tiny_model_dir):

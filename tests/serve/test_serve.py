@@ -110,11 +110,21 @@ def test_the_server_keeps_the_last_pages_only(bert):
     assert client.get(views[2]).status_code == 200
 
 
-def test_words_and_contributions(client):
-    words = client.post("/api/capture", json={"text": "The cat sat on the unbelievable mat", "words": True}).json()
-    assert "unbelievable" in words["tokens"]
+def page_data(page: str) -> dict:
+    """The data a served page holds (the viewer's JSON)."""
+    return json.loads(page.split('id="attnviz-data">', 1)[1].split("</script>", 1)[0])
+
+
+def test_words_and_contributions(client, bert):
+    """Words: the tokens of attnviz.capture(words=True); contributions: the page holds attnviz.contributions'
+    own section (the same quantised scores and rollouts, the same token chosen first)."""
+    text = "The cat sat on the unbelievable mat"
+    words = client.post("/api/capture", json={"text": text, "words": True}).json()
+    assert words["tokens"] == list(attnviz.capture(text, model=bert, words=True).tokens)
     page = client.post("/api/capture", json={"text": SENTENCE, "contributions": True}).json()["view"]
-    assert "\"contributions\":{" in client.get(page).text
+    served = page_data(client.get(page).text)["contributions"]
+    expected = page_data(attnviz.contributions(SENTENCE, model=bert).html())["contributions"]
+    assert served == expected
 
 
 # --- limits and hostile requests: each one clean refusal, and the server goes on ----------------------------
@@ -166,18 +176,29 @@ def test_the_same_origin_and_scripts_without_an_origin_are_let_in(client):
     assert client.get("/api/model", headers={"host": "localhost:8000"}).status_code == 200
 
 
-def test_markup_and_control_characters_stay_text(client):
+def test_markup_and_control_characters_stay_text(client, bert):
+    """Markup and control characters in a text stay text: the page's data holds the tokens made visible, with
+    no `<` and no control character anywhere in the page."""
+    from attnviz.render.viewer import _label as label
+
     text = "<script>alert(1)</script> \x1b[31m red \x07 <!-- <img src=x onerror=alert(2)>"
     data = client.post("/api/capture", json={"text": text}).json()
     page = client.get(data["view"]).text
     body = page.split('id="attnviz-data">', 1)[1].split("</script>", 1)[0]
     assert "<" not in body and "\x1b" not in page and "\x07" not in page
+    assert page_data(page)["sections"][0]["rows"] == [label(t) for t in attnviz.capture(text, model=bert).tokens]
     still_serving(client)
 
 
 def test_too_many_tokens_is_refused_before_the_model_runs(bert):
+    """A text of more tokens than --max-tokens is a 422 that says how many it is and the limit; one within it is
+    served."""
     client, _ = client_for(bert, max_tokens=5)
-    assert "at most 5" in client.post("/api/capture", json={"text": SENTENCE}).json()["error"]
+    answer = client.post("/api/capture", json={"text": SENTENCE})
+    n = len(bert.tokenizer(SENTENCE)["input_ids"])
+    assert answer.status_code == 422 and answer.json() == {
+        "error": f"the text is {n:,} tokens; this server takes at most 5"}
+    assert client.post("/api/capture", json={"text": "cat"}).status_code == 200
 
 
 def test_a_request_that_fails_inside_is_a_json_error_and_the_server_goes_on(bert, monkeypatch):
@@ -490,8 +511,11 @@ def test_listening_beyond_this_machine_is_said_loudly(tiny_model_dir):
 
 
 def test_a_malformed_option_is_a_usage_error():
-    assert run("serve", "--port", "70000").exit_code == 2
-    assert run("serve", "--max-chars", "0").exit_code == 2
+    """A port or a limit out of range is one line naming the option and its range, exit 2, before anything
+    starts."""
+    assert "--port" in one_line_error(run("serve", "--port", "70000"), 2)
+    assert "70000 is out of range: give 0 to 65,535" in one_line_error(run("serve", "--port", "70000"), 2)
+    assert "--max-chars" in one_line_error(run("serve", "--max-chars", "0"), 2)
 
 
 def test_a_vision_model_reads_a_picture(vision_dir):
