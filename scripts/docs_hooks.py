@@ -18,6 +18,8 @@ def on_files(files, config):
     from attnviz.cli.reference import markdown
 
     files.append(File.generated(config, "reference/cli.md", content=markdown()))
+    changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8").replace("](docs/", "](")
+    files.append(File.generated(config, "changelog.md", content=changelog))
     for name in SAMPLES:
         files.append(File.generated(config, f"samples/{name}", abs_src_path=str(ROOT / "sample_outputs" / name)))
     return files
