@@ -110,7 +110,7 @@ def vision_dir(tmp_path_factory):
     return folder
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # Playwright's sync API holds an event loop while it runs: one module at a time
 def browser():
     try:
         from playwright.sync_api import sync_playwright

@@ -4,6 +4,7 @@ with a tokenizer (no downloads), hand-made captures, and running `attnviz` as a 
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 import subprocess
 import sys
@@ -412,3 +413,101 @@ def rendered(result, width: int = 80, **style) -> str:
         else:
             console.print(item)
     return "\n".join(line.rstrip() for line in console.export_text().splitlines()) + "\n"
+
+
+# --- pages in a real browser -----------------------------------------------------------------------------
+
+
+class Page:
+    """A page opened offline; every request other than the file itself (and, for the export's gallery, the
+    images beside it) is recorded, and any request off this machine aborted."""
+
+    def __init__(self, browser, path, local_files: bool = False):
+        self.context = browser.new_context(offline=True, viewport={"width": 1400, "height": 1000})
+        self.page = self.context.new_page()
+        self.errors: list[str] = []
+        self.requests: list[str] = []
+        self.dialogs: list[str] = []
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type in ("error", "warning") else None)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        folder = path.parent.as_uri() + "/"
+        self.page.on("request", lambda r: None if r.url == path.as_uri() or (local_files and r.url.startswith(folder))
+                     else self.requests.append(r.url))
+        self.page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
+        self.page.route(re.compile(r"^(?!file:).*"), lambda route: (self.requests.append(route.request.url),
+                                                                    route.abort()))
+        self.page.goto(path.as_uri())
+        self.page.wait_for_selector("html[data-attnviz-ready='1']", state="attached", timeout=10_000)
+
+    def js(self, expression: str):
+        return self.page.evaluate(expression)
+
+    def lines(self) -> int:
+        return self.js("window.attnvizViewer.drawnLines()")
+
+    def close(self):
+        assert self.errors == [], self.errors
+        assert self.requests == [], self.requests
+        assert self.dialogs == [], self.dialogs
+        self.context.close()
+
+
+def write_page(tmp_path, whole, name="view.html", **kwargs):
+    path = tmp_path / name
+    from attnviz.render.viewer import viewer_data, viewer_html
+
+    path.write_text(viewer_html(viewer_data(whole, command="attnviz view (test)", **kwargs)), encoding="utf-8")
+    return path
+
+
+# --- shared by several layers' tests --------------------------------------------------------------------
+
+
+def photo(height: int = 50, width: int = 70, seed: int = 0, fmt: str = "PNG") -> bytes:
+    """A small picture of random blocks, as a file's bytes."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    pixels = np.kron(rng.integers(0, 256, (height // 10 + 1, width // 10 + 1, 3)), np.ones((10, 10, 1)))
+    buffer = io.BytesIO()
+    Image.fromarray(pixels[:height, :width].astype(np.uint8)).save(buffer, format=fmt)
+    return buffer.getvalue()
+
+
+def model_state(model) -> dict:
+    """What a borrowed model must get back: mode, attention implementation, gradients, requires_grad, places,
+    and every hook on every module."""
+    hooks = sum(len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks) for m in model.modules())
+    return {"training": model.training, "attention": model.config._attn_implementation, "hooks": hooks,
+            "grads": [p.grad is None for p in model.parameters()],
+            "requires_grad": [p.requires_grad for p in model.parameters()],
+            "places": {(str(p.device), str(p.dtype)) for p in model.parameters()}}
+
+
+def header_cells(output: str) -> list[str]:
+    """The column headers of every table in a command's plain output: the line above a rule of ─, cut at runs
+    of two or more spaces."""
+    lines = output.splitlines()
+    cells = []
+    for above, line in zip(lines, lines[1:]):
+        if re.fullmatch(r"\s*─{3,}[─\s]*", line):
+            cells += [c.strip() for c in re.split(r"\s{2,}", above) if c.strip()]
+    return cells
+
+
+def explainable(cell: str, tokens: set[str]) -> bool:
+    from attnviz.metrics import lookup
+
+    if re.fullmatch(r"-?\d+", cell) or cell in tokens or lookup(cell):
+        return True
+    vector = re.fullmatch(r"(‖)?(q|k|v|out)(‖)?(\[\d+\])?", cell)
+    if vector:
+        return bool(lookup(vector.group(2)))
+    parts = [p.strip() for p in cell.split(",")]
+    if len(parts) > 1:
+        return all(explainable(p, tokens) or re.fullmatch(r"token \d+", p) for p in parts)
+    words = cell.split()
+    return len(words) > 1 and all(explainable(w, tokens) for w in words)

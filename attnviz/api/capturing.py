@@ -11,7 +11,7 @@ from attnviz.base.arguments import checked
 from attnviz.api.models import borrows, for_input, resolve_model
 from attnviz.data.capture import Capture
 from attnviz.data.parts import PART_NAMES, Parts, load_capture
-from attnviz.data.modality import of_input
+from attnviz.data.modality import PICTURE, of_input
 from attnviz.errors import InputError, UsageError, arg
 from attnviz.data.picture import Picture, picture  # re-exported: a vision model's input
 from attnviz.progress import Reporter
@@ -76,11 +76,12 @@ def capture(text: str | Picture | Sound, *, model: Any = None, tokenizer: Any = 
         shares = value_norms(text, model=model, tokenizer=tokenizer, truncate=truncate, device=device, dtype=dtype,
                              reporter=reporter).capture
         return to_words(shares) if words else shares
-    if getattr(text, "is_picture", False) or getattr(text, "is_sound", False):  # the other inputs' own doors
+    modality = of_input(text)
+    if modality.whole:  # a picture or a sound, each through its own door
         if words or stream:
-            raise UsageError(f"{arg('words')} and {arg('stream')} are for text; a {of_input(text).name}'s attention "
-                             f"is held whole", "words" if words else "stream")
-        if getattr(text, "is_picture", False):
+            raise UsageError(f"{arg('words')} and {arg('stream')} are for text; a {modality.name}'s attention is "
+                             f"held whole", "words" if words else "stream")
+        if modality is PICTURE:
             return capture_image(text, model=for_input(model, text), device=device, dtype=dtype)
         whole = capture_audio(text, model=for_input(model, text), tokenizer=tokenizer, target=target,
                               max_new_tokens=max_new_tokens, device=device, dtype=dtype, reporter=reporter)

@@ -59,11 +59,11 @@ def resolve_model(model: Any = None, tokenizer: Any = None, *, device: str = "au
 
 
 def for_input(model: Any, text: Any) -> Any:
-    """The model to use for an input: the one given, else for a picture the offline vision model (dinov2), else
-    None (the default text model)."""
-    if model is None and getattr(text, "is_sound", False):
-        return "whisper"
-    return "dinov2" if model is None and getattr(text, "is_picture", False) else model
+    """The model to use for an input: the one given, else the input's own (a picture: the offline vision model
+    dinov2, a sound: whisper), else None (the default text model)."""
+    from attnviz.data.modality import of_input
+
+    return of_input(text).default_model if model is None else model
 
 
 def _without_head(module: Any) -> bool:

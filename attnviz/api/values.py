@@ -191,7 +191,7 @@ def sinks(text: str | Picture | Sequence[str], *, model: Any = None, tokenizer: 
     """Which tokens are sinks in which layers (a sink score above `threshold`, 0 to 1), and by value-weighted
     norms whether a sink actually moves anything. Of several texts (a list): Gu et al.'s model-level sink rate
     Sink₁^ε over them, ε = `threshold`, each text's first `tokens` tokens (sink_rate)."""
-    if not isinstance(text, str) and not getattr(text, "is_picture", False):
+    if isinstance(text, (list, tuple)):
         return sink_rate(list(text), model=model, tokenizer=tokenizer, epsilon=threshold, tokens=tokens,
                          device=device, dtype=dtype, reporter=reporter)
     if not 0.0 <= threshold <= 1.0:

@@ -9,7 +9,7 @@ import warnings
 
 import numpy as np
 import pytest
-from helpers import run
+from helpers import model_state as _state, run
 
 import attnviz
 from attnviz.base.records import to_json
@@ -209,14 +209,6 @@ def test_a_warning_names_the_argument_in_python_and_the_flag_on_the_command_line
     assert done.exit_code == 0 and "--model multilingual reads them" in done.stderr and "\ue000" not in done.stderr
 
 
-def _state(model) -> dict:
-    """What a borrowed model must get back: mode, attention implementation, gradients, requires_grad, places,
-    and every hook on every module."""
-    hooks = sum(len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks) for m in model.modules())
-    return {"training": model.training, "attention": model.config._attn_implementation, "hooks": hooks,
-            "grads": [p.grad is None for p in model.parameters()],
-            "requires_grad": [p.requires_grad for p in model.parameters()],
-            "places": {(str(p.device), str(p.dtype)) for p in model.parameters()}}
 
 
 BORROWERS = {  # every API function that takes model=, called on a small text

@@ -324,7 +324,7 @@ def test_the_page_plays_the_sound_and_highlights_the_frames_of_a_token(browser, 
     """The Sound tab in Chromium: the sound decodes (its duration is the sound's), choosing a token gives the
     cross-attention row of the step that wrote it (against the capture, within the 16-bit step), and the
     readout names it; no request leaves the file, no console error."""
-    from test_viewer import Page, write_page
+    from helpers import Page, write_page
 
     _, parts = spoken
     cross = parts.part("cross")
@@ -354,7 +354,7 @@ def test_the_page_plays_the_sound_and_highlights_the_frames_of_a_token(browser, 
 
 @pytest.mark.slow
 def test_every_column_of_align_and_detect_is_explained(spoken, tmp_path):
-    from test_glossary import explainable, header_cells
+    from helpers import explainable, header_cells
 
     saved = spoken[1].save(tmp_path / "speech.npz")
     tokens = set(spoken[1].part("cross").tokens)

@@ -11,7 +11,7 @@ import zlib
 
 import numpy as np
 import pytest
-from helpers import one_line_error, require_real, run
+from helpers import one_line_error, photo, require_real, run
 
 import attnviz
 from attnviz.engine import offline
@@ -25,15 +25,6 @@ def grace() -> str:
     return str(cbook.get_sample_data("grace_hopper.jpg", asfileobj=False))
 
 
-def photo(height: int = 50, width: int = 70, seed: int = 0, fmt: str = "PNG") -> bytes:
-    """A small picture of random blocks, as a file's bytes."""
-    from PIL import Image
-
-    rng = np.random.default_rng(seed)
-    pixels = np.kron(rng.integers(0, 256, (height // 10 + 1, width // 10 + 1, 3)), np.ones((10, 10, 1)))
-    buffer = io.BytesIO()
-    Image.fromarray(pixels[:height, :width].astype(np.uint8)).save(buffer, format=fmt)
-    return buffer.getvalue()
 
 
 # --- tiny vision models of every family ---------------------------------------------------------------------
@@ -320,7 +311,7 @@ def test_a_borrowed_vision_model_comes_back_as_it_was(function, vision_dir):
     """A ViT as a user holds it (SDPA, training mode, a frozen patch projection, a hook of their own that can
     fail midway) comes back as it was, whether the call succeeds or stops midway."""
     import transformers as tf
-    from test_api_results import _state
+    from helpers import model_state as _state
 
     model = tf.ViTModel.from_pretrained(vision_dir("vit"), attn_implementation="sdpa")
     model.embeddings.patch_embeddings.projection.weight.requires_grad_(False)

@@ -6,33 +6,11 @@ from __future__ import annotations
 import re
 
 import pytest
-from helpers import TEXTS, run
+from helpers import explainable, header_cells, run, TEXTS
 
 
-def header_cells(output: str) -> list[str]:
-    """The column headers of every table in a command's plain output: the line above a rule of ─, cut at runs
-    of two or more spaces."""
-    lines = output.splitlines()
-    cells = []
-    for above, line in zip(lines, lines[1:]):
-        if re.fullmatch(r"\s*─{3,}[─\s]*", line):
-            cells += [c.strip() for c in re.split(r"\s{2,}", above) if c.strip()]
-    return cells
 
 
-def explainable(cell: str, tokens: set[str]) -> bool:
-    from attnviz.metrics import lookup
-
-    if re.fullmatch(r"-?\d+", cell) or cell in tokens or lookup(cell):
-        return True
-    vector = re.fullmatch(r"(‖)?(q|k|v|out)(‖)?(\[\d+\])?", cell)
-    if vector:
-        return bool(lookup(vector.group(2)))
-    parts = [p.strip() for p in cell.split(",")]
-    if len(parts) > 1:
-        return all(explainable(p, tokens) or re.fullmatch(r"token \d+", p) for p in parts)
-    words = cell.split()
-    return len(words) > 1 and all(explainable(w, tokens) for w in words)
 
 
 @pytest.fixture(scope="module")

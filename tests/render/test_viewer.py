@@ -10,52 +10,12 @@ import re
 
 import numpy as np
 import pytest
-from helpers import SENTENCE, make_capture, one_line_error, run
+from helpers import Page, SENTENCE, make_capture, one_line_error, run, write_page
 
 from attnviz.render.viewer import viewer_data, viewer_html
 from attnviz.base.text import visible
 
 THRESHOLD = 0.01  # the head view draws a line for α ≥ this
-
-
-class Page:
-    """A page opened offline; every request other than the file itself (and, for the export's gallery, the
-    images beside it) is recorded, and any request off this machine aborted."""
-
-    def __init__(self, browser, path, local_files: bool = False):
-        self.context = browser.new_context(offline=True, viewport={"width": 1400, "height": 1000})
-        self.page = self.context.new_page()
-        self.errors: list[str] = []
-        self.requests: list[str] = []
-        self.dialogs: list[str] = []
-        self.page.on("console", lambda m: self.errors.append(m.text) if m.type in ("error", "warning") else None)
-        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
-        folder = path.parent.as_uri() + "/"
-        self.page.on("request", lambda r: None if r.url == path.as_uri() or (local_files and r.url.startswith(folder))
-                     else self.requests.append(r.url))
-        self.page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
-        self.page.route(re.compile(r"^(?!file:).*"), lambda route: (self.requests.append(route.request.url),
-                                                                    route.abort()))
-        self.page.goto(path.as_uri())
-        self.page.wait_for_selector("html[data-attnviz-ready='1']", state="attached", timeout=10_000)
-
-    def js(self, expression: str):
-        return self.page.evaluate(expression)
-
-    def lines(self) -> int:
-        return self.js("window.attnvizViewer.drawnLines()")
-
-    def close(self):
-        assert self.errors == [], self.errors
-        assert self.requests == [], self.requests
-        assert self.dialogs == [], self.dialogs
-        self.context.close()
-
-
-def write_page(tmp_path, whole, name="view.html", **kwargs):
-    path = tmp_path / name
-    path.write_text(viewer_html(viewer_data(whole, command="attnviz view (test)", **kwargs)), encoding="utf-8")
-    return path
 
 
 def expected_lines(alpha: np.ndarray, heads, rows=None, cols=None, causal=False) -> tuple[int, int]:

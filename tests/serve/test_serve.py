@@ -388,7 +388,7 @@ def test_typing_a_sentence_redraws_the_views(server, tmp_path):
     """Chromium on the live page: type a sentence, the views load in their frame with its tokens; switch the
     head in the matrix view; type another, the views redraw; the head table, the steps, two heads removed; an
     empty and an oversize text each show the server's error; no console error, no request off 127.0.0.1."""
-    from test_viewer import chromium_path
+    from helpers import chromium_path
 
     playwright = pytest.importorskip("playwright.sync_api")
     path = chromium_path()
@@ -519,7 +519,7 @@ def test_a_malformed_option_is_a_usage_error():
 
 
 def test_a_vision_model_reads_a_picture(vision_dir):
-    from test_vision import photo
+    from helpers import photo
 
     model = attnviz.load_model(vision_dir("vit"), device="cpu")
     client, _ = client_for(model)
@@ -553,8 +553,8 @@ def test_a_speech_model_reads_a_sound(tmp_path):
 @pytest.mark.browser
 def test_a_picture_chosen_on_the_page_is_shown(vision_dir):
     """A vision model's page: no text box, a file chosen; the views' frame gets the Picture tab."""
-    from test_viewer import chromium_path
-    from test_vision import photo
+    from helpers import chromium_path
+    from helpers import photo
 
     playwright = pytest.importorskip("playwright.sync_api")
     path = chromium_path()

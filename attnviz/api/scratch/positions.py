@@ -14,6 +14,7 @@ from attnviz.api.result import Result
 from attnviz.api.scratch.steps import one_index
 from attnviz.base.arguments import checked
 from attnviz.base.text import check_text
+from attnviz.data.modality import PICTURE, of_input
 from attnviz.data.picture import Picture, picture
 from attnviz.panels import short_model
 from attnviz.progress import Reporter
@@ -155,7 +156,7 @@ def positions(text: str | Picture, *, model: Any = None, tokenizer: Any = None, 
     """Shuffle the words (seeded) and run the model on both orders, with its position embeddings and with them
     zeroed (encoder models, BERT-like; `layer` the one the figure shows). Of a picture (attnviz.picture()): its
     vision model's position embeddings over the picture's grid (grid_positions)."""
-    if getattr(text, "is_picture", False):
+    if of_input(text) is PICTURE:
         return grid_positions(text, model=for_input(model, text), device=device, dtype=dtype)
     check_text(text)
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype)

@@ -14,6 +14,7 @@ from attnviz.api.result import Line, Result
 from attnviz.base.arguments import checked
 from attnviz.base.text import check_text, visible
 from attnviz.data.capture import Capture
+from attnviz.data.modality import SOUND, of_input
 from attnviz.data.parts import Parts, load_capture
 from attnviz.data.picture import Picture
 from attnviz.data.sound import Sound
@@ -215,10 +216,10 @@ def verify(text: str | Picture | Sound | Capture | Parts | None = None, *, model
     if norms:
         loaded.require_single(f"verify with {arg('norms')}")
         return _verify_norms(loaded, text, truncate, tolerance, reporter)  # type: ignore[arg-type]
-    if getattr(text, "is_sound", False) or loaded.speech:
+    if of_input(text) is SOUND or loaded.speech:
         from attnviz.api.capturing import capture_audio
 
-        if not getattr(text, "is_sound", False):
+        if of_input(text) is not SOUND:
             raise InputError(f"{loaded.name} is a speech model: give it a sound (attnviz.sound(path))", "text")
         heard = capture_audio(text, model=loaded, target=target, max_new_tokens=max_new_tokens, reporter=reporter)
         return _verify_parts(loaded, heard, None, tolerance, reporter)
