@@ -7,4 +7,5 @@ cd "$(dirname "$0")/.."
 # A broken link, a missing page or an API name mkdocstrings cannot find fails the build.
 site=$(mktemp -d)
 trap 'rm -rf "$site"' EXIT
-NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet -d "$site"
+# Every warning is shown (no --quiet): --strict turns each into a failure.
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict -d "$site"

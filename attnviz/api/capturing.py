@@ -24,7 +24,7 @@ from attnviz.data.words import to_words  # re-exported: a Capture or Parts at wo
 # capture never load it.
 
 __all__ = ["Sound", "sound", "capture", "capture_audio", "capture_image", "Keep", "from_outputs", "load_capture",
-           "picture", "Picture", "to_words", "attention_of", "default_model"]
+           "picture", "Picture", "to_words", "attention_of", "one_attention", "default_model"]
 
 
 @dataclass(frozen=True)
@@ -73,8 +73,8 @@ def capture(text: str | Picture | Sound, *, model: Any = None, tokenizer: Any = 
     if norms:
         from attnviz.api.values import norms as value_norms
 
-        shares = value_norms(text, model=model, tokenizer=tokenizer, truncate=truncate, device=device, dtype=dtype,
-                             reporter=reporter).capture
+        shares = value_norms(text, model=model, tokenizer=tokenizer, truncate=truncate,  # type: ignore[arg-type]
+                             device=device, dtype=dtype, reporter=reporter).capture
         return to_words(shares) if words else shares
     modality = of_input(text)
     if modality.whole:  # a picture or a sound, each through its own door
@@ -86,6 +86,7 @@ def capture(text: str | Picture | Sound, *, model: Any = None, tokenizer: Any = 
         whole = capture_audio(text, model=for_input(model, text), tokenizer=tokenizer, target=target,
                               max_new_tokens=max_new_tokens, device=device, dtype=dtype, reporter=reporter)
         return whole.part(part) if part is not None else whole
+    assert isinstance(text, str)  # a picture and a sound went through their own doors above
     check_text(text)
     if part is not None and part not in PART_NAMES:
         raise InputError(f"part must be one of {', '.join(PART_NAMES)}, not {part!r}", "part")
@@ -195,6 +196,14 @@ def attention_of(given: Any, *, model: Any = None, tokenizer: Any = None, part: 
     whole = capture(given, model=model, tokenizer=tokenizer, words=words, stream=stream, target=target,
                     max_new_tokens=max_new_tokens, device=device, dtype=dtype, reporter=reporter)
     return _part_of(whole, part, default_part)
+
+
+def one_attention(given: Any, *, default_part: str = "cross", **options: Any) -> Capture:
+    """attention_of where one kind of attention is shown: a Capture (of an encoder-decoder model, `part` or
+    `default_part`)."""
+    whole = attention_of(given, default_part=default_part, **options)
+    assert isinstance(whole, Capture)  # a part is always chosen
+    return whole
 
 
 def _part_of(whole: Capture | Parts, part: str | None, default_part: str | None) -> Capture | Parts:

@@ -241,7 +241,7 @@ def merge(states: Sequence[CorpusState | str | os.PathLike], *, out_dir: Any = N
         from attnviz.base.files import check_target, export_folder
 
         check_target(export_folder(Path(out_dir)), force, "corpus statistics")
-    state = merge_states([s if isinstance(s, CorpusState) else load_state(s) for s in states])
+    state = merge_states([s if isinstance(s, CorpusState) else load_state(Path(s)) for s in states])
     written = None
     if out_dir is not None:
         from attnviz.corpora.output import write_corpus_folder

@@ -12,6 +12,7 @@ A notebook shows a result by its own `_repr_html_`; the default here is the repo
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -74,17 +75,9 @@ def report_html(items: Sequence[Any]) -> str:
     """A report's renderables as one HTML fragment (Rich's own export, styles inline, text escaped)."""
     from rich.console import Console
 
-    console = Console(record=True, width=100, file=_Discard(), force_terminal=True, color_system="truecolor")
+    console = Console(record=True, width=100, file=io.StringIO(), force_terminal=True, color_system="truecolor")
     for item in items:
         console.print(item, soft_wrap=isinstance(item, Line) and not item.wrap, highlight=False)
     return console.export_html(inline_styles=True, code_format="<pre style=\"font-family: monospace\">{code}</pre>")
 
 
-class _Discard:
-    """A file that forgets what is written to it (the recording Console keeps its own copy)."""
-
-    def write(self, text: str) -> int:
-        return len(text)
-
-    def flush(self) -> None:
-        pass

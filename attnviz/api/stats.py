@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from attnviz.api.capturing import Keep, attention_of
+from attnviz.api.capturing import Keep, one_attention
 from attnviz.api.result import Line, Result
 from attnviz.api.views import query_rows
 from attnviz.base.arguments import checked
@@ -115,7 +115,7 @@ def heads(source: Any, *, layer: Any = "all", head: Any = "all", label: str | No
         raise UsageError(f"{arg('top')} is at least 1", "top")
     keep = capture_options.pop("keep", None) or Keep()
     capture_options["keep"] = replace(keep, pictures=False)
-    capture = attention_of(source, part=part, **capture_options)  # the table shows statistics, not α
+    capture = one_attention(source, part=part, **capture_options)  # the table shows statistics, not α
     layers = set(selection(layer, "layer", field="layer").indices(capture.n_layers))
     chosen = set(selection(head, "head", field="head").indices(capture.n_heads))
     rows_sel = None if rows is None else selection(rows, "row", keywords=("generated", "prompt"), field="rows")
@@ -181,7 +181,7 @@ def entropy(source: Any, *, layer: Any = "all", normalised: bool = False, rows: 
 
     keep = capture_options.pop("keep", None) or Keep()
     capture_options["keep"] = replace(keep, pictures=False)
-    capture = attention_of(source, part=part, **capture_options)  # the figure shows the statistics, not α
+    capture = one_attention(source, part=part, **capture_options)  # the figure shows the statistics, not α
     rows_sel = None if rows is None else selection(rows, "row", keywords=("generated", "prompt"), field="rows")
     queries = query_rows(capture, rows_sel)
     layers = selection(layer, "layer", field="layer").indices(capture.n_layers)
@@ -292,7 +292,7 @@ def rollout(source: Any, *, token: str | int | None = None, part: str | None = N
     spec = None if token is None else str(token)
     keep = capture_options.pop("keep", None) or Keep()
     capture_options["keep"] = replace(keep, rollout_token=spec)
-    capture = attention_of(source, part=part, default_part="encoder", **capture_options)
+    capture = one_attention(source, part=part, default_part="encoder", **capture_options)
     long = capture.long
     if long is None:
         from attnviz.metrics import rollout as compute_rollout

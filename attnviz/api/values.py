@@ -197,15 +197,16 @@ def sinks(text: str | Picture | Sequence[str], *, model: Any = None, tokenizer: 
     if not 0.0 <= threshold <= 1.0:
         raise UsageError(f"threshold must be from 0 to 1, not {threshold}", "threshold")
 
-    capture, result = _norms_capture(text, model, tokenizer, truncate, device, dtype, reporter, "sinks")
+    assert isinstance(text, str) or getattr(text, "is_picture", False)
+    capture, result = _norms_capture(text, model, tokenizer, truncate, device, dtype, reporter, "sinks")  # type: ignore[arg-type]
     alpha = result.alpha[:, 0].astype(np.float64)  # (L, H, T, T)
     shares = row_shares(capture.attentions.astype(np.float64))
-    tokens = Tokens.of(capture)
+    seen_tokens = Tokens.of(capture)
     records: list[dict] = []
     per_layer = []
     best = np.zeros((capture.n_layers, capture.n_heads))  # each head's largest sink score
     for n in range(capture.n_layers):
-        seen = tokens.at_layer(capture.windows, n)  # with the layer's sliding window, if it has one
+        seen = seen_tokens.at_layer(capture.windows, n)  # with the layer's sliding window, if it has one
         by_alpha = sink_scores(alpha[n].mean(axis=-2), seen)  # (H, T)
         by_norm = sink_scores(shares[n].mean(axis=-2), seen)
         best[n] = by_alpha.max(axis=-1)
@@ -309,16 +310,6 @@ def sink_rate(texts: Sequence[str], *, model: Any = None, tokenizer: Any = None,
             step(1)
     by_head = counts / len(texts)
     return SinkRate(loaded.name, epsilon, tokens, len(texts), float(by_head.mean()), by_head)
-
-
-def _first_tokens(encoded, n: int):
-    """An encoded text cut to its first n tokens (every input tensor along its token axis)."""
-    from dataclasses import replace
-
-    inputs = {k: (v[:, :n] if hasattr(v, "dim") and v.dim() == 2 else v) for k, v in encoded.inputs.items()}
-    return replace(encoded, inputs=inputs, tokens=list(encoded.tokens)[:n], token_ids=list(encoded.token_ids)[:n],
-                   special=list(encoded.special)[:n], special_kind=list(encoded.special_kind)[:n],
-                   subword=list(encoded.subword)[:n], offsets=list(encoded.offsets)[:n] if encoded.offsets else None)
 
 
 def _first_tokens(encoded, n: int):

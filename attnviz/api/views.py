@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 
-from attnviz.api.capturing import Keep, attention_of
+from attnviz.api.capturing import Keep, attention_of, one_attention
 from attnviz.api.result import Result
 from attnviz.base.arguments import checked
 from attnviz.base.selection import Selection, find_token, selection
@@ -112,7 +112,7 @@ def heatmap(source: Any, *, layer: Any = -1, head: Any = "mean", rows: Any = Non
     if window:
         keep = capture_options.pop("keep", None) or Keep()
         capture_options["keep"] = replace(keep, rows=rows_sel, cols=cols_sel, layers=layers_sel)
-    capture = attention_of(source, part=part, **capture_options)
+    capture = one_attention(source, part=part, **capture_options)
     layers = layers_sel.indices(capture.n_layers)
     heads = heads_sel.resolve(capture.n_heads)
     over_time = capture.mel is not None and capture.part != "decoder" and not window
@@ -199,7 +199,7 @@ def token(source: Any, token: str | int, *, layer: Any = "all", part: str | None
     another token. Self-attention only (of an encoder-decoder model: the encoder's, or `part`)."""
     layers_sel = selection(layer, "layer", field="layer")
     choice = scale_choice(scale, norm, vmax)
-    capture = attention_of(source, part=part, default_part="encoder", **capture_options)
+    capture = one_attention(source, part=part, default_part="encoder", **capture_options)
     if not capture.square:
         raise SelectionError(f"token follows one token through self-attention; for what a target token attends "
                              f"to in the source draw the cross-attention's row ({arg('part')} cross with "
@@ -268,11 +268,11 @@ def compare(sources: Sequence[Any], *, layer: Any = None, head: Any = "mean", ro
     if models is not None:
         if len(given) != 1 or not 1 <= len(models) <= 2:
             raise UsageError(f"give one text and at most two {arg('models')}", "models")
-        captures = [attention_of(given[0], part=part, **{**capture_options, "model": m}) for m in models]
+        captures = [one_attention(given[0], part=part, **{**capture_options, "model": m}) for m in models]
     else:
         if not 1 <= len(given) <= 2:
             raise UsageError("give one or two captures to compare", "sources")
-        captures = [attention_of(s, part=part, **capture_options) for s in given]
+        captures = [one_attention(s, part=part, **capture_options) for s in given]
     if len(captures) == 2 and ((captures[0].tokens, captures[0].key_tokens)
                                != (captures[1].tokens, captures[1].key_tokens)):
         a, b = captures

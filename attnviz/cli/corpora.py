@@ -92,9 +92,9 @@ def corpus(sources: Annotated[list[str], typer.Argument(
             raise KeyboardInterrupt
         stopped[0] = signum
 
-    options = dict(files=sources, format=fmt, field=field, batch_size=batch_size, max_length=max_length, words=words,
-                   truncate=opts.truncate, engine=engine, address=address, workers=workers, out_dir=out_dir,
-                   force=force, weight=weight, top=top, reporter=CliReporter())
+    options: dict = dict(files=sources, format=fmt, field=field, batch_size=batch_size, max_length=max_length,
+                         words=words, truncate=opts.truncate, engine=engine, address=address, workers=workers,
+                         out_dir=out_dir, force=force, weight=weight, top=top, reporter=CliReporter())
     if engine == "ray":  # the workers load their own copies; Ray's run keeps what came back when stopped
         result = attnviz.corpus(model=opts.spec(), **options)
         stopped[0] = result.stopped_by

@@ -249,7 +249,7 @@ def _group_parameters(cls: type, names: tuple[str, ...] | None = None,
             infos = [copy.copy(m) for m in metadata]
             for info in infos:
                 info.help = own[f.name]
-            annotation = Marked[(annotation.__origin__, *infos)]  # type: ignore[valid-type]
+            annotation = Marked[tuple([annotation.__origin__, *infos])]
         (arguments if is_argument else options).append(
             inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=annotation))
     return arguments, options

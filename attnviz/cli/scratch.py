@@ -62,7 +62,7 @@ def positions(layer: OneLayer = Selection.parse("-1", "layer", field="layer"),
     given = inp.resolve()
     result = attnviz.positions(given, model=model.load_for(given), seed=seed, layer=layer.items[0],
                                reporter=inp.options()["reporter"])
-    style = {} if isinstance(result, attnviz.GridPositions) else {"cmap": cmap}
+    style: dict = {} if isinstance(result, attnviz.GridPositions) else {"cmap": cmap}
     emit(result, as_json=as_json, files=[figure_file(output, result, **style)])
 
 

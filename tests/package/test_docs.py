@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
@@ -38,12 +40,67 @@ def test_every_docs_page_is_in_the_navigation_and_every_link_between_pages_lands
     assert pages | generated == set(re.findall(r":\s*([\w/.-]+\.md)\s*$", nav, re.M))
     for page in docs.rglob("*.md"):
         for target, path in _relative_links(page):
-            served = path.relative_to(docs.resolve()).as_posix()  # where the link lands on the site
-            if served.startswith("samples/"):  # served from sample_outputs/ by the hook (from any page's folder)
-                path = ROOT / "sample_outputs" / served.removeprefix("samples/")
-            elif served in generated:
+            if path.is_relative_to(docs.resolve()) and path.relative_to(docs.resolve()).as_posix() in generated:
                 continue
-            assert path.exists(), f"{page.name}: {target}"
+            assert path.exists(), f"{page.name}: {target}"  # read as plain Markdown, every link lands
+
+
+def test_the_site_serves_every_picture_a_page_links(monkeypatch):
+    """The docs hook publishes what the pages link under sample_outputs/ (no list by hand) and rewrites each
+    such link to where the site serves it: a picture a page links but the repository lacks fails here."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "scripts" / "docs_hooks.py")
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    docs = ROOT / "docs"
+    published = {f"samples/{name}" for name in hooks.linked_samples(docs)}
+    assert all((ROOT / "sample_outputs" / name.removeprefix("samples/")).is_file() for name in published)
+    linked = 0
+    for page in docs.rglob("*.md"):
+        src = page.relative_to(docs).as_posix()
+        site = hooks.on_page_markdown(page.read_text(encoding="utf-8"), SimpleNamespace(
+            file=SimpleNamespace(src_uri=src)), {}, None)
+        for target in LINK.findall(site):
+            if "sample_outputs/" in target:
+                raise AssertionError(f"{src}: {target} is not rewritten to the site's samples/")
+            if "samples/" in target:
+                served = (Path(src).parent / target.split("#")[0]).as_posix()
+                served = str(Path(served).resolve().relative_to(Path("/").resolve())) if served.startswith("/") \
+                    else __import__("posixpath").normpath(served)
+                assert served in published, (src, target)
+                linked += 1
+    assert linked >= 30
+
+
+@pytest.mark.slow
+def test_the_docs_site_builds_strictly_without_a_warning(tmp_path):
+    """`mkdocs build --strict`, as scripts/lint.sh runs it, with every warning shown: none."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
+                          cwd=ROOT, capture_output=True, text=True, env={**__import__("os").environ,
+                                                                           "NO_MKDOCS_2_WARNING": "1"})
+    assert done.returncode == 0 and "WARNING" not in done.stderr, done.stderr[-2000:]
+    assert (tmp_path / "site" / "samples" / "whisper_cross.png").is_file()
+    assert (tmp_path / "site" / "reference" / "api" / "index.html").is_file()
+
+
+def test_the_api_reference_is_made_from_the_one_table_of_names():
+    """docs/reference/api.md is what scripts/docs_hooks.py writes from attnviz.api.PUBLIC: every public name,
+    none by hand (run `python scripts/docs_hooks.py` after changing the table)."""
+    import importlib.util
+
+    from attnviz.api import PUBLIC
+
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "scripts" / "docs_hooks.py")
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    page = (ROOT / "docs" / "reference" / "api.md").read_text(encoding="utf-8")
+    assert page == hooks.api_markdown() + "\n"
+    assert all(re.search(rf"^::: [\w.]+\.{name}$", page, re.M) for names in PUBLIC.values() for name in names)
 
 
 def test_the_cli_reference_names_every_command_and_option():

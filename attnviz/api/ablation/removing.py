@@ -193,19 +193,25 @@ def _position_records(run: AblationRun, decode) -> list[dict]:
     records = []
     for i, token in enumerate(run.tokens):
         if run.kind == "causal":
+            assert run.top_before is not None and run.top_after is not None and run.p_top is not None
+            assert run.probs5 is not None and run.kl is not None
             records.append({"position": i, "token": token, "top_before": decode(run.top_before[i]),
                             "p_before": float(run.p_top[i, 0]), "top_after": decode(run.top_after[i]),
                             "p_after": float(run.probs5[i, 1, 0]), "p_top_after": float(run.p_top[i, 1]),
                             "kl": float(run.kl[i])})
         else:
+            assert run.token_cosine is not None and run.token_change is not None
             records.append({"position": i, "token": token, "cosine": float(run.token_cosine[i]),
                             "change": float(run.token_change[i])})
     return records
 
 
 def _at_record(run: AblationRun, decode, i: int) -> dict:
+    assert run.top5 is not None and run.probs5 is not None and run.kl is not None
+    top5, probs5 = run.top5, run.probs5
+
     def top(k: int) -> list[dict]:
-        return [{"token": decode(t), "p": float(p)} for t, p in zip(run.top5[i, k], run.probs5[i, k])]
+        return [{"token": decode(t), "p": float(p)} for t, p in zip(top5[i, k], probs5[i, k])]
 
     return {"position": i, "token": run.tokens[i], "kl": float(run.kl[i]), "before": top(0), "after": top(1)}
 

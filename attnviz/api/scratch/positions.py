@@ -158,6 +158,7 @@ def positions(text: str | Picture, *, model: Any = None, tokenizer: Any = None, 
     vision model's position embeddings over the picture's grid (grid_positions)."""
     if of_input(text) is PICTURE:
         return grid_positions(text, model=for_input(model, text), device=device, dtype=dtype)
+    assert isinstance(text, str)  # a picture went to grid_positions above
     check_text(text)
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype)
     loaded.require_single("positions")
