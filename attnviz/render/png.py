@@ -77,6 +77,17 @@ class HeatmapFigure:
         """In a notebook: the figure, as an image (no %matplotlib magic needed)."""
         return self.figure._repr_png_()
 
+    def __getattr__(self, name: str):
+        """Everything else is the matplotlib Figure's: `savefig`, `set_size_inches`, `suptitle`, `dpi`, …"""
+        return _figure_attribute(self, name)
+
+
+def _figure_attribute(handle, name: str):
+    """A figure handle behaves as its matplotlib Figure: what the handle lacks, the Figure answers."""
+    if name.startswith("__") or name == "figure":  # copying and pickling look these up before fields exist
+        raise AttributeError(name)
+    return getattr(handle.figure, name)
+
 
 def heatmap(matrix: np.ndarray, row_labels: Sequence[str] | None = None, col_labels: Sequence[str] | None = None,
             *, ax, cmap: str = DEFAULT_CMAP, scale: Scale | None = None, vmin: float = 0.0,
@@ -405,6 +416,10 @@ class GridFigure:
 
     def _repr_png_(self) -> bytes:
         return self.figure._repr_png_()
+
+    def __getattr__(self, name: str):
+        """Everything else is the matplotlib Figure's (`savefig`, …)."""
+        return _figure_attribute(self, name)
 
 
 def grid_figure(capture: Capture, panels: Sequence[Panel], layers: Sequence[int], heads: Sequence[int], *,

@@ -149,6 +149,33 @@ def test_the_table_is_the_results_report(name, models, tmp_path):
     assert printed.stdout == rendered(result, width=100)
 
 
+FIGURES = sorted(name for name in CASES if name not in ("explain", "capture", "export", "view", "corpus", "generate", "verify", "heads"))
+
+
+@pytest.mark.parametrize("name", FIGURES)
+def test_every_results_figure_is_a_figure(name, models, tmp_path):
+    """What figure() gives a user saves, sizes and titles as a matplotlib Figure does (or is one)."""
+    import io
+
+    model, _, call = CASES[name]
+    corpus_file(tmp_path)
+    result = call(models[model][1], tmp_path)
+    figure = result.figure()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=30)
+    assert buffer.getvalue()[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = figure.get_size_inches()
+    assert width > 1 and height > 1
+    assert figure.get_axes() and all(hasattr(ax, "imshow") for ax in figure.get_axes())
+
+
+def test_every_result_with_a_picture_is_in_the_figure_check():
+    for name, (_, _, call) in CASES.items():
+        result_type = __import__("typing").get_type_hints(getattr(attnviz, name.replace("-", "_"))).get("return")
+        if result_type is not None and hasattr(result_type, "figure"):
+            assert name in FIGURES, name
+
+
 def test_a_saved_capture_runs_through_the_same_functions(saved):
     for name, call in (("heads", lambda s: attnviz.heads(s)), ("entropy", lambda s: attnviz.entropy(s)),
                        ("rollout", lambda s: attnviz.rollout(s)), ("heatmap", lambda s: attnviz.heatmap(s))):
@@ -165,6 +192,8 @@ def test_align_and_detect_of_a_sound_are_their_functions_to_dict(tmp_path):
     saved = parts.save(tmp_path / "s.npz")
     printed = run("align", "--from", saved, "--json", "--top", "3")
     assert json.loads(printed.stdout) == json.loads(to_json(attnviz.align(parts, top=3).to_dict()))
+    attnviz.align(parts).figure().savefig(tmp_path / "a.png")  # the sound layout's figure saves as a Figure does
+    assert (tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"
     printed = run("detect", "--audio", path, "--json")
     assert json.loads(printed.stdout) == json.loads(to_json(attnviz.detect(attnviz.sound(path)).to_dict()))
 
