@@ -100,12 +100,13 @@ def sort_key(value: str | None) -> str | None:
 
 @checked
 def heads(source: Any, *, layer: Any = "all", head: Any = "all", label: str | None = None, sort: str | None = None,
-          descending: bool = False, top: int | None = None, rows: Any = None, part: str | None = None,
+          descending: bool | None = None, top: int | None = None, rows: Any = None, part: str | None = None,
           **capture_options: Any) -> HeadTable:
     """The head statistics of `source` (a capture, or a text, picture or sound captured with `capture_options`):
     one record per layer and head, every registered metric and the pattern label. Only the heads of `layer` and
-    `head` with `label`; sorted by the column `sort` (largest first with `descending`); the first `top`; over
-    the query rows `rows` only."""
+    `head` with `label`; sorted by the column `sort`, smallest first, or largest first with `descending` (the
+    default with `top`: the `top` highest; `descending=False` for the lowest); over the query rows `rows` only.
+    Heads a metric does not apply to (NaN) come last either way."""
     from attnviz.metrics import LABELS, head_records, repeats_note
 
     key = sort_key(sort)
@@ -113,6 +114,11 @@ def heads(source: Any, *, layer: Any = "all", head: Any = "all", label: str | No
         raise UsageError(f"{visible(label)!r} is not a label; choose from {', '.join(LABELS)}", "label")
     if top is not None and top < 1:
         raise UsageError(f"{arg('top')} is at least 1", "top")
+    if top is not None and key is None:
+        raise UsageError(f"{arg('top')} keeps the N highest of a column: say which with {arg('sort')} (entropy, "
+                         f"prev, sink, …)", "top")
+    if descending is None:
+        descending = top is not None
     keep = capture_options.pop("keep", None) or Keep()
     capture_options["keep"] = replace(keep, pictures=False)
     capture = one_attention(source, part=part, **capture_options)  # the table shows statistics, not α
@@ -123,11 +129,18 @@ def heads(source: Any, *, layer: Any = "all", head: Any = "all", label: str | No
     records = [r for r in head_records(capture, queries) if r["layer"] in layers and r["head"] in chosen
                and (label is None or r["label"] == label)]
     if key is not None:
-        nan = float("nan")
-        records.sort(key=lambda r: (r.get(key, nan) != r.get(key, nan), r.get(key, nan)), reverse=descending)
+        def known(r: dict) -> bool:
+            value = r.get(key)
+            return value is not None and value == value  # NaN: the metric does not apply to this head
+
+        records = (sorted((r for r in records if known(r)), key=lambda r: r[key], reverse=descending)
+                   + [r for r in records if not known(r)])
     matching = len(records)
     records = records[:top] if top else records
-    shown = f"top {len(records)} of {matching} heads" if len(records) < matching else f"{len(records)} heads"
+    if len(records) < matching:
+        shown = f"{'highest' if descending else 'lowest'} {len(records)} of {matching} heads by {key}"
+    else:
+        shown = f"{len(records)} heads" + (f" by {key}, {'highest' if descending else 'lowest'} first" if key else "")
     title = f"{named(capture)}: {shown}, {of_capture(capture).size(capture)}{rows_note(rows_sel, queries)}"
     return HeadTable(tuple(records), title, matching, key, repeats_note(capture))
 

@@ -30,8 +30,10 @@ def heads(layer: LayerSel = Selection.everything("layer", "layer"),
                                                        show_default=False)] = None,
           sort: Annotated[Optional[str], typer.Option(help="Sort by this column (its header or name: entropy, "
                                                            "prev, norm_ent, …).", show_default=False)] = None,
-          desc: Annotated[bool, typer.Option("--desc", help="Sort largest first.")] = False,
-          top: Annotated[Optional[int], typer.Option(help="Show only the first N rows.", parser=whole_number(1),
+          desc: Annotated[Optional[bool], typer.Option("--desc/--asc", help="Largest first, or smallest first "
+                                                       "[default: --asc; with --top, --desc]", show_default=False)] = None,
+          top: Annotated[Optional[int], typer.Option(help="Show only the N highest of the --sort column (the lowest "
+                                                          "with --asc).", parser=whole_number(1),
                                                      metavar="N", show_default=False)] = None,
           rows: RowsOpt = None, part: PartOpt = None, as_json: JsonOpt = False, as_csv: CsvOpt = False, *,
           model: ModelOptions, inp: Source) -> None:

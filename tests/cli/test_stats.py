@@ -80,9 +80,9 @@ def test_the_sort_column_is_always_shown_and_top_says_of_how_many(tmp_path):
     header = next(line for line in lines if "label" in line.split() or last in line.split())
     assert last in header.split() and max(len(line) for line in lines) <= 80
     assert last not in re.search(r"not shown at this width: ([^(]+)", sorted_table.stdout).group(1)
-    assert "top 3 of 8 heads" in sorted_table.stdout
-    values = [r[key] for r in json.loads(run("heads", "--from", cap, "--sort", last, "--json").stdout)][:3]
-    assert values == sorted(values)
+    assert f"highest 3 of 8 heads by {key}" in sorted_table.stdout
+    values = [r[key] for r in json.loads(run("heads", "--from", cap, "--sort", last, "--top", "3", "--json").stdout)]
+    assert values == sorted(values, reverse=True)[:3]
 
 
 def test_the_rollout_picture_shows_the_input_text(tiny_model_dir):
@@ -92,3 +92,54 @@ def test_the_rollout_picture_shows_the_input_text(tiny_model_dir):
     texts = [t.get_text() for t in drawn.figure.texts]
     assert any(f"“{SENTENCE}”" in t for t in texts), texts
     assert drawn.images[0].get_cmap().name == "magma"
+
+
+def random_capture(L: int, H: int, T: int, seed: int):
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(size=(L, H, T, T)) * 2
+    alpha = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    return make_capture(alpha)
+
+
+def test_heads_top_keeps_the_highest_unless_asked_for_the_lowest(tmp_path):
+    """--top N with --sort: the N highest of that column, highest first (--asc: the N lowest); --top without
+    --sort is a usage error."""
+    path = random_capture(3, 4, 7, 11).save(tmp_path / "c.npz")
+    every = json.loads(run("heads", "--from", path, "--json").stdout)
+    prev = sorted(r["prev"] for r in every)
+    assert len(set(prev)) == 12  # twelve different values: an order that ignored them would show
+    top = run("heads", "--from", path, "--sort", "prev", "--top", "3", "--json")
+    assert [r["prev"] for r in json.loads(top.stdout)] == prev[::-1][:3]
+    low = run("heads", "--from", path, "--sort", "prev", "--top", "3", "--asc", "--json")
+    assert [r["prev"] for r in json.loads(low.stdout)] == prev[:3]
+    both = json.loads(run("heads", "--from", path, "--sort", "prev", "--desc", "--json").stdout)
+    assert [r["prev"] for r in both] == prev[::-1]
+    assert [r["prev"] for r in json.loads(run("heads", "--from", path, "--sort", "prev", "--json").stdout)] == prev
+    table = run("heads", "--from", path, "--sort", "prev", "--top", "3", env={"COLUMNS": "120"}).stdout
+    assert "highest 3 of 12 heads by prev" in table
+    assert "lowest 3 of 12 heads by prev" in run("heads", "--from", path, "--sort", "prev", "--top", "3",
+                                                 "--asc").stdout
+    bare = run("heads", "--from", path, "--top", "3")
+    assert bare.exit_code == 2 and "--sort" in bare.stderr and bare.stdout == ""
+
+
+def test_heads_sorts_a_missing_value_last_in_both_orders(monkeypatch):
+    """A metric that does not apply to a head (NaN) sorts after every number, ascending and descending."""
+    import attnviz
+    from attnviz import metrics
+
+    real = metrics.head_records
+
+    def some_missing(capture, queries=None):
+        records = real(capture, queries)
+        for r in records[::3]:
+            r["prev"] = float("nan")
+        return records
+
+    monkeypatch.setattr(metrics, "head_records", some_missing)
+    capture = random_capture(2, 3, 7, 5)
+    for descending in (False, True):
+        values = [r["prev"] for r in attnviz.heads(capture, sort="prev", descending=descending).records]
+        known = [v for v in values if v == v]
+        assert len(known) == 4 and known == sorted(known, reverse=descending)
+        assert all(v != v for v in values[4:])
