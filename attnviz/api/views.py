@@ -19,7 +19,7 @@ from attnviz.data.parts import Parts
 from attnviz.errors import CaptureMismatchError, InputError, SelectionError, UsageError, arg
 from attnviz.panels import (Page, Panel, ScaleChoice, apply_scale, attention_panels, coarsen, heatmap_page,
                             image_page, pool_columns, short_model, text_subtitle, token_links, token_page,
-                            window_panels)
+                            window_page)
 
 __all__ = ["heatmap", "Heatmap", "token", "TokenAttention", "compare", "Comparison", "view", "View",
            "scale_choice"]
@@ -126,14 +126,10 @@ def heatmap(source: Any, *, layer: Any = -1, head: Any = "mean", rows: Any = Non
         page = image_page(capture, layers, heads, cell)
     elif window:
         T, S = capture.n_tokens, capture.n_keys
-        panels = window_panels(capture, layers, heads,
-                               rows_sel.indices(T, capture.named_positions()) if rows_sel and not capture.pooled
-                               else None,
-                               cols_sel.indices(S, capture.named_key_positions()) if cols_sel and not capture.pooled
-                               else None, scale=choice)
-        page = Page(panels=tuple(panels), title=panels[0].title_text if len(panels) == 1 else
-                    f"{panels[0].title[0].split(' · ')[0]} · exact window", name=f"{panels[0].name}",
-                    subtitle=text_subtitle(capture))
+        page = window_page(capture, layers, heads,
+                           rows_sel.indices(T, capture.named_positions()) if rows_sel and not capture.pooled else None,
+                           cols_sel.indices(S, capture.named_key_positions()) if cols_sel and not capture.pooled
+                           else None, scale=choice)
     else:
         page = heatmap_page(capture, layers, heads, hide_special=hide_special,
                             all_layers=len(layers) == capture.n_layers and len(layers) > 1, scale=choice)

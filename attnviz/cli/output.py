@@ -112,6 +112,11 @@ class File:
         return self.value is not None if self.wanted is None else self.wanted
 
     @property
+    def named_by_default(self) -> bool:
+        """The file takes its default name (no -o, or -o a folder): a file already there is said to be replaced."""
+        return self.value is None or _folder_like(self.value)
+
+    @property
     def path(self) -> Path:
         return output_path(self.value, self.default if isinstance(self.default, str) else self.default())
 
@@ -149,7 +154,7 @@ def emit(result: Any, *, as_json: bool = False, as_csv: bool = False, files: Seq
     lines that say where the files went (on stderr beside --json and --csv). Exits with the result's code."""
     from attnviz.base.records import to_csv, to_json
 
-    written = [(f, f.write(f.path)) for f in files if f.asked]
+    written = [(f, f.path.exists() and f.named_by_default, f.write(f.path)) for f in files if f.asked]
     try:
         if as_json or as_csv:
             from attnviz.api.result import Line
@@ -165,8 +170,9 @@ def emit(result: Any, *, as_json: bool = False, as_csv: bool = False, files: Seq
         elif report:
             for item in result.report(width=out.width, color=use_color(), **(style or {})):
                 show(item)
-        for f, path in written:
-            say(f.note(path), console=err if as_json or as_csv else out)
+        for f, replaced, path in written:
+            say(f.note(path) + (" (replacing the file of that name)" if replaced else ""),
+                console=err if as_json or as_csv else out)
         sys.stdout.flush()
     except BrokenPipeError:
         _closed_stdout()

@@ -30,8 +30,9 @@ def heads(layer: LayerSel = Selection.everything("layer", "layer"),
                                                        show_default=False)] = None,
           sort: Annotated[Optional[str], typer.Option(help="Sort by this column (its header or name: entropy, "
                                                            "prev, norm_ent, …).", show_default=False)] = None,
-          desc: Annotated[Optional[bool], typer.Option("--desc/--asc", help="Largest first, or smallest first "
-                                                       "[default: --asc; with --top, --desc]", show_default=False)] = None,
+          desc: Annotated[Optional[bool], typer.Option(
+              "--desc/--asc", help="Largest first, or smallest first [default: --asc; with --top, --desc]",
+              show_default=False)] = None,
           top: Annotated[Optional[int], typer.Option(help="Show only the N highest of the --sort column (the lowest "
                                                           "with --asc).", parser=whole_number(1),
                                                      metavar="N", show_default=False)] = None,

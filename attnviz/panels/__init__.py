@@ -16,8 +16,8 @@ from attnviz.panels.page import (AUTO_LINEAR_MAX_T, coarsen, HeadChoice, LOG_RAN
                                  pool_columns, Scale, ScaleChoice)
 from attnviz.panels.names import (generated_split, grid_title, head_filename, head_label, kept_tokens, key_labels,
                                   PART_TITLES, short_model, splits, text_subtitle, token_labels)
-from attnviz.panels.attention import (apply_scale, attention_panels, heatmap_page, quantity_scale, window_panels,
-                                      with_shared_scale)
+from attnviz.panels.attention import (apply_scale, attention_panels, heatmap_page, quantity_scale, window_page,
+                                      window_panels, with_shared_scale)
 from attnviz.panels.summaries import entropy_panel, head_grid_panel, label_share_page, rollout_panel
 from attnviz.panels.removal import delta_layers, delta_page, DELTA_PANELS
 from attnviz.panels.steps import positions_page, steps_page
@@ -30,4 +30,4 @@ __all__ = ["apply_scale", "attention_panels", "AUTO_LINEAR_MAX_T", "coarsen", "d
            "key_labels", "label_share_page", "LOG_RANGE", "NORMS", "Page", "Panel", "pool_columns", "PART_TITLES",
            "positions_page", "quantity_scale", "rollout_panel", "Scale", "ScaleChoice", "short_model", "splits",
            "steps_page", "STRIPE_SHARE", "text_subtitle", "token_labels", "token_links", "token_page",
-           "window_panels", "with_shared_scale"]
+           "window_page", "window_panels", "with_shared_scale"]

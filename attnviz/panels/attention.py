@@ -110,9 +110,45 @@ def window_panels(capture: Capture, layers: Sequence[int], heads: Sequence[HeadC
             label = head_label(head, per_head.shape[0])
             panels.append(Panel(matrix=matrix, rows=row_labels, cols=col_labels, hidden=hidden, scale=Scale(),
                                 title=(f"{model} · layer {layer} · ", label, where),
-                                name=f"{head_filename(layer, head)}_window", short=f"layer {layer}", layer=layer,
+                                name=f"{head_filename(layer, head)}_{window_name(rows, cols)}",
+                                short=f"layer {layer}", layer=layer,
                                 head=head, row_split=row_split, col_split=col_split))
     return apply_scale(panels, scale)
+
+
+def window_page(capture: Capture, layers: Sequence[int], heads: Sequence[HeadChoice], rows: Sequence[int] | None,
+                cols: Sequence[int] | None, *, scale: ScaleChoice | None = None) -> Page:
+    """What `attnviz heatmap --rows/--cols` draws: the exact window of every selected layer and head, named by
+    its layers, heads, rows and columns (another window never takes its file name)."""
+    panels = window_panels(capture, layers, heads, rows, cols, scale=scale)
+    title = (panels[0].title_text if len(panels) == 1 else
+             f"{panels[0].title[0].split(' · ')[0]} · exact window")
+    layer_part = "-".join(str(p) for p in dict.fromkeys(p.layer for p in panels))
+    head_part = "-".join(str(h) if isinstance(h, str) else f"head{h}" for h in dict.fromkeys(p.head for p in panels))
+    where = panels[0].name.split("_", 2)[2]  # the panels' rows and columns, as their names spell them
+    return Page(panels=tuple(panels), title=title, name=f"attnviz_layer{layer_part}_{head_part}_{where}",
+                subtitle=text_subtitle(capture))
+
+
+def span_name(positions: Sequence[int]) -> str:
+    """Positions as a file name spells them: "12-17" for a run, "0-3+7+9-11" for a few runs; more than four
+    runs: the first and last with how many ("0-40n12"), so that no two windows drawn in a row share a name
+    but by the most unusual choice."""
+    ordered = sorted(set(int(i) for i in positions))
+    runs: list[list[int]] = []
+    for i in ordered:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    if len(runs) > 4:
+        return f"{ordered[0]}-{ordered[-1]}n{len(ordered)}"
+    return "+".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def window_name(rows: Sequence[int], cols: Sequence[int]) -> str:
+    """rows12-17_cols0-17: the part of a file name that says which window it holds."""
+    return f"rows{span_name(rows)}_cols{span_name(cols)}"
 
 
 def _span(positions: Sequence[int]) -> str:

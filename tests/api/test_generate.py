@@ -341,3 +341,28 @@ def test_a_capture_finds_its_model_from_another_folder(tiny_lm_dir, tmp_path, mo
     verify = run("verify", "--from", tmp_path / "g.npz", "--json")
     assert verify.exit_code == 0, verify.output
     assert json.loads(verify.stdout)["passed"] and f"Model: {model.resolve()}" in verify.stderr
+
+
+def test_each_window_has_its_own_default_name_and_a_replacement_is_said(gen_file, tmp_path, monkeypatch):
+    """--rows generated and --rows prompt of one capture write two files, named by their rows and columns as
+    commands.md spells them; drawing the same window again says it replaced the file."""
+    import re
+
+    capture = Capture.load(gen_file)
+    P, T, L = capture.prompt_length, capture.n_tokens, capture.n_layers
+    monkeypatch.chdir(tmp_path)
+    first = run("heatmap", "--from", gen_file, "--rows", "generated")
+    second = run("heatmap", "--from", gen_file, "--rows", "prompt")
+    assert first.exit_code == 0 and second.exit_code == 0, first.output + second.output
+    names = sorted(p.name for p in tmp_path.glob("*.png"))
+    assert names == sorted([f"attnviz_layer{L - 1}_mean_rows{P}-{T - 1}_cols0-{T - 1}.png",
+                            f"attnviz_layer{L - 1}_mean_rows0-{P - 1}_cols0-{T - 1}.png"])
+    assert first.stdout.strip() == names[1] and "replacing" not in first.stdout + second.stdout
+    again = run("heatmap", "--from", gen_file, "--rows", "prompt", "--cols", f"0-{T - 1}")
+    assert again.stdout.strip() == f"{names[0]} (replacing the file of that name)"
+    picked = run("heatmap", "--from", gen_file, "--rows", "0,2,4", "--cols", "1", "--layer", "0", "--head", "1")
+    assert picked.stdout.strip() == "attnviz_layer0_head1_rows0+2+4_cols1.png"
+    documented = re.findall(r"`(attnviz_layer\w+_rows[\w+-]+_cols[\w-]+\.png)`",
+                            (Path(__file__).parents[2] / "docs" / "commands.md").read_text(encoding="utf-8"))
+    assert documented and all(re.fullmatch(r"attnviz_layer\d+_(mean|max|head\d+)_rows[\d+-]+_cols[\d-]+\.png", n)
+                              for n in documented)
