@@ -103,3 +103,17 @@ class AttnvizWarning(UserWarning):
 
     def __str__(self) -> str:
         return spell(str(self.args[0])) if self.args else ""
+
+
+def warn(message: str, category: type[Warning] = AttnvizWarning) -> None:
+    """Warn, attributed to the line that called into attnviz (the user's), not to the line of attnviz that noticed:
+    the stack is walked to its outermost attnviz frame, and the warning names that frame's caller."""
+    import sys
+    import warnings
+
+    frame, level, outermost = sys._getframe(1), 2, 2
+    while frame is not None:
+        if str(frame.f_globals.get("__name__", "")).split(".")[0] == "attnviz":
+            outermost = level
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=outermost + 1)

@@ -6,7 +6,6 @@ returns, wrap it in a validated Capture.
 
 from __future__ import annotations
 
-import warnings
 
 import numpy as np
 
@@ -16,7 +15,7 @@ from attnviz.engine.encoded import Encoded
 from attnviz.engine.families import has_sinks, layer_windows
 from attnviz.engine.models import LoadedModel, first_line, forward_args
 from attnviz.engine.memory import check_memory
-from attnviz.errors import AttentionCheckError, AttnvizWarning, InputError, ModelLoadError, arg
+from attnviz.errors import AttentionCheckError, InputError, ModelLoadError, arg, warn
 from attnviz.base.text import check_text
 from attnviz.base.tokens import describe_tokens, special_ids
 
@@ -55,8 +54,8 @@ def encode(loaded: LoadedModel, text: str, *, truncate: bool = True, target: boo
                              f"shorten it, or drop {arg('no_truncate')} to cut it")
         enc = _call(truncation=True, max_length=limit)
         dropped = n - int(enc["input_ids"].shape[1])
-        warnings.warn(f"the text is {n} tokens long; {loaded.name} takes at most {limit}, "
-                      f"so the last {dropped} tokens were dropped", AttnvizWarning, stacklevel=2)
+        warn(f"the text is {n} tokens long; {loaded.name} takes at most {limit}, "
+                      f"so the last {dropped} tokens were dropped")
     ids = enc["input_ids"][0].tolist()
     word_ids = enc.word_ids(0) if fast else None
     offsets = enc["offset_mapping"][0].tolist() if fast else [None] * len(ids)
@@ -98,8 +97,8 @@ def _label_unknown(loaded: LoadedModel, text: str, tokens: list[str], ids: list[
     else:
         share = f"{len(positions)} of {sum(1 for s in special if not s)} tokens"
     examples = ", ".join(dict.fromkeys(lost_text[:5]))
-    warnings.warn(f"{share} became {loaded.tokenizer.unk_token} ({examples}): {loaded.name} does not know them, so "
-                  f"they carry no meaning here; {UNKNOWN_HINT}", AttnvizWarning, stacklevel=3)
+    warn(f"{share} became {loaded.tokenizer.unk_token} ({examples}): {loaded.name} does not know them, so "
+                  f"they carry no meaning here; {UNKNOWN_HINT}")
     return out
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -23,7 +22,7 @@ from attnviz.data.capture import Capture
 from attnviz.engine.forward import attentions_of, encode, make_capture
 from attnviz.engine.models import layers_and_heads
 from attnviz.engine.memory import check_memory
-from attnviz.errors import arg, AttentionCheckError, AttnvizWarning, InputError, UsageError
+from attnviz.errors import arg, AttentionCheckError, InputError, UsageError, warn
 from attnviz.base.sizes import MAX_NEW_TOKENS
 from attnviz.base.tokens import readable_tokens, special_ids, special_kind as _special_kind
 
@@ -99,8 +98,8 @@ def generate_capture(loaded, text: str, decoding: Decoding, *, truncate: bool = 
     if loaded.max_positions and P + room > loaded.max_positions:
         stopped = "max_positions"
         room = max(loaded.max_positions - P, 0)
-        warnings.warn(f"{loaded.name} takes at most {loaded.max_positions} positions: generating {room} new tokens, "
-                      f"not {decoding.max_new_tokens}", AttnvizWarning, stacklevel=2)
+        warn(f"{loaded.name} takes at most {loaded.max_positions} positions: generating {room} new tokens, "
+                      f"not {decoding.max_new_tokens}")
     T_max = P + room
     check_memory(loaded, T_max)
     L, H = layers_and_heads(loaded.model.config)

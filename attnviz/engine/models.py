@@ -8,7 +8,6 @@ from __future__ import annotations
 import inspect
 import os
 import socket
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from attnviz.base.devices import DEVICE_ALIASES, DEVICES, DTYPES, dtype_name, re
 from attnviz.engine import offline
 from attnviz.engine.families import decoder_types, encoder_types, vision_types
 from attnviz.engine.modelfiles import check_folder, read_config
-from attnviz.errors import AttnvizWarning, InputError, ModelLoadError, UsageError, arg
+from attnviz.errors import InputError, ModelLoadError, UsageError, arg, warn
 from attnviz.base.tokens import special_ids
 
 # torch and transformers are imported inside the functions that need them, so that the names here answer
@@ -297,9 +296,8 @@ def load(name: str | None = None, *, revision: str | None = None, device: str = 
         model, info = both  # (model, {"missing_keys": …, …})
         missing = list(info.get("missing_keys", ()))
         if head and any(str(key).startswith("lm_head") for key in missing):
-            warnings.warn(f"{shown} was saved without its language-model head, so the head is random: what it "
-                          f"writes or predicts means nothing (the attention is the model's own)", AttnvizWarning,
-                          stacklevel=2)
+            warn(f"{shown} was saved without its language-model head, so the head is random: what it "
+                          f"writes or predicts means nothing (the attention is the model's own)")
         return config, tokenizer, model
 
     offline_hint = ("these work offline: minilm (the default), multilingual, smollm2, gemma3, a local model folder "
@@ -389,9 +387,9 @@ def wrap(model, tokenizer, *, name: str | None = None, memory_budget: int | None
             switch("eager")
         except (AttributeError, ValueError, TypeError, NotImplementedError):
             setattr(model.config, "_attn_implementation", "eager")  # noqa: B010 (older transformers)
-        warnings.warn(f"{shown} was loaded with attention implementation {impl!r}, which returns no attention "
+        warn(f"{shown} was loaded with attention implementation {impl!r}, which returns no attention "
                       f"weights; attnviz runs it with 'eager' (the same computation, slower) without reloading, and "
-                      f"switches it back to {impl!r} when it is done", AttnvizWarning, stacklevel=3)
+                      f"switches it back to {impl!r} when it is done")
     parameter = next(model.parameters(), None)
     device = str(parameter.device.type) if parameter is not None else "cpu"
     dtype = str(parameter.dtype).removeprefix("torch.") if parameter is not None else "float32"

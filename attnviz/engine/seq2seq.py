@@ -9,7 +9,6 @@ decoder, and all three kinds of attention kept as the Parts of one capture.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 
 import numpy as np
@@ -22,7 +21,7 @@ from attnviz.engine.forward import encode, row_sum_tolerance
 from attnviz.engine.generation import cache_argument, choose_token, Decoding, written_spans
 from attnviz.engine.models import part_shapes
 from attnviz.engine.memory import check_parts_memory
-from attnviz.errors import AttentionCheckError, AttnvizWarning, InputError
+from attnviz.errors import AttentionCheckError, InputError, warn
 from attnviz.base.tokens import readable_tokens, special_ids, special_kind as _special_kind
 
 START_LABEL = "<start>"  # T5 and Marian start the decoder with their padding id: it is no padding here
@@ -105,8 +104,8 @@ def _written(loaded, encoded, source_side: Side, decoding, meta: dict, on_step) 
     stopped = "max_new_tokens"
     if limit and 1 + room > limit:
         room, stopped = limit - 1, "max_positions"
-        warnings.warn(f"{loaded.name} takes at most {limit} target positions: writing {room} new tokens, not "
-                      f"{decoding.max_new_tokens}", AttnvizWarning, stacklevel=3)
+        warn(f"{loaded.name} takes at most {limit} target positions: writing {room} new tokens, not "
+                      f"{decoding.max_new_tokens}")
     T_max = 1 + room
     check_parts_memory(loaded, S, T_max)
     shapes = part_shapes(loaded.model.config)

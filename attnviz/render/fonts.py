@@ -5,10 +5,9 @@ font), and one warning naming characters that no font can draw."""
 from __future__ import annotations
 
 import functools
-import warnings
 from pathlib import Path
 
-from attnviz.errors import AttnvizWarning
+from attnviz.errors import warn
 
 # matplotlib is imported inside the functions that draw, so that reading a capture and --help never load it.
 
@@ -150,5 +149,5 @@ def families_for(text: str) -> list[str]:
         if chars not in _warned:
             _warned.add(chars)
             shown = "".join(sorted(chars))[:20]
-            warnings.warn(f"no installed font has glyphs for {shown!r}; {FONT_HINT}", AttnvizWarning, stacklevel=3)
+            warn(f"no installed font has glyphs for {shown!r}; {FONT_HINT}")
     return families

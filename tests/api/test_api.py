@@ -39,8 +39,9 @@ def test_a_model_object_gives_the_same_alpha_as_its_name(bert):
     assert model.config._attn_implementation != "eager"
     model.train()
     before = model.config._attn_implementation
-    with pytest.warns(AttnvizWarning, match="runs it with 'eager'.*switches it back"):
+    with pytest.warns(AttnvizWarning, match="runs it with 'eager'.*switches it back") as caught:
         by_object = attnviz.capture(SENTENCE, model=model, tokenizer=tokenizer)
+    assert {w.filename for w in caught} == {__file__}  # the user's line, not the line of attnviz that noticed
     assert model.training  # its mode is put back
     assert model.config._attn_implementation == before  # and its attention implementation
     by_name = attnviz.capture(SENTENCE, model=folder, device="cpu")

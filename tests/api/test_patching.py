@@ -448,3 +448,47 @@ def visible_token(token: str) -> str:
 
     return visible(token)
 
+
+
+def spellings(loaded, logits) -> tuple[str, str]:
+    """A word both with and without its leading space one token each: (the spelling that scores lower at the
+    last position, the one that scores higher)."""
+    for i in range(5, len(loaded.tokenizer)):
+        text = loaded.tokenizer.decode([i])
+        if not text.startswith(" ") or not text[1:].isalpha():
+            continue
+        bare = loaded.tokenizer.encode(text[1:], add_special_tokens=False)
+        if loaded.tokenizer.encode(text, add_special_tokens=False) == [i] and len(bare) == 1 and bare[0] != i:
+            return (text, text[1:]) if logits[i] < logits[bare[0]] else (text[1:], text)
+    raise AssertionError("no word spelled both ways")
+
+
+def test_an_answer_that_is_not_the_likeliest_spelling_is_said(folders):
+    """--answers 'Paris' where ' Paris' scores higher: a warning names the other spelling, the logits of both,
+    and the user's line (not attnviz's); the likelier spelling itself runs quietly."""
+    from attnviz.engine.patching import donor_run
+
+    loaded, where, clean, corrupt = prepared(folders("gpt2"))
+    logits = donor_run(where, clean.inputs).reading.double().cpu().numpy()
+    worse, better = spellings(loaded, logits)
+    other = next(t for t in answers_of(loaded) if t.strip() != worse.strip())
+    with pytest.warns(attnviz.AttnvizWarning, match=f"{better!r} scores higher") as caught:
+        attnviz.patch(CLEAN, CORRUPT, model=loaded, answers=(worse, other))
+    assert [w.filename for w in caught if worse in str(w.message)] == [__file__]
+    with warnings.catch_warnings(record=True) as quiet:
+        warnings.simplefilter("always")
+        attnviz.patch(CLEAN, CORRUPT, model=loaded, answers=(better, other))
+    assert not [w for w in quiet if better.strip() in str(w.message) and "scores higher" in str(w.message)]
+    printed = run("patch", CLEAN, CORRUPT, "-m", folders("gpt2"), "--answers", f"'{worse}','{other}'")
+    assert printed.exit_code == 0 and f"--answers {worse!r} is not how" in printed.stderr
+
+
+def test_a_logit_attr_target_that_is_not_the_likeliest_spelling_is_said(folders):
+    from attnviz.engine.patching import donor_run
+
+    loaded, where, clean, _ = prepared(folders("gpt2"))
+    logits = donor_run(where, clean.inputs).reading.double().cpu().numpy()
+    worse, better = spellings(loaded, logits)
+    with pytest.warns(attnviz.AttnvizWarning, match=f"target {worse!r} is not how") as caught:
+        attnviz.logit_attr(CLEAN, model=loaded, target=worse)
+    assert caught[0].filename == __file__

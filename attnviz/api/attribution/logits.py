@@ -13,7 +13,7 @@ from attnviz.api.models import borrows, resolve_model
 from attnviz.api.result import Line, Result
 from attnviz.base.arguments import checked
 from attnviz.base.text import check_text, shorten, visible
-from attnviz.errors import InputError, arg
+from attnviz.errors import InputError, arg, warn
 from attnviz.panels import Page, Panel, Scale, head_grid_panel, short_model
 from attnviz.progress import Reporter
 from attnviz.render.tables import records_html
@@ -280,6 +280,7 @@ def logit_attr(text: str, *, model: Any = None, tokenizer: Any = None, target: s
     effects = [HeadEffect(n, h, float(parts.heads[n, h]), names(raised[k]), names(lowered[k]),
                           largest(parts.by_source[n, h]), largest(by_input[n, h]) if by_input is not None else ())
                for k, (n, h) in enumerate(chosen)]
+    check_spelling(loaded, target, parts.target, logits)
     probabilities = np.exp(logits - logits.max())
     probabilities /= probabilities.sum()
     return LogitAttribution(
@@ -290,6 +291,23 @@ def logit_attr(text: str, *, model: Any = None, tokenizer: Any = None, target: s
         embeddings=parts.embeddings, final_bias=parts.final_bias, top=tuple(effects),
         output_diff=parts.output_diff, stream_diff=parts.stream_diff, norm_diff=parts.norm_diff,
         by_input=by_input, alti_note=alti_note)
+
+
+def check_spelling(loaded, target: str | int | None, token_id: int, logits: Any, field: str = "target") -> None:
+    """Warn when `target`, given as a text, is not how the model most likely writes that word here: the same word
+    with (or without) a leading space is one token too and scores higher in `logits` (V,). "Paris" and " Paris"
+    are different tokens, and a causal model mostly predicts the second."""
+    if not isinstance(target, str) or not target.strip():
+        return
+    other = target[1:] if target.startswith(" ") else " " + target
+    ids = loaded.tokenizer.encode(other, add_special_tokens=False)
+    if len(ids) != 1 or int(ids[0]) == token_id:
+        return
+    given, better = float(logits[token_id]), float(logits[int(ids[0])])
+    if better > given:
+        warn(f"{arg(field)} {visible(target)!r} is not how {loaded.name} most likely writes it here: "
+             f"{visible(other)!r} scores higher (logit {better:.3f} against {given:.3f}); give {visible(other)!r} to "
+             f"measure that one")
 
 
 def target_id(loaded, target: str | int | None, field: str = "target") -> int | None:

@@ -91,7 +91,7 @@ def prepare(clean, corrupt, model, tokenizer, answers, direction, truncate, devi
                          f"' Paris',' Rome'", "answers")
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype, lm_head="auto")
     loaded.require_single("patch")
-    from attnviz.api.attribution.logits import target_id
+    from attnviz.api.attribution.logits import check_spelling, target_id
     from attnviz.engine.ablation import is_causal_lm, site
     from attnviz.engine.forward import encode
     from attnviz.engine.memory import check_memory
@@ -134,6 +134,8 @@ def prepare(clean, corrupt, model, tokenizer, answers, direction, truncate, devi
         else:
             given = [target_id(loaded, a, "answers") for a in answers]
             answer, other = int(given[0] or 0), int(given[1] or 0)
+            check_spelling(loaded, answers[0], answer, clean_run.reading, "answers")  # what the clean run predicts
+            check_spelling(loaded, answers[1], other, corrupt_run.reading, "answers")  # and the corrupted one
 
         def measure(reading):
             return logit_difference(reading, answer, other)

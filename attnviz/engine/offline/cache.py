@@ -25,12 +25,11 @@ import os
 import shutil
 import stat
 import tempfile
-import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from attnviz._version import __version__
-from attnviz.errors import AttnvizWarning, ModelLoadError
+from attnviz.errors import ModelLoadError, warn
 from attnviz.base.files import sync
 
 CACHE_ENV = "ATTNVIZ_CACHE_DIR"
@@ -224,9 +223,9 @@ def _temporary_build(root: Path, reason: str, key: str, source: Path, build: Cal
                              f"folder ({exc.strerror or exc}); set {CACHE_ENV} to a folder attnviz may write "
                              f"to") from None
     atexit.register(shutil.rmtree, staging, True)
-    warnings.warn(f"the model cache {root} cannot be written ({reason}): {source.name} is converted into a "
+    warn(f"the model cache {root} cannot be written ({reason}): {source.name} is converted into a "
                   f"temporary folder for this run only; set {CACHE_ENV} to a folder attnviz may write to, to "
-                  f"convert it once", AttnvizWarning, stacklevel=2)
+                  f"convert it once")
     try:
         _build_into(staging, source, build)
     except OSError as exc:
