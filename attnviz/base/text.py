@@ -107,6 +107,30 @@ def glyphs(text: str) -> list[str]:
     return out
 
 
+def wrap_cells(text: str, width: int) -> list[str]:
+    """`text` in lines of at most `width` cells (wide characters count twice), broken between words; a word longer
+    than a line is broken inside it. Every character is kept; runs of spaces at a break are dropped."""
+    width = max(int(width), 2)
+    lines: list[str] = []
+    for paragraph in text.split("\n"):
+        line = ""
+        for word in paragraph.split(" "):
+            candidate = f"{line} {word}" if line else word
+            if cell_len(candidate) <= width:
+                line = candidate
+                continue
+            if line:
+                lines.append(line)
+            line = ""
+            for char in glyphs(word):  # the word alone, broken where it must be
+                if cell_len(line + char) > width and line:
+                    lines.append(line)
+                    line = ""
+                line += char
+        lines.append(line)
+    return lines
+
+
 def shorten(text: str, limit: int = 80) -> str:
     """One line of at most `limit` characters: whitespace runs folded, … when cut."""
     line = " ".join(text.split())

@@ -139,6 +139,14 @@ class Page:
     def scale(self) -> Scale:
         return self.panels[0].scale
 
+    @property
+    def text(self) -> str:
+        """Every string the page draws (labels, titles, the input text, notes, words): what its fonts must cover."""
+        pieces = [self.title, self.subtitle, *self.notes, *(w for w, _, _ in self.words)]
+        for panel in self.panels:
+            pieces += [*panel.rows, *panel.cols, *panel.title, panel.short, panel.footer]
+        return "".join(pieces)
+
 
 def coarsen(panel: Panel, k: int) -> Panel:
     """A panel pooled further by k × k cells (rows averaged, columns summed, so a row of attention still

@@ -9,7 +9,6 @@ images, title), so callers never reach into matplotlib's internals.
 from __future__ import annotations
 
 import math
-import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from attnviz.panels import HeadChoice, Page, Panel, Scale, grid_title, heatmap_p
 from attnviz.render.colors import DEFAULT_CMAP, colormap, rgb, text_on
 from attnviz.render.encode import encode_png, figure_rgb
 from attnviz.render.fonts import families_for
-from attnviz.base.text import cells, fit
+from attnviz.base.text import cells, fit, glyphs, wrap_cells
 
 # matplotlib is imported inside the functions that draw, so that reading a capture and --help never load it.
 
@@ -162,10 +161,29 @@ def _set_tick_labels(ax, row_labels, col_labels, *, fontsize: float | tuple[floa
             set_ticks([])
             continue
         positions = list(range(0, len(labels), every))
+        shown = [labels[i] for i in positions]
+        if rotate and labels is col_labels:  # Hangul, kana and Han upright, one character under another
+            shown = [upright(label) if wide(label) else label for label in shown]
         set_ticks(positions)
-        set_labels([labels[i] for i in positions], fontsize=pt, fontfamily=list(families) if families else None)
+        set_labels(shown, fontsize=pt, fontfamily=list(families) if families else None)
     ax.tick_params(axis="x", labelrotation=90 if rotate else 0, length=2, pad=2)
     ax.tick_params(axis="y", length=2, pad=2)
+    if rotate and col_labels is not None:
+        for text in ax.get_xticklabels():
+            if wide(text.get_text()):
+                text.set_rotation(0)
+                text.set_verticalalignment("top")
+                text.set_linespacing(1.0)
+
+
+def wide(label: str) -> bool:
+    """A label with a wide character (Hangul, kana, Han): written upright, not turned on its side."""
+    return any(cells(char) == 2 for char in label)
+
+
+def upright(label: str) -> str:
+    """A column label written downwards, one character under another, each upright (as CJK is read vertically)."""
+    return "\n".join(glyphs(label))
 
 
 TITLE_PT, MIN_TITLE_PT = 11.0, 7.0
@@ -181,8 +199,16 @@ def fit_title(title: str, width_in: float) -> tuple[str, float]:
     per_line = max(int(width_in * 72 / (size * CHAR_EM)), 10)
     if cells(title) <= per_line:
         return title, size
+    return "\n".join(wrap_cells(title, per_line)), size
 
-    return "\n".join(textwrap.wrap(title, per_line, break_long_words=True)), size
+
+NOTE_PT = 8.0  # the small print under a figure's title
+
+
+def wrap_text(text: str, width_in: float, size_pt: float = NOTE_PT) -> str:
+    """`text` wrapped between words into lines that fit `width_in` inches at `size_pt` (never shrunk, never cut
+    off: the small print is drawn at the size it was wrapped for)."""
+    return "\n".join(wrap_cells(text, max(int(width_in * 72 / (size_pt * CHAR_EM)), 10)))
 
 
 def page_notes(page: Page, lay: LabelLayout, values_dropped: bool) -> list[str]:
@@ -207,7 +233,7 @@ def page_figure(page: Page, *, cmap: str = DEFAULT_CMAP) -> HeatmapFigure:
     R, C = panels[0].matrix.shape
     lay = LabelLayout.for_tokens(max(R, C), target_in=4.0 if many else 7.0, max_side=7.0 if many else MAX_MATRIX_IN)
     rows, cols = panels[0].rows, panels[0].cols
-    families = families_for("".join(rows) + "".join(cols) + page.title + page.subtitle)
+    families = families_for(page.text)
     rotate = any(cells(s) > 2 for s in cols)
     pad_l = lay.label_extent_in(rows) + 0.3
     pad_b = (lay.label_extent_in(cols) if rotate else lay.fontsize / 72 + 0.1) + 0.3
@@ -228,8 +254,7 @@ def page_figure(page: Page, *, cmap: str = DEFAULT_CMAP) -> HeatmapFigure:
     if subtitle:
         limit = max(int((fig_w - 0.3) * 72 / (9 * CHAR_EM)), 12)
         subtitle = subtitle if cells(subtitle) <= limit else shorten_cells(subtitle, limit)
-    note_text = " · ".join(notes)
-    note_text, _ = fit_title(note_text, (fig_w - 0.3) * TITLE_PT / 8)  # 8 pt: wraps at the same width
+    note_text = wrap_text(" · ".join(notes), fig_w - 0.3)
     note_lines = note_text.count("\n") + 1
     header = 0.16 + title_lines * title_pt * 1.3 / 72 + (0.2 if subtitle else 0.0) + note_lines * 0.16 + 0.08
     fig_h = nrows * panel_h + header
@@ -283,37 +308,52 @@ def page_figure(page: Page, *, cmap: str = DEFAULT_CMAP) -> HeatmapFigure:
     if subtitle:
         fig.text(0.02, y, subtitle, ha="left", va="top", fontsize=9, color="0.3", fontfamily=families)
         y -= 0.2 / fig_h
-    fig.text(0.02, y, note_text, ha="left", va="top", fontsize=8, color="0.4", fontfamily=families)
+    fig.text(0.02, y, note_text, ha="left", va="top", fontsize=NOTE_PT, color="0.4", fontfamily=families)
     return HeatmapFigure(fig, axes, bar_axes[0], images, title_artist)
 
 
-def mixed_figure(page: Page, *, cmap: str = DEFAULT_CMAP, ncols: int = 3) -> HeatmapFigure:
+def mixed_figure(page: Page, *, cmap: str = DEFAULT_CMAP, ncols: int = 3, extra=None) -> HeatmapFigure:
     """Panels of different shapes and scales (the steps of one head), each with its own colorbar and
-    colormap, laid out by matplotlib's constrained layout under the page's title, text and small print."""
+    colormap, laid out by matplotlib's constrained layout under the page's title, text and small print (each
+    wrapped at its own size, in a header of its own: never pressed on the panels). `extra(ax)`: draws one more
+    plot in the slot after the last panel (no slot is left empty when there is one)."""
     from attnviz.render.figure import NotebookFigure as Figure
 
     panels = page.panels
-    nrows = math.ceil(len(panels) / ncols)
+    slots = len(panels) + (1 if extra is not None else 0)
+    ncols = max(1, min(ncols, slots))
+    if slots % ncols and slots <= 4:  # three panels in a 2 × 2 grid: one row instead of an empty quadrant
+        ncols = slots
+    nrows = math.ceil(slots / ncols)
     T = max(max(p.matrix.shape) for p in panels)
     lay = LabelLayout.for_tokens(T, target_in=3.2, max_side=4.5)
-    families = families_for("".join(panels[0].rows) + page.title + page.subtitle)
+    families = families_for(page.text)
     panel_in = max(2.6, lay.cell_in * T + lay.label_extent_in(panels[0].rows) + 1.2)
     fig_w = ncols * panel_in
+    matrix_in = panel_in - lay.label_extent_in(panels[0].rows) - 1.2  # what each panel's matrix gets, about
+    value_pts = [min(matrix_in / max(p.matrix.shape) * 72 / 2.7, 8.0) for p in panels]  # "0.25" fits a cell
+    dropped = [p.short for p, pt in zip(panels, value_pts) if p.values and pt < MIN_VALUE_PT]
     title, title_pt = fit_title(page.title, fig_w - 0.3)
-    fig = Figure(figsize=(fig_w, nrows * (panel_in + 0.3) + 0.9), dpi=100, layout="constrained")
+    subtitle = wrap_text(page.subtitle, fig_w - 0.3, 9.0) if page.subtitle else ""
+    notes = list(page.notes) + ([f"numbers left out where cells are too small to read ({', '.join(dropped)}): "
+                                 f"--json has every value"] if dropped else [])
+    note_text = wrap_text(" · ".join(notes), fig_w - 0.3) if notes else ""
+    lines = [(title, title_pt), (subtitle, 9.0), (note_text, NOTE_PT)]
+    header = 0.14 + sum((text.count("\n") + 1) * pt * 1.3 / 72 for text, pt in lines if text) + 0.06
+    fig_h = nrows * (panel_in + 0.3) + 0.3 + header
+    fig = Figure(figsize=(fig_w, fig_h), dpi=100, layout="constrained")
+    fig.get_layout_engine().set(rect=(0, 0, 1, 1 - header / fig_h))  # the panels below the header
     axes, images = [], []
     grid = fig.subplots(nrows, ncols, squeeze=False)
-    matrix_in = panel_in - lay.label_extent_in(panels[0].rows) - 1.2  # what each panel's matrix gets, about
-    dropped = []
     for n, ax in enumerate(grid.flat):
         if n >= len(panels):
-            ax.set_visible(False)
+            if n == len(panels) and extra is not None:
+                extra(ax)
+            else:
+                ax.set_visible(False)
             continue
         panel = panels[n]
-        value_pt = min(matrix_in / max(panel.matrix.shape) * 72 / 2.7, 8.0)  # "0.25" fits a cell at this size
-        legible = value_pt >= MIN_VALUE_PT
-        if panel.values and not legible:
-            dropped.append(panel.short)
+        legible = value_pts[n] >= MIN_VALUE_PT
         # rows and columns labelled each by their own count: the matrix fills the panel (aspect "auto"), so 6
         # token rows of a 6 × 64 panel get a sixth of its height each
         by_row, by_col = (LabelLayout.for_tokens(n, target_in=matrix_in, max_side=matrix_in)
@@ -321,7 +361,7 @@ def mixed_figure(page: Page, *, cmap: str = DEFAULT_CMAP, ncols: int = 3) -> Hea
         heatmap(panel.matrix, panel.rows, panel.cols, ax=ax, cmap=panel.cmap or cmap, scale=panel.scale,
                 hidden=panel.hidden, fontsize=(min(by_row.fontsize, 9.0), min(by_col.fontsize, 9.0)),
                 step=(by_row.step, by_col.step), families=families, values=panel.values and legible,
-                value_fontsize=value_pt)
+                value_fontsize=value_pts[n])
         draw_splits(ax, panel)
         ax.set_title(panel.short, fontsize=9, fontfamily=families)
         ax.set_xlabel(panel.col_axis, fontsize=8)
@@ -329,15 +369,34 @@ def mixed_figure(page: Page, *, cmap: str = DEFAULT_CMAP, ncols: int = 3) -> Hea
         fig.colorbar(ax.images[0], ax=ax, shrink=0.8).ax.tick_params(labelsize=7)
         axes.append(ax)
         images.append(ax.images[0])
-    lines = [page.subtitle] if page.subtitle else []
-    notes = list(page.notes) + ([f"numbers left out where cells are too small to read ({', '.join(dropped)}): "
-                                 f"--json has every value"] if dropped else [])
-    lines += [" · ".join(notes)] if notes else []
-    per_line = max(40, int((fig_w - 0.3) * 72 / (title_pt * 0.55)))  # characters a line of the title holds, about
-    lines = [part for line in lines for part in textwrap.wrap(line, per_line) or [""]]
-    title_artist = fig.suptitle(title + ("\n" + "\n".join(lines) if lines else ""), x=0.01, ha="left",
-                                fontsize=title_pt, fontfamily=families)
+    y = 1 - 0.12 / fig_h
+    title_artist = fig.suptitle(title, x=0.01, y=y, ha="left", va="top", fontsize=title_pt, fontfamily=families)
+    y -= (title.count("\n") + 1) * title_pt * 1.3 / 72 / fig_h
+    for text, pt, shade in ((subtitle, 9.0, "0.3"), (note_text, NOTE_PT, "0.4")):
+        if text:
+            fig.text(0.01, y, text, ha="left", va="top", fontsize=pt, color=shade, fontfamily=families)
+            y -= (text.count("\n") + 1) * pt * 1.3 / 72 / fig_h
     return HeatmapFigure(fig, axes, None, images, title_artist)
+
+
+def bars(ax, labels: Sequence[str], values: Sequence[float], *, title: str = "", xlabel: str = "") -> None:
+    """Horizontal bars, one per label (top to bottom), each with its value written beside it: red above 0, blue
+    below (the diverging colours of the heatmaps beside it)."""
+    values = [float(v) for v in values]
+    positions = list(range(len(values)))
+    ax.barh(positions, values, color=["#b2182b" if v >= 0 else "#2166ac" for v in values], height=0.6)
+    ax.set_yticks(positions, list(labels), fontsize=8)
+    ax.invert_yaxis()
+    ax.axvline(0, color="0.3", linewidth=0.8)
+    reach = max((abs(v) for v in values), default=1.0) or 1.0
+    ax.set_xlim(min(min(values, default=0.0), 0.0) - 0.3 * reach, max(max(values, default=0.0), 0.0) + 0.3 * reach)
+    for y, v in zip(positions, values):
+        ax.text(v, y, f" {v:+.3f} " if v else " 0 ", ha="left" if v >= 0 else "right", va="center", fontsize=8)
+    ax.tick_params(axis="x", labelsize=7)
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel(xlabel, fontsize=8)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
 
 
 def shorten_cells(text: str, limit: int) -> str:
@@ -359,7 +418,7 @@ def heatmap_figure(capture: Capture, layer: int = -1, head: HeadChoice = "mean",
     if ax is None:
         return page_figure(page, cmap=cmap)
     panel = page.panels[0]
-    families = families_for("".join(panel.rows) + "".join(panel.cols) + page.title)
+    families = families_for(page.text)
     heatmap(panel.matrix, panel.rows, panel.cols, ax=ax, cmap=cmap, scale=panel.scale, hidden=panel.hidden,
             families=families)
     draw_splits(ax, panel)

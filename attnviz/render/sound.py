@@ -9,7 +9,7 @@ import numpy as np
 from attnviz.panels import Page
 from attnviz.render.colors import DEFAULT_CMAP
 from attnviz.render.fonts import families_for
-from attnviz.render.png import fit_title, HeatmapFigure, TITLE_PT
+from attnviz.render.png import fit_title, HeatmapFigure, NOTE_PT, wrap_text
 
 MEL_CMAP = "magma"
 MAX_ROW_LABELS = 60  # more rows than this: every k-th label
@@ -22,8 +22,7 @@ def sound_figure(page: Page, *, cmap: str = DEFAULT_CMAP) -> HeatmapFigure:
     assert page.spectrogram is not None
     mel = page.spectrogram
     seconds = mel.shape[1] / 2 * page.frame_seconds
-    families = families_for("".join("".join(p.rows) for p in page.panels) + page.title + page.subtitle
-                            + "".join(w for w, _, _ in page.words))
+    families = families_for(page.text)
     width = min(max(7.0, 3.0 * seconds + 2.5), 16.0)
     spec_h = 1.4
     heights = []
@@ -32,7 +31,7 @@ def sound_figure(page: Page, *, cmap: str = DEFAULT_CMAP) -> HeatmapFigure:
         heights.append(min(max(1.6, 0.18 * min(R, MAX_ROW_LABELS) + 0.6), 6.0) if panel.row_axis != "query frame (s)"
                        else min(width - 2.5, 5.0))
     title, title_pt = fit_title(page.title, width - 0.3)
-    notes, _ = fit_title(" · ".join(page.notes), (width - 0.3) * TITLE_PT / 8)
+    notes = wrap_text(" · ".join(page.notes), width - 0.3)
     header = 0.2 + (title.count("\n") + 1) * title_pt * 1.3 / 72 + (0.22 if page.subtitle else 0) + \
         (notes.count("\n") + 1) * 0.16 + (0.3 if page.words else 0.1)
     gap = 0.55
@@ -88,5 +87,5 @@ def sound_figure(page: Page, *, cmap: str = DEFAULT_CMAP) -> HeatmapFigure:
     if page.subtitle:
         fig.text(0.02, top, page.subtitle, ha="left", va="top", fontsize=9, color="0.3", fontfamily=families)
         top -= 0.22 / fig_h
-    fig.text(0.02, top, notes, ha="left", va="top", fontsize=8, color="0.4", fontfamily=families)
+    fig.text(0.02, top, notes, ha="left", va="top", fontsize=NOTE_PT, color="0.4", fontfamily=families)
     return HeatmapFigure(fig, axes, bar_axes[0] if bar_axes else None, images, title_artist)

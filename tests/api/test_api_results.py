@@ -225,7 +225,7 @@ BORROWERS = {  # every API function that takes model=, called on a small text
     "scaling": lambda m, t: attnviz.scaling(SENTENCE, model=m, tokenizer=t),
     "generate": lambda m, t: attnviz.generate(SENTENCE, model=m, tokenizer=t, max_new_tokens=2),
     "corpus": lambda m, t: attnviz.corpus([SENTENCE, "A dog ran"], model=m, tokenizer=t),
-    "logit_attribution": lambda m, t: attnviz.logit_attribution(SENTENCE, model=m, tokenizer=t),
+    "logit_attr": lambda m, t: attnviz.logit_attr(SENTENCE, model=m, tokenizer=t),
     "contributions": lambda m, t: attnviz.contributions(SENTENCE, model=m, tokenizer=t),
     "patch": lambda m, t: attnviz.patch(SENTENCE, SENTENCE.replace("cat", "dog"), model=m, tokenizer=t,
                                         answers=(5, 7)),
@@ -236,7 +236,7 @@ BORROWERS = {  # every API function that takes model=, called on a small text
     "massive": lambda m, t: attnviz.massive(SENTENCE, model=m, tokenizer=t, ratio=2.0, minimum=0.0,
                                             intervene=True, reference=["A dog ran"]),
     "sink_rate": lambda m, t: attnviz.sink_rate([SENTENCE, "A dog ran"], model=m, tokenizer=t),
-    "retrieval_heads (refused: a haystack past 64 positions)": lambda m, t: attnviz.retrieval_heads(
+    "retrieval (refused: a haystack past 64 positions)": lambda m, t: attnviz.retrieval(
         model=m, tokenizer=t, lengths=[60], depths=[0.5], remove=2, draws=1),
     "capture_audio (refused: not a speech model)": lambda m, t: attnviz.capture_audio(
         np.zeros(16_000, np.float32), model=m, tokenizer=t),

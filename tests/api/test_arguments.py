@@ -107,7 +107,7 @@ CALLS = {  # function -> (how it is called with everything right, the keyword ar
     "verify": (lambda m, c, **kw: attnviz.verify(TEXT, model=m, **kw), ["norms", "reporter"]),
     "scaling": (lambda m, c, **kw: attnviz.scaling(TEXT, model=m, **kw), ["dk"]),
     "generate": (lambda m, c, **kw: attnviz.generate(TEXT, model=m, **kw), ["max_new_tokens", "decoding"]),
-    "logit_attribution": (lambda m, c, **kw: attnviz.logit_attribution(TEXT, model=m, **kw),
+    "logit_attr": (lambda m, c, **kw: attnviz.logit_attr(TEXT, model=m, **kw),
                           ["target", "position", "top"]),
     "contributions": (lambda m, c, **kw: attnviz.contributions(TEXT, model=m, **kw), ["method", "truncate"]),
     "corpus": (lambda m, c, **kw: attnviz.corpus(["a cat", "a dog"], model=m, **kw),

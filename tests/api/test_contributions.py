@@ -1,4 +1,4 @@
-"""Direct logit attribution (attnviz logit-attr, attnviz.logit_attribution): the logit of the next token split
+"""Direct logit attribution (attnviz logit-attr, attnviz.logit_attr): the logit of the next token split
 into heads, MLPs, embeddings and biases, each check against an independent computation."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def folders(tmp_path_factory):
 def attribute(folder, **kwargs):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a bare decoder gets a random head: the split holds all the same
-        return attnviz.logit_attribution(TEXT, model=folder, **kwargs)
+        return attnviz.logit_attr(TEXT, model=folder, **kwargs)
 
 
 @pytest.mark.parametrize("kind", SPLITS)
@@ -58,7 +58,7 @@ def test_a_heads_effect_equals_its_slice_of_the_models_own_output_projection(fol
     from attnviz.engine.models import load
 
     loaded = load(folders("gpt2"), device="cpu", lm_head=True)
-    result = attnviz.logit_attribution(TEXT, model=loaded)
+    result = attnviz.logit_attr(TEXT, model=loaded)
     model = loaded.model
     received, final = {}, {}
     hooks = [block.attn.c_proj.register_forward_pre_hook(lambda module, args, n=n: received.__setitem__(n, args[0]))
@@ -131,6 +131,12 @@ def test_the_table_and_the_picture(folders, tmp_path):
     result = attribute(folder, top=3)
     figure = result.figure()
     grid, sources, _ = figure.axes  # and ALTI-Logit (its own test)
+    parts = [ax for ax in figure.get_axes() if "part by part" in ax.get_title()]  # the fourth slot: the logit's parts
+    assert len(parts) == 1 and [t.get_text() for t in parts[0].get_yticklabels()] == [
+        "heads", "MLPs", "embeddings", "biases", "logit"]
+    widths = [bar.get_width() for bar in parts[0].patches]
+    assert widths[-1] == pytest.approx(result.logit) and sum(widths[:-1]) == pytest.approx(result.logit, abs=1e-4)
+    assert widths[0] == pytest.approx(float(result.heads.sum()))
     np.testing.assert_allclose(np.asarray(grid.images[0].get_array()), result.heads, atol=1e-6)
     assert [t.get_text() for t in sources.get_yticklabels()] == [f"{e.layer}.{e.head}" for e in result.top]
     low, high = grid.images[0].get_clim()
@@ -143,7 +149,7 @@ def test_smollm2_writes_paris_through_france():
     """The real model: after "The capital of France is" SmolLM2 predicts " Paris"; its largest direct effect
     is a head reading " France" (layer 23, head 4 here), and the parts rebuild the logit."""
     require_real(offline.SMOLLM2)
-    result = attnviz.logit_attribution("The capital of France is", model="smollm2")
+    result = attnviz.logit_attr("The capital of France is", model="smollm2")
     assert result.target == " Paris" and result.passed and result.difference < 1e-6
     first = result.top[0]
     assert (first.layer, first.head) == (23, 4) and first.sources[0][0] == "France" and first.effect > 2

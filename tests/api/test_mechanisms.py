@@ -317,7 +317,7 @@ def test_gemma3_retrieves_through_its_full_attention_layers():
     """Gemma 3: the needle is copied by heads of the layers that see the whole text (5, 11, 17; the others see
     512 tokens); removing the top 8 heads loses most answer tokens, removing 8 random heads far fewer."""
     require_real(offline.GEMMA3)
-    result = attnviz.retrieval_heads(model="gemma3", lengths=[300, 700], depths=[0.2, 0.8], remove=8, draws=3)
+    result = attnviz.retrieval(model="gemma3", lengths=[300, 700], depths=[0.2, 0.8], remove=8, draws=3)
     assert result.answered == 4
     assert all(t["layer"] in (5, 11, 17) for t in result.top(3))
     causal = result.causal
@@ -491,7 +491,7 @@ def test_circuits_of_gemma3_map_its_shared_key_value_head():
 
 def test_retrieval_keeps_no_weights_so_its_memory_check_counts_one_layer_at_a_time(long_llama):
     """A budget between one layer's weights (with the model's temporaries) and every layer's: holding the
-    prompt's α is refused, retrieval_heads runs (it keeps no α, only each step's row)."""
+    prompt's α is refused, retrieval runs (it keeps no α, only each step's row)."""
     from attnviz.engine.forward import encode
     from attnviz.engine.mechanisms.retrieval import haystacks
 
@@ -505,7 +505,7 @@ def test_retrieval_keeps_no_weights_so_its_memory_check_counts_one_layer_at_a_ti
 
     with pytest.raises(attnviz.AttnvizError, match="budget"):
         check_memory(tight, T)
-    result = attnviz.retrieval_heads(model=tight, lengths=[200], depths=[0.5], remove=0)
+    result = attnviz.retrieval(model=tight, lengths=[200], depths=[0.5], remove=0)
     assert len(result.prompts) == 1 and result.prompts[0]["tokens"] == T and L + 4 > 5
 
 

@@ -264,7 +264,7 @@ def test_a_picture_too_large_for_the_memory_budget_is_one_line(vision_dir, tmp_p
 def test_patch_positions_are_what_the_embedding_layer_adds(kind, vision_dir):
     """The position embeddings over the grid, checked against the model's own embedding layer (its output less
     the patch projection), 1e-5 of its size; similarity 1 on the diagonal and symmetric."""
-    result = attnviz.patch_positions(photo(50, 70), model=vision_dir(kind))
+    result = attnviz.grid_positions(photo(50, 70), model=vision_dir(kind))
     rows, cols = result.grid
     assert result.passed and result.check < 1e-5 and result.similarity.shape == (rows * cols, rows * cols)
     np.testing.assert_allclose(np.diag(result.similarity), 1.0, atol=1e-9)
@@ -280,7 +280,7 @@ def test_at_the_models_own_grid_the_positions_are_its_table(vision_dir):
     from safetensors.numpy import load_file
 
     folder = vision_dir("dinov2")
-    result = attnviz.patch_positions(photo(56, 56), model=folder, size=56)
+    result = attnviz.grid_positions(photo(56, 56), model=folder, size=56)
     table = load_file(f"{folder}/model.safetensors")["embeddings.position_embeddings"][0, 1:].astype(np.float64)
     unit = table / np.linalg.norm(table, axis=1, keepdims=True)
     assert result.grid == (4, 4)
@@ -299,7 +299,7 @@ def test_positions_of_a_picture_from_the_command_line(vision_dir, tmp_path):
 
 PICTURE_BORROWERS = {  # every API function that takes a vision model object, called on a small picture
     "capture_image": lambda m, p: attnviz.capture_image(p, model=m),
-    "patch_positions": lambda m, p: attnviz.patch_positions(p, model=m),
+    "grid_positions": lambda m, p: attnviz.grid_positions(p, model=m),
     "verify": lambda m, p: attnviz.verify(attnviz.picture(p), model=m),
     "norms": lambda m, p: attnviz.norms(attnviz.picture(p), model=m),
     "sinks": lambda m, p: attnviz.sinks(attnviz.picture(p), model=m),
@@ -332,7 +332,7 @@ def test_a_borrowed_vision_model_comes_back_as_it_was(function, vision_dir):
         PICTURE_BORROWERS[function](model, picture)
         assert _state(model) == before
         armed["on"] = True
-        if function != "patch_positions":  # (it runs the embedding layer alone: the hook is never reached)
+        if function != "grid_positions":  # (it runs the embedding layer alone: the hook is never reached)
             with pytest.raises((RuntimeError, attnviz.AttnvizError)):
                 PICTURE_BORROWERS[function](model, picture)
         armed["on"] = False

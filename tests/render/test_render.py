@@ -400,3 +400,99 @@ def test_a_panel_of_few_tokens_and_many_dimensions_labels_every_token():
     shown = [t.get_text() for t in q.get_xticklabels()]
     assert shown[0] == "0" and 4 <= len(shown) < 64  # every few dimensions
     assert [t.get_text() for t in alpha.get_xticklabels()] == list(tokens)
+
+
+# --- what a figure's header holds: never cut off, never on the panels ------------------------------------------
+
+LONG_NOTE = ("the padding to 30 s (not drawn) takes 41% of a row on average · a row is the step that wrote its "
+             "token (the row of <|notimestamps|> writes the first word) · 1500 frames of 20 ms; each panel to its "
+             "own largest weight · 고양이가 매트 위에 앉았다 and more words so that the line must wrap twice")
+
+
+def texts_inside(figure) -> list:
+    """Draw the figure; assert every text of it (title, input text, small print, labels) lies inside it.
+    Returns the header's texts' extents (pixels)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = getattr(figure, "figure", figure)
+    FigureCanvasAgg(fig).draw()
+    renderer = fig.canvas.get_renderer()
+    width, height = fig.bbox.width, fig.bbox.height
+    header = [t for t in [fig._suptitle, *fig.texts] if t is not None and t.get_text()]
+    for text in header:
+        box = text.get_window_extent(renderer)
+        assert box.x0 >= -1 and box.x1 <= width + 1 and box.y0 >= -1 and box.y1 <= height + 1, text.get_text()[:60]
+    return [t.get_window_extent(renderer) for t in header]
+
+
+def sample_panel(R: int = 5, C: int = 7, **extra):
+    from attnviz.panels import Panel, Scale
+
+    rng = np.random.default_rng(R * C)
+    return Panel(matrix=rng.random((R, C)).astype(np.float32), rows=tuple(f"r{i}" for i in range(R)),
+                 cols=tuple(f"c{j}" for j in range(C)), hidden=None, scale=Scale(0.0, 1.0), title=("a panel",),
+                 name="p", **extra)
+
+
+@pytest.mark.parametrize("layout", ["page", "sound", "mixed"])
+def test_the_small_print_wraps_and_is_never_cut_off(layout, recwarn):
+    """A note longer than the figure is wide wraps, at the size it is drawn (8 pt), inside the figure: the
+    Whisper figure's note ended in '(not dra' when it was shrunk for a size it was not drawn at. Hangul in a
+    note is drawn in a font that has it."""
+    from attnviz.render.fonts import families_for
+
+    from attnviz.panels import Page
+    from attnviz.render.png import mixed_figure, page_figure
+    from attnviz.render.sound import sound_figure
+
+    panel = sample_panel(4, 40)
+    page = Page(panels=(panel,), title="a title", notes=(LONG_NOTE,), subtitle="“고양이가 매트 위에 앉았다”",
+                spectrogram=np.random.default_rng(0).random((20, 80)).astype(np.float32), frame_seconds=0.02)
+    draw = {"page": page_figure, "sound": sound_figure, "mixed": mixed_figure}[layout]
+    figure = draw(page)
+    texts_inside(figure)
+    notes = [t for t in figure.figure.texts if "padding" in t.get_text()]
+    assert len(notes) == 1 and notes[0].get_fontsize() == 8.0 and notes[0].get_text().count("\n") >= 1
+    words = notes[0].get_text().replace("\n", " ").split()
+    assert words[:len(LONG_NOTE.split())] == LONG_NOTE.split()  # every word, in order
+    if len(families_for("고양이")) >= 2:  # a CJK font is installed (CI requires one)
+        assert not [w for w in recwarn if "Glyph" in str(w.message)]
+
+
+def test_a_mixed_figure_keeps_its_header_above_the_panels_and_leaves_no_slot_empty():
+    """Title, input text and notes sit above every panel (not pressed on them); three panels asked for two to a
+    row take one row of three; an extra plot fills the slot after the panels."""
+    from attnviz.panels import Page
+    from attnviz.render.png import bars, mixed_figure
+
+    page = Page(panels=tuple(sample_panel(6, 6 + k) for k in range(3)), title="a title " * 12,
+                notes=(LONG_NOTE, "and a second note"), subtitle="“the cat sat on the mat”")
+    figure = mixed_figure(page, ncols=2)
+    header = texts_inside(figure)
+    lowest = min(box.y0 for box in header)
+    renderer = figure.figure.canvas.get_renderer()
+    shown = [ax for ax in figure.figure.get_axes() if ax.get_visible()]
+    assert all(ax.get_tightbbox(renderer).y1 <= lowest + 1 for ax in shown)
+    assert len(figure.axes) == 3 and len({round(ax.get_position().y0, 3) for ax in figure.axes}) == 1  # one row
+    drawn = []
+    with_extra = mixed_figure(Page(panels=page.panels, title="t"), ncols=2,
+                              extra=lambda ax: drawn.append(bars(ax, ["a", "b"], [1.0, -2.0])))
+    visible = [ax for ax in with_extra.figure.get_axes() if ax.get_visible() and ax.get_label() != "<colorbar>"]
+    assert drawn and len(visible) == 4 and not [ax for ax in with_extra.figure.get_axes() if not ax.get_visible()]
+
+
+def test_hangul_column_labels_stand_upright():
+    """A column label with Hangul (or kana, or Han) is written one character under another, upright; Latin labels
+    turn on their side as before."""
+    from attnviz.panels import Page
+    from attnviz.render.png import page_figure
+
+    panel = sample_panel(3, 3)
+    labels = ("[CLS]", "고양이", "##가")
+    from dataclasses import replace
+
+    figure = page_figure(Page(panels=(replace(panel, cols=labels),), title="t"))
+    ticks = figure.axes[0].get_xticklabels()
+    assert [t.get_text() for t in ticks] == ["[CLS]", "고\n양\n이", "#\n#\n가"]
+    assert [t.get_rotation() for t in ticks] == [90.0, 0.0, 0.0]
+    texts_inside(figure)

@@ -226,10 +226,20 @@ class LogitAttribution(Result):
         return Page(panels=tuple(panels), title=title, name="attnviz_logit_attr", notes=tuple(notes),
                     subtitle=subtitle)
 
-    def figure(self):
-        from attnviz.render.png import mixed_figure
+    def parts(self) -> list[tuple[str, float]]:
+        """The logit and the parts that add up to it: heads, MLPs, embeddings, biases."""
+        return [("heads", float(self.heads.sum())), ("MLPs", float(self.mlps.sum())),
+                ("embeddings", float(self.embeddings)),
+                ("biases", float(self.attention_bias.sum() + self.final_bias)), ("logit", float(self.logit))]
 
-        return mixed_figure(self.page(), ncols=2)
+    def figure(self):
+        """The heads' direct effects, by source token and traced to the input, beside the logit part by part."""
+        from attnviz.render.png import bars, mixed_figure
+
+        labels, values = zip(*self.parts())
+        return mixed_figure(self.page(), ncols=2, extra=lambda ax: bars(
+            ax, labels, values, title=f"the logit of {visible(self.target)!r}, part by part",
+            xlabel="contribution to the logit"))
 
 
 def _diverging(panel: Panel) -> Panel:
