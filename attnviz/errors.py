@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import Any
 
 _ARG = re.compile("\ue000([a-z_]+)(?:\ue002([^\ue001]*))?\ue001")
 
@@ -111,7 +112,8 @@ def warn(message: str, category: type[Warning] = AttnvizWarning) -> None:
     import sys
     import warnings
 
-    frame, level, outermost = sys._getframe(1), 2, 2
+    frame: Any = sys._getframe(1)
+    level, outermost = 2, 2
     while frame is not None:
         if str(frame.f_globals.get("__name__", "")).split(".")[0] == "attnviz":
             outermost = level

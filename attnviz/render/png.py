@@ -341,8 +341,10 @@ def mixed_figure(page: Page, *, cmap: str = DEFAULT_CMAP, ncols: int = 3, extra=
     lines = [(title, title_pt), (subtitle, 9.0), (note_text, NOTE_PT)]
     header = 0.14 + sum((text.count("\n") + 1) * pt * 1.3 / 72 for text, pt in lines if text) + 0.06
     fig_h = nrows * (panel_in + 0.3) + 0.3 + header
-    fig = Figure(figsize=(fig_w, fig_h), dpi=100, layout="constrained")
-    fig.get_layout_engine().set(rect=(0, 0, 1, 1 - header / fig_h))  # the panels below the header
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
+
+    fig = Figure(figsize=(fig_w, fig_h), dpi=100,
+                 layout=ConstrainedLayoutEngine(rect=(0, 0, 1, 1 - header / fig_h)))  # the panels below the header
     axes, images = [], []
     grid = fig.subplots(nrows, ncols, squeeze=False)
     for n, ax in enumerate(grid.flat):
