@@ -74,14 +74,19 @@ class CaptureRequest(BaseModel):
 
 
 class StepsRequest(BaseModel):
-    text: str
-    layer: int = 0
-    head: int = 0
-    token: int | None = None
+    """One head step by step: what `attnviz steps` and attnviz.steps compute."""
+
+    text: str = Field(description="The text.")
+    layer: int = Field(0, description="The layer (negative: from the end).")
+    head: int = Field(0, description="The head (negative: from the end).")
+    token: int | str | None = Field(None, description="The query row to follow: its position (3), or its token's "
+                                                      "text (\"cat\"), as the command line's --token takes it.")
 
 
 class AblateRequest(BaseModel):
-    text: str
+    """The text with heads removed, against the clean model: attnviz.ablate."""
+
+    text: str = Field(description="The text.")
     heads: str = Field(description="The heads to remove: LAYER.HEAD separated by commas, e.g. \"0.3,1.5\".")
     mode: str = Field("zero", description="zero, or mean (each head's mean output over the text).")
 

@@ -103,6 +103,46 @@ def test_steps_come_from_the_weights_and_are_drawn(client):
     assert picture.headers["content-type"] == "image/png" and picture.content[:4] == b"\x89PNG"
 
 
+def test_steps_follow_a_token_by_its_text_or_its_position(client, bert):
+    """"token": "cat" follows the row of cat, as `attnviz steps --token cat` does; "token": 2 the row at 2; the
+    answer is attnviz.steps's to_dict either way."""
+    from attnviz.base.records import to_json
+
+    by_text = client.post("/api/steps", json={"text": SENTENCE, "layer": 1, "head": 0, "token": "cat"})
+    assert by_text.status_code == 200, by_text.text
+    expected = json.loads(to_json(attnviz.steps(SENTENCE, model=bert, layer=1, head=0, token="cat").to_dict()))
+    assert by_text.json() == expected and expected["tokens"][expected["token"]] == "cat"
+    by_position = client.post("/api/steps", json={"text": SENTENCE, "layer": 1, "head": 0, "token": expected["token"]})
+    assert by_position.json() == expected
+    missing = client.post("/api/steps", json={"text": SENTENCE, "token": "zebra"})
+    assert missing.status_code == 422 and "zebra" in missing.json()["error"]
+    wrong = client.post("/api/steps", json={"text": SENTENCE, "token": [1, 2]})
+    assert wrong.status_code == 422 and "token" in wrong.json()["error"]
+
+
+def schema_type(prop: dict) -> str:
+    return " or ".join(option.get("type", "?") for option in prop.get("anyOf", [prop]))
+
+
+def test_the_guide_gives_every_request_field_with_its_type_and_default():
+    """serve.md's table of request fields is what the server takes: every field of every request body, its JSON
+    type and default, and nothing else."""
+    from pathlib import Path
+
+    from attnviz.serve.app import AblateRequest, CaptureRequest, StepsRequest
+
+    guide = (Path(__file__).parents[2] / "docs" / "guide" / "serve.md").read_text(encoding="utf-8")
+    documented = set(re.findall(r"^\| `(/api/\w+)` \| `(\w+)` \| ([\w ]+?) \| (\S+) \|", guide, re.M))
+    served = set()
+    for route, model in {"/api/capture": CaptureRequest, "/api/steps": StepsRequest,
+                         "/api/ablate": AblateRequest}.items():
+        schema = model.model_json_schema()
+        for name, prop in schema["properties"].items():
+            default = "required" if name in schema.get("required", ()) else json.dumps(prop.get("default"))
+            served.add((route, name, schema_type(prop), default))
+    assert documented == served
+
+
 def test_the_server_keeps_the_last_pages_only(bert):
     client, _ = client_for(bert, pages=2)
     views = [client.post("/api/capture", json={"text": f"{SENTENCE} {n}"}).json()["view"] for n in range(3)]
