@@ -52,6 +52,36 @@ class Parts:
     def model(self) -> str:
         return str(self.meta.get("model", "?"))
 
+    @property
+    def source_text(self) -> str:
+        """What the encoder read: the source text (a speech model: the sound's name)."""
+        return str(self.meta.get("source_text", ""))
+
+    @property
+    def target_text(self) -> str:
+        """What the decoder read or wrote: the target text given, or the one it generated."""
+        return str(self.meta.get("target_text", ""))
+
+    @property
+    def transcript(self) -> str | None:
+        """A speech model's transcript: the text it wrote (or was given) for the sound; None for a text model."""
+        return self.target_text if self.sound is not None else None
+
+    def _heard(self) -> Capture | None:
+        return next((c for c in self.captures.values() if c.sound is not None), None)
+
+    @property
+    def sound(self) -> np.ndarray | None:
+        """A speech model's input: the samples at 16 kHz (n,) float32, kept by the parts that hear it; else None."""
+        heard = self._heard()
+        return None if heard is None else heard.sound
+
+    @property
+    def mel(self) -> np.ndarray | None:
+        """A speech model's log-mel spectrogram (bins, 2N) of the N frames with sound; else None."""
+        heard = self._heard()
+        return None if heard is None else heard.mel
+
     def _repr_html_(self) -> str:
         """In a notebook: the interactive viewer with a list of the parts, inline and offline."""
         return registry.view("html")(self)

@@ -124,6 +124,8 @@ def test_format_2_round_trip_and_format_1_still_loads(s2s, tmp_path, cat_capture
         assert np.array_equal(a.attentions, b.attentions) and a.tokens == b.tokens and a.key_tokens == b.key_tokens
         assert b.part == name and b.causal == (name == "decoder")
     assert back.meta["source_text"] == SOURCE and back.meta["target_text"] == TARGET
+    assert (back.source_text, back.target_text) == (SOURCE, TARGET)  # a text model: no sound, no transcript
+    assert back.transcript is None and back.sound is None and back.mel is None
     with pytest.raises(Exception, match="choose one with part"):
         Capture.load(tmp_path / "s2s.npz")
     alone = Capture.load(parts.part("cross").save(tmp_path / "cross.npz"))  # one part: format 2, one part

@@ -174,8 +174,10 @@ def test_the_capture_lines_up_with_the_sound(spoken):
     np.testing.assert_array_equal(cross.sound, heard.samples)
     assert decoder.tokens[:2] == ("<|startoftranscript|>", "<|notimestamps|>")
     assert decoder.tokens == cross.tokens and decoder.n_tokens == len(decoder.token_ids)
-    text = parts.meta["target_text"]
+    text = parts.transcript
     assert "quick brown" in text and "lazy dog" in text
+    np.testing.assert_array_equal(parts.sound, heard.samples)  # what python.md promises
+    assert parts.mel.shape == (80, 2 * N) and parts.mel is cross.mel and parts.source_text == heard.name
     for capture in (encoder, decoder, cross):
         np.testing.assert_allclose(capture.attentions.sum(-1), 1.0, atol=1e-5)
     assert cross.generated[2:].all() and not cross.generated[:2].any()
