@@ -358,11 +358,16 @@ def explain(term: str | None = None) -> Glossary:
     """The definition of `term` (a column, a label or a term: entropy, prev, previous-token, rollout, …), or
     of everything."""
     from attnviz.metrics import glossary, lookup
+    from attnviz.metrics.terms import close_to
 
     if term is None:
         return Glossary(tuple(glossary()))
     found = lookup(term)
     if not found:
-        known = ", ".join(r[0] for r in glossary())
-        raise SelectionError(f"nothing is called {visible(term)!r}; try one of: {known}", "term")
+        near = close_to(term)
+        if near:
+            raise SelectionError(f"nothing is called {visible(term)!r}; did you mean "
+                                 f"{' or '.join(repr(n) for n in near)}?", "term")
+        raise SelectionError(f"nothing is called {visible(term)!r}; the terms it knows: attnviz explain (with no "
+                             f"term) lists all {len(glossary())}", "term")
     return Glossary(tuple(found))

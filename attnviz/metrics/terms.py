@@ -173,6 +173,13 @@ TERMS: dict[str, str] = {
     "restored": "in attnviz patch: how much of the clean run's answer a patch brings back, (LD patched − LD "
                 "corrupted) / (LD clean − LD corrupted), LD the logit difference of the two answers at the last "
                 "position: 0 is the corrupted run, 1 the clean one (below 0 or above 1: further than either).",
+    "logit difference": "LD: a causal model's logit of one answer minus its logit of the other at the last "
+                        "position (attnviz patch --answers ' Paris',' Rome'); what patching measures, in logits "
+                        "(ln of the odds of one answer over the other).",
+    "value zeroing": "a contribution method (Mohebbi et al. 2023; attnviz contributions --method value-zeroing): in "
+                     "a layer, token j's value vector is zeroed in every head and the layer's output for each token "
+                     "i compared with the clean one; 1 − cos of the two, each row divided by its sum, is how much "
+                     "i's output depends on j.",
     "activation patching": "attnviz patch: run a clean and a corrupted prompt, put one piece of one run (a head's "
                            "output, a layer's attention output or residual stream at a position) into the other, "
                            "and measure how much of the answer comes back (Meng et al. 2022, Wang et al. 2022).",
@@ -234,7 +241,9 @@ TERM_ALIASES = {"entropy tokens": "entropy_tokens", "token-weighted": "tok-w", "
                 "ov": "OV circuit", "ov circuit": "OV circuit", "qk circuit": "QK circuit",
                 "q-composition": "composition", "k-composition": "composition", "v-composition": "composition",
                 "align": "alignment", "alignment head": "alignment heads", "dtw": "word timings",
-                "timing": "word timings", "timings": "word timings", "silence": "(silence)", "frames": "frame"}
+                "timing": "word timings", "timings": "word timings", "silence": "(silence)", "frames": "frame",
+                "ld": "logit difference", "LD": "logit difference", "logit diff": "logit difference",
+                "value-zeroing": "value zeroing", "zeroing": "value zeroing", "vz": "value zeroing"}
 
 
 def glossary() -> list[tuple[str, str, str]]:
@@ -257,6 +266,16 @@ def lookup(term: str) -> list[tuple[str, str, str]]:
     low = key.lower()
     return [r for r in rows if low in (r[0].lower(), r[1].lower())] or \
         [r for r in rows if r[1] == "" and len(low) > 2 and low in r[0].lower()]
+
+
+def close_to(term: str, limit: int = 3) -> list[str]:
+    """The names closest in spelling to a term that names nothing (entropi: entropy), for "did you mean"."""
+    import difflib
+
+    names = {r[0].lower(): r[0] for r in glossary()} | {r[1].lower(): r[0] for r in glossary() if r[1]}
+    names |= {alias.lower(): target for alias, target in TERM_ALIASES.items()}
+    found = difflib.get_close_matches(term.strip().lower(), list(names), n=limit * 3, cutoff=0.75)
+    return list(dict.fromkeys(names[f] for f in found))[:limit]
 
 
 def definitions_markdown() -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from helpers import explainable, header_cells, run, TEXTS
+from helpers import explainable, header_cells, one_line_error, run, TEXTS
 
 
 
@@ -61,3 +61,28 @@ def test_the_terms_a_newcomer_looked_for(term):
 
 def test_the_glossary_walk_can_fail():
     assert not explainable("no-such-header", set())
+
+
+@pytest.mark.parametrize("typed, entry", [("LD", "logit difference"), ("ld", "logit difference"),
+                                          ("logit difference", "logit difference"), ("value zeroing", "value zeroing"),
+                                          ("value-zeroing", "value zeroing")])
+def test_the_terms_of_patching_and_contributions_are_found(typed, entry):
+    import json
+
+    found = json.loads(run("explain", typed, "--json").stdout)
+    assert [row["term"] for row in found] == [entry] and len(found[0]["definition"]) > 80
+
+
+@pytest.mark.parametrize("typo, meant", [("entropi", "entropy"), ("prevv", "prev"), ("alingment heads",
+                                                                                    "alignment heads"),
+                                         ("rolout", "rollout"), ("logit diference", "logit difference")])
+def test_a_typo_gets_a_did_you_mean(typo, meant):
+    error = one_line_error(run("explain", typo), 2)
+    assert f"did you mean {meant!r}" in error or f"or {meant!r}" in error
+
+
+def test_a_word_that_is_nothing_like_a_term_says_how_to_see_them_all():
+    from attnviz.metrics import glossary
+
+    error = one_line_error(run("explain", "zzzzqq"), 2)
+    assert "did you mean" not in error and f"lists all {len(glossary())}" in error
