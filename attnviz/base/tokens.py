@@ -7,6 +7,7 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from attnviz.base.text import visible
 from attnviz.errors import InputError
 
 SUBWORD_PREFIX = "##"
@@ -155,6 +156,19 @@ def split_character_labels(raw: Sequence[str], special: Sequence[bool],
             labels[t] = text.strip() or "␣"
         n = run_end
     return labels
+
+
+def vocabulary_label(tok, token_id: int) -> str:
+    """One token of the vocabulary shown alone (the tokens a head raises, a model's prediction): what it decodes
+    to, control characters made visible; a token that holds part of a character shows its bytes as the token
+    labels do, \\xEB for each byte that makes no character alone (decoding gives only U+FFFD)."""
+    decoded = tok.decode([token_id])
+    if "\ufffd" in decoded:
+        raw = tok.convert_ids_to_tokens(token_id)
+        label = split_character_labels([raw], [False], [decoded]).get(0) if isinstance(raw, str) else None
+        if label:
+            return label
+    return visible(decoded)
 
 
 def is_punctuation(token: str) -> bool:

@@ -243,7 +243,8 @@ def corpus_layers_table(records: Sequence[dict], title: str) -> Group:
 def records_table(records: Sequence[dict], columns: Sequence[tuple[str, str, str]], title: str,
                   caption: str | None = None) -> Group:
     """One row per record: columns are (key, header, format) — format "" for text (made visible), else a
-    format spec for numbers ("–" for None or NaN)."""
+    format spec for numbers ("–" for None or NaN). A list or tuple of texts is one to a line, each cut with …
+    rather than broken where the column is too narrow (a broken token would read as two)."""
     table = Table(box=box.SIMPLE_HEAD, caption=Text(caption) if caption else None, caption_justify="left")
     for _, header, fmt in columns:
         table.add_column(header, justify="left" if not fmt else "right", overflow="fold")
@@ -251,7 +252,10 @@ def records_table(records: Sequence[dict], columns: Sequence[tuple[str, str, str
         cells = []
         for key, _, fmt in columns:
             value = record.get(key)
-            if not fmt:
+            if not fmt and isinstance(value, (list, tuple)):
+                cells.append(Text("\n".join(visible(str(v)) for v in value) or "–", no_wrap=True,
+                                  overflow="ellipsis"))
+            elif not fmt:
                 cells.append(Text(visible(str(value if value is not None else "–"))))
             elif value is None or (isinstance(value, float) and not np.isfinite(value)):
                 cells.append(Text("–"))

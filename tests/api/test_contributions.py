@@ -129,6 +129,13 @@ def test_the_table_and_the_picture(folders, tmp_path):
     assert "PASS: the parts add up to the model's own logit" in shown.stdout and "layer.head" in shown.stdout
     assert (tmp_path / "la.png").is_file()
     result = attribute(folder, top=3)
+    lines = shown.stdout.splitlines()
+    header = next(line for line in lines if "raises" in line and "lowers" in line)
+    start, end = header.index("raises"), header.index("lowers")
+    body = lines[lines.index(header) + 2:]
+    column = [line[start:end].strip() for line in body[:next(i for i, line in enumerate(body) if not line.strip())]]
+    # one token to a line, whole, as the model's vocabulary has it (spaces as ␣)
+    assert [c for c in column if c] == [t.replace(" ", "␣") or "∅" for e in result.top for t in e.promotes[:3]]
     figure = result.figure()
     grid, sources, _ = figure.axes  # and ALTI-Logit (its own test)
     parts = [ax for ax in figure.get_axes() if "part by part" in ax.get_title()]  # the fourth slot: the logit's parts

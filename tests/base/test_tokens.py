@@ -9,6 +9,7 @@ import pytest
 from helpers import make_capture, run
 
 from attnviz.data.capture import Capture
+from attnviz.base.text import visible
 from attnviz.base.tokens import readable_token, subword_flags
 
 
@@ -71,3 +72,28 @@ def test_unknown_words_are_labelled_and_warned(load_tiny):
         encoded = encode(loaded, "the 🍕 cat")
     assert list(encoded.tokens) == ["[CLS]", "the", "[UNK:🍕]", "cat", "[SEP]"]
     assert encoded.token_ids[2] == loaded.tokenizer.unk_token_id
+
+
+def test_a_vocabulary_token_that_holds_part_of_a_character_shows_its_bytes():
+    """Shown alone (what a head raises or lowers), a token that decodes to U+FFFD reads as its bytes, \\xEB each,
+    the bytes byte-level BPE writes it as (token_bytes); a whole token reads as it decodes, controls visible."""
+    import re
+
+    from helpers import bpe_tokenizer
+
+    from attnviz.base.tokens import token_bytes, vocabulary_label
+
+    tok = bpe_tokenizer("bytelevel")
+    stray = 0
+    for i in range(len(tok)):
+        decoded = tok.decode([i])
+        label = vocabulary_label(tok, i)
+        assert "\ufffd" not in label
+        if "\ufffd" in decoded and re.fullmatch(r"(\\x[0-9A-F]{2})+", label):
+            assert bytes.fromhex(label.replace("\\x", "")) == token_bytes(tok.convert_ids_to_tokens(i))
+            stray += 1
+        elif "\ufffd" not in decoded:
+            assert label == visible(decoded)
+    assert stray >= 64  # every byte from 0x80 on is a token of its own here
+    newline = tok.convert_tokens_to_ids("Ċ")
+    assert vocabulary_label(tok, newline) == "␊"

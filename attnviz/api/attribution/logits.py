@@ -13,6 +13,7 @@ from attnviz.api.models import borrows, resolve_model
 from attnviz.api.result import Line, Result
 from attnviz.base.arguments import checked
 from attnviz.base.text import check_text, shorten, visible
+from attnviz.base.tokens import vocabulary_label
 from attnviz.errors import InputError, arg, warn
 from attnviz.panels import Page, Panel, Scale, head_grid_panel, short_model
 from attnviz.progress import Reporter
@@ -143,13 +144,13 @@ class LogitAttribution(Result):
 
         after = visible(self.tokens[self.position])
 
-        def shown(token: str) -> str:  # a token's spaces made visible, so a list of them wraps between tokens
+        def shown(token: str) -> str:  # a token's spaces made visible: where one token ends is never in doubt
             return token.replace(" ", "␣") or "∅"
 
-        rows = [{"rank": n + 1, "head": f"{e.layer}.{e.head}", "effect": e.effect,
-                 "promotes": " ".join(shown(t) for t in e.promotes[:3]),
-                 "suppresses": " ".join(shown(t) for t in e.suppresses[:3]),
-                 "from": " ".join(f"{shown(t)}({v:+.2f})" for t, v in e.sources[:2])}
+        rows = [{"rank": n + 1, "head": f"{e.layer}.{e.head}", "effect": e.effect,  # one token to a line
+                 "promotes": tuple(shown(t) for t in e.promotes[:3]),
+                 "suppresses": tuple(shown(t) for t in e.suppresses[:3]),
+                 "from": tuple(f"{shown(t)} ({v:+.2f})" for t, v in e.sources[:2])}
                 for n, e in enumerate(self.top)]
         items: list = [records_table(rows, [("rank", "rank", "d"), ("head", "layer.head", ""),
                                             ("effect", "effect", "+.3f"), ("promotes", "raises", ""),
@@ -282,7 +283,7 @@ def logit_attr(text: str, *, model: Any = None, tokenizer: Any = None, target: s
         raised, lowered = raised_and_lowered(loaded.model, np.stack([parts.head_directions[n, h] for n, h in chosen]))
 
     def names(ids) -> tuple[str, ...]:
-        return tuple(visible(loaded.tokenizer.decode([int(i)])) for i in ids)
+        return tuple(vocabulary_label(loaded.tokenizer, int(i)) for i in ids)
 
     def largest(row: np.ndarray) -> tuple[tuple[str, float], ...]:
         return tuple((visible(encoded.tokens[j]), float(row[j])) for j in np.argsort(-np.abs(row), kind="stable")[:3])
