@@ -34,6 +34,12 @@ class TrimmedConsole(Console):
         text = super()._render_buffer(buffer)
         return text if self.is_terminal else _TRAILING.sub("", text)
 
+    def on_broken_pipe(self) -> None:
+        """The reader closed the pipe (`attnviz … | head -3`): the output ends here, quietly, and the command goes
+        on to its own end and exit code (Rich would exit with 1 and no word of why)."""
+        self.quiet = True
+        _closed_stdout(sys.stderr if self.stderr else sys.stdout)
+
 
 _TRAILING = re.compile(r"[ \t]+(?=\n|$)")
 out = TrimmedConsole()
@@ -194,12 +200,12 @@ def show(item: Any) -> None:
         out.print(item)
 
 
-def _closed_stdout() -> None:
+def _closed_stdout(stream=None) -> None:
     """The reader closed standard output (`attnviz … | head`): what was written stays, nothing more is said,
     and Python's own flush at exit must not complain either."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(devnull, (stream or sys.stdout).fileno())
     except (OSError, ValueError):
         pass
 

@@ -474,3 +474,22 @@ def test_an_error_wraps_between_words_in_a_narrow_terminal_and_stays_one_line_in
     pipe = Console(file=io.StringIO(), width=40, force_terminal=False, color_system=None)
     error_line(message, console=pipe)
     assert pipe.file.getvalue() == "Error: " + message + "\n"
+
+
+@pytest.mark.parametrize("command", [["entropy", "-o", "{out}/e.png"], ["contributions", "--token", "cat", "-o",
+                                                                       "{out}/c.png"]])
+def test_a_reader_that_closes_the_pipe_early_still_gets_the_files(command, tiny_model_dir, tmp_path):
+    """`attnviz … -o a.png | head -3`: the picture is written before anything is printed, and a reader who stops
+    reading ends the output quietly (exit 0, nothing on stderr), as `align -o a.png | head -3` did not."""
+    import subprocess
+    import sys
+
+    args = [a.replace("{out}", str(tmp_path)) for a in command]
+    process = subprocess.Popen([sys.executable, "-m", "attnviz", args[0], SENTENCE, *args[1:], "-m",
+                                tiny_model_dir("bert")], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process.stdout.close()  # the reader is gone before the command prints a line
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 0, stderr
+    assert stderr == ""
+    picture = tmp_path / args[-1].rsplit("/", 1)[1]
+    assert picture.read_bytes()[:4] == b"\x89PNG"
