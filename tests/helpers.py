@@ -404,12 +404,15 @@ def rendered(result, width: int = 80, **style) -> str:
 
     from attnviz.api.result import Line
     from attnviz.base.text import visible
+    from attnviz.cli.output import flag
+    from attnviz.errors import spell
 
     console = Console(width=width, file=io.StringIO(), record=True, color_system=None, force_terminal=False)
-    for item in result.report(width=width, color=False, **style):
+    for item in result.report(width=width, color=False, **{"tty": False, **style}):
         if isinstance(item, Line):
             if not item.stderr:
-                console.print(visible(item.text), soft_wrap=not item.wrap, highlight=False)
+                console.print(visible(spell(item.text, flag), "\n\t" if item.lines else ""), soft_wrap=not item.wrap,
+                              highlight=False)
         else:
             console.print(item)
     return "\n".join(line.rstrip() for line in console.export_text().splitlines()) + "\n"

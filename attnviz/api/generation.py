@@ -90,17 +90,22 @@ class Generation(Result):
         """The capture of prompt + generated tokens as .npz (all three parts of an encoder-decoder model)."""
         return (self.whole or self.capture).save(path)
 
-    def report(self, *, color: bool = False, terminal: bool = False, **style: Any) -> list:
-        """The prompt and what was written (in bold green where the terminal shows colour), how many tokens and
-        why it stopped (a note on stderr); `terminal`: per new token, the earlier tokens it attends to most;
-        where the capture was saved."""
+    def report(self, *, color: bool = False, terminal: bool = False, tty: bool = True, **style: Any) -> list:
+        """The prompt and what was written (in bold green where the terminal shows colour; to a file or a pipe,
+        `tty` False, with the model's own line breaks and tabs), how many tokens and why it stopped (a note on
+        stderr); `terminal`: per new token, the earlier tokens it attends to most; where the capture was saved,
+        or that it was not."""
         from rich.text import Text
 
         from attnviz.panels import PART_TITLES, head_label, short_model
 
         capture, meta = self.capture, self.capture.meta
-        written = Text(visible(meta["prompt"]) + (" → " if self.whole is not None else ""))
-        written.append(visible(meta["generated_text"]), style="bold green" if color else "")
+        arrow = " → " if self.whole is not None else ""
+        if tty:  # a terminal: every control character shown (␊ for a line break), what was written in colour
+            written: Any = Text(visible(meta["prompt"]) + arrow)
+            written.append(visible(meta["generated_text"]), style="bold green" if color else "")
+        else:  # a file or a pipe: the text as the model wrote it, lines and tabs and all (other controls shown)
+            written = Line(meta["prompt"] + arrow + meta["generated_text"], wrap=False, lines=True)
         n_new = self.new_tokens
         items: list = [written, Line(f"{n_new} new token{'s' if n_new != 1 else ''} ({meta['decoding']}); stopped "
                                      f"at {STOPPED[meta['stopped']]}.", style="dim", wrap=False, stderr=True)]
@@ -118,6 +123,10 @@ class Generation(Result):
             items.append(Line(f"{self.saved}  ({capture.n_layers} layers × {capture.n_heads} heads × "
                               f"{capture.n_tokens} tokens, {n_new} generated) · see it: attnviz heatmap --from "
                               f"{self.saved} --rows generated", wrap=False))
+        else:
+            items.append(Line(f"the attention of this run is not kept: {arg('save', 'gen.npz')} keeps it, for "
+                              f"heatmap, heads, export … --from gen.npz (--rows generated: the new tokens' rows)",
+                              style="dim", stderr=True))
         return items
 
     def _repr_html_(self) -> str:

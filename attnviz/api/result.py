@@ -24,19 +24,20 @@ __all__ = ["Line", "Result"]
 class Line:
     """One line of a report in words: a sentence wraps to the terminal's width (`wrap`), a path or a command
     stays on one logical line; `stderr` for a note about the run rather than its result. The text is data:
-    printed as plain text, control characters made visible."""
+    printed as plain text, control characters made visible (but for its own lines and tabs, with `lines`)."""
 
     text: str
     style: str = ""
     wrap: bool = True
     stderr: bool = False
+    lines: bool = False  # the text's own line breaks and tabs kept (a model's writing, to a file or a pipe)
 
     def __rich__(self):
         from rich.text import Text
 
         from attnviz.base.text import visible
 
-        return Text(visible(self.text), style=self.style)
+        return Text(visible(self.text, "\n\t" if self.lines else ""), style=self.style)
 
 
 class Result:

@@ -31,16 +31,19 @@ def _stand_in(char: str) -> str:
     return f"\\u{code:04x}"
 
 
-def visible(text: str) -> str:
+def visible(text: str, keep: str = "") -> str:
     """`text` with everything that could act on a terminal shown as a visible stand-in: C0 controls as
     control pictures (␛, ␊, ␉), DEL as ␡, C1 controls, bidirectional overrides, line separators and lone
-    surrogates as escapes (\\x9b, \\u202e, \\udc80). Other text, CJK and emoji included, is unchanged."""
+    surrogates as escapes (\\x9b, \\u202e, \\udc80). Other text, CJK and emoji included, is unchanged. `keep`:
+    characters left as they are ("\\n\\t": a text's own lines and tabs, written to a file)."""
     if text.isprintable():  # fast path: no control, separator or format character at all
         return text
     out = []
     for char in text:
         category = unicodedata.category(char)
-        if category in ("Cc", "Cs") or category in _LINE_BREAKS or ord(char) in _BIDI:
+        if char in keep:
+            out.append(char)
+        elif category in ("Cc", "Cs") or category in _LINE_BREAKS or ord(char) in _BIDI:
             out.append(_stand_in(char))
         else:
             out.append(char)

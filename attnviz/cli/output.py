@@ -47,17 +47,21 @@ err = TrimmedConsole(stderr=True)
 # --- printing ----------------------------------------------------------------------------------------
 
 
-def say(*parts: Any, console: Console | None = None, style: str = "", wrap: bool = False) -> None:
-    """Print plain text (never markup), control characters made visible: on one logical line (paths), or
-    wrapped to the terminal's width (sentences)."""
-    text = Text(visible(" ".join(str(p) for p in parts)), style=style)
+def say(*parts: Any, console: Console | None = None, style: str = "", wrap: bool = False, keep: str = "") -> None:
+    """Print plain text (never markup), control characters made visible (but those in `keep`): on one logical
+    line (paths), or wrapped to the terminal's width (sentences)."""
+    if "\t" in keep:  # a text's own tabs and lines, to a file: written as they are (Rich would turn tabs to spaces)
+        (console or out).file.write(visible(" ".join(str(p) for p in parts), keep) + "\n")
+        return
+    text = Text(visible(" ".join(str(p) for p in parts), keep), style=style)
     (console or out).print(text, soft_wrap=not wrap, highlight=False)
 
 
 # How the command line spells a library argument that an error names: its flag (the few arguments that are
 # not flags by their own name are listed).
 FLAG_NAMES = {"token_argument": "TOKEN", "text": "TEXT", "sources": "SOURCE", "source": "--from", "term": "TERM",
-              "descending": "--desc", "cell": "--cell", "senders": "--from-heads", "folder": "--out-dir"}
+              "descending": "--desc", "cell": "--cell", "senders": "--from-heads", "folder": "--out-dir",
+              "save": "-o"}
 
 
 def flag(name: str) -> str:
@@ -165,7 +169,8 @@ def emit(result: Any, *, as_json: bool = False, as_csv: bool = False, files: Seq
         if as_json or as_csv:
             from attnviz.api.result import Line
 
-            notes = [item for item in result.report(width=out.width, color=use_color(), **(style or {}))
+            notes = [item for item in result.report(width=out.width, color=use_color(), tty=out.is_terminal,
+                                                    **(style or {}))
                      if isinstance(item, Line) and item.stderr] if report else []
             for note in notes:  # what the run read or did, said on stderr whatever the format
                 show(note)
@@ -174,7 +179,7 @@ def emit(result: Any, *, as_json: bool = False, as_csv: bool = False, files: Seq
             else:
                 sys.stdout.write(to_csv(result.to_rows() or [], result.csv_columns()))
         elif report:
-            for item in result.report(width=out.width, color=use_color(), **(style or {})):
+            for item in result.report(width=out.width, color=use_color(), tty=out.is_terminal, **(style or {})):
                 show(item)
         for f, replaced, path in written:
             say(f.note(path) + (" (replacing the file of that name)" if replaced else ""),
@@ -195,7 +200,8 @@ def show(item: Any) -> None:
     from attnviz.api.result import Line
 
     if isinstance(item, Line):
-        say(item.text, console=err if item.stderr else out, style=item.style, wrap=item.wrap)
+        say(spell(item.text, flag), console=err if item.stderr else out, style=item.style, wrap=item.wrap,
+            keep="\n\t" if item.lines else "")
     else:
         out.print(item)
 

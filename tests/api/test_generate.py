@@ -366,3 +366,30 @@ def test_each_window_has_its_own_default_name_and_a_replacement_is_said(gen_file
                             (Path(__file__).parents[2] / "docs" / "commands.md").read_text(encoding="utf-8"))
     assert documented and all(re.fullmatch(r"attnviz_layer\d+_(mean|max|head\d+)_rows[\d+-]+_cols[\d-]+\.png", n)
                               for n in documented)
+
+
+def test_generated_text_keeps_its_lines_in_a_file_and_shows_them_in_a_terminal(tiny_lm_dir, monkeypatch, tmp_path):
+    """To a file or a pipe, what the model wrote keeps its line breaks and tabs (other controls still shown as
+    ␛); in a terminal every control is shown (␊). Without -o a note says the attention is not kept."""
+    from dataclasses import replace
+
+    from helpers import rendered
+
+    import attnviz
+
+    real = attnviz.generate
+
+    def writes_lines(*args, **kwargs):
+        result = real(*args, **kwargs)
+        meta = {**result.capture.meta, "generated_text": " one\n\ttwo\x1b[31m"}
+        return replace(result, capture=replace(result.capture, meta=meta))
+
+    monkeypatch.setattr(attnviz, "generate", writes_lines)
+    printed = run("generate", PROMPT, "-m", tiny_lm_dir("gpt2"), "-n", "3")
+    assert printed.exit_code == 0, printed.output
+    assert printed.stdout.startswith(f"{PROMPT} one\n\ttwo␛[31m\n")  # CliRunner's stdout is no terminal
+    assert "-o gen.npz keeps it" in printed.stderr and "-o gen.npz" not in printed.stdout
+    result = writes_lines(PROMPT, model=tiny_lm_dir("gpt2"), max_new_tokens=3)
+    assert rendered(result, tty=True).startswith(f"{PROMPT} one␊␉two␛[31m")
+    saved = run("generate", PROMPT, "-m", tiny_lm_dir("gpt2"), "-n", "3", "-o", tmp_path / "g.npz")
+    assert saved.exit_code == 0 and "not kept" not in saved.stderr and (tmp_path / "g.npz").is_file()
