@@ -27,6 +27,7 @@ class OneAtATime:
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnviz-model")
         self._numbers = itertools.count()
         self.served = 0
+        self.busy = False  # a request's work is running on the model's thread
 
     def position(self, ticket: str) -> int | None:
         for n, waiting in enumerate(self._line):
@@ -51,16 +52,34 @@ class OneAtATime:
             ticket = f"{ticket}-{self.new_ticket()}"
         self._line[ticket] = None
         try:
-            async with self._lock:
-                future = asyncio.get_running_loop().run_in_executor(self._worker, work)
-                try:
-                    return await asyncio.shield(future)
-                except asyncio.CancelledError:
-                    await asyncio.wait([future])  # the thread still runs: hold the line until it is done
-                    raise
+            await self._lock.acquire()
+            try:
+                future = asyncio.get_running_loop().run_in_executor(self._worker, self._working, work)
+            except BaseException:
+                self._lock.release()
+                raise
+            # the line moves on when the thread is done, even if this request is cancelled before (its client
+            # went away, or the server stops): the thread cannot be stopped midway, and no one waits for it
+            future.add_done_callback(self._done)
+            try:
+                return await asyncio.shield(future)
+            except asyncio.CancelledError:  # the server stops: the client hears so (503), not a bare 500
+                raise Busy("the server is stopping: this request was dropped") from None
         finally:
             self._line.pop(ticket, None)
             self.served += 1
+
+    def _done(self, future: asyncio.Future) -> None:
+        if not future.cancelled():
+            future.exception()  # retrieved: a cancelled request's failure is no one's to report
+        self._lock.release()
+
+    def _working(self, work: Callable[[], Any]) -> Any:
+        self.busy = True
+        try:
+            return work()
+        finally:
+            self.busy = False
 
     def close(self) -> None:
         self._worker.shutdown(wait=False, cancel_futures=True)

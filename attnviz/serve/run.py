@@ -31,6 +31,9 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+STOP_GRACE_SECONDS = 1  # what a request in progress gets to finish after Ctrl-C before it is dropped
+
+
 def url(sock: socket.socket, host: str) -> str:
     name, port = sock.getsockname()[:2]
     shown = host if host in ("localhost",) else name
@@ -52,8 +55,17 @@ def serve_forever(model, sock: socket.socket, host: str, *, max_chars: int, max_
         warn(f"attnviz serves on {host}, not only on this machine: anyone who can reach it can run the model and "
              f"read what it is sent" + (" (and on every interface the Host check is off)"
                                         if allowed_hosts(host) is None else ""))
-    config = uvicorn.Config(guarded, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=5)
+    config = uvicorn.Config(guarded, log_level="warning", access_log=False, lifespan="off",
+                            timeout_graceful_shutdown=STOP_GRACE_SECONDS)
     line = f"attnviz serves {url(sock, host)}  ({model.name}; Ctrl-C stops it)"
+
+    import logging
+
+    class NoCancelNote(logging.Filter):  # the stop line says it (a request in progress was dropped), once
+        def filter(self, record: logging.LogRecord) -> bool:
+            return not str(record.getMessage()).startswith("Cancel ")
+
+    logging.getLogger("uvicorn.error").addFilter(NoCancelNote())
 
     class Announcing(uvicorn.Server):
         async def startup(self, sockets=None) -> None:
@@ -66,4 +78,23 @@ def serve_forever(model, sock: socket.socket, host: str, *, max_chars: int, max_
         pass
     finally:
         app.state.line.close()
+    if app.state.line.busy:  # a request still runs on the model's thread, which cannot be stopped midway
+        announce("stopped (the request in progress was dropped)")
+        _exit_now()
     announce("stopped")
+
+
+def _exit_now() -> None:
+    """End the process without waiting for the model's thread (Python would join it first): the exit handlers
+    run (temporary folders removed), then the process exits at once. The server writes no file of its own."""
+    import atexit
+    import os
+    import sys
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(0)

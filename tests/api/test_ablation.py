@@ -605,3 +605,20 @@ def test_the_importance_figure_says_what_was_read(tiny_model_dir, tmp_path, monk
     corpus.write_text("The cat sat.\nA dog ran.\n")
     assert run("importance", "--corpus", corpus, "-m", tiny_model_dir("bert"), "-o", tmp_path / "c.png").exit_code == 0
     assert "2 texts of" in drawn[1].title.get_text() and "The cat sat." in drawn[1].title.get_text()
+
+
+def test_importance_states_each_correlation_once(lm, tiny_model_dir):
+    """A causal LM: ρ with |Δloss| (what the gradient estimates) and with the effect (KL), two numbers; an encoder:
+    what the gradient estimates is the effect (‖Δê‖), so one ρ, said once."""
+    import re
+
+    from attnviz.metrics import spearman
+
+    causal = run("importance", TEXT, "-m", lm, env={"COLUMNS": "200"})
+    line = next(x for x in causal.stdout.splitlines() if x.startswith("Spearman"))
+    assert len(re.findall(r"-?\d\.\d{3}", line)) == 2
+    encoder = run("importance", TEXT, "-m", tiny_model_dir("bert"), env={"COLUMNS": "200"})
+    line = next(x for x in encoder.stdout.splitlines() if x.startswith("Spearman"))
+    numbers = re.findall(r"-?\d\.\d{3}", line)
+    result = attnviz.importance(TEXT, model=tiny_model_dir("bert"))
+    assert numbers == [f"{spearman(result.gradient, result.effect):.3f}"] and "‖Δê‖" in line

@@ -355,6 +355,40 @@ def request(port: int, method: str, path: str, body: dict | None = None) -> tupl
     return answer.status, data, time.perf_counter() - started
 
 
+def test_a_cancelled_request_holds_the_line_until_its_thread_is_done():
+    """A request cancelled while its work runs (the server stopping) answers at once with Busy (503), but the
+    next request's work starts only when the thread is free: never two at once on the model."""
+    async def scenario():
+        line = OneAtATime(max_waiting=4)
+        gate, running, started = threading.Event(), [], []
+
+        def work(name):
+            def go():
+                running.append(name)
+                started.append(name)
+                assert len(running) == 1
+                if name == "a":
+                    gate.wait(5)
+                running.remove(name)
+                return name
+            return go
+
+        first = asyncio.create_task(line.run("a", work("a")))
+        await asyncio.sleep(0.05)
+        assert line.busy
+        first.cancel()
+        with pytest.raises(Busy, match="stopping"):
+            await first  # answered at once, though its thread still runs
+        second = asyncio.create_task(line.run("b", work("b")))
+        await asyncio.sleep(0.1)
+        assert started == ["a"]  # b waits for a's thread
+        gate.set()
+        assert await second == "b" and started == ["a", "b"] and not line.busy
+        line.close()
+
+    asyncio.run(scenario())
+
+
 @pytest.mark.slow
 def test_the_server_starts_with_one_line_and_answers(server):
     assert server["first"].startswith("attnviz serves http://127.0.0.1:") and "Ctrl-C" in server["first"]
@@ -417,6 +451,43 @@ def test_ctrl_c_stops_the_server_cleanly(tmp_path):
     out, err = process.communicate(timeout=60)
     assert process.returncode in (0, 130) and "Traceback" not in err, (process.returncode, err)
     assert "stopped" in out + err
+
+
+@pytest.mark.slow
+def test_ctrl_c_drops_a_request_in_progress_instead_of_waiting_for_it():
+    """Ctrl-C while the model works on a long request: the server stops without waiting for it (the model's
+    thread cannot be stopped midway, so the process ends), the client is told in JSON (503), and the stop line
+    says a request was dropped. Whether it waited shows without a clock: a request that ran to its end would be
+    answered with its own result (here a refusal of the page's size), not the 503."""
+    from helpers import require_real
+
+    from attnviz.engine import offline
+
+    require_real(offline.SMOLLM2)
+    process = subprocess.Popen([sys.executable, "-m", "attnviz", "serve", "--port", "0", "-m", "smollm2",
+                                "--max-tokens", "4000", "--max-chars", "20000"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "NO_COLOR": "1"})
+    line = process.stdout.readline()
+    port = int(re.search(r":(\d+) ", line).group(1))
+    answers = []
+
+    def slow():
+        answers.append(request(port, "POST", "/api/capture", {"text": "the cat sat on the mat. " * 100,
+                                                              "ticket": "long"}))
+
+    client = threading.Thread(target=slow)
+    client.start()
+    for _ in range(600):  # until the request runs on the model's thread (position 0)
+        if request(port, "GET", "/api/queue?ticket=long")[1]["position"] == 0:
+            break
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    client.join(30)
+    assert process.returncode == 0 and "Traceback" not in err and "Cancel" not in err, err
+    assert "stopped (the request in progress was dropped)" in out, (out, err, answers)
+    assert answers and answers[0][0] == 503 and "stopping" in answers[0][1]["error"]
 
 
 # --- in Chromium -----------------------------------------------------------------------------------------------

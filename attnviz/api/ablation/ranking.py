@@ -92,7 +92,9 @@ class Importance(ImportanceRun, Result):
                        f"the first-order estimate of {self.estimate_name}.", style="dim"),
                 Line(f"Spearman ρ between the gradient estimate and {self.estimate_name}: "
                      f"{self.spearman_estimated:.3f}; and the effect: {self.spearman_effect:.3f} (over "
-                     f"{len(self.ranked)} heads)")]
+                     f"{len(self.ranked)} heads)" if self.causal else  # an encoder: what it estimates is the effect
+                     f"Spearman ρ between the gradient estimate and the effect it estimates ({self.estimate_name}): "
+                     f"{self.spearman_effect:.3f} (over {len(self.ranked)} heads)")]
 
     def figure(self):
         """Both as layers × heads: each head's effect, and its gradient estimate."""
