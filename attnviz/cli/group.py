@@ -120,6 +120,8 @@ class AttnvizGroup(TyperGroup):
                 matches = difflib.get_close_matches(args[0], list(COMMANDS))
                 if matches:
                     exc.message = f"{exc.message.rstrip('.')}. Did you mean {', '.join(map(repr, matches))}?"
+                else:
+                    exc.words = list(args)  # the words typed: a text without its command, most likely
             raise
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):  # type: ignore[override]
@@ -148,10 +150,15 @@ def _usage_message(exc) -> str:
     if message.startswith("Got unexpected extra argument"):
         return (f"{message.rstrip('.')}: put the text in quotes, e.g. {command} \"The cat sat on the mat\"")
     if message.startswith("No such command") and "Did you mean" not in message:
-        name = message.split("'")[1] if "'" in message else ""
-        if name:
+        words = list(getattr(exc, "words", None) or [message.split("'")[1] if "'" in message else ""])
+        if words[0]:
+            text = []
+            while words and not words[0].startswith("-"):  # the text runs up to the first option
+                text.append(words.pop(0))
+            said = " ".join(text)
+            quoted = f"'{said}'" if '"' in said else f'"{said}"'
             return (f"{message.rstrip('.')}; to look at a text, name a command first: "
-                    f"attnviz heatmap \"{name}\" (attnviz --help lists them)")
+                    f"attnviz heatmap {' '.join([quoted, *words])} (attnviz --help lists them)")
     return f"{message} (see '{command} --help')"
 
 

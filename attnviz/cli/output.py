@@ -233,13 +233,26 @@ class CliReporter(Reporter):
 
     @contextlib.contextmanager
     def progress(self, what: str, total: int, unit: str):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        bar = Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), TextColumn(unit), TimeElapsedColumn(),
-                       console=err, transient=True, disable=not err.is_terminal)
+        bar = progress_bar(what, total, unit, err)
         with bar:
             task = bar.add_task(what, total=total or None)
             yield lambda n: bar.advance(task, n)
 
     def note(self, text: str) -> None:
         say(spell(text, flag), console=err, style="cyan", wrap=True)
+
+
+def progress_bar(what: str, total: int, unit: str, console: Console):
+    """A Rich progress bar whose one line fits the console: the counts, the unit and the elapsed time always
+    shown, the bar narrowed (to 10 cells) and then the label shortened with … to make room."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from attnviz.base.text import cells, fit
+
+    digits = len(str(max(int(total or 0), 1)))
+    tail = (2 * digits + 1) + 1 + cells(unit) + 1 + 7 + 4  # "12/120", the unit, "0:00:07", the gaps between
+    room = console.width - tail
+    bar_width = max(10, min(40, room - cells(what) - 1))
+    label = fit(visible(what), max(room - bar_width - 1, 8))
+    return Progress(TextColumn(label), BarColumn(bar_width=bar_width), MofNCompleteColumn(), TextColumn(unit),
+                    TimeElapsedColumn(), console=console, transient=True, disable=not console.is_terminal)

@@ -493,3 +493,9 @@ def test_a_reader_that_closes_the_pipe_early_still_gets_the_files(command, tiny_
     assert stderr == ""
     picture = tmp_path / args[-1].rsplit("/", 1)[1]
     assert picture.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_text_without_its_command_gets_the_whole_text_back_in_the_suggestion():
+    line = one_line_error(run("The", "cat", "sat", "--layer", "0"), 2)
+    assert 'attnviz heatmap "The cat sat" --layer 0' in line
+    assert "Did you mean 'heatmap'" in one_line_error(run("heatmp", "x"), 2)

@@ -96,3 +96,25 @@ def test_the_detector_finds_a_cut_word_and_a_folded_cell():
     assert cut_words("the defaul\nt value", wide) == ["defaul / t"]
     assert cut_words(" norm_e  max\n nt       0.1", wide) == ["norm_e / nt"]
     assert cut_words("the default\nvalue", wide) == []
+
+
+@pytest.mark.parametrize("width", [60, 80, 120])
+def test_a_progress_line_fits_the_terminal_with_its_timer(width):
+    """detect's label ("Removing the induction heads, then as many random heads") at 80 columns cut the timer
+    off; the line now fits, the counts, unit and elapsed time whole, the label shortened with … if it must."""
+    import io
+
+    from rich.console import Console
+
+    from attnviz.cli.output import progress_bar
+
+    console = Console(width=width, file=io.StringIO(), force_terminal=True, color_system=None, record=True)
+    label = "Removing the induction heads, then as many random heads"
+    bar = progress_bar(label, 120, "runs", console)
+    task = bar.add_task(label, total=120)
+    bar.advance(task, 7)
+    console.print(bar.get_renderable())
+    lines = [line for line in console.export_text().splitlines() if line.strip()]
+    assert len(lines) == 1 and len(lines[0]) <= width
+    assert re.search(r"7/120 runs 0:00:0\d$", lines[0].rstrip())
+    assert lines[0].startswith(label if width >= 120 else label[:10])

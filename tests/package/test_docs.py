@@ -120,3 +120,19 @@ def test_the_cli_reference_names_every_command_and_option():
                     shown = shown.replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
                     assert shown in sections[name], (name, param.opts)
     assert "&lt;s&gt;" in sections["heatmap"] and "<s>" not in sections["heatmap"]  # help text is text
+
+
+def test_the_number_of_offline_models_the_front_pages_give_is_the_number_they_list():
+    """index.md said "five real pretrained models" above a table of six."""
+    import re
+
+    from attnviz.engine import offline
+
+    words = {5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine"}
+    n = len(offline.MODELS)
+    for page in (ROOT / "README.md", ROOT / "docs" / "index.md"):
+        text = page.read_text(encoding="utf-8")
+        said = re.search(r"(\w+) real pretrained models", text).group(1).lower()
+        table = text[text.index("| `--model` |"):].split("\n\n")[0]  # the models' table
+        rows = re.findall(r"^\| `(\w+)`( \(default\))? \|", table, re.M)
+        assert said == words[n] and {r[0] for r in rows} == {m.aliases[0] for m in offline.MODELS}, page.name
