@@ -121,7 +121,7 @@ class AttnvizGroup(TyperGroup):
                 if matches:
                     exc.message = f"{exc.message.rstrip('.')}. Did you mean {', '.join(map(repr, matches))}?"
                 else:
-                    exc.words = list(args)  # the words typed: a text without its command, most likely
+                    exc.words = list(args)  # type: ignore[attr-defined]  # the words typed: a text, most likely
             raise
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):  # type: ignore[override]
