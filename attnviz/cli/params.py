@@ -23,6 +23,10 @@ from attnviz.cli.output import err, flag
 # Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
 # each command's --help light: a command module loads only what its own command needs, when it runs.
 
+# Most of a run is this (torch and transformers starting, benchmarks/bench_startup.py): said while it runs, with the
+# way to pay it once (a capture saved with -o, read with --from: no model at all).
+LOADING = "Loading the model… (a few seconds; --from a saved capture skips this)"
+
 
 # --- option types ------------------------------------------------------------------------------------
 
@@ -228,7 +232,7 @@ class ModelOptions:
 
         converting = conversion_pending(self.model)
         what = (f"Converting {converting} once into attnviz's model cache (later runs load it at once)…"
-                if converting else "Loading the model…")
+                if converting else LOADING)
         with err.status(Text(what)):
             from attnviz.api import load_model
 

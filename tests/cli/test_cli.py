@@ -499,3 +499,25 @@ def test_a_text_without_its_command_gets_the_whole_text_back_in_the_suggestion()
     line = one_line_error(run("The", "cat", "sat", "--layer", "0"), 2)
     assert 'attnviz heatmap "The cat sat" --layer 0' in line
     assert "Did you mean 'heatmap'" in one_line_error(run("heatmp", "x"), 2)
+
+
+def test_loading_says_how_to_skip_it(tiny_model_dir, monkeypatch, tmp_path):
+    """The seconds of a run are the model's loading (benchmarks/bench_startup.py): while it loads, the spinner
+    says that a saved capture (--from) skips it, and --from then loads no model at all."""
+    import contextlib
+
+    from attnviz.cli import params
+
+    said = []
+
+    @contextlib.contextmanager
+    def status(text):
+        said.append(str(text))
+        yield
+
+    monkeypatch.setattr(params.err, "status", status)
+    assert run("capture", SENTENCE, "-m", tiny_model_dir("bert"), "-o", tmp_path / "c.npz").exit_code == 0
+    assert said and "--from a saved capture skips this" in said[0]
+    said.clear()
+    assert run("heatmap", "--from", tmp_path / "c.npz", "-o", tmp_path / "h.png").exit_code == 0
+    assert said == []  # nothing to load
