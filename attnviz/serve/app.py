@@ -29,6 +29,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, Field
 
@@ -140,6 +141,21 @@ def make_app(model: Any, *, limits: Limits | None = None, command: str = "attnvi
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
         return JSONResponse({"error": f"malformed request ({where or 'the body'}): {first.get('msg', '')}"},
                             status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def refused(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        """What the framework refuses itself (no such route, a method a route does not take, a body it cannot
+        parse) in the one shape of every refusal: {"error": "…"}."""
+        asked = f"{request.method} {request.url.path}"[:120]
+        if exc.status_code == 404:
+            message, status = f"no such route: {asked} (GET /openapi.json lists them)", 404
+        elif exc.status_code == 405:
+            message, status = f"this route does not take {request.method}: {asked}", 405
+        elif exc.status_code == 400:
+            message, status = "malformed request: the body is not valid JSON (or is nested too deep)", 422
+        else:
+            message, status = f"refused: {str(exc.detail)[:200]}", exc.status_code
+        return JSONResponse({"error": message}, status_code=status, headers=getattr(exc, "headers", None))
 
     @app.exception_handler(Busy)
     async def busy(request: Request, exc: Busy) -> JSONResponse:

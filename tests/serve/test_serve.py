@@ -189,10 +189,19 @@ def test_words_and_contributions(client, bert):
      "another site"),
     (lambda c: c.post("/api/steps", json={"text": SENTENCE, "layer": 99}), 422, "layer"),
     (lambda c: c.get("/view/nothing"), 404, "no page"),
+    (lambda c: c.post("/api/capture", content=b"[" * 100_000 + b"]" * 100_000,
+                      headers={"content-type": "application/json"}), 422, "nested too deep"),
+    (lambda c: c.post("/api/capture", content=b'{"text": "\xff\xfe cat"}',
+                      headers={"content-type": "application/json"}), 422, "not valid JSON"),
+    (lambda c: c.get("/no/such/route"), 404, "no such route: GET /no/such/route"),
+    (lambda c: c.delete("/api/capture"), 405, "does not take DELETE"),
+    (lambda c: c.get("/api/steps"), 405, "does not take GET"),
 ])
 def test_a_hostile_or_wrong_request_is_refused_cleanly(client, send, status, words):
+    """Every refusal, from any layer (the guard, the framework, attnviz), in the one shape: {"error": "…"}."""
     answer = send(client)
     assert answer.status_code == status, answer.text
+    assert list(answer.json()) == ["error"] and answer.headers["content-type"] == "application/json"
     assert words in answer.json()["error"] and "Traceback" not in answer.text
     still_serving(client)
 
