@@ -24,7 +24,7 @@ MAX_SOUND_BYTES = 64 << 20  # a sound file, at most (30 s of 8 channels at 96 kH
 MIN_RATE, MAX_RATE = 1_000, 384_000  # the file's own sampling rate
 MAX_CHANNELS = 8
 MIN_SECONDS = 0.1  # under five encoder frames there is nothing to look at
-FORMATS = ("WAV", "FLAC")
+FORMATS = ("WAV", "WAVEX", "FLAC")  # WAVEX: WAVE_FORMAT_EXTENSIBLE, what ffmpeg writes for 24-bit or multichannel
 INSTALL = "pip install soundfile"
 
 
@@ -98,7 +98,7 @@ def read_sound(data: bytes, name: str) -> tuple[np.ndarray, int, int]:
     except Exception:  # libsndfile says only that it cannot: one line, whatever the file held
         raise InputError(f"{name} is not a WAV or FLAC file attnviz can read", "audio") from None
     if info.format not in FORMATS:
-        raise InputError(f"{name} is {info.format}; attnviz reads {' and '.join(FORMATS)}", "audio")
+        raise InputError(f"{name} is {info.format}; attnviz reads WAV (WAVE_FORMAT_EXTENSIBLE too) and FLAC", "audio")
     rate, channels, frames = int(info.samplerate), int(info.channels), int(info.frames)
     if not MIN_RATE <= rate <= MAX_RATE:
         raise InputError(f"{name} declares {rate:,} samples a second; attnviz reads {MIN_RATE:,} to {MAX_RATE:,}",

@@ -72,6 +72,21 @@ def test_flac_reads_like_wav(tmp_path):
     assert np.abs(heard.samples - expected).max() < 1e-6
 
 
+@pytest.mark.parametrize("subtype, channels", [("PCM_24", 1), ("PCM_16", 3), ("FLOAT", 2)])
+def test_wave_format_extensible_reads_like_wav(tmp_path, subtype, channels):
+    """WAVE_FORMAT_EXTENSIBLE (what ffmpeg and many recorders write for 24-bit or multichannel sound) is WAV: read
+    as its samples say, on the command line's path and the app's (bytes)."""
+    soundfile = pytest.importorskip("soundfile")
+    tone = 0.3 * np.sin(2 * np.pi * 200 * np.arange(8_000) / 8_000)
+    path = tmp_path / "tone.wav"
+    soundfile.write(path, np.stack([tone] * channels, axis=1), 8_000, format="WAVEX", subtype=subtype)
+    assert soundfile.info(path).format == "WAVEX"
+    heard, from_bytes = attnviz.sound(path), attnviz.sound(path.read_bytes())
+    expected = resample(np.asarray(soundfile.read(path, always_2d=True)[0], np.float64).mean(axis=1), 8_000, RATE)
+    assert heard.channels == channels and len(heard.samples) == 16_000
+    assert np.abs(heard.samples - expected).max() < 1e-6 and np.array_equal(heard.samples, from_bytes.samples)
+
+
 @pytest.mark.parametrize("make, words", [
     (lambda: b"", "empty"),
     (lambda: b"RIFF\x00\x00\x00\x00WAVEjunkjunkjunk", "not a WAV or FLAC"),
