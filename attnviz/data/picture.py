@@ -87,6 +87,8 @@ def read_image(data: bytes, name: str = "the image") -> np.ndarray:
                 image.seek(0)  # an animation: its first frame
             image.load()
             upright = ImageOps.exif_transpose(image)
+            if upright.mode in ("P", "PA") and "transparency" in upright.info:
+                upright = upright.convert("RGBA")  # as an RGBA file is read (Pillow warns on a direct convert)
             rgb = upright.convert("RGB")
     except InputError:
         raise

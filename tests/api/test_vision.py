@@ -11,7 +11,7 @@ import zlib
 
 import numpy as np
 import pytest
-from helpers import one_line_error, photo, require_real, run
+from helpers import one_line_error, photo, require_real, run, run_bounded
 
 import attnviz
 from attnviz.engine import offline
@@ -166,6 +166,29 @@ def test_a_hostile_picture_is_one_line(name, data, says, vision_dir, tmp_path):
     path.write_bytes(data)
     assert says in one_line_error(run("heatmap", "--image", path, "-m", vision_dir("vit")))
     assert not list(tmp_path.glob("*.png.*")) and not (tmp_path / "attnviz_image_layer01_mean.png").exists()
+
+
+def test_a_palette_picture_with_transparency_reads_quietly(vision_dir, tmp_path, recwarn):
+    """A palette PNG with a transparent colour (what many web images are) is read as its RGBA self is, with no
+    library warning on stderr."""
+    import io
+
+    from PIL import Image
+
+    from attnviz.data.picture import read_image
+
+    rgb = np.random.default_rng(3).integers(0, 255, (20, 30, 3), dtype=np.uint8)
+    palette = Image.fromarray(rgb).convert("P", palette=Image.Palette.ADAPTIVE, colors=16)
+    buffer = io.BytesIO()
+    palette.save(buffer, format="PNG", transparency=bytes([0, 128] + [255] * 14))  # alpha per palette entry
+    data = buffer.getvalue()
+    pixels = read_image(data, "p.png")
+    expected = np.asarray(Image.open(io.BytesIO(data)).convert("RGBA"))[..., :3]
+    assert np.array_equal(pixels, expected) and not [w for w in recwarn if "Palette" in str(w.message)]
+    path = tmp_path / "p.png"
+    path.write_bytes(data)
+    printed = run_bounded("capture", "--image", path, "-m", vision_dir("vit"), "-o", tmp_path / "c.npz")
+    assert printed.returncode == 0 and "Warning" not in printed.stderr and "Palette" not in printed.stderr
 
 
 def test_a_folder_or_a_missing_file_is_one_line(vision_dir, tmp_path):
