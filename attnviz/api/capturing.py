@@ -27,6 +27,9 @@ __all__ = ["Sound", "sound", "capture", "capture_audio", "capture_image", "Keep"
            "picture", "Picture", "to_words", "attention_of", "one_attention", "default_model"]
 
 
+MAX_POOL = 4096  # a pooled picture's side, at most (the command line's --pool takes the same)
+
+
 @dataclass(frozen=True)
 class Keep:
     """What a streamed capture keeps beside its statistics (a long input's α is never held whole).
@@ -43,6 +46,11 @@ class Keep:
     layers: Selection | None = None
     rollout_token: str | None = None
     pictures: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.pool, bool) or not isinstance(self.pool, int) or not 1 <= self.pool <= MAX_POOL:
+            raise UsageError(f"{arg('pool')} takes a whole number from 1 to {MAX_POOL:,} cells a side; got "
+                             f"{self.pool!r:.40}", "pool")
 
     def window(self) -> tuple | None:
         if self.rows is None and self.cols is None:
@@ -70,6 +78,10 @@ def capture(text: str | Picture | Sound, *, model: Any = None, tokenizer: Any = 
     norms          the value-weighted norms ‖α_ij·f_h(x_j)‖ (each query's shares of them) instead of α
     reporter       hears of long work (the command line shows it)
     """
+    if max_new_tokens is not None:
+        from attnviz.engine.generation import Decoding
+
+        Decoding(max_new_tokens=max_new_tokens)  # a count no decoding takes is refused before any model loads
     if norms:
         from attnviz.api.values import norms as value_norms
 

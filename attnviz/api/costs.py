@@ -88,12 +88,12 @@ def cost(*, model: Any = None, tokenizer: Any = None, lengths: Sequence[int] | N
         raise UsageError(f"{arg('repeats')} takes 1 to 20 runs; got {repeats}", "repeats")
     if not 2 <= max_length <= 1_000_000:
         raise UsageError(f"{arg('max_length')} takes 2 to 1,000,000 tokens; got {max_length}", "max_length")
+    chosen = sorted(set(int(n) for n in lengths)) if lengths is not None else None
+    if chosen is not None and (not chosen or chosen[0] < 2):
+        raise UsageError(f"{arg('lengths')}: a length is at least 2 tokens", "lengths")
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype)
     if loaded.seq2seq:
         raise InputError(f"cost measures one self-attention; {loaded.name} is an encoder-decoder model")
-    chosen = sorted(set(int(n) for n in lengths)) if lengths is not None else None
-    if chosen is not None and (not chosen or chosen[0] < 2):
-        raise UsageError("a length is at least 2 tokens", "lengths")
     limit = loaded.max_positions or max_length
     if chosen is None:
         top = min(max_length, limit)

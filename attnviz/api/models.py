@@ -7,6 +7,7 @@ Importing this module imports neither torch nor transformers; they load with the
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 import os
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -37,12 +38,23 @@ def load_model(name: str | os.PathLike | None = None, *, device: str = "auto", d
                 trust_remote_code=trust_remote_code, memory_budget=memory_budget, lm_head=lm_head)
 
 
+@dataclass(frozen=True)
+class Deferred:
+    """A model to load when an API function first needs it, once the function has checked its own arguments:
+    what the command line hands the API, so that a malformed argument is refused before seconds of loading.
+    `load(lm_head)` loads it (with the head the function asks for)."""
+
+    load: Callable[[bool | str], Any]
+
+
 @checked
 def resolve_model(model: Any = None, tokenizer: Any = None, *, device: str = "auto", dtype: str = "float32",
                   lm_head: bool | str = False) -> Model:
     """`model=` as every API function takes it, as a Model in eval mode: loaded by name (None: the default), or
     a model object the user holds, wrapped. A function that takes `model=` is @borrows: the mode of a model
     handed in is put back when it returns."""
+    if isinstance(model, Deferred):
+        model = model.load(lm_head)
     if isinstance(model, Model):
         loaded = model
     elif model is None or isinstance(model, (str, os.PathLike)):

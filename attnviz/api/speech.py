@@ -19,7 +19,7 @@ from attnviz.errors import InputError, UsageError, arg
 from attnviz.metrics.timing import alignment_matrix, dtw, MEDIAN_WIDTH, on_path, word_times
 from attnviz.panels import short_model
 from attnviz.progress import Reporter
-from attnviz.base.selection import head_pairs
+from attnviz.base.selection import head_pairs, pair_form
 
 __all__ = ["align", "ALIGNMENT_TOLERANCE", "WordTimings", "alignment_heads", "AlignmentHeads", "LISTED_SHARE"]
 
@@ -148,6 +148,8 @@ def align(audio: Any, *, model: Any = "whisper", tokenizer: Any = None, target: 
         raise UsageError(f"{arg('band')} takes 0 to 50 frames", "band")
     if not 0 <= top <= 10_000:
         raise UsageError(f"{arg('top')} takes 0 to 10,000 heads", "top")
+    if heads is not None:
+        pair_form(heads)  # "x.y" or "" refused before the model loads and the sound is read
     if isinstance(audio, Parts):
         if target is not None:
             raise UsageError(f"{arg('target')} chooses what the model reads; a capture has read it already",
@@ -167,7 +169,7 @@ def align(audio: Any, *, model: Any = "whisper", tokenizer: Any = None, target: 
     if first < 0 or cross.n_tokens - first < 2:
         raise InputError("the transcript is empty: there are no words to time")
     L, H = cross.n_layers, cross.n_heads
-    chosen = tuple(head_pairs(heads, L, H)) if heads else (_listed(parts) or tuple(
+    chosen = tuple(head_pairs(heads, L, H)) if heads is not None else (_listed(parts) or tuple(
         (n, h) for n in range(L // 2, L) for h in range(H)))
     weights = cross.attentions[:, :, first:, :N]  # (L, H, rows, N)
     matrix = alignment_matrix(np.stack([weights[n, h] for n, h in chosen]), MEDIAN_WIDTH)

@@ -192,12 +192,13 @@ def entropy(source: Any, *, layer: Any = "all", normalised: bool = False, rows: 
     `rows` when given; `normalised`: each row over ln of the keys it may attend to."""
     from attnviz import metrics
 
+    rows_sel = None if rows is None else selection(rows, "row", keywords=("generated", "prompt"), field="rows")
+    layer_sel = selection(layer, "layer", field="layer")  # both read before the model runs
     keep = capture_options.pop("keep", None) or Keep()
     capture_options["keep"] = replace(keep, pictures=False)
     capture = one_attention(source, part=part, **capture_options)  # the figure shows the statistics, not α
-    rows_sel = None if rows is None else selection(rows, "row", keywords=("generated", "prompt"), field="rows")
     queries = query_rows(capture, rows_sel)
-    layers = selection(layer, "layer", field="layer").indices(capture.n_layers)
+    layers = layer_sel.indices(capture.n_layers)
     values = metrics.value_grid(capture, "norm_entropy" if normalised else "entropy", queries)[layers]
     uniform = 1.0 if normalised else metrics.uniform_entropy(capture.input_keys)
     title = (f"{named(capture)}: mean attention entropy{' (normalised)' if normalised else ''}, "

@@ -3,8 +3,8 @@
     @checked
     def sinks(text: str, *, threshold: float = 0.3, reporter: Reporter | None = None) -> Sinks: ...
 
-    sinks("…", threshold="x")   ->  InputError: threshold takes a number; got str 'x'
-    sinks("…", threshold=nan)   ->  InputError: threshold takes a finite number; got float nan
+    sinks("…", threshold="x")   ->  UsageError: threshold takes a number; got str 'x'
+    sinks("…", threshold=nan)   ->  UsageError: threshold takes a finite number; got float nan
 
 What is checked: bool, int (not a bool), float (a finite real number; an int is one), str, bytes, None,
 unions of these (`X | None`), Literal values, classes (isinstance), os.PathLike, and sequences of one of
@@ -25,13 +25,14 @@ import typing
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from attnviz.errors import InputError, arg
+from attnviz.errors import UsageError, arg
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def checked(function: F) -> F:
-    """Check each argument given to `function` against its annotation; InputError naming it otherwise."""
+    """Check each argument given to `function` against its annotation; a UsageError naming it otherwise (a
+    malformed argument: exit 2 on the command line)."""
     signature = inspect.signature(function)
     hints: dict[str, Any] | None = None
 
@@ -50,7 +51,7 @@ def checked(function: F) -> F:
                     and isinstance(value, (list, tuple)):
                 problem = "one string, not a list; for many texts, attnviz.corpus"
             if problem is not None:
-                raise InputError(f"{arg(name)} takes {problem}; got {_shown(value)}", name)
+                raise UsageError(f"{arg(name)} takes {problem}; got {_shown(value)}", name)
         return function(*args, **kwargs)
 
     return wrapper  # type: ignore[return-value]

@@ -153,6 +153,16 @@ def _norm(text: str) -> str:
 _NTH = re.compile(r"^(.+)#([0-9]{1,9})$", re.DOTALL)
 
 
+def check_token(spec: str | int | None, field: str = "token") -> None:
+    """A token as a user names one (an index, a token's text, text#n), checked before any model runs: None, a
+    whole number or a text that is not blank."""
+    if spec is None or (isinstance(spec, int) and not isinstance(spec, bool)):
+        return
+    if not isinstance(spec, str) or not spec.strip():
+        raise SelectionError(f"{arg(field)} names a token by its position (3, -1) or its text (cat, the#2); got "
+                             f"{visible(repr(spec))[:40]}", field)
+
+
 def find_token(tokens: list[str] | tuple[str, ...], spec: str, field: str = "token") -> int:
     """The position of one token, chosen by index (negative counts from the end), by its text
     (case-insensitive, as uncased tokenizers lowercase; "##" may be left out), or as text#n for the n-th
@@ -246,10 +256,11 @@ def resolve_pairs(pairs: Sequence[tuple[int, int | str]], layers: int, heads: in
     return chosen
 
 
-def head_pairs(heads: Any, L: int, H: int) -> list[tuple[int, int]]:
-    """`heads` as (layer, head) pairs within the model: "5.11,3.0", or pairs (layer, head or "all")."""
+def pair_form(heads: Any, field: str = "heads") -> tuple:
+    """`heads` as written ("5.11,3.0", or pairs (layer, head or "all")), their form checked before any model is
+    at hand (whether they are within the model: resolve_pairs)."""
     if isinstance(heads, str):
-        return resolve_pairs(parse_pairs(heads), L, H)
+        return parse_pairs(heads, field)
 
     def whole(value) -> bool:
         return isinstance(value, numbers.Integral) and not isinstance(value, bool)
@@ -257,9 +268,14 @@ def head_pairs(heads: Any, L: int, H: int) -> list[tuple[int, int]]:
     if not isinstance(heads, (list, tuple)) or not heads or not all(
             isinstance(pair, (list, tuple)) and len(pair) == 2 and whole(pair[0])
             and (whole(pair[1]) or pair[1] == "all") for pair in heads):
-        raise UsageError(f"{arg('heads')} takes heads as \"5.11,3.0\" or (layer, head) pairs such as [(5, 11), "
-                         f"(3, \"all\")]; got {str(heads)[:60]}", "heads")
-    return resolve_pairs(tuple((int(layer), head if head == "all" else int(head)) for layer, head in heads), L, H)
+        raise UsageError(f"{arg(field)} takes heads as \"5.11,3.0\" or (layer, head) pairs such as [(5, 11), "
+                         f"(3, \"all\")]; got {str(heads)[:60]}", field)
+    return tuple((int(layer), head if head == "all" else int(head)) for layer, head in heads)
+
+
+def head_pairs(heads: Any, L: int, H: int) -> list[tuple[int, int]]:
+    """`heads` as (layer, head) pairs within the model: "5.11,3.0", or pairs (layer, head or "all")."""
+    return resolve_pairs(pair_form(heads), L, H)
 
 
 def selection(value: Any, what: str = "layer", *, keywords: tuple[str, ...] = (),

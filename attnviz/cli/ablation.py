@@ -83,7 +83,7 @@ def ablate(heads: HeadsOpt = None, layer: LayersOpt = None, mode: ModeOpt = "zer
     check_output(output, FORMATS)
     given = inp.resolve()
     texts = _mean_texts(mode, mean_over)
-    result = attnviz.ablate(given, heads=heads, layer=layer, model=model.load_for(given, lm_head="auto"), mode=mode,
+    result = attnviz.ablate(given, heads=heads, layer=layer, model=model.later_for(given), mode=mode,
                             mean_over=texts, at=at, truncate=model.truncate, reporter=inp.options()["reporter"])
     emit(result, as_json=as_json, style={"terminal": terminal}, files=[figure_file(output, result)])
 
@@ -119,7 +119,7 @@ def importance(corpus: Annotated[Optional[Path], typer.Option(
         texts = read_texts(corpus, MAX_IMPORTANCE_TEXTS, "--corpus")
     else:
         texts = [inp.resolve()]
-    result = attnviz.importance(texts, model=model.load(lm_head="auto"), mode=mode, top=top,
+    result = attnviz.importance(texts, model=model.later(), mode=mode, top=top,
                                 source=None if corpus is None else str(corpus), truncate=model.truncate,
                                 batched=not loop, reporter=inp.options()["reporter"])
     emit(result, as_json=as_json, as_csv=as_csv, files=[figure_file(output, result)])
@@ -150,8 +150,8 @@ def detect(length: Annotated[int, typer.Option(parser=whole_number(2, 2048), met
     check_output(output, FORMATS)
     if inp.audio is not None:
         heard = inp.resolve()
-        result = attnviz.detect(heard, model=model.load_for(heard), reporter=inp.options()["reporter"])
+        result = attnviz.detect(heard, model=model.later_for(heard), reporter=inp.options()["reporter"])
     else:
-        result = attnviz.detect(model=model.load(lm_head="auto"), length=length, sequences=sequences, seed=seed,
+        result = attnviz.detect(model=model.later(), length=length, sequences=sequences, seed=seed,
                                 draws=draws, mode=mode, reporter=inp.options()["reporter"])
     emit(result, as_json=as_json, files=[figure_file(output, result)])

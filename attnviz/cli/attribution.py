@@ -45,7 +45,7 @@ def logit_attr(target: Annotated[Optional[str], typer.Option(
 
     check_output(output, FORMATS)
     given = inp.resolve()
-    result = attnviz.logit_attr(given, model=model.load_for(given, lm_head=True), target=target, position=position,
+    result = attnviz.logit_attr(given, model=model.later_for(given), target=target, position=position,
                                 top=top, truncate=model.truncate, reporter=inp.options()["reporter"])
     emit(result, as_json=as_json, as_csv=as_csv, files=[figure_file(output, result)])
 
@@ -100,7 +100,7 @@ def contributions(method: Annotated[str, typer.Option(
     if not 0 < threshold <= 1:
         raise typer.BadParameter("must be above 0 and at most 1", param_hint="--threshold")
     given = inp.resolve()
-    result = attnviz.contributions(given, model=model.load_for(given), method=method, layer=layer, token=token,
+    result = attnviz.contributions(given, model=model.later_for(given), method=method, layer=layer, token=token,
                                    threshold=threshold, stream=True if stream else None, truncate=model.truncate,
                                    reporter=inp.options()["reporter"])
     emit(result, as_json=as_json, as_csv=as_csv,

@@ -34,5 +34,5 @@ def capture(output: Annotated[str, typer.Option(
     if norms:  # the norms of the full α: nothing to stream or keep
         options.pop("keep", None)
         options.pop("stream", None)
-    result = attnviz.capture(given, model=model.load_for(given), norms=norms, **options, truncate=model.truncate)
+    result = attnviz.capture(given, model=model.later_for(given), norms=norms, **options, truncate=model.truncate)
     emit(result, as_json=as_json, report=False, files=[File(output, "capture.npz", result.save, note=result.saved)])

@@ -22,10 +22,11 @@ def _lengths(value: str | None) -> list[int] | None:
 
     items = [v.strip() for v in str(value).split(",")]
     if not items or any(not re.fullmatch(r"[0-9]{1,7}", v) for v in items):
-        raise typer.BadParameter(f"{value[:40]!r} is not a list of lengths; write e.g. 128,256,512")
+        raise typer.BadParameter(f"{value[:40]!r} is not a list of lengths; write e.g. 128,256,512",
+                                 param_hint="--lengths")
     lengths = sorted({int(v) for v in items})
     if lengths[0] < 2:
-        raise typer.BadParameter("a length is at least 2 tokens")
+        raise typer.BadParameter("a length is at least 2 tokens", param_hint="--lengths")
     return lengths
 
 
@@ -50,6 +51,6 @@ def cost(lengths: Annotated[Optional[str], typer.Option(
 
     check_output(output, FORMATS)
     chosen = _lengths(lengths)
-    result = attnviz.cost(model=model.load(), lengths=chosen, max_length=max_length, repeats=repeats,
+    result = attnviz.cost(model=model.later(), lengths=chosen, max_length=max_length, repeats=repeats,
                           reporter=CliReporter())
     emit(result, as_json=as_json, files=[figure_file(output, result)])

@@ -49,7 +49,7 @@ def export_command(out_dir: Annotated[Path, typer.Option(
 
     check_target(export_folder(out_dir), force)  # before any model work
     given = inp.resolve()
-    result = attnviz.export(given, out_dir, model=model.load_for(given), layers=layer, heads=head, part=part,
+    result = attnviz.export(given, out_dir, model=model.later_for(given), layers=layer, heads=head, part=part,
                             fmt=fmt, dpi=dpi, cmap=cmap, workers=workers, force=force, scale=look.choice(),
                             **inp.options(), truncate=model.truncate)
     emit(result, as_json=as_json)

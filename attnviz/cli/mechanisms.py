@@ -36,7 +36,7 @@ def circuits(tokens: Annotated[int, typer.Option(
     from attnviz.render.png import FORMATS
 
     check_output(output, FORMATS)
-    result = attnviz.circuits(model=model.load(lm_head="auto"), tokens=tokens, top=3, listed=top,
+    result = attnviz.circuits(model=model.later(), tokens=tokens, top=3, listed=top,
                               reporter=_reporter())
     emit(result, as_json=as_json, as_csv=as_csv, files=[figure_file(output, result)])
 
@@ -83,7 +83,7 @@ def retrieval(lengths: Annotated[str, typer.Option(
     check_output(output, FORMATS)
     chosen_lengths = _numbers(lengths, int, "--lengths")
     chosen_depths = _numbers(depths, float, "--depths")
-    result = attnviz.retrieval(model=model.load(lm_head="auto"), lengths=chosen_lengths, depths=chosen_depths,
+    result = attnviz.retrieval(model=model.later(), lengths=chosen_lengths, depths=chosen_depths,
                                remove=remove, draws=draws, seed=seed, top=top, reporter=_reporter())
     emit(result, as_json=as_json, as_csv=as_csv, files=[figure_file(output, result)])
 
@@ -123,7 +123,7 @@ def massive(ratio: Annotated[float, typer.Option(
                                  param_hint="--reference")
     texts = None if reference is None else read_texts(reference, MAX_REFERENCE_TEXTS, "--reference")
     given = inp.resolve()
-    result = attnviz.massive(given, model=model.load_for(given, lm_head="auto"), ratio=ratio, minimum=minimum,
+    result = attnviz.massive(given, model=model.later_for(given), ratio=ratio, minimum=minimum,
                              epsilon=epsilon, intervene=intervene, reference=texts, truncate=model.truncate,
                              reporter=inp.options()["reporter"])
     emit(result, as_json=as_json, as_csv=as_csv, files=[figure_file(output, result)])

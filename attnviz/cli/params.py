@@ -217,6 +217,23 @@ class ModelOptions:
             return replace(self, model=default_model(given)).load(lm_head=lm_head)
         return self.load(lm_head=lm_head)
 
+    def later_for(self, given: Any):
+        """What a command hands an API function as `model=`: the model of load_for, loaded only when the function
+        asks for it (after checking its own arguments), with the head the function needs; None for a saved
+        capture."""
+        from attnviz.api import Capture, Parts
+        from attnviz.api.models import Deferred
+
+        if isinstance(given, (Capture, Parts)):
+            return None
+        return Deferred(lambda lm_head: self.load_for(given, lm_head=lm_head))
+
+    def later(self):
+        """The -m model (or the default), loaded when the API function asks for it: see later_for."""
+        from attnviz.api.models import Deferred
+
+        return Deferred(lambda lm_head: self.load(lm_head=lm_head))
+
     def load(self, *, lm_head: bool | str = False):
         """The model, loaded once (with a spinner on stderr); `lm_head`: with its language-model head. A layer
         or head selection out of range is refused before the weights load."""

@@ -95,7 +95,7 @@ def patch(corrupt: Annotated[Optional[str], typer.Argument(
         raise typer.BadParameter("the page shows activation patching; path patching (--from-heads) prints its "
                                  "scores", param_hint="--html")
     clean = inp.resolve()
-    result = attnviz.patch(clean, corrupt, model=model.load_for(clean, lm_head="auto"), answers=pair,
+    result = attnviz.patch(clean, corrupt, model=model.later_for(clean), answers=pair,
                            direction="noise" if noise else "denoise", positions=positions, align=align, top=top,
                            senders=senders, receivers=receivers or (), to=to, truncate=model.truncate,
                            reporter=inp.options()["reporter"])

@@ -46,7 +46,11 @@ def align(heads: Annotated[Optional[str], typer.Option(
     if (inp.audio is None) == (inp.source is None):
         raise typer.BadParameter("give the sound to look at (--audio FILE) or a capture of one (--from "
                                  "CAPTURE.npz), one of them")
+    if heads is not None:
+        from attnviz.base.selection import pair_form
+
+        pair_form(heads)  # before the sound is read and the model loads
     given = inp.resolve()
-    result = attnviz.align(given, model=model.load_for(given), target=target, heads=heads, band=band, top=top,
+    result = attnviz.align(given, model=model.later_for(given), target=target, heads=heads, band=band, top=top,
                            reporter=inp.options()["reporter"])
     emit(result, as_json=as_json, as_csv=as_csv, files=[figure_file(output, result)])

@@ -41,7 +41,7 @@ def heads(layer: LayerSel = Selection.everything("layer", "layer"),
     import attnviz
 
     given = inp.resolve()
-    result = attnviz.heads(given, model=model.load_for(given), layer=layer, head=head, label=label, sort=sort,
+    result = attnviz.heads(given, model=model.later_for(given), layer=layer, head=head, label=label, sort=sort,
                            descending=desc, top=top, rows=rows, part=part, **inp.options(), truncate=model.truncate)
     emit(result, as_json=as_json, as_csv=as_csv)
 
@@ -61,7 +61,7 @@ def entropy(output: ImageOut = None,
 
     check_output(output, FORMATS)
     given = inp.resolve()
-    result = attnviz.entropy(given, model=model.load_for(given), layer=layer, normalised=normalised, rows=rows,
+    result = attnviz.entropy(given, model=model.later_for(given), layer=layer, normalised=normalised, rows=rows,
                              part=part, **inp.options(), truncate=model.truncate)
     emit(result, as_json=as_json, as_csv=as_csv, style={"cmap": cmap}, files=[figure_file(output, result, cmap=cmap)])
 
@@ -80,7 +80,7 @@ def rollout(token: Annotated[Optional[str], typer.Option(
 
     check_output(output, FORMATS)
     given = inp.resolve()
-    result = attnviz.rollout(given, model=model.load_for(given), token=token, part=part, **inp.options(),
+    result = attnviz.rollout(given, model=model.later_for(given), token=token, part=part, **inp.options(),
                              truncate=model.truncate)
     emit(result, as_json=as_json, as_csv=as_csv, files=[figure_file(output, result, cmap=cmap)])
 

@@ -34,7 +34,7 @@ def norms(layer: LayerSel = Selection.parse("-1", "layer", field="layer"),
 
     check_output(output, FORMATS)
     given = inp.resolve()
-    result = attnviz.norms(given, model=model.load_for(given), layer=layer, head=head, truncate=model.truncate,
+    result = attnviz.norms(given, model=model.later_for(given), layer=layer, head=head, truncate=model.truncate,
                            reporter=inp.options()["reporter"])
     emit(result, as_json=as_json, as_csv=as_csv, files=[figure_file(output, result, cmap=cmap)])
 

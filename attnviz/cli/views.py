@@ -60,7 +60,7 @@ def heatmap(output: Annotated[Optional[str], typer.Option(
         raise typer.BadParameter("give --cell once (--patch is its old name)", param_hint="--cell")
     chosen = _cell(cell if cell is not None else old_cell)
     given = inp.resolve()
-    result = attnviz.heatmap(given, model=model.load_for(given), layer=layer, head=head, rows=rows, cols=cols,
+    result = attnviz.heatmap(given, model=model.later_for(given), layer=layer, head=head, rows=rows, cols=cols,
                              cell=chosen, hide_special=hide_special, values=values, part=part, **look.options(),
                              **inp.options(), truncate=model.truncate)
     emit(result, as_json=as_json, report=terminal, style={"cmap": cmap, "start": start},
@@ -89,7 +89,7 @@ def token(token: Annotated[Optional[str], typer.Argument(
     if token is None:
         raise typer.BadParameter("give the TOKEN to look at: attnviz token \"TEXT\" TOKEN, or --from FILE TOKEN")
     given = inp.resolve()
-    result = attnviz.token(given, token, model=model.load_for(given), layer=layer, part=part, **look.options(),
+    result = attnviz.token(given, token, model=model.later_for(given), layer=layer, part=part, **look.options(),
                            **inp.options(), truncate=model.truncate)
     emit(result, as_json=as_json, as_csv=as_csv, style={"cmap": cmap}, files=[figure_file(output, result, cmap=cmap)])
 
@@ -166,7 +166,7 @@ def view(output: Annotated[Optional[str], typer.Option(
         raise typer.BadParameter(f"{precision!r}: choose one of auto, 16, 8", param_hint="--precision")
     check_output(output, (".html", ".htm"))
     given = inp.resolve()
-    result = attnviz.view(given, model=model.load_for(given), layers=layer, precision=precision, origin=None,
+    result = attnviz.view(given, model=model.later_for(given), layers=layer, precision=precision, origin=None,
                           **inp.options(), truncate=model.truncate)
     page = page_file(output, result, wanted=True)
     emit(result, as_json=as_json, files=[page])

@@ -122,7 +122,7 @@ def test_from_outputs_refuses_what_is_not_a_forward_pass_in_one_error(bert):
     for args, error, words in cases:
         with pytest.raises(error, match=words):
             attnviz.from_outputs(*args)
-    with pytest.raises(InputError, match="one string, not a list; for many texts, attnviz.corpus"):
+    with pytest.raises(UsageError, match="one string, not a list; for many texts, attnviz.corpus"):
         attnviz.capture([SENTENCE, "A dog ran"], model=folder, device="cpu")
 
 

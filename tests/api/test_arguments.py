@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import attnviz
 from attnviz.base.arguments import checked
-from attnviz.errors import AttnvizError, InputError
+from attnviz.errors import AttnvizError, InputError, UsageError
 
 ANYTHING = st.one_of(
     st.none(), st.booleans(), st.integers(-10**20, 10**20), st.floats(allow_nan=True, allow_infinity=True),
@@ -69,7 +69,7 @@ def test_the_checker_refuses_exactly_what_the_annotation_excludes(parameter, val
     if fits(parameter, value):
         assert sample(**{parameter: value}) == "ran"
     else:
-        with pytest.raises(InputError) as caught:
+        with pytest.raises(UsageError) as caught:
             sample(**{parameter: value})
         message = str(caught.value)
         assert message.startswith(f"{parameter} takes ") and "; got " in message and "\n" not in message

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 from attnviz.api.models import borrows, resolve_model
 from attnviz.api.result import Line, Result
 from attnviz.base.arguments import checked
-from attnviz.base.selection import find_token, head_pairs, looks_like_pairs, selection
+from attnviz.base.selection import Selection, find_token, looks_like_pairs, pair_form, resolve_pairs, selection
 from attnviz.base.text import check_text
 from attnviz.engine.ablation import AblationRun
 from attnviz.errors import InputError, UsageError, arg
@@ -50,9 +50,9 @@ def head_names(pairs, heads: int = 0) -> str:
                      for layer, hs in by_layer.items())
 
 
-def removed_heads(heads: Any, layer: Any, L: int, H: int) -> list[tuple[int, int]]:
-    """`heads` as layer.head pairs ("5.11,3.0", or (layer, head) pairs), or as head indices (None: all) of the
-    layers `layer`."""
+def removal_form(heads: Any, layer: Any):
+    """`heads` and `layer` as written, their form checked before any model loads: layer.head pairs (a tuple), or
+    (the head selection, the layer selection)."""
     if heads is None and layer is None:
         raise UsageError(f"name the heads to remove: {arg('heads', '5.11,3.0')} (layer.head), or {arg('layer', '5')} "
                          f"[{arg('heads', '0,3')}]", "heads")
@@ -62,11 +62,21 @@ def removed_heads(heads: Any, layer: Any, L: int, H: int) -> list[tuple[int, int
         if layer is not None:
             raise UsageError(f"{arg('heads')} as layer.head pairs names the layers already; leave out {arg('layer')}",
                              "layer")
-        return head_pairs(heads, L, H)
+        return pair_form(heads)
     if layer is None:
         raise UsageError(f"head indices need {arg('layer')} (or write layer.head pairs: 5.11,3.0)", "heads")
-    chosen = selection("all" if heads is None else heads, "head", field="heads")
-    return [(n, h) for n in selection(layer, "layer", field="layer").indices(L) for h in chosen.indices(H)]
+    return (selection("all" if heads is None else heads, "head", field="heads"),
+            selection(layer, "layer", field="layer"))
+
+
+def removed_heads(heads: Any, layer: Any, L: int, H: int) -> list[tuple[int, int]]:
+    """`heads` as layer.head pairs ("5.11,3.0", or (layer, head) pairs), or as head indices (None: all) of the
+    layers `layer`, within the model's L layers × H heads."""
+    form = removal_form(heads, layer)
+    if not isinstance(form[0], Selection):
+        return resolve_pairs(form, L, H)
+    chosen, layers = form
+    return [(n, h) for n in layers.indices(L) for h in chosen.indices(H)]
 
 
 @dataclass
@@ -246,6 +256,7 @@ def ablate(text: str, *args: Any, heads: Any = None, layer: Any = None, model: A
         raise UsageError(f"{arg('mean_over')} gives the means of {arg('mode', 'mean')}; add {arg('mode', 'mean')}",
                          "mean_over")
     reporter = reporter or Reporter()
+    removal_form(heads, layer)  # their form, before the model loads (their range needs it)
     loaded, where = ablation_model(model, tokenizer, device=device, dtype=dtype)
     encoded = encode(loaded, text, truncate=truncate)
     check_memory(loaded, len(encoded.tokens), copies=2.0)

@@ -15,7 +15,7 @@ from attnviz.base.arguments import checked
 from attnviz.base.selection import find_token, selection
 from attnviz.base.text import check_text, shorten, visible
 from attnviz.data.capture import Capture
-from attnviz.errors import InputError, arg
+from attnviz.errors import InputError, arg, UsageError
 from attnviz.metrics import strongest_paths
 from attnviz.panels import Page, Scale, short_model
 from attnviz.progress import Reporter
@@ -184,7 +184,7 @@ class Contributions(Result):
             raise InputError(f"the contributions page draws a column per token, at most {MAX_GRAPH_TOKENS}; this "
                              f"text is {T} tokens")
         if not 0 < threshold <= 1:
-            raise InputError(f"{arg('threshold')} takes a number above 0 and at most 1; got {threshold}", "threshold")
+            raise UsageError(f"{arg('threshold')} takes a number above 0 and at most 1; got {threshold}", "threshold")
         chosen = self.chosen if token is None else token
         if not -T <= chosen < T:
             raise InputError(f"{arg('token')} {chosen} is out of range: there are {T} tokens", "token")
@@ -227,7 +227,7 @@ class Contributions(Result):
         if not -T <= token < T:
             raise InputError(f"{arg('token')} {token} is out of range: there are {T} tokens", "token")
         if not 1 <= top <= 50:
-            raise InputError(f"{arg('top')} takes a whole number from 1 to 50; got {top}", "top")
+            raise UsageError(f"{arg('top')} takes a whole number from 1 to 50; got {top}", "top")
         return strongest_paths(self.scores, token % T, top)
 
     def graph(self, token: int | None = None, *, threshold: float | None = None, top: int = 5):
@@ -238,7 +238,7 @@ class Contributions(Result):
         token = self.chosen if token is None else token
         threshold = self.threshold if threshold is None else threshold
         if not 0 < threshold <= 1:
-            raise InputError(f"{arg('threshold')} takes a number above 0 and at most 1; got {threshold}", "threshold")
+            raise UsageError(f"{arg('threshold')} takes a number above 0 and at most 1; got {threshold}", "threshold")
         tokens = [visible(t) for t in self.capture.tokens]
         T = len(tokens)
         if T > MAX_GRAPH_TOKENS:
@@ -274,10 +274,10 @@ def contributions(text: str, *, model: Any = None, tokenizer: Any = None, method
     edge (above 0, at most 1)."""
     check_text(text)
     if not 0 < threshold <= 1:
-        raise InputError(f"{arg('threshold')} takes a number above 0 and at most 1; got {threshold}", "threshold")
+        raise UsageError(f"{arg('threshold')} takes a number above 0 and at most 1; got {threshold}", "threshold")
     layer_sel = selection(layer, "layer", field="layer")
     if method not in METHODS:
-        raise InputError(f"{arg('method')} takes one of {', '.join(METHODS)}; got {visible(method)!r}", "method")
+        raise UsageError(f"{arg('method')} takes one of {', '.join(METHODS)}; got {visible(method)!r}", "method")
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype)
     loaded.require_single("contributions")
     from attnviz.engine.forward import encode, make_capture, model_attentions

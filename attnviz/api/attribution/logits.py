@@ -14,7 +14,7 @@ from attnviz.api.result import Line, Result
 from attnviz.base.arguments import checked
 from attnviz.base.text import check_text, shorten, visible
 from attnviz.base.tokens import vocabulary_label
-from attnviz.errors import InputError, arg, warn
+from attnviz.errors import InputError, arg, warn, UsageError
 from attnviz.panels import Page, Panel, Scale, head_grid_panel, short_model
 from attnviz.progress import Reporter
 from attnviz.render.tables import records_html
@@ -259,7 +259,7 @@ def logit_attr(text: str, *, model: Any = None, tokenizer: Any = None, target: s
     the heads' effects traced back to the input tokens (`by_input`, `inputs`)."""
     check_text(text)
     if not 1 <= top <= 100:
-        raise InputError(f"{arg('top')} takes a whole number from 1 to 100; got {top}", "top")
+        raise UsageError(f"{arg('top')} takes a whole number from 1 to 100; got {top}", "top")
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype, lm_head=True)
     loaded.require_single("logit attribution")
     from attnviz.engine.forward import encode

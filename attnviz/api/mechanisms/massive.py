@@ -245,6 +245,12 @@ def massive(text: str, *, model: Any = None, tokenizer: Any = None, ratio: float
     each first appears; the next-token loss and the sink rate of each run."""
     check_text(text)
     _check_numbers(ratio, minimum, epsilon)
+    if reference is not None:
+        if not reference or not all(isinstance(t, str) and t.strip() for t in reference):
+            raise UsageError(f"{arg('reference')} takes texts that are not empty", "reference")
+        if not intervene:
+            raise UsageError(f"{arg('reference')} gives the means that {arg('intervene')} sets the massive entries "
+                             f"to: add {arg('intervene')}", "reference")
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype, lm_head="auto")
     loaded.require_single("massive")
     from attnviz.engine.ablation import is_causal_lm
@@ -316,7 +322,7 @@ def _intervene(loaded, encoded, result: MassiveActivations, hidden: np.ndarray, 
     from attnviz.engine.mechanisms.massive import block_outputs, intervened
 
     if not reference or not all(isinstance(t, str) and t.strip() for t in reference):
-        raise InputError(f"{arg('reference')} takes texts that are not empty", "reference")
+        raise UsageError(f"{arg('reference')} takes texts that are not empty", "reference")
     first = result.first_layers()
     value = {(e.layer, e.position, e.dim): e.value for e in result.entries}
     groups: dict[tuple[int, int], list[int]] = {}  # (layer, dim) -> the positions whose entry first appears there

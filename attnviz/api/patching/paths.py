@@ -11,7 +11,7 @@ from attnviz.api.patching.prompts import identity, prepare
 from attnviz.api.result import Line, Result
 from attnviz.base.arguments import checked
 from attnviz.base.text import visible
-from attnviz.errors import InputError, arg
+from attnviz.errors import arg, UsageError
 from attnviz.panels import short_model
 from attnviz.render.tables import records_html
 
@@ -88,19 +88,22 @@ def path_patch(clean: str, corrupt: str, *, senders: Any, receivers: Any = (), t
     `receivers` (heads of later layers) through their `to` inputs (any of "q", "k", "v"), every other head
     frozen at the receiver run; the metric as `patch` measures it. With no receivers it changes nothing.
     `align` as `patch` takes it: the senders' outputs move at the aligned positions only."""
-    from attnviz.base.selection import head_pairs
+    from attnviz.base.selection import head_pairs, pair_form
     from attnviz.engine.scratch.adapters import adapter_for
     from attnviz.engine.patching import aligned, INPUTS, path_patched_logits, path_recording
 
     if not to or any(c not in INPUTS for c in to) or len(set(to)) != len(to):
-        raise InputError(f"{arg('to')} takes q, k and v, alone or together (qk, qkv, …); got {visible(to)!r}", "to")
+        raise UsageError(f"{arg('to')} takes q, k and v, alone or together (qk, qkv, …); got {visible(to)!r}", "to")
+    pair_form(senders, "senders")  # the heads' form, before the model loads (their range needs it)
+    if receivers:
+        pair_form(receivers, "receivers")
     loaded, where, first, second, clean_run, corrupt_run, measure, clean_diff, corrupt_diff, names, pairs = prepare(
         clean, corrupt, model, tokenizer, answers, direction, truncate, device, dtype, align)
     L, H = where.layers, where.heads
     sent = head_pairs(senders, L, H)
     received = head_pairs(receivers, L, H) if receivers else []
     if received and min(n for n, _ in received) <= max(n for n, _ in sent):
-        raise InputError(f"{arg('receivers')} must be heads of layers after the senders' (the last sender is in "
+        raise UsageError(f"{arg('receivers')} must be heads of layers after the senders' (the last sender is in "
                          f"layer {max(n for n, _ in sent)})", "receivers")
     base = getattr(loaded.model, "base_model", loaded.model)
     attention = adapter_for(base).modules(base)

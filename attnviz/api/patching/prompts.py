@@ -85,9 +85,9 @@ def prepare(clean, corrupt, model, tokenizer, answers, direction, truncate, devi
     check_text(clean)
     check_text(corrupt)
     if direction not in DIRECTIONS:
-        raise InputError(f"{arg('direction')} takes denoise or noise; got {visible(direction)!r}", "direction")
+        raise UsageError(f"{arg('direction')} takes denoise or noise; got {visible(direction)!r}", "direction")
     if answers is not None and (len(answers) != 2 or answers[0] == answers[1]):
-        raise InputError(f"{arg('answers')} takes two different tokens, the answer and the other, e.g. "
+        raise UsageError(f"{arg('answers')} takes two different tokens, the answer and the other, e.g. "
                          f"' Paris',' Rome'", "answers")
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype, lm_head="auto")
     loaded.require_single("patch")

@@ -14,6 +14,7 @@ from attnviz.api.result import Result
 from attnviz.api.scratch.steps import one_index
 from attnviz.base.arguments import checked
 from attnviz.base.text import check_text
+from attnviz.errors import UsageError, arg
 from attnviz.data.modality import PICTURE, of_input
 from attnviz.data.picture import Picture, picture
 from attnviz.panels import short_model
@@ -160,6 +161,8 @@ def positions(text: str | Picture, *, model: Any = None, tokenizer: Any = None, 
         return grid_positions(text, model=for_input(model, text), device=device, dtype=dtype)
     assert isinstance(text, str)  # a picture went to grid_positions above
     check_text(text)
+    if not 0 <= seed < 2**32:
+        raise UsageError(f"{arg('seed')} takes a whole number from 0 to 2**32 - 1; got {seed}", "seed")
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype)
     loaded.require_single("positions")
     from attnviz.engine.scratch.positions import positions_experiment

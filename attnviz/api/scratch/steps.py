@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 from attnviz.api.models import borrows, resolve_model
 from attnviz.api.result import Result
 from attnviz.base.arguments import checked
-from attnviz.base.selection import Selection, find_token
+from attnviz.base.selection import Selection, check_token, find_token
 from attnviz.base.text import check_text
 from attnviz.progress import Reporter
 
@@ -84,6 +84,7 @@ def steps(text: str, *, model: Any = None, tokenizer: Any = None, layer: int = 0
     """One head's computation in order, from the model's own weights: Q, K, Q·Kᵀ, ÷√d_k, the mask, softmax → α,
     α·V; α checked against the model's. `token` (an index or a token's text) follows one query row."""
     check_text(text)
+    check_token(token)
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype)
     loaded.require_single("steps")
     from attnviz.engine.forward import encode

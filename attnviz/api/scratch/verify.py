@@ -18,7 +18,7 @@ from attnviz.data.modality import SOUND, of_input
 from attnviz.data.parts import Parts, load_capture
 from attnviz.data.picture import Picture
 from attnviz.data.sound import Sound
-from attnviz.errors import InputError, arg
+from attnviz.errors import InputError, UsageError, arg
 from attnviz.metrics import differences
 from attnviz.progress import Reporter
 from attnviz.render.tables import records_html
@@ -197,6 +197,9 @@ def verify(text: str | Picture | Sound | Capture | Parts | None = None, *, model
     value-weighted norms instead (Σ_h Σ_j α_ij f_h(x_j) + b_O against the block's own output). `tolerance`:
     the largest |Δα| that passes (default by dtype: TOLERANCE)."""
     reporter = reporter or Reporter()
+    if tolerance is not None and not 0 <= tolerance <= 1:
+        raise UsageError(f"{arg('tolerance')} takes a number from 0 to 1 (a difference of weights that "
+                         f"sum to 1); got {tolerance:g}", "tolerance")
     if isinstance(text, (Capture, Parts)):
         text, capture = None, text
     if capture is not None:

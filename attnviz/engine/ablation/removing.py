@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from attnviz.errors import InputError, arg
+from attnviz.errors import InputError, arg, UsageError
 
 from attnviz.engine.ablation.seam import MODES, Site, editing, removal, weights_removed
 from attnviz.engine.ablation.runs import alpha_of, embedding, head_means, is_causal_lm, outputs_of, run_model
@@ -74,7 +74,7 @@ def ablate(where: Site, inputs: dict, removed: Sequence[tuple[int, int]], *, mod
            fills: list[torch.Tensor] | None = None, means_from: str = "the text") -> AblationRun:
     """The text `inputs` (batch of 1) through the clean model and with the heads `removed` taken away."""
     if mode not in MODES:
-        raise InputError(f"{arg('mode')} must be one of {', '.join(MODES)}, not {mode!r}")
+        raise UsageError(f"{arg('mode')} must be one of {', '.join(MODES)}, not {mode!r}", "mode")
     if not removed:
         raise InputError(f"no heads to remove: name them with {arg('heads')} 5.11,3.0, or {arg('layer')} and "
                          f"{arg('head')}", "heads")

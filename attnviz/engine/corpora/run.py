@@ -17,7 +17,7 @@ import numpy as np
 from attnviz.engine.families import has_sinks, layer_windows
 from attnviz.corpora import BatchStats, CorpusState, Line, corpus_metrics, pack, texts_stats, unpack
 from attnviz.data.capture import Capture
-from attnviz.errors import AttentionCheckError, InputError, arg
+from attnviz.errors import AttentionCheckError, InputError, arg, UsageError
 from attnviz.metrics import Tokens
 from attnviz.base.tokens import Described, describe_tokens
 from attnviz.engine.models import LoadedModel, first_line, forward_args, layers_and_heads
@@ -50,10 +50,10 @@ class BatchRunner:
             raise InputError(f"{loaded.name} is an encoder-decoder model; attnviz corpus reads encoder or decoder-only "
                              f"models (the heads of one self-attention stack)")
         if batch_size < 1:
-            raise InputError(f"{arg('batch_size')} must be at least 1", "batch_size")
+            raise UsageError(f"{arg('batch_size')} must be at least 1", "batch_size")
         limit = loaded.max_positions
         if max_length is not None and max_length < 1:
-            raise InputError(f"{arg('max_length')} must be at least 1 token", "max_length")
+            raise UsageError(f"{arg('max_length')} must be at least 1 token", "max_length")
         if max_length is not None and limit and max_length > limit:
             raise InputError(f"{arg('max_length')} {max_length} is more than {loaded.name} takes ({limit} tokens)")
         self.loaded, self.batch_size, self.truncate, self.words = loaded, batch_size, truncate, words
