@@ -168,12 +168,30 @@ def _safetensors_files(folder: Path) -> list[Path]:
     return files
 
 
+AT_LEAST_ONE = (*LAYER_KEYS[:4], *WIDTH_KEYS, "num_attention_heads", "n_head", "n_heads", "num_heads",
+                "num_key_value_heads", "encoder_attention_heads", "decoder_attention_heads")
+
+
 def _check_sizes(config: dict) -> None:
     for key, bound in SIZE_BOUNDS.items():
-        value = config.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value <= bound:
+        if key not in config or config[key] is None:
+            continue
+        value = config[key]
+        if isinstance(value, (list, dict)):  # per-stage sizes (a hierarchical vision model): not a model attnviz reads
+            continue
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ModelLoadError(f"config.json declares {key} = {str(value)[:20]!r}, not a whole number: forged or "
+                                 f"damaged")
+        if not 0 <= value <= bound:
             raise ModelLoadError(f"config.json declares {key} = {value:,} (a model has at most {bound:,}): forged "
                                  f"or damaged")
+        if value == 0 and key in AT_LEAST_ONE:
+            raise ModelLoadError(f"config.json declares {key} = 0 (a model has at least 1): forged or damaged")
+    width = next((config[k] for k in WIDTH_KEYS if _whole(config.get(k))), None)
+    heads = next((config[k] for k in ("num_attention_heads", "n_head", "n_heads") if _whole(config.get(k))), None)
+    if width and heads and not _whole(config.get("head_dim")) and width % heads:
+        raise ModelLoadError(f"config.json declares a width of {width:,} in {heads:,} heads, which does not divide "
+                             f"it (and no head_dim): forged or damaged")
 
 
 def _smallest_weights(config: dict) -> int:

@@ -9,6 +9,7 @@ ran for minutes."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import struct
 from pathlib import Path
@@ -166,10 +167,15 @@ def forged_folder(source, tmp_path, **changes):
     ({"vocab_size": 1 << 24, "hidden_size": 1 << 17}, "declares a model of at least"),
     ({"text_config": {"num_hidden_layers": -3}}, "num_hidden_layers = -3"),
     ({"max_position_embeddings": 10**12}, "max_position_embeddings"),
+    ({"num_hidden_layers": 1e9}, "num_hidden_layers = '1000000000.0', not a whole number"),
+    ({"num_hidden_layers": "1000000000"}, "not a whole number"),
+    ({"num_attention_heads": 0}, "num_attention_heads = 0 (a model has at least 1)"),
+    ({"num_attention_heads": 7}, "width of 32 in 7 heads"),
+    ({"hidden_size": True}, "hidden_size = 'True', not a whole number"),
 ])
 def test_a_config_declaring_what_the_weights_do_not_hold_is_refused(folder_source, tmp_path, changes, words):
     folder = forged_folder(folder_source, tmp_path, **changes)
-    with pytest.raises(ModelLoadError, match=words.replace("(", r"\(")):
+    with pytest.raises(ModelLoadError, match=re.escape(words)):
         modelfiles.check_folder(folder)
 
 
