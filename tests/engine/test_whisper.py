@@ -131,3 +131,72 @@ def test_the_conversion_writes_what_ctranslate2_writes(tmp_path, sentence):
     assert np.abs(theirs - logits.numpy()).max() <= 1e-4 * np.abs(theirs).max()
     states = np.asarray(reference.encode(view, to_cpu=True))
     assert np.abs(states - encoded.numpy()).max() <= 1e-4 * np.abs(states).max()
+
+
+# --- a CTranslate2 Whisper that lies: one line, before any model is built from it --------------------------------
+
+
+@pytest.fixture(scope="module")
+def whisper_files():
+    """The real Whisper tiny.en's variables, config and tokenizer, to be damaged one way at a time."""
+    require_real(offline.WHISPER)
+    import json
+
+    model_bin, config_json, tokenizer_json = offline.sources(offline.WHISPER)
+    return (ct2.read(model_bin).variables, json.loads(config_json.read_text(encoding="utf-8")),
+            tokenizer_json.read_bytes())
+
+
+def forged(variables, config, tokenizer, tmp_path, *, changes=None, config_changes=None, tokenizer_bytes=None):
+    import json
+
+    from attnviz.engine.offline.build import build_ct2_whisper
+
+    values = dict(variables)
+    values.update(changes or {})
+    (tmp_path / "model.bin").write_bytes(ct2_file(values))
+    (tmp_path / "config.json").write_text(json.dumps({**config, **(config_changes or {})}), encoding="utf-8")
+    (tmp_path / "tokenizer.json").write_bytes(tokenizer if tokenizer_bytes is None else tokenizer_bytes)
+    out = tmp_path / "out"
+    out.mkdir()
+    return lambda: build_ct2_whisper(out, tmp_path / "model.bin", tmp_path / "config.json", tmp_path / "tokenizer.json")
+
+
+@pytest.mark.parametrize("changes, config_changes, tokenizer_bytes, words", [
+    ({"decoder/embeddings/weight": np.zeros((0, 12288), np.float16)}, None, None, "vocab 0"),
+    ({"decoder/embeddings/weight": np.zeros((4, 384), np.float16)}, {"suppress_ids": [], "suppress_ids_begin": []},
+     None, "vocabulary of 4 tokens"),
+    ({"encoder/conv1/weight": np.zeros((384, 80, 5), np.float16)}, None, None, "make it (384, 80, 3)"),
+    ({"encoder/layer_0/ffn/linear_0/weight": np.zeros((40000, 0), np.float16)}, None, None, "ffn 40,000"),
+    ({"encoder/num_heads": np.array(0, np.int16)}, None, None, "0 encoder heads"),
+    ({"decoder/num_heads": np.array(7, np.int16)}, None, None, "7 decoder heads"),
+    ({"encoder/position_encodings/encodings": np.zeros((0, 384), np.float16)}, None, None, "positions 0"),
+    (None, {"alignment_heads": [[1.5, 2]]}, None, "alignment_heads is not a list of [layer, head] pairs"),
+    (None, {"alignment_heads": [[99, 0]]}, None, "within the decoder's 4 layers"),
+    (None, {"suppress_ids": [-1, "x"]}, None, "suppress_ids is not a list of token ids"),
+    (None, None, b'{"model": {"type": "BPE", "vocab": 5}}', "not a tokenizer attnviz can read"),
+])
+@pytest.mark.slow
+def test_a_whisper_file_that_lies_is_one_line_before_a_model_is_built(whisper_files, tmp_path, monkeypatch, changes,
+                                                                      config_changes, tokenizer_bytes, words):
+    """Zero-size tensors that declare a d_model of 12,288 or an FFN of 40,000, 0 or 7 heads, alignment heads that
+    are not whole numbers or not in the model, a tokenizer.json that is not one: each a ModelLoadError of one
+    line; a forged size is refused before any model is built from it (building one here fails the test)."""
+    import transformers
+
+    build = forged(*whisper_files, tmp_path, changes=changes, config_changes=config_changes,
+                   tokenizer_bytes=tokenizer_bytes)
+    real = transformers.WhisperForConditionalGeneration
+    if tokenizer_bytes is None and "alignment_heads" not in (config_changes or {}):  # a forged size: no model
+        # of it may be allocated
+        class Refused(real):
+            def __init__(self, *args, **kwargs):
+                import torch
+
+                assert torch.get_default_device().type == "meta", "a model was built from forged sizes"
+                super().__init__(*args, **kwargs)
+
+        monkeypatch.setattr(transformers, "WhisperForConditionalGeneration", Refused)
+    with pytest.raises(ModelLoadError) as caught:
+        build()
+    assert words in str(caught.value) and "\n" not in str(caught.value)

@@ -224,12 +224,56 @@ def gguf_folder(path: Path, key: str | None = None) -> Path:
 WHISPER_ACTIVATIONS = {3: "gelu", 1: "gelu_new", 0: "relu"}  # CTranslate2's Activation codes
 
 
+# What a CTranslate2 Whisper's own tensors may make it (Whisper large: d_model 1,280, 32 + 32 layers, 20 heads,
+# 51,866 tokens, 128 mel bins), with room to spare; beyond, the file is forged or not Whisper.
+WHISPER_SPECIAL = 50362  # the highest token id the conversion names (<|notimestamps|>)
+WHISPER_BOUNDS = {"vocab": 1 << 18, "d_model": 8192, "mel": 512, "ffn": 1 << 15, "layers": 128, "positions": 1 << 15}
+
+
+def _check_whisper_sizes(shown: str, *, vocab: int, d_model: int, mel: int, ffn: int, layers: dict, heads: dict,
+                         positions: dict) -> None:
+    """The sizes a CTranslate2 Whisper's tensors declare, before any model is built from them: each within
+    WHISPER_BOUNDS and at least 1, every head count dividing d_model."""
+    sizes = {"vocab": vocab, "d_model": d_model, "mel": mel, "ffn": ffn,
+             **{f"{side} layers": n for side, n in layers.items()},
+             **{f"{side} positions": n for side, n in positions.items()}}
+    for name, value in sizes.items():
+        bound = WHISPER_BOUNDS[name.split()[-1]]
+        if not 1 <= value <= bound:
+            raise ModelLoadError(f"{shown} makes a Whisper of {name} {value:,} (at least 1, at most {bound:,}): "
+                                 f"damaged or forged")
+    if vocab <= WHISPER_SPECIAL:
+        raise ModelLoadError(f"{shown} makes a vocabulary of {vocab:,} tokens, which does not hold Whisper's own "
+                             f"(up to {WHISPER_SPECIAL:,}): damaged or forged")
+    for side, n in heads.items():
+        if not 1 <= n <= d_model or d_model % n:
+            raise ModelLoadError(f"{shown} declares {n} {side} heads for d_model {d_model:,} (a head count that "
+                                 f"divides it): damaged or forged")
+
+
+def _token_ids(extra: dict, key: str, vocab: int, shown: str) -> list[int]:
+    value = extra.get(key, [])
+    if not isinstance(value, list) or len(value) > vocab or not all(
+            isinstance(v, int) and not isinstance(v, bool) and 0 <= v < vocab for v in value):
+        raise ModelLoadError(f"{shown}: {key} is not a list of token ids below {vocab:,}")
+    return list(value)
+
+
+def _alignment_heads(extra: dict, layers: int, heads: int, shown: str) -> list[list[int]]:
+    value = extra.get("alignment_heads", [])
+    if not isinstance(value, list) or len(value) > layers * heads or not all(
+            isinstance(p, list) and len(p) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in p)
+            and 0 <= p[0] < layers and 0 <= p[1] < heads for p in value):
+        raise ModelLoadError(f"{shown}: alignment_heads is not a list of [layer, head] pairs within the decoder's "
+                             f"{layers} layers × {heads} heads")
+    return [list(p) for p in value]
+
+
 def build_ct2_whisper(folder: Path, model_bin: Path, config_json: Path, tokenizer_json: Path) -> None:
     """A CTranslate2 Whisper (model.bin, float16) as transformers' WhisperForConditionalGeneration in float32: each
     layer's fused Q/K/V split back (CTranslate2 stores K's missing bias as zeros, which must be zeros), the
     output projection tied to the token embedding, the tokenizer byte for byte, the log-mel settings of
     Whisper (80 bins, 16 kHz); the alignment heads of its config kept in the generation config."""
-    import json
 
     import torch
     from transformers import (GenerationConfig, PreTrainedTokenizerFast, WhisperConfig, WhisperFeatureExtractor,
@@ -237,13 +281,12 @@ def build_ct2_whisper(folder: Path, model_bin: Path, config_json: Path, tokenize
 
     from attnviz.engine.offline import ct2
 
+    from attnviz.engine.modelfiles import read_config
+
     spec = ct2.read(model_bin)
     if spec.spec != "WhisperSpec":
         raise ModelLoadError(f"{model_bin.name} holds a {spec.spec!r}, not a Whisper model")
-    try:
-        extra = json.loads(config_json.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelLoadError(f"cannot read {config_json.name}: {exc}") from None
+    extra = read_config(config_json)  # a regular file of at most 1 MiB, a JSON object
     names = spec.variables
 
     def count(side: str) -> int:
@@ -259,17 +302,20 @@ def build_ct2_whisper(folder: Path, model_bin: Path, config_json: Path, tokenize
     activation = WHISPER_ACTIVATIONS.get(spec.scalar("decoder/activation")) if "decoder/activation" in names else "gelu"
     if activation is None:
         raise ModelLoadError(f"{model_bin.name}: an activation attnviz does not map")
+    heads = {side: spec.scalar(f"{side}/num_heads") for side in ("encoder", "decoder")}
+    positions = {side: spec.get(f"{side}/position_encodings/encodings").shape[0] for side in ("encoder", "decoder")}
+    _check_whisper_sizes(model_bin.name, vocab=int(vocab), d_model=int(d_model), mel=int(conv1.shape[1]),
+                         ffn=int(ffn), layers=layers, heads=heads, positions=positions)
     config = WhisperConfig(
         vocab_size=int(vocab), num_mel_bins=int(conv1.shape[1]), d_model=int(d_model),
         encoder_layers=layers["encoder"], decoder_layers=layers["decoder"],
-        encoder_attention_heads=spec.scalar("encoder/num_heads"),
-        decoder_attention_heads=spec.scalar("decoder/num_heads"),
+        encoder_attention_heads=heads["encoder"], decoder_attention_heads=heads["decoder"],
         encoder_ffn_dim=int(ffn), decoder_ffn_dim=int(ffn), activation_function=activation,
         max_source_positions=int(spec.get("encoder/position_encodings/encodings").shape[0]),
         max_target_positions=int(spec.get("decoder/position_encodings/encodings").shape[0]),
         decoder_start_token_id=50257, bos_token_id=50257, eos_token_id=50256, pad_token_id=50256,
-        begin_suppress_tokens=list(extra.get("suppress_ids_begin", [])),
-        suppress_tokens=list(extra.get("suppress_ids", [])),
+        begin_suppress_tokens=_token_ids(extra, "suppress_ids_begin", int(vocab), config_json.name),
+        suppress_tokens=_token_ids(extra, "suppress_ids", int(vocab), config_json.name),
         tie_word_embeddings=True, architectures=["WhisperForConditionalGeneration"])
     state: dict[str, np.ndarray] = {}
 
@@ -314,6 +360,18 @@ def build_ct2_whisper(folder: Path, model_bin: Path, config_json: Path, tokenize
     for n in (1, 2):
         linear(f"model.encoder.conv{n}", spec.get(f"encoder/conv{n}/weight"), spec.get(f"encoder/conv{n}/bias"))
     state["model.decoder.embed_tokens.weight"] = embed
+    try:
+        with torch.device("meta"):  # the shapes the sizes make, with no memory behind them
+            expected = {k: tuple(v.shape) for k, v in WhisperForConditionalGeneration(config).state_dict().items()}
+    except Exception as exc:  # sizes transformers itself refuses (in its own words, which may run to lines)
+        raise ModelLoadError(f"{model_bin.name}: its sizes make no Whisper transformers can build "
+                             f"({type(exc).__name__})") from None
+    for key, value in state.items():
+        if key in expected and tuple(value.shape) != expected[key]:
+            raise ModelLoadError(f"{model_bin.name}: {key} is {tuple(value.shape)}, where the model's own sizes "
+                                 f"(d_model {d_model}, {heads['encoder']} heads) make it {expected[key]}: damaged or "
+                                 f"forged")
+    alignment = _alignment_heads(extra, layers["decoder"], heads["decoder"], config_json.name)
     model = WhisperForConditionalGeneration(config)
     tensors = {k: torch.from_numpy(np.asarray(v, dtype=np.float32)) for k, v in state.items()}
     result = model.load_state_dict(tensors, strict=False)
@@ -324,12 +382,19 @@ def build_ct2_whisper(folder: Path, model_bin: Path, config_json: Path, tokenize
     model.tie_weights()
     model.generation_config = GenerationConfig(
         decoder_start_token_id=50257, eos_token_id=50256, pad_token_id=50256,
-        alignment_heads=[list(map(int, p)) for p in extra.get("alignment_heads", [])],
+        alignment_heads=alignment,
         no_timestamps_token_id=50362, is_multilingual=False)
     model.save_pretrained(folder)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(tokenizer_json), bos_token="<|startoftranscript|>",
-                                        eos_token="<|endoftext|>", unk_token="<|endoftext|>",
-                                        pad_token="<|endoftext|>")
+    from attnviz.engine.modelfiles import TOKENIZER_BYTES, _check_regular
+
+    _check_regular(tokenizer_json, TOKENIZER_BYTES, "tokenizer file")
+    try:
+        tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(tokenizer_json), bos_token="<|startoftranscript|>",
+                                            eos_token="<|endoftext|>", unk_token="<|endoftext|>",
+                                            pad_token="<|endoftext|>")
+    except Exception as exc:  # the tokenizers library says what it could not parse, in its own words
+        raise ModelLoadError(f"{tokenizer_json.name} is not a tokenizer attnviz can read ({type(exc).__name__})") \
+            from None
     tokenizer.save_pretrained(folder)
     shutil.copyfile(tokenizer_json, folder / "tokenizer.json")  # byte for byte
     WhisperFeatureExtractor(feature_size=config.num_mel_bins).save_pretrained(folder)
