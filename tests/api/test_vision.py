@@ -361,3 +361,60 @@ def test_a_borrowed_vision_model_comes_back_as_it_was(function, vision_dir):
         armed["on"] = False
     assert _state(model) == before
     mine.remove()
+
+
+# --- an ONNX graph that lies: one line, nothing read from elsewhere, no model built of forged sizes --------------
+
+
+def forged_graph(tmp_path, damage):
+    """The real DINOv2 graph with one initializer damaged by `damage(initializers)`, saved beside the test."""
+    onnx = pytest.importorskip("onnx")
+    require_real(offline.DINOV2)
+    graph = onnx.load(str(offline.sources(offline.DINOV2)[0]))
+    damage({t.name: t for t in graph.graph.initializer})
+    path = tmp_path / "forged.onnx"
+    onnx.save(graph, str(path))
+    return path
+
+
+def external(tensors):
+    from onnx import TensorProto
+
+    tensor = tensors["backbone.embeddings.patch_embeddings.projection.weight"]
+    tensor.ClearField("raw_data")
+    tensor.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", "weights.bin"), ("offset", "0"), ("length", str(3_600_000_000))):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, value
+
+
+def wider(tensors):  # a width of 16,384 declared by a tensor that holds the 384-wide bytes it had
+    tensor = tensors["backbone.embeddings.patch_embeddings.projection.weight"]
+    tensor.ClearField("dims")
+    tensor.dims.extend([16384, 3, 14, 14])
+
+
+def transposed(tensors):  # consistent bytes, the wrong shape: (384, 384) stored as (192, 768)
+    tensor = tensors["onnx::MatMul_1966"]
+    tensor.ClearField("dims")
+    tensor.dims.extend([192, 768])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage, words", [
+    (external, "keeps its weights in another file (external data)"),
+    (wider, "declares (16384, 3, 14, 14) (38,535,168 bytes) but holds 903,168"),
+    (transposed, "is (768, 192), where the graph's own sizes make it (384, 384)"),
+])
+def test_an_onnx_graph_that_lies_is_one_line(tmp_path, damage, words):
+    from attnviz.engine.offline.build import build_onnx_vit
+    from attnviz.errors import ModelLoadError
+
+    path = forged_graph(tmp_path, damage)
+    (tmp_path / "weights.bin").write_bytes(b"\0" * 64)  # what an external reference would name: never read
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(ModelLoadError) as caught:
+        build_onnx_vit(out, path)
+    assert words in str(caught.value) and "\n" not in str(caught.value)
+    assert not list(out.iterdir())

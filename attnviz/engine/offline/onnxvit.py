@@ -12,6 +12,7 @@ every layer's eleven tensors, shapes that agree, a square position grid.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,11 +56,13 @@ def read(path: Path) -> Backbone:
     size = path.stat().st_size
     if size > MAX_ONNX_BYTES:
         raise ModelLoadError(f"{path.name} is {size:,} bytes, more than the {MAX_ONNX_BYTES:,} attnviz reads")
-    try:
-        graph = onnx.load(str(path)).graph
+    try:  # the graph alone: a reference to weights in other files is never followed
+        graph = onnx.load(str(path), load_external_data=False).graph
     except Exception as exc:  # a damaged graph raises protobuf's DecodeError, ValueError, …
         raise ModelLoadError(f"{path.name} is not an ONNX graph attnviz can read: {type(exc).__name__}") from None
     tensors = {t.name: t for t in graph.initializer}
+    for tensor in graph.initializer:
+        _check_tensor(tensor, path.name)
 
     def array(name: str) -> np.ndarray:
         return np.asarray(numpy_helper.to_array(tensors[name]), np.float32)
@@ -103,6 +106,36 @@ def read(path: Path) -> Backbone:
     dims = [d.dim_value for d in graph.input[0].type.tensor_type.shape.dim] if graph.input else []
     input_size = int(dims[-1]) if len(dims) == 4 and dims[-1] > 0 else patch * grid
     return Backbone(layers, int(hidden), heads, int(patch), grid, input_size, state)
+
+
+TYPED_FIELDS = ("float_data", "int32_data", "int64_data", "double_data", "uint64_data")
+
+
+def _check_tensor(tensor, shown: str) -> None:
+    """An initializer holds what its dims declare, in this file: no external data, no negative dims, as many
+    bytes (or typed values) as the dims make."""
+    from onnx import TensorProto, helper
+
+    if tensor.data_location == TensorProto.EXTERNAL or len(tensor.external_data):
+        raise ModelLoadError(f"{shown}: {tensor.name[:60]!r} keeps its weights in another file (external data); "
+                             f"attnviz reads graphs that hold their own")
+    dims = list(tensor.dims)
+    if any(d < 0 for d in dims):
+        raise ModelLoadError(f"{shown}: {tensor.name[:60]!r} declares negative dimensions {dims}")
+    count = math.prod(dims)
+    try:
+        itemsize = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
+    except Exception:
+        raise ModelLoadError(f"{shown}: {tensor.name[:60]!r} has a type attnviz does not read "
+                             f"({tensor.data_type})") from None
+    if tensor.HasField("raw_data"):
+        held, wanted = len(tensor.raw_data), count * itemsize
+    else:
+        held, wanted = sum(len(getattr(tensor, f)) for f in TYPED_FIELDS), count
+    if held != wanted:
+        raise ModelLoadError(f"{shown}: {tensor.name[:60]!r} declares {tuple(dims)} ({wanted:,} "
+                             f"{'bytes' if tensor.HasField('raw_data') else 'values'}) but holds {held:,}: damaged "
+                             f"or forged")
 
 
 def _heads(graph, hidden: int) -> int:
