@@ -133,7 +133,39 @@ def attentions_of(output, model, name: str) -> tuple:
     if not attentions or any(layer is None for layer in attentions):
         raise AttentionCheckError(f"{name} returned no attention weights (attention implementation {impl!r}); "
                                   f"attnviz needs a model loaded with attn_implementation='eager'")
-    return tuple(attentions)
+    return _one_per_layer(tuple(attentions), declared_layers(model), name)
+
+
+def declared_layers(model) -> int | None:
+    """How many layers the model's config says it has (its language model's, in a multimodal config)."""
+    config = getattr(model, "config", None)
+    for part in (config, getattr(config, "text_config", None)):
+        value = getattr(part, "num_hidden_layers", None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def _one_per_layer(attentions: tuple, layers: int | None, name: str) -> tuple:
+    """One attention tensor per layer the config declares. A model another library has rewired (hooks that
+    record a layer's weights again, as TransformerLens's TransformerBridge does) can return each layer's
+    tensor more than once: then each is taken once, with a warning saying so, where the repeats are the very
+    same tensors; any other count is refused."""
+    if layers is None or len(attentions) == layers:
+        return attentions
+    unique = tuple({id(t): t for t in attentions}.values())  # the same tensor object, returned again
+    if len(unique) != layers and len(attentions) % layers == 0:
+        k = len(attentions) // layers
+        groups = [attentions[i * k:(i + 1) * k] for i in range(layers)]  # each layer's repeats, side by side
+        if all(g[0].shape == t.shape and bool((g[0] == t).all()) for g in groups for t in g[1:]):
+            unique = tuple(g[0] for g in groups)
+    if len(unique) == layers:
+        warn(f"{name} returned {len(attentions)} attention tensors for its {layers} layers, each layer's more than "
+             f"once (another library's hooks on the model?): each layer is taken once")
+        return unique
+    raise AttentionCheckError(f"{name} returned {len(attentions)} attention tensors for the {layers} layers its "
+                              f"config declares (another library rewired the model?): give attnviz the model as "
+                              f"transformers loads it")
 
 
 def make_capture(loaded: LoadedModel, encoded: Encoded, attentions: np.ndarray, text: str, *,

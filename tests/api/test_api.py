@@ -12,7 +12,7 @@ import pytest
 from helpers import SENTENCE
 
 import attnviz
-from attnviz.errors import AttnvizWarning, CaptureFormatError, InputError, UsageError
+from attnviz.errors import AttentionCheckError, AttnvizWarning, CaptureFormatError, InputError, UsageError
 
 
 @pytest.fixture(scope="module")
@@ -312,3 +312,36 @@ def test_figures_show_as_images_in_a_notebook_without_magic(tmp_path):
         images = [o["data"]["image/png"] for o in shown if "image/png" in o.get("data", {})]
         assert len(images) == 1, (cell.source, [o.get("data", {}).keys() for o in shown])
         assert base64.b64decode(images[0]).startswith(b"\x89PNG\r\n\x1a\n")
+
+
+@pytest.mark.parametrize("layout", ["each layer three times", "the layers three times over",
+                                    "one more than the layers"])
+def test_a_model_another_library_rewired_gives_one_tensor_per_layer_or_is_refused(bert, layout):
+    """A hook that makes the model return more attention tensors than its config has layers (TransformerLens's
+    TransformerBridge returned 18 for MiniLM's 6): the very same tensors repeated are taken once each, with a
+    warning, and α equals the plain model's; any other count is one clear error. The hook is the user's: it is
+    still there after."""
+    from transformers import AutoModel
+
+    folder, tokenizer = bert
+    model = AutoModel.from_pretrained(folder, attn_implementation="eager")
+    L = model.config.num_hidden_layers
+
+    def rewired(module, args, kwargs, output):
+        layers = output.attentions
+        output.attentions = {"each layer three times": tuple(t for t in layers for _ in range(3)),
+                             "the layers three times over": tuple(layers) * 3,
+                             "one more than the layers": (*layers, layers[0].clone())}[layout]
+        return output
+
+    handle = model.register_forward_hook(rewired, with_kwargs=True)
+    plain = attnviz.capture(SENTENCE, model=folder, device="cpu")
+    if layout == "one more than the layers":
+        with pytest.raises(AttentionCheckError, match=f"{L + 1} attention tensors for the {L} layers"):
+            attnviz.capture(SENTENCE, model=model, tokenizer=tokenizer)
+    else:
+        with pytest.warns(AttnvizWarning, match=f"{3 * L} attention tensors for its {L} layers"):
+            captured = attnviz.capture(SENTENCE, model=model, tokenizer=tokenizer)
+        assert captured.n_layers == L
+        np.testing.assert_array_equal(captured.attentions, plain.attentions)
+    assert list(model._forward_hooks) == [handle.id]
