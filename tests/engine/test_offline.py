@@ -704,3 +704,42 @@ def test_a_truncated_copy_of_a_real_gguf_file_is_one_line(tmp_path):
         path.write_bytes(data[:keep])
         result = run("heatmap", "The cat", "-m", path, "-t", env={cache.CACHE_ENV: str(tmp_path / "c")})
         assert words in one_line_error(result)
+
+
+@pytest.mark.parametrize("damage", ["entry loops to itself", "entry loops through another", "cache loops",
+                                    "a folder above the cache loops", "cache leads nowhere"])
+def test_a_link_loop_in_the_cache_is_one_line_saying_which_link_to_remove(tmp_path, damage):
+    source = tmp_path / "weights.bin"
+    source.write_bytes(b"weights")
+    calls: list[Path] = []
+
+    def build(folder: Path) -> None:
+        calls.append(folder)
+        (folder / "model.safetensors").write_bytes(b"x")
+
+    root = tmp_path / "cache"
+    culprit = root / "m"
+    if damage == "entry loops to itself":
+        root.mkdir()
+        culprit.symlink_to(culprit)
+    elif damage == "entry loops through another":
+        root.mkdir()
+        culprit.symlink_to(root / "n")
+        (root / "n").symlink_to(culprit)
+    elif damage == "cache loops":
+        culprit = root
+        root.symlink_to(root)
+    elif damage == "a folder above the cache loops":
+        culprit = tmp_path / "above"
+        culprit.symlink_to(culprit)
+        root = culprit / "cache"
+    else:
+        culprit = root
+        root.symlink_to(tmp_path / "gone")
+    with pytest.raises(ModelLoadError) as caught:
+        cache.cached_folder("m", source, build, root=root)
+    message = str(caught.value)
+    assert "\n" not in message and f"remove {culprit}" in message, message
+    assert ("loops back on itself" in message) == ("loop" in damage)
+    assert culprit.is_symlink() and not calls  # the link is left for the user, nothing built or followed
+    assert not (tmp_path / "gone").exists()

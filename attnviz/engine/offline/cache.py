@@ -96,8 +96,31 @@ def is_current(folder: Path, source: Path) -> bool:
 def refuse_link(folder: Path) -> None:
     """A cache entry that is a symbolic link is not attnviz's: refused, never followed or replaced."""
     if folder.is_symlink():
-        raise ModelLoadError(f"{folder} is a symbolic link; attnviz does not follow links in its model cache "
-                             f"(remove the link and the model is converted again)")
+        try:
+            os.stat(folder)
+            what = "a symbolic link"
+        except OSError as exc:
+            what = ("a symbolic link that loops back on itself (a damaged cache entry)" if exc.errno == errno.ELOOP
+                    else "a symbolic link to nothing (a damaged cache entry)")
+        raise ModelLoadError(f"{folder} is {what}; attnviz does not follow links in its model cache: remove "
+                             f"{folder} and the model is converted again")
+
+
+def refuse_broken_root(root: Path) -> None:
+    """The cache folder, or a folder on its way, that is a symbolic link looping back on itself or leading
+    nowhere: one line saying which link to remove (attnviz makes its cache folder again), never followed."""
+    for path in (root, *root.parents):
+        if not path.is_symlink():
+            continue
+        try:
+            os.stat(path)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                how = f"loops back on itself (a damaged cache); remove {path} and attnviz makes its cache again"
+            else:
+                how = f"leads to {os.readlink(path)}, which does not exist; create that folder or remove {path}"
+            raise ModelLoadError(f"the model cache {root} cannot be used: {path} is a symbolic link that {how}, "
+                                 f"or set {CACHE_ENV} to another folder") from None
 
 
 def _holds_what_it_lists(folder: Path, files) -> bool:
@@ -154,6 +177,7 @@ def cached_folder(key: str, source: Path, build: Callable[[Path], None], *, root
     folder = root / key
     if is_current(folder, source):
         return folder
+    refuse_broken_root(root)
     try:
         root.mkdir(parents=True, exist_ok=True)
         with _lock(root, key):
