@@ -46,16 +46,17 @@ class Corpus(CorpusState, Result):
     def to_rows(self) -> list[dict]:
         return self.records()
 
-    def report(self, *, width: int = 100, **style: Any) -> list:
-        """What the run read (notes on stderr), then the heads' table and the layers' table."""
+    def report(self, *, width: int = 100, notes: bool = True, **style: Any) -> list:
+        """What the run read (notes on stderr; `notes=False`: none, as when a stopped run says it in one line),
+        then the heads' table and the layers' table."""
         from attnviz.corpora import summary_lines, table_records
         from attnviz.render.tables import corpus_layers_table, heads_table
 
         items: list = [ReportLine(line, wrap=False, stderr=True) for line in summary_lines(self, SHOWN_BAD)]
         if self.written is not None:
-            items.append(ReportLine(f"{self.written}  (stats.json, heads.csv, heads.json, layers.csv, entropy.png, "
-                                    f"special.png, prev.png, labels.png{', bad_lines.csv' if self.bad_lines else ''})",
-                                    wrap=False, stderr=True))
+            items.append(ReportLine(f"{self.written}  ({self.files_written()})", wrap=False, stderr=True))
+        if not notes:
+            items = []
         if self.texts == 0:
             return items
         records = table_records(self, self.weight)
@@ -69,6 +70,30 @@ class Corpus(CorpusState, Result):
         items.append(corpus_layers_table(self.layer_records(), "attention on [CLS]/BOS, [SEP]/EOS and punctuation, "
                                                                "mean over each layer's heads (Clark et al. 2019)"))
         return items
+
+
+    def files_written(self) -> str:
+        """The files an -o folder holds, in words."""
+        return ("stats.json, heads.csv, heads.json, layers.csv, entropy.png, special.png, prev.png, labels.png"
+                + (", bad_lines.csv" if self.bad_lines else ""))
+
+    def stopped_line(self, signum: int, shown: str) -> str:
+        """One line for a run stopped by Ctrl-C or SIGTERM: how far it got and what was kept. `shown`: where the
+        partial statistics were printed ("the tables above", "the JSON on standard output", "")."""
+        import signal
+
+        how = "terminated" if signum == signal.SIGTERM else "interrupted"
+        unit = "words" if self.level == "word" else "tokens"
+        skipped = f"; {self.bad_total:,} lines skipped" if self.bad else ""
+        read = (f"{how} after {self.texts:,} texts ({self.tokens:,} {unit} from {self.lines:,} lines{skipped})")
+        kept = []
+        if self.written is not None:
+            kept.append(f"written to {self.written} ({self.files_written()})")
+        if shown and self.texts:
+            kept.append(f"shown in {shown}")
+        if not kept:
+            return f"{read}: nothing was kept"
+        return f"{read}: the partial statistics (marked \"partial\": true) were {' and '.join(kept)}"
 
 
 def _result(state: CorpusState, weight: str, top: int | None, written: str | None = None,

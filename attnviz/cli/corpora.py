@@ -109,9 +109,11 @@ def corpus(sources: Annotated[list[str], typer.Argument(
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-    emit(result, as_json=as_json, as_csv=as_csv)
-    if stopped[0]:
-        error_line(f"{'terminated' if stopped[0] == signal.SIGTERM else 'interrupted'} after {result.texts} texts: "
-                   f"the statistics are partial (marked \"partial\": true)"
-                   + (f" and were written to {result.written}" if result.written is not None else ""))
-        raise typer.Exit(TERMINATED_EXIT if stopped[0] == signal.SIGTERM else INTERRUPTED_EXIT)
+    if not stopped[0]:
+        emit(result, as_json=as_json, as_csv=as_csv)
+        return
+    # stopped: the data on standard output as usual, and one line on stderr saying how far it got and what was kept
+    emit(result, as_json=as_json, as_csv=as_csv, style={"notes": False})
+    shown = "the JSON on standard output" if as_json else "the CSV on standard output" if as_csv else "the tables above"
+    error_line(result.stopped_line(stopped[0], shown))
+    raise typer.Exit(TERMINATED_EXIT if stopped[0] == signal.SIGTERM else INTERRUPTED_EXIT)
