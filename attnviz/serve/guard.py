@@ -2,10 +2,14 @@
 page on another site cannot reach it by pointing its own name at 127.0.0.1: DNS rebinding), a request that
 changes anything must come from this server's own page or from no page at all (a script; not a cross-origin
 form or fetch), and a body may not pass its limit (counted as it arrives, not trusted from Content-Length).
-Every response carries headers that keep the pages to themselves."""
+A server with a token (always, when it listens beyond this machine) lets in only requests that carry it: in
+the address (`?token=`, swapped at once for a cookie by a redirect, so it leaves the address bar), in that
+cookie, or as `Authorization: Bearer TOKEN`; compared in constant time. Every response carries headers that
+keep the pages to themselves."""
 
 from __future__ import annotations
 
+import hmac
 import json
 from collections.abc import Awaitable, Callable, Iterable
 
@@ -15,6 +19,26 @@ Send = Callable[[dict], Awaitable[None]]
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+TOKEN_COOKIE = "attnviz_token"
+TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.~")
+TOKEN_LENGTH = (16, 256)
+
+
+def token_problem(token: str) -> str | None:
+    """Why a token given by hand cannot be used (None: it can): 16 to 256 characters that an address carries
+    as they are (letters, digits, - _ . ~)."""
+    if not TOKEN_LENGTH[0] <= len(token) <= TOKEN_LENGTH[1]:
+        return (f"a token has {TOKEN_LENGTH[0]} to {TOKEN_LENGTH[1]} characters (a short one is guessed); "
+                f"this one has {len(token)}")
+    if not set(token) <= TOKEN_CHARS:
+        return "a token is made of letters, digits and - _ . ~ (it travels in an address)"
+    return None
+
+
+def new_token() -> str:
+    import secrets
+
+    return secrets.token_urlsafe(24)
 HEADERS = [(b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer"),
            (b"cross-origin-opener-policy", b"same-origin"), (b"cross-origin-resource-policy", b"same-origin"),
            (b"permissions-policy", b"camera=(), microphone=(), geolocation=()")]
@@ -42,8 +66,9 @@ class Guard:
     """The ASGI middleware: Host, Origin and body checks, and the headers every response carries."""
 
     def __init__(self, app, *, hosts: Iterable[str] | None, port: Callable[[], int], max_body: int,
-                 report: Callable[[str], None] | None = None) -> None:
+                 report: Callable[[str], None] | None = None, token: str | None = None) -> None:
         self.app = app
+        self.token = token
         self.hosts = None if hosts is None else set(hosts)
         self.port = port  # the bound port, known once the socket is bound
         self.max_body = max_body
@@ -66,6 +91,17 @@ class Guard:
             await refuse(send_with_headers, 421, "this server answers to its own address only (the Host header "
                                                  f"names {host[:80]!r})")
             return
+        if self.token is not None:
+            valid, in_address = self.presented(headers, scope)
+            if not valid:
+                await refuse(send_with_headers, 401, "this server asks for its token: open the address attnviz "
+                                                     "serve printed (…/?token=…), or send the header "
+                                                     "Authorization: Bearer TOKEN",
+                             [(b"www-authenticate", b'Bearer realm="attnviz"')])
+                return
+            if in_address and scope["method"] in ("GET", "HEAD"):  # the token leaves the address bar
+                await self.swap_for_cookie(send_with_headers, scope)
+                return
         if scope["method"] not in SAFE_METHODS:
             origin = headers.get("origin")
             site = headers.get("sec-fetch-site")
@@ -90,6 +126,40 @@ class Guard:
                                 f"({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}); "
                                 f"serving on"))
 
+    def cookie_name(self) -> str:
+        """One cookie per port: two servers on one machine keep their own tokens."""
+        return f"{TOKEN_COOKIE}_{self.port()}"
+
+    def presented(self, headers: dict[str, str], scope: Scope) -> tuple[bool, bool]:
+        """(whether the request carries this server's token, whether it came in the address)."""
+        assert self.token is not None
+        expected = self.token.encode()
+
+        def same(given: str | None) -> bool:
+            return given is not None and hmac.compare_digest(given.encode("utf-8", "replace"), expected)
+
+        scheme, _, bearer = headers.get("authorization", "").partition(" ")
+        in_header = same(bearer.strip()) if scheme.lower() == "bearer" else False
+        in_address = any(same(value) for name, value in _query(scope) if name == "token")
+        in_cookie = any(same(value) for name, value in _cookies(headers.get("cookie", ""))
+                        if name == self.cookie_name())
+        return in_header or in_address or in_cookie, in_address
+
+    async def swap_for_cookie(self, send: Send, scope: Scope) -> None:
+        """303 to the same address without the token, setting the cookie that carries it from then on."""
+        from urllib.parse import urlencode
+
+        raw = (scope.get("raw_path") or scope.get("path", "/").encode()).decode("latin-1")
+        path = "/" + raw.lstrip("/")  # never //host: a link off this server
+        rest = [(name, value) for name, value in _query(scope) if name != "token"]
+        location = path + (f"?{urlencode(rest)}" if rest else "")
+        cookie = f"{self.cookie_name()}={self.token}; Path=/; HttpOnly; SameSite=Strict"
+        await send({"type": "http.response.start", "status": 303,
+                    "headers": [(b"location", location.encode("latin-1", "replace")),
+                                (b"set-cookie", cookie.encode("latin-1")), (b"cache-control", b"no-store"),
+                                (b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b""})
+
     def origins(self, host: str) -> set[str]:
         """The origins of this server's own page: http:// and the Host it was reached by."""
         return {f"http://{host}"}
@@ -109,6 +179,26 @@ class Guard:
             parts.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(parts)
+
+
+def _query(scope: Scope) -> list[tuple[str, str]]:
+    from urllib.parse import parse_qsl
+
+    try:
+        return parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True,
+                         max_num_fields=100)
+    except ValueError:  # more fields than any page of this app sends
+        return []
+
+
+def _cookies(header: str) -> list[tuple[str, str]]:
+    """name=value pairs of a Cookie header, read leniently (a malformed pair is skipped, never an error)."""
+    pairs = []
+    for part in header.split(";")[:100]:
+        name, sep, value = part.strip().partition("=")
+        if sep:
+            pairs.append((name.strip(), value.strip().strip('"')))
+    return pairs
 
 
 def _to_stderr(line: str) -> None:
@@ -131,9 +221,9 @@ def replay(body: bytes, receive: Receive) -> Receive:
     return wrapped
 
 
-async def refuse(send: Send, status: int, message: str) -> None:
+async def refuse(send: Send, status: int, message: str, extra: list[tuple[bytes, bytes]] | None = None) -> None:
     body = json.dumps({"error": message}).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                            (b"cache-control", b"no-store")]})
+                            (b"cache-control", b"no-store"), *(extra or [])]})
     await send({"type": "http.response.body", "body": body})

@@ -40,8 +40,18 @@ def url(sock: socket.socket, host: str) -> str:
     return f"http://[{shown}]:{port}" if ":" in shown else f"http://{shown}:{port}"
 
 
+def token_for(host: str, given: str | None) -> str | None:
+    """The token requests must carry: the one given; a new random one when the server listens beyond this
+    machine (printed once, in the address the start line gives); none on loopback unless given."""
+    from attnviz.serve.guard import new_token
+
+    if given is not None:
+        return given
+    return None if host in LOOPBACK_NAMES else new_token()
+
+
 def serve_forever(model, sock: socket.socket, host: str, *, max_chars: int, max_tokens: int, max_waiting: int,
-                  announce: Callable[[str], None], warn: Callable[[str], None]) -> None:
+                  announce: Callable[[str], None], warn: Callable[[str], None], token: str | None = None) -> None:
     import uvicorn
 
     from attnviz.serve.app import Limits, make_app
@@ -50,14 +60,16 @@ def serve_forever(model, sock: socket.socket, host: str, *, max_chars: int, max_
     limits = Limits(max_chars=max_chars, max_tokens=max_tokens, max_waiting=max_waiting)
     port = sock.getsockname()[1]
     app = make_app(model, limits=limits)
-    guarded = Guard(app, hosts=allowed_hosts(host), port=lambda: port, max_body=limits.max_body)
+    token = token_for(host, token)
+    guarded = Guard(app, hosts=allowed_hosts(host), port=lambda: port, max_body=limits.max_body, token=token)
     if host not in LOOPBACK_NAMES:
-        warn(f"attnviz serves on {host}, not only on this machine: anyone who can reach it can run the model and "
-             f"read what it is sent" + (" (and on every interface the Host check is off)"
-                                        if allowed_hosts(host) is None else ""))
+        warn(f"attnviz serves on {host}, not only on this machine: anyone who can reach it and has its token (in "
+             f"the address below: keep it to yourself) can run the model and read what it is sent"
+             + (" (and on every interface the Host check is off)" if allowed_hosts(host) is None else ""))
     config = uvicorn.Config(guarded, log_level="warning", access_log=False, lifespan="off",
                             timeout_graceful_shutdown=STOP_GRACE_SECONDS)
-    line = f"attnviz serves {url(sock, host)}  ({model.name}; Ctrl-C stops it)"
+    address = url(sock, host) + (f"/?token={token}" if token is not None else "")
+    line = f"attnviz serves {address}  ({model.name}; Ctrl-C stops it)"
 
     import logging
 

@@ -30,7 +30,7 @@ pytest.importorskip("httpx", reason="the in-process client needs httpx (in the t
 from fastapi.testclient import TestClient  # noqa: E402
 
 from attnviz.serve.app import Limits, make_app  # noqa: E402
-from attnviz.serve.guard import allowed_hosts, Guard, split_host  # noqa: E402
+from attnviz.serve.guard import allowed_hosts, Guard, split_host, token_problem  # noqa: E402
 from attnviz.serve.queue import Busy, OneAtATime  # noqa: E402
 
 SENTENCE = "The cat sat on the mat"
@@ -622,12 +622,108 @@ def test_the_limits_and_the_host_given_are_the_ones_served(tiny_model_dir):
     assert "not only on this machine" not in err
 
 
+TOKEN = "a-token-of-24-characters"
+
+
+def test_a_server_with_a_token_lets_in_only_requests_that_carry_it(bert):
+    """The token in the address (swapped for a cookie by a 303, so it leaves the address bar), in the cookie,
+    or as a Bearer header; anything else, on every route, is a 401 in the error envelope. Another port's cookie,
+    a wrong or truncated token, another scheme are refused; the redirect never leads off this server."""
+    app = make_app(bert, limits=Limits())
+    guarded = Guard(app, hosts=None, port=lambda: 8000, max_body=Limits().max_body, token=TOKEN)
+    client = TestClient(guarded, base_url="http://192.168.1.5:8000", raise_server_exceptions=False)
+    for method, path in [("GET", "/"), ("GET", "/api/model"), ("GET", "/static/live.js"), ("GET", "/openapi.json"),
+                         ("GET", "/no/such/route"), ("POST", "/api/capture"), ("OPTIONS", "/api/capture")]:
+        answer = client.request(method, path, json={"text": SENTENCE} if method == "POST" else None)
+        assert answer.status_code == 401 and "token" in answer.json()["error"], (method, path, answer.text)
+        assert answer.headers["www-authenticate"].startswith("Bearer")
+    wrong = [{"authorization": f"Bearer {TOKEN[:-1]}"}, {"authorization": f"Bearer {TOKEN}x"},
+             {"authorization": f"Basic {TOKEN}"}, {"authorization": TOKEN}, {"cookie": f"attnviz_token_8001={TOKEN}"},
+             {"cookie": f"attnviz_token_8000={TOKEN.upper()}"}, {"cookie": "attnviz_token_8000"},
+             {"cookie": f"attnviz_token_8000=\xe9{TOKEN}".encode("latin-1")}]
+    for headers in wrong:
+        assert client.get("/api/model", headers=headers).status_code == 401, headers
+    assert client.get(f"/api/model?token={TOKEN[:8]}", follow_redirects=False).status_code == 401
+    assert client.get("/api/model", headers={"authorization": f"Bearer {TOKEN}"}).status_code == 200
+    answer = client.post(f"/api/capture?token={TOKEN}", json={"text": SENTENCE})  # a script: no redirect
+    assert answer.status_code == 200 and answer.json()["tokens"][1] == "the"
+    first = client.get(f"/?token={TOKEN}", follow_redirects=False)
+    assert first.status_code == 303 and first.headers["location"] == "/"
+    cookie = first.headers["set-cookie"]
+    assert cookie.startswith(f"attnviz_token_8000={TOKEN};") and "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    kept = client.get(f"/api/queue?ticket=3&token={TOKEN}&x=%2F", follow_redirects=False)
+    assert kept.headers["location"] == "/api/queue?ticket=3&x=%2F"
+    off = client.get(f"http://192.168.1.5:8000//evil.example/?token={TOKEN}", follow_redirects=False)
+    assert off.headers["location"] == "/evil.example/"
+    browser = TestClient(guarded, base_url="http://192.168.1.5:8000", raise_server_exceptions=False)
+    page = browser.get(f"/?token={TOKEN}")  # follows the redirect, keeping the cookie, as a browser does
+    assert page.status_code == 200 and "token" not in str(page.url) and "<html" in page.text
+    assert browser.post("/api/capture", json={"text": SENTENCE}).status_code == 200
+    assert client.get("/api/model", headers={"cookie": f"other=1; attnviz_token_8000={TOKEN}"}).status_code == 200
+
+
+def test_a_token_is_asked_for_beyond_this_machine_and_never_weak():
+    from attnviz.serve.run import token_for
+
+    assert token_for("127.0.0.1", None) is None and token_for("localhost", None) is None
+    assert token_for("::1", None) is None and token_for("127.0.0.1", TOKEN) == TOKEN
+    made = {token_for("0.0.0.0", None) for _ in range(3)} | {token_for("192.168.1.5", None)}
+    assert len(made) == 4 and all(token_problem(t) is None and len(t) >= 32 for t in made)
+    assert token_problem("short") and token_problem("x" * 257) and token_problem("with spaces in it ok")
+    assert token_problem("a" * 15 + "/") and token_problem(TOKEN) is None
+    assert "16 to 256 characters" in one_line_error(run("serve", "--token", "abc"), 2)
+    assert "letters, digits" in one_line_error(run("serve", "--token", "a token with spaces"), 2)
+    assert "16 to 256" in one_line_error(run("serve", env={"ATTNVIZ_TOKEN": "abc"}), 2)
+
+
 @pytest.mark.slow
-def test_listening_beyond_this_machine_is_said_loudly(tiny_model_dir):
+def test_listening_beyond_this_machine_is_said_loudly_and_asks_for_the_token(tiny_model_dir):
+    """--host 0.0.0.0: the warning, and a new token printed once in the address; a request without it is
+    refused over the real socket, with it (Bearer, or the address and then the cookie) let in."""
     process, line = start("-m", str(tiny_model_dir("bert")), "--host", "0.0.0.0")
-    out, err = stop(process)
-    assert "attnviz serves http://0.0.0.0:" in line
-    assert "not only on this machine" in err and "Host check is off" in err
+    try:
+        found = re.search(r"http://0\.0\.0\.0:(\d+)/\?token=([A-Za-z0-9_-]+)  \(", line)
+        assert found, line
+        port, token = int(found.group(1)), found.group(2)
+        assert token_problem(token) is None and len(token) >= 32
+        status, data, _ = request(port, "GET", "/api/model")
+        assert status == 401 and "token" in data["error"]
+        status, data, _ = request(port, "POST", "/api/capture", {"text": SENTENCE})
+        assert status == 401
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        connection.request("GET", "/api/model", headers={"authorization": f"Bearer {token}"})
+        assert connection.getresponse().status == 200
+        connection.close()
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        connection.request("GET", f"/?token={token}")
+        answer = connection.getresponse()
+        answer.read()
+        cookie = answer.getheader("set-cookie").split(";")[0]
+        connection.request("POST", "/api/capture", json.dumps({"text": SENTENCE}),
+                           {"cookie": cookie, "content-type": "application/json"})
+        assert answer.status == 303 and connection.getresponse().status == 200
+        connection.close()
+    finally:
+        out, err = stop(process)
+    assert "not only on this machine" in err and "Host check is off" in err and "token" in err
+    assert token not in err and out.count(token) == 0  # printed once: the start line, read before
+
+
+@pytest.mark.slow
+def test_a_token_given_on_this_machine_is_asked_for(tiny_model_dir):
+    process, line = start("-m", str(tiny_model_dir("bert")), "--token", TOKEN)
+    try:
+        port = int(re.search(r"http://127\.0\.0\.1:(\d+)/\?token=" + TOKEN + "  ", line).group(1))
+        assert request(port, "GET", "/api/model")[0] == 401
+    finally:
+        out, err = stop(process)
+    assert "not only on this machine" not in err
+    process, line = start("-m", str(tiny_model_dir("bert")))
+    try:
+        assert "token" not in line
+        assert request(int(re.search(r":(\d+)  ", line).group(1)), "GET", "/api/model")[0] == 200
+    finally:
+        stop(process)
 
 
 def test_a_malformed_option_is_a_usage_error():
