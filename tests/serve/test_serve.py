@@ -710,6 +710,46 @@ def test_listening_beyond_this_machine_is_said_loudly_and_asks_for_the_token(tin
 
 
 @pytest.mark.slow
+@pytest.mark.browser
+def test_a_browser_opens_the_address_with_the_token_and_the_page_works(tiny_model_dir):
+    """Chromium opens the printed address: the token leaves the address bar for the cookie, the page's own
+    requests (the model, a capture, the views' frame) carry it; a browser without it gets the 401."""
+    from helpers import chromium_path
+
+    playwright = pytest.importorskip("playwright.sync_api")
+    path = chromium_path()
+    if path is None:
+        pytest.skip("Chromium is missing (apt-get install chromium)")
+    process, line = start("-m", str(tiny_model_dir("bert")), "--host", "0.0.0.0")
+    try:
+        address = re.search(r"http://\S+", line).group(0).replace("0.0.0.0", "127.0.0.1")
+        bare = address.split("/?")[0]
+        statuses: list[int] = []
+        with playwright.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=path, args=["--no-sandbox"])
+            stranger = browser.new_context().new_page()
+            assert stranger.goto(bare).status == 401 and "token" in stranger.text_content("body")
+            page = browser.new_context().new_page()
+            page.on("response", lambda r: statuses.append(r.status))
+            page.goto(address)
+            page.wait_for_selector("html[data-attnviz-live='1']", state="attached")
+            assert "token" not in page.url and page.url.rstrip("/") == bare
+            end = time.monotonic() + 30
+            while time.monotonic() < end and not page.text_content("#lv-model").strip():
+                time.sleep(0.1)
+            assert "bert" in page.text_content("#lv-model").lower()
+            page.fill("#lv-text", SENTENCE)
+            page.click("#lv-go")
+            frame = page.frame_locator("#lv-view")
+            frame.locator("html[data-attnviz-ready='1']").wait_for(state="attached", timeout=60_000)
+            assert frame.locator("#av-left li").count() == 8
+            browser.close()
+        assert 401 not in statuses and statuses.count(303) == 1
+    finally:
+        stop(process)
+
+
+@pytest.mark.slow
 def test_a_token_given_on_this_machine_is_asked_for(tiny_model_dir):
     process, line = start("-m", str(tiny_model_dir("bert")), "--token", TOKEN)
     try:
