@@ -174,3 +174,61 @@ def massive_figure(tops: np.ndarray, medians: np.ndarray, profile: np.ndarray | 
     ax.grid(True, which="both", alpha=0.3)
     fig.suptitle(title + ("\n" + subtitle if subtitle else ""), fontsize=11)
     return fig
+
+
+def faithfulness_figure(result):
+    """Which explanation to trust, drawn: the perturbation curves (f_full − f against the fraction of the
+    erasable tokens erased, comprehensiveness, and kept, sufficiency), one line per method and the random
+    orders as a band (mean ± sd); beneath, every method's scores of the tokens side by side, each row scaled by
+    its largest |score| (red: for f, blue: against it). `result` is an api Faithfulness."""
+    from attnviz.panels import short_model
+    from attnviz.render.figure import NotebookFigure as Figure
+    from attnviz.render.fonts import families_for
+    from attnviz.base.text import visible
+
+    methods = result.ranking()
+    tokens = [visible(t) for t in result.tokens]
+    T = len(tokens)
+    fig = Figure(figsize=(max(10.0, 0.5 * T + 4), 4.2 + 0.32 * len(methods) + 1.6), layout="constrained")
+    grid = fig.add_gridspec(2, 2, height_ratios=[3.2, 0.32 * max(1, len(methods)) + 1.2])
+    curves = [fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])]
+    fractions = np.array(result.bins) * 100
+    colors = [f"C{n % 10}" for n in range(len(methods))]
+    for ax, what, field in ((curves[0], "comprehensiveness: top tokens erased (higher is better)",
+                             "comprehensiveness"),
+                            (curves[1], "sufficiency: only the top tokens kept (lower is better)", "sufficiency")):
+        if result.random is not None:
+            rows = np.array([(m, s) for _, m, s in getattr(result.random, field)])
+            ax.fill_between(fractions, rows[:, 0] - rows[:, 1], rows[:, 0] + rows[:, 1], color="0.85",
+                            label=f"random ({result.random.orders} orders, mean ± sd)")
+            ax.plot(fractions, rows[:, 0], color="0.5", linewidth=1)
+        for m, color in zip(methods, colors):
+            drops = [result.f_full - f for _, _, f in getattr(m, field)]
+            ax.plot(fractions, drops, "o-", color=color, markersize=3, linewidth=1.4, label=m.name)
+        ax.set_xscale("log")
+        ax.set_xticks(fractions)
+        ax.set_xticklabels([f"{b:g}%" for b in fractions])
+        ax.set_xlabel("share of the erasable tokens")
+        ax.set_ylabel("f_full − f")
+        ax.set_title(what, fontsize=9)
+        ax.grid(True, alpha=0.3)
+    curves[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax = fig.add_subplot(grid[1, :])
+    table = np.zeros((len(methods), T))
+    erasable = np.array(result.erasable)
+    for n, m in enumerate(methods):
+        row = np.zeros(T)
+        row[erasable] = np.asarray(m.scores, np.float64)[erasable]
+        peak = np.abs(row).max()
+        table[n] = row / peak if peak > 0 else row
+    ax.imshow(table, cmap="RdBu_r", vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
+    families = families_for("".join(tokens))
+    ax.set_xticks(range(T))
+    ax.set_xticklabels(tokens, rotation=90, fontfamily=families, fontsize=8)
+    ax.set_yticks(range(len(methods)))
+    ax.set_yticklabels([m.name for m in methods], fontsize=8)
+    ax.set_title("each method's scores of the erasable tokens, each row scaled by its largest |score| "
+                 "(special tokens and the explained position blank)", fontsize=9)
+    fig.suptitle(f"{short_model(result.model)}: which explanation to trust — f = {result.quantity} = "
+                 f"{result.f_full:.4f}", fontsize=10, x=0.01, ha="left", fontfamily=families_for(result.quantity))
+    return fig

@@ -66,6 +66,9 @@ CASES = {
     "contributions": ("bert", [SENTENCE, "--token", "sat"],
                       lambda m, t: attnviz.contributions(SENTENCE, model=m, token="sat")),
     "logit-attr": ("llama", [PROMPT, "--top", "4"], lambda m, t: attnviz.logit_attr(PROMPT, model=m, top=4)),
+    "faithfulness": ("llama", [PROMPT, "--methods", "attention,flow,loo,random", "--sanity", "1", "--seed", "3"],
+                     lambda m, t: attnviz.faithfulness(PROMPT, model=m, methods=["attention", "flow", "loo", "random"],
+                                                       sanity=1, seed=3)),
     "ablate": ("llama", [PROMPT, "--heads", "1.0,0.2", "--at", "-1"],
                lambda m, t: attnviz.ablate(PROMPT, heads="1.0,0.2", model=m, at=-1)),
     "importance": ("bert", [SENTENCE], lambda m, t: attnviz.importance(SENTENCE, model=m)),
@@ -125,7 +128,8 @@ def test_json_is_the_functions_to_dict(name, models, tmp_path):
     assert comparable(name, json.loads(printed.stdout)) == comparable(name, expected)
 
 
-@pytest.mark.parametrize("name", ["heads", "entropy", "rollout", "norms", "contributions", "logit-attr", "patch",
+@pytest.mark.parametrize("name", ["heads", "entropy", "rollout", "norms", "contributions", "logit-attr",
+                                  "faithfulness", "patch",
                                   "importance", "token", "compare", "explain", "massive", "circuits", "corpus"])
 def test_csv_is_the_results_rows(name, models, tmp_path):
     model, args, call = CASES[name]

@@ -1,0 +1,427 @@
+"""faithfulness: which explanation to trust. Every attribution attnviz gives for one prediction (α, rollout,
+attention flow, ALTI, ALTI-Logit, value zeroing, gradient × input, integrated gradients, leave-one-out) put to
+the same tests: ERASER's comprehensiveness and sufficiency with their AOPC (DeYoung et al. 2020), agreement
+with leave-one-out (Kendall's τ), a random baseline it must beat, and the sanity check of cascading
+parameter randomisation (Adebayo et al. 2018)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from attnviz.api.models import borrows, resolve_model
+from attnviz.api.result import Line, Result
+from attnviz.base.arguments import checked
+from attnviz.base.text import check_text, visible
+from attnviz.errors import InputError, UnsupportedArchitectureError, UsageError, arg
+from attnviz.metrics.faithfulness import BINS
+from attnviz.progress import Reporter
+
+__all__ = ["faithfulness", "Faithfulness", "MethodFaithfulness", "RandomBaseline", "FAITHFULNESS_METHODS",
+           "MAX_FAITHFULNESS_TOKENS", "COMPLETENESS_TOLERANCE"]
+
+FAITHFULNESS_METHODS = ("attention", "rollout", "flow", "alti", "alti-logit", "value-zeroing", "grad-x-input",
+                        "integrated-gradients", "loo", "random")
+CAUSAL_ONLY = ("alti-logit",)
+MAX_FAITHFULNESS_TOKENS = 256  # leave-one-out runs the text once per token, flow a max-flow per token pair
+MAX_ORDERS = 10_000
+COMPLETENESS_TOLERANCE = 0.02  # |Σ IG − (f(x) − f(baseline))| / max(|f(x) − f(baseline)|, 0.01) at 400 points
+BEATS_SD = 2.0  # a method beats random when it is this many of the random orders' sd better than their mean
+DESCRIBE = {"attention": "α of the last layer, mean over heads",
+            "rollout": "attention rollout (Abnar & Zuidema 2020)",
+            "flow": "attention flow, max-flow through the layers (Abnar & Zuidema 2020)",
+            "alti": "ALTI contributions, rolled out (Ferrando et al. 2022)",
+            "alti-logit": "ALTI-Logit, the heads' logit effects traced to the inputs (Ferrando et al. 2023)",
+            "value-zeroing": "value zeroing, rolled out (Mohebbi et al. 2023)",
+            "grad-x-input": "gradient × input on the embeddings (Captum InputXGradient)",
+            "integrated-gradients": "integrated gradients on the embeddings (Captum; zero baseline)",
+            "loo": "leave-one-out: the drop in f when the token is deleted",
+            "random": "random orders: the baseline a method must beat"}
+
+
+@dataclass(frozen=True)
+class MethodFaithfulness:
+    """One method's scores (T,) and how faithful they are. `comprehensiveness` / `sufficiency`: per bin
+    (fraction, positions erased / kept, f); the AOPCs their means of f_full − f; `kendall_tau_loo` its τ-b with
+    leave-one-out over the erasable tokens; `sanity` (randomised_from_layer, Spearman ρ of its scores on the
+    model and on the model randomised from that block up)."""
+
+    name: str
+    scores: np.ndarray
+    comprehensiveness: tuple[tuple[float, tuple[int, ...], float], ...]
+    sufficiency: tuple[tuple[float, tuple[int, ...], float], ...]
+    comprehensiveness_aopc: float
+    sufficiency_aopc: float
+    kendall_tau_loo: float | None
+    sanity: tuple[tuple[int, float], ...]
+
+    def to_dict(self) -> dict:
+        return {"description": DESCRIBE[self.name], "scores": [float(s) for s in self.scores],
+                "comprehensiveness": {"aopc": self.comprehensiveness_aopc,
+                                      "bins": [{"fraction": fr, "erased": list(pos), "f": f}
+                                               for fr, pos, f in self.comprehensiveness]},
+                "sufficiency": {"aopc": self.sufficiency_aopc,
+                                "bins": [{"fraction": fr, "kept": list(pos), "f": f}
+                                         for fr, pos, f in self.sufficiency]},
+                "kendall_tau_loo": _number(self.kendall_tau_loo),
+                "sanity": [{"randomised_from_layer": n, "spearman": _number(rho)} for n, rho in self.sanity]}
+
+
+@dataclass(frozen=True)
+class RandomBaseline:
+    """`orders` random orders of the erasable tokens: per bin the mean and sd of f_full − f, and of the AOPC."""
+
+    orders: int
+    comprehensiveness: tuple[tuple[float, float, float], ...]  # (fraction, mean, sd) of f_full − f
+    sufficiency: tuple[tuple[float, float, float], ...]
+    comprehensiveness_aopc: tuple[float, float]  # (mean, sd) over the orders
+    sufficiency_aopc: tuple[float, float]
+
+    def to_dict(self) -> dict:
+        def curve(rows):
+            return [{"fraction": fr, "mean": m, "sd": s} for fr, m, s in rows]
+
+        return {"description": DESCRIBE["random"], "orders": self.orders,
+                "comprehensiveness": {"aopc": self.comprehensiveness_aopc[0], "sd": self.comprehensiveness_aopc[1],
+                                      "bins": curve(self.comprehensiveness)},
+                "sufficiency": {"aopc": self.sufficiency_aopc[0], "sd": self.sufficiency_aopc[1],
+                                "bins": curve(self.sufficiency)}}
+
+
+def _number(value: float | None) -> float | None:
+    return None if value is None or not np.isfinite(value) else float(value)
+
+
+@dataclass(frozen=True)
+class Faithfulness(Result):
+    """How faithful each attribution of one prediction is. f: for a causal LM the probability of `target` at
+    the last position, for an encoder the cosine of the erased text's sentence embedding with the full text's.
+    `erasable`: the positions ranked and erased (not special tokens; for a causal LM not the last position,
+    whose prediction f reads). `methods` in the order asked; `random` the baseline; `completeness`
+    (Σ attributions, f(x) − f(baseline)) of integrated gradients."""
+
+    command: ClassVar[str] = "faithfulness"
+    model: str
+    text: str
+    tokens: tuple[str, ...]
+    ids: tuple[int, ...]
+    causal: bool
+    quantity: str
+    target: str | None
+    target_id: int | None
+    f_full: float
+    erasable: tuple[int, ...]
+    bins: tuple[float, ...]
+    methods: tuple[MethodFaithfulness, ...]
+    random: RandomBaseline | None
+    completeness: tuple[float, float] | None = None
+    steps: int = 50
+    seed: int = 0
+    skipped: tuple[str, ...] = ()
+
+    figure_name: ClassVar[str] = "attnviz_faithfulness.png"
+
+    def method(self, name: str) -> MethodFaithfulness:
+        return next(m for m in self.methods if m.name == name)
+
+    def beats_random(self, m: MethodFaithfulness) -> str:
+        """"both", "comprehensiveness", "sufficiency" or "no": where the method is better than the random orders'
+        mean by more than BEATS_SD of their sd ("" without a random baseline)."""
+        if self.random is None:
+            return ""
+        comp = m.comprehensiveness_aopc > self.random.comprehensiveness_aopc[0] + \
+            BEATS_SD * self.random.comprehensiveness_aopc[1]
+        suff = m.sufficiency_aopc < self.random.sufficiency_aopc[0] - BEATS_SD * self.random.sufficiency_aopc[1]
+        return "both" if comp and suff else "comprehensiveness" if comp else "sufficiency" if suff else "no"
+
+    def ranking(self) -> list[MethodFaithfulness]:
+        """Best first: by comprehensiveness AOPC minus sufficiency AOPC (high on the one, low on the other)."""
+        return sorted(self.methods, key=lambda m: -(m.comprehensiveness_aopc - m.sufficiency_aopc))
+
+    def to_dict(self) -> dict:
+        data: dict = {"model": self.model, "text": self.text, "ids": list(self.ids), "tokens": list(self.tokens),
+                      "quantity": self.quantity, "target": self.target, "target_id": self.target_id,
+                      "f_full": self.f_full, "erasable": list(self.erasable), "bins": list(self.bins),
+                      "methods": {m.name: {**m.to_dict(), "beats_random": self.beats_random(m)}
+                                  for m in self.methods},
+                      "ranking": [m.name for m in self.ranking()], "skipped": list(self.skipped)}
+        if self.random is not None:
+            data["methods"]["random"] = self.random.to_dict()
+        if self.completeness is not None:
+            data["integrated_gradients_completeness"] = {"sum_of_attributions": self.completeness[0],
+                                                         "f_difference": self.completeness[1],
+                                                         "steps": self.steps}
+        return data
+
+    def to_rows(self) -> list[dict]:
+        return [{"method": m.name, "comprehensiveness_aopc": m.comprehensiveness_aopc,
+                 "sufficiency_aopc": m.sufficiency_aopc, "kendall_tau_loo": _number(m.kendall_tau_loo),
+                 "sanity_spearman": _number(m.sanity[-1][1]) if m.sanity else None,
+                 "beats_random": self.beats_random(m)} for m in self.ranking()]
+
+    def report(self, **style: Any) -> list:
+        from attnviz.panels import short_model
+        from attnviz.render.tables import records_table
+
+        rows = self.to_rows()
+        deepest = self.methods[0].sanity[-1][0] if self.methods and self.methods[0].sanity else None
+        columns = [("method", "method", ""), ("comprehensiveness_aopc", "compr. ↑", ".3f"),
+                   ("sufficiency_aopc", "suff. ↓", ".3f"), ("kendall_tau_loo", "τ loo", ".2f")]
+        if deepest is not None:
+            columns.append(("sanity_spearman", f"ρ rand≥{deepest}", ".2f"))
+        if self.random is not None:
+            columns.append(("beats_random", "beats random", ""))
+        items: list = [Line(f"f: {self.quantity} = {self.f_full:.4f}; {len(self.erasable)} of {len(self.tokens)} "
+                            f"tokens ranked and erased (deleted from the input), bins "
+                            + ", ".join(f"{b:.0%}" for b in self.bins))]
+        items.append(records_table(rows, columns, f"{short_model(self.model)}: which explanation to trust (AOPC "
+                                                  f"over the bins; best first)"))
+        if self.random is not None:
+            r = self.random
+            items.append(Line(f"random ({r.orders} orders): comprehensiveness {r.comprehensiveness_aopc[0]:.3f} ± "
+                              f"{r.comprehensiveness_aopc[1]:.3f}, sufficiency {r.sufficiency_aopc[0]:.3f} ± "
+                              f"{r.sufficiency_aopc[1]:.3f} (mean ± sd); beating it: more than {BEATS_SD:g} sd "
+                              f"better than its mean"))
+            winners = [m.name for m in self.ranking() if self.beats_random(m) == "both"]
+            items.append(Line("beat random on both: " + (", ".join(winners) if winners else "none")))
+        if self.completeness is not None:
+            total, gap = self.completeness
+            items.append(Line(f"integrated gradients ({self.steps} steps): attributions sum to {total:.4f}, "
+                              f"f(x) − f(baseline) = {gap:.4f} (completeness)"))
+        for name in self.skipped:
+            items.append(Line(f"skipped: {name}", style="dim"))
+        items.append(Line("compr.: comprehensiveness, f_full − f without the method's top tokens (higher: they "
+                          "mattered); suff.: sufficiency, f_full − f with only them (lower: they were enough); τ loo: "
+                          "Kendall's τ with leave-one-out"
+                          + (f"; ρ rand≥{deepest}: Spearman's ρ of the scores with those of the model whose blocks "
+                             f"from {deepest} up are random (near 0: the method explains the model)"
+                             if deepest is not None else "") + "; attnviz explain faithfulness", style="dim"))
+        return items
+
+    def figure(self, **style: Any):
+        from attnviz.render.charts import faithfulness_figure
+
+        return faithfulness_figure(self)
+
+
+def _sanity_layers(L: int, depths: int) -> list[int]:
+    """The blocks from which the copy is randomised, top first: `depths` of them spread from L−1 down to 0."""
+    if depths <= 0:
+        return []
+    if depths >= L:
+        return list(range(L - 1, -1, -1))
+    return sorted({int(round(x)) for x in np.linspace(L - 1, 0, depths)}, reverse=True)
+
+
+@borrows
+@checked
+def faithfulness(text: str, *, model: Any = None, tokenizer: Any = None, methods: Sequence[str] | None = None,
+                 target: str | int | None = None, orders: int = 20, steps: int = 50, sanity: int = 5,
+                 seed: int = 0, truncate: bool = True, device: str = "auto", dtype: str = "float32",
+                 reporter: Reporter | None = None) -> Faithfulness:
+    """How faithful each attribution of one prediction is (see the module). `methods`: names from
+    FAITHFULNESS_METHODS (default: all that apply; alti-logit needs a causal LM); `target` (causal LM) the token
+    whose probability f is, as text (" Paris") or an id, default the model's top token; `orders` random
+    orders (20 to 10,000); `steps` integrated gradients' points (1 to 1,000); `sanity` how many depths of
+    cascading randomisation (0: none; at most the model's layers); `seed` for the random orders and weights."""
+    check_text(text)
+    asked = _methods(methods)
+    if not 20 <= orders <= MAX_ORDERS:
+        raise UsageError(f"{arg('orders')} takes 20 to {MAX_ORDERS:,} random orders; got {orders}", "orders")
+    if not 1 <= steps <= 1000:
+        raise UsageError(f"{arg('steps')} takes 1 to 1,000 points; got {steps}", "steps")
+    if not 0 <= sanity <= 1000:
+        raise UsageError(f"{arg('sanity')} takes 0 to 1,000 depths; got {sanity}", "sanity")
+    if seed < 0:
+        raise UsageError(f"{arg('seed')} is a whole number from 0; got {seed}", "seed")
+    if isinstance(target, str) and not target:
+        raise UsageError(f"{arg('target')} is empty: give a token of the vocabulary, e.g. ' Paris'", "target")
+    loaded = resolve_model(model, tokenizer, device=device, dtype=dtype, lm_head="auto")
+    loaded.require_single("faithfulness")
+    from attnviz.api.attribution.logits import check_spelling, target_id
+    from attnviz.engine.ablation.runs import is_causal_lm
+    from attnviz.engine.attribution.faithfulness import Explained, Randomised
+    from attnviz.engine.forward import encode
+    from attnviz.engine.memory import check_memory
+
+    causal = is_causal_lm(loaded.model)
+    if methods is None:
+        asked = [m for m in asked if causal or m not in CAUSAL_ONLY]
+    elif not causal and any(m in CAUSAL_ONLY for m in asked):
+        raise InputError(f"alti-logit explains a causal language model's next token; {loaded.name} is an encoder",
+                         "methods")
+    if target is not None and not causal:
+        raise InputError(f"{arg('target')} names a next token; {loaded.name} is an encoder, whose f is the cosine "
+                         f"of the sentence embeddings", "target")
+    encoded = encode(loaded, text, truncate=truncate)
+    T = len(encoded.tokens)
+    if T > MAX_FAITHFULNESS_TOKENS:
+        raise InputError(f"faithfulness runs the text once per token and erasure: {T} tokens is more than "
+                         f"{MAX_FAITHFULNESS_TOKENS}; shorten the text")
+    ranked_ok = ~np.asarray(encoded.special, bool)
+    if causal:
+        ranked_ok[T - 1] = False
+    erasable = np.flatnonzero(ranked_ok)
+    if len(erasable) < 2:
+        raise InputError(f"faithfulness ranks and erases tokens: this text has {len(erasable)} that can be erased "
+                         f"(not special{', not the last' if causal else ''}); give a longer text")
+    check_memory(loaded, T, copies=4.0)
+    wanted = target_id(loaded, target)
+    reporter = reporter or Reporter()
+    skipped: list[str] = []
+    with reporter.status("Running the model and every method…"):
+        explained = Explained(loaded.model, encoded.inputs, causal=causal, target=wanted)
+        if causal and target is not None and explained.target is not None:
+            check_spelling(loaded, target, explained.target, explained.logits)
+        scores: dict[str, np.ndarray] = {}
+        completeness = None
+        for name in asked:
+            if name == "random":
+                continue
+            try:
+                scores[name], found = _scores(name, explained, encoded.inputs, erasable, steps)
+            except UnsupportedArchitectureError as exc:
+                if methods is not None:
+                    raise InputError(f"{name}: {exc}", "methods") from None
+                skipped.append(f"{name} ({exc})")
+                continue
+            if found is not None:
+                completeness = found
+    from attnviz.metrics import spearman
+    from attnviz.metrics.faithfulness import bin_sizes, kendall_tau, only, ranked, without
+
+    sizes = bin_sizes(len(erasable))
+    subsets: list[np.ndarray] = []
+    plans: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}
+    for name, values in scores.items():
+        order = ranked(values, erasable)
+        plans[name] = ([order[:k] for k in sizes], [order[:k] for k in sizes])
+    rng = np.random.default_rng(seed)
+    random_orders = [rng.permutation(erasable) for _ in range(orders)] if "random" in asked else []
+    loo_needed = bool(scores)  # τ with leave-one-out: every method is compared to it
+    for tops, _ in plans.values():
+        subsets += [without(T, top) for top in tops] + [only(T, erasable, top) for top in tops]
+    for order in random_orders:
+        subsets += [without(T, order[:k]) for k in sizes] + [only(T, erasable, order[:k]) for k in sizes]
+    if loo_needed and "loo" not in scores:
+        subsets += [without(T, np.array([i])) for i in erasable]
+    with reporter.progress("Erasing tokens and running the model again", len(subsets), "texts") as step:
+        values = explained.f(subsets, on_batch=step)
+    f_of = iter(values)
+    n = len(sizes)
+    results: dict[str, tuple] = {}
+    for name, (tops, _) in plans.items():
+        comp = [float(next(f_of)) for _ in range(n)]
+        suff = [float(next(f_of)) for _ in range(n)]
+        results[name] = (tops, comp, suff)
+    random = None
+    if random_orders:
+        comp_r = np.array([[next(f_of) for _ in range(n)] + [next(f_of) for _ in range(n)]
+                           for _ in random_orders])  # (orders, 2n)
+        drops = explained.f_full - comp_r
+        c, s = drops[:, :n], drops[:, n:]
+        random = RandomBaseline(orders, tuple((b, float(m), float(d)) for b, m, d in zip(BINS, c.mean(0), c.std(0))),
+                                tuple((b, float(m), float(d)) for b, m, d in zip(BINS, s.mean(0), s.std(0))),
+                                (float(c.mean(1).mean()), float(c.mean(1).std())),
+                                (float(s.mean(1).mean()), float(s.mean(1).std())))
+    loo = scores.get("loo")
+    if loo is None and loo_needed:
+        loo = np.zeros(T)
+        loo[erasable] = explained.f_full - np.array([next(f_of) for _ in erasable])
+    depths = _sanity_layers(loaded.shape[0], sanity)
+    sane: dict[str, list[tuple[int, float]]] = {name: [] for name in scores}
+    if depths:
+        copy = Randomised(loaded.model, seed=seed)
+        with reporter.progress("Randomising the model from the top block down", len(depths), "depths") as step:
+            for layer in depths:
+                copy.down_to(layer)
+                shaken = Explained(copy.model, encoded.inputs, causal=causal, target=explained.target)
+                for name in scores:
+                    try:
+                        again, _ = _scores(name, shaken, encoded.inputs, erasable, steps)
+                    except UnsupportedArchitectureError:
+                        again = np.full(T, np.nan)
+                    sane[name].append((layer, spearman(scores[name][erasable], again[erasable])))
+                step(1)
+        del copy
+    built = []
+    for name in asked:
+        if name == "random" or name not in scores:
+            continue
+        tops, comp, suff = results[name]
+        tau = kendall_tau(scores[name][erasable], loo[erasable]) if loo is not None else None
+        built.append(MethodFaithfulness(
+            name, scores[name],
+            tuple((b, tuple(int(p) for p in sorted(top)), f) for b, top, f in zip(BINS, tops, comp)),
+            tuple((b, tuple(int(p) for p in sorted(top)), f) for b, top, f in zip(BINS, tops, suff)),
+            float(np.mean(explained.f_full - np.array(comp))), float(np.mean(explained.f_full - np.array(suff))),
+            tau, tuple(sane[name])))
+    if causal:
+        target_text = loaded.tokenizer.decode([explained.target])
+        quantity = f"p({visible(target_text)!r}) at the last position"
+    else:
+        target_text = None
+        quantity = "cosine of the sentence embedding with the full text's"
+    return Faithfulness(model=loaded.name, text=str(text), tokens=tuple(encoded.tokens),
+                        ids=tuple(int(i) for i in encoded.inputs["input_ids"][0].tolist()), causal=causal,
+                        quantity=quantity, target=target_text, target_id=explained.target, f_full=explained.f_full,
+                        erasable=tuple(int(p) for p in erasable), bins=BINS, methods=tuple(built), random=random,
+                        completeness=completeness, steps=steps, seed=seed, skipped=tuple(skipped))
+
+
+def _methods(methods: Sequence[str] | None) -> list[str]:
+    if methods is None:
+        return list(FAITHFULNESS_METHODS)
+    names = [str(m) for m in methods]
+    unknown = [m for m in names if m not in FAITHFULNESS_METHODS]
+    if unknown or not names:
+        raise UsageError(f"{arg('methods')} takes names from {', '.join(FAITHFULNESS_METHODS)}; "
+                         + (f"not {visible(unknown[0])[:40]!r}" if unknown else "none given"), "methods")
+    return list(dict.fromkeys(names))
+
+
+def _scores(name: str, explained, inputs: dict, erasable: np.ndarray,
+            steps: int) -> tuple[np.ndarray, tuple[float, float] | None]:
+    """One method's scores (T,) for the model `explained` holds; for integrated gradients also completeness."""
+    from attnviz.engine.attribution.faithfulness import (FLOW_ROWS, alti_logit_scores, contribution_layers,
+                                                         gradient_scores)
+    from attnviz.metrics.faithfulness import attention_flow, residual_attention, without
+
+    rows = explained.rows()
+    T = explained.T
+    if name == "attention":
+        return explained.alpha[-1].astype(np.float64).mean(0)[rows].mean(0), None
+    if name in ("rollout", "flow"):
+        layers = residual_attention(explained.alpha)
+        if name == "flow":
+            spread = rows if len(rows) <= FLOW_ROWS else \
+                rows[np.unique(np.linspace(0, len(rows) - 1, FLOW_ROWS).round().astype(int))]
+            return attention_flow(layers, spread), None
+        total = np.eye(T)
+        for layer in layers:
+            total = layer @ total
+        return total[rows].mean(0), None
+    if name in ("alti", "value-zeroing"):
+        total = np.eye(T)
+        for layer in contribution_layers(explained.model, inputs, name):
+            total = layer @ total
+        return total[rows].mean(0), None
+    if name == "alti-logit":
+        found = alti_logit_scores(explained.model, inputs, explained.target)
+        if found is None:
+            raise UnsupportedArchitectureError("ALTI does not split this family's blocks")
+        return found, None
+    if name in ("grad-x-input", "integrated-gradients"):
+        import importlib.util
+
+        if importlib.util.find_spec("captum") is None:
+            raise UnsupportedArchitectureError(f"{name} needs Captum: pip install \"attnviz[trust]\"")
+        attributed, summed, gap = gradient_scores(explained, name, erasable, steps=steps)
+        return attributed, (None if summed is None or gap is None else (summed, gap))
+    assert name == "loo"
+    values = np.zeros(T)
+    values[erasable] = explained.f_full - explained.f([without(T, np.array([i])) for i in erasable])
+    return values, None

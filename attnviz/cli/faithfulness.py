@@ -1,0 +1,75 @@
+"""attnviz faithfulness: which explanation of a prediction to trust, every attribution measured side by side."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from attnviz.cli.errors import cli_errors
+from attnviz.cli.group import app
+from attnviz.cli.inputs import Source, takes
+from attnviz.cli.output import check_output, emit, figure_file
+from attnviz.cli.params import CsvOpt, ImageOut, JsonOpt, ModelOptions, whole_number
+
+# Imports inside the command (the API, numpy, matplotlib) keep `attnviz --help` light.
+
+METHOD_NAMES = ("attention, rollout, flow, alti, alti-logit, value-zeroing, grad-x-input, integrated-gradients, loo, "
+                "random")
+
+
+def methods_option(value: str) -> list[str]:
+    from attnviz.api.attribution.faithfulness import FAITHFULNESS_METHODS
+
+    names = [m.strip() for m in value.split(",") if m.strip()]
+    unknown = [m for m in names if m not in FAITHFULNESS_METHODS]
+    if unknown or not names:
+        from attnviz.base.text import visible
+
+        raise typer.BadParameter(f"give names from {', '.join(FAITHFULNESS_METHODS)}, separated by commas"
+                                 + (f"; not {visible(unknown[0])[:40]!r}" if unknown else ""), param_hint="--methods")
+    return names
+
+
+@app.command(help="Which explanation to trust: every attribution of one prediction (α, rollout, attention flow, "
+                  "ALTI, ALTI-Logit, value zeroing, gradient × input, integrated gradients, leave-one-out) put to "
+                  "ERASER's tests: erase each method's top tokens (comprehensiveness) or keep only them "
+                  "(sufficiency) and run the model again, in bins of 1 to 50 % of the tokens; agreement with "
+                  "leave-one-out (Kendall's τ); random orders as the baseline to beat; and the sanity check of "
+                  "randomising the model from the top block down (Adebayo et al. 2018). f: a causal LM's "
+                  "probability of its next token (--target), an encoder's sentence-embedding cosine.")
+@cli_errors
+@takes(model=ModelOptions, inp=Source.taking("text"))
+def faithfulness(methods: Annotated[Optional[str], typer.Option(
+                     "--methods", metavar="NAMES", show_default=False,
+                     help=f"Which methods, separated by commas: {METHOD_NAMES}. Default: all that apply "
+                          f"(alti-logit needs a causal LM).")] = None,
+                 target: Annotated[Optional[str], typer.Option(
+                     "--target", metavar="TOKEN", show_default=False,
+                     help="A causal LM's token whose probability f is, as text (' Paris'). Default: the model's "
+                          "own prediction.")] = None,
+                 orders: Annotated[int, typer.Option(
+                     "--orders", parser=whole_number(20, 10_000), metavar="N",
+                     help="Random orders for the baseline (20 to 10,000).")] = 20,
+                 steps: Annotated[int, typer.Option(
+                     "--steps", parser=whole_number(1, 1000), metavar="N",
+                     help="Integrated gradients' points (1 to 1,000).")] = 50,
+                 sanity: Annotated[int, typer.Option(
+                     "--sanity", parser=whole_number(0, 1000), metavar="N",
+                     help="Depths of the randomisation check, spread from the top block to the first "
+                          "(0: skip it).")] = 5,
+                 seed: Annotated[int, typer.Option(
+                     "--seed", parser=whole_number(0, 2**32 - 1), metavar="N",
+                     help="Seed of the random orders and of the randomised weights.")] = 0,
+                 output: ImageOut = None, as_json: JsonOpt = False, as_csv: CsvOpt = False,
+                 *, model: ModelOptions, inp: Source) -> None:
+    import attnviz
+    from attnviz.render.png import FORMATS
+
+    check_output(output, FORMATS)
+    chosen = methods_option(methods) if methods is not None else None
+    given = inp.resolve()
+    result = attnviz.faithfulness(given, model=model.later_for(given), methods=chosen, target=target,
+                                  orders=orders, steps=steps, sanity=sanity, seed=seed, truncate=model.truncate,
+                                  reporter=inp.options()["reporter"])
+    emit(result, as_json=as_json, as_csv=as_csv, files=[figure_file(output, result)])

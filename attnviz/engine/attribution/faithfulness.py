@@ -1,0 +1,193 @@
+"""The torch side of faithfulness: the quantity an explanation explains, f, on any subset of a text's tokens
+(erasure by deleting ids from the input, ERASER's way), batched; every method's per-token scores from one
+model; and a copy of the model randomised from the top block down (Adebayo et al. 2018's cascading
+randomisation), for the sanity check.
+
+    f, causal LM   the probability of the target token at the position whose next token is explained (the
+                   last one, never erased)
+    f, encoder     the cosine between the sentence embedding (the mean over the tokens, as sentence-transformers
+                   pools these models) of the erased text and of the full text
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+
+from attnviz.engine.ablation.runs import run_model
+from attnviz.engine.scratch.adapters import adapter_for, layer_blocks
+
+ERASE_BATCH = 16  # erased texts per forward pass
+IG_BATCH = 16  # integrated gradients' interpolation steps per forward pass
+FLOW_ROWS = 16  # an encoder's flow is the mean over at most this many query rows, spread evenly
+
+
+class Explained:
+    """One text and one model: f on any kept subset of positions, batched. `ids` (T,) the text's ids, `extra`
+    the other inputs the model takes per token (token_type_ids), `target` the token explained (causal)."""
+
+    def __init__(self, model, inputs: dict, *, causal: bool, target: int | None) -> None:
+        self.model = model
+        self.causal = causal
+        self.ids = inputs["input_ids"][0]
+        self.device = self.ids.device
+        self.types = inputs.get("token_type_ids")
+        self.T = int(self.ids.shape[0])
+        self.target: int | None
+        self.reference: torch.Tensor | None
+        with torch.inference_mode():
+            out = run_model(model, {"input_ids": self.ids[None], "attention_mask": torch.ones_like(self.ids)[None],
+                                    **self._types(1, self.T)}, attentions=True)
+        self.alpha = np.stack([a[0].float().cpu().numpy() for a in out.attentions])  # (L, H, T, T)
+        if causal:
+            logits = out.logits[0, -1].double()
+            self.logits = logits.cpu().numpy()
+            self.target = int(logits.argmax()) if target is None else int(target)
+            self.reference = None
+            self.f_full = float(torch.softmax(logits, -1)[self.target])
+        else:
+            hidden = _hidden(out)[0].double()  # (T, D)
+            pooled = hidden.mean(0)
+            self.reference = pooled / pooled.norm().clamp_min(1e-12)
+            self.target = None
+            self.f_full = 1.0
+
+    def _types(self, B: int, T: int) -> dict:
+        return {} if self.types is None else {"token_type_ids": torch.zeros(B, T, dtype=torch.long,
+                                                                            device=self.device)}
+
+    def f(self, kept: Sequence[np.ndarray], on_batch: Callable[[int], None] | None = None) -> np.ndarray:
+        """f of the text with only the positions `kept` (each sorted ascending), one value per subset, in
+        batches of ERASE_BATCH padded on the right (the attention mask hides the padding)."""
+        values = np.empty(len(kept))
+        for start in range(0, len(kept), ERASE_BATCH):
+            chunk = [np.asarray(k, np.int64) for k in kept[start:start + ERASE_BATCH]]
+            lengths = [len(k) for k in chunk]
+            width = max(lengths)
+            ids = torch.zeros(len(chunk), width, dtype=torch.long, device=self.device)
+            mask = torch.zeros(len(chunk), width, dtype=torch.long, device=self.device)
+            for b, k in enumerate(chunk):
+                ids[b, :len(k)] = self.ids[torch.as_tensor(k, device=self.device)]
+                mask[b, :len(k)] = 1
+            with torch.inference_mode():
+                out = run_model(self.model, {"input_ids": ids, "attention_mask": mask,
+                                             **self._types(len(chunk), width)})
+            last = torch.as_tensor(lengths, device=self.device) - 1
+            if self.causal:
+                logits = out.logits[torch.arange(len(chunk), device=self.device), last].double()  # (B, V)
+                values[start:start + len(chunk)] = torch.softmax(logits, -1)[:, self.target].cpu().numpy()
+            else:
+                hidden = _hidden(out).double() * mask[..., None]  # (B, T', D), padding zeroed
+                pooled = hidden.sum(1) / mask.sum(1, keepdim=True)
+                pooled = pooled / pooled.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+                assert self.reference is not None
+                values[start:start + len(chunk)] = (pooled @ self.reference).cpu().numpy()
+            if on_batch is not None:
+                on_batch(len(chunk))
+        return values
+
+    def rows(self) -> np.ndarray:
+        """The query rows whose attention explains f: the explained position (causal), else every row."""
+        return np.array([self.T - 1]) if self.causal else np.arange(self.T)
+
+    def embedding_f(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        """f as a function of the input embeddings (B, T, D) -> (B,), for the gradient methods."""
+        model, causal, target, reference = self.model, self.causal, self.target, self.reference
+
+        def forward(embeds: torch.Tensor) -> torch.Tensor:
+            B, T = embeds.shape[:2]
+            kwargs = {"inputs_embeds": embeds, "attention_mask": torch.ones(B, T, dtype=torch.long,
+                                                                             device=embeds.device),
+                      **self._types(B, T)}
+            out = model(**kwargs, use_cache=False) if causal else model(**kwargs)
+            if causal:
+                return torch.softmax(out.logits[:, -1].float(), -1)[:, target]
+            pooled = _hidden(out).float().mean(1)
+            pooled = pooled / pooled.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+            assert reference is not None
+            return pooled @ reference.float()
+
+        return forward
+
+
+def _hidden(out) -> torch.Tensor:
+    hidden = getattr(out, "last_hidden_state", None)
+    return out.hidden_states[-1] if hidden is None else hidden
+
+
+def gradient_scores(explained: Explained, method: str, erasable: np.ndarray, *,
+                    steps: int) -> tuple[np.ndarray, float | None, float | None]:
+    """Per-token scores (T,) of "grad-x-input" (Captum's InputXGradient) or "integrated-gradients" (Captum's
+    IntegratedGradients, Gauss-Legendre, `steps` points) on the input embeddings, each token's attribution
+    summed over the embedding's dimensions. The baseline: the zero vector at every erasable position, the
+    token's own embedding elsewhere (special tokens and the explained position are never credited). For
+    integrated gradients also (Σ attributions, f(x) − f(baseline)): completeness says they are equal."""
+    from captum.attr import InputXGradient, IntegratedGradients
+
+    model = explained.model
+    embeds = model.get_input_embeddings()(explained.ids[None]).detach()  # (1, T, D)
+    forward = explained.embedding_f()
+    with torch.enable_grad():
+        if method == "grad-x-input":
+            attributions = InputXGradient(forward).attribute(embeds.clone().requires_grad_(True))
+            total = gap = None
+        else:
+            baseline = embeds.clone()
+            baseline[:, torch.as_tensor(erasable, device=embeds.device)] = 0.0
+            attributions = IntegratedGradients(forward).attribute(
+                embeds, baselines=baseline, n_steps=steps, method="gausslegendre", internal_batch_size=IG_BATCH)
+            with torch.no_grad():
+                gap = float(forward(embeds)[0] - forward(baseline)[0])
+            total = float(attributions.double().sum())
+    return attributions[0].double().sum(-1).detach().cpu().numpy(), total, gap
+
+
+def contribution_layers(model, inputs: dict, method: str) -> np.ndarray:
+    """ALTI's or value zeroing's per-layer contributions (L, T, T), rows summing to 1."""
+    if method == "alti":
+        from attnviz.engine.attribution.alti import alti
+
+        return alti(model, inputs)[0].astype(np.float64)
+    from attnviz.engine.attribution.zeroing import value_zeroing
+
+    base = getattr(model, "base_model", model)
+    return value_zeroing(model, inputs, adapter_for(base).modules(base))[0]
+
+
+def alti_logit_scores(model, inputs: dict, target: int) -> np.ndarray | None:
+    """ALTI-Logit per input token (T,): every head's direct effect on the target's logit at the last position,
+    traced back to the input tokens (Ferrando et al. 2023), summed over the heads; None where ALTI does not
+    split this family's blocks."""
+    from attnviz.engine.attribution.alti import alti_logit
+    from attnviz.engine.attribution.logits import logit_parts
+
+    T = int(inputs["input_ids"].shape[1])
+    parts, _ = logit_parts(model, inputs, position=T - 1, target=target)
+    traced, _ = alti_logit(model, inputs, parts.by_source)
+    return None if traced is None else traced.sum(axis=(0, 1))
+
+
+class Randomised:
+    """A copy of `model` whose blocks are randomised from the top one down, one more at each `down_to(l)`
+    (cascading): every weight matrix of a block drawn afresh from N(0, σ²), σ the config's initializer_range
+    (0.02 where it has none), the norms and biases kept. The model handed in is never touched."""
+
+    def __init__(self, model, seed: int = 0) -> None:
+        self.model = copy.deepcopy(model)
+        base = getattr(self.model, "base_model", self.model)
+        self.blocks = layer_blocks(base, adapter_for(base).modules(base))
+        self.sigma = float(getattr(self.model.config, "initializer_range", 0.02) or 0.02)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.lowest = len(self.blocks)
+
+    def down_to(self, layer: int) -> None:
+        with torch.no_grad():
+            for n in range(self.lowest - 1, layer - 1, -1):
+                for parameter in self.blocks[n].parameters():
+                    if parameter.ndim >= 2:
+                        drawn = torch.randn(parameter.shape, generator=self.generator) * self.sigma
+                        parameter.copy_(drawn.to(parameter.dtype))
+        self.lowest = min(self.lowest, layer)

@@ -1,0 +1,87 @@
+"""Faithfulness of attributions, on numpy: the bins of erased tokens, the order a method's scores give,
+comprehensiveness and sufficiency (DeYoung et al. 2020, ERASER), Kendall's τ-b, and attention flow (Abnar &
+Zuidema 2020). No torch here."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+BINS = (0.01, 0.05, 0.10, 0.20, 0.50)  # ERASER's bins: fractions of the erasable tokens
+
+
+def bin_sizes(n: int, fractions: tuple[float, ...] = BINS) -> list[int]:
+    """How many tokens each bin erases (or keeps): ⌈fraction · n⌉, at least one."""
+    return [max(1, math.ceil(fraction * n - 1e-9)) for fraction in fractions]
+
+
+def ranked(scores: np.ndarray, erasable: np.ndarray) -> np.ndarray:
+    """The erasable positions, highest score first; ties in the text's order."""
+    erasable = np.asarray(erasable, np.int64)
+    values = np.asarray(scores, np.float64)[erasable]
+    return erasable[np.lexsort((erasable, -values))]
+
+
+def without(T: int, erased: np.ndarray) -> np.ndarray:
+    """The positions of a T-token text kept when `erased` are deleted, in order."""
+    keep = np.ones(T, bool)
+    keep[np.asarray(erased, np.int64)] = False
+    return np.flatnonzero(keep)
+
+
+def only(T: int, erasable: np.ndarray, kept: np.ndarray) -> np.ndarray:
+    """The positions kept when, of the erasable ones, only `kept` stay (the others: special tokens and the
+    explained position, always stay)."""
+    erased = np.setdiff1d(np.asarray(erasable, np.int64), np.asarray(kept, np.int64))
+    return without(T, erased)
+
+
+def kendall_tau(x: np.ndarray, y: np.ndarray) -> float:
+    """Kendall's τ-b (ties in either counted as neither concordant nor discordant, the denominator adjusted);
+    NaN where either has no two different values. O(n²): n is a text's tokens."""
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    n = len(x)
+    if n < 2:
+        return float("nan")
+    sx = np.sign(x[:, None] - x[None, :])[np.triu_indices(n, 1)]
+    sy = np.sign(y[:, None] - y[None, :])[np.triu_indices(n, 1)]
+    pairs = n * (n - 1) / 2
+    untied_x, untied_y = pairs - float((sx == 0).sum()), pairs - float((sy == 0).sum())
+    if untied_x == 0 or untied_y == 0:
+        return float("nan")
+    return float((sx * sy).sum() / math.sqrt(untied_x * untied_y))
+
+
+def residual_attention(alpha: np.ndarray) -> np.ndarray:
+    """Per layer the attention graph's edges as Abnar & Zuidema build them: Â = rownorm(mean_h α + I), the
+    identity standing for the residual connection. (L, H, T, T) -> (L, T, T) float64."""
+    mean = np.asarray(alpha, np.float64).mean(axis=1)
+    mean = mean + np.eye(mean.shape[-1])[None]
+    return mean / mean.sum(axis=-1, keepdims=True)
+
+
+def attention_flow(layers: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Attention flow (Abnar & Zuidema 2020): the layered graph with a node per token and layer boundary, an
+    edge from token i above layer l to token j below it of capacity Â_l[i, j] (`layers` (L, T, T), rows of
+    residual_attention); the maximum flow from the top node of each row in `rows` to each input token, each
+    row's flows normalised to sum to 1, then averaged over `rows`. (T,). networkx's maximum flow."""
+    import networkx as nx
+
+    L, T, _ = layers.shape
+    graph = nx.DiGraph()
+    for n in range(L):
+        for i in range(T):
+            for j in np.flatnonzero(layers[n, i] > 0):
+                graph.add_edge((n + 1, i), (n, int(j)), capacity=float(layers[n, i, j]))
+    total = np.zeros(T)
+    for row in rows:
+        flows = np.array([nx.maximum_flow_value(graph, (L, int(row)), (0, j)) if graph.has_node((0, j)) else 0.0
+                          for j in range(T)])
+        total += flows / flows.sum() if flows.sum() > 0 else flows
+    return total / len(rows)
+
+
+def aopc(f_full: float, f_values: np.ndarray) -> float:
+    """The area over the perturbation curve: the mean over the bins of f_full − f."""
+    return float(np.mean(f_full - np.asarray(f_values, np.float64)))

@@ -1,0 +1,290 @@
+"""attnviz faithfulness: every reported f is a fresh forward pass on the kept ids; erasing nothing gives f_full;
+attention flow against its definition; integrated gradients' completeness; the random baseline against its
+expectation; Kendall's τ against SciPy; the sanity check's randomised copy leaves the model handed in as it
+was; and every refusal in one line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from helpers import one_line_error, run
+
+import attnviz
+from attnviz.api.attribution.faithfulness import COMPLETENESS_TOLERANCE
+from attnviz.metrics.faithfulness import (attention_flow, bin_sizes, kendall_tau, only, ranked, residual_attention,
+                                          without)
+
+TEXT = "the cat sat on the mat because it was tired"
+F_TOLERANCE = 1e-5  # a padded batch against one text alone, float32 through a few layers: rounding, ~1e-7 each
+
+
+@pytest.fixture(scope="module")
+def gpt2(tiny_lm_dir):
+    return attnviz.load_model(tiny_lm_dir("gpt2"), device="cpu", lm_head=True)
+
+
+@pytest.fixture(scope="module")
+def bert(tiny_model_dir):
+    return attnviz.load_model(tiny_model_dir("bert"), device="cpu")
+
+
+def fresh_f(model, result, kept) -> float:
+    """f of the text with only `kept`, from one forward pass of those ids alone (no batch, no padding)."""
+    ids = torch.tensor([[result.ids[p] for p in kept]])
+    with torch.inference_mode():
+        out = model.model(input_ids=ids, attention_mask=torch.ones_like(ids))
+    if result.causal:
+        return float(torch.softmax(out.logits[0, -1].double(), -1)[result.target_id])
+    full = torch.tensor([list(result.ids)])
+    with torch.inference_mode():
+        whole = model.model(input_ids=full, attention_mask=torch.ones_like(full)).last_hidden_state[0].double()
+    a, b = out.last_hidden_state[0].double().mean(0), whole.mean(0)
+    return float(a @ b / (a.norm() * b.norm()))
+
+
+@pytest.mark.parametrize("which", ["gpt2", "bert"])
+def test_every_reported_f_is_a_fresh_forward_pass_on_the_kept_ids(which, request):
+    model = request.getfixturevalue(which)
+    result = attnviz.faithfulness(TEXT, model=model, sanity=0, orders=20)
+    T = len(result.tokens)
+    erasable = np.array(result.erasable)
+    assert result.f_full == pytest.approx(fresh_f(model, result, range(T)), abs=F_TOLERANCE)
+    assert all(not s for s in np.array(attnviz.capture(TEXT, model=model).special)[erasable])
+    if result.causal:
+        assert T - 1 not in result.erasable
+    checked = 0
+    for m in result.methods:
+        sizes = bin_sizes(len(erasable))
+        order = ranked(m.scores, erasable)
+        for (_fraction, erased, f), k in zip(m.comprehensiveness, sizes):
+            assert sorted(erased) == sorted(order[:k].tolist()) and len(erased) == k
+            assert f == pytest.approx(fresh_f(model, result, without(T, np.array(erased))), abs=F_TOLERANCE)
+            checked += 1
+        for (_fraction, kept, f), k in zip(m.sufficiency, sizes):
+            assert sorted(kept) == sorted(order[:k].tolist())
+            assert f == pytest.approx(fresh_f(model, result, only(T, erasable, np.array(kept))), abs=F_TOLERANCE)
+            checked += 1
+        aopc = np.mean([result.f_full - f for _, _, f in m.comprehensiveness])
+        assert m.comprehensiveness_aopc == pytest.approx(aopc, abs=1e-12)
+    assert checked >= 80
+    loo = result.method("loo").scores
+    for p in erasable[:4]:
+        assert loo[p] == pytest.approx(result.f_full - fresh_f(model, result, without(T, np.array([p]))),
+                                       abs=F_TOLERANCE)
+
+
+def test_erasing_nothing_gives_f_full(gpt2, bert):
+    from attnviz.engine.attribution.faithfulness import Explained
+    from attnviz.engine.forward import encode
+
+    for model in (gpt2, bert):
+        encoded = encode(model, TEXT)
+        causal = model is gpt2
+        explained = Explained(model.model, encoded.inputs, causal=causal, target=None)
+        T = explained.T
+        again = explained.f([np.arange(T), np.arange(T)[1:], np.arange(T)])
+        assert again[0] == again[2] and abs(again[0] - explained.f_full) < F_TOLERANCE
+        assert abs(again[1] - explained.f_full) > 1e-4  # a token erased does change f: the check can fail
+
+
+def test_flow_on_one_layer_is_the_normalised_attention_row_and_never_exceeds_what_enters():
+    rng = np.random.default_rng(0)
+    alpha = rng.random((1, 3, 6, 6))
+    alpha /= alpha.sum(-1, keepdims=True)
+    layers = residual_attention(alpha)
+    assert np.allclose(layers.sum(-1), 1)
+    for row in range(6):
+        assert np.allclose(attention_flow(layers, np.array([row])), layers[0, row], atol=1e-9)
+    assert np.allclose(attention_flow(layers, np.arange(6)), layers[0].mean(0), atol=1e-9)
+    # two layers: the flow into each input token is at most the rollout's best path bound and sums to 1
+    alpha2 = rng.random((2, 2, 5, 5))
+    alpha2 /= alpha2.sum(-1, keepdims=True)
+    two = residual_attention(alpha2)
+    flow = attention_flow(two, np.array([4]))
+    assert flow.sum() == pytest.approx(1.0) and (flow >= 0).all()
+    cut = np.minimum(two[1, 4][:, None], two[0]).sum(0)  # max flow ≤ Σ_k min(edge above, edge below)... per sink
+    raw = np.array([__import__("networkx").maximum_flow_value(_graph(two), (2, 4), (0, j)) for j in range(5)])
+    assert np.all(raw <= cut + 1e-12) and np.allclose(flow, raw / raw.sum())
+
+
+def _graph(layers):
+    import networkx as nx
+
+    graph = nx.DiGraph()
+    L, T, _ = layers.shape
+    for n in range(L):
+        for i in range(T):
+            for j in range(T):
+                graph.add_edge((n + 1, i), (n, j), capacity=float(layers[n, i, j]))
+    return graph
+
+
+def test_flow_of_a_one_layer_model_is_its_attention_row(tmp_path):
+    from helpers import build_tiny_model
+
+    folder = build_tiny_model("gpt2", tmp_path / "one", lm=True, init=0.3)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "n_layer": 1}))
+    model = attnviz.load_model(str(folder), device="cpu", lm_head=True)
+    result = attnviz.faithfulness(TEXT, model=model, methods=["flow", "rollout"], sanity=0)
+    alpha = attnviz.capture(TEXT, model=model).attentions  # (1, H, T, T)
+    expected = residual_attention(alpha)[0, -1]
+    assert np.allclose(result.method("flow").scores, expected, atol=1e-6)
+    assert np.allclose(result.method("rollout").scores, expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("which", ["gpt2", "bert"])
+def test_integrated_gradients_are_complete_within_the_quadratures_error(which, request):
+    """Σ attributions = f(x) − f(baseline) up to the quadrature's error, which is estimated as Gauss-Legendre's
+    is, by the change when the points are doubled; and it shrinks with more points."""
+    pytest.importorskip("captum", reason='integrated gradients need Captum: pip install "attnviz[trust]"')
+    from attnviz.engine.attribution.faithfulness import Explained, gradient_scores
+    from attnviz.engine.forward import encode
+
+    model = request.getfixturevalue(which)
+    result = attnviz.faithfulness(TEXT, model=model, methods=["integrated-gradients"], sanity=0, steps=50)
+    total, gap = result.completeness
+    assert abs(gap) > 1e-3  # the baseline is far from the input: completeness says something
+    scores = result.method("integrated-gradients").scores
+    assert scores.sum() == pytest.approx(total, rel=1e-9)
+    assert np.all(scores[[i for i in range(len(scores)) if i not in result.erasable]] == 0)  # baseline = input
+    encoded = encode(model, TEXT)
+    explained = Explained(model.model, encoded.inputs, causal=result.causal, target=result.target_id)
+    erasable = np.array(result.erasable)
+    totals = {n: gradient_scores(explained, "integrated-gradients", erasable, steps=n)[1] for n in (50, 100, 400)}
+    assert totals[50] == pytest.approx(total, abs=1e-6)
+    estimate = abs(totals[50] - totals[100])  # the error of 50 points, as the doubled rule measures it
+    assert abs(totals[50] - gap) <= 2 * estimate + 1e-5, (totals, gap)
+    assert abs(totals[400] - gap) <= abs(totals[50] - gap) + 1e-6
+    assert abs(totals[400] - gap) <= COMPLETENESS_TOLERANCE * max(abs(gap), 0.01), (totals, gap)
+
+
+def test_the_random_baseline_matches_its_expectation_where_f_ignores_which_tokens_go(bert):
+    """A text of one word repeated: deleting any k of its copies leaves the same ids, so every order gives the
+    same f, the random mean is exactly f_full − f(T − k copies) per bin and its sd 0."""
+    text = " ".join(["cat"] * 12)
+    result = attnviz.faithfulness(text, model=bert, methods=["loo", "random"], sanity=0, orders=25)
+    T, erasable = len(result.tokens), np.array(result.erasable)
+    for (_fraction, mean, sd), k in zip(result.random.comprehensiveness, bin_sizes(len(erasable))):
+        expected = result.f_full - fresh_f(bert, result, without(T, erasable[:k]))
+        assert mean == pytest.approx(expected, abs=F_TOLERANCE) and sd < F_TOLERANCE
+    for (_fraction, mean, sd), k in zip(result.random.sufficiency, bin_sizes(len(erasable))):
+        expected = result.f_full - fresh_f(bert, result, only(T, erasable, erasable[-k:]))
+        assert mean == pytest.approx(expected, abs=F_TOLERANCE) and sd < F_TOLERANCE
+    assert result.random.orders == 25
+
+
+def test_kendall_tau_b_matches_scipy_with_ties():
+    stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(1)
+    for n in (2, 5, 17, 40):
+        x, y = rng.integers(0, 4, n).astype(float), rng.normal(size=n)
+        y[: n // 3] = 0.5
+        expected = stats.kendalltau(x, y).statistic
+        got = kendall_tau(x, y)
+        assert (np.isnan(got) and np.isnan(expected)) or got == pytest.approx(expected, abs=1e-12)
+    assert np.isnan(kendall_tau(np.ones(5), np.arange(5.0)))
+
+
+def test_bins_and_order():
+    assert bin_sizes(10) == [1, 1, 1, 2, 5] and bin_sizes(3) == [1, 1, 1, 1, 2] and bin_sizes(200)[0] == 2
+    assert ranked(np.array([0.0, 0.5, 0.5, 0.9, 0.1]), np.array([1, 2, 3, 4])).tolist() == [3, 1, 2, 4]
+    assert without(5, np.array([1, 3])).tolist() == [0, 2, 4]
+    assert only(6, np.array([1, 2, 3, 4]), np.array([3])).tolist() == [0, 3, 5]
+
+
+def test_the_sanity_check_randomises_a_copy_from_the_top_down_and_gives_the_model_back(gpt2):
+    from attnviz.engine.attribution.faithfulness import Randomised
+
+    before = {k: v.clone() for k, v in gpt2.model.state_dict().items()}
+    grads = {k: p.requires_grad for k, p in gpt2.model.named_parameters()}
+    copy = Randomised(gpt2.model, seed=0)
+    L = len(copy.blocks)
+    copy.down_to(L - 1)
+
+    def changed() -> set[int]:
+        return {n for n in range(L) if any(not torch.equal(p, q) for p, q in zip(
+            copy.blocks[n].parameters(), gpt2.model.transformer.h[n].parameters()))}
+
+    assert changed() == {L - 1}
+    copy.down_to(0)
+    assert changed() == set(range(L))
+    gpt2.model.train()
+    result = attnviz.faithfulness(TEXT, model=gpt2, methods=["attention", "integrated-gradients", "loo"], sanity=2)
+    assert gpt2.model.training  # the mode given back
+    gpt2.model.eval()
+    assert all(torch.equal(before[k], v) for k, v in gpt2.model.state_dict().items())
+    assert {k: p.requires_grad for k, p in gpt2.model.named_parameters()} == grads
+    assert all(p.grad is None for p in gpt2.model.parameters())
+    for m in result.methods:
+        assert [n for n, _ in m.sanity] == [L - 1, 0]
+    assert result.method("loo").kendall_tau_loo == pytest.approx(1.0)
+
+
+def test_the_json_holds_what_a_script_needs(gpt2):
+    result = attnviz.faithfulness(TEXT, model=gpt2, methods=["attention", "random"], sanity=1, orders=20)
+    data = json.loads(json.dumps(result.to_dict()))
+    for key in ("ids", "tokens", "target", "target_id", "f_full", "erasable", "methods"):
+        assert key in data
+    assert len(data["ids"]) == len(data["tokens"]) == len(data["methods"]["attention"]["scores"])
+    m = data["methods"]["attention"]
+    assert {"aopc", "bins"} <= set(m["comprehensiveness"]) and {"erased", "fraction", "f"} <= \
+        set(m["comprehensiveness"]["bins"][0])
+    assert "kept" in m["sufficiency"]["bins"][0] and m["sanity"][0]["randomised_from_layer"] == 1
+    assert {"aopc", "sd", "bins"} <= set(data["methods"]["random"]["comprehensiveness"])
+    assert data["target"] == gpt2.tokenizer.decode([data["target_id"]])
+
+
+def test_a_target_names_the_token_whose_probability_f_is(gpt2):
+    top = attnviz.faithfulness(TEXT, model=gpt2, methods=["attention"], sanity=0, orders=20)
+    other = (top.target_id + 7) % len(gpt2.tokenizer)
+    chosen = attnviz.faithfulness(TEXT, model=gpt2, methods=["attention"], sanity=0, target=other)
+    assert chosen.target_id == other and chosen.f_full < top.f_full
+
+
+def test_without_captum_the_gradient_methods_are_skipped_or_refused_in_one_line(gpt2, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "captum" else real(name, *a))
+    result = attnviz.faithfulness(TEXT, model=gpt2, sanity=0)
+    assert "grad-x-input" not in [m.name for m in result.methods] and "attention" in [m.name for m in result.methods]
+    assert any("attnviz[trust]" in s for s in result.skipped) and len(result.skipped) == 2
+    with pytest.raises(attnviz.AttnvizError, match=r"integrated-gradients needs Captum: pip install"):
+        attnviz.faithfulness(TEXT, model=gpt2, methods=["integrated-gradients"], sanity=0)
+
+
+def test_refusals_are_one_line(gpt2, bert, tiny_lm_dir, tiny_model_dir, tiny_seq2seq_dir):
+    for methods in (["bogus"], [], ["attention", "nope"]):
+        with pytest.raises(attnviz.AttnvizError, match="attention, rollout, flow"):
+            attnviz.faithfulness(TEXT, model=gpt2, methods=methods)
+    with pytest.raises(attnviz.AttnvizError, match="can be erased"):
+        attnviz.faithfulness("cat", model=bert)
+    with pytest.raises(attnviz.AttnvizError, match="encoder"):
+        attnviz.faithfulness(TEXT, model=bert, methods=["alti-logit"])
+    with pytest.raises(attnviz.AttnvizError, match="encoder"):
+        attnviz.faithfulness(TEXT, model=bert, target=" cat")
+    line = one_line_error(run("faithfulness", TEXT, "-m", tiny_lm_dir("gpt2"), "--methods", "attention,bogus"), 2)
+    assert "--methods" in line and "loo" in line and "bogus" in line
+    assert "encoder-decoder" in one_line_error(run("faithfulness", TEXT, "-m", tiny_seq2seq_dir("t5")))
+    assert "20 to 10,000" in one_line_error(run("faithfulness", TEXT, "--orders", "5"), 2)
+
+
+@pytest.mark.slow
+def test_the_command_reads_text_stdin_and_a_file_alike(tiny_lm_dir, tmp_path):
+    model = tiny_lm_dir("gpt2")
+    args = ["--methods", "attention,loo,random", "--sanity", "0", "--json", "-m", model]
+    path = tmp_path / "t.txt"
+    path.write_text(TEXT + "\n", encoding="utf-8")
+    outputs = [json.loads(run("faithfulness", TEXT, *args).stdout),
+               json.loads(run("faithfulness", "-", *args, input=TEXT + "\n").stdout),
+               json.loads(run("faithfulness", "--text-file", path, *args).stdout)]
+    assert outputs[0] == outputs[1] == outputs[2]
+    shown = run("faithfulness", TEXT, "--methods", "attention,loo,random", "--sanity", "0", "-m", model,
+                "-o", tmp_path / "f.png")
+    assert shown.exit_code == 0, shown.output
+    T, erasable = len(outputs[0]["tokens"]), len(outputs[0]["erasable"])
+    assert f"{erasable} of {T} tokens ranked" in shown.stdout and (tmp_path / "f.png").stat().st_size > 10_000
