@@ -180,6 +180,39 @@ TERMS: dict[str, str] = {
                      "a layer, token j's value vector is zeroed in every head and the layer's output for each token "
                      "i compared with the clean one; 1 − cos of the two, each row divided by its sum, is how much "
                      "i's output depends on j.",
+    "faithfulness": "attnviz faithfulness: how well an attribution explains the model's own prediction, measured "
+                    "by erasing tokens (deleted from the input, ERASER's way) in the order it ranks them and running "
+                    "the model again: comprehensiveness, sufficiency, their AOPC, Kendall's τ with leave-one-out, a "
+                    "random baseline to beat and the sanity check.",
+    "comprehensiveness": "in attnviz faithfulness (DeYoung et al. 2020): f of the full text minus f without the "
+                         "method's top k tokens; high when the tokens it ranks first mattered.",
+    "sufficiency": "in attnviz faithfulness (DeYoung et al. 2020): f of the full text minus f with only the "
+                   "method's top k tokens (and the special ones); low when they were enough by themselves.",
+    "AOPC": "area over the perturbation curve: the mean of comprehensiveness (or sufficiency) over the bins, 1, 5, "
+            "10, 20 and 50 % of the tokens that can be erased (⌈fraction · n⌉, at least one).",
+    "f": "in attnviz faithfulness, what the explanations explain: a causal LM's probability of the target token at "
+         "the last position; an encoder's cosine between the erased text's sentence embedding (the mean over its "
+         "tokens) and the full text's.",
+    "leave-one-out": "loo: a token's score is f of the full text minus f with that one token deleted; what every "
+                     "other method is compared with (Kendall's τ, Jain & Wallace 2019).",
+    "Kendall's τ": "τ-b: over all pairs of tokens, the share ordered the same way by two scorings minus the share "
+                   "ordered the opposite way, ties adjusted; 1 the same order, −1 reversed, 0 unrelated.",
+    "attention flow": "Abnar & Zuidema 2020: the layers' attention as a graph (Â = rownorm(mean over heads of α + "
+                      "I), one node per token and layer), each edge's weight a capacity; a token's score is the "
+                      "maximum flow from the explained position at the top to it at the input, normalised.",
+    "integrated gradients": "Sundararajan et al. 2017, by Captum: the gradient of f along the straight path from a "
+                            "baseline (zero embeddings for the erasable tokens) to the input, times the input minus "
+                            "the baseline, summed over each token's embedding; the attributions add up to f(x) − "
+                            "f(baseline) (completeness), up to the quadrature's error.",
+    "gradient × input": "the gradient of f with respect to each token's input embedding, times that embedding, "
+                        "summed over its dimensions (Captum's InputXGradient).",
+    "random baseline": "in attnviz faithfulness: the erasure curves of random orders of the tokens (20 by default), "
+                       "their mean and sd; a method beats random where it is better than their mean by more than "
+                       "two sd.",
+    "sanity check": "Adebayo et al. 2018's cascading randomisation: the model's blocks are randomised from the top "
+                    "one down (weight matrices drawn afresh, on a copy) and the method run again; Spearman's ρ of "
+                    "its scores before and after. An explanation that stays the same when the model is destroyed "
+                    "does not explain the model.",
     "activation patching": "attnviz patch: run a clean and a corrupted prompt, put one piece of one run (a head's "
                            "output, a layer's attention output or residual stream at a position) into the other, "
                            "and measure how much of the answer comes back (Meng et al. 2022, Wang et al. 2022).",
@@ -243,7 +276,12 @@ TERM_ALIASES = {"entropy tokens": "entropy_tokens", "token-weighted": "tok-w", "
                 "align": "alignment", "alignment head": "alignment heads", "dtw": "word timings",
                 "timing": "word timings", "timings": "word timings", "silence": "(silence)", "frames": "frame",
                 "ld": "logit difference", "LD": "logit difference", "logit diff": "logit difference",
-                "value-zeroing": "value zeroing", "zeroing": "value zeroing", "vz": "value zeroing"}
+                "value-zeroing": "value zeroing", "zeroing": "value zeroing", "vz": "value zeroing",
+                "loo": "leave-one-out", "leave one out": "leave-one-out", "kendall": "Kendall's τ",
+                "tau": "Kendall's τ", "τ": "Kendall's τ", "flow": "attention flow", "ig": "integrated gradients",
+                "integrated-gradients": "integrated gradients", "grad-x-input": "gradient × input",
+                "gradient x input": "gradient × input", "random": "random baseline", "sanity": "sanity check",
+                "randomisation": "sanity check", "eraser": "faithfulness", "aopc": "AOPC"}
 
 
 def glossary() -> list[tuple[str, str, str]]:

@@ -288,3 +288,12 @@ def test_the_command_reads_text_stdin_and_a_file_alike(tiny_lm_dir, tmp_path):
     assert shown.exit_code == 0, shown.output
     T, erasable = len(outputs[0]["tokens"]), len(outputs[0]["erasable"])
     assert f"{erasable} of {T} tokens ranked" in shown.stdout and (tmp_path / "f.png").stat().st_size > 10_000
+
+
+def test_explain_defines_every_method_and_measure():
+    from attnviz.api.attribution.faithfulness import FAITHFULNESS_METHODS
+    from attnviz.metrics.terms import lookup
+
+    for term in (*FAITHFULNESS_METHODS, "faithfulness", "comprehensiveness", "sufficiency", "AOPC", "Kendall's τ",
+                 "sanity check", "f"):
+        assert lookup(term), term
