@@ -61,6 +61,11 @@ def faithfulness(methods: Annotated[Optional[str], typer.Option(
                  seed: Annotated[int, typer.Option(
                      "--seed", parser=whole_number(0, 2**32 - 1), metavar="N",
                      help="Seed of the random orders and of the randomised weights.")] = 0,
+                 corpus: Annotated[Optional[str], typer.Option(
+                     "--corpus", metavar="FILE", show_default=False,
+                     help="Many texts instead of TEXT: a file with one per line, or JSON lines with a text field "
+                          "(- reads standard input; at most 10,000 texts). Per method the mean AOPC with a 95 % "
+                          "bootstrap interval, and whether its lead over the next is significant.")] = None,
                  output: ImageOut = None, as_json: JsonOpt = False, as_csv: CsvOpt = False,
                  *, model: ModelOptions, inp: Source) -> None:
     import attnviz
@@ -68,8 +73,45 @@ def faithfulness(methods: Annotated[Optional[str], typer.Option(
 
     check_output(output, FORMATS)
     chosen = methods_option(methods) if methods is not None else None
-    given = inp.resolve()
-    result = attnviz.faithfulness(given, model=model.later_for(given), methods=chosen, target=target,
+    if corpus is not None:
+        if inp.text is not None or inp.text_file is not None:
+            raise typer.BadParameter("give either TEXT (or --text-file) or --corpus, not both", param_hint="--corpus")
+        given = read_corpus(corpus)
+        loaded = model.later()
+    else:
+        given = inp.resolve()
+        loaded = model.later_for(given)
+    result = attnviz.faithfulness(given, model=loaded, methods=chosen, target=target,
                                   orders=orders, steps=steps, sanity=sanity, seed=seed, truncate=model.truncate,
                                   reporter=inp.options()["reporter"])
     emit(result, as_json=as_json, as_csv=as_csv, files=[figure_file(output, result)])
+
+
+def read_corpus(path: str) -> list[str]:
+    """The texts of --corpus, read as attnviz corpus reads them (a bad line is skipped: said on stderr)."""
+    from attnviz.api.attribution.faithfulness import MAX_CORPUS_TEXTS
+    from attnviz.api.corpora import open_sources
+    from attnviz.cli.output import say, err
+    from attnviz.corpora.lines import corpus_format, read_lines
+    from attnviz.errors import InputError
+
+    [(name, stream)] = open_sources([path])
+    texts: list[str] = []
+    bad = 0
+    try:
+        for line in read_lines(stream, name, corpus_format(path, None, None)):
+            if line.text is None or not line.text.strip():
+                bad += 1
+                continue
+            texts.append(line.text)
+            if len(texts) > MAX_CORPUS_TEXTS:
+                raise InputError(f"{name} holds more than {MAX_CORPUS_TEXTS:,} texts; faithfulness measures at most "
+                                 f"{MAX_CORPUS_TEXTS:,} at once (split the file)")
+    finally:
+        if path != "-":
+            stream.close()
+    if not texts:
+        raise InputError(f"{name} holds no text (one per line, or JSON lines with a text field)")
+    if bad:
+        say(f"{bad:,} line{'s' if bad != 1 else ''} of {name} skipped (empty or not a text)", console=err)
+    return texts

@@ -85,3 +85,33 @@ def attention_flow(layers: np.ndarray, rows: np.ndarray) -> np.ndarray:
 def aopc(f_full: float, f_values: np.ndarray) -> float:
     """The area over the perturbation curve: the mean over the bins of f_full − f."""
     return float(np.mean(f_full - np.asarray(f_values, np.float64)))
+
+
+def bootstrap_interval(values: np.ndarray, *, level: float = 0.95, resamples: int = 2000,
+                       seed: int = 0) -> tuple[float, float]:
+    """The percentile bootstrap interval of the mean of `values` (texts resampled with replacement)."""
+    values = np.asarray(values, np.float64)
+    if len(values) < 2:
+        return float(values.mean()), float(values.mean())
+    rng = np.random.default_rng(seed)
+    means = values[rng.integers(0, len(values), (resamples, len(values)))].mean(axis=1)
+    low, high = np.quantile(means, [(1 - level) / 2, 1 - (1 - level) / 2])
+    return float(low), float(high)
+
+
+def paired_sign_flip(differences: np.ndarray, *, resamples: int = 10_000, seed: int = 0) -> float:
+    """The two-sided p-value of a paired test that the mean of `differences` (one per text: method A's value
+    minus method B's) is 0: each difference's sign flipped at random (exactly, over every pattern, for up to 16
+    texts), the share of means at least as far from 0 as the one observed."""
+    d = np.asarray(differences, np.float64)
+    n = len(d)
+    if n == 0 or not np.any(d):
+        return 1.0
+    observed = abs(d.mean())
+    if n <= 16:  # every sign pattern, the observed one among them: exact
+        signs = 1 - 2 * ((np.arange(2 ** n)[:, None] >> np.arange(n)[None, :]) & 1)
+        means = np.abs((signs * d[None, :]).mean(axis=1))
+        return float((means >= observed - 1e-12).mean())
+    signs = np.random.default_rng(seed).choice([-1.0, 1.0], size=(resamples, n))
+    means = np.abs((signs * d[None, :]).mean(axis=1))
+    return float(((means >= observed - 1e-12).sum() + 1) / (resamples + 1))  # the observed counted once

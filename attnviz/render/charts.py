@@ -232,3 +232,31 @@ def faithfulness_figure(result):
     fig.suptitle(f"{short_model(result.model)}: which explanation to trust — f = {result.quantity} = "
                  f"{result.f_full:.4f}", fontsize=10, x=0.01, ha="left", fontfamily=families_for(result.quantity))
     return fig
+
+
+def faithfulness_corpus_figure(result):
+    """Over a corpus: each method's mean comprehensiveness and sufficiency AOPC with its 95 % interval, best
+    first, beside the random orders' means. `result` is an api FaithfulnessCorpus."""
+    from attnviz.panels import short_model
+    from attnviz.render.figure import NotebookFigure as Figure
+
+    methods = list(result.methods)
+    fig = Figure(figsize=(10.0, 1.6 + 0.42 * len(methods)), layout="constrained")
+    axes = fig.subplots(1, 2, sharey=True)
+    ys = np.arange(len(methods))[::-1]
+    for ax, field, what, n in ((axes[0], "comprehensiveness", "comprehensiveness (higher is better)", 0),
+                               (axes[1], "sufficiency", "sufficiency (lower is better)", 1)):
+        values = np.array([getattr(m, field) for m in methods])  # (M, 3): mean, low, high
+        ax.errorbar(values[:, 0], ys, xerr=[values[:, 0] - values[:, 1], values[:, 2] - values[:, 0]], fmt="o",
+                    color="tab:blue", ecolor="tab:blue", capsize=3)
+        if result.random is not None:
+            ax.axvline(result.random[n], color="0.5", linestyle="--", linewidth=1, label="random orders (mean)")
+            ax.legend(fontsize=7, loc="lower right")
+        ax.set_title(what, fontsize=9)
+        ax.set_xlabel("mean AOPC over the texts, 95 % bootstrap interval")
+        ax.grid(True, axis="x", alpha=0.3)
+    axes[0].set_yticks(ys)
+    axes[0].set_yticklabels([m.name for m in methods], fontsize=8)
+    fig.suptitle(f"{short_model(result.model)}: which explanation to trust, over {result.texts:,} texts",
+                 fontsize=10, x=0.01, ha="left")
+    return fig

@@ -297,3 +297,75 @@ def test_explain_defines_every_method_and_measure():
     for term in (*FAITHFULNESS_METHODS, "faithfulness", "comprehensiveness", "sufficiency", "AOPC", "Kendall's τ",
                  "sanity check", "f"):
         assert lookup(term), term
+
+
+CORPUS = [TEXT, "a dog ran across the park to find its ball", "hi", "birds sing in the morning when the sun rises"]
+
+
+def test_a_corpus_is_every_text_measured_alike_then_gathered(gpt2):
+    """The corpus means are the means of each text measured alone; a text that cannot be measured is skipped
+    with why; every lead's p-value is the paired test's on the texts' differences."""
+    from attnviz.metrics.faithfulness import bootstrap_interval, paired_sign_flip
+
+    methods = ["attention", "rollout", "loo", "random"]
+    result = attnviz.faithfulness(CORPUS, model=gpt2, methods=methods, sanity=1, seed=2)
+    alone = [attnviz.faithfulness(t, model=gpt2, methods=methods, sanity=1, seed=2) for t in CORPUS if t != "hi"]
+    assert result.texts == 3 and [n for n, _ in result.skipped] == [3] and "can be erased" in result.skipped[0][1]
+    diffs = {}
+    for m in result.methods:
+        comp = np.array([a.method(m.name).comprehensiveness_aopc for a in alone])
+        suff = np.array([a.method(m.name).sufficiency_aopc for a in alone])
+        diffs[m.name] = comp - suff
+        assert m.comprehensiveness[0] == pytest.approx(comp.mean(), abs=1e-12)
+        assert m.sufficiency[0] == pytest.approx(suff.mean(), abs=1e-12)
+        assert m.comprehensiveness[1] <= m.comprehensiveness[0] <= m.comprehensiveness[2]
+        assert (m.comprehensiveness[1], m.comprehensiveness[2]) == bootstrap_interval(comp, seed=2)
+        assert m.kendall_tau_loo == pytest.approx(np.mean([a.method(m.name).kendall_tau_loo for a in alone]))
+    names = [m.name for m in result.methods]
+    assert sorted(names) == sorted(methods[:3])
+    assert [diffs[n].mean() for n in names] == sorted((diffs[n].mean() for n in names), reverse=True)
+    for first, second in zip(result.methods, result.methods[1:]):
+        gaps = diffs[first.name] - diffs[second.name]
+        assert first.lead == pytest.approx(gaps.mean()) and first.p_value == paired_sign_flip(gaps, seed=2)
+    assert result.methods[-1].lead is None
+    data = result.to_dict()
+    assert data["texts"] == 3 and len(data["per_text"]) == 3 and data["skipped"][0]["text"] == 3
+    with pytest.raises(attnviz.AttnvizError, match="could be measured"):
+        attnviz.faithfulness(["hi", "yo"], model=gpt2, methods=methods, sanity=0)
+    with pytest.raises(attnviz.AttnvizError, match="empty list"):
+        attnviz.faithfulness([], model=gpt2)
+
+
+def test_the_paired_test_and_the_interval():
+    from attnviz.metrics.faithfulness import bootstrap_interval, paired_sign_flip
+
+    d = np.array([0.3, 0.1, 0.2, -0.05, 0.4])
+    flips = [abs(np.mean(d * np.array([1 - 2 * ((k >> i) & 1) for i in range(5)]))) for k in range(32)]
+    assert paired_sign_flip(d) == pytest.approx(np.mean(np.array(flips) >= abs(d.mean()) - 1e-12))
+    assert paired_sign_flip(np.zeros(4)) == 1.0 and paired_sign_flip(np.full(30, 0.2)) < 0.001
+    big = np.random.default_rng(0).normal(0.0, 1.0, 40)
+    assert paired_sign_flip(big, seed=1) > 0.05 or abs(big.mean()) > 0.3
+    low, high = bootstrap_interval(np.arange(100.0), seed=0)
+    assert low < 49.5 < high and high - low == pytest.approx(2 * 1.96 * np.std(np.arange(100.0)) / 10, rel=0.15)
+
+
+@pytest.mark.slow
+def test_the_command_reads_a_corpus_file_or_standard_input(tiny_lm_dir, tmp_path):
+    model = tiny_lm_dir("gpt2")
+    path = tmp_path / "c.txt"
+    path.write_text("\n".join(CORPUS) + "\n\n", encoding="utf-8")
+    args = ["--methods", "attention,loo,random", "--sanity", "0", "--json", "-m", model]
+    by_file = run("faithfulness", "--corpus", path, *args)
+    by_stdin = run("faithfulness", "--corpus", "-", *args, input="\n".join(CORPUS) + "\n\n")
+    assert by_file.exit_code == 0, by_file.output
+    assert json.loads(by_file.stdout) == json.loads(by_stdin.stdout)
+    assert json.loads(by_file.stdout)["texts"] == 3 and "1 line of" in by_file.stderr
+    assert "not both" in one_line_error(run("faithfulness", TEXT, "--corpus", path, "-m", model), 2)
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n", encoding="utf-8")
+    assert "holds no text" in one_line_error(run("faithfulness", "--corpus", empty, "-m", model))
+    assert "folder" in one_line_error(run("faithfulness", "--corpus", tmp_path, "-m", model))
+    shown = run("faithfulness", "--corpus", path, "--methods", "attention,loo,random", "--sanity", "0", "-m", model,
+                "-o", tmp_path / "c.png")
+    assert shown.exit_code == 0 and "3 texts measured, 1 skipped" in " ".join(shown.stdout.split())
+    assert (tmp_path / "c.png").stat().st_size > 10_000

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from attnviz.api.attribution.faithfulness_corpus import corpus_result, FaithfulnessCorpus
 from attnviz.api.models import borrows, resolve_model
 from attnviz.api.result import Line, Result
 from attnviz.base.arguments import checked
@@ -20,7 +21,8 @@ from attnviz.errors import InputError, UnsupportedArchitectureError, UsageError,
 from attnviz.metrics.faithfulness import BINS
 from attnviz.progress import Reporter
 
-__all__ = ["faithfulness", "Faithfulness", "MethodFaithfulness", "RandomBaseline", "FAITHFULNESS_METHODS",
+__all__ = ["faithfulness", "Faithfulness", "FaithfulnessCorpus", "MethodFaithfulness", "RandomBaseline",
+           "FAITHFULNESS_METHODS", "MAX_CORPUS_TEXTS",
            "MAX_FAITHFULNESS_TOKENS", "COMPLETENESS_TOLERANCE"]
 
 FAITHFULNESS_METHODS = ("attention", "rollout", "flow", "alti", "alti-logit", "value-zeroing", "grad-x-input",
@@ -28,6 +30,7 @@ FAITHFULNESS_METHODS = ("attention", "rollout", "flow", "alti", "alti-logit", "v
 CAUSAL_ONLY = ("alti-logit",)
 MAX_FAITHFULNESS_TOKENS = 256  # leave-one-out runs the text once per token, flow a max-flow per token pair
 MAX_ORDERS = 10_000
+MAX_CORPUS_TEXTS = 10_000  # texts measured in one call (each runs every method and every erasure)
 COMPLETENESS_TOLERANCE = 0.02  # |Σ IG − (f(x) − f(baseline))| / max(|f(x) − f(baseline)|, 0.01) at 400 points
 BEATS_SD = 2.0  # a method beats random when it is this many of the random orders' sd better than their mean
 DESCRIBE = {"attention": "α of the last layer, mean over heads",
@@ -218,16 +221,30 @@ def _sanity_layers(L: int, depths: int) -> list[int]:
 
 @borrows
 @checked
-def faithfulness(text: str, *, model: Any = None, tokenizer: Any = None, methods: Sequence[str] | None = None,
-                 target: str | int | None = None, orders: int = 20, steps: int = 50, sanity: int = 5,
-                 seed: int = 0, truncate: bool = True, device: str = "auto", dtype: str = "float32",
-                 reporter: Reporter | None = None) -> Faithfulness:
+def faithfulness(text: str | Sequence[str], *, model: Any = None, tokenizer: Any = None,
+                 methods: Sequence[str] | None = None, target: str | int | None = None, orders: int = 20,
+                 steps: int = 50, sanity: int = 5, seed: int = 0, truncate: bool = True, device: str = "auto",
+                 dtype: str = "float32", reporter: Reporter | None = None) -> Faithfulness | FaithfulnessCorpus:
     """How faithful each attribution of one prediction is (see the module). `methods`: names from
     FAITHFULNESS_METHODS (default: all that apply; alti-logit needs a causal LM); `target` (causal LM) the token
     whose probability f is, as text (" Paris") or an id, default the model's top token; `orders` random
     orders (20 to 10,000); `steps` integrated gradients' points (1 to 1,000); `sanity` how many depths of
-    cascading randomisation (0: none; at most the model's layers); `seed` for the random orders and weights."""
-    check_text(text)
+    cascading randomisation (0: none; at most the model's layers); `seed` for the random orders and weights.
+
+    `text` a list of texts (a corpus, at most MAX_CORPUS_TEXTS): every text measured alike (a text that cannot
+    be is skipped, with why), then per method the mean AOPC with a 95 % bootstrap interval and whether its lead
+    over the next method is significant (a paired sign-flip test): a FaithfulnessCorpus."""
+    many = not isinstance(text, str)
+    if many:
+        texts = [str(t) for t in text]
+        if not texts:
+            raise UsageError(f"{arg('text')} is an empty list: give a text, or a list of texts", "text")
+        if len(texts) > MAX_CORPUS_TEXTS:
+            raise UsageError(f"{arg('text')} holds {len(texts):,} texts; faithfulness measures at most "
+                             f"{MAX_CORPUS_TEXTS:,} at once", "text")
+    else:
+        check_text(text)
+        texts = [str(text)]
     asked = _methods(methods)
     if not 20 <= orders <= MAX_ORDERS:
         raise UsageError(f"{arg('orders')} takes 20 to {MAX_ORDERS:,} random orders; got {orders}", "orders")
@@ -241,11 +258,7 @@ def faithfulness(text: str, *, model: Any = None, tokenizer: Any = None, methods
         raise UsageError(f"{arg('target')} is empty: give a token of the vocabulary, e.g. ' Paris'", "target")
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype, lm_head="auto")
     loaded.require_single("faithfulness")
-    from attnviz.api.attribution.logits import check_spelling, target_id
     from attnviz.engine.ablation.runs import is_causal_lm
-    from attnviz.engine.attribution.faithfulness import Explained, Randomised
-    from attnviz.engine.forward import encode
-    from attnviz.engine.memory import check_memory
 
     causal = is_causal_lm(loaded.model)
     if methods is None:
@@ -256,6 +269,37 @@ def faithfulness(text: str, *, model: Any = None, tokenizer: Any = None, methods
     if target is not None and not causal:
         raise InputError(f"{arg('target')} names a next token; {loaded.name} is an encoder, whose f is the cosine "
                          f"of the sentence embeddings", "target")
+    reporter = reporter or Reporter()
+    options: dict[str, Any] = dict(asked=asked, explicit=methods is not None, causal=causal, target=target,
+                                   orders=orders, steps=steps, sanity=sanity, seed=seed, truncate=truncate)
+    if not many:
+        return _one(loaded, text, reporter=reporter, **options)  # type: ignore[arg-type]
+    measured: list[Faithfulness] = []
+    skipped: list[tuple[int, str]] = []
+    quiet = Reporter()
+    with reporter.progress("Measuring every method on each text", len(texts), "texts") as step:
+        for number, one in enumerate(texts, 1):
+            try:
+                check_text(one)
+                measured.append(_one(loaded, one, reporter=quiet, **options))
+            except InputError as exc:
+                skipped.append((number, str(exc)))
+            step(1)
+    if not measured:
+        raise InputError(f"none of the {len(texts):,} texts could be measured (the first: "
+                         f"{skipped[0][1] if skipped else 'none'})")
+    return corpus_result(measured, skipped, seed=seed)
+
+
+def _one(loaded, text: str, *, asked: list[str], explicit: bool, causal: bool, target: str | int | None,
+         orders: int, steps: int, sanity: int, seed: int, truncate: bool, reporter: Reporter) -> Faithfulness:
+    """One text through every method asked, measured."""
+    from attnviz.api.attribution.logits import check_spelling, target_id
+    from attnviz.engine.attribution.faithfulness import Explained, Randomised
+    from attnviz.engine.forward import encode
+    from attnviz.engine.memory import check_memory
+
+    methods = asked if explicit else None
     encoded = encode(loaded, text, truncate=truncate)
     T = len(encoded.tokens)
     if T > MAX_FAITHFULNESS_TOKENS:

@@ -1,0 +1,182 @@
+"""faithfulness over a corpus: every text measured alike, then per method the mean AOPC with a 95 % bootstrap
+interval over the texts, and whether each method's lead over the next is significant (a paired sign-flip test
+on the texts' differences)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from attnviz.api.result import Line, Result
+
+if TYPE_CHECKING:
+    from attnviz.api.attribution.faithfulness import Faithfulness
+
+SIGNIFICANCE = 0.05  # a lead is significant when the paired test's p-value is below this
+
+
+@dataclass(frozen=True)
+class CorpusMethod:
+    """One method over the texts: the means of its comprehensiveness and sufficiency AOPCs and of their
+    difference, each with its 95 % bootstrap interval; mean τ with leave-one-out and sanity ρ (at the deepest
+    randomisation); the share of texts where it beat random on both; and, in the ranking, its lead over the
+    next method (the mean of the per-text differences of comprehensiveness − sufficiency) with the paired
+    test's p-value."""
+
+    name: str
+    comprehensiveness: tuple[float, float, float]  # (mean, low, high)
+    sufficiency: tuple[float, float, float]
+    difference: tuple[float, float, float]
+    kendall_tau_loo: float | None
+    sanity_spearman: float | None
+    beats_random: float | None
+    lead: float | None = None
+    p_value: float | None = None
+
+    @property
+    def significant(self) -> bool | None:
+        return None if self.p_value is None else self.p_value < SIGNIFICANCE
+
+
+def _num(value):
+    return None if value is None or not np.isfinite(value) else float(value)
+
+
+@dataclass(frozen=True)
+class FaithfulnessCorpus(Result):
+    """attnviz faithfulness over many texts. `methods` best first (by the mean of comprehensiveness −
+    sufficiency); `texts` measured, `skipped` (line number, why) the others; `per_text` each text's AOPCs."""
+
+    command: ClassVar[str] = "faithfulness"
+    model: str
+    quantity: str
+    texts: int
+    methods: tuple[CorpusMethod, ...]
+    skipped: tuple[tuple[int, str], ...]
+    per_text: tuple[dict, ...]
+    random: tuple[float, float] | None  # mean comprehensiveness and sufficiency AOPC of the random orders
+    sanity_layer: int | None
+
+    figure_name: ClassVar[str] = "attnviz_faithfulness_corpus.png"
+
+    def to_dict(self) -> dict:
+        def triple(t):
+            return {"mean": t[0], "ci95": [t[1], t[2]]}
+
+        return {"model": self.model, "quantity": self.quantity, "texts": self.texts,
+                "skipped": [{"text": n, "reason": why} for n, why in self.skipped],
+                "methods": {m.name: {"comprehensiveness": triple(m.comprehensiveness),
+                                     "sufficiency": triple(m.sufficiency), "difference": triple(m.difference),
+                                     "kendall_tau_loo": _num(m.kendall_tau_loo),
+                                     "sanity_spearman": _num(m.sanity_spearman),
+                                     "beats_random_share": _num(m.beats_random),
+                                     "lead_over_next": _num(m.lead), "p_value": _num(m.p_value),
+                                     "significant": m.significant} for m in self.methods},
+                "ranking": [m.name for m in self.methods],
+                "random": None if self.random is None else {"comprehensiveness": self.random[0],
+                                                            "sufficiency": self.random[1]},
+                "sanity_randomised_from_layer": self.sanity_layer, "per_text": list(self.per_text)}
+
+    def to_rows(self) -> list[dict]:
+        return [{"method": m.name, "comprehensiveness": m.comprehensiveness[0],
+                 "comprehensiveness_low": m.comprehensiveness[1], "comprehensiveness_high": m.comprehensiveness[2],
+                 "sufficiency": m.sufficiency[0], "sufficiency_low": m.sufficiency[1],
+                 "sufficiency_high": m.sufficiency[2], "kendall_tau_loo": _num(m.kendall_tau_loo),
+                 "sanity_spearman": _num(m.sanity_spearman), "beats_random_share": _num(m.beats_random),
+                 "lead_over_next": _num(m.lead), "p_value": _num(m.p_value)} for m in self.methods]
+
+    def report(self, **style: Any) -> list:
+        from attnviz.panels import short_model
+        from attnviz.render.tables import records_table
+
+        rows = []
+        for m in self.methods:
+            rows.append({"method": m.name,
+                         "comp": f"{m.comprehensiveness[0]:.3f} [{m.comprehensiveness[1]:.2f},"
+                                 f"{m.comprehensiveness[2]:.2f}]",
+                         "suff": f"{m.sufficiency[0]:.3f} [{m.sufficiency[1]:.2f},{m.sufficiency[2]:.2f}]",
+                         "tau": _num(m.kendall_tau_loo), "sanity": _num(m.sanity_spearman),
+                         "beats": _num(m.beats_random),
+                         "lead": "–" if m.lead is None else f"{m.lead:+.3f} p={m.p_value:.3f}"
+                                                            f"{' *' if m.significant else ''}"})
+        columns = [("method", "method", ""), ("comp", "compr. ↑ [95 %]", ""), ("suff", "suff. ↓ [95 %]", ""),
+                   ("tau", "τ loo", ".2f")]
+        if self.sanity_layer is not None:
+            columns.append(("sanity", f"ρ rand≥{self.sanity_layer}", ".2f"))
+        if self.random is not None:
+            columns.append(("beats", "beats rnd", ".0%"))
+        columns.append(("lead", "lead on next", ""))
+        items: list = [Line(f"f: {self.quantity}; {self.texts:,} texts measured"
+                            + (f", {len(self.skipped):,} skipped" if self.skipped else ""))]
+        items.append(records_table(rows, columns, f"{short_model(self.model)}: which explanation to trust, over "
+                                                  f"{self.texts:,} texts (mean AOPC, best first)"))
+        if self.random is not None:
+            items.append(Line(f"random orders: comprehensiveness {self.random[0]:.3f}, sufficiency "
+                              f"{self.random[1]:.3f} (means over the texts); beats random: the share of texts where "
+                              f"the method beat the random orders on both"))
+        for number, why in self.skipped[:5]:
+            items.append(Line(f"skipped text {number}: {why}", style="dim", stderr=True))
+        if len(self.skipped) > 5:
+            items.append(Line(f"… and {len(self.skipped) - 5:,} more skipped (--json lists them)", style="dim",
+                              stderr=True))
+        items.append(Line("Intervals: 95 % percentile bootstrap over the texts (2,000 resamples); lead: the mean "
+                          "over the texts of (comprehensiveness − sufficiency) minus the next method's, p from a "
+                          f"paired sign-flip test, * significant (below {SIGNIFICANCE}).", style="dim"))
+        return items
+
+    def figure(self, **style: Any):
+        from attnviz.render.charts import faithfulness_corpus_figure
+
+        return faithfulness_corpus_figure(self)
+
+
+def corpus_result(measured: list[Faithfulness], skipped: list[tuple[int, str]], *, seed: int) -> FaithfulnessCorpus:
+    """The texts' results gathered: per method the means and intervals, ranked, each lead tested."""
+    from attnviz.metrics.faithfulness import bootstrap_interval, paired_sign_flip
+
+    names = [m.name for m in measured[0].methods]
+    per_text = []
+    for result in measured:
+        per_text.append({"text": result.text, "f_full": result.f_full, "tokens": len(result.tokens),
+                         "methods": {m.name: {"comprehensiveness": m.comprehensiveness_aopc,
+                                              "sufficiency": m.sufficiency_aopc,
+                                              "beats_random": result.beats_random(m)} for m in result.methods}})
+    built = []
+    diffs: dict[str, np.ndarray] = {}
+    for name in names:
+        rows = [r.method(name) for r in measured]
+        comp = np.array([m.comprehensiveness_aopc for m in rows])
+        suff = np.array([m.sufficiency_aopc for m in rows])
+        diffs[name] = comp - suff
+        taus = np.array([np.nan if m.kendall_tau_loo is None else m.kendall_tau_loo for m in rows], np.float64)
+        sanity = np.array([m.sanity[-1][1] if m.sanity else np.nan for m in rows], np.float64)
+        beats = [r.beats_random(r.method(name)) for r in measured]
+
+        def summary(values: np.ndarray) -> tuple[float, float, float]:
+            return (float(values.mean()), *bootstrap_interval(values, seed=seed))
+
+        built.append(CorpusMethod(name, summary(comp), summary(suff), summary(diffs[name]),
+                                  float(np.nanmean(taus)) if np.isfinite(taus).any() else None,
+                                  float(np.nanmean(sanity)) if np.isfinite(sanity).any() else None,
+                                  None if beats[0] == "" else float(np.mean([b == "both" for b in beats]))))
+    built.sort(key=lambda m: -m.difference[0])
+    ranked = []
+    for n, m in enumerate(built):
+        if n + 1 < len(built):
+            following = built[n + 1].name
+            gaps = diffs[m.name] - diffs[following]
+            m = CorpusMethod(**{**m.__dict__, "lead": float(gaps.mean()),
+                                "p_value": paired_sign_flip(gaps, seed=seed)})
+        ranked.append(m)
+    randoms = [r.random for r in measured if r.random is not None]
+    random = (float(np.mean([r.comprehensiveness_aopc[0] for r in randoms])),
+              float(np.mean([r.sufficiency_aopc[0] for r in randoms]))) if randoms else None
+    first = measured[0]
+    sanity_layer = first.methods[0].sanity[-1][0] if first.methods and first.methods[0].sanity else None
+    quantity = "the probability of each text's target token at its last position" if first.causal else \
+        first.quantity
+    return FaithfulnessCorpus(model=first.model, quantity=quantity, texts=len(measured), methods=tuple(ranked),
+                              skipped=tuple(skipped), per_text=tuple(per_text), random=random,
+                              sanity_layer=sanity_layer)
