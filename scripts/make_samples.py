@@ -1,6 +1,7 @@
 """Regenerate sample_outputs/ by running the real `attnviz` command, and list each file with the
 command that made it in sample_outputs/README.md; also rewrite the docs' metric and family tables from the
-registries. Usage: python scripts/make_samples.py [--tables]   (--tables: only the docs' tables)"""
+registries. Usage: python scripts/make_samples.py [--tables | --only REGEX]   (--tables: only the docs' tables;
+--only: only the samples whose file name matches, the others kept)"""
 
 from __future__ import annotations
 
@@ -177,6 +178,22 @@ SAMPLES: list[tuple[str, list[str], str]] = [
     ("serve.png", [], "screenshot made by the live app's browser test (tests/serve/test_serve.py): attnviz serve, "
                       "a second sentence typed, its views redrawn in the page"),
     ("serve_openapi.json", [], "the live app's JSON API as the server describes it (GET /openapi.json)"),
+    ("faithfulness_smollm2.txt", ["faithfulness", IT.removesuffix(" tired"), "-m", "smollm2",
+                                  "-o", "sample_outputs/faithfulness_smollm2.png"],
+     "which explanation of SmolLM2's next token (' tired') to trust: every method erased in its own order, against "
+     "random orders, leave-one-out and the model randomised from the top block down"),
+    ("faithfulness_smollm2.png", [], "written by the faithfulness command above: the perturbation curves and every "
+                                     "method's scores"),
+    ("faithfulness_minilm_corpus.txt", ["faithfulness", "--corpus", "scripts/faithfulness_corpus.txt", "--sanity", "1",
+                                        "-o", "sample_outputs/faithfulness_minilm_corpus.png"],
+     "the same over the 102 sentences of scripts/faithfulness_corpus.txt on MiniLM: mean AOPC with 95 % intervals, "
+     "each lead tested"),
+    ("faithfulness_minilm_corpus.png", [], "written by the faithfulness command above"),
+    ("faithfulness_smollm2_corpus.txt", ["faithfulness", "--corpus", "scripts/faithfulness_corpus.txt", "-m", "smollm2",
+                                         "--sanity", "1", "--steps", "20",
+                                         "-o", "sample_outputs/faithfulness_smollm2_corpus.png"],
+     "the same on SmolLM2 (f: the probability of each sentence's own top next token)"),
+    ("faithfulness_smollm2_corpus.png", [], "written by the faithfulness command above"),
     ("importance.txt", ["importance", "The cat sat on the mat because it was tired", "-o",
                         "sample_outputs/importance.png"],
      "every MiniLM head removed alone, ranked, beside Michel et al.'s gradient estimate"),
@@ -261,15 +278,31 @@ def ansi_to_svg(ansi: str, title: str) -> str:
     return console.export_svg(title=title)
 
 
-def main() -> None:
-    shutil.rmtree(OUT, ignore_errors=True)
-    OUT.mkdir()
+def main(only: str | None = None) -> None:
+    """Every sample, or (`only`, a regular expression) those whose file name matches it, the others kept."""
+    import re
+
+    chosen = re.compile(only) if only else None
+    if chosen is None:
+        shutil.rmtree(OUT, ignore_errors=True)
+    OUT.mkdir(exist_ok=True)
     lines = ["# Sample outputs", "", "Made by `python scripts/make_samples.py` with the offline models (minilm, "
              "multilingual, smollm2); each file below is what the command beside it wrote or printed (run from the "
              "repository root).", "",
              "| file | command | shows |", "|---|---|---|"]
     for name, template, what in SAMPLES:
         path = OUT / name
+        if chosen is not None and not chosen.search(name):  # kept as it is; its line written again
+            if name == "speech.wav":
+                lines.append(f"| [{name}]({name}) | `espeak-ng -w {SPEECH} \"{SPOKEN}\"` | {what} |")
+            elif not template:
+                lines.append(f"| [{name}]({name}) | (see the line above) | {what} |")
+            else:
+                args = [a.replace("{out}", f"sample_outputs/{name.rstrip('/')}").replace("{dir}", "sample_outputs")
+                        for a in template]
+                prefix = "NO_COLOR=1 " if name.endswith(".txt") else ""
+                lines.append(f"| [{name}]({name}) | `{prefix}attnviz {shlex.join(args)}` | {what} |")
+            continue
         if name == "speech.wav":  # the sound the Whisper samples hear
             subprocess.run(["espeak-ng", "-w", str(path), SPOKEN], check=True, capture_output=True)
             lines.append(f"| [{name}]({name}) | `espeak-ng -w {SPEECH} \"{SPOKEN}\"` | {what} |")
@@ -406,4 +439,5 @@ def update_tables() -> None:
 if __name__ == "__main__":
     update_tables()
     if "--tables" not in sys.argv[1:]:
-        main()
+        given = sys.argv[1:]
+        main(given[given.index("--only") + 1] if "--only" in given else None)

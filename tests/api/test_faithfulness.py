@@ -233,7 +233,7 @@ def test_the_json_holds_what_a_script_needs(gpt2):
     m = data["methods"]["attention"]
     assert {"aopc", "bins"} <= set(m["comprehensiveness"]) and {"erased", "fraction", "f"} <= \
         set(m["comprehensiveness"]["bins"][0])
-    assert "kept" in m["sufficiency"]["bins"][0] and m["sanity"][0]["randomised_from_layer"] == 1
+    assert "kept" in m["sufficiency"]["bins"][0] and m["sanity"][0]["randomised_from_layer"] == 0
     assert {"aopc", "sd", "bins"} <= set(data["methods"]["random"]["comprehensiveness"])
     assert data["target"] == gpt2.tokenizer.decode([data["target_id"]])
 

@@ -214,6 +214,8 @@ def _sanity_layers(L: int, depths: int) -> list[int]:
     """The blocks from which the copy is randomised, top first: `depths` of them spread from L−1 down to 0."""
     if depths <= 0:
         return []
+    if depths == 1:  # one depth: the whole model randomised
+        return [0]
     if depths >= L:
         return list(range(L - 1, -1, -1))
     return sorted({int(round(x)) for x in np.linspace(L - 1, 0, depths)}, reverse=True)
@@ -352,8 +354,7 @@ def _one(loaded, text: str, *, asked: list[str], explicit: bool, causal: bool, t
         subsets += [without(T, order[:k]) for k in sizes] + [only(T, erasable, order[:k]) for k in sizes]
     if loo_needed and "loo" not in scores:
         subsets += [without(T, np.array([i])) for i in erasable]
-    with reporter.progress("Erasing tokens and running the model again", len(subsets), "texts") as step:
-        values = explained.f(subsets, on_batch=step)
+    values = distinct_f(explained, subsets, reporter)
     f_of = iter(values)
     n = len(sizes)
     results: dict[str, tuple] = {}
@@ -414,6 +415,17 @@ def _one(loaded, text: str, *, asked: list[str], explicit: bool, causal: bool, t
                         quantity=quantity, target=target_text, target_id=explained.target, f_full=explained.f_full,
                         erasable=tuple(int(p) for p in erasable), bins=BINS, methods=tuple(built), random=random,
                         completeness=completeness, steps=steps, seed=seed, skipped=tuple(skipped))
+
+
+def distinct_f(explained, subsets: list[np.ndarray], reporter: Reporter) -> np.ndarray:
+    """f of every subset, each distinct one run once (bins of one size, and methods agreeing on their top
+    tokens, erase the same ones), in batches of similar lengths (less padding)."""
+    keys = [tuple(int(p) for p in subset) for subset in subsets]
+    distinct = sorted(set(keys), key=len)
+    with reporter.progress("Erasing tokens and running the model again", len(distinct), "texts") as step:
+        found = explained.f([np.array(k, np.int64) for k in distinct], on_batch=step)
+    value = dict(zip(distinct, found))
+    return np.array([value[k] for k in keys])
 
 
 def _methods(methods: Sequence[str] | None) -> list[str]:
