@@ -89,6 +89,11 @@ def contributions(method: Annotated[str, typer.Option(
                                        "(keep the mean over heads of α recomputed from the weights instead), "
                                        "holding (2 × layers + 4 × heads) × T² × 4 bytes. Chosen by itself where "
                                        "the full path would pass the memory budget.")] = False,
+                  faithfulness: Annotated[bool, typer.Option(
+                      "--faithfulness", help="Also measure how faithful α, its rollout and these contributions are "
+                                             "on this text (attnviz faithfulness: erasure, leave-one-out, random "
+                                             "orders), shown in the report, --json and the page's contributions "
+                                             "panel.")] = False,
                   output: ImageOut = None, as_json: JsonOpt = False, as_csv: CsvOpt = False,
                   *, model: ModelOptions, inp: Source) -> None:
     import attnviz
@@ -102,7 +107,7 @@ def contributions(method: Annotated[str, typer.Option(
     given = inp.resolve()
     result = attnviz.contributions(given, model=model.later_for(given), method=method, layer=layer, token=token,
                                    threshold=threshold, stream=True if stream else None, truncate=model.truncate,
-                                   reporter=inp.options()["reporter"])
+                                   faithfulness=faithfulness, reporter=inp.options()["reporter"])
     emit(result, as_json=as_json, as_csv=as_csv,
          files=[figure_file(output, result),
                 File(graph, result.graph_name, lambda path: _save(result.graph(), path)),

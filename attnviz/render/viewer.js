@@ -432,6 +432,26 @@
       });
       body.appendChild(tr);
     }
+    faithTable();
+  }
+  function faithTable() {  // how faithful α, its rollout and the contributions are on this text (--faithfulness)
+    var F = C.faithfulness, table = $("av-c-faith");
+    if (!F || !table) return;
+    $("av-c-faith-title").hidden = false;
+    table.hidden = false;
+    $("av-c-faith-title").textContent = "Which to trust on this text: each erased in its own order, f = " +
+      F.quantity + " (attnviz faithfulness; best first)";
+    var body = table.tBodies[0];
+    body.textContent = "";
+    F.rows.forEach(function (r) {
+      var tr = el("tr");
+      tr.appendChild(el("td", r.method));
+      [r.comprehensiveness_aopc, r.sufficiency_aopc, r.kendall_tau_loo].forEach(function (v) {
+        tr.appendChild(el("td", v === null || v === undefined ? "–" : Number(v).toFixed(3)));
+      });
+      tr.appendChild(el("td", r.beats_random || "–"));
+      body.appendChild(tr);
+    });
   }
   function drawGraph(tokens) {
     var T = C.T, L = C.L, col = Math.max(14, Math.min(48, Math.floor(900 / T))), row = Math.max(14, Math.min(44,

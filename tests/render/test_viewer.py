@@ -572,3 +572,35 @@ def test_the_picture_tab_lays_the_querys_row_over_the_picture(browser, picture_c
 def test_a_text_page_has_no_picture_tab(cat_capture):
     data = viewer_data(cat_capture)
     assert data["sections"][0]["picture"] is None and 'id="av-tab-picture"' in viewer_html(data)
+
+
+@pytest.mark.browser
+def test_the_contributions_panel_shows_how_faithful_each_is(browser, tiny_model_dir, tmp_path):
+    """--faithfulness: α, its rollout, the contributions and leave-one-out measured on the same text (attnviz
+    faithfulness), in the report, --json and the panel's table, row for row the result's own."""
+    import attnviz
+
+    folder = tiny_model_dir("bert")
+    shown = run("contributions", SENTENCE, "-m", folder, "--faithfulness", "--json", "--html", tmp_path / "f.html")
+    assert shown.exit_code == 0, shown.output
+    data = json.loads(shown.stdout)["faithfulness"]
+    assert [r["method"] for r in data["methods"]] and {r["method"] for r in data["methods"]} == \
+        {"attention", "rollout", "alti", "loo"}
+    reference = attnviz.faithfulness(SENTENCE, model=attnviz.load_model(folder, device="cpu"),
+                                     methods=["attention", "rollout", "alti", "loo", "random"], sanity=0)
+    assert data["methods"] == json.loads(json.dumps(reference.to_rows()))
+    page = Page(browser, tmp_path / "f.html")
+    page.page.click("#av-tab-contrib")
+    rows = page.js("[...document.querySelectorAll('#av-c-faith tbody tr')].map(r => [...r.cells].map("
+                   "c => c.textContent))")
+    assert [r[0] for r in rows] == [r["method"] for r in data["methods"]]
+    np.testing.assert_allclose([float(r[1]) for r in rows], [r["comprehensiveness_aopc"] for r in data["methods"]],
+                               atol=5e-4)
+    assert page.js("document.getElementById('av-c-faith').hidden") is False
+    page.close()
+    plain = run("contributions", SENTENCE, "-m", folder, "--html", tmp_path / "g.html")
+    assert plain.exit_code == 0 and "compr." not in plain.stdout
+    page = Page(browser, tmp_path / "g.html")
+    page.page.click("#av-tab-contrib")
+    assert page.js("document.getElementById('av-c-faith').hidden") is True
+    page.close()

@@ -64,6 +64,7 @@ class Contributions(Result):
     layer: int = -1  # the layer the report and the figure show
     token: int | None = None  # whose paths are listed and drawn (None: the last token that is not special)
     threshold: float = GRAPH_THRESHOLD  # the graph's and the page's smallest edge
+    faithful: Any = None  # an attnviz.Faithfulness of α, rollout and this method on the same text, when asked
 
     graph_name: ClassVar[str] = "attnviz_contribution_graph.png"
     page_name: ClassVar[str] = "attnviz_contributions.html"
@@ -113,6 +114,8 @@ class Contributions(Result):
         if self.checks is not None:
             items.append(verdict(True, f"in every layer the parts add up to the attention block's own output within "
                                        f"{float(self.checks.max()):.1e} of its size"))
+        if self.faithful is not None:
+            items.extend(self.faithful.report(**style)[:2])
         items.append(Line("agreement: Spearman's ρ between a token's α (mean over heads) and its contributions over "
                           "the keys, averaged over tokens; α can be large where a token contributes little (often on "
                           "[CLS] and [SEP]).", style="dim"))
@@ -161,6 +164,9 @@ class Contributions(Result):
             data["checks"] = self.checks.tolist()
         data["paths_into"] = self.chosen
         data["paths"] = [{"weight": weight, "tokens": list(path)} for weight, path in self.paths(self.chosen, 5)]
+        if self.faithful is not None:
+            data["faithfulness"] = {"quantity": self.faithful.quantity, "f_full": self.faithful.f_full,
+                                    "methods": self.faithful.to_rows()}
         return data
 
     def _repr_html_(self) -> str:
@@ -190,6 +196,8 @@ class Contributions(Result):
             raise InputError(f"{arg('token')} {chosen} is out of range: there are {T} tokens", "token")
         section = contribution_section(self.scores, self.rollout(), rollout(self.alpha), METHOD_NAMES[self.method],
                                        threshold, chosen % T)
+        if self.faithful is not None:
+            section["faithfulness"] = {"quantity": visible(self.faithful.quantity), "rows": self.faithful.to_rows()}
         return viewer_html(viewer_data(self.alpha, command=command, contributions=section))
 
     def default_token(self) -> int:
@@ -260,7 +268,7 @@ class Contributions(Result):
 def contributions(text: str, *, model: Any = None, tokenizer: Any = None, method: str = "alti",
                   layer: Any = -1, token: str | int | None = None, threshold: float = GRAPH_THRESHOLD,
                   stream: bool | None = None, truncate: bool = True, device: str = "auto", dtype: str = "float32",
-                  reporter: Reporter | None = None) -> Contributions:
+                  faithfulness: bool = False, reporter: Reporter | None = None) -> Contributions:
     """How much each token contributes to each token's output, layer by layer: `method` "alti" (Ferrando et
     al. 2022; one run of the model, checked against each attention block's output) or "value-zeroing"
     (Mohebbi et al. 2023; one run per token in batches, at most MAX_ZEROING_TOKENS tokens).
@@ -271,8 +279,12 @@ def contributions(text: str, *, model: Any = None, tokenizer: Any = None, method
 
     `layer` the one the report and figure() show; `token` (an index or a token's text; default the last that is
     not special) whose strongest paths are listed and drawn; `threshold` the graph's and the page's smallest
-    edge (above 0, at most 1)."""
+    edge (above 0, at most 1). `faithfulness`: also measure how faithful α, its rollout and this method are on
+    the text (attnviz.faithfulness: erasure, leave-one-out and random orders; no sanity check), shown in the
+    report, --json and the page beside the contributions."""
     check_text(text)
+    if faithfulness and not isinstance(text, str):
+        raise UsageError(f"{arg('faithfulness')} erases tokens of a text; this input is not one", "faithfulness")
     if not 0 < threshold <= 1:
         raise UsageError(f"{arg('threshold')} takes a number above 0 and at most 1; got {threshold}", "threshold")
     layer_sel = selection(layer, "layer", field="layer")
@@ -339,5 +351,11 @@ def contributions(text: str, *, model: Any = None, tokenizer: Any = None, method
                         "agreement": rho})
     chosen_layer = layer_sel.indices(moved.n_layers)[0]
     chosen_token = None if token is None else find_token(moved.tokens, str(token), field="token")
+    faithful = None
+    if faithfulness:
+        from attnviz.api.attribution.faithfulness import faithfulness as measure
+
+        faithful = measure(text, model=loaded, methods=["attention", "rollout", method, "loo", "random"], sanity=0,
+                           truncate=truncate, reporter=reporter)
     return Contributions(method, moved, alpha, tuple(records), checks, distances, streamed, chosen_layer,
-                         chosen_token, threshold)
+                         chosen_token, threshold, faithful)
