@@ -10,7 +10,7 @@ from attnviz.cli.errors import cli_errors
 from attnviz.cli.group import app
 from attnviz.cli.inputs import Source, takes
 from attnviz.cli.output import check_output, emit, figure_file
-from attnviz.cli.params import CsvOpt, ImageOut, JsonOpt, ModelOptions, whole_number
+from attnviz.cli.params import choice_parser, CsvOpt, ImageOut, JsonOpt, ModelOptions, whole_number
 
 # Imports inside the command (the API, numpy, matplotlib) keep `attnviz --help` light.
 
@@ -66,6 +66,15 @@ def faithfulness(methods: Annotated[Optional[str], typer.Option(
                      help="Many texts instead of TEXT: a file with one per line, or JSON lines with a text field "
                           "(- reads standard input; at most 10,000 texts). Per method the mean AOPC with a 95 % "
                           "bootstrap interval, and whether its lead over the next is significant.")] = None,
+                 engine: Annotated[str, typer.Option(parser=choice_parser(("local", "ray"), {}), metavar="ENGINE",
+                                                     help="--corpus: local (this process) or ray (Ray Data, as "
+                                                          "attnviz corpus: pip install \"attnviz[ray]\").")] = "local",
+                 address: Annotated[Optional[str], typer.Option(
+                     help="Ray: the cluster to join (ray://host:10001, or auto). Default: start a local Ray.",
+                     show_default=False)] = None,
+                 workers: Annotated[int, typer.Option(help="Ray: model replicas (actors), each loading the model "
+                                                           "once (1 to 4,096).", parser=whole_number(1, 4096),
+                                                      metavar="N")] = 2,
                  output: ImageOut = None, as_json: JsonOpt = False, as_csv: CsvOpt = False,
                  *, model: ModelOptions, inp: Source) -> None:
     import attnviz
@@ -73,16 +82,20 @@ def faithfulness(methods: Annotated[Optional[str], typer.Option(
 
     check_output(output, FORMATS)
     chosen = methods_option(methods) if methods is not None else None
+    if (engine != "local" or address is not None) and corpus is None:
+        raise typer.BadParameter("--engine and --address spread a --corpus; one text runs here",
+                                 param_hint="--engine")
     if corpus is not None:
         if inp.text is not None or inp.text_file is not None:
             raise typer.BadParameter("give either TEXT (or --text-file) or --corpus, not both", param_hint="--corpus")
         given = read_corpus(corpus)
-        loaded = model.later()
+        loaded = model.spec() if engine == "ray" else model.later()
     else:
         given = inp.resolve()
         loaded = model.later_for(given)
     result = attnviz.faithfulness(given, model=loaded, methods=chosen, target=target,
                                   orders=orders, steps=steps, sanity=sanity, seed=seed, truncate=model.truncate,
+                                  engine=engine, address=address, workers=workers,
                                   reporter=inp.options()["reporter"])
     emit(result, as_json=as_json, as_csv=as_csv, files=[figure_file(output, result)])
 

@@ -5,6 +5,7 @@ was; and every refusal in one line."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import numpy as np
@@ -369,3 +370,23 @@ def test_the_command_reads_a_corpus_file_or_standard_input(tiny_lm_dir, tmp_path
                 "-o", tmp_path / "c.png")
     assert shown.exit_code == 0 and "3 texts measured, 1 skipped" in " ".join(shown.stdout.split())
     assert (tmp_path / "c.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_a_corpus_on_ray_is_the_same_as_here(tiny_lm_dir, tmp_path):
+    """--engine ray: the texts spread over a local Ray's actors (each loading the model) give exactly what this
+    process gives, skipped texts included; a loaded model cannot travel to the workers."""
+    if importlib.util.find_spec("ray") is None:
+        pytest.skip('Ray Data is not installed (pip install "attnviz[ray]"); .ci/run installs it')
+    model = tiny_lm_dir("gpt2")
+    path = tmp_path / "c.txt"
+    path.write_text("\n".join(CORPUS) + "\n", encoding="utf-8")
+    args = ["--corpus", path, "--methods", "attention,loo,random", "--sanity", "1", "--json", "-m", model]
+    on_ray = run("faithfulness", *args, "--engine", "ray", "--workers", "2")
+    here = run("faithfulness", *args)
+    assert on_ray.exit_code == 0, on_ray.output
+    assert json.loads(on_ray.stdout) == json.loads(here.stdout)
+    assert json.loads(on_ray.stdout)["skipped"][0]["text"] == 3
+    with pytest.raises(attnviz.AttnvizError, match="not a loaded model"):
+        attnviz.faithfulness(CORPUS, model=attnviz.load_model(model, device="cpu"), engine="ray")

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from attnviz.api.attribution.faithfulness_corpus import corpus_result, FaithfulnessCorpus
+from attnviz.api.attribution.faithfulness_corpus import corpus_result, FaithfulnessCorpus, summary
 from attnviz.api.models import borrows, resolve_model
 from attnviz.api.result import Line, Result
 from attnviz.base.arguments import checked
@@ -226,7 +226,8 @@ def _sanity_layers(L: int, depths: int) -> list[int]:
 def faithfulness(text: str | Sequence[str], *, model: Any = None, tokenizer: Any = None,
                  methods: Sequence[str] | None = None, target: str | int | None = None, orders: int = 20,
                  steps: int = 50, sanity: int = 5, seed: int = 0, truncate: bool = True, device: str = "auto",
-                 dtype: str = "float32", reporter: Reporter | None = None) -> Faithfulness | FaithfulnessCorpus:
+                 dtype: str = "float32", engine: str = "local", address: str | None = None, workers: int = 2,
+                 reporter: Reporter | None = None) -> Faithfulness | FaithfulnessCorpus:
     """How faithful each attribution of one prediction is (see the module). `methods`: names from
     FAITHFULNESS_METHODS (default: all that apply; alti-logit needs a causal LM); `target` (causal LM) the token
     whose probability f is, as text (" Paris") or an id, default the model's top token; `orders` random
@@ -235,7 +236,9 @@ def faithfulness(text: str | Sequence[str], *, model: Any = None, tokenizer: Any
 
     `text` a list of texts (a corpus, at most MAX_CORPUS_TEXTS): every text measured alike (a text that cannot
     be is skipped, with why), then per method the mean AOPC with a 95 % bootstrap interval and whether its lead
-    over the next method is significant (a paired sign-flip test): a FaithfulnessCorpus."""
+    over the next method is significant (a paired sign-flip test): a FaithfulnessCorpus. `engine` "ray" spreads
+    the texts over Ray Data as attnviz corpus does (`address` a cluster to join, default a local Ray; `workers`
+    actors, each loading the model named by `model`, a name or an attnviz.ModelSpec)."""
     many = not isinstance(text, str)
     if many:
         texts = [str(t) for t in text]
@@ -248,6 +251,12 @@ def faithfulness(text: str | Sequence[str], *, model: Any = None, tokenizer: Any
         check_text(text)
         texts = [str(text)]
     asked = _methods(methods)
+    if engine not in ("local", "ray"):
+        raise UsageError(f"{arg('engine')} is local or ray, not {visible(str(engine))[:20]!r}", "engine")
+    if engine == "ray" and not many:
+        raise UsageError(f"{arg('engine', 'ray')} spreads a corpus over Ray: give a list of texts", "engine")
+    if not 1 <= workers <= 4096:
+        raise UsageError(f"{arg('workers')} takes 1 to 4,096 actors; got {workers}", "workers")
     if not 20 <= orders <= MAX_ORDERS:
         raise UsageError(f"{arg('orders')} takes 20 to {MAX_ORDERS:,} random orders; got {orders}", "orders")
     if not 1 <= steps <= 1000:
@@ -258,6 +267,10 @@ def faithfulness(text: str | Sequence[str], *, model: Any = None, tokenizer: Any
         raise UsageError(f"{arg('seed')} is a whole number from 0; got {seed}", "seed")
     if isinstance(target, str) and not target:
         raise UsageError(f"{arg('target')} is empty: give a token of the vocabulary, e.g. ' Paris'", "target")
+    if engine == "ray":
+        return _on_ray(texts, model, dict(asked=asked, explicit=methods is not None, target=target, orders=orders,
+                                          steps=steps, sanity=sanity, seed=seed, truncate=truncate),
+                       device=device, dtype=dtype, address=address, workers=workers, reporter=reporter or Reporter())
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype, lm_head="auto")
     loaded.require_single("faithfulness")
     from attnviz.engine.ablation.runs import is_causal_lm
@@ -276,21 +289,53 @@ def faithfulness(text: str | Sequence[str], *, model: Any = None, tokenizer: Any
                                    orders=orders, steps=steps, sanity=sanity, seed=seed, truncate=truncate)
     if not many:
         return _one(loaded, text, reporter=reporter, **options)  # type: ignore[arg-type]
-    measured: list[Faithfulness] = []
+    measured: list[dict] = []
     skipped: list[tuple[int, str]] = []
-    quiet = Reporter()
     with reporter.progress("Measuring every method on each text", len(texts), "texts") as step:
         for number, one in enumerate(texts, 1):
-            try:
-                check_text(one)
-                measured.append(_one(loaded, one, reporter=quiet, **options))
-            except InputError as exc:
-                skipped.append((number, str(exc)))
+            found = measure_one(loaded, number, one, options)
+            (skipped if isinstance(found, tuple) else measured).append(found)  # type: ignore[arg-type]
             step(1)
     if not measured:
         raise InputError(f"none of the {len(texts):,} texts could be measured (the first: "
                          f"{skipped[0][1] if skipped else 'none'})")
     return corpus_result(measured, skipped, seed=seed)
+
+
+def _on_ray(texts: list[str], model: Any, options: dict, *, device: str, dtype: str, address: str | None,
+            workers: int, reporter: Reporter) -> FaithfulnessCorpus:
+    """The corpus on Ray: the texts measured by actors that load their own copies of the model."""
+    from attnviz.api.attribution.faithfulness_ray import measure_on_ray
+    from attnviz.api.models import ModelSpec
+
+    if model is not None and not isinstance(model, (str, ModelSpec)):
+        raise UsageError(f"{arg('engine', 'ray')} loads the model in each worker: give its name (or an "
+                         f"attnviz.ModelSpec), not a loaded model", "model")
+    spec = model if isinstance(model, ModelSpec) else ModelSpec(model, None, device, dtype)
+    measured, skipped = measure_on_ray(texts, spec.as_kwargs(), options, address=address, workers=workers,
+                                       reporter=reporter)
+    if not measured:
+        raise InputError(f"none of the {len(texts):,} texts could be measured (the first: "
+                         f"{skipped[0][1] if skipped else 'none'})")
+    return corpus_result(measured, skipped, seed=int(options["seed"]))
+
+
+def measure_one(loaded, number: int, text: str, options: dict) -> dict | tuple[int, str]:
+    """One text of a corpus: its summary, or (its number, why it cannot be measured). `options` as
+    faithfulness() takes them; what the model is (causal or not) is read from it here."""
+    from attnviz.engine.ablation.runs import is_causal_lm
+
+    causal = is_causal_lm(loaded.model)
+    asked = options["asked"] if options["explicit"] else [m for m in options["asked"]
+                                                          if causal or m not in CAUSAL_ONLY]
+    try:
+        if options["explicit"] and not causal and any(m in CAUSAL_ONLY for m in asked):
+            raise InputError(f"alti-logit explains a causal language model's next token; {loaded.name} is an "
+                             f"encoder", "methods")
+        check_text(text)
+        return summary(_one(loaded, text, reporter=Reporter(), **{**options, "asked": asked, "causal": causal}))
+    except InputError as exc:
+        return number, str(exc)
 
 
 def _one(loaded, text: str, *, asked: list[str], explicit: bool, causal: bool, target: str | int | None,

@@ -132,32 +132,45 @@ class FaithfulnessCorpus(Result):
         return faithfulness_corpus_figure(self)
 
 
-def corpus_result(measured: list[Faithfulness], skipped: list[tuple[int, str]], *, seed: int) -> FaithfulnessCorpus:
-    """The texts' results gathered: per method the means and intervals, ranked, each lead tested."""
+def summary(result: Faithfulness) -> dict:
+    """What a corpus keeps of one text's result (JSON-able: a Ray worker sends it back as it is)."""
+    return {"text": result.text, "model": result.model, "causal": result.causal, "quantity": result.quantity,
+            "f_full": result.f_full, "tokens": len(result.tokens),
+            "random": None if result.random is None else [result.random.comprehensiveness_aopc[0],
+                                                          result.random.sufficiency_aopc[0]],
+            "methods": {m.name: {"comprehensiveness": m.comprehensiveness_aopc, "sufficiency": m.sufficiency_aopc,
+                                 "kendall_tau_loo": _num(m.kendall_tau_loo),
+                                 "sanity": [m.sanity[-1][0], _num(m.sanity[-1][1])] if m.sanity else None,
+                                 "beats_random": result.beats_random(m)} for m in result.methods}}
+
+
+def corpus_result(measured: list[dict], skipped: list[tuple[int, str]], *, seed: int) -> FaithfulnessCorpus:
+    """The texts' summaries gathered: per method the means and intervals, ranked, each lead tested."""
     from attnviz.metrics.faithfulness import bootstrap_interval, paired_sign_flip
 
-    names = [m.name for m in measured[0].methods]
-    per_text = []
-    for result in measured:
-        per_text.append({"text": result.text, "f_full": result.f_full, "tokens": len(result.tokens),
-                         "methods": {m.name: {"comprehensiveness": m.comprehensiveness_aopc,
-                                              "sufficiency": m.sufficiency_aopc,
-                                              "beats_random": result.beats_random(m)} for m in result.methods}})
+    names = list(measured[0]["methods"])
+    per_text = [{"text": r["text"], "f_full": r["f_full"], "tokens": r["tokens"],
+                 "methods": {name: {k: m[k] for k in ("comprehensiveness", "sufficiency", "beats_random")}
+                             for name, m in r["methods"].items()}} for r in measured]
     built = []
     diffs: dict[str, np.ndarray] = {}
-    for name in names:
-        rows = [r.method(name) for r in measured]
-        comp = np.array([m.comprehensiveness_aopc for m in rows])
-        suff = np.array([m.sufficiency_aopc for m in rows])
-        diffs[name] = comp - suff
-        taus = np.array([np.nan if m.kendall_tau_loo is None else m.kendall_tau_loo for m in rows], np.float64)
-        sanity = np.array([m.sanity[-1][1] if m.sanity else np.nan for m in rows], np.float64)
-        beats = [r.beats_random(r.method(name)) for r in measured]
 
-        def summary(values: np.ndarray) -> tuple[float, float, float]:
+    def nan(value) -> float:
+        return np.nan if value is None else float(value)
+
+    for name in names:
+        rows = [r["methods"][name] for r in measured]
+        comp = np.array([m["comprehensiveness"] for m in rows])
+        suff = np.array([m["sufficiency"] for m in rows])
+        diffs[name] = comp - suff
+        taus = np.array([nan(m["kendall_tau_loo"]) for m in rows])
+        sanity = np.array([nan(m["sanity"][1]) if m["sanity"] else np.nan for m in rows])
+        beats = [m["beats_random"] for m in rows]
+
+        def interval(values: np.ndarray) -> tuple[float, float, float]:
             return (float(values.mean()), *bootstrap_interval(values, seed=seed))
 
-        built.append(CorpusMethod(name, summary(comp), summary(suff), summary(diffs[name]),
+        built.append(CorpusMethod(name, interval(comp), interval(suff), interval(diffs[name]),
                                   float(np.nanmean(taus)) if np.isfinite(taus).any() else None,
                                   float(np.nanmean(sanity)) if np.isfinite(sanity).any() else None,
                                   None if beats[0] == "" else float(np.mean([b == "both" for b in beats]))))
@@ -165,18 +178,16 @@ def corpus_result(measured: list[Faithfulness], skipped: list[tuple[int, str]], 
     ranked = []
     for n, m in enumerate(built):
         if n + 1 < len(built):
-            following = built[n + 1].name
-            gaps = diffs[m.name] - diffs[following]
+            gaps = diffs[m.name] - diffs[built[n + 1].name]
             m = CorpusMethod(**{**m.__dict__, "lead": float(gaps.mean()),
                                 "p_value": paired_sign_flip(gaps, seed=seed)})
         ranked.append(m)
-    randoms = [r.random for r in measured if r.random is not None]
-    random = (float(np.mean([r.comprehensiveness_aopc[0] for r in randoms])),
-              float(np.mean([r.sufficiency_aopc[0] for r in randoms]))) if randoms else None
+    randoms = [r["random"] for r in measured if r["random"] is not None]
+    random = (float(np.mean([r[0] for r in randoms])), float(np.mean([r[1] for r in randoms]))) if randoms else None
     first = measured[0]
-    sanity_layer = first.methods[0].sanity[-1][0] if first.methods and first.methods[0].sanity else None
-    quantity = "the probability of each text's target token at its last position" if first.causal else \
-        first.quantity
-    return FaithfulnessCorpus(model=first.model, quantity=quantity, texts=len(measured), methods=tuple(ranked),
+    sanities = [m["sanity"] for m in first["methods"].values() if m["sanity"]]
+    quantity = "the probability of each text's target token at its last position" if first["causal"] else \
+        first["quantity"]
+    return FaithfulnessCorpus(model=first["model"], quantity=quantity, texts=len(measured), methods=tuple(ranked),
                               skipped=tuple(skipped), per_text=tuple(per_text), random=random,
-                              sanity_layer=sanity_layer)
+                              sanity_layer=sanities[0][0] if sanities else None)

@@ -1,0 +1,86 @@
+"""`attnviz faithfulness --corpus FILE --engine ray`: the texts spread over Ray Data as `attnviz corpus` spreads
+them, a pool of actors that each load the model once and measure their texts; every text's summary comes back
+as JSON and is gathered on the driver exactly as the local run gathers them. Ray is imported only here."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import warnings
+
+from attnviz.errors import InputError
+from attnviz.progress import Reporter
+
+
+class FaithfulnessWorker:
+    """A Ray actor: loads the model once, then measures each text of a batch (a summary, or why not)."""
+
+    def __init__(self, model_options: dict, options: dict) -> None:
+        from attnviz.engine.models import load
+
+        self.loaded = load(**model_options, lm_head="auto")
+        self.loaded.model.eval()
+        self.options = options
+
+    def __call__(self, batch: dict) -> dict:
+        from attnviz.api.attribution.faithfulness import measure_one
+
+        return {"result": [json.dumps({"number": int(n), "found": measure_one(self.loaded, int(n), str(t),
+                                                                                self.options)})
+                           for n, t in zip(batch["number"], batch["text"])]}
+
+
+def measure_on_ray(texts: list[str], model_options: dict, options: dict, *, address: str | None, workers: int,
+                   reporter: Reporter) -> tuple[list[dict], list[tuple[int, str]]]:
+    """Every text measured by `workers` actors; (the summaries in the texts' order, the skipped ones)."""
+    from attnviz.engine.corpora.ray import _ray, check_address
+
+    if address is not None:
+        check_address(address)
+    ray = _ray()
+    warnings.filterwarnings("ignore", message=r".*ray_remote_args. is deprecated")
+    warnings.filterwarnings("ignore", message=r"The minimum number of concurrent actors")
+    started_here = not ray.is_initialized()
+    found: dict[int, object] = {}
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(reporter.status(f"Measuring {len(texts):,} texts on Ray ({workers} workers)…"))
+        try:
+            if started_here:
+                try:
+                    cpus = None if address else max(os.cpu_count() or 1, workers) + 1
+                    ray.init(address=address, num_cpus=cpus, include_dashboard=False, log_to_driver=False,
+                             logging_level="ERROR", configure_logging=True)
+                except (ConnectionError, RuntimeError, ValueError) as exc:
+                    raise InputError(f"could not start or join Ray{f' at {address}' if address else ''}: "
+                                     f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+            import logging
+
+            for name in ("ray", "ray.data"):
+                logging.getLogger(name).setLevel(logging.ERROR)
+            context = ray.data.DataContext.get_current()
+            context.enable_progress_bars = False
+            context.print_on_execution_start = False
+            data = ray.data.from_items([{"number": n, "text": t} for n, t in enumerate(texts, 1)],
+                                       override_num_blocks=max(1, min(len(texts), workers * 4)))
+            pool = ray.data.ActorPoolStrategy(size=workers, max_tasks_in_flight_per_actor=1)
+            gpus = 1 if model_options.get("device") == "cuda" else 0
+            results = data.map_batches(FaithfulnessWorker, fn_constructor_kwargs=dict(model_options=model_options,
+                                                                                      options=options),
+                                       batch_size=1, compute=pool, num_gpus=gpus, num_cpus=0 if gpus else 1,
+                                       max_restarts=0, batch_format="numpy")
+            for row in results.iter_rows():
+                value = json.loads(row["result"])
+                found[int(value["number"])] = value["found"]
+        except InputError:
+            raise
+        except Exception as exc:  # Ray wraps a worker's error in its own exception types
+            cause = getattr(exc, "cause", None) or exc
+            raise InputError(f"the Ray job failed: {type(cause).__name__}: "
+                             f"{str(cause).strip().splitlines()[-1] if str(cause).strip() else ''}") from None
+        finally:
+            if started_here and ray.is_initialized():
+                ray.shutdown()
+    measured = [found[n] for n in sorted(found) if isinstance(found[n], dict)]
+    skipped = [(n, str(found[n][1])) for n in sorted(found) if isinstance(found[n], list)]  # type: ignore[index]
+    return measured, skipped  # type: ignore[return-value]
