@@ -178,9 +178,9 @@ SAMPLES: list[tuple[str, list[str], str]] = [
     ("serve.png", [], "screenshot made by the live app's browser test (tests/serve/test_serve.py): attnviz serve, "
                       "a second sentence typed, its views redrawn in the page"),
     ("serve_openapi.json", [], "the live app's JSON API as the server describes it (GET /openapi.json)"),
-    ("faithfulness_smollm2.txt", ["faithfulness", IT.removesuffix(" tired"), "-m", "smollm2",
+    ("faithfulness_smollm2.txt", ["faithfulness", "The Eiffel Tower is in the city of", "-m", "smollm2",
                                   "-o", "sample_outputs/faithfulness_smollm2.png"],
-     "which explanation of SmolLM2's next token (' tired') to trust: every method erased in its own order, against "
+     "which explanation of SmolLM2's next token (' Paris') to trust: every method erased in its own order, against "
      "random orders, leave-one-out and the model randomised from the top block down"),
     ("faithfulness_smollm2.png", [], "written by the faithfulness command above: the perturbation curves and every "
                                      "method's scores"),

@@ -137,7 +137,12 @@ def test_flow_of_a_one_layer_model_is_its_attention_row(tmp_path):
     assert np.allclose(result.method("rollout").scores, expected, atol=1e-6)
 
 
-@pytest.mark.parametrize("which", ["gpt2", "bert"])
+@pytest.fixture(scope="module")
+def llama(tiny_lm_dir):
+    return attnviz.load_model(tiny_lm_dir("llama"), device="cpu", lm_head=True)
+
+
+@pytest.mark.parametrize("which", ["gpt2", "bert", "llama"])
 def test_integrated_gradients_are_complete_within_the_quadratures_error(which, request):
     """Σ attributions = f(x) − f(baseline) up to the quadrature's error, which is estimated as Gauss-Legendre's
     is, by the change when the points are doubled; and it shrinks with more points."""
@@ -155,7 +160,11 @@ def test_integrated_gradients_are_complete_within_the_quadratures_error(which, r
     encoded = encode(model, TEXT)
     explained = Explained(model.model, encoded.inputs, causal=result.causal, target=result.target_id)
     erasable = np.array(result.erasable)
-    totals = {n: gradient_scores(explained, "integrated-gradients", erasable, steps=n)[1] for n in (50, 100, 400)}
+    from attnviz.api.attribution.faithfulness import baseline_token
+
+    base = baseline_token(model.tokenizer)
+    totals = {n: gradient_scores(explained, "integrated-gradients", erasable, steps=n, baseline_id=base)[1]
+              for n in (50, 100, 400)}
     assert totals[50] == pytest.approx(total, abs=1e-6)
     estimate = abs(totals[50] - totals[100])  # the error of 50 points, as the doubled rule measures it
     assert abs(totals[50] - gap) <= 2 * estimate + 1e-5, (totals, gap)
@@ -390,3 +399,19 @@ def test_a_corpus_on_ray_is_the_same_as_here(tiny_lm_dir, tmp_path):
     assert json.loads(on_ray.stdout)["skipped"][0]["text"] == 3
     with pytest.raises(attnviz.AttnvizError, match="not a loaded model"):
         attnviz.faithfulness(CORPUS, model=attnviz.load_model(model, device="cpu"), engine="ray")
+
+
+def test_the_report_warns_where_integrated_gradients_are_not_complete(gpt2):
+    import dataclasses
+
+    from attnviz.api.result import Line
+
+    result = attnviz.faithfulness(TEXT, model=gpt2, methods=["integrated-gradients"], sanity=0)
+
+    def said(r) -> str:
+        return " ".join(item.text for item in r.report() if isinstance(item, Line))
+
+    assert result.complete and "not complete" not in said(result)
+    broken = dataclasses.replace(result, completeness=(0.5, 0.3))
+    assert broken.complete is False and "not complete: off by 0.2000" in said(broken)
+    assert broken.to_dict()["integrated_gradients_completeness"]["complete"] is False

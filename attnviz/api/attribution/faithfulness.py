@@ -32,6 +32,7 @@ MAX_FAITHFULNESS_TOKENS = 256  # leave-one-out runs the text once per token, flo
 MAX_ORDERS = 10_000
 MAX_CORPUS_TEXTS = 10_000  # texts measured in one call (each runs every method and every erasure)
 COMPLETENESS_TOLERANCE = 0.02  # |Σ IG − (f(x) − f(baseline))| / max(|f(x) − f(baseline)|, 0.01) at 400 points
+COMPLETE_WITHIN = 0.1  # the report warns when integrated gradients miss completeness by more than this share
 BEATS_SD = 2.0  # a method beats random when it is this many of the random orders' sd better than their mean
 DESCRIBE = {"attention": "α of the last layer, mean over heads",
             "rollout": "attention rollout (Abnar & Zuidema 2020)",
@@ -127,6 +128,15 @@ class Faithfulness(Result):
 
     figure_name: ClassVar[str] = "attnviz_faithfulness.png"
 
+    @property
+    def complete(self) -> bool | None:
+        """Whether integrated gradients' attributions sum to f(x) − f(baseline) within COMPLETE_WITHIN of it
+        (None: not run)."""
+        if self.completeness is None:
+            return None
+        total, gap = self.completeness
+        return abs(total - gap) <= COMPLETE_WITHIN * max(abs(gap), 0.01)
+
     def method(self, name: str) -> MethodFaithfulness:
         return next(m for m in self.methods if m.name == name)
 
@@ -156,7 +166,7 @@ class Faithfulness(Result):
         if self.completeness is not None:
             data["integrated_gradients_completeness"] = {"sum_of_attributions": self.completeness[0],
                                                          "f_difference": self.completeness[1],
-                                                         "steps": self.steps}
+                                                         "steps": self.steps, "complete": self.complete}
         return data
 
     def to_rows(self) -> list[dict]:
@@ -192,8 +202,13 @@ class Faithfulness(Result):
             items.append(Line("beat random on both: " + (", ".join(winners) if winners else "none")))
         if self.completeness is not None:
             total, gap = self.completeness
-            items.append(Line(f"integrated gradients ({self.steps} steps): attributions sum to {total:.4f}, "
+            items.append(Line(f"integrated gradients ({self.steps} points): attributions sum to {total:.4f}, "
                               f"f(x) − f(baseline) = {gap:.4f} (completeness)"))
+            if not self.complete:
+                items.append(Line(f"  not complete: off by {abs(total - gap):.4f}, more than "
+                                  f"{COMPLETE_WITHIN:.0%} of |f(x) − f(baseline)|: f varies along the path faster "
+                                  f"than {self.steps} points see; raise --steps, and read its ranking with care",
+                                  style="yellow"))
         for name in self.skipped:
             items.append(Line(f"skipped: {name}", style="dim"))
         items.append(Line("compr.: comprehensiveness, f_full − f without the method's top tokens (higher: they "
@@ -365,6 +380,7 @@ def _one(loaded, text: str, *, asked: list[str], explicit: bool, causal: bool, t
     skipped: list[str] = []
     with reporter.status("Running the model and every method…"):
         explained = Explained(loaded.model, encoded.inputs, causal=causal, target=wanted)
+        explained.baseline_id = baseline_token(loaded.tokenizer)
         if causal and target is not None and explained.target is not None:
             check_spelling(loaded, target, explained.target, explained.logits)
         scores: dict[str, np.ndarray] = {}
@@ -429,6 +445,7 @@ def _one(loaded, text: str, *, asked: list[str], explicit: bool, causal: bool, t
             for layer in depths:
                 copy.down_to(layer)
                 shaken = Explained(copy.model, encoded.inputs, causal=causal, target=explained.target)
+                shaken.baseline_id = explained.baseline_id
                 for name in scores:
                     try:
                         again, _ = _scores(name, shaken, encoded.inputs, erasable, steps)
@@ -460,6 +477,16 @@ def _one(loaded, text: str, *, asked: list[str], explicit: bool, causal: bool, t
                         quantity=quantity, target=target_text, target_id=explained.target, f_full=explained.f_full,
                         erasable=tuple(int(p) for p in erasable), bins=BINS, methods=tuple(built), random=random,
                         completeness=completeness, steps=steps, seed=seed, skipped=tuple(skipped))
+
+
+def baseline_token(tokenizer) -> int | None:
+    """Integrated gradients' baseline token: the padding token, else the unknown-word one, else the end of
+    text (None: no such token; the zero vector then)."""
+    for name in ("pad_token_id", "unk_token_id", "eos_token_id"):
+        found = getattr(tokenizer, name, None)
+        if isinstance(found, int) and 0 <= found < len(tokenizer):
+            return found
+    return None
 
 
 def distinct_f(explained, subsets: list[np.ndarray], reporter: Reporter) -> np.ndarray:
@@ -520,7 +547,8 @@ def _scores(name: str, explained, inputs: dict, erasable: np.ndarray,
 
         if importlib.util.find_spec("captum") is None:
             raise UnsupportedArchitectureError(f"{name} needs Captum: pip install \"attnviz[trust]\"")
-        attributed, summed, gap = gradient_scores(explained, name, erasable, steps=steps)
+        attributed, summed, gap = gradient_scores(explained, name, erasable, steps=steps,
+                                                  baseline_id=explained.baseline_id)
         return attributed, (None if summed is None or gap is None else (summed, gap))
     assert name == "loo"
     values = np.zeros(T)

@@ -35,6 +35,7 @@ class Explained:
         self.ids = inputs["input_ids"][0]
         self.device = self.ids.device
         self.types = inputs.get("token_type_ids")
+        self.baseline_id: int | None = None  # integrated gradients' baseline token (gradient_scores)
         self.T = int(self.ids.shape[0])
         self.target: int | None
         self.reference: torch.Tensor | None
@@ -118,12 +119,15 @@ def _hidden(out) -> torch.Tensor:
     return out.hidden_states[-1] if hidden is None else hidden
 
 
-def gradient_scores(explained: Explained, method: str, erasable: np.ndarray, *,
-                    steps: int) -> tuple[np.ndarray, float | None, float | None]:
+def gradient_scores(explained: Explained, method: str, erasable: np.ndarray, *, steps: int,
+                    baseline_id: int | None = None) -> tuple[np.ndarray, float | None, float | None]:
     """Per-token scores (T,) of "grad-x-input" (Captum's InputXGradient) or "integrated-gradients" (Captum's
     IntegratedGradients, Gauss-Legendre, `steps` points) on the input embeddings, each token's attribution
-    summed over the embedding's dimensions. The baseline: the zero vector at every erasable position, the
-    token's own embedding elsewhere (special tokens and the explained position are never credited). For
+    summed over the embedding's dimensions. The baseline: at every erasable position the embedding of the
+    token `baseline_id` (the tokenizer's padding token, as Captum's text tutorials take it; None: the zero
+    vector), the token's own embedding elsewhere (special tokens and the explained position are never
+    credited). Not zero where there is a token to take: under RMSNorm f(a·x) hardly moves until a is near 0,
+    so a path from zero puts nearly all of the integral in its first steps, where no quadrature sees it. For
     integrated gradients also (Σ attributions, f(x) − f(baseline)): completeness says they are equal."""
     from captum.attr import InputXGradient, IntegratedGradients
 
@@ -136,7 +140,12 @@ def gradient_scores(explained: Explained, method: str, erasable: np.ndarray, *,
             total = gap = None
         else:
             baseline = embeds.clone()
-            baseline[:, torch.as_tensor(erasable, device=embeds.device)] = 0.0
+            at = torch.as_tensor(erasable, device=embeds.device)
+            if baseline_id is None:
+                baseline[:, at] = 0.0
+            else:
+                filler = model.get_input_embeddings()(torch.tensor([baseline_id], device=embeds.device))
+                baseline[:, at] = filler.detach().to(baseline.dtype)
             attributions = IntegratedGradients(forward).attribute(
                 embeds, baselines=baseline, n_steps=steps, method="gausslegendre", internal_batch_size=IG_BATCH)
             with torch.no_grad():
