@@ -241,13 +241,15 @@ def corpus_layers_table(records: Sequence[dict], title: str) -> Group:
 
 
 def records_table(records: Sequence[dict], columns: Sequence[tuple[str, str, str]], title: str,
-                  caption: str | None = None) -> Group:
+                  caption: str | None = None, min_widths: dict[str, int] | None = None) -> Group:
     """One row per record: columns are (key, header, format) — format "" for text (made visible), else a
     format spec for numbers ("–" for None or NaN). A list or tuple of texts is one to a line, each cut with …
-    rather than broken where the column is too narrow (a broken token would read as two)."""
+    rather than broken where the column is too narrow (a broken token would read as two). `min_widths`: a
+    column's narrowest width, by key (a name that must stay whole)."""
     table = Table(box=box.SIMPLE_HEAD, caption=Text(caption) if caption else None, caption_justify="left")
-    for _, header, fmt in columns:
-        table.add_column(header, justify="left" if not fmt else "right", overflow="fold")
+    for key, header, fmt in columns:
+        table.add_column(header, justify="left" if not fmt else "right", overflow="fold",
+                         min_width=(min_widths or {}).get(key))
     for record in records:
         cells = []
         for key, _, fmt in columns:

@@ -191,7 +191,8 @@ class Faithfulness(Result):
                             f"tokens ranked and erased (deleted from the input), bins "
                             + ", ".join(f"{b:.0%}" for b in self.bins))]
         items.append(records_table(rows, columns, f"{short_model(self.model)}: which explanation to trust (AOPC "
-                                                  f"over the bins; best first)"))
+                                                  f"over the bins; best first)",
+                                   min_widths={"method": max((len(m.name) for m in self.methods), default=6)}))
         if self.random is not None:
             r = self.random
             items.append(Line(f"random ({r.orders} orders): comprehensiveness {r.comprehensiveness_aopc[0]:.3f} ± "

@@ -93,37 +93,38 @@ class FaithfulnessCorpus(Result):
 
         rows = []
         for m in self.methods:
-            rows.append({"method": m.name,
-                         "comp": f"{m.comprehensiveness[0]:.3f} [{m.comprehensiveness[1]:.2f},"
-                                 f"{m.comprehensiveness[2]:.2f}]",
-                         "suff": f"{m.sufficiency[0]:.3f} [{m.sufficiency[1]:.2f},{m.sufficiency[2]:.2f}]",
+            comp, suff = m.comprehensiveness, m.sufficiency
+            rows.append({"method": m.name, "comp": f"{comp[0]:.3f}±{(comp[2] - comp[1]) / 2:.2f}",
+                         "suff": f"{suff[0]:.3f}±{(suff[2] - suff[1]) / 2:.2f}",
                          "tau": _num(m.kendall_tau_loo), "sanity": _num(m.sanity_spearman),
                          "beats": _num(m.beats_random),
-                         "lead": "–" if m.lead is None else f"{m.lead:+.3f} p={m.p_value:.3f}"
-                                                            f"{' *' if m.significant else ''}"})
-        columns = [("method", "method", ""), ("comp", "compr. ↑ [95 %]", ""), ("suff", "suff. ↓ [95 %]", ""),
-                   ("tau", "τ loo", ".2f")]
+                         "lead": "–" if m.lead is None else f"{m.lead:+.3f}{'*' if m.significant else ''}"})
+        columns = [("method", "method", ""), ("comp", "compr. ↑", ""), ("suff", "suff. ↓", ""), ("tau", "τ", ".2f")]
         if self.sanity_layer is not None:
-            columns.append(("sanity", f"ρ rand≥{self.sanity_layer}", ".2f"))
+            columns.append(("sanity", f"ρ≥{self.sanity_layer}", ".2f"))
         if self.random is not None:
-            columns.append(("beats", "beats rnd", ".0%"))
-        columns.append(("lead", "lead on next", ""))
+            columns.append(("beats", "beats", ".0%"))
+        columns.append(("lead", "lead", ""))
         items: list = [Line(f"f: {self.quantity}; {self.texts:,} texts measured"
                             + (f", {len(self.skipped):,} skipped" if self.skipped else ""))]
         items.append(records_table(rows, columns, f"{short_model(self.model)}: which explanation to trust, over "
-                                                  f"{self.texts:,} texts (mean AOPC, best first)"))
+                                                  f"{self.texts:,} texts (mean AOPC, best first)",
+                                   min_widths={"method": max(len(m.name) for m in self.methods)}))
         if self.random is not None:
             items.append(Line(f"random orders: comprehensiveness {self.random[0]:.3f}, sufficiency "
-                              f"{self.random[1]:.3f} (means over the texts); beats random: the share of texts where "
-                              f"the method beat the random orders on both"))
+                              f"{self.random[1]:.3f} (means over the texts)"))
         for number, why in self.skipped[:5]:
             items.append(Line(f"skipped text {number}: {why}", style="dim", stderr=True))
         if len(self.skipped) > 5:
             items.append(Line(f"… and {len(self.skipped) - 5:,} more skipped (--json lists them)", style="dim",
                               stderr=True))
-        items.append(Line("Intervals: 95 % percentile bootstrap over the texts (2,000 resamples); lead: the mean "
-                          "over the texts of (comprehensiveness − sufficiency) minus the next method's, p from a "
-                          f"paired sign-flip test, * significant (below {SIGNIFICANCE}).", style="dim"))
+        items.append(Line("±: half the width of the 95 % percentile bootstrap interval over the texts (2,000 "
+                          "resamples; --json and --csv give its ends); τ: Kendall's τ with leave-one-out"
+                          + (f"; ρ≥{self.sanity_layer}: Spearman's ρ with the scores on the model randomised from "
+                             f"block {self.sanity_layer} up" if self.sanity_layer is not None else "")
+                          + "; beats: the share of texts where the method beat random on both; lead: the mean over "
+                          "the texts of (comprehensiveness − sufficiency) minus the next method's, * significant "
+                          f"(a paired sign-flip test's p below {SIGNIFICANCE}; --json gives p).", style="dim"))
         return items
 
     def figure(self, **style: Any):
