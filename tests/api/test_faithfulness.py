@@ -418,3 +418,21 @@ def test_the_report_warns_where_integrated_gradients_are_not_complete(gpt2):
     broken = dataclasses.replace(result, completeness=(0.5, 0.3))
     assert broken.complete is False and "not complete: off by 0.2000" in said(broken)
     assert broken.to_dict()["integrated_gradients_completeness"]["complete"] is False
+
+
+def test_the_corpus_table_fits_80_columns_with_every_mark():
+    """At 80 columns no cell is cut: the longest method name whole, a significant lead's star shown."""
+    from rich.console import Console
+
+    from attnviz.api.attribution.faithfulness_corpus import CorpusMethod, FaithfulnessCorpus
+
+    first = CorpusMethod("integrated-gradients", (0.366, 0.35, 0.39), (0.328, 0.31, 0.35), (0.04, 0.03, 0.05), 0.69,
+                         -0.02, 0.4, 0.026, 0.009)
+    last = CorpusMethod("value-zeroing", (0.17, 0.15, 0.19), (0.588, 0.55, 0.62), (0.0, -0.1, 0.1), -0.03, 0.0, 0.05)
+    result = FaithfulnessCorpus("m", "q", 102, (first, last), (), (), (0.1, 0.5), 0)
+    console = Console(width=80, record=True, file=__import__("io").StringIO())
+    for item in result.report():
+        console.print(item)
+    shown = console.export_text()
+    assert "integrated-gradients" in shown and "+0.026*" in shown and "0.366±.02" in shown
+    assert max(len(line.rstrip()) for line in shown.splitlines()) <= 80

@@ -40,6 +40,12 @@ class CorpusMethod:
         return None if self.p_value is None else self.p_value < SIGNIFICANCE
 
 
+def _plus_minus(interval: tuple[float, float, float]) -> str:
+    """0.366±.02: the mean and half the interval's width (short: the table fits 80 columns)."""
+    half = f"{(interval[2] - interval[1]) / 2:.2f}"
+    return f"{interval[0]:.3f}±{half[1:] if half.startswith('0.') else half}"
+
+
 def _num(value):
     return None if value is None or not np.isfinite(value) else float(value)
 
@@ -94,8 +100,7 @@ class FaithfulnessCorpus(Result):
         rows = []
         for m in self.methods:
             comp, suff = m.comprehensiveness, m.sufficiency
-            rows.append({"method": m.name, "comp": f"{comp[0]:.3f}±{(comp[2] - comp[1]) / 2:.2f}",
-                         "suff": f"{suff[0]:.3f}±{(suff[2] - suff[1]) / 2:.2f}",
+            rows.append({"method": m.name, "comp": _plus_minus(comp), "suff": _plus_minus(suff),
                          "tau": _num(m.kendall_tau_loo), "sanity": _num(m.sanity_spearman),
                          "beats": _num(m.beats_random),
                          "lead": "–" if m.lead is None else f"{m.lead:+.3f}{'*' if m.significant else ''}"})
