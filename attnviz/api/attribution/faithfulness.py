@@ -328,8 +328,8 @@ def _on_ray(texts: list[str], model: Any, options: dict, *, device: str, dtype: 
         raise UsageError(f"{arg('engine', 'ray')} loads the model in each worker: give its name (or an "
                          f"attnviz.ModelSpec), not a loaded model", "model")
     spec = model if isinstance(model, ModelSpec) else ModelSpec(model, None, device, dtype)
-    measured, skipped = measure_on_ray(texts, spec.as_kwargs(), options, address=address, workers=workers,
-                                       reporter=reporter)
+    measured, skipped = measure_on_ray(texts, spec.as_kwargs(), options, measure_one, address=address,
+                                       workers=workers, reporter=reporter)
     if not measured:
         raise InputError(f"none of the {len(texts):,} texts could be measured (the first: "
                          f"{skipped[0][1] if skipped else 'none'})")

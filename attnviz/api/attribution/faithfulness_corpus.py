@@ -5,14 +5,11 @@ on the texts' differences)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
 from attnviz.api.result import Line, Result
-
-if TYPE_CHECKING:
-    from attnviz.api.attribution.faithfulness import Faithfulness
 
 SIGNIFICANCE = 0.05  # a lead is significant when the paired test's p-value is below this
 
@@ -138,8 +135,9 @@ class FaithfulnessCorpus(Result):
         return faithfulness_corpus_figure(self)
 
 
-def summary(result: Faithfulness) -> dict:
-    """What a corpus keeps of one text's result (JSON-able: a Ray worker sends it back as it is)."""
+def summary(result: Any) -> dict:
+    """What a corpus keeps of one text's result, an attnviz.Faithfulness (JSON-able: a Ray worker sends it back
+    as it is)."""
     return {"text": result.text, "model": result.model, "causal": result.causal, "quantity": result.quantity,
             "f_full": result.f_full, "tokens": len(result.tokens),
             "random": None if result.random is None else [result.random.comprehensiveness_aopc[0],

@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import warnings
+from collections.abc import Callable
 
 from attnviz.errors import InputError
 from attnviz.progress import Reporter
@@ -16,23 +17,22 @@ from attnviz.progress import Reporter
 class FaithfulnessWorker:
     """A Ray actor: loads the model once, then measures each text of a batch (a summary, or why not)."""
 
-    def __init__(self, model_options: dict, options: dict) -> None:
+    def __init__(self, model_options: dict, options: dict, measure: Callable) -> None:
         from attnviz.engine.models import load
 
         self.loaded = load(**model_options, lm_head="auto")
         self.loaded.model.eval()
         self.options = options
+        self.measure = measure  # faithfulness's measure_one (handed in: this module does not import that one)
 
     def __call__(self, batch: dict) -> dict:
-        from attnviz.api.attribution.faithfulness import measure_one
-
-        return {"result": [json.dumps({"number": int(n), "found": measure_one(self.loaded, int(n), str(t),
-                                                                                self.options)})
+        return {"result": [json.dumps({"number": int(n), "found": self.measure(self.loaded, int(n), str(t),
+                                                                                 self.options)})
                            for n, t in zip(batch["number"], batch["text"])]}
 
 
-def measure_on_ray(texts: list[str], model_options: dict, options: dict, *, address: str | None, workers: int,
-                   reporter: Reporter) -> tuple[list[dict], list[tuple[int, str]]]:
+def measure_on_ray(texts: list[str], model_options: dict, options: dict, measure: Callable, *, address: str | None,
+                   workers: int, reporter: Reporter) -> tuple[list[dict], list[tuple[int, str]]]:
     """Every text measured by `workers` actors; (the summaries in the texts' order, the skipped ones)."""
     from attnviz.engine.corpora.ray import _ray, check_address
 
@@ -66,7 +66,8 @@ def measure_on_ray(texts: list[str], model_options: dict, options: dict, *, addr
             pool = ray.data.ActorPoolStrategy(size=workers, max_tasks_in_flight_per_actor=1)
             gpus = 1 if model_options.get("device") == "cuda" else 0
             results = data.map_batches(FaithfulnessWorker, fn_constructor_kwargs=dict(model_options=model_options,
-                                                                                      options=options),
+                                                                                      options=options,
+                                                                                      measure=measure),
                                        batch_size=1, compute=pool, num_gpus=gpus, num_cpus=0 if gpus else 1,
                                        max_restarts=0, batch_format="numpy")
             for row in results.iter_rows():
