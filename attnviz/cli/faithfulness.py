@@ -108,11 +108,13 @@ def read_corpus(path: str) -> list[str]:
     from attnviz.corpora.lines import corpus_format, read_lines
     from attnviz.errors import InputError
 
-    [(name, stream)] = open_sources([path])
+    [(name, raw)] = open_sources([path])
+    stream = Counted(raw)
     texts: list[str] = []
     bad = 0
     try:
-        for line in read_lines(stream, name, corpus_format(path, None, None)):
+        for line in read_lines(stream, name, corpus_format(path, None, None),  # type: ignore[arg-type]
+                               stop=lambda: stream.read_so_far > MAX_CORPUS_BYTES):
             if line.text is None or not line.text.strip():
                 bad += 1
                 continue
@@ -122,9 +124,28 @@ def read_corpus(path: str) -> list[str]:
                                  f"{MAX_CORPUS_TEXTS:,} at once (split the file)")
     finally:
         if path != "-":
-            stream.close()
+            raw.close()
+    if stream.read_so_far > MAX_CORPUS_BYTES:
+        raise InputError(f"{name} is more than {MAX_CORPUS_BYTES >> 20} MiB; faithfulness reads at most that of a "
+                         f"corpus (split the file)")
     if not texts:
         raise InputError(f"{name} holds no text (one per line, or JSON lines with a text field)")
     if bad:
         say(f"{bad:,} line{'s' if bad != 1 else ''} of {name} skipped (empty or not a text)", console=err)
     return texts
+
+
+MAX_CORPUS_BYTES = 64 << 20  # --corpus reads at most this much (an endless input such as /dev/zero stops here)
+
+
+class Counted:
+    """A binary stream that counts the bytes read from it."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        self.read_so_far = 0
+
+    def readline(self, size: int = -1) -> bytes:
+        line = self.stream.readline(size)
+        self.read_so_far += len(line)
+        return line

@@ -436,3 +436,15 @@ def test_the_corpus_table_fits_80_columns_with_every_mark():
     shown = console.export_text()
     assert "integrated-gradients" in shown and "+0.026*" in shown and "0.366±.02" in shown
     assert max(len(line.rstrip()) for line in shown.splitlines()) <= 80
+
+
+@pytest.mark.slow
+def test_an_endless_corpus_on_standard_input_stops_at_its_limit_in_one_line():
+    """`cat /dev/zero | attnviz faithfulness --corpus -`: one endless line, read a block at a time and refused
+    at MAX_CORPUS_BYTES, before any model loads."""
+    from helpers import run_bounded
+
+    with open("/dev/zero", "rb") as zero:
+        done = run_bounded("faithfulness", "--corpus", "-", "-m", "/nonexistent/model", stdin=zero, timeout=120)
+    assert done.returncode == 1 and "more than 64 MiB" in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
