@@ -403,14 +403,14 @@ def _one(loaded, text: str, *, asked: list[str], explicit: bool, causal: bool, t
 
     sizes = bin_sizes(len(erasable))
     subsets: list[np.ndarray] = []
-    plans: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}
+    plans: dict[str, list[np.ndarray]] = {}  # each method's top tokens, one set per bin
     for name, values in scores.items():
         order = ranked(values, erasable)
-        plans[name] = ([order[:k] for k in sizes], [order[:k] for k in sizes])
+        plans[name] = [order[:k] for k in sizes]
     rng = np.random.default_rng(seed)
     random_orders = [rng.permutation(erasable) for _ in range(orders)] if "random" in asked else []
     loo_needed = bool(scores)  # τ with leave-one-out: every method is compared to it
-    for tops, _ in plans.values():
+    for tops in plans.values():
         subsets += [without(T, top) for top in tops] + [only(T, erasable, top) for top in tops]
     for order in random_orders:
         subsets += [without(T, order[:k]) for k in sizes] + [only(T, erasable, order[:k]) for k in sizes]
@@ -420,7 +420,7 @@ def _one(loaded, text: str, *, asked: list[str], explicit: bool, causal: bool, t
     f_of = iter(values)
     n = len(sizes)
     results: dict[str, tuple] = {}
-    for name, (tops, _) in plans.items():
+    for name, tops in plans.items():
         comp = [float(next(f_of)) for _ in range(n)]
         suff = [float(next(f_of)) for _ in range(n)]
         results[name] = (tops, comp, suff)
