@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import warnings
 from collections.abc import Callable
 
 from attnviz.errors import InputError
@@ -34,33 +32,17 @@ class FaithfulnessWorker:
 def measure_on_ray(texts: list[str], model_options: dict, options: dict, measure: Callable, *, address: str | None,
                    workers: int, reporter: Reporter) -> tuple[list[dict], list[tuple[int, str]]]:
     """Every text measured by `workers` actors; (the summaries in the texts' order, the skipped ones)."""
-    from attnviz.engine.corpora.ray import _ray, check_address
+    from attnviz.engine.corpora.ray import _ray, check_address, start_ray
 
     if address is not None:
         check_address(address)
     ray = _ray()
-    warnings.filterwarnings("ignore", message=r".*ray_remote_args. is deprecated")
-    warnings.filterwarnings("ignore", message=r"The minimum number of concurrent actors")
     started_here = not ray.is_initialized()
     found: dict[int, object] = {}
     with contextlib.ExitStack() as stack:
         stack.enter_context(reporter.status(f"Measuring {len(texts):,} texts on Ray ({workers} workers)…"))
         try:
-            if started_here:
-                try:
-                    cpus = None if address else max(os.cpu_count() or 1, workers) + 1
-                    ray.init(address=address, num_cpus=cpus, include_dashboard=False, log_to_driver=False,
-                             logging_level="ERROR", configure_logging=True)
-                except (ConnectionError, RuntimeError, ValueError) as exc:
-                    raise InputError(f"could not start or join Ray{f' at {address}' if address else ''}: "
-                                     f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
-            import logging
-
-            for name in ("ray", "ray.data"):
-                logging.getLogger(name).setLevel(logging.ERROR)
-            context = ray.data.DataContext.get_current()
-            context.enable_progress_bars = False
-            context.print_on_execution_start = False
+            start_ray(ray, address, workers)
             data = ray.data.from_items([{"number": n, "text": t} for n, t in enumerate(texts, 1)],
                                        override_num_blocks=max(1, min(len(texts), workers * 4)))
             pool = ray.data.ActorPoolStrategy(size=workers, max_tasks_in_flight_per_actor=1)

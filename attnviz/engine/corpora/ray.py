@@ -86,6 +86,29 @@ class CorpusWorker:
         return {"state": [json.dumps(state.to_json())]}
 
 
+def start_ray(ray, address: str | None, workers: int) -> None:
+    """Start a local Ray (or join the one at `address`) where none runs in this process yet, quietly: its
+    deprecation notes, logs and progress bars off. A Ray that cannot start is one line (InputError)."""
+    warnings.filterwarnings("ignore", message=r".*ray_remote_args. is deprecated")
+    warnings.filterwarnings("ignore", message=r"The minimum number of concurrent actors")
+    if not ray.is_initialized():
+        try:
+            # a local Ray gets one CPU slot beyond the actors', for Ray Data's own reading and splitting
+            cpus = None if address else max(os.cpu_count() or 1, workers) + 1
+            ray.init(address=address, num_cpus=cpus, include_dashboard=False, log_to_driver=False,
+                     logging_level="ERROR", configure_logging=True)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise InputError(f"could not start or join Ray{f' at {address}' if address else ''}: "
+                             f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    import logging
+
+    for name in ("ray", "ray.data"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = False
+    context.print_on_execution_start = False
+
+
 class _Stopped(BaseException):
     """Ctrl-C or SIGTERM while Ray runs: raised from the signal handler to leave Ray's wait at once."""
 
@@ -103,28 +126,11 @@ def run_ray(paths: Sequence[str], spec: ModelSpec, *, fmt: str | None, field: st
 
     model_options = spec.as_kwargs()
 
-    warnings.filterwarnings("ignore", message=r".*ray_remote_args. is deprecated")
-    warnings.filterwarnings("ignore", message=r"The minimum number of concurrent actors")
     started_here = not ray.is_initialized()
     status = contextlib.ExitStack()
     status.enter_context((reporter or Reporter()).status("Starting Ray…"))
     try:
-        if started_here:
-            try:
-                # a local Ray gets one CPU slot beyond the actors', for Ray Data's own reading and splitting
-                cpus = None if address else max(os.cpu_count() or 1, workers) + 1
-                ray.init(address=address, num_cpus=cpus, include_dashboard=False, log_to_driver=False,
-                         logging_level="ERROR", configure_logging=True)
-            except (ConnectionError, RuntimeError, ValueError) as exc:
-                raise InputError(f"could not start or join Ray{f' at {address}' if address else ''}: "
-                                 f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
-        import logging
-
-        for name in ("ray", "ray.data"):
-            logging.getLogger(name).setLevel(logging.ERROR)
-        context = ray.data.DataContext.get_current()
-        context.enable_progress_bars = False
-        context.print_on_execution_start = False
+        start_ray(ray, address, workers)
         files = [p for p in paths if p != "-"]
         datasets = []
         if files:
