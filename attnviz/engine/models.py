@@ -256,7 +256,7 @@ def load(name: str | None = None, *, revision: str | None = None, device: str = 
 
     _quiet_transformers()
     device = pick_device(device)
-    kwargs = dict(revision=revision, trust_remote_code=trust_remote_code)
+    kwargs: dict[str, Any] = dict(revision=revision, trust_remote_code=trust_remote_code)
 
     def _load(local_only: bool):
         config = AutoConfig.from_pretrained(source, local_files_only=local_only, **kwargs)
