@@ -189,6 +189,11 @@ SAMPLES: list[tuple[str, list[str], str]] = [
      "the same over the 102 sentences of scripts/faithfulness_corpus.txt on MiniLM: mean AOPC with 95 % intervals, "
      "each lead tested"),
     ("faithfulness_minilm_corpus.png", [], "written by the faithfulness command above"),
+    ("faithfulness_smollm2_corpus.txt", ["faithfulness", "--corpus", "scripts/faithfulness_corpus.txt", "-m", "smollm2",
+                                         "--sanity", "1", "--steps", "20",
+                                         "-o", "sample_outputs/faithfulness_smollm2_corpus.png"],
+     "the same on SmolLM2 (f: the probability of each sentence's own top next token)"),
+    ("faithfulness_smollm2_corpus.png", [], "written by the faithfulness command above"),
     ("importance.txt", ["importance", "The cat sat on the mat because it was tired", "-o",
                         "sample_outputs/importance.png"],
      "every MiniLM head removed alone, ranked, beside Michel et al.'s gradient estimate"),
