@@ -7,6 +7,10 @@ on SmolLM2, side by side in one run; the patched logits must be equal.
 Every head (at every position), every layer's attention output and residual stream at each position: L·H +
 2·L·T patches. Each path is timed as the best of `--repeats` runs after one warm-up. The batched path grows its
 batch layer by layer (engine/patching.py), so the layers below a patch run once for all the patches above them.
+
+Then attribution patching (`patch --method atp`): every head's effect from one forward and one backward pass,
+against exact patching of every head (batched, and one pass per head), with Pearson's r of the two estimates
+of each head's effect (normalised as `patch` does) and the heads each ranks first.
 """
 
 from __future__ import annotations
@@ -29,7 +33,10 @@ def main() -> None:
     import attnviz
     from attnviz.engine.ablation import site
     from attnviz.engine.forward import encode
-    from attnviz.engine.patching import donor_run, every_patch, run_patches
+    import numpy as np
+
+    from attnviz.api.patching.prompts import Metric
+    from attnviz.engine.patching import attributed, donor_run, every_patch, run_patches
 
     loaded = attnviz.load_model("smollm2", device=args.device, lm_head=True)
     where = site(loaded.model)
@@ -53,6 +60,35 @@ def main() -> None:
     print("| one pass per patch | batched | speed-up | max \\|Δ logit\\| (largest \\|logit\\|) |")
     print("|---|---|---|---|")
     print(f"| {t_loop:.2f} s | {t_batched:.2f} s | {t_loop / t_batched:.1f}× | {diff:.1e} ({scale:.1f}) |")
+
+    ids = [loaded.tokenizer.encode(a, add_special_tokens=False)[0] for a in (" Paris", " Rome")]
+    metric = Metric(answers=(ids[0], ids[1]))
+    receiver = donor_run(where, corrupt.inputs)
+    gap = float(metric(donor.reading)) - float(metric(receiver.reading))
+    heads = every_patch("head", where.layers, where.heads, T)
+
+    def exact_heads():
+        got["exact"] = run_patches(where, corrupt.inputs, donor, heads)
+
+    def exact_loop():
+        got["exact_loop"] = run_patches(where, corrupt.inputs, donor, heads, batched=False)
+
+    def atp():
+        got["atp"] = attributed(where, corrupt.inputs, donor, range(T), metric.tensor)
+
+    t_atp, t_exact, t_exact_loop = best(atp, args.repeats), best(exact_heads, args.repeats), best(exact_loop, 1)
+    exact = (metric(got["exact"]) - float(metric(receiver.reading))) / gap  # (L·H,)
+    estimate = got["atp"][0].sum(1).numpy().ravel() / gap
+    r = float(np.corrcoef(exact, estimate)[0, 1])
+    H = where.heads
+    first = [f"{int(i) // H}.{int(i) % H}" for i in (np.argmax(np.abs(exact)), np.argmax(np.abs(estimate)))]
+    print(f"\nEvery head ({len(heads)}), ' Paris' against ' Rome': exact patching against AtP (one forward and one "
+          f"backward pass)\n")
+    print("| exact, one pass per head | exact, batched | AtP | AtP against batched | against one pass per head "
+          "| Pearson r | first head: exact, AtP |")
+    print("|---|---|---|---|---|---|---|")
+    print(f"| {t_exact_loop:.2f} s | {t_exact:.2f} s | {t_atp:.3f} s | {t_exact / t_atp:.1f}× | "
+          f"{t_exact_loop / t_atp:.1f}× | {r:.3f} | {first[0]}, {first[1]} |")
 
 
 if __name__ == "__main__":

@@ -72,6 +72,14 @@ def patch(corrupt: Annotated[Optional[str], typer.Argument(
           to: Annotated[str, typer.Option(
               "--to", metavar="INPUTS", help="--from-heads: the receivers' inputs the path goes through: q, k, v or "
                                              "together (qk, qkv).")] = "qkv",
+          method: Annotated[str, typer.Option(
+              "--method", metavar="exact|atp",
+              help="exact: each piece patched in its own run (batched). atp: attribution patching (Nanda 2023), "
+                   "every piece's effect estimated at once from one forward and one backward pass, "
+                   "(a_donor − a_receiver) · ∂M/∂a, on the same scale: fast, an estimate.")] = "exact",
+          compare: Annotated[bool, typer.Option(
+              "--compare", help="Both exact patching and AtP for every head: Pearson's r, the heads where they "
+                                "disagree most, and (with -o) both grids and their scatter.")] = False,
           page: Annotated[Optional[str], typer.Option(
               "--html", metavar="FILE", show_default=False,
               help="Write the interactive page to FILE (.html): the views of α on both prompts and the patching "
@@ -97,7 +105,8 @@ def patch(corrupt: Annotated[Optional[str], typer.Argument(
     clean = inp.resolve()
     result = attnviz.patch(clean, corrupt, model=model.later_for(clean), answers=pair,
                            direction="noise" if noise else "denoise", positions=positions, align=align, top=top,
-                           senders=senders, receivers=receivers or (), to=to, truncate=model.truncate,
+                           senders=senders, receivers=receivers or (), to=to, method=method, compare=compare,
+                           truncate=model.truncate,
                            reporter=inp.options()["reporter"])
     files = [] if senders is not None else [figure_file(output, result), page_file(page, result)]
     emit(result, as_json=as_json, as_csv=as_csv, files=files)

@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 
 from attnviz.engine.ablation.seam import Site, copies_that_fit, editing, recording
@@ -191,6 +190,61 @@ def run_patches(where: Site, inputs: dict, donor: Donor, patches: Sequence[Patch
     return torch.stack(results) if results else torch.zeros(0)
 
 
+def attributed(where: Site, inputs: dict, donor: Donor, at: Sequence[int],
+               metric: Any) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """Attribution patching (AtP, Nanda 2023; Kramár et al. 2024): every patch's effect on the metric from one
+    forward and one backward pass of the receiver run, linearised there: (a_donor − a_receiver) · ∂M/∂a for
+    each piece a, a head's z_h and the residual stream entering each layer, at each position of `at` (the
+    receiver's positions the `donor`, an aligned() Donor, is patched into). `metric` maps what read() reads
+    of the one run, (R,) float64, to the scalar M.
+
+    Returns (heads (L, A, H): each head at each position; residual (L, A): each block's input at each position;
+    M of the receiver run), float64. A head patched at every position is the sum over positions, a layer's
+    attention output at a position the sum over heads: the estimate is linear in what is patched. The
+    gradients are taken with torch.autograd.grad, so no parameter's .grad is touched."""
+    L = where.layers
+    zs: list = [None] * L
+    hiddens: list = [None] * L
+
+    def keep_z(layer: int, z: torch.Tensor) -> torch.Tensor:
+        zs[layer] = z
+        return z
+
+    def keep_hidden(module, args, kwargs):
+        layer = where.blocks.index(module)
+        hidden, name = _hidden_of(args, kwargs)
+        if layer != 0:
+            hiddens[layer] = hidden
+            return None
+        hidden = hidden.detach().requires_grad_(True)  # the graph starts at the first block's input
+        hiddens[0] = hidden
+        return ((hidden, *args[1:]), kwargs) if name is None else (args, {**kwargs, name: hidden})
+
+    handles = [b.register_forward_pre_hook(keep_hidden, with_kwargs=True) for b in where.blocks]
+    try:
+        with editing(where, keep_z), torch.enable_grad():
+            output = run_model(where.model, inputs)
+            value = metric(read(where.model, output)[0])
+            if any(v is None for v in zs) or any(v is None for v in hiddens):
+                raise UnsupportedArchitectureError(f"{type(where.model).__name__}: a layer was not called")
+            grads = torch.autograd.grad(value, [*zs, *hiddens], allow_unused=True)
+    finally:
+        for handle in handles:
+            handle.remove()
+    places = torch.tensor(list(at), dtype=torch.long)
+
+    def dot(mine: torch.Tensor, theirs: torch.Tensor, grad: torch.Tensor | None) -> torch.Tensor:
+        here = places.to(mine.device)
+        change = theirs[0, here].to(mine.device).double() - mine.detach()[0, here].double()
+        if grad is None:  # the metric does not read this piece at all
+            return torch.zeros(change.shape[:-1], dtype=torch.float64)
+        return (change * grad[0, here].double()).sum(-1).cpu()
+
+    heads = torch.stack([dot(zs[n], donor.z[n], grads[n]) for n in range(L)])  # (L, A, H)
+    residual = torch.stack([dot(hiddens[n], donor.hidden[n], grads[L + n]) for n in range(L)])  # (L, A)
+    return heads, residual, float(value.detach())
+
+
 def every_patch(kind: str, L: int, H: int, at: int | Sequence[int], positions: bool = False) -> list[Patch]:
     """Every patch of a kind: each head (at every position together, or at each position), or each layer and
     position (attention output, residual stream); `at` the positions (T: all of 0 … T − 1). Layer-major."""
@@ -267,11 +321,6 @@ def positions_inside_attention(model) -> bool:
     rotary = any(getattr(config, name, None) for name in ("rope_parameters", "rope_theta", "rope_scaling"))
     return rotary and not any("position_embeddings" in name or name.endswith("wpe")
                               for name, _ in model.named_modules())
-
-
-def logit_difference(logits: torch.Tensor, answer: int, other: int) -> np.ndarray:
-    """logit(answer) − logit(other) of each row (…, V) -> (…,) float64."""
-    return (logits[..., answer] - logits[..., other]).double().cpu().numpy()
 
 
 # --- path patching (Wang et al. 2022) ---------------------------------------------------------------------

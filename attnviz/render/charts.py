@@ -260,3 +260,40 @@ def faithfulness_corpus_figure(result):
     fig.suptitle(f"{short_model(result.model)}: which explanation to trust, over {result.texts:,} texts",
                  fontsize=10, x=0.01, ha="left")
     return fig
+
+
+def comparison_figure(exact: np.ndarray, estimate: np.ndarray, method: str, r: float | None,
+                      disagree: Sequence[dict], title: str, subtitle: str = ""):
+    """Exact activation patching against an estimate of it (AtP), head by head: both layers × heads grids on
+    one diverging scale, and the scatter of every head (exact across, the estimate up) beside the line where
+    they agree, the heads where they disagree most named. exact, estimate (L, H)."""
+    from attnviz.render.figure import NotebookFigure as Figure
+    from attnviz.render.fonts import families_for
+
+    L, H = exact.shape
+    fig = Figure(figsize=(max(11.0, 0.5 * H * 2 + 5), max(4.2, 0.22 * L + 2.2)), layout="constrained")
+    axes = fig.subplots(1, 3, width_ratios=[1, 1, 1.15])
+    edge = max(1.0, float(np.abs(exact).max()), float(np.abs(estimate).max()))
+    for ax, values, name in ((axes[0], exact, "exact patching"), (axes[1], estimate, method)):
+        shown = ax.imshow(values, cmap="RdBu_r", vmin=-edge, vmax=edge, aspect="auto", interpolation="nearest",
+                          origin="lower")
+        ax.set_title(f"{name}: each head", fontsize=9)
+        ax.set_xlabel("head")
+        ax.set_ylabel("layer")
+    fig.colorbar(shown, ax=axes[:2], shrink=0.8, label="restored (0 corrupted, 1 clean)")
+    ax = axes[2]
+    ax.scatter(exact.ravel(), estimate.ravel(), s=12, color="0.3", zorder=2)
+    low = min(float(exact.min()), float(estimate.min()), 0.0)
+    high = max(float(exact.max()), float(estimate.max()), 0.0)
+    ax.plot([low, high], [low, high], "--", color="tab:red", linewidth=1, label="estimate = exact")
+    for d in disagree:
+        ax.annotate(f"{d['layer']}.{d['head']}", (d["exact"], d["estimate"]), fontsize=7, xytext=(3, 3),
+                    textcoords="offset points", color="tab:blue")
+    ax.set_xlabel("exact patching")
+    ax.set_ylabel(method)
+    ax.set_title(f"every head ({L * H}): Pearson r = " + ("–" if r is None else f"{r:.3f}"), fontsize=9)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left")
+    fig.suptitle(title + (f"\n{subtitle}" if subtitle else ""), fontsize=10, x=0.01, ha="left",
+                 fontfamily=families_for(title + subtitle))
+    return fig

@@ -492,3 +492,185 @@ def test_a_logit_attr_target_that_is_not_the_likeliest_spelling_is_said(folders)
     with pytest.warns(attnviz.AttnvizWarning, match=f"target {worse!r} is not how") as caught:
         attnviz.logit_attr(CLEAN, model=loaded, target=worse)
     assert caught[0].filename == __file__
+
+
+# --- attribution patching (AtP): every piece's effect from one forward and one backward pass -----------------
+
+
+def _double(folder):
+    """The tiny model in float64, so that a tolerance of 1e-9 is the arithmetic's, not float32's."""
+    loaded, where, clean, corrupt = prepared(folder)
+    loaded.model.double()
+    return loaded, where, clean, corrupt
+
+
+def _linear_in_the_last_layer(loaded, kind):
+    """The model made linear in its last layer's heads: that layer's MLP writes 0 and the final norm is gone, so
+    the logits are W_U (x + W_O z + b)."""
+    import torch
+
+    model = loaded.model
+    if kind == "gpt2":
+        last = model.transformer.h[-1].mlp.c_proj
+        model.transformer.ln_f = torch.nn.Identity()
+    else:
+        last = model.model.layers[-1].mlp.down_proj
+        model.model.norm = torch.nn.Identity()
+    with torch.no_grad():
+        last.weight.zero_()
+        if last.bias is not None:
+            last.bias.zero_()
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_atp_equals_exact_patching_where_the_model_is_linear_in_the_piece(kind, folders):
+    """With the last layer's MLP writing 0 and no final norm, the logit difference is linear in the last layer's
+    heads: AtP's estimate of each of them (and of that layer's attention output at each position) equals the
+    exact patch to float64 rounding. Below, where the model is not linear, the two differ (the check can fail)."""
+    loaded, where, clean, corrupt = _double(folders(kind))
+    _linear_in_the_last_layer(loaded, kind)
+    answers = answers_of(loaded)
+    exact = attnviz.patch(CLEAN, corrupt_for(loaded), model=loaded, answers=answers)
+    atp = attnviz.patch(CLEAN, corrupt_for(loaded), model=loaded, answers=answers, method="atp")
+    assert atp.method == "atp" and exact.method == "exact"
+    np.testing.assert_allclose(atp.heads[-1], exact.heads[-1], rtol=0, atol=1e-9)
+    np.testing.assert_allclose(atp.attention[-1], exact.attention[-1], rtol=0, atol=1e-9)
+    assert float(np.abs(atp.heads[0] - exact.heads[0]).max()) > 1e-3  # the first layer is not linear
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "bert"])
+def test_atp_per_head_is_the_derivative_along_the_patch(kind, folders):
+    """AtP of a head is the directional derivative of the metric along (z_donor − z_receiver): central finite
+    differences of the patched run, C(ε) = (M(z + εΔ) − M(z − εΔ)) / 2ε in float64, extrapolated (Richardson:
+    (4 C(ε/2) − C(ε)) / 3, truncation of order ε⁴, rounding of M over ε) agree with AtP for every head, and for
+    the residual stream entering the last layer at every position. No autograd on the finite-difference side.
+    GPT-2 and BERT run wholly in float64: ε = 1e-4, within 1e-7 of the metric's scale (rounding 1e-16 / ε).
+    (Llama's eager attention takes its softmax in float32 whatever the model's dtype, whose rounding over ε
+    swamps such a check; the test above holds Llama's AtP to exact patching instead.) C(1e-4) alone misses by
+    ~2e-4 on these random weights: the ε² term."""
+    import torch
+
+    from attnviz.api.patching.prompts import Metric
+    from attnviz.engine.ablation.seam import editing
+    from attnviz.engine.ablation.runs import run_model
+    from attnviz.engine.patching import attributed, donor_run, read
+
+    loaded, where, clean, corrupt = _double(folders(kind))
+    clean_run, corrupt_run = donor_run(where, clean.inputs), donor_run(where, corrupt.inputs)
+    answers = answers_of(loaded)
+    if answers is None:
+        T = len(clean.tokens)
+        metric = Metric(reference=clean_run.reading[:clean_run.reading.shape[0] // (T + 1)])
+    else:
+        ids = [loaded.tokenizer.encode(a, add_special_tokens=False)[0] for a in answers]
+        metric = Metric(answers=(ids[0], ids[1]))
+    T = len(corrupt.tokens)
+    heads, residual, value = attributed(where, corrupt.inputs, clean_run, range(T), metric.tensor)
+    scale = max(1.0, abs(value))
+    eps, tolerance = 1e-4, 1e-7
+
+    def derivative(change) -> float:
+        def central(step):
+            return (measured(*change(step)) - measured(*change(-step))) / (2 * step)
+        return (4 * central(eps / 2) - central(eps)) / 3
+
+    def measured(edit=None, block_edit=None) -> float:
+        handles = [] if block_edit is None else [where.blocks[-1].register_forward_pre_hook(block_edit,
+                                                                                            with_kwargs=True)]
+        try:
+            with editing(where, edit or (lambda layer, z: z)), torch.inference_mode():
+                return float(metric(read(where.model, run_model(where.model, corrupt.inputs))[0]))
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    assert measured() == pytest.approx(value, abs=1e-12)
+    for layer in range(where.layers):
+        for head in range(where.heads):
+            def moved(step, layer=layer, head=head):
+                def edit(n, z):
+                    if n != layer:
+                        return z
+                    z = z.clone()
+                    z[0, :, head] += step * (clean_run.z[n][0, :, head] - corrupt_run.z[n][0, :, head])
+                    return z
+                return edit
+            slope = derivative(lambda step: (moved(step), None))
+            assert float(heads[layer, :, head].sum()) == pytest.approx(slope, abs=tolerance * scale), (layer, head)
+    last = where.layers - 1
+    for position in range(T):
+        def shifted(step, position=position):
+            def hook(module, args, kwargs):
+                hidden = (args[0] if args else kwargs["hidden_states"]).clone()
+                hidden[0, position] += step * (clean_run.hidden[last][0, position]
+                                               - corrupt_run.hidden[last][0, position])
+                return ((hidden, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": hidden})
+            return hook
+        slope = derivative(lambda step: (None, shifted(step)))
+        assert float(residual[last, position]) == pytest.approx(slope, abs=tolerance * scale), position
+
+
+def test_atp_touches_no_gradient_of_the_borrowed_model(folders):
+    """AtP takes its gradients with autograd.grad: a model whose parameters require gradients gets back no .grad
+    and its requires_grad flags as they were."""
+    loaded, where, clean, corrupt = prepared(folders("llama"))
+    for p in loaded.model.parameters():
+        p.requires_grad_(True)
+    attnviz.patch(CLEAN, corrupt_for(loaded), model=loaded, answers=answers_of(loaded), method="atp")
+    assert all(p.grad is None and p.requires_grad for p in loaded.model.parameters())
+
+
+def test_atp_and_compare_from_the_command_line(folders, tmp_path):
+    """--method atp keeps the JSON's shape and says its method; --compare adds both grids, Pearson's r (equal to
+    NumPy's over the two grids) and the heads where they differ most; -o draws them; TEXT, - and --text-file
+    agree; a wrong --method is one line, exit 2."""
+    folder = folders("llama")
+    loaded, *_ = prepared(folder)
+    a, b = answers_of(loaded)
+    pair = f"'{a}','{b}'"
+    path = tmp_path / "clean.txt"
+    path.write_text(CLEAN, encoding="utf-8")
+    given = json.loads(run("patch", CLEAN, CORRUPT, "-m", folder, "--answers", pair, "--method", "atp",
+                           "--json").stdout)
+    piped = json.loads(run("patch", "-", CORRUPT, "-m", folder, "--answers", pair, "--method", "atp", "--json",
+                           input=CLEAN).stdout)
+    filed = json.loads(run("patch", "--text-file", path, CORRUPT, "-m", folder, "--answers", pair, "--method",
+                           "atp", "--json").stdout)
+    assert given == piped == filed and given["method"] == "atp" and "compare" not in given
+    exact = json.loads(run("patch", CLEAN, CORRUPT, "-m", folder, "--answers", pair, "--json").stdout)
+    assert np.array(given["heads"]).shape == np.array(exact["heads"]).shape
+    assert np.array(given["residual"]).shape == np.array(exact["residual"]).shape
+    both = json.loads(run("patch", CLEAN, CORRUPT, "-m", folder, "--answers", pair, "--method", "atp", "--compare",
+                          "--json").stdout)["compare"]
+    np.testing.assert_allclose(both["exact"], exact["heads"], atol=1e-12)
+    np.testing.assert_allclose(both["estimate"], given["heads"], atol=1e-12)
+    r = np.corrcoef(np.ravel(both["exact"]), np.ravel(both["estimate"]))[0, 1]
+    assert both["pearson_r"] == pytest.approx(r, abs=1e-12) and both["method"] == "atp"
+    gaps = [abs(d["exact"] - d["estimate"]) for d in both["disagree"]]
+    assert gaps == sorted(gaps, reverse=True) and gaps[0] == pytest.approx(
+        float(np.abs(np.array(both["exact"]) - np.array(both["estimate"])).max()))
+    csv = run("patch", CLEAN, CORRUPT, "-m", folder, "--answers", pair, "--compare", "--csv").stdout.splitlines()
+    assert csv[0] == "layer,head,score,exact,estimate" and len(csv) == 1 + 2 * 4
+    shown = run("patch", CLEAN, CORRUPT, "-m", folder, "--answers", pair, "--compare", "-o", tmp_path / "c.png",
+                env={"COLUMNS": "120", "NO_COLOR": "1"})
+    assert shown.exit_code == 0 and "Pearson r" in shown.stdout and (tmp_path / "c.png").is_file()
+    bad = run("patch", CLEAN, CORRUPT, "-m", folder, "--method", "fast")
+    assert "--method" in one_line_error(bad, 2)
+    path_atp = run("patch", CLEAN, CORRUPT, "-m", folder, "--from-heads", "0.1", "--receivers", "1.0", "--method",
+                   "atp")
+    assert "exact" in one_line_error(path_atp, 2)
+
+
+def test_atp_finds_the_heads_exact_patching_finds_on_smollm2():
+    """SmolLM2, "The capital of France is" against "… Italy is", ' Paris' against ' Rome': AtP's heads follow
+    exact patching's (Pearson r over the 270 heads above 0.5) and its strongest head is among exact patching's
+    five strongest. The measured figures are in docs/guide/patching.md."""
+    require_real(offline.SMOLLM2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = attnviz.patch("The capital of France is", "The capital of Italy is", model="smollm2",
+                               answers=(" Paris", " Rome"), method="atp", compare=True)
+    assert result.comparison is not None and result.comparison.r is not None and result.comparison.r > 0.5
+    exact = result.comparison.exact
+    strongest = np.argsort(-np.abs(exact), axis=None)[:5]
+    assert int(np.argmax(np.abs(result.heads))) in set(int(i) for i in strongest)

@@ -18,11 +18,43 @@ from attnviz.panels import head_grid_panel, Page, Panel, Scale, short_model
 from attnviz.progress import Reporter
 from attnviz.base.text import shorten, visible
 
-__all__ = ["patch", "Patching", "PATCH_TOLERANCE", "MISMATCH_EXIT", "align_tokens"]
+__all__ = ["patch", "Patching", "Comparison", "PATCH_TOLERANCE", "MISMATCH_EXIT", "METHODS", "align_tokens"]
 
 PATTERN_HEADS = 3  # the top heads whose α on both prompts the picture shows
 PATCH_TOLERANCE = 1e-4  # |LD with every head and MLP patched − the donor's LD|, over max(1, |LD|): float32 sums
 MISMATCH_EXIT = 3  # every head and MLP patched does not give the donor's run
+METHODS = ("exact", "atp")  # one patched run per piece; attribution patching (one forward and one backward pass)
+METHOD_NAMES = {"exact": "exact patching", "atp": "AtP"}
+DISAGREE = 5  # the heads --compare lists where the two methods differ most
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Exact activation patching against its attribution-patching estimate (AtP), head by head, on the same
+    normalisation (0 the corrupted run, 1 the clean one): `exact` and `estimate` (L, H)."""
+
+    exact: np.ndarray
+    estimate: np.ndarray
+    method: str = "atp"
+
+    @property
+    def r(self) -> float | None:
+        """Pearson's r of the two over every head; None where either is constant."""
+        a, b = self.exact.ravel().astype(np.float64), self.estimate.ravel().astype(np.float64)
+        if a.size < 2 or float(a.std()) == 0.0 or float(b.std()) == 0.0:
+            return None
+        return float(np.corrcoef(a, b)[0, 1])
+
+    def disagree(self, k: int = DISAGREE) -> list[dict]:
+        """The k heads where the estimate is furthest from the exact value: layer, head, exact, estimate."""
+        H = self.exact.shape[1]
+        order = np.argsort(-np.abs(self.estimate - self.exact), axis=None, kind="stable")[:k]
+        return [{"layer": int(i // H), "head": int(i % H), "exact": float(self.exact.flat[i]),
+                 "estimate": float(self.estimate.flat[i])} for i in order]
+
+    def to_dict(self) -> dict:
+        return {"method": self.method, "exact": self.exact.tolist(), "estimate": self.estimate.tolist(),
+                "pearson_r": self.r, "disagree": self.disagree()}
 
 
 @dataclass(frozen=True)
@@ -41,7 +73,12 @@ class Patching(Result):
     (L, H, A) or None: at one aligned pair at a time; attention (L, A): each layer's attention output at one
     pair (every head there); residual (L, A): the residual stream entering each layer at one pair.
     `all_patched`: the LD with every head and MLP output of every layer patched, which must be the donor's
-    (`passed`)."""
+    (`passed`).
+
+    `method` "exact": each piece patched in its own run; "atp": attribution patching's estimate of the same
+    (Nanda 2023), the change of LD linearised at the receiver run, (a_donor − a_receiver) · ∂LD/∂a, from one
+    forward and one backward pass, on the same normalisation. `comparison` (with compare=True): both methods'
+    heads side by side."""
 
     command: ClassVar[str] = "patch"
     model: str
@@ -65,6 +102,8 @@ class Patching(Result):
     alignment: tuple[tuple[int, int], ...] = ()  # ((clean position, corrupted position), …); () position for position
     captures: tuple = ()  # (the clean prompt's Capture, the corrupted prompt's): α of every head, for html()
     listed: int = 10  # heads the report lists
+    method: str = "exact"  # how heads, attention, residual and head_positions were found (METHODS)
+    comparison: Comparison | None = None  # --compare: exact patching against AtP, head by head
 
     figure_name: ClassVar[str] = "attnviz_patch.png"
     page_name: ClassVar[str] = "attnviz_patch.html"
@@ -88,7 +127,8 @@ class Patching(Result):
         items: list = [records_table(rows, columns,
                                      f"{short_model(self.model)}: "
                                      + (f"{visible(self.answer)!r} against {visible(self.other)!r}" if self.answer
-                                        else "the sentence embedding") + f", each head patched ({self.direction})"),
+                                        else "the sentence embedding") + f", each head patched ({self.direction}"
+                                     + ("" if self.method == "exact" else f", {METHOD_NAMES[self.method]}") + ")"),
                        Line(f"{self.metric}: clean {self.clean_diff:+.3f}, corrupted {self.corrupt_diff:+.3f}; "
                             f"restored: 0 is the corrupted run, 1 the clean one")]
         labels, pairs = self.labels(), self.pairs
@@ -109,9 +149,21 @@ class Patching(Result):
             items.append(verdict(self.passed, f"every head and MLP patched gives the donor's run: "
                                               f"{self.all_patched:.6f} (tolerance {PATCH_TOLERANCE:.0e} of the "
                                               f"metric)"))
+        if self.comparison is not None:
+            r = self.comparison.r
+            items.append(Line(f"{METHOD_NAMES[self.comparison.method]} against exact patching over the "
+                              f"{self.heads.size} heads: Pearson r = " + ("– (one side is constant)" if r is None
+                                                                            else f"{r:.3f}")))
+            far = "; ".join(f"{d['layer']}.{d['head']} exact {d['exact']:+.3f}, estimate {d['estimate']:+.3f}"
+                            for d in self.comparison.disagree())
+            items.append(Line(f"Where they disagree most: {far}"))
         items.append(Line("restored: (M patched − M corrupted) / (M clean − M corrupted), M the logit difference of "
                           "the two answers at the last position (an encoder: the cosine of the sentence embedding with "
-                          "the clean run's); a head patched alone at every position.", style="dim"))
+                          "the clean run's); a head patched alone at every position."
+                          + (" AtP estimates each patch from one forward and one backward pass of the receiver run, "
+                             "(a donor − a receiver) · ∂M/∂a (Nanda 2023): an estimate, not a patch; --compare "
+                             "measures it against exact patching." if "atp" in (self.method, getattr(
+                                 self.comparison, "method", "")) else ""), style="dim"))
         return items
 
     @property
@@ -148,20 +200,31 @@ class Patching(Result):
         return [{"layer": int(i // H), "head": int(i % H), "score": float(self.heads.flat[i])} for i in order]
 
     def records(self) -> list[dict]:
-        """One record per layer and head: layer, head, score (what --csv prints)."""
+        """One record per layer and head: layer, head, score (what --csv prints); with a comparison also the
+        exact value and the estimate."""
         L, H = self.heads.shape
-        return [{"layer": n, "head": h, "score": float(self.heads[n, h])} for n in range(L) for h in range(H)]
+        rows: list[dict] = []
+        for n in range(L):
+            for h in range(H):
+                row = {"layer": n, "head": h, "score": float(self.heads[n, h])}
+                if self.comparison is not None:
+                    row.update(exact=float(self.comparison.exact[n, h]), estimate=float(self.comparison.estimate[n, h]))
+                rows.append(row)
+        return rows
 
     def to_dict(self) -> dict:
         """What `attnviz patch --json` prints."""
         data = {"model": self.model, "clean": self.clean, "corrupt": self.corrupt, "tokens": list(self.tokens),
                 "corrupt_tokens": list(self.corrupt_tokens), "answer": self.answer, "other": self.other,
-                "direction": self.direction, "metric": self.metric, "clean_logit_diff": self.clean_diff,
+                "direction": self.direction, "method": self.method, "metric": self.metric,
+                "clean_logit_diff": self.clean_diff,
                 "corrupt_logit_diff": self.corrupt_diff, "heads": self.heads.tolist(),
                 "attention": self.attention.tolist(), "residual": self.residual.tolist(), "top": self.top(),
                 "alignment": [list(p) for p in self.pairs], "all_patched": self.all_patched, "passed": self.passed}
         if self.head_positions is not None:
             data["head_positions"] = self.head_positions.tolist()
+        if self.comparison is not None:
+            data["compare"] = self.comparison.to_dict()
         data["patterns"] = [{"layer": n, "head": h, "clean": a.tolist(), "corrupt": b.tolist()}
                             for n, h, a, b in self.patterns]
         return data
@@ -193,17 +256,26 @@ class Patching(Result):
         """Three panels on one diverging scale centred on 0: each head (layers × heads), each layer's attention
         output by position, and the residual stream by position (layers × positions); then a row per top head
         (`patterns`): its α on the clean prompt, on the corrupted one (one scale, 0 to 1), and clean − corrupted."""
-        title = (f"{short_model(self.model)} · activation patching ({self.direction}): "
+        title = (f"{short_model(self.model)} · activation patching ({self.direction}"
+                 + ("" if self.method == "exact" else f", {METHOD_NAMES[self.method]}") + "): "
                  + (f"{visible(self.answer)!r} against {visible(self.other)!r}" if self.answer or self.other
                     else "the sentence embedding"))
         values = [self.heads, self.attention, self.residual]
+        if self.comparison is not None:
+            values += [self.comparison.exact, self.comparison.estimate]
         edge = max(1.0, max(float(np.abs(v).max()) for v in values))
         scale = Scale(-edge, edge, "restored (0 corrupted, 1 clean)")
-        grid = replace(head_grid_panel(self.heads, scale, title, "patch_heads", short="each head, every position"),
+        grid = replace(head_grid_panel(self.heads, scale, title, "patch_heads", short="each head, every position"
+                                       + ("" if self.method == "exact" else f" ({METHOD_NAMES[self.method]})")),
                        cmap="RdBu_r")
         labels = self.labels()
         L = self.heads.shape[0]
         panels = [grid]
+        if self.comparison is not None:  # the other method's heads beside
+            other, name = ((self.comparison.estimate, METHOD_NAMES[self.comparison.method]) if self.method == "exact"
+                           else (self.comparison.exact, "exact patching"))
+            panels.append(replace(head_grid_panel(other, scale, title, "patch_compare",
+                                                  short=f"each head, every position ({name})"), cmap="RdBu_r"))
         for name, values_, short in (("patch_attention", self.attention, "each layer's attention output"),
                                      ("patch_residual", self.residual, "the residual stream entering each layer")):
             panels.append(Panel(matrix=values_.astype(np.float32), rows=tuple(str(n) for n in range(L)), cols=labels,
@@ -235,6 +307,15 @@ class Patching(Result):
         return Page(panels=tuple(panels), title=title, name="attnviz_patch", notes=notes, subtitle=subtitle)
 
     def figure(self):
+        """The page's panels; with a comparison, exact patching against the estimate instead: both grids and the
+        scatter of every head, the heads where they disagree most named."""
+        if self.comparison is not None:
+            from attnviz.render.charts import comparison_figure
+
+            page = self.page()
+            return comparison_figure(self.comparison.exact, self.comparison.estimate,
+                                     METHOD_NAMES[self.comparison.method], self.comparison.r,
+                                     self.comparison.disagree(), page.title, page.subtitle)
         from attnviz.render.png import mixed_figure
 
         return mixed_figure(self.page(), ncols=3)
@@ -251,8 +332,8 @@ def _last_above(column, level: float = 0.5) -> str:
 def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
           answers: tuple[str | int, str | int] | list[str | int] | None = None, direction: str = "denoise",
           positions: bool = False, align: Any = None, top: int = 10, senders: Any = None, receivers: Any = (),
-          to: str = "qkv", truncate: bool = True, device: str = "auto", dtype: str = "float32",
-          reporter: Reporter | None = None) -> Any:
+          to: str = "qkv", method: str = "exact", compare: bool = False, truncate: bool = True,
+          device: str = "auto", dtype: str = "float32", reporter: Reporter | None = None) -> Any:
     """Activation patching for a causal language model: the `clean` and `corrupt` prompts (the same number of
     tokens), the metric the logit difference of `answers` (two texts of one token each, e.g. (" Paris",
     " Rome"); default: the clean run's and the corrupted run's top tokens) at the last position. Each head
@@ -265,8 +346,17 @@ def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
     last token with the other's last), or the pairs themselves, ((clean position, corrupted position), …) or
     "0:0,1:1,3-4:2-3" (each increasing); positions left out are not patched. `top`: the heads the report lists.
 
+    `method` "exact" (one patched run per piece, batched) or "atp" (attribution patching, Nanda 2023: every
+    piece's effect estimated from one forward and one backward pass of the receiver run, on the same scale).
+    `compare`: both, for the heads; the result's `comparison` holds them with Pearson's r.
+
     With `senders`, path patching instead (attnviz.path_patch: `senders` to `receivers` through their `to`
     inputs), a PathPatching."""
+    if method not in METHODS:
+        raise UsageError(f"{arg('method')} takes {' or '.join(METHODS)}; got {visible(str(method))!r}", "method")
+    if senders is not None and (method != "exact" or compare):
+        raise UsageError(f"path patching ({arg('senders')}) is exact; {arg('method')} and {arg('compare')} are for "
+                         f"activation patching", "method")
     if senders is not None:
         from attnviz.api.patching.paths import path_patch
 
@@ -279,7 +369,7 @@ def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
         raise UsageError(f"{arg('top')} takes a whole number from 1 to 100; got {top}", "top")
     loaded, where, first, second, clean_run, corrupt_run, measure, clean_diff, corrupt_diff, names, pairs = prepare(
         clean, corrupt, model, tokenizer, answers, direction, truncate, device, dtype, align)
-    from attnviz.engine.patching import aligned, every_patch, run_patches
+    from attnviz.engine.patching import aligned, attributed, every_patch, run_patches
 
     L, H, A = where.layers, where.heads, len(pairs)
     reporter = reporter or Reporter()
@@ -294,15 +384,38 @@ def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
     def score(readings) -> np.ndarray:
         return (measure(readings) - corrupt_diff) / gap
 
-    patches = {"heads": every_patch("head", L, H, at), "attention": every_patch("attention", L, H, at),
-               "residual": every_patch("residual", L, H, at)}
-    if positions:
-        patches["head_positions"] = every_patch("head", L, H, at, positions=True)
-    total = sum(len(p) for p in patches.values())
-    results = {}
-    with reporter.progress("Patching", total, "patches") as step:
+    patches = {"heads": every_patch("head", L, H, at)}
+    if method == "exact":
+        patches.update(attention=every_patch("attention", L, H, at), residual=every_patch("residual", L, H, at))
+        if positions:
+            patches["head_positions"] = every_patch("head", L, H, at, positions=True)
+    elif not compare:
+        patches = {}
+    estimated = None
+    results: dict = {}
+    with reporter.progress("Patching", sum(len(p) for p in patches.values()) + (method == "atp" or compare),
+                           "runs") as step:
         for name, chosen in patches.items():
             results[name] = score(run_patches(where, receiver.inputs, donor, chosen, on_done=step))
+        if method == "atp" or compare:
+            heads_at, residual_at, _ = attributed(where, receiver.inputs, donor, at, measure.tensor)
+            step(1)
+            start = corrupt_diff if direction == "denoise" else clean_diff  # the receiver run's M
+
+            def normal(change) -> np.ndarray:
+                return (start + change.numpy() - corrupt_diff) / gap
+
+            estimated = {"heads": normal(heads_at.sum(1)), "attention": normal(heads_at.sum(2)),
+                         "residual": normal(residual_at), "head_positions": normal(heads_at.permute(0, 2, 1))}
+    comparison = None
+    if compare:
+        assert estimated is not None
+        comparison = Comparison(exact=results["heads"].reshape(L, H), estimate=estimated["heads"].reshape(L, H))
+    if method == "atp":
+        assert estimated is not None
+        results = {name: estimated[name] for name in ("heads", "attention", "residual")}
+        if positions:
+            results["head_positions"] = estimated["head_positions"]
     everything = _all_patched(where, receiver, donor, first, second, score, direction, pairs)
     from attnviz.engine.forward import make_capture, model_attentions
 
@@ -320,7 +433,8 @@ def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
         residual=results["residual"].reshape(L, A),
         head_positions=results["head_positions"].reshape(L, H, A) if positions else None, all_patched=everything,
         patterns=patterns, causal=bool(loaded.causal), captures=captures,
-        alignment=() if identity(pairs, len(first.tokens), len(second.tokens)) else tuple(pairs), listed=top)
+        alignment=() if identity(pairs, len(first.tokens), len(second.tokens)) else tuple(pairs), listed=top,
+        method=method, comparison=comparison)
 
 
 def _all_patched(where, receiver, donor, first, second, score, direction, pairs) -> float | None:

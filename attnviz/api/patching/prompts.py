@@ -77,6 +77,26 @@ def _span(side: str, part: str) -> tuple[int, int]:
     return first, last
 
 
+class Metric:
+    """What patching measures of what read() reads (…, R): a causal LM's logit difference of the two answers
+    (`answers`: their token ids), or an encoder's sentence embedding's dot product with the clean run's unit
+    one (`reference`, D), its cosine. Called, a float64 array; tensor(), the same as a differentiable tensor
+    (attribution patching takes its gradient)."""
+
+    def __init__(self, *, answers: tuple[int, int] | None = None, reference: Any = None) -> None:
+        self.answers, self.reference = answers, reference
+
+    def tensor(self, reading):
+        if self.answers is not None:
+            answer, other = self.answers
+            return reading[..., answer].double() - reading[..., other].double()
+        D = int(self.reference.shape[0])
+        return (reading[..., :D] @ self.reference).double()
+
+    def __call__(self, reading):
+        return self.tensor(reading).detach().cpu().numpy()
+
+
 def prepare(clean, corrupt, model, tokenizer, answers, direction, truncate, device, dtype, align=None):
     """What patching and path patching share: the prompts checked and encoded (as many tokens, or aligned), the
     model (a causal LM), both runs recorded, the two answers (their logit difference must differ between the
@@ -95,7 +115,7 @@ def prepare(clean, corrupt, model, tokenizer, answers, direction, truncate, devi
     from attnviz.engine.ablation import is_causal_lm, site
     from attnviz.engine.forward import encode
     from attnviz.engine.memory import check_memory
-    from attnviz.engine.patching import donor_run, logit_difference
+    from attnviz.engine.patching import donor_run
 
     causal = is_causal_lm(loaded.model)
     if not causal and answers is not None:
@@ -118,11 +138,7 @@ def prepare(clean, corrupt, model, tokenizer, answers, direction, truncate, devi
         if len(second.tokens) != T:
             raise InputError("an encoder's prompts must have as many tokens (its metric reads the whole sentence "
                              f"embedding); {arg('align')} is for causal language models", "align")
-        reference = clean_run.reading[:D]
-
-        def measure(reading):
-            return (reading[..., :D] @ reference).double().cpu().numpy()
-
+        measure = Metric(reference=clean_run.reading[:D])
         names = ("", "")
     else:
         if answers is None:
@@ -137,9 +153,7 @@ def prepare(clean, corrupt, model, tokenizer, answers, direction, truncate, devi
             check_spelling(loaded, answers[0], answer, clean_run.reading, "answers")  # what the clean run predicts
             check_spelling(loaded, answers[1], other, corrupt_run.reading, "answers")  # and the corrupted one
 
-        def measure(reading):
-            return logit_difference(reading, answer, other)
-
+        measure = Metric(answers=(answer, other))
         names = (loaded.tokenizer.decode([answer]), loaded.tokenizer.decode([other]))
     clean_value, corrupt_value = float(measure(clean_run.reading)), float(measure(corrupt_run.reading))
     if abs(clean_value - corrupt_value) < 1e-6:

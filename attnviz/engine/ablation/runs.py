@@ -41,13 +41,12 @@ def _params(model) -> set[str]:
 
 
 def outputs_of(output, causal: bool) -> torch.Tensor:
-    """What the comparison reads: the logits (B, T, V) of a causal LM, else the last hidden state (B, T, D)."""
-    if causal:
-        return output.logits.float()
-    hidden = getattr(output, "last_hidden_state", None)
-    if hidden is None:
-        hidden = output.hidden_states[-1]
-    return hidden.float()
+    """What the comparison reads: the logits (B, T, V) of a causal LM, else the last hidden state (B, T, D); in
+    float32 at least (a float64 model's stay float64)."""
+    found = output.logits if causal else getattr(output, "last_hidden_state", None)
+    if found is None:
+        found = output.hidden_states[-1]
+    return found if found.dtype == torch.float64 else found.float()
 
 
 def embedding(hidden: torch.Tensor) -> torch.Tensor:
