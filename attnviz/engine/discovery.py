@@ -1,0 +1,315 @@
+"""The residual graph of a pre-norm decoder, edge by edge (edge attribution patching: EAP, Syed et al. 2023;
+EAP-IG, Hanna et al. 2024; circuits scored as MIB does, Mueller et al. 2025).
+
+    nodes      input (the first block's input: the token and position embeddings), every head a{l}.{h} (what it
+               adds to the residual stream, W_O^h z_h), every MLP m{l} (its output), in the order they run
+    receivers  every head's query, key and value input (under grouped-query attention a key or value input is
+               a key-value head's), every MLP's input, and the logits (the final norm's input)
+    edges      from every node to every receiver that reads the residual stream after the node wrote to it
+
+A receiver's input is the sum of what the nodes before it wrote (and the biases, the same in every run). An edge
+is patched by giving its receiver the corrupted run's contribution of that sender instead: the input of
+receiver r is x_r^corrupt + Σ_{kept u→r} (a_u − a_u^corrupt), with a_u what node u writes in this run. Every
+edge kept, the run is the clean run; none kept, the corrupted one.
+
+Each receiver reads its own copy of its input (the per-head split of q, k and v), so that ∂M/∂x_r is the
+gradient through that receiver alone: an edge u→r is scored (a_u^clean − a_u^corrupt) · ∂M/∂x_r, the gradient
+at the clean run (EAP) or averaged over inputs between the corrupted and the clean embeddings (EAP-IG).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from attnviz.engine.ablation.runs import run_model
+from attnviz.errors import UnsupportedArchitectureError
+
+FAMILIES = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "smollm3")  # pre-norm, heads add W_O z to the stream
+
+
+@dataclass
+class Layer:
+    """One block's pieces: the norm before attention, the q/k/v projections (`fused`: GPT-2's c_attn, one
+    projection whose columns are q, k, v), the output projection, the norm before the MLP, the MLP."""
+
+    block: Any
+    attention_norm: Any
+    projections: dict  # {"q": module, "k": module, "v": module}; fused: all three the same module
+    out: Any
+    mlp_norm: Any
+    mlp: Any
+    fused: bool
+
+
+@dataclass
+class Graph:
+    """A model's residual graph: its layers, H query heads and G key-value heads of d, model width D; the node
+    and receiver names in the order they run; for each receiver, how many nodes (a prefix of `nodes`) write
+    before it reads."""
+
+    model: Any
+    layers: list[Layer]
+    final_norm: Any
+    H: int
+    G: int
+    d: int
+    D: int
+    nodes: list[str] = field(default_factory=list)
+    receivers: list[str] = field(default_factory=list)
+    reach: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        kv = (lambda g: str(g)) if self.G == self.H else (lambda g: f"kv{g}")
+        self.nodes, self.receivers, self.reach = ["input"], [], []
+        for n in range(len(self.layers)):
+            before = len(self.nodes)
+            for which, count in (("q", self.H), ("k", self.G), ("v", self.G)):
+                for h in range(count):
+                    self.receivers.append(f"a{n}.{h if which == 'q' else kv(h)}.{which}")
+                    self.reach.append(before)
+            self.nodes += [f"a{n}.{h}" for h in range(self.H)]
+            self.receivers.append(f"m{n}")
+            self.reach.append(len(self.nodes))
+            self.nodes.append(f"m{n}")
+        self.receivers.append("logits")
+        self.reach.append(len(self.nodes))
+
+    @property
+    def per_layer(self) -> int:
+        """Receivers of one layer's attention: H queries, G keys, G values."""
+        return self.H + 2 * self.G
+
+    def attention_receivers(self, layer: int) -> range:
+        start = layer * (self.per_layer + 1)
+        return range(start, start + self.per_layer)
+
+    def mlp_receiver(self, layer: int) -> int:
+        return layer * (self.per_layer + 1) + self.per_layer
+
+    def head_node(self, layer: int, head: int) -> int:
+        return 1 + layer * (self.H + 1) + head
+
+    def mlp_node(self, layer: int) -> int:
+        return 1 + layer * (self.H + 1) + self.H
+
+    def edges(self) -> int:
+        return sum(self.reach)
+
+
+def graph(model) -> Graph:
+    """The residual graph of a pre-norm decoder of FAMILIES; any other refused in one line."""
+    config = model.config
+    kind = str(getattr(config, "model_type", ""))
+    if kind not in FAMILIES:
+        raise UnsupportedArchitectureError(
+            f"discover reads pre-norm decoders whose heads add W_O·z to the residual stream ({', '.join(FAMILIES)}); "
+            f"this model is {kind or type(model).__name__}")
+    layers: list[Layer] = []
+    if kind == "gpt2":
+        base = model.transformer
+        for block in base.h:
+            layers.append(Layer(block, block.ln_1, {w: block.attn.c_attn for w in "qkv"}, block.attn.c_proj,
+                                block.ln_2, block.mlp, True))
+        final = base.ln_f
+        H = int(config.n_head)
+        D = int(config.n_embd)
+        d, G = D // H, H
+    else:
+        base = model.model
+        for block in base.layers:
+            attention = block.self_attn
+            layers.append(Layer(block, block.input_layernorm, {w: getattr(attention, f"{w}_proj") for w in "qkv"},
+                                attention.o_proj, block.post_attention_layernorm, block.mlp, False))
+        final = base.norm
+        H = int(config.num_attention_heads)
+        D = int(config.hidden_size)
+        d = int(getattr(config, "head_dim", 0) or D // H)
+        G = int(getattr(config, "num_key_value_heads", 0) or H)
+    return Graph(model, layers, final, H, G, d, D)
+
+
+def _columns(g: Graph, which: str, count: int) -> list[slice]:
+    """Each head's columns of the projection's output (GPT-2's fused c_attn: q, k, v one after the other)."""
+    offset = "qkv".index(which) * g.D if g.layers[0].fused else 0
+    return [slice(offset + h * g.d, offset + (h + 1) * g.d) for h in range(count)]
+
+
+def _projected(layer: Layer, which: str, columns: list[slice], normed: torch.Tensor) -> torch.Tensor:
+    """Each head's q, k or v from its own normed input: normed (B, n, T, D) -> (B, T, n·d)."""
+    module = layer.projections[which]
+    weight = module.weight  # Linear (out, D); GPT-2's Conv1D (D, out)
+    bias = module.bias
+    parts = []
+    for h, cols in enumerate(columns):
+        w = weight[:, cols] if layer.fused else weight[cols].T  # (D, d)
+        part = normed[:, h] @ w.to(normed.dtype)
+        if bias is not None:
+            part = part + bias[cols].to(normed.dtype)
+        parts.append(part)
+    return torch.cat(parts, dim=-1)
+
+
+@dataclass
+class Run:
+    """One run through the graph: what each node wrote (B, T, D each), each layer's attention receivers' inputs
+    (B, R, T, D), each MLP's input and the logits' input (B, T, D), and the logits at the last position (B, V)."""
+
+    outputs: list
+    attention_inputs: list
+    mlp_inputs: list
+    final_input: Any
+    logits: torch.Tensor
+
+
+def run(g: Graph, inputs: dict, *, embeddings: torch.Tensor | None = None, keep: torch.Tensor | None = None,
+        corrupt: Run | None = None) -> Run:
+    """The model run with each receiver reading its own input. `embeddings` (B, T, D): the first block's input
+    instead of the tokens' own (EAP-IG's interpolations). `keep` (receivers, nodes) of 0/1 with `corrupt` (the
+    corrupted prompt's Run, B = 1): each receiver's input built edge by edge, x_r^corrupt + Σ keep[r, u] (a_u −
+    a_u^corrupt); without them every receiver reads the live residual stream (a copy each). Gradients flow
+    (call under torch.enable_grad() to take them)."""
+    L = len(g.layers)
+    outputs: list = [None] * len(g.nodes)
+    attention_inputs: list = [None] * L
+    mlp_inputs: list = [None] * L
+    final: dict = {}
+    live: dict = {}
+    columns = {w: _columns(g, w, g.H if w == "q" else g.G) for w in "qkv"}
+
+    def built(receivers: Sequence[int], base: torch.Tensor) -> torch.Tensor:
+        """(B, R, T, D): the receivers' inputs."""
+        if keep is None or corrupt is None:
+            return base.unsqueeze(1).repeat(1, len(receivers), 1, 1)
+        width = g.reach[receivers[-1]]
+        deltas = torch.stack([outputs[u] - corrupt.outputs[u].to(outputs[u].dtype) for u in range(width)], 1)
+        mask = keep[list(receivers), :width].to(deltas.dtype)  # (R, U)
+        return base.unsqueeze(1) + torch.einsum("ru,butd->brtd", mask, deltas)
+
+    def first_input(module, args, kwargs):
+        hidden = args[0] if args else kwargs["hidden_states"]
+        if embeddings is not None:
+            hidden = embeddings.to(hidden.dtype)
+        outputs[0] = hidden
+        return ((hidden, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": hidden})
+
+    def attention_norm(n: int):
+        def hook(module, args):
+            x = args[0]
+            base = x if corrupt is None or keep is None else corrupt.attention_inputs[n][:, 0].to(x.dtype)
+            attention_inputs[n] = built(list(g.attention_receivers(n)), base)
+            live[n] = module
+        return hook
+
+    def projection(n: int):
+        layer = g.layers[n]
+        rows = {"q": slice(0, g.H), "k": slice(g.H, g.H + g.G), "v": slice(g.H + g.G, g.H + 2 * g.G)}
+
+        def hook(module, args, output):
+            X = attention_inputs[n]  # (B, R, T, D)
+            wanted = "qkv" if layer.fused else [next(w for w in "qkv" if layer.projections[w] is module)]
+            parts = []
+            for which in wanted:
+                chosen = X[:, rows[which]]
+                normed = layer.attention_norm.forward(chosen.flatten(0, 1)).view(chosen.shape)  # not its hook
+                parts.append(_projected(layer, which, columns[which], normed))
+            return torch.cat(parts, dim=-1).to(output.dtype)
+        return hook
+
+    def head_outputs(n: int):
+        layer = g.layers[n]
+
+        def hook(module, args):
+            z = args[0]  # (B, T, H·d)
+            B, T = z.shape[:2]
+            weight = module.weight  # Linear (D, H·d); Conv1D (H·d, D)
+            per_head = (weight.T if not layer.fused else weight).reshape(g.H, g.d, g.D).to(z.dtype)
+            written = torch.einsum("bthe,heD->bhtD", z.view(B, T, g.H, g.d), per_head)
+            for h in range(g.H):
+                outputs[g.head_node(n, h)] = written[:, h]
+        return hook
+
+    def mlp_norm(n: int):
+        def hook(module, args):
+            x = args[0]
+            base = x if corrupt is None or keep is None else corrupt.mlp_inputs[n].to(x.dtype)
+            mlp_inputs[n] = built([g.mlp_receiver(n)], base)[:, 0]
+            return (mlp_inputs[n], *args[1:])
+        return hook
+
+    def mlp_output(n: int):
+        def hook(module, args, output):
+            outputs[g.mlp_node(n)] = output[0] if isinstance(output, tuple) else output
+        return hook
+
+    def final_norm(module, args):
+        x = args[0]
+        base = x if corrupt is None or keep is None else corrupt.final_input.to(x.dtype)
+        final["x"] = built([len(g.receivers) - 1], base)[:, 0]
+        return (final["x"], *args[1:])
+
+    handles = [g.layers[0].block.register_forward_pre_hook(first_input, with_kwargs=True),
+               g.final_norm.register_forward_pre_hook(final_norm)]
+    for n, layer in enumerate(g.layers):
+        handles.append(layer.attention_norm.register_forward_pre_hook(attention_norm(n)))
+        for module in {id(m): m for m in layer.projections.values()}.values():
+            handles.append(module.register_forward_hook(projection(n)))
+        handles.append(layer.out.register_forward_pre_hook(head_outputs(n)))
+        handles.append(layer.mlp_norm.register_forward_pre_hook(mlp_norm(n)))
+        handles.append(layer.mlp.register_forward_hook(mlp_output(n)))
+    try:
+        output = run_model(g.model, inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    if any(o is None for o in outputs) or "x" not in final:
+        raise UnsupportedArchitectureError(f"{type(g.model).__name__}: a piece of the residual graph was not called")
+    return Run(outputs, attention_inputs, mlp_inputs, final["x"], output.logits[:, -1])
+
+
+def receiver_gradients(g: Graph, inputs: dict, metric, *, embeddings: torch.Tensor | None = None) -> torch.Tensor:
+    """∂M/∂x_r for every receiver r, through r alone: (receivers, T, D) float64, summed over the batch (the
+    batch rows are separate runs, EAP-IG's steps). `metric` maps the logits at the last position (B, V) to M
+    (B,)."""
+    with torch.enable_grad():
+        result = run(g, inputs, embeddings=embeddings)
+        tensors = [*result.attention_inputs, *result.mlp_inputs, result.final_input]
+        grads = torch.autograd.grad(metric(result.logits).sum(), tensors, allow_unused=True)
+    L = len(g.layers)
+    B, T = result.final_input.shape[:2]
+    out = torch.zeros(len(g.receivers), T, g.D, dtype=torch.float64)
+    for n in range(L):
+        a = grads[n]
+        if a is not None:
+            out[list(g.attention_receivers(n))] = a.double().sum(0).cpu()
+        m = grads[L + n]
+        if m is not None:
+            out[g.mlp_receiver(n)] = m.double().sum(0).cpu()
+    if grads[-1] is not None:
+        out[-1] = grads[-1].double().sum(0).cpu()
+    return out
+
+
+def edge_scores(g: Graph, clean: Run, corrupt: Run, gradients: torch.Tensor) -> torch.Tensor:
+    """Every edge's score (receivers, nodes), float64: (a_u^clean − a_u^corrupt) · ∂M/∂x_r summed over positions
+    and width; 0 where u does not write before r reads."""
+    change = torch.stack([(c[0].double() - k[0].double()).cpu() for c, k in zip(clean.outputs, corrupt.outputs)])
+    scores = torch.einsum("rtd,utd->ru", gradients, change)  # (R, U)
+    reach = torch.tensor(g.reach)
+    allowed = torch.arange(len(g.nodes))[None, :] < reach[:, None]
+    return torch.where(allowed, scores, torch.zeros_like(scores))
+
+
+def kept(g: Graph, scores: torch.Tensor, n: int) -> torch.Tensor:
+    """The top-n edges by |score| (ties by order), as a (receivers, nodes) 0/1 mask."""
+    reach = torch.tensor(g.reach)
+    allowed = torch.arange(len(g.nodes))[None, :] < reach[:, None]
+    magnitude = torch.where(allowed, scores.abs(), torch.full_like(scores, -1.0)).flatten()
+    mask = torch.zeros_like(magnitude)
+    if n > 0:
+        order = torch.sort(magnitude, descending=True, stable=True).indices[:n]
+        mask[order] = 1.0
+    return mask.view(scores.shape)
