@@ -45,6 +45,7 @@ PUBLIC: dict[str, tuple[str, ...]] = {
     "attnviz.api.ablation.detectors": ("detect", "Detection"),
     "attnviz.api.patching.activation": ("patch", "Patching", "PATCH_TOLERANCE"),
     "attnviz.api.patching.paths": ("path_patch", "PathPatching"),
+    "attnviz.api.patching.discovery": ("discover", "Discovery"),
     "attnviz.api.mechanisms.circuits": ("circuits", "Circuits"),
     "attnviz.api.mechanisms.retrieval": ("retrieval", "RetrievalHeads"),
     "attnviz.api.mechanisms.massive": ("massive", "MassiveActivations"),

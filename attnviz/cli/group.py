@@ -44,6 +44,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "importance": ("ablation", "Every head removed alone, ranked, beside its gradient estimate."),
     "detect": ("ablation", "Induction and other heads found, then tested by removing them."),
     "patch": ("patching", "Activation patching: which heads carry the difference between two prompts."),
+    "discover": ("discover", "Circuits found: every edge scored (EAP, EAP-IG), the circuit run for its faithfulness."),
     "circuits": ("mechanisms", "QK and OV circuits from the weights: copying heads and how heads compose."),
     "retrieval": ("mechanisms", "Retrieval heads: which heads copy a needle out of a haystack, and removing them."),
     "massive": ("mechanisms",

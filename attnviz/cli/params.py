@@ -325,3 +325,14 @@ ImageOut = Annotated[Optional[str], typer.Option(
     help="Also write a figure: .png, .svg or .pdf by the suffix; a folder gets the default name inside.")]
 
 
+def answer_pair(value: str) -> tuple[str, str]:
+    """--answers A,B: two texts, split at the comma that is not inside quotes; quotes keep a leading space."""
+    import csv
+
+    try:
+        fields = next(csv.reader([value], quotechar="'", skipinitialspace=False))
+    except (csv.Error, StopIteration):
+        fields = []
+    if len(fields) != 2 or not all(fields):
+        raise typer.BadParameter(f"{value!r}: give two tokens, e.g. ' Paris',' Rome'", param_hint="--answers")
+    return fields[0], fields[1]

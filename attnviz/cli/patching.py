@@ -11,22 +11,9 @@ from attnviz.cli.errors import cli_errors
 from attnviz.cli.group import app
 from attnviz.cli.inputs import Source, takes
 from attnviz.cli.output import check_output, emit, figure_file, page_file
-from attnviz.cli.params import CsvOpt, ImageOut, JsonOpt, ModelOptions, whole_number
+from attnviz.cli.params import CsvOpt, ImageOut, JsonOpt, ModelOptions, answer_pair, whole_number
 
 # Imports inside the command (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` light.
-
-
-def _answers(value: str) -> tuple[str, str]:
-    """--answers A,B: two texts, split at the comma that is not inside quotes; quotes keep a leading space."""
-    import csv
-
-    try:
-        fields = next(csv.reader([value], quotechar="'", skipinitialspace=False))
-    except (csv.Error, StopIteration):
-        fields = []
-    if len(fields) != 2 or not all(fields):
-        raise typer.BadParameter(f"{value!r}: give two tokens, e.g. ' Paris',' Rome'", param_hint="--answers")
-    return fields[0], fields[1]
 
 
 @app.command(help="Which heads carry the difference between two prompts (activation patching, Meng et al. 2022, "
@@ -92,7 +79,7 @@ def patch(corrupt: Annotated[Optional[str], typer.Argument(
 
     check_output(output, FORMATS)
     check_output(page, (".html", ".htm"))
-    pair = None if answers is None else _answers(answers)
+    pair = None if answers is None else answer_pair(answers)
     if inp.text_file is not None and corrupt is None:  # --text-file CLEAN: the one argument is CORRUPT
         inp, corrupt = dataclasses.replace(inp, text=None), inp.text
     if corrupt is None:

@@ -193,6 +193,8 @@ def run(g: Graph, inputs: dict, *, embeddings: torch.Tensor | None = None, keep:
         hidden = args[0] if args else kwargs["hidden_states"]
         if embeddings is not None:
             hidden = embeddings.to(hidden.dtype)
+        if torch.is_grad_enabled():  # the graph starts here, whether or not the model's weights take gradients
+            hidden = hidden.detach().requires_grad_(True)
         outputs[0] = hidden
         return ((hidden, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": hidden})
 

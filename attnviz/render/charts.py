@@ -297,3 +297,97 @@ def comparison_figure(exact: np.ndarray, estimate: np.ndarray, method: str, r: f
     fig.suptitle(title + (f"\n{subtitle}" if subtitle else ""), fontsize=10, x=0.01, ha="left",
                  fontfamily=families_for(title + subtitle))
     return fig
+
+
+CIRCUIT_EDGES = 150  # the most edges the circuit picture draws
+
+
+def _circuit_place(name: str, H: int, G: int) -> tuple[float, float]:
+    """Where a node or a receiver sits in the circuit picture: input at the bottom, each layer's heads in a row
+    (x the head), its MLP in the middle above them, the logits on top; a receiver at its node (a key or value
+    head's in the middle of its group), q, k and v a little apart."""
+    centre = (H - 1) / 2
+    if name == "input":
+        return centre, 0.0
+    if name == "logits":
+        return centre, float("inf")
+    if name.startswith("m"):
+        return H + 0.2, 2 * int(name[1:]) + 2
+    parts = name[1:].split(".")
+    layer = int(parts[0])
+    if parts[1].startswith("kv"):
+        group = int(parts[1][2:])
+        size = H // max(1, G)
+        x = group * size + (size - 1) / 2
+    else:
+        x = float(parts[1])
+    shift = {"q": -0.18, "k": 0.0, "v": 0.18}.get(parts[2], 0.0) if len(parts) > 2 else 0.0
+    return x + shift, 2 * layer + 1 - (0.12 if len(parts) > 2 else 0.0)
+
+
+def discovery_figure(result):
+    """The circuit found, drawn (layers up: input, each layer's heads then its MLP, logits on top; an edge's
+    width by |score|, red where the clean run's contribution raises the logit difference, blue where it lowers
+    it), beside its faithfulness curve. The circuit drawn is the smallest on the curve keeping 80 % (at most
+    CIRCUIT_EDGES of its top edges). `result` is an api Discovery."""
+    from matplotlib.collections import LineCollection
+
+    from attnviz.panels import short_model
+    from attnviz.render.figure import NotebookFigure as Figure
+
+    heads = [n for n in result.nodes if n.startswith("a")]
+    L = sum(1 for n in result.nodes if n.startswith("m"))
+    H = len(heads) // max(1, L)
+    G = len({r.split(".")[1] for r in result.receivers if r.endswith(".k")} & {f"kv{g}" for g in range(H)}) or H
+    found = result.smallest()
+    size = min(CIRCUIT_EDGES, found[0] if found else CIRCUIT_EDGES)
+    edges = result.edges(max(1, size))
+    top_y = 2 * L + 1
+    fig = Figure(figsize=(max(9.0, 0.55 * H + 7.5), max(5.0, 0.16 * top_y + 2.5)), layout="constrained")
+    ax, curve = fig.subplots(1, 2, width_ratios=[max(1.0, H / 6), 1])
+    peak = max((abs(e["score"]) for e in edges), default=1.0) or 1.0
+    segments, widths, colors = [], [], []
+    used: set[str] = set()
+    for e in edges:
+        x0, y0 = _circuit_place(e["from"], H, G)
+        x1, y1 = _circuit_place(e["to"], H, G)
+        y1 = top_y if y1 == float("inf") else y1
+        segments.append([(x0, y0), (x1, y1)])
+        widths.append(0.3 + 3.2 * abs(e["score"]) / peak)
+        colors.append((0.8, 0.1, 0.1, 0.75) if e["score"] > 0 else (0.1, 0.3, 0.8, 0.75))
+        used.update((e["from"], e["to"].rsplit(".", 1)[0] if e["to"].count(".") == 2 else e["to"]))
+    ax.add_collection(LineCollection(segments, linewidths=widths, colors=colors, zorder=1))
+    ends = np.array([segment[1] for segment in segments]).reshape(-1, 2)
+    ax.scatter(ends[:, 0], ends[:, 1], s=5, color="0.2", marker="^", zorder=2)  # each receiver's input (q, k, v)
+    for name in result.nodes + ("logits",):
+        x, y = _circuit_place(name, H, G)
+        y = top_y if y == float("inf") else y
+        on = name in used
+        ax.scatter([x], [y], s=28 if on else 6, color="black" if on else "0.75",
+                   marker="s" if name.startswith("m") else "o", zorder=2)
+        if on and (name.startswith("a") or name.startswith("m")):
+            ax.annotate(name, (x, y), fontsize=6, xytext=(3, 2), textcoords="offset points")
+    ax.set_yticks([0] + [2 * n + 1.5 for n in range(L)] + [top_y])
+    ax.set_yticklabels(["input"] + [f"layer {n}" for n in range(L)] + ["logits"], fontsize=7)
+    ax.set_xticks([*range(H), H + 0.2])
+    ax.set_xticklabels([*(str(h) for h in range(H)), "MLP"])
+    ax.set_xlabel("head (● a head, ■ the layer's MLP; ▲ a head's q, k, v input, left to right)")
+    ax.set_xlim(-0.8, H + 0.8)
+    ax.set_ylim(-0.8, top_y + 0.8)
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.set_title(f"the top {len(edges)} edges of {result.total:,}" + (f" (faithfulness {found[1]:.2f})" if found and
+                                                                      found[0] <= CIRCUIT_EDGES else ""), fontsize=9)
+    shares = np.array([n for n, _ in result.curve], np.float64) / max(1, result.total)
+    kept_share = np.array([f for _, f in result.curve])
+    curve.plot(np.maximum(shares, 1e-4), kept_share, "o-", color="tab:blue", markersize=4)
+    curve.axhline(1.0, color="0.5", linestyle="--", linewidth=1)
+    curve.axhline(0.0, color="0.5", linewidth=0.8)
+    curve.set_xscale("log")
+    curve.set_xlabel("share of the edges kept (0 drawn at 0.01 %)")
+    curve.set_ylabel("faithfulness (1: the clean run)")
+    curve.set_title(f"faithfulness curve, area {result.area:.3f}", fontsize=9)
+    curve.grid(True, alpha=0.3)
+    method = {"eap": "EAP", "eap-ig": f"EAP-IG ({result.steps} steps)"}[result.method]
+    fig.suptitle(f"{short_model(result.model)}: the circuit found by {method} over {len(result.pairs)} pair"
+                 f"{'s' if len(result.pairs) != 1 else ''}", fontsize=10, x=0.01, ha="left")
+    return fig

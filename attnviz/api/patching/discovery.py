@@ -1,0 +1,321 @@
+"""Circuits found, not guessed: every edge of the residual graph scored by edge attribution patching (EAP, Syed
+et al. 2023) or EAP with integrated gradients (EAP-IG, Hanna et al. 2024), and the circuits of the top edges
+run as pruned models for their faithfulness curve (MIB, Mueller et al. 2025). attnviz.discover, `attnviz
+discover`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from attnviz.api.models import borrows, resolve_model
+from attnviz.api.result import Line, Result
+from attnviz.base.arguments import checked
+from attnviz.base.text import check_text, visible
+from attnviz.errors import InputError, UsageError, arg
+from attnviz.panels import short_model
+from attnviz.progress import Reporter
+
+__all__ = ["discover", "Discovery", "read_pairs", "DISCOVER_METHODS", "SHARES", "CURVE_TOLERANCE", "MAX_PAIRS"]
+
+DISCOVER_METHODS = ("eap", "eap-ig")
+SHARES = (0.0, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)  # the curve's shares of the edges (MIB's)
+CURVE_TOLERANCE = 1e-4  # |f(all edges) − 1|, |f(none)|, times the logit gap, over max(1, |LD|): float32 sums
+FAITHFUL = 0.8  # the report names the smallest circuit on the curve that keeps this much
+MAX_PAIRS = 1000  # --pairs: lines read at most
+MAX_PAIRS_BYTES = 16 << 20  # --pairs: bytes read at most
+MISMATCH_EXIT = 3
+
+
+@dataclass(frozen=True)
+class Discovery(Result):
+    """Every edge of the residual graph scored, and the faithfulness curve of the circuits of its top edges.
+
+    `nodes` and `receivers` name the graph (engine/discovery.py): input, a{l}.{h}, m{l}; each head's input
+    a{l}.{h}.q / .k / .v (under grouped-query attention a key-value head's: a{l}.kv{g}.k), m{l}, logits.
+    `scores` (receivers, nodes): (a_u^clean − a_u^corrupt) · ∂M/∂x_r summed over the pairs, 0 where node u
+    writes after receiver r reads; M the logit difference of each pair's answers at the last position.
+    `curve`: ((edges kept, faithfulness), …), faithfulness (Σ M_circuit − Σ M_corrupt) / (Σ M_clean −
+    Σ M_corrupt) over the pairs, each circuit run with every edge outside it fed the corrupted run's
+    contribution: 1 with every edge kept, 0 with none."""
+
+    command: ClassVar[str] = "discover"
+    model: str
+    pairs: tuple[tuple[str, str, str, str], ...]  # (clean, corrupt, answer, other), each pair
+    method: str
+    steps: int  # EAP-IG's interpolation steps (0 for EAP)
+    nodes: tuple[str, ...]
+    receivers: tuple[str, ...]
+    reach: tuple[int, ...]  # per receiver, the nodes that write before it reads (a prefix of nodes)
+    scores: np.ndarray  # (receivers, nodes)
+    curve: tuple[tuple[int, float], ...]
+    clean_diff: float  # Σ over the pairs of M on the clean run
+    corrupt_diff: float
+    listed: int = 20
+
+    figure_name: ClassVar[str] = "attnviz_discover.png"
+    page_name: ClassVar[str] = "attnviz_discover.html"
+
+    @property
+    def total(self) -> int:
+        """How many edges the graph has."""
+        return int(sum(self.reach))
+
+    @property
+    def area(self) -> float:
+        """The area under the curve over the share of edges kept (trapezoid, 0 to 1): MIB's measure of how
+        little of the graph keeps the behaviour (1: the first edges keep all of it)."""
+        x = np.array([n for n, _ in self.curve], np.float64) / max(1, self.total)
+        y = np.array([f for _, f in self.curve], np.float64)
+        return float(np.sum((x[1:] - x[:-1]) * (y[1:] + y[:-1]) / 2))
+
+    @property
+    def passed(self) -> bool:
+        """Every edge kept gives the clean runs and none the corrupted ones, within CURVE_TOLERANCE."""
+        ends = {n: f for n, f in self.curve}
+        gap = abs(self.clean_diff - self.corrupt_diff)
+        bound = CURVE_TOLERANCE * max(1.0, abs(self.clean_diff), abs(self.corrupt_diff))
+        return abs(ends[self.total] - 1.0) * gap <= bound and abs(ends[0]) * gap <= bound
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.passed else MISMATCH_EXIT
+
+    def edges(self, k: int | None = None) -> list[dict]:
+        """The edges by |score|, highest first (ties in graph order): from, to, score; the first k (None: all)."""
+        allowed = np.arange(len(self.nodes))[None, :] < np.array(self.reach)[:, None]
+        magnitude = np.where(allowed, np.abs(self.scores), -1.0).ravel()
+        order = np.argsort(-magnitude, kind="stable")[:self.total if k is None else min(k, self.total)]
+        U = len(self.nodes)
+        return [{"from": self.nodes[i % U], "to": self.receivers[i // U], "score": float(self.scores.flat[i])}
+                for i in order]
+
+    def smallest(self, level: float = FAITHFUL) -> tuple[int, float] | None:
+        """The smallest circuit on the curve whose faithfulness reaches `level`: (edges, faithfulness)."""
+        return next(((n, f) for n, f in self.curve if f >= level), None)
+
+    def to_dict(self) -> dict:
+        """What `attnviz discover --json` prints."""
+        return {"model": self.model, "method": self.method, "steps": self.steps,
+                "pairs": [{"clean": c, "corrupt": k, "answers": [a, b]} for c, k, a, b in self.pairs],
+                "metric": "logit difference", "clean_logit_diff": self.clean_diff,
+                "corrupt_logit_diff": self.corrupt_diff, "nodes": list(self.nodes), "edge_count": self.total,
+                "edges": self.edges(), "curve": [{"edges": n, "faithfulness": f} for n, f in self.curve],
+                "area": self.area, "passed": self.passed}
+
+    def to_rows(self) -> list[dict]:
+        return self.edges()
+
+    def report(self, **style: Any) -> list:
+        from attnviz.render.tables import records_table, verdict
+
+        rows = [{"rank": n + 1, **e} for n, e in enumerate(self.edges(self.listed))]
+        name = {"eap": "EAP", "eap-ig": f"EAP-IG, {self.steps} steps"}[self.method]
+        shown = (f"{visible(self.pairs[0][2])!r} against {visible(self.pairs[0][3])!r}" if len(self.pairs) == 1
+                 else f"{len(self.pairs)} pairs")
+        items: list = [records_table(rows, [("rank", "rank", "d"), ("from", "from", ""), ("to", "to", ""),
+                                            ("score", "score", "+.4f")],
+                                     f"{short_model(self.model)}: the top {len(rows)} of {self.total:,} edges "
+                                     f"({name}), {shown}", min_widths={"from": 6, "to": 9}),
+                       records_table([{"edges": n, "share": n / max(1, self.total), "faithfulness": f}
+                                      for n, f in self.curve],
+                                     [("edges", "edges kept", ",d"), ("share", "share", ".1%"),
+                                      ("faithfulness", "faithfulness", "+.3f")],
+                                     "the circuit of the top edges, run (every other edge fed the corrupted run)")]
+        found = self.smallest()
+        items.append(Line(f"Area under the curve (MIB): {self.area:.3f}. "
+                          + (f"The smallest circuit on the curve keeping {FAITHFUL:.0%} of the logit difference: "
+                             f"{found[0]:,} edges ({found[0] / max(1, self.total):.1%}), faithfulness {found[1]:.3f}."
+                             if found else f"No circuit on the curve short of every edge keeps {FAITHFUL:.0%}.")))
+        ends = dict(self.curve)
+        items.append(verdict(self.passed, f"every edge kept gives the clean run ({ends[self.total]:.6f}) and none the "
+                                          f"corrupted run ({ends[0]:.6f}), tolerance {CURVE_TOLERANCE:.0e} of the "
+                                          f"metric"))
+        items.append(Line(f"logit difference summed over the pairs: clean {self.clean_diff:+.3f}, corrupted "
+                          f"{self.corrupt_diff:+.3f}. score: (a clean − a corrupted) · ∂M/∂(the receiver's input), "
+                          + ("at the clean run" if self.method == "eap" else
+                             f"averaged over {self.steps} inputs from the corrupted to the clean embeddings")
+                          + "; faithfulness: (M circuit − M corrupted) / (M clean − M corrupted).", style="dim"))
+        return items
+
+    def figure(self):
+        from attnviz.render.charts import discovery_figure
+
+        return discovery_figure(self)
+
+    def html(self, *, command: str | None = None) -> str:
+        """One self-contained page: the circuit and its curve (the figure, as SVG), the curve's table, and the
+        top edges (`listed`) in a table a box filters by node name. Nothing is fetched from anywhere."""
+        import html
+        import io
+
+        buffer = io.BytesIO()
+        self.figure().savefig(buffer, format="svg")
+        svg = buffer.getvalue().decode("utf-8")
+        svg = svg[svg.index("<svg"):]
+        curve = "".join(f"<tr><td>{n:,}</td><td>{n / max(1, self.total):.2%}</td><td>{f:.4f}</td></tr>"
+                        for n, f in self.curve)
+        edges = "".join(f"<tr><td>{k + 1}</td><td>{html.escape(e['from'])}</td><td>{html.escape(e['to'])}</td>"
+                        f"<td>{e['score']:+.5f}</td></tr>" for k, e in enumerate(self.edges(self.listed)))
+        pairs = "".join(f"<li>{html.escape(visible(c))} / {html.escape(visible(k))}: {html.escape(visible(a))!s} "
+                        f"against {html.escape(visible(b))}</li>" for c, k, a, b in self.pairs[:20])
+        more = f"<li>… and {len(self.pairs) - 20} more</li>" if len(self.pairs) > 20 else ""
+        title = html.escape(f"{short_model(self.model)}: the circuit found ({self.method})")
+        made = f"<p class=note>{html.escape(command)}</p>" if command else ""
+        return (f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>{title}</title>"
+                "<meta http-equiv=Content-Security-Policy content=\"default-src 'none'; style-src 'unsafe-inline'; "
+                "script-src 'unsafe-inline'; img-src data:\"><style>body{font:14px system-ui,sans-serif;margin:1.5em}"
+                "table{border-collapse:collapse;margin:1em 0}td,th{padding:2px 10px;text-align:right}"
+                "td:nth-child(2),td:nth-child(3){text-align:left}svg{max-width:100%;height:auto}"
+                ".note{color:#666}</style></head><body>"
+                f"<h1>{title}</h1>{made}<ul>{pairs}{more}</ul>"
+                f"<p>{self.total:,} edges; area under the faithfulness curve {self.area:.3f}; "
+                f"{'PASS' if self.passed else 'FAIL'}: every edge kept gives the clean run, none the corrupted one.</p>"
+                f"{svg}<h2>Faithfulness curve</h2><table><tr><th>edges kept</th><th>share</th><th>faithfulness</th>"
+                f"</tr>{curve}</table><h2>The top {min(self.listed, self.total)} edges</h2>"
+                "<input id=find placeholder='a node, e.g. a23.4 or m0' oninput=\"const q=this.value.trim();"
+                "for(const r of document.querySelectorAll('#edges tr.e'))r.hidden=q&&!r.textContent.includes(q)\">"
+                "<table id=edges><tr><th>rank</th><th>from</th><th>to</th><th>score</th></tr>"
+                + edges.replace("<tr>", "<tr class=e>") + "</table></body></html>")
+
+
+def read_pairs(path: str | Path) -> list[tuple[str, str, tuple[str, str]]]:
+    """--pairs FILE (- for standard input): JSON lines of {"clean": …, "corrupt": …, "answers": [A, B]} (blank
+    lines skipped); a bad line is one error naming its number. At most MAX_PAIRS pairs and MAX_PAIRS_BYTES."""
+    from attnviz.base.files import read_input
+
+    data, name = read_input(None if str(path) == "-" else path, MAX_PAIRS_BYTES, "pairs")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{visible(name)} is not UTF-8 text (byte {exc.start})", "pairs") from None
+    path = name
+    pairs = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{visible(str(path))} line {number}: not JSON ({exc.msg})", "pairs") from None
+        if (not isinstance(item, dict) or not isinstance(item.get("clean"), str)
+                or not isinstance(item.get("corrupt"), str) or not isinstance(item.get("answers"), list)
+                or len(item["answers"]) != 2 or not all(isinstance(a, str) for a in item["answers"])):
+            raise InputError(f"{visible(str(path))} line {number}: give {{\"clean\": TEXT, \"corrupt\": TEXT, "
+                             f"\"answers\": [A, B]}}", "pairs")
+        pairs.append((item["clean"], item["corrupt"], (item["answers"][0], item["answers"][1])))
+        if len(pairs) > MAX_PAIRS:
+            raise InputError(f"{visible(str(path))} holds more than {MAX_PAIRS:,} pairs", "pairs")
+    if not pairs:
+        raise InputError(f"{visible(str(path))} holds no pair", "pairs")
+    return pairs
+
+
+@borrows
+@checked
+def discover(clean: str | None = None, corrupt: str | None = None, *, answers: Sequence[str] | None = None,
+             pairs: Any = None, model: Any = None, tokenizer: Any = None, method: str = "eap-ig", steps: int = 5,
+             top: int = 20, device: str = "auto", dtype: str = "float32",
+             reporter: Reporter | None = None) -> Discovery:
+    """Score every edge of a causal LM's residual graph for the difference between a clean and a corrupted
+    prompt (as many tokens each), M the logit difference of `answers` (the answer, the other: one token each)
+    at the last position; or over `pairs` ([(clean, corrupt, (answer, other)), …], or a JSON-lines file's
+    path), the scores summed. `method` "eap" (the gradient at the clean run) or "eap-ig" (averaged over `steps`
+    inputs between the corrupted and the clean embeddings). Then the faithfulness curve: the circuit of the top
+    edges run for each share in SHARES. `top`: the edges the report lists."""
+    import torch
+
+    if method not in DISCOVER_METHODS:
+        raise UsageError(f"{arg('method')} takes {' or '.join(DISCOVER_METHODS)}; got {visible(str(method))!r}",
+                         "method")
+    if not 1 <= steps <= 100:
+        raise UsageError(f"{arg('steps')} takes a whole number from 1 to 100; got {steps}", "steps")
+    if not 1 <= top <= 1000:
+        raise UsageError(f"{arg('top')} takes a whole number from 1 to 1000; got {top}", "top")
+    if pairs is not None and (clean is not None or corrupt is not None or answers is not None):
+        raise UsageError(f"give the prompts and {arg('answers')}, or {arg('pairs')}, not both", "pairs")
+    if pairs is None:
+        if clean is None or corrupt is None or answers is None or len(answers) != 2:
+            raise UsageError(f"give the clean prompt, the corrupted one and {arg('answers')} (two tokens), or "
+                             f"{arg('pairs')}", "answers")
+        given = [(clean, corrupt, (answers[0], answers[1]))]
+    elif isinstance(pairs, (str, Path)):
+        given = read_pairs(pairs)
+    else:
+        given = [(c, k, (a[0], a[1])) for c, k, a in pairs]
+    for n, (c, k, (a, b)) in enumerate(given, 1):
+        check_text(c)
+        check_text(k)
+        if a == b:
+            raise UsageError(f"pair {n}: the two answers must differ", "answers")
+    loaded = resolve_model(model, tokenizer, device=device, dtype=dtype, lm_head=True)
+    loaded.require_single("discover")
+    from attnviz.api.attribution.logits import target_id
+    from attnviz.engine.discovery import graph, kept, receiver_gradients, run, edge_scores
+    from attnviz.engine.forward import encode
+    from attnviz.engine.memory import check_memory
+
+    g = graph(loaded.model)
+    prepared = []
+    for n, (c, k, (a, b)) in enumerate(given, 1):
+        first, second = encode(loaded, c), encode(loaded, k)
+        if len(first.tokens) != len(second.tokens):
+            where = f"pair {n}: " if len(given) > 1 else ""
+            raise InputError(f"{where}the prompts must have as many tokens: the clean one has {len(first.tokens)}, "
+                             f"the corrupted one {len(second.tokens)}", "corrupt")
+        ids = (target_id(loaded, a, "answers"), target_id(loaded, b, "answers"))
+        prepared.append((first, second, (int(ids[0] or 0), int(ids[1] or 0))))
+    longest = max(len(p[0].tokens) for p in prepared)
+    check_memory(loaded, longest, copies=2.0 * (g.per_layer + 1) + (steps if method == "eap-ig" else 1))
+    reporter = reporter or Reporter()
+    R, U = len(g.receivers), len(g.nodes)
+    scores = torch.zeros(R, U, dtype=torch.float64)
+    clean_sum = corrupt_sum = 0.0
+    with reporter.progress("Scoring edges", len(prepared), "pairs") as step:
+        for first, second, (right, wrong) in prepared:
+            def metric(logits, right=right, wrong=wrong):
+                return logits[:, right].double() - logits[:, wrong].double()
+
+            with torch.inference_mode():
+                clean_run, corrupt_run = run(g, first.inputs), run(g, second.inputs)
+            clean_sum += float(metric(clean_run.logits)[0])
+            corrupt_sum += float(metric(corrupt_run.logits)[0])
+            if method == "eap":
+                grads = receiver_gradients(g, first.inputs, metric)
+            else:
+                start, end = corrupt_run.outputs[0], clean_run.outputs[0]
+                alphas = torch.arange(1, steps + 1, dtype=torch.float64) / steps
+                embeddings = torch.stack([(start.double() + float(t) * (end.double() - start.double()))[0]
+                                          for t in alphas]).to(start.dtype)
+                batch = {key: value.expand(steps, *value.shape[1:]) if torch.is_tensor(value) else value
+                         for key, value in first.inputs.items()}
+                grads = receiver_gradients(g, batch, metric, embeddings=embeddings) / steps
+            scores += edge_scores(g, clean_run, corrupt_run, grads)
+            step(1)
+    if abs(clean_sum - corrupt_sum) < 1e-6:
+        raise InputError("the clean and corrupted prompts give the same logit difference: there is nothing to find; "
+                         f"choose prompts that differ in what they predict, or other {arg('answers')}", "answers")
+    total = g.edges()
+    counts = sorted({int(round(share * total)) for share in SHARES})
+    sums = {n: 0.0 for n in counts}
+    masks = {n: kept(g, scores, n) for n in counts}
+    with reporter.progress("Faithfulness curve", len(prepared) * len(counts), "runs") as step:
+        for first, second, (right, wrong) in prepared:
+            with torch.inference_mode():
+                corrupt_run = run(g, second.inputs)
+                for n in counts:
+                    logits = run(g, first.inputs, keep=masks[n], corrupt=corrupt_run).logits
+                    sums[n] += float(logits[0, right].double() - logits[0, wrong].double())
+                    step(1)
+    gap = clean_sum - corrupt_sum
+    curve = tuple((n, (sums[n] - corrupt_sum) / gap) for n in counts)
+    shown = tuple((c, k, loaded.tokenizer.decode([right]), loaded.tokenizer.decode([wrong]))
+                  for (c, k, _), (_, _, (right, wrong)) in zip(given, prepared))
+    return Discovery(model=loaded.name, pairs=shown, method=method, steps=steps if method == "eap-ig" else 0,
+                     nodes=tuple(g.nodes), receivers=tuple(g.receivers), reach=tuple(g.reach),
+                     scores=scores.numpy(), curve=curve, clean_diff=clean_sum, corrupt_diff=corrupt_sum, listed=top)
