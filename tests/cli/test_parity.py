@@ -76,6 +76,8 @@ CASES = {
                lambda m, t: attnviz.detect(model=m, length=6, sequences=1, draws=1)),
     "patch": ("llama", [PROMPT, CORRUPT, "--positions", "--compare"],
               lambda m, t: attnviz.patch(PROMPT, CORRUPT, model=m, positions=True, compare=True)),
+    "discover": ("llama", [PROMPT, CORRUPT, "--answers", "mat,on", "--steps", "2", "--top", "4"],
+                 lambda m, t: attnviz.discover(PROMPT, CORRUPT, answers=("mat", "on"), model=m, steps=2, top=4)),
     "circuits": ("llama", ["--tokens", "20", "--top", "2"], lambda m, t: attnviz.circuits(model=m, tokens=20, top=3,
                                                                                             listed=2)),
     "retrieval": ("long", ["--lengths", "60", "--depths", "0.5", "--remove", "1", "--draws", "1"],
@@ -129,7 +131,7 @@ def test_json_is_the_functions_to_dict(name, models, tmp_path):
 
 
 @pytest.mark.parametrize("name", ["heads", "entropy", "rollout", "norms", "contributions", "logit-attr",
-                                  "faithfulness", "patch",
+                                  "faithfulness", "patch", "discover",
                                   "importance", "token", "compare", "explain", "massive", "circuits", "corpus"])
 def test_csv_is_the_results_rows(name, models, tmp_path):
     model, args, call = CASES[name]

@@ -1,0 +1,273 @@
+"""Circuits found (attnviz discover, attnviz.discover): the residual graph run edge by edge, each check against an
+independent computation — the model's own forward pass (every receiver reading the live stream, every edge kept,
+none kept), attribution patching of each head (its outgoing edges sum to it), the edge count from the graph's
+shape, EAP-IG's batched steps against one step at a time, and EAP-IG with one step against EAP."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from helpers import build_tiny_model, one_line_error, require_real, run
+
+import attnviz
+from attnviz.engine import offline
+
+CLEAN = "The cat sat on the mat"
+KINDS = ("gpt2", "llama", "qwen2")
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    made: dict = {}
+
+    def folder(kind: str):
+        if kind not in made:
+            made[kind] = str(build_tiny_model(kind, tmp_path_factory.mktemp(kind) / kind, lm=kind != "bert", init=0.3))
+        return made[kind]
+
+    return folder
+
+
+def loaded_of(folder):
+    from attnviz.engine.models import load
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return load(folder, device="cpu", lm_head="auto")
+
+
+def corrupt_for(loaded) -> str:
+    """CLEAN with its animal changed, as many tokens for this tokenizer."""
+    from attnviz.engine.forward import encode
+
+    length = len(encode(loaded, CLEAN).tokens)
+    for animal in ("dog", "cow", "hat", "rat", "bat", "pig", "mat"):
+        text = CLEAN.replace("cat", animal)
+        if text != CLEAN and len(encode(loaded, text).tokens) == length:
+            return text
+    raise AssertionError("no corrupted prompt of the clean one's length")
+
+
+def answers_of(loaded) -> tuple[str, str]:
+    """Two texts of one token each in the model's vocabulary."""
+    found = []
+    for i in range(5, len(loaded.tokenizer)):
+        text = loaded.tokenizer.decode([i])
+        if text and "," not in text and "'" not in text and loaded.tokenizer.encode(
+                text, add_special_tokens=False) == [i]:
+            found.append(text)
+        if len(found) == 2:
+            return found[0], found[1]
+    raise AssertionError("no two single-token texts")
+
+
+def runs(kind, folders):
+    from attnviz.engine.discovery import graph
+    from attnviz.engine.forward import encode
+
+    loaded = loaded_of(folders(kind))
+    return loaded, graph(loaded.model), encode(loaded, CLEAN), encode(loaded, corrupt_for(loaded))
+
+
+def close(a: torch.Tensor, b: torch.Tensor) -> float:
+    """The largest difference over the larger of 1 and the largest value: float32 sums agree to ~1e-6 of it."""
+    return float((a - b).abs().max()) / max(1.0, float(b.abs().max()))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_graph_runs_as_the_model_every_edge_kept_is_clean_none_is_corrupt(kind, folders):
+    """Every receiver reading its own copy of the live stream gives the model's own logits; built edge by edge
+    with every edge kept, the clean run's; with none kept, the corrupted run's (within 1e-5 of the logits' size:
+    float32 sums of the same terms in another order)."""
+    from attnviz.engine.discovery import run as graph_run
+
+    loaded, g, clean, corrupt = runs(kind, folders)
+    R, U = len(g.receivers), len(g.nodes)
+    with torch.inference_mode():
+        own_clean = loaded.model(**clean.inputs).logits[:, -1]
+        own_corrupt = loaded.model(**corrupt.inputs).logits[:, -1]
+        live = graph_run(g, clean.inputs)
+        corrupted = graph_run(g, corrupt.inputs)
+        every = graph_run(g, clean.inputs, keep=torch.ones(R, U), corrupt=corrupted)
+        none = graph_run(g, clean.inputs, keep=torch.zeros(R, U), corrupt=corrupted)
+    assert close(live.logits, own_clean) <= 1e-5 and close(corrupted.logits, own_corrupt) <= 1e-5
+    assert close(every.logits, own_clean) <= 1e-5 and close(none.logits, own_corrupt) <= 1e-5
+    assert close(own_clean, own_corrupt) > 1e-3  # the two runs differ, so the checks above can fail
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_edges_are_counted_from_the_graphs_shape(kind, folders):
+    """Into layer l's attention: every query, key and value input (H + 2G of them) from the input and the H heads
+    and the MLP of each earlier layer; into its MLP, the same and its own heads; into the logits, every node."""
+    loaded, g, _, _ = runs(kind, folders)
+    L, H, G = len(g.layers), g.H, g.G
+    expected = sum((H + 2 * G) * (1 + n * (H + 1)) + (1 + n * (H + 1) + H) for n in range(L)) + 1 + L * (H + 1)
+    assert g.edges() == expected and len(g.nodes) == 1 + L * (H + 1) and len(g.receivers) == L * (H + 2 * G + 1) + 1
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_heads_outgoing_edges_sum_to_its_attribution_patching(kind, folders):
+    """EAP's scores of the edges leaving head h sum to (a_clean − a_corrupt) · ∂M/∂a_h, which is attribution
+    patching of the head at the clean run (patch's AtP, noising: corrupt into clean, the opposite sign): the
+    gradient of M reaches a head's output only through the receivers after it. Within 1e-5 of the largest."""
+    from attnviz.api.patching.prompts import Metric
+    from attnviz.engine.ablation import site
+    from attnviz.engine.discovery import edge_scores, receiver_gradients, run as graph_run
+    from attnviz.engine.patching import attributed, donor_run
+
+    loaded, g, clean, corrupt = runs(kind, folders)
+    ids = [loaded.tokenizer.encode(a, add_special_tokens=False)[0] for a in answers_of(loaded)]
+
+    def metric(logits):
+        return logits[:, ids[0]].double() - logits[:, ids[1]].double()
+
+    with torch.inference_mode():
+        clean_run, corrupt_run = graph_run(g, clean.inputs), graph_run(g, corrupt.inputs)
+    scores = edge_scores(g, clean_run, corrupt_run, receiver_gradients(g, clean.inputs, metric))
+    where = site(loaded.model)
+    heads, _, _ = attributed(where, clean.inputs, donor_run(where, corrupt.inputs), range(len(clean.tokens)),
+                             Metric(answers=(ids[0], ids[1])).tensor)
+    atp = heads.sum(1)  # (L, H): corrupt into clean
+    summed = torch.tensor([[float(scores[:, g.head_node(n, h)].sum()) for h in range(g.H)]
+                           for n in range(len(g.layers))], dtype=torch.float64)
+    assert float(atp.abs().max()) > 1e-3
+    assert float((summed + atp).abs().max()) <= 1e-5 * max(1.0, float(atp.abs().max()))
+    reach = torch.tensor(g.reach)
+    assert bool((scores[torch.arange(len(g.nodes))[None, :] >= reach[:, None]] == 0).all())  # no edge backwards
+
+
+def test_eap_ig_steps_batched_equal_one_at_a_time_and_one_step_is_eap(folders):
+    """EAP-IG runs its steps as one batch; the gradients equal those of each step run alone, summed (float32
+    within 1e-5 of the largest). With one step (α = 1, the clean embeddings) EAP-IG is EAP."""
+    from attnviz.engine.discovery import receiver_gradients, run as graph_run
+
+    loaded, g, clean, corrupt = runs("llama", folders)
+    ids = [loaded.tokenizer.encode(a, add_special_tokens=False)[0] for a in answers_of(loaded)]
+
+    def metric(logits):
+        return logits[:, ids[0]].double() - logits[:, ids[1]].double()
+
+    with torch.inference_mode():
+        start, end = graph_run(g, corrupt.inputs).outputs[0], graph_run(g, clean.inputs).outputs[0]
+    steps = 4
+    embeddings = torch.cat([start + (k / steps) * (end - start) for k in range(1, steps + 1)])
+    batch = {key: value.expand(steps, *value.shape[1:]) for key, value in clean.inputs.items()}
+    together = receiver_gradients(g, batch, metric, embeddings=embeddings)
+    alone = sum(receiver_gradients(g, clean.inputs, metric, embeddings=embeddings[k:k + 1]) for k in range(steps))
+    assert float((together - alone).abs().max()) <= 1e-5 * max(1.0, float(alone.abs().max()))
+    answers = answers_of(loaded)
+    eap = attnviz.discover(CLEAN, corrupt_for(loaded), answers=answers, model=loaded, method="eap")
+    one = attnviz.discover(CLEAN, corrupt_for(loaded), answers=answers, model=loaded, method="eap-ig", steps=1)
+    np.testing.assert_allclose(one.scores, eap.scores, rtol=0, atol=1e-6 * max(1.0, float(np.abs(eap.scores).max())))
+    assert one.steps == 1 and eap.steps == 0
+
+
+def test_the_curve_runs_the_circuits_and_ends_at_both_runs(folders):
+    """The curve: 0 edges and every edge among its points, in order, ending at 0 and 1 (passed); the share of
+    edges in SHARES; the listed edges by |score|; the area by the trapezoid rule over the shares, computed here
+    again; every edge in the JSON once. The borrowed model gets back no hook and no gradient."""
+    from attnviz.api.patching.discovery import SHARES
+
+    folder = folders("gpt2")
+    loaded = loaded_of(folder)
+    before = [(name, p.requires_grad) for name, p in loaded.model.named_parameters()]
+    result = attnviz.discover(CLEAN, corrupt_for(loaded), answers=answers_of(loaded), model=loaded, steps=3)
+    counts = [n for n, _ in result.curve]
+    assert counts == sorted({round(s * result.total) for s in SHARES}) and counts[0] == 0 and counts[-1] == result.total
+    assert result.passed and abs(result.curve[0][1]) < 1e-4 and abs(result.curve[-1][1] - 1) < 1e-4
+    x = np.array(counts) / result.total
+    y = np.array([f for _, f in result.curve])
+    assert result.area == pytest.approx(float(np.trapezoid(y, x)), abs=1e-12)
+    data = json.loads(json.dumps(result.to_dict()))
+    assert data["edge_count"] == result.total == len(data["edges"])
+    magnitudes = [abs(e["score"]) for e in data["edges"]]
+    assert magnitudes == sorted(magnitudes, reverse=True)
+    assert len({(e["from"], e["to"]) for e in data["edges"]}) == result.total
+    assert [(name, p.requires_grad) for name, p in loaded.model.named_parameters()] == before
+    assert all(p.grad is None for p in loaded.model.parameters())
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in loaded.model.modules())
+
+
+def test_discover_from_the_command_line(folders, tmp_path):
+    """TEXT, - and --text-file agree; --pairs sums over pairs (two copies of one pair: the same edges, doubled
+    scores); --csv is every edge; -o and --html are written; the report names the top edge and the check."""
+    folder = folders("llama")
+    loaded = loaded_of(folder)
+    a, b = answers_of(loaded)
+    corrupt = corrupt_for(loaded)
+    pair = f"'{a}','{b}'"
+    path = tmp_path / "clean.txt"
+    path.write_text(CLEAN, encoding="utf-8")
+    given = json.loads(run("discover", CLEAN, corrupt, "-m", folder, "--answers", pair, "--json").stdout)
+    piped = json.loads(run("discover", "-", corrupt, "-m", folder, "--answers", pair, "--json", input=CLEAN).stdout)
+    filed = json.loads(run("discover", "--text-file", path, corrupt, "-m", folder, "--answers", pair,
+                           "--json").stdout)
+    assert given == piped == filed and given["passed"] and given["method"] == "eap-ig" and given["steps"] == 5
+    assert given["pairs"] == [{"clean": CLEAN, "corrupt": corrupt, "answers": [a, b]}]
+    lines = tmp_path / "pairs.jsonl"
+    lines.write_text("\n".join(json.dumps({"clean": CLEAN, "corrupt": corrupt, "answers": [a, b]})
+                               for _ in range(2)) + "\n", encoding="utf-8")
+    twice = json.loads(run("discover", "--pairs", lines, "-m", folder, "--json").stdout)
+    first = {(e["from"], e["to"]): e["score"] for e in given["edges"]}
+    assert all(e["score"] == pytest.approx(2 * first[(e["from"], e["to"])], abs=1e-9) for e in twice["edges"])
+    assert [c["faithfulness"] for c in twice["curve"]] == pytest.approx([c["faithfulness"] for c in given["curve"]],
+                                                                       abs=1e-9)
+    csv = run("discover", CLEAN, corrupt, "-m", folder, "--answers", pair, "--csv").stdout.splitlines()
+    assert csv[0] == "from,to,score" and len(csv) == 1 + given["edge_count"]
+    shown = run("discover", CLEAN, corrupt, "-m", folder, "--answers", pair, "--method", "eap", "-o",
+                tmp_path / "c.png", "--html", tmp_path / "c.html", env={"COLUMNS": "120", "NO_COLOR": "1"})
+    assert shown.exit_code == 0 and "PASS" in shown.stdout and (tmp_path / "c.png").is_file()
+    page = (tmp_path / "c.html").read_text(encoding="utf-8")
+    top = json.loads(run("discover", CLEAN, corrupt, "-m", folder, "--answers", pair, "--method", "eap",
+                         "--json").stdout)["edges"][0]
+    assert top["from"] in shown.stdout and "<svg" in page and f"<td>{top['from']}</td>" in page
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--pairs", "{bad}"], "line 2"),
+    (["--method", "fast"], "--method"),
+])
+def test_what_discover_refuses_in_one_line(args, message, folders, tmp_path):
+    folder = folders("llama")
+    loaded = loaded_of(folder)
+    a, b = answers_of(loaded)
+    if args[0] == "--pairs":
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text(json.dumps({"clean": CLEAN, "corrupt": corrupt_for(loaded), "answers": [a, b]}) + "\n{\n",
+                       encoding="utf-8")
+        printed = run("discover", "--pairs", bad, "-m", folder)
+        assert message in one_line_error(printed)
+    else:
+        printed = run("discover", CLEAN, corrupt_for(loaded), "-m", folder, "--answers", f"'{a}','{b}'", *args)
+        assert message in one_line_error(printed, 2)
+
+
+def test_discover_refuses_what_it_cannot_read(folders, tmp_path):
+    """Prompts of different lengths, an answer of several tokens, an encoder: one line each, exit 1."""
+    folder = folders("llama")
+    loaded = loaded_of(folder)
+    a, b = answers_of(loaded)
+    longer = run("discover", CLEAN, CLEAN + " and the dog", "-m", folder, "--answers", f"'{a}','{b}'")
+    assert "as many tokens" in one_line_error(longer)
+    several = run("discover", CLEAN, corrupt_for(loaded), "-m", folder, "--answers", f"'{a}','{a}{b} {a}'")
+    assert "tokens" in one_line_error(several)
+    encoder = run("discover", CLEAN, CLEAN.replace("cat", "dog"), "-m", folders("bert"), "--answers", "'a','b'")
+    one_line_error(encoder)
+
+
+def test_discover_finds_the_head_patch_finds_on_smollm2():
+    """SmolLM2, "The capital of France is" / "… Italy is", ' Paris' against ' Rome': EAP-IG's top edges hold head
+    23.4 writing to the logits (the head exact patching finds, test_patching), and the circuit of 1 % of the
+    70,651 edges keeps at least 80 % of the logit difference; every edge gives the clean run."""
+    require_real(offline.SMOLLM2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = attnviz.discover("The capital of France is", "The capital of Italy is", answers=(" Paris", " Rome"),
+                                  model="smollm2")
+    assert result.passed and result.total == 70_651
+    assert {"from": "a23.4", "to": "logits"} in [{k: e[k] for k in ("from", "to")} for e in result.edges(5)]
+    assert dict(result.curve)[round(0.01 * result.total)] >= 0.8
