@@ -216,6 +216,18 @@ TERMS: dict[str, str] = {
     "activation patching": "attnviz patch: run a clean and a corrupted prompt, put one piece of one run (a head's "
                            "output, a layer's attention output or residual stream at a position) into the other, "
                            "and measure how much of the answer comes back (Meng et al. 2022, Wang et al. 2022).",
+    "attribution patching": "AtP (Nanda 2023), attnviz patch --method atp: every piece's patch estimated at once "
+                            "from one forward and one backward pass of the receiver run, (a donor − a receiver) · "
+                            "∂M/∂a, on the same scale as activation patching; exact only where the model is linear "
+                            "between the piece and M (--compare measures it against exact patching).",
+    "edge attribution patching": "EAP (Syed et al. 2023), attnviz discover: every edge u → r of the residual "
+                                 "graph scored (a_u clean − a_u corrupted) · ∂M/∂x_r, x_r the receiver's own "
+                                 "input; EAP-IG (Hanna et al. 2024) averages the gradient over inputs from the "
+                                 "corrupted to the clean embeddings.",
+    "faithfulness curve": "in attnviz discover: for each share of the edges, the circuit of the top edges run with "
+                          "every other edge fed the corrupted run's contribution; (M circuit − M corrupted) / (M "
+                          "clean − M corrupted), 1 with every edge, 0 with none; its area over the share of edges "
+                          "kept is MIB's measure (Mueller et al. 2025).",
     "alignment": "in attnviz patch --align, for prompts of different lengths: which position of the corrupted "
                  "prompt each position of the clean one is patched with. auto pairs the tokens both share, in "
                  "order, and a changed span by its last token; a position left out is not patched.",
@@ -266,6 +278,9 @@ TERM_ALIASES = {"entropy tokens": "entropy_tokens", "token-weighted": "tok-w", "
                 "by α": "by α", "score": "sink score", "window": "sliding window", "sliding": "sliding window",
                 "local attention": "sliding window", "alti-logit": "ALTI-Logit", "alti logit": "ALTI-Logit",
                 "patching": "activation patching", "patch": "activation patching",
+                "atp": "attribution patching", "eap": "edge attribution patching",
+                "eap-ig": "edge attribution patching", "discover": "edge attribution patching",
+                "circuit faithfulness": "faithfulness curve",
                 "softcap": "soft-capping", "softcapping": "soft-capping",
                 "soft-cap": "soft-capping", "sink logits": "sink logit", "s_aux": "sink logit",
                 "qk-norm": "QK-norm", "qk norm": "QK-norm", "massive": "massive activation",
