@@ -78,7 +78,7 @@ def close(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max()) / max(1.0, float(b.abs().max()))
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", KINDS + ("mistral", "qwen3", "smollm3"))
 def test_the_graph_runs_as_the_model_every_edge_kept_is_clean_none_is_corrupt(kind, folders):
     """Every receiver reading its own copy of the live stream gives the model's own logits; built edge by edge
     with every edge kept, the clean run's; with none kept, the corrupted run's (within 1e-5 of the logits' size:
@@ -247,7 +247,8 @@ def test_what_discover_refuses_in_one_line(args, message, folders, tmp_path):
 
 
 def test_discover_refuses_what_it_cannot_read(folders, tmp_path):
-    """Prompts of different lengths, an answer of several tokens, an encoder: one line each, exit 1."""
+    """Prompts of different lengths, an answer of several tokens, an encoder, a block with a norm after attention
+    (Gemma 2), a --pairs file that is not UTF-8 or holds no pair: one line each, exit 1."""
     folder = folders("llama")
     loaded = loaded_of(folder)
     a, b = answers_of(loaded)
@@ -257,6 +258,22 @@ def test_discover_refuses_what_it_cannot_read(folders, tmp_path):
     assert "tokens" in one_line_error(several)
     encoder = run("discover", CLEAN, CLEAN.replace("cat", "dog"), "-m", folders("bert"), "--answers", "'a','b'")
     one_line_error(encoder)
+    gemma = loaded_of(folders("gemma2"))
+    g_a, g_b = answers_of(gemma)
+    post_norm = run("discover", CLEAN, corrupt_for(gemma), "-m", folders("gemma2"), "--answers", f"'{g_a}','{g_b}'")
+    assert "gemma2" in one_line_error(post_norm)
+    binary = tmp_path / "pairs.bin"
+    binary.write_bytes(b"\xff\xfe\x00{")
+    assert "UTF-8" in one_line_error(run("discover", "--pairs", binary, "-m", folder))
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n\n", encoding="utf-8")
+    assert "no pair" in one_line_error(run("discover", "--pairs", empty, "-m", folder))
+    many = tmp_path / "many.jsonl"
+    many.write_text((json.dumps({"clean": CLEAN, "corrupt": CLEAN, "answers": [a, b]}) + "\n") * 1001,
+                    encoding="utf-8")
+    assert "1,000" in one_line_error(run("discover", "--pairs", many, "-m", folder))
+    both = run("discover", CLEAN, corrupt_for(loaded), "--pairs", empty, "-m", folder)
+    assert "--pairs" in one_line_error(both, 2)
 
 
 def test_discover_finds_the_head_patch_finds_on_smollm2():
