@@ -16,6 +16,18 @@ class NotebookFigure(Figure):
     to a notebook cell is drawn, not printed as `<Figure size 614x579 with 2 Axes>`. Where IPython's own
     matplotlib formatter is active (`%matplotlib inline`), that one draws it, once."""
 
+    def draw(self, renderer) -> None:
+        """Every text drawn as it is: a "$" in a user's sentence or a model's token is a dollar sign, never
+        matplotlib's mathtext (where "$\\frac$" would fail to parse and "$x$" turn italic). Texts made before
+        the draw are set so; those the draw makes (tick labels) take the setting from the rc context."""
+        import matplotlib
+        from matplotlib.text import Text
+
+        with matplotlib.rc_context({"text.parse_math": False}):
+            for text in self.findobj(Text):
+                text.set_parse_math(False)
+            super().draw(renderer)
+
     def _repr_png_(self) -> bytes:
         buffer = io.BytesIO()
         self.savefig(buffer, format="png", dpi=NOTEBOOK_DPI)

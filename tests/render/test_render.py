@@ -496,3 +496,24 @@ def test_hangul_column_labels_stand_upright():
     assert [t.get_text() for t in ticks] == ["[CLS]", "고\n양\n이", "#\n#\n가"]
     assert [t.get_rotation() for t in ticks] == [90.0, 0.0, 0.0]
     texts_inside(figure)
+
+
+def test_a_dollar_sign_in_a_text_or_token_is_drawn_as_it_is(tmp_path):
+    """Tokens "$\\frac$" and "$x^2$": matplotlib's mathtext would fail to parse the first (a traceback) and set
+    the second in italics; every figure draws them as plain text, in a PNG, an SVG and the per-head images of an
+    export, and leaves the caller's rcParams as they were."""
+    import matplotlib
+    from matplotlib.text import Text
+
+    from attnviz.render.heads import HeadImageWriter
+
+    cap = make_capture(random_alpha(T=4), ["costs", "$\\frac$", "and", "$x^2$"])
+    for suffix in (".png", ".svg"):
+        fig = heatmap_figure(cap, layer=0, head=0)
+        save_figure(fig, tmp_path / f"dollar{suffix}")
+        drawn = [t for t in fig.figure.findobj(Text) if "$" in t.get_text()]
+        assert len(drawn) >= 4 and not any(t.get_parse_math() for t in drawn)
+    writer = HeadImageWriter(attention_panels(cap, [0], [0, 1]))
+    writer.write(attention_panels(cap, [0], [0])[0], tmp_path / "head.png")
+    assert (tmp_path / "head.png").stat().st_size > 0
+    assert matplotlib.rcParams["text.parse_math"] is True
