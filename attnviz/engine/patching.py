@@ -245,6 +245,170 @@ def attributed(where: Site, inputs: dict, donor: Donor, at: Sequence[int],
     return heads, residual, float(value.detach())
 
 
+@dataclass
+class Starred:
+    """AtP* (Kramár et al. 2024) of every piece, before it is combined: `heads` (L, A, H) and `residual` (L, A)
+    with the QK fix (the residual stream's effect through the next attention layer's patterns computed
+    exactly, the rest linearised), and `dropped`: the same once per layer ℓ with the gradient through block ℓ's
+    contribution to the residual stream dropped (GradDrop), ((heads, residual), …) in layer order. float64.
+    What the QK fix is made of, for the tests: `alpha` (per layer (1, H, T, T)) and `alpha_grad` (∂M/∂α) of the
+    receiver run, `exact_alpha` (per layer (A, H, T, T)): α with the residual stream at each aligned position
+    taken from the donor, and `linearised` (L, A): the estimate through each layer's patterns that the fix
+    replaces, ⟨∂M/∂α_l, J Δ⟩."""
+
+    heads: torch.Tensor
+    residual: torch.Tensor
+    dropped: list
+    alpha: list
+    alpha_grad: list
+    exact_alpha: list
+    linearised: torch.Tensor
+    value: float
+
+
+def _detach_block(module, args, kwargs, output):
+    """GradDrop's cut: the block adds what it adds, but no gradient flows back through it (only the skip)."""
+    hidden, _ = _hidden_of(args, kwargs)
+    out = output[0] if isinstance(output, tuple) else output
+    cut = hidden + (out - hidden).detach()
+    return (cut, *output[1:]) if isinstance(output, tuple) else cut
+
+
+def starred(where: Site, inputs: dict, donor: Donor, at: Sequence[int], metric: Any) -> Starred:
+    """AtP* (Kramár et al. 2024) of every head's z_h and every residual-stream position of `at`, from L + 1
+    forward and backward passes of the receiver run (and one of the donor's, for what its attention reads).
+
+    QK fix: AtP linearises the attention softmax, which a saturated pattern makes blind. A head's z_h already
+    holds its own exact pattern change (z_donor − z_receiver); the pieces that feed queries and keys are the
+    residual stream's, so for the stream entering layer l at position p the estimate through layer l's
+    patterns, ⟨∂M/∂α_l, J Δ⟩ (J the Jacobian of α_l in the stream there), is replaced by ⟨∂M/∂α_l, α_l(patched)
+    − α_l⟩, α_l(patched) layer l's attention run again with position p's input taken from the donor.
+    GradDrop: the same estimate once per layer ℓ with the gradient through block ℓ's contribution dropped;
+    the caller sums their magnitudes (Σ_ℓ |c_ℓ| / (L − 1)), which a cancellation of paths cannot hide."""
+    from attnviz.engine.scratch.adapters import adapter_for
+
+    base = getattr(where.model, "base_model", where.model)
+    attention = adapter_for(base).modules(base)
+    L = where.layers
+    places = list(at)
+    source = dict(donor.pairs) if donor.pairs is not None else {p: p for p in places}
+    donor_reads: list = [None] * L
+
+    def keep_read(n: int):
+        def hook(module, args, kwargs):
+            donor_reads[n] = (args[0] if args else kwargs["hidden_states"]).detach()
+        return hook
+
+    handles = [m.register_forward_pre_hook(keep_read(n), with_kwargs=True) for n, m in enumerate(attention)]
+    try:
+        with torch.inference_mode():
+            run_model(where.model, donor.inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
+
+    calls: list = [None] * L  # (args, kwargs) of each attention module's call in the receiver run
+    reads: list = [None] * L
+
+    def one(drop: int | None):
+        zs: list = [None] * L
+        hiddens: list = [None] * L
+        alphas: list = [None] * L
+
+        def keep_z(layer: int, z: torch.Tensor) -> torch.Tensor:
+            zs[layer] = z
+            return z
+
+        def keep_hidden(module, args, kwargs):
+            layer = where.blocks.index(module)
+            hidden, name = _hidden_of(args, kwargs)
+            if layer != 0:
+                hiddens[layer] = hidden
+                return None
+            hidden = hidden.detach().requires_grad_(True)
+            hiddens[0] = hidden
+            return ((hidden, *args[1:]), kwargs) if name is None else (args, {**kwargs, name: hidden})
+
+        def keep_call(n: int):
+            def hook(module, args, kwargs):
+                calls[n] = (args, kwargs)
+                reads[n] = (args[0] if args else kwargs["hidden_states"]).detach()
+            return hook
+
+        def keep_alpha(n: int):
+            def hook(module, args, output):
+                alphas[n] = output[1] if isinstance(output, tuple) and len(output) > 1 else None
+            return hook
+
+        handles = [b.register_forward_pre_hook(keep_hidden, with_kwargs=True) for b in where.blocks]
+        handles += [m.register_forward_hook(keep_alpha(n)) for n, m in enumerate(attention)]
+        if drop is None:
+            handles += [m.register_forward_pre_hook(keep_call(n), with_kwargs=True) for n, m in enumerate(attention)]
+        else:
+            handles.append(where.blocks[drop].register_forward_hook(_detach_block, with_kwargs=True))
+        try:
+            with editing(where, keep_z), torch.enable_grad():
+                output = run_model(where.model, inputs)
+                value = metric(read(where.model, output)[0])
+                if any(a is None or not a.requires_grad for a in alphas):
+                    raise UnsupportedArchitectureError(f"{type(where.model).__name__}: AtP* needs each layer's "
+                                                       f"attention weights (eager attention)")
+                grads = torch.autograd.grad(value, [*zs, *hiddens, *alphas], allow_unused=True, retain_graph=True)
+                linear = []
+                for n in range(L):  # J^T ∂M/∂α_n: the stream's effect through layer n's patterns, linearised
+                    g = grads[2 * L + n]
+                    linear.append(None if g is None else torch.autograd.grad(
+                        (alphas[n] * g.detach()).sum(), hiddens[n], retain_graph=True, allow_unused=True)[0])
+        finally:
+            for handle in handles:
+                handle.remove()
+        return zs, hiddens, [a.detach() for a in alphas], grads, linear, float(value.detach())
+
+    zs, hiddens, alphas, grads, linear, value = one(None)
+    index = torch.tensor(places, dtype=torch.long)
+    exact_alpha = []
+    for n in range(L):  # layer n's α with each aligned position's input from the donor, one batch
+        args, kwargs = calls[n]
+        batch = reads[n].expand(len(places), *reads[n].shape[1:]).clone()
+        for k, r in enumerate(places):
+            batch[k, r] = donor_reads[n][0, source[r]].to(batch.dtype)
+        given = ((batch, *args[1:]), kwargs) if args else ((), {**kwargs, "hidden_states": batch})
+        with torch.inference_mode():
+            out = attention[n](*given[0], **given[1])
+        exact_alpha.append(out[1].detach())  # (A, H, T, T)
+
+    def estimate(zs, hiddens, alphas, grads, linear) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        heads, residual, linears = [], [], []
+        for n in range(L):
+            here = index.to(zs[n].device)
+            g = grads[n]
+            change = donor.z[n][0, here].to(zs[n].device).double() - zs[n].detach()[0, here].double()
+            heads.append(torch.zeros(change.shape[:-1], dtype=torch.float64) if g is None
+                         else (change * g[0, here].double()).sum(-1).cpu())
+            g = grads[L + n]
+            step = donor.hidden[n][0, here].to(hiddens[n].device).double() - hiddens[n].detach()[0, here].double()
+            through = torch.zeros(len(places), dtype=torch.float64) if g is None else (
+                step * g[0, here].double()).sum(-1).cpu()
+            g_alpha, lin = grads[2 * L + n], linear[n]
+            linearised = torch.zeros(len(places), dtype=torch.float64)
+            if g_alpha is not None and lin is not None:
+                linearised = (step * lin[0, here].double()).sum(-1).cpu()
+                moved = exact_alpha[n].double() - alphas[n].double()  # (A, H, T, T)
+                exact = (moved * g_alpha.detach().double()).flatten(1).sum(1).cpu()
+                through = through - linearised + exact
+            residual.append(through)
+            linears.append(linearised)
+        return torch.stack(heads), torch.stack(residual), torch.stack(linears)
+
+    heads, residual, linearised = estimate(zs, hiddens, alphas, grads, linear)
+    dropped = []
+    for layer in range(L):
+        d_heads, d_residual, _ = estimate(*one(layer)[:5])
+        dropped.append((d_heads, d_residual))
+    alpha_grad = [None if g is None else g.detach() for g in grads[2 * L:]]
+    return Starred(heads, residual, dropped, alphas, alpha_grad, exact_alpha, linearised, value)
+
+
 def every_patch(kind: str, L: int, H: int, at: int | Sequence[int], positions: bool = False) -> list[Patch]:
     """Every patch of a kind: each head (at every position together, or at each position), or each layer and
     position (attention output, residual stream); `at` the positions (T: all of 0 … T − 1). Layer-major."""

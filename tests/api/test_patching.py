@@ -674,3 +674,126 @@ def test_atp_finds_the_heads_exact_patching_finds_on_smollm2():
     exact = result.comparison.exact
     strongest = np.argsort(-np.abs(exact), axis=None)[:5]
     assert int(np.argmax(np.abs(result.heads))) in set(int(i) for i in strongest)
+
+
+# --- AtP* (Kramár et al. 2024): the QK fix and GradDrop ------------------------------------------------------
+
+
+def _starred(kind, folders, double=False):
+    from attnviz.api.patching.prompts import Metric
+    from attnviz.engine.patching import donor_run, starred
+
+    loaded, where, clean, corrupt = _double(folders(kind)) if double else prepared(folders(kind))
+    clean_run = donor_run(where, clean.inputs)
+    answers = answers_of(loaded)
+    if answers is None:
+        T = len(clean.tokens)
+        metric = Metric(reference=clean_run.reading[:clean_run.reading.shape[0] // (T + 1)])
+    else:
+        ids = [loaded.tokenizer.encode(a, add_special_tokens=False)[0] for a in answers]
+        metric = Metric(answers=(ids[0], ids[1]))
+    T = len(corrupt.tokens)
+    return loaded, where, clean, corrupt, clean_run, metric, starred(where, corrupt.inputs, clean_run, range(T),
+                                                                     metric.tensor)
+
+
+def _alpha_with(where, inputs, layer, position, donor_hidden):
+    """Layer `layer`'s α in a full forward pass whose residual stream entering that layer has `position` taken
+    from the donor (a pre-hook of the test's own; output_attentions reads α)."""
+    import torch
+
+    from attnviz.engine.ablation.runs import run_model
+
+    def hook(module, args, kwargs):
+        hidden = (args[0] if args else kwargs["hidden_states"]).clone()
+        hidden[0, position] = donor_hidden[0, position].to(hidden.dtype)
+        return ((hidden, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": hidden})
+
+    handle = where.blocks[layer].register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        with torch.inference_mode():
+            return run_model(where.model, inputs, attentions=True).attentions[layer][0]
+    finally:
+        handle.remove()
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama", "qwen3", "bert"])
+def test_the_qk_fix_reads_the_pattern_a_full_forward_pass_gives(kind, folders):
+    """The QK fix's α of each layer with the residual stream at one position from the donor equals that layer's
+    α in a full forward pass so patched (1e-5: float32, one batch against one run), at every layer and position."""
+    loaded, where, clean, corrupt, clean_run, metric, star = _starred(kind, folders)
+    T = len(corrupt.tokens)
+    for layer in range(where.layers):
+        for position in range(T):
+            full = _alpha_with(where, corrupt.inputs, layer, position, clean_run.hidden[layer])
+            assert float((star.exact_alpha[layer][position] - full).abs().max()) <= 1e-5, (layer, position)
+    assert any(float((star.exact_alpha[n] - star.alpha[n]).abs().max()) > 1e-3 for n in range(where.layers))
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "bert"])
+def test_the_qk_fix_takes_out_the_linearised_pattern_change_and_puts_in_the_exact_one(kind, folders):
+    """In float64: the linearised term at (layer, position) is the derivative of ⟨∂M/∂α, α(x + εΔ)⟩ along the
+    patch (a central difference of full forward passes, extrapolated; within 1e-7 of its scale), and AtP*'s
+    residual stream is AtP's minus it plus ⟨∂M/∂α, α(patched) − α⟩ (1e-9)."""
+    import torch
+
+    from attnviz.engine.patching import attributed, donor_run
+
+    loaded, where, clean, corrupt, clean_run, metric, star = _starred(kind, folders, double=True)
+    T = len(corrupt.tokens)
+    _, residual, _ = attributed(where, corrupt.inputs, clean_run, range(T), metric.tensor)
+    corrupt_hidden = donor_run(where, corrupt.inputs).hidden
+    eps = 1e-4
+    for layer in range(where.layers):
+        g = star.alpha_grad[layer][0].double()
+        scale = max(1.0, float(star.linearised[layer].abs().max()))
+        for position in range(T):
+            def phi(step, layer=layer, position=position, g=g):
+                shifted = corrupt_hidden[layer] + step * (clean_run.hidden[layer] - corrupt_hidden[layer])
+                return float((_alpha_with(where, corrupt.inputs, layer, position, shifted).double() * g).sum())
+
+            def central(step):
+                return (phi(step) - phi(-step)) / (2 * step)
+
+            slope = (4 * central(eps / 2) - central(eps)) / 3
+            assert float(star.linearised[layer, position]) == pytest.approx(slope, abs=1e-7 * scale), (layer, position)
+            exact = float(((star.exact_alpha[layer][position].double() - star.alpha[layer][0].double()) * g).sum())
+            wanted = float(residual[layer, position]) - float(star.linearised[layer, position]) + exact
+            assert float(star.residual[layer, position]) == pytest.approx(wanted, abs=1e-9 * scale)
+    assert torch.is_tensor(star.residual)
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_graddrop_cuts_one_block_at_a_time(kind, folders):
+    """GradDrop's estimate with block ℓ's gradient dropped: for a head of a later block, or the residual stream
+    entering a later block, it is AtP*'s own (nothing of theirs runs through block ℓ; 1e-6 of the scale); for a
+    head of block ℓ itself it is 0 (its output reaches M only through the block). The picture's value is the
+    QK-fixed sign times Σ_ℓ |c_ℓ| / (L − 1), the head summed over its positions first."""
+    import torch
+
+    from attnviz.api.patching.activation import _star
+
+    loaded, where, clean, corrupt, clean_run, metric, star = _starred(kind, folders)
+    L = where.layers
+    scale = max(1.0, float(star.heads.abs().max()), float(star.residual.abs().max()))
+    for drop, (heads, residual) in enumerate(star.dropped):
+        assert float(heads[drop].abs().max()) == 0.0
+        for mine, theirs in ((heads, star.heads), (residual, star.residual)):
+            later = (mine[drop + 1:] - theirs[drop + 1:]).abs()
+            assert (float(later.max()) if later.numel() else 0.0) <= 1e-6 * scale
+    assert any(float((h[:d] - star.heads[:d]).abs().max()) > 1e-4 for d, (h, _) in enumerate(star.dropped) if d)
+    combined = _star(star, L)["heads"]
+    wanted = torch.sign(star.heads.sum(1)) * sum(h.sum(1).abs() for h, _ in star.dropped) / (L - 1)
+    np.testing.assert_allclose(combined, wanted.numpy(), atol=1e-12)
+
+
+def test_atp_star_from_the_command_line(folders):
+    """--method atp* keeps patch's JSON shape, says its method, and compares with exact patching."""
+    folder = folders("llama")
+    loaded, *_ = prepared(folder)
+    a, b = answers_of(loaded)
+    given = json.loads(run("patch", CLEAN, CORRUPT, "-m", folder, "--answers", f"'{a}','{b}'", "--method", "atp*",
+                           "--compare", "--positions", "--json").stdout)
+    assert given["method"] == "atp*" and given["compare"]["method"] == "atp*"
+    assert np.array(given["head_positions"]).shape == (2, 4, len(given["tokens"]))
+    np.testing.assert_allclose(given["compare"]["estimate"], given["heads"], atol=1e-12)

@@ -23,8 +23,8 @@ __all__ = ["patch", "Patching", "Comparison", "PATCH_TOLERANCE", "MISMATCH_EXIT"
 PATTERN_HEADS = 3  # the top heads whose α on both prompts the picture shows
 PATCH_TOLERANCE = 1e-4  # |LD with every head and MLP patched − the donor's LD|, over max(1, |LD|): float32 sums
 MISMATCH_EXIT = 3  # every head and MLP patched does not give the donor's run
-METHODS = ("exact", "atp")  # one patched run per piece; attribution patching (one forward and one backward pass)
-METHOD_NAMES = {"exact": "exact patching", "atp": "AtP"}
+METHODS = ("exact", "atp", "atp*")  # one patched run per piece; attribution patching; AtP* (QK fix and GradDrop)
+METHOD_NAMES = {"exact": "exact patching", "atp": "AtP", "atp*": "AtP*"}
 DISAGREE = 5  # the heads --compare lists where the two methods differ most
 
 
@@ -163,6 +163,11 @@ class Patching(Result):
                           + (" AtP estimates each patch from one forward and one backward pass of the receiver run, "
                              "(a donor − a receiver) · ∂M/∂a (Nanda 2023): an estimate, not a patch; --compare "
                              "measures it against exact patching." if "atp" in (self.method, getattr(
+                                 self.comparison, "method", "")) else "")
+                          + (" AtP* (Kramár et al. 2024): the residual stream's effect through the next layer's "
+                             "attention patterns computed exactly (the QK fix), and the size of each estimate "
+                             "GradDrop's, Σ over layers ℓ of |the estimate with block ℓ's gradient dropped| / (L − 1), "
+                             "with the sign of the QK-fixed AtP." if "atp*" in (self.method, getattr(
                                  self.comparison, "method", "")) else ""), style="dim"))
         return items
 
@@ -346,9 +351,11 @@ def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
     last token with the other's last), or the pairs themselves, ((clean position, corrupted position), …) or
     "0:0,1:1,3-4:2-3" (each increasing); positions left out are not patched. `top`: the heads the report lists.
 
-    `method` "exact" (one patched run per piece, batched) or "atp" (attribution patching, Nanda 2023: every
-    piece's effect estimated from one forward and one backward pass of the receiver run, on the same scale).
-    `compare`: both, for the heads; the result's `comparison` holds them with Pearson's r.
+    `method` "exact" (one patched run per piece, batched), "atp" (attribution patching, Nanda 2023: every
+    piece's effect estimated from one forward and one backward pass of the receiver run, on the same scale) or
+    "atp*" (Kramár et al. 2024: AtP with the QK fix for the residual stream and GradDrop's magnitude, L + 1
+    passes). `compare`: exact patching and the estimate (AtP where `method` is exact) for the heads; the
+    result's `comparison` holds them with Pearson's r.
 
     With `senders`, path patching instead (attnviz.path_patch: `senders` to `receivers` through their `to`
     inputs), a PathPatching."""
@@ -369,7 +376,7 @@ def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
         raise UsageError(f"{arg('top')} takes a whole number from 1 to 100; got {top}", "top")
     loaded, where, first, second, clean_run, corrupt_run, measure, clean_diff, corrupt_diff, names, pairs = prepare(
         clean, corrupt, model, tokenizer, answers, direction, truncate, device, dtype, align)
-    from attnviz.engine.patching import aligned, attributed, every_patch, run_patches
+    from attnviz.engine.patching import aligned, attributed, every_patch, run_patches, starred
 
     L, H, A = where.layers, where.heads, len(pairs)
     reporter = reporter or Reporter()
@@ -393,25 +400,30 @@ def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
         patches = {}
     estimated = None
     results: dict = {}
-    with reporter.progress("Patching", sum(len(p) for p in patches.values()) + (method == "atp" or compare),
-                           "runs") as step:
+    estimating = method != "exact" or compare
+    with reporter.progress("Patching", sum(len(p) for p in patches.values()) + estimating, "runs") as step:
         for name, chosen in patches.items():
             results[name] = score(run_patches(where, receiver.inputs, donor, chosen, on_done=step))
-        if method == "atp" or compare:
-            heads_at, residual_at, _ = attributed(where, receiver.inputs, donor, at, measure.tensor)
-            step(1)
+        if estimating:
             start = corrupt_diff if direction == "denoise" else clean_diff  # the receiver run's M
 
             def normal(change) -> np.ndarray:
-                return (start + change.numpy() - corrupt_diff) / gap
+                return (start + np.asarray(change) - corrupt_diff) / gap
 
-            estimated = {"heads": normal(heads_at.sum(1)), "attention": normal(heads_at.sum(2)),
-                         "residual": normal(residual_at), "head_positions": normal(heads_at.permute(0, 2, 1))}
+            if method == "atp*":
+                estimated = {name: normal(value) for name, value in
+                             _star(starred(where, receiver.inputs, donor, at, measure.tensor), L).items()}
+            else:
+                heads_at, residual_at, _ = attributed(where, receiver.inputs, donor, at, measure.tensor)
+                estimated = {"heads": normal(heads_at.sum(1)), "attention": normal(heads_at.sum(2)),
+                             "residual": normal(residual_at), "head_positions": normal(heads_at.permute(0, 2, 1))}
+            step(1)
     comparison = None
     if compare:
         assert estimated is not None
-        comparison = Comparison(exact=results["heads"].reshape(L, H), estimate=estimated["heads"].reshape(L, H))
-    if method == "atp":
+        comparison = Comparison(exact=results["heads"].reshape(L, H), estimate=estimated["heads"].reshape(L, H),
+                                method="atp" if method == "exact" else method)
+    if method != "exact":
         assert estimated is not None
         results = {name: estimated[name] for name in ("heads", "attention", "residual")}
         if positions:
@@ -435,6 +447,24 @@ def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
         patterns=patterns, causal=bool(loaded.causal), captures=captures,
         alignment=() if identity(pairs, len(first.tokens), len(second.tokens)) else tuple(pairs), listed=top,
         method=method, comparison=comparison)
+
+
+def _star(star, L: int) -> dict:
+    """AtP*'s change of the metric for each kind of piece: the QK-fixed estimate's sign, GradDrop's magnitude
+    Σ_ℓ |c_ℓ| / (L − 1) (Kramár et al. 2024; one of the L terms, the piece's own block dropped, is 0 for a head),
+    each piece summed before its magnitude is taken (a head over its positions, a layer over its heads). One
+    layer: the QK-fixed estimate alone."""
+    def combined(fixed, dropped) -> np.ndarray:
+        fixed = fixed.numpy()
+        if L < 2:
+            return fixed
+        return np.sign(fixed) * sum(np.abs(d.numpy()) for d in dropped) / (L - 1)
+
+    views = {"heads": lambda h: h.sum(1), "attention": lambda h: h.sum(2),
+             "head_positions": lambda h: h.permute(0, 2, 1)}
+    out = {name: combined(view(star.heads), [view(h) for h, _ in star.dropped]) for name, view in views.items()}
+    out["residual"] = combined(star.residual, [r for _, r in star.dropped])
+    return out
 
 
 def _all_patched(where, receiver, donor, first, second, score, direction, pairs) -> float | None:
