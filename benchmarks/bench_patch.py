@@ -36,7 +36,8 @@ def main() -> None:
     import numpy as np
 
     from attnviz.api.patching.prompts import Metric
-    from attnviz.engine.patching import attributed, donor_run, every_patch, run_patches
+    from attnviz.api.patching.activation import _star
+    from attnviz.engine.patching import attributed, donor_run, every_patch, run_patches, starred
 
     loaded = attnviz.load_model("smollm2", device=args.device, lm_head=True)
     where = site(loaded.model)
@@ -76,19 +77,24 @@ def main() -> None:
     def atp():
         got["atp"] = attributed(where, corrupt.inputs, donor, range(T), metric.tensor)
 
+    def atp_star():
+        got["atp*"] = starred(where, corrupt.inputs, donor, range(T), metric.tensor)
+
     t_atp, t_exact, t_exact_loop = best(atp, args.repeats), best(exact_heads, args.repeats), best(exact_loop, 1)
+    t_star = best(atp_star, args.repeats)
     exact = (metric(got["exact"]) - float(metric(receiver.reading))) / gap  # (L·H,)
-    estimate = got["atp"][0].sum(1).numpy().ravel() / gap
-    r = float(np.corrcoef(exact, estimate)[0, 1])
     H = where.heads
-    first = [f"{int(i) // H}.{int(i) % H}" for i in (np.argmax(np.abs(exact)), np.argmax(np.abs(estimate)))]
     print(f"\nEvery head ({len(heads)}), ' Paris' against ' Rome': exact patching against AtP (one forward and one "
-          f"backward pass)\n")
-    print("| exact, one pass per head | exact, batched | AtP | AtP against batched | against one pass per head "
-          "| Pearson r | first head: exact, AtP |")
-    print("|---|---|---|---|---|---|---|")
-    print(f"| {t_exact_loop:.2f} s | {t_exact:.2f} s | {t_atp:.3f} s | {t_exact / t_atp:.1f}× | "
-          f"{t_exact_loop / t_atp:.1f}× | {r:.3f} | {first[0]}, {first[1]} |")
+          f"backward pass) and AtP* (L + 1)\n")
+    print("| exact, one pass per head | exact, batched | estimate | its time | against batched | against one pass "
+          "per head | Pearson r | first head: exact, estimate |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, seconds, estimate in (("AtP", t_atp, got["atp"][0].sum(1).numpy().ravel() / gap),
+                                    ("AtP*", t_star, _star(got["atp*"], where.layers)["heads"].ravel() / gap)):
+        r = float(np.corrcoef(exact, estimate)[0, 1])
+        first = [f"{int(i) // H}.{int(i) % H}" for i in (np.argmax(np.abs(exact)), np.argmax(np.abs(estimate)))]
+        print(f"| {t_exact_loop:.2f} s | {t_exact:.2f} s | {name} | {seconds:.3f} s | {t_exact / seconds:.1f}× | "
+              f"{t_exact_loop / seconds:.1f}× | {r:.3f} | {first[0]}, {first[1]} |")
 
 
 if __name__ == "__main__":

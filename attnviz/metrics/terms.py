@@ -219,7 +219,10 @@ TERMS: dict[str, str] = {
     "attribution patching": "AtP (Nanda 2023), attnviz patch --method atp: every piece's patch estimated at once "
                             "from one forward and one backward pass of the receiver run, (a donor − a receiver) · "
                             "∂M/∂a, on the same scale as activation patching; exact only where the model is linear "
-                            "between the piece and M (--compare measures it against exact patching).",
+                            "between the piece and M (--compare measures it against exact patching). atp*: with "
+                            "Kramár et al. 2024's QK fix (the residual stream's effect through attention patterns "
+                            "computed exactly) and GradDrop (Σ over layers of |the estimate with one block's "
+                            "gradient dropped| / (L − 1)).",
     "edge attribution patching": "EAP (Syed et al. 2023), attnviz discover: every edge u → r of the residual "
                                  "graph scored (a_u clean − a_u corrupted) · ∂M/∂x_r, x_r the receiver's own "
                                  "input; EAP-IG (Hanna et al. 2024) averages the gradient over inputs from the "
@@ -278,7 +281,8 @@ TERM_ALIASES = {"entropy tokens": "entropy_tokens", "token-weighted": "tok-w", "
                 "by α": "by α", "score": "sink score", "window": "sliding window", "sliding": "sliding window",
                 "local attention": "sliding window", "alti-logit": "ALTI-Logit", "alti logit": "ALTI-Logit",
                 "patching": "activation patching", "patch": "activation patching",
-                "atp": "attribution patching", "eap": "edge attribution patching",
+                "atp": "attribution patching", "atp*": "attribution patching", "graddrop": "attribution patching",
+                "qk fix": "attribution patching", "eap": "edge attribution patching",
                 "eap-ig": "edge attribution patching", "discover": "edge attribution patching",
                 "circuit faithfulness": "faithfulness curve",
                 "softcap": "soft-capping", "softcapping": "soft-capping",
