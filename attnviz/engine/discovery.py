@@ -186,7 +186,7 @@ def run(g: Graph, inputs: dict, *, embeddings: torch.Tensor | None = None, keep:
             return base.unsqueeze(1).repeat(1, len(receivers), 1, 1)
         width = g.reach[receivers[-1]]
         deltas = torch.stack([outputs[u] - corrupt.outputs[u].to(outputs[u].dtype) for u in range(width)], 1)
-        mask = keep[list(receivers), :width].to(deltas.dtype)  # (R, U)
+        mask = keep[list(receivers), :width].to(deltas.device, deltas.dtype)  # (R, U)
         return base.unsqueeze(1) + torch.einsum("ru,butd->brtd", mask, deltas)
 
     def first_input(module, args, kwargs):
