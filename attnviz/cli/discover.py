@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Annotated, Optional
 
 import typer
 
 from attnviz.cli.errors import cli_errors
 from attnviz.cli.group import app
-from attnviz.cli.inputs import Source, takes
+from attnviz.cli.inputs import Source, takes, two_prompts
 from attnviz.cli.output import check_output, emit, figure_file, page_file
 from attnviz.cli.params import CsvOpt, ImageOut, JsonOpt, ModelOptions, answer_pair, whole_number
 
@@ -64,16 +63,9 @@ def discover(corrupt: Annotated[Optional[str], typer.Argument(
         result = attnviz.discover(pairs=pairs, model=model.later_for(None), method=method, steps=steps, top=top,
                                   reporter=inp.options()["reporter"])
     else:
-        if inp.text_file is not None and corrupt is None:  # --text-file CLEAN: the one argument is CORRUPT
-            inp, corrupt = dataclasses.replace(inp, text=None), inp.text
-        if corrupt is None:
-            raise typer.BadParameter("give the clean prompt and the corrupted one: attnviz discover CLEAN CORRUPT "
-                                     "--answers A,B (or --pairs FILE)")
-        if corrupt == "-":
-            raise typer.BadParameter("CORRUPT is the prompt itself (standard input is for CLEAN, as -)")
+        clean, corrupt = two_prompts(inp, corrupt, "attnviz discover CLEAN CORRUPT --answers A,B (or --pairs FILE)")
         if answers is None:
             raise typer.BadParameter("give the two answers: --answers ' Paris',' Rome'", param_hint="--answers")
-        clean = inp.resolve()
         result = attnviz.discover(clean, corrupt, answers=answer_pair(answers), model=model.later_for(clean),
                                   method=method, steps=steps, top=top, reporter=inp.options()["reporter"])
     emit(result, as_json=as_json, as_csv=as_csv, files=[figure_file(output, result), page_file(page, result)])

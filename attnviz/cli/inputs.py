@@ -22,7 +22,7 @@ from attnviz.cli.params import FromOpt, MAX_NEW_TOKENS, ModelOptions, TextArg, w
 
 # Imports inside the functions (the API, numpy) keep `attnviz --help` and each command's --help light.
 
-__all__ = ["Source", "Offer", "takes", "read_text", "read_texts", "CliReporter", "MAX_TEXT_BYTES"]
+__all__ = ["Source", "Offer", "takes", "read_text", "read_texts", "two_prompts", "CliReporter", "MAX_TEXT_BYTES"]
 
 MAX_TEXT_BYTES = 1_000_000  # text from a file or stdin
 
@@ -295,3 +295,16 @@ def takes(**groups: type | Offer) -> Callable:
         return wrapper
 
     return decorate
+
+
+def two_prompts(inp: Source, corrupt: str | None, usage: str) -> tuple[str, str]:
+    """CLEAN and CORRUPT of a command that compares two prompts (patch, discover): CLEAN as TEXT, - or
+    --text-file (then the one argument given is CORRUPT), CORRUPT the prompt itself. `usage` the command line
+    said when CORRUPT is missing."""
+    if inp.text_file is not None and corrupt is None:  # --text-file CLEAN: the one argument is CORRUPT
+        inp, corrupt = dataclasses.replace(inp, text=None), inp.text
+    if corrupt is None:
+        raise typer.BadParameter(f"give the clean prompt and the corrupted one: {usage}")
+    if corrupt == "-":
+        raise typer.BadParameter("CORRUPT is the prompt itself (standard input is for CLEAN, as -)")
+    return inp.resolve(), corrupt

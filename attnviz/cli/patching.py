@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Annotated, Optional
 
 import typer
 
 from attnviz.cli.errors import cli_errors
 from attnviz.cli.group import app
-from attnviz.cli.inputs import Source, takes
+from attnviz.cli.inputs import Source, takes, two_prompts
 from attnviz.cli.output import check_output, emit, figure_file, page_file
 from attnviz.cli.params import CsvOpt, ImageOut, JsonOpt, ModelOptions, answer_pair, whole_number
 
@@ -83,16 +82,10 @@ def patch(corrupt: Annotated[Optional[str], typer.Argument(
     check_output(output, FORMATS)
     check_output(page, (".html", ".htm"))
     pair = None if answers is None else answer_pair(answers)
-    if inp.text_file is not None and corrupt is None:  # --text-file CLEAN: the one argument is CORRUPT
-        inp, corrupt = dataclasses.replace(inp, text=None), inp.text
-    if corrupt is None:
-        raise typer.BadParameter("give the clean prompt and the corrupted one: attnviz patch CLEAN CORRUPT")
-    if corrupt == "-":
-        raise typer.BadParameter("CORRUPT is the prompt itself (standard input is for CLEAN, as -)")
     if senders is not None and page is not None:
         raise typer.BadParameter("the page shows activation patching; path patching (--from-heads) prints its "
                                  "scores", param_hint="--html")
-    clean = inp.resolve()
+    clean, corrupt = two_prompts(inp, corrupt, "attnviz patch CLEAN CORRUPT")
     result = attnviz.patch(clean, corrupt, model=model.later_for(clean), answers=pair,
                            direction="noise" if noise else "denoise", positions=positions, align=align, top=top,
                            senders=senders, receivers=receivers or (), to=to, method=method, compare=compare,

@@ -16,7 +16,8 @@ once. The same seam as ablation: the output projection's input, split into heads
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -190,18 +191,12 @@ def run_patches(where: Site, inputs: dict, donor: Donor, patches: Sequence[Patch
     return torch.stack(results) if results else torch.zeros(0)
 
 
-def attributed(where: Site, inputs: dict, donor: Donor, at: Sequence[int],
-               metric: Any) -> tuple[torch.Tensor, torch.Tensor, float]:
-    """Attribution patching (AtP, Nanda 2023; Kramár et al. 2024): every patch's effect on the metric from one
-    forward and one backward pass of the receiver run, linearised there: (a_donor − a_receiver) · ∂M/∂a for
-    each piece a, a head's z_h and the residual stream entering each layer, at each position of `at` (the
-    receiver's positions the `donor`, an aligned() Donor, is patched into). `metric` maps what read() reads
-    of the one run, (R,) float64, to the scalar M.
-
-    Returns (heads (L, A, H): each head at each position; residual (L, A): each block's input at each position;
-    M of the receiver run), float64. A head patched at every position is the sum over positions, a layer's
-    attention output at a position the sum over heads: the estimate is linear in what is patched. The
-    gradients are taken with torch.autograd.grad, so no parameter's .grad is touched."""
+@contextlib.contextmanager
+def _differentiable(where: Site) -> Iterator[tuple[list, list]]:
+    """A forward pass run inside keeps, in the autograd graph, each layer's W_O input z (B, T, H, d) and each
+    block's input; the first block's input is made the leaf where the graph starts, so gradients flow whether or
+    not the model's weights take them. Yields (zs, hiddens), filled as the pass runs; the hooks are removed at
+    the end."""
     L = where.layers
     zs: list = [None] * L
     hiddens: list = [None] * L
@@ -216,32 +211,57 @@ def attributed(where: Site, inputs: dict, donor: Donor, at: Sequence[int],
         if layer != 0:
             hiddens[layer] = hidden
             return None
-        hidden = hidden.detach().requires_grad_(True)  # the graph starts at the first block's input
+        hidden = hidden.detach().requires_grad_(True)
         hiddens[0] = hidden
         return ((hidden, *args[1:]), kwargs) if name is None else (args, {**kwargs, name: hidden})
 
     handles = [b.register_forward_pre_hook(keep_hidden, with_kwargs=True) for b in where.blocks]
     try:
         with editing(where, keep_z), torch.enable_grad():
-            output = run_model(where.model, inputs)
-            value = metric(read(where.model, output)[0])
-            if any(v is None for v in zs) or any(v is None for v in hiddens):
-                raise UnsupportedArchitectureError(f"{type(where.model).__name__}: a layer was not called")
-            grads = torch.autograd.grad(value, [*zs, *hiddens], allow_unused=True)
+            yield zs, hiddens
     finally:
         for handle in handles:
             handle.remove()
+
+
+def _all_called(where: Site, *recorded: list) -> None:
+    """Refuse, before taking gradients, a pass in which a layer recorded nothing."""
+    if any(v is None for values in recorded for v in values):
+        raise UnsupportedArchitectureError(f"{type(where.model).__name__}: a layer was not called")
+
+
+def _linearised(places: torch.Tensor, mine: torch.Tensor, theirs: torch.Tensor,
+                grad: torch.Tensor | None) -> torch.Tensor:
+    """(a_donor − a_receiver) · ∂M/∂a at each of `places` (summed over the last axis), float64 on the CPU; 0
+    where the metric does not read the piece at all."""
+    here = places.to(mine.device)
+    change = theirs[0, here].to(mine.device).double() - mine.detach()[0, here].double()
+    if grad is None:
+        return torch.zeros(change.shape[:-1], dtype=torch.float64)
+    return (change * grad[0, here].double()).sum(-1).cpu()
+
+
+def attributed(where: Site, inputs: dict, donor: Donor, at: Sequence[int],
+               metric: Any) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """Attribution patching (AtP, Nanda 2023; Kramár et al. 2024): every patch's effect on the metric from one
+    forward and one backward pass of the receiver run, linearised there: (a_donor − a_receiver) · ∂M/∂a for
+    each piece a, a head's z_h and the residual stream entering each layer, at each position of `at` (the
+    receiver's positions the `donor`, an aligned() Donor, is patched into). `metric` maps what read() reads
+    of the one run, (R,) float64, to the scalar M.
+
+    Returns (heads (L, A, H): each head at each position; residual (L, A): each block's input at each position;
+    M of the receiver run), float64. A head patched at every position is the sum over positions, a layer's
+    attention output at a position the sum over heads: the estimate is linear in what is patched. The
+    gradients are taken with torch.autograd.grad, so no parameter's .grad is touched."""
+    L = where.layers
+    with _differentiable(where) as (zs, hiddens):
+        value = metric(read(where.model, run_model(where.model, inputs))[0])
+        _all_called(where, zs, hiddens)
+        grads = torch.autograd.grad(value, [*zs, *hiddens], allow_unused=True)
     places = torch.tensor(list(at), dtype=torch.long)
-
-    def dot(mine: torch.Tensor, theirs: torch.Tensor, grad: torch.Tensor | None) -> torch.Tensor:
-        here = places.to(mine.device)
-        change = theirs[0, here].to(mine.device).double() - mine.detach()[0, here].double()
-        if grad is None:  # the metric does not read this piece at all
-            return torch.zeros(change.shape[:-1], dtype=torch.float64)
-        return (change * grad[0, here].double()).sum(-1).cpu()
-
-    heads = torch.stack([dot(zs[n], donor.z[n], grads[n]) for n in range(L)])  # (L, A, H)
-    residual = torch.stack([dot(hiddens[n], donor.hidden[n], grads[L + n]) for n in range(L)])  # (L, A)
+    heads = torch.stack([_linearised(places, zs[n], donor.z[n], grads[n]) for n in range(L)])  # (L, A, H)
+    residual = torch.stack([_linearised(places, hiddens[n], donor.hidden[n], grads[L + n])
+                            for n in range(L)])  # (L, A)
     return heads, residual, float(value.detach())
 
 
@@ -311,23 +331,7 @@ def starred(where: Site, inputs: dict, donor: Donor, at: Sequence[int], metric: 
     reads: list = [None] * L
 
     def one(drop: int | None):
-        zs: list = [None] * L
-        hiddens: list = [None] * L
         alphas: list = [None] * L
-
-        def keep_z(layer: int, z: torch.Tensor) -> torch.Tensor:
-            zs[layer] = z
-            return z
-
-        def keep_hidden(module, args, kwargs):
-            layer = where.blocks.index(module)
-            hidden, name = _hidden_of(args, kwargs)
-            if layer != 0:
-                hiddens[layer] = hidden
-                return None
-            hidden = hidden.detach().requires_grad_(True)
-            hiddens[0] = hidden
-            return ((hidden, *args[1:]), kwargs) if name is None else (args, {**kwargs, name: hidden})
 
         def keep_call(n: int):
             def hook(module, args, kwargs):
@@ -340,16 +344,15 @@ def starred(where: Site, inputs: dict, donor: Donor, at: Sequence[int], metric: 
                 alphas[n] = output[1] if isinstance(output, tuple) and len(output) > 1 else None
             return hook
 
-        handles = [b.register_forward_pre_hook(keep_hidden, with_kwargs=True) for b in where.blocks]
-        handles += [m.register_forward_hook(keep_alpha(n)) for n, m in enumerate(attention)]
+        handles = [m.register_forward_hook(keep_alpha(n)) for n, m in enumerate(attention)]
         if drop is None:
             handles += [m.register_forward_pre_hook(keep_call(n), with_kwargs=True) for n, m in enumerate(attention)]
         else:
             handles.append(where.blocks[drop].register_forward_hook(_detach_block, with_kwargs=True))
         try:
-            with editing(where, keep_z), torch.enable_grad():
-                output = run_model(where.model, inputs)
-                value = metric(read(where.model, output)[0])
+            with _differentiable(where) as (zs, hiddens):
+                value = metric(read(where.model, run_model(where.model, inputs))[0])
+                _all_called(where, zs, hiddens)
                 if any(a is None or not a.requires_grad for a in alphas):
                     raise UnsupportedArchitectureError(f"{type(where.model).__name__}: AtP* needs each layer's "
                                                        f"attention weights (eager attention)")
@@ -380,19 +383,12 @@ def starred(where: Site, inputs: dict, donor: Donor, at: Sequence[int], metric: 
     def estimate(zs, hiddens, alphas, grads, linear) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         heads, residual, linears = [], [], []
         for n in range(L):
-            here = index.to(zs[n].device)
-            g = grads[n]
-            change = donor.z[n][0, here].to(zs[n].device).double() - zs[n].detach()[0, here].double()
-            heads.append(torch.zeros(change.shape[:-1], dtype=torch.float64) if g is None
-                         else (change * g[0, here].double()).sum(-1).cpu())
-            g = grads[L + n]
-            step = donor.hidden[n][0, here].to(hiddens[n].device).double() - hiddens[n].detach()[0, here].double()
-            through = torch.zeros(len(places), dtype=torch.float64) if g is None else (
-                step * g[0, here].double()).sum(-1).cpu()
+            heads.append(_linearised(index, zs[n], donor.z[n], grads[n]))
+            through = _linearised(index, hiddens[n], donor.hidden[n], grads[L + n])
             g_alpha, lin = grads[2 * L + n], linear[n]
             linearised = torch.zeros(len(places), dtype=torch.float64)
             if g_alpha is not None and lin is not None:
-                linearised = (step * lin[0, here].double()).sum(-1).cpu()
+                linearised = _linearised(index, hiddens[n], donor.hidden[n], lin)
                 moved = exact_alpha[n].double() - alphas[n].double()  # (A, H, T, T)
                 exact = (moved * g_alpha.detach().double()).flatten(1).sum(1).cpu()
                 through = through - linearised + exact

@@ -522,6 +522,19 @@ def _linear_in_the_last_layer(loaded, kind):
             last.bias.zero_()
 
 
+def metric_of(loaded, clean, clean_run):
+    """patch's metric for the tiny model: the logit difference of answers_of(), or an encoder's cosine with the
+    clean run's sentence embedding."""
+    from attnviz.api.patching.prompts import Metric
+
+    answers = answers_of(loaded)
+    if answers is None:
+        T = len(clean.tokens)
+        return Metric(reference=clean_run.reading[:clean_run.reading.shape[0] // (T + 1)])
+    ids = [loaded.tokenizer.encode(a, add_special_tokens=False)[0] for a in answers]
+    return Metric(answers=(ids[0], ids[1]))
+
+
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])
 def test_atp_equals_exact_patching_where_the_model_is_linear_in_the_piece(kind, folders):
     """With the last layer's MLP writing 0 and no final norm, the logit difference is linear in the last layer's
@@ -550,20 +563,13 @@ def test_atp_per_head_is_the_derivative_along_the_patch(kind, folders):
     ~2e-4 on these random weights: the ε² term."""
     import torch
 
-    from attnviz.api.patching.prompts import Metric
     from attnviz.engine.ablation.seam import editing
     from attnviz.engine.ablation.runs import run_model
     from attnviz.engine.patching import attributed, donor_run, read
 
     loaded, where, clean, corrupt = _double(folders(kind))
     clean_run, corrupt_run = donor_run(where, clean.inputs), donor_run(where, corrupt.inputs)
-    answers = answers_of(loaded)
-    if answers is None:
-        T = len(clean.tokens)
-        metric = Metric(reference=clean_run.reading[:clean_run.reading.shape[0] // (T + 1)])
-    else:
-        ids = [loaded.tokenizer.encode(a, add_special_tokens=False)[0] for a in answers]
-        metric = Metric(answers=(ids[0], ids[1]))
+    metric = metric_of(loaded, clean, clean_run)
     T = len(corrupt.tokens)
     heads, residual, value = attributed(where, corrupt.inputs, clean_run, range(T), metric.tensor)
     scale = max(1.0, abs(value))
@@ -680,18 +686,11 @@ def test_atp_finds_the_heads_exact_patching_finds_on_smollm2():
 
 
 def _starred(kind, folders, double=False):
-    from attnviz.api.patching.prompts import Metric
     from attnviz.engine.patching import donor_run, starred
 
     loaded, where, clean, corrupt = _double(folders(kind)) if double else prepared(folders(kind))
     clean_run = donor_run(where, clean.inputs)
-    answers = answers_of(loaded)
-    if answers is None:
-        T = len(clean.tokens)
-        metric = Metric(reference=clean_run.reading[:clean_run.reading.shape[0] // (T + 1)])
-    else:
-        ids = [loaded.tokenizer.encode(a, add_special_tokens=False)[0] for a in answers]
-        metric = Metric(answers=(ids[0], ids[1]))
+    metric = metric_of(loaded, clean, clean_run)
     T = len(corrupt.tokens)
     return loaded, where, clean, corrupt, clean_run, metric, starred(where, corrupt.inputs, clean_run, range(T),
                                                                      metric.tensor)

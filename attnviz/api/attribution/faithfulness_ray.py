@@ -32,7 +32,7 @@ class FaithfulnessWorker:
 def measure_on_ray(texts: list[str], model_options: dict, options: dict, measure: Callable, *, address: str | None,
                    workers: int, reporter: Reporter) -> tuple[list[dict], list[tuple[int, str]]]:
     """Every text measured by `workers` actors; (the summaries in the texts' order, the skipped ones)."""
-    from attnviz.engine.corpora.ray import _ray, check_address, start_ray
+    from attnviz.engine.corpora.ray import _ray, check_address, ray_failure, start_ray
 
     if address is not None:
         check_address(address)
@@ -58,9 +58,7 @@ def measure_on_ray(texts: list[str], model_options: dict, options: dict, measure
         except InputError:
             raise
         except Exception as exc:  # Ray wraps a worker's error in its own exception types
-            cause = getattr(exc, "cause", None) or exc
-            raise InputError(f"the Ray job failed: {type(cause).__name__}: "
-                             f"{str(cause).strip().splitlines()[-1] if str(cause).strip() else ''}") from None
+            raise ray_failure(exc) from None
         finally:
             if started_here and ray.is_initialized():
                 ray.shutdown()

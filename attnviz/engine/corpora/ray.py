@@ -86,6 +86,14 @@ class CorpusWorker:
         return {"state": [json.dumps(state.to_json())]}
 
 
+def ray_failure(exc: BaseException) -> InputError:
+    """A Ray job's failure as one line: Ray wraps a worker's error in its own exception types, whose `cause` is
+    the worker's; its type and the last line of its message."""
+    cause = getattr(exc, "cause", None) or exc
+    text = str(cause).strip()
+    return InputError(f"the Ray job failed: {type(cause).__name__}: {text.splitlines()[-1] if text else ''}")
+
+
 def start_ray(ray, address: str | None, workers: int) -> None:
     """Start a local Ray (or join the one at `address`) where none runs in this process yet, quietly: its
     deprecation notes, logs and progress bars off. A Ray that cannot start is one line (InputError)."""
@@ -173,9 +181,7 @@ def run_ray(paths: Sequence[str], spec: ModelSpec, *, fmt: str | None, field: st
     except InputError:
         raise
     except Exception as exc:  # Ray wraps a worker's error in its own exception types
-        cause = getattr(exc, "cause", None) or exc
-        raise InputError(f"the Ray job failed: {type(cause).__name__}: "
-                         f"{str(cause).strip().splitlines()[-1] if str(cause).strip() else ''}") from None
+        raise ray_failure(exc) from None
     finally:
         status.close()
         if started_here and ray.is_initialized():
