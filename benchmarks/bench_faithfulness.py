@@ -24,7 +24,7 @@ METHODS = ("attention", "rollout", "flow", "alti", "value-zeroing", "grad-x-inpu
 
 def erasures(model, text: str, seed: int = 0) -> tuple[object, list[np.ndarray]]:
     """The Explained text and every subset faithfulness runs for it (with its repeats, as a naive loop would)."""
-    from attnviz.api.attribution.faithfulness import _scores
+    from attnviz.api.attribution.faithfulness_methods import method_scores as _scores
     from attnviz.engine.ablation.runs import is_causal_lm
     from attnviz.engine.attribution.faithfulness import Explained
     from attnviz.engine.forward import encode
@@ -55,7 +55,7 @@ def main() -> None:
     import torch
 
     import attnviz
-    from attnviz.api.attribution.faithfulness import distinct_f
+    from attnviz.api.attribution.faithfulness_methods import distinct_f
     from attnviz.progress import Reporter
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

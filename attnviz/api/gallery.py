@@ -25,7 +25,7 @@ from attnviz.progress import Reporter
 from attnviz.render.gallery import Section, gallery_html
 from attnviz.render.heads import (DEFAULT_DPI, FORMATS, HeadImageWriter, MAX_DPI, MAX_WORKERS, MIN_DPI, capture_arrays,
                                   export_panels, render_panels, worker_count)
-from attnviz.render.png import grid_figure, save_grid
+from attnviz.render.grid import grid_figure, save_grid
 from attnviz.render.viewer import viewer_data, viewer_fragment
 
 __all__ = ["export", "Gallery", "ExportPart", "FORMATS", "MANIFEST", "HeadImageWriter", "export_panels",

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from attnviz.engine.ablation.runs import run_model
@@ -315,3 +316,54 @@ def kept(g: Graph, scores: torch.Tensor, n: int) -> torch.Tensor:
         order = torch.sort(magnitude, descending=True, stable=True).indices[:n]
         mask[order] = 1.0
     return mask.view(scores.shape)
+
+
+def _logit_difference(logits: torch.Tensor, right: int, wrong: int) -> torch.Tensor:
+    return logits[:, right].double() - logits[:, wrong].double()
+
+
+def score_edges(g: Graph, prepared: Sequence[tuple[dict, dict, tuple[int, int]]], method: str, steps: int,
+                step: Any) -> tuple[np.ndarray, float, float]:
+    """Every edge's score summed over the pairs (clean inputs, corrupted inputs, (answer id, other id)): EAP
+    ("eap", the gradient at the clean run) or EAP-IG (averaged over `steps` embeddings between the corrupted and
+    the clean run's); with the sums of the clean and the corrupted logit differences. `step(1)` after each pair."""
+    scores = torch.zeros(len(g.receivers), len(g.nodes), dtype=torch.float64)
+    clean_sum = corrupt_sum = 0.0
+    for first, second, (right, wrong) in prepared:
+        def metric(logits, right=right, wrong=wrong):
+            return _logit_difference(logits, right, wrong)
+
+        with torch.inference_mode():
+            clean_run, corrupt_run = run(g, first), run(g, second)
+        clean_sum += float(metric(clean_run.logits)[0])
+        corrupt_sum += float(metric(corrupt_run.logits)[0])
+        if method == "eap":
+            grads = receiver_gradients(g, first, metric)
+        else:
+            start, end = corrupt_run.outputs[0], clean_run.outputs[0]
+            alphas = torch.arange(1, steps + 1, dtype=torch.float64) / steps
+            embeddings = torch.stack([(start.double() + float(t) * (end.double() - start.double()))[0]
+                                      for t in alphas]).to(start.dtype)
+            batch = {key: value.expand(steps, *value.shape[1:]) if torch.is_tensor(value) else value
+                     for key, value in first.items()}
+            grads = receiver_gradients(g, batch, metric, embeddings=embeddings) / steps
+        scores += edge_scores(g, clean_run, corrupt_run, grads)
+        step(1)
+    return scores.numpy(), clean_sum, corrupt_sum
+
+
+def circuit_sums(g: Graph, prepared: Sequence[tuple[dict, dict, tuple[int, int]]], scores: np.ndarray,
+                 counts: Sequence[int], step: Any) -> dict[int, float]:
+    """For each n in `counts`, the logit difference summed over the pairs when only the top-n edges by |score|
+    carry the clean run (the rest the corrupted run's). `step(1)` after each run."""
+    table = torch.from_numpy(np.asarray(scores, dtype=np.float64))
+    masks = {n: kept(g, table, n) for n in counts}
+    sums = {n: 0.0 for n in counts}
+    for first, second, (right, wrong) in prepared:
+        with torch.inference_mode():
+            corrupt_run = run(g, second)
+            for n in counts:
+                logits = run(g, first, keep=masks[n], corrupt=corrupt_run).logits
+                sums[n] += float(_logit_difference(logits, right, wrong)[0])
+                step(1)
+    return sums

@@ -160,7 +160,7 @@ def test_integrated_gradients_are_complete_within_the_quadratures_error(which, r
     encoded = encode(model, TEXT)
     explained = Explained(model.model, encoded.inputs, causal=result.causal, target=result.target_id)
     erasable = np.array(result.erasable)
-    from attnviz.api.attribution.faithfulness import baseline_token
+    from attnviz.api.attribution.faithfulness_methods import baseline_token
 
     base = baseline_token(model.tokenizer)
     totals = {n: gradient_scores(explained, "integrated-gradients", erasable, steps=n, baseline_id=base)[1]

@@ -264,7 +264,8 @@ def test_path_patching_with_no_receivers_changes_nothing(kind, folders):
     """Senders patched, every other head frozen, but no receiver reads them: the corrupted run's answer (0), and
     a donor that is the receiver run itself gives the receiver's own logits."""
     from attnviz.engine.scratch.adapters import adapter_for
-    from attnviz.engine.patching import donor_run, path_patched_logits, path_recording
+    from attnviz.engine.patching import donor_run
+    from attnviz.engine.paths import path_patched_logits, path_recording
 
     loaded, where, clean, corrupt = prepared(folders(kind))
     result = attnviz.path_patch(CLEAN, CORRUPT, senders="0.1", receivers=(), model=loaded, answers=answers_of(loaded))

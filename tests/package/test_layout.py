@@ -126,3 +126,45 @@ def test_no_package_shadows_its_own_modules():
         for module in sorted(p.stem for p in folder.glob("*.py") if p.stem != "__init__"):
             bound = vars(package).get(module)
             assert bound is None or type(bound).__name__ == "module", f"{dotted}.{module} is hidden by {bound!r}"
+
+
+TORCH_SIDE = ("torch", "transformers", "captum", "ctranslate2", "onnxruntime", "faster_whisper", "gguf")
+MAX_LINES = 550  # STYLE.md: a module longer than this is split
+MAX_LOOSE_MODULES = 8  # modules at the package root besides __init__, __main__ and _version
+
+
+def outside_engine() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if p.relative_to(PACKAGE).parts[0] != "engine")
+
+
+@pytest.mark.parametrize("path", outside_engine(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_only_the_engine_imports_the_torch_side(path):
+    """torch, transformers and the other model runtimes are imported under engine/ only (a saved capture is read,
+    drawn and served without them)."""
+    found = sorted(m for m in imported_modules(path) if m.split(".")[0] in TORCH_SIDE)
+    assert found == [], f"{path.relative_to(PACKAGE)} imports {found}"
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_module_is_longer_than_the_limit(path):
+    lines = len(path.read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_LINES, f"{path.relative_to(PACKAGE)} has {lines} lines (at most {MAX_LINES}): split it"
+
+
+def test_the_package_root_holds_a_handful_of_modules():
+    loose = sorted(p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py", "_version.py"))
+    assert len(loose) <= MAX_LOOSE_MODULES, f"the package root holds {len(loose)} modules: {loose}"
+
+
+def test_the_limits_catch_what_they_are_for(tmp_path):
+    """The three checks above fail on a module that breaks them (the walk reads a file under the package)."""
+    probe = PACKAGE / "metrics" / "_probe_limits_for_test.py"
+    probe.write_text("def f():\n    import torch\n    return torch\n" + "x = 1\n" * MAX_LINES, encoding="utf-8")
+    try:
+        assert probe in outside_engine()
+        with pytest.raises(AssertionError, match="imports"):
+            test_only_the_engine_imports_the_torch_side(probe)
+        with pytest.raises(AssertionError, match="split it"):
+            test_no_module_is_longer_than_the_limit(probe)
+    finally:
+        probe.unlink()

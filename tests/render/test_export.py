@@ -207,7 +207,7 @@ def test_grid_png_is_standard_and_shows_each_head_in_place(tmp_path):
     cap, hot = one_hot_capture()
     target = export(cap, tmp_path / "out", layers=[0, 1], heads=[0, 1, 2])
     from attnviz.metrics import head_records
-    from attnviz.render.png import grid_figure
+    from attnviz.render.grid import grid_figure
 
     panels = [p for p in export_panels(cap, [0, 1], [0, 1, 2]) if p.head != "mean"]
     labels = {(r["layer"], r["head"]): r["label"] for r in head_records(cap)}
@@ -248,7 +248,7 @@ def test_every_norm_exports_and_a_long_input_defaults_to_log(tmp_path, norm):
 def test_the_export_grid_names_each_heads_pattern(cat_capture, tmp_path):
     from attnviz.api.gallery import export_panels
     from attnviz.metrics import head_records
-    from attnviz.render.png import grid_figure
+    from attnviz.render.grid import grid_figure
 
     panels = [p for p in export_panels(cat_capture, [0, 1], [0, 1, 2]) if p.head != "mean"]
     labels = {(r["layer"], r["head"]): r["label"] for r in head_records(cat_capture)}

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from attnviz.api.attribution.faithfulness_corpus import corpus_result, FaithfulnessCorpus, summary
+from attnviz.api.attribution.faithfulness_methods import baseline_token, distinct_f, method_scores
 from attnviz.api.models import borrows, resolve_model
 from attnviz.api.result import Line, Result
 from attnviz.base.arguments import checked
@@ -390,7 +391,7 @@ def _one(loaded, text: str, *, asked: list[str], explicit: bool, causal: bool, t
             if name == "random":
                 continue
             try:
-                scores[name], found = _scores(name, explained, encoded.inputs, erasable, steps)
+                scores[name], found = method_scores(name, explained, encoded.inputs, erasable, steps)
             except UnsupportedArchitectureError as exc:
                 if methods is not None:
                     raise InputError(f"{name}: {exc}", "methods") from None
@@ -449,7 +450,7 @@ def _one(loaded, text: str, *, asked: list[str], explicit: bool, causal: bool, t
                 shaken.baseline_id = explained.baseline_id
                 for name in scores:
                     try:
-                        again, _ = _scores(name, shaken, encoded.inputs, erasable, steps)
+                        again, _ = method_scores(name, shaken, encoded.inputs, erasable, steps)
                     except UnsupportedArchitectureError:
                         again = np.full(T, np.nan)
                     sane[name].append((layer, spearman(scores[name][erasable], again[erasable])))
@@ -480,27 +481,6 @@ def _one(loaded, text: str, *, asked: list[str], explicit: bool, causal: bool, t
                         completeness=completeness, steps=steps, seed=seed, skipped=tuple(skipped))
 
 
-def baseline_token(tokenizer) -> int | None:
-    """Integrated gradients' baseline token: the padding token, else the unknown-word one, else the end of
-    text (None: no such token; the zero vector then)."""
-    for name in ("pad_token_id", "unk_token_id", "eos_token_id"):
-        found = getattr(tokenizer, name, None)
-        if isinstance(found, int) and 0 <= found < len(tokenizer):
-            return found
-    return None
-
-
-def distinct_f(explained, subsets: list[np.ndarray], reporter: Reporter) -> np.ndarray:
-    """f of every subset, each distinct one run once (bins of one size, and methods agreeing on their top
-    tokens, erase the same ones), in batches of similar lengths (less padding)."""
-    keys = [tuple(int(p) for p in subset) for subset in subsets]
-    distinct = sorted(set(keys), key=len)
-    with reporter.progress("Erasing tokens and running the model again", len(distinct), "texts") as step:
-        found = explained.f([np.array(k, np.int64) for k in distinct], on_batch=step)
-    value = dict(zip(distinct, found))
-    return np.array([value[k] for k in keys])
-
-
 def _methods(methods: Sequence[str] | None) -> list[str]:
     if methods is None:
         return list(FAITHFULNESS_METHODS)
@@ -510,48 +490,3 @@ def _methods(methods: Sequence[str] | None) -> list[str]:
         raise UsageError(f"{arg('methods')} takes names from {', '.join(FAITHFULNESS_METHODS)}; "
                          + (f"not {visible(unknown[0])[:40]!r}" if unknown else "none given"), "methods")
     return list(dict.fromkeys(names))
-
-
-def _scores(name: str, explained, inputs: dict, erasable: np.ndarray,
-            steps: int) -> tuple[np.ndarray, tuple[float, float] | None]:
-    """One method's scores (T,) for the model `explained` holds; for integrated gradients also completeness."""
-    from attnviz.engine.attribution.faithfulness import (FLOW_ROWS, alti_logit_scores, contribution_layers,
-                                                         gradient_scores)
-    from attnviz.metrics.faithfulness import attention_flow, residual_attention, without
-
-    rows = explained.rows()
-    T = explained.T
-    if name == "attention":
-        return explained.alpha[-1].astype(np.float64).mean(0)[rows].mean(0), None
-    if name in ("rollout", "flow"):
-        layers = residual_attention(explained.alpha)
-        if name == "flow":
-            spread = rows if len(rows) <= FLOW_ROWS else \
-                rows[np.unique(np.linspace(0, len(rows) - 1, FLOW_ROWS).round().astype(int))]
-            return attention_flow(layers, spread), None
-        total = np.eye(T)
-        for layer in layers:
-            total = layer @ total
-        return total[rows].mean(0), None
-    if name in ("alti", "value-zeroing"):
-        total = np.eye(T)
-        for layer in contribution_layers(explained.model, inputs, name):
-            total = layer @ total
-        return total[rows].mean(0), None
-    if name == "alti-logit":
-        found = alti_logit_scores(explained.model, inputs, explained.target)
-        if found is None:
-            raise UnsupportedArchitectureError("ALTI does not split this family's blocks")
-        return found, None
-    if name in ("grad-x-input", "integrated-gradients"):
-        import importlib.util
-
-        if importlib.util.find_spec("captum") is None:
-            raise UnsupportedArchitectureError(f"{name} needs Captum: pip install \"attnviz[trust]\"")
-        attributed, summed, gap = gradient_scores(explained, name, erasable, steps=steps,
-                                                  baseline_id=explained.baseline_id)
-        return attributed, (None if summed is None or gap is None else (summed, gap))
-    assert name == "loo"
-    values = np.zeros(T)
-    values[erasable] = explained.f_full - explained.f([without(T, np.array([i])) for i in erasable])
-    return values, None

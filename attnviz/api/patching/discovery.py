@@ -228,8 +228,6 @@ def discover(clean: str | None = None, corrupt: str | None = None, *, answers: S
     path), the scores summed. `method` "eap" (the gradient at the clean run) or "eap-ig" (averaged over `steps`
     inputs between the corrupted and the clean embeddings). Then the faithfulness curve: the circuit of the top
     edges run for each share in SHARES. `top`: the edges the report lists."""
-    import torch
-
     if method not in DISCOVER_METHODS:
         raise UsageError(f"{arg('method')} takes {' or '.join(DISCOVER_METHODS)}; got {visible(str(method))!r}",
                          "method")
@@ -256,7 +254,7 @@ def discover(clean: str | None = None, corrupt: str | None = None, *, answers: S
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype, lm_head=True)
     loaded.require_single("discover")
     from attnviz.api.attribution.logits import target_id
-    from attnviz.engine.discovery import graph, kept, receiver_gradients, run, edge_scores
+    from attnviz.engine.discovery import circuit_sums, graph, score_edges
     from attnviz.engine.forward import encode
     from attnviz.engine.memory import check_memory
 
@@ -273,49 +271,20 @@ def discover(clean: str | None = None, corrupt: str | None = None, *, answers: S
     longest = max(len(p[0].tokens) for p in prepared)
     check_memory(loaded, longest, copies=2.0 * (g.per_layer + 1) + (steps if method == "eap-ig" else 1))
     reporter = reporter or Reporter()
-    R, U = len(g.receivers), len(g.nodes)
-    scores = torch.zeros(R, U, dtype=torch.float64)
-    clean_sum = corrupt_sum = 0.0
-    with reporter.progress("Scoring edges", len(prepared), "pairs") as step:
-        for first, second, (right, wrong) in prepared:
-            def metric(logits, right=right, wrong=wrong):
-                return logits[:, right].double() - logits[:, wrong].double()
-
-            with torch.inference_mode():
-                clean_run, corrupt_run = run(g, first.inputs), run(g, second.inputs)
-            clean_sum += float(metric(clean_run.logits)[0])
-            corrupt_sum += float(metric(corrupt_run.logits)[0])
-            if method == "eap":
-                grads = receiver_gradients(g, first.inputs, metric)
-            else:
-                start, end = corrupt_run.outputs[0], clean_run.outputs[0]
-                alphas = torch.arange(1, steps + 1, dtype=torch.float64) / steps
-                embeddings = torch.stack([(start.double() + float(t) * (end.double() - start.double()))[0]
-                                          for t in alphas]).to(start.dtype)
-                batch = {key: value.expand(steps, *value.shape[1:]) if torch.is_tensor(value) else value
-                         for key, value in first.inputs.items()}
-                grads = receiver_gradients(g, batch, metric, embeddings=embeddings) / steps
-            scores += edge_scores(g, clean_run, corrupt_run, grads)
-            step(1)
+    runs = [(first.inputs, second.inputs, ids) for first, second, ids in prepared]
+    with reporter.progress("Scoring edges", len(runs), "pairs") as step:
+        scores, clean_sum, corrupt_sum = score_edges(g, runs, method, steps, step)
     if abs(clean_sum - corrupt_sum) < 1e-6:
         raise InputError("the clean and corrupted prompts give the same logit difference: there is nothing to find; "
                          f"choose prompts that differ in what they predict, or other {arg('answers')}", "answers")
     total = g.edges()
     counts = sorted({int(round(share * total)) for share in SHARES})
-    sums = {n: 0.0 for n in counts}
-    masks = {n: kept(g, scores, n) for n in counts}
-    with reporter.progress("Faithfulness curve", len(prepared) * len(counts), "runs") as step:
-        for first, second, (right, wrong) in prepared:
-            with torch.inference_mode():
-                corrupt_run = run(g, second.inputs)
-                for n in counts:
-                    logits = run(g, first.inputs, keep=masks[n], corrupt=corrupt_run).logits
-                    sums[n] += float(logits[0, right].double() - logits[0, wrong].double())
-                    step(1)
+    with reporter.progress("Faithfulness curve", len(runs) * len(counts), "runs") as step:
+        sums = circuit_sums(g, runs, scores, counts, step)
     gap = clean_sum - corrupt_sum
     curve = tuple((n, (sums[n] - corrupt_sum) / gap) for n in counts)
     shown = tuple((c, k, loaded.tokenizer.decode([right]), loaded.tokenizer.decode([wrong]))
                   for (c, k, _), (_, _, (right, wrong)) in zip(given, prepared))
     return Discovery(model=loaded.name, pairs=shown, method=method, steps=steps if method == "eap-ig" else 0,
                      nodes=tuple(g.nodes), receivers=tuple(g.receivers), reach=tuple(g.reach),
-                     scores=scores.numpy(), curve=curve, clean_diff=clean_sum, corrupt_diff=corrupt_sum, listed=top)
+                     scores=scores, curve=curve, clean_diff=clean_sum, corrupt_diff=corrupt_sum, listed=top)

@@ -90,7 +90,8 @@ def path_patch(clean: str, corrupt: str, *, senders: Any, receivers: Any = (), t
     `align` as `patch` takes it: the senders' outputs move at the aligned positions only."""
     from attnviz.base.selection import head_pairs, pair_form
     from attnviz.engine.scratch.adapters import adapter_for
-    from attnviz.engine.patching import aligned, INPUTS, path_patched_logits, path_recording
+    from attnviz.engine.patching import aligned
+    from attnviz.engine.paths import INPUTS, path_patched_logits, path_recording
 
     if not to or any(c not in INPUTS for c in to) or len(set(to)) != len(to):
         raise UsageError(f"{arg('to')} takes q, k and v, alone or together (qk, qkv, …); got {visible(to)!r}", "to")
