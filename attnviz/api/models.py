@@ -17,6 +17,7 @@ from attnviz.base.devices import DEVICES, DTYPES  # re-exported
 from attnviz.engine.families import FAMILIES, Family
 from attnviz.engine.models import LoadedModel as Model, ModelSpec
 from attnviz.errors import InputError, arg
+from attnviz.progress import Reporter
 
 # The engine (torch, transformers) is imported inside each function, so that `import attnviz` and a saved
 # capture never load it.
@@ -28,14 +29,16 @@ __all__ = ["Model", "ModelSpec", "load_model", "resolve_model", "conversion_pend
 @checked
 def load_model(name: str | os.PathLike | None = None, *, device: str = "auto", dtype: str = "float32",
                revision: str | None = None, trust_remote_code: bool = False, memory_budget: int | None = None,
-               lm_head: bool | str = False) -> Model:
-    """Load a model once for many captures: an offline name (minilm, multilingual, smollm2, gemma3), a Hugging
-    Face id, a local folder or a .gguf file, with eager attention, in eval mode, on `device`. `lm_head`: with
-    its language-model head (True), or where it is a decoder ("auto")."""
+               lm_head: bool | str = False, reporter: Reporter | None = None) -> Model:
+    """Load a model once for many captures: an offline name (minilm, multilingual, smollm2, gemma3,
+    qwen2.5-coder-0.5b, …), a Hugging Face id, a local folder or a .gguf file, with eager attention, in eval mode,
+    on `device`. `lm_head`: with its language-model head (True), or where it is a decoder ("auto"). `reporter`:
+    the phases of a first conversion into the cache (joining, dequantizing, writing) shown as it goes."""
     from attnviz.engine.models import load
 
     return load(None if name is None else os.fspath(name), revision=revision, device=device, dtype=dtype,
-                trust_remote_code=trust_remote_code, memory_budget=memory_budget, lm_head=lm_head)
+                trust_remote_code=trust_remote_code, memory_budget=memory_budget, lm_head=lm_head,
+                reporter=reporter)
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,10 @@ import numpy as np
 
 from attnviz.api.result import Line, Result
 from attnviz.base.arguments import checked
-from attnviz.data.parts import Parts
+from attnviz.data.parts import heard, heard_text, Parts
 from attnviz.render.tables import records_html
 from attnviz.errors import InputError, UsageError, arg
-from attnviz.metrics.timing import alignment_matrix, dtw, MEDIAN_WIDTH, on_path, word_times
+from attnviz.metrics.timing import alignment_matrix, dtw, MEDIAN_WIDTH, on_path, UNSPACED, word_times
 from attnviz.panels import short_model
 from attnviz.progress import Reporter
 from attnviz.base.selection import head_pairs, pair_form
@@ -89,7 +89,8 @@ class WordTimings(Result):
         return [(r["layer"], r["head"]) for r in self.head_records() if r["on_path"] >= share]
 
     def to_dict(self) -> dict:
-        return {"model": self.model, "text": self.capture.meta.get("target_text", "").strip(),
+        return {"model": self.model, **heard(self.capture.meta),
+                "text": self.capture.meta.get("target_text", "").strip(),
                 "audio": self.capture.meta.get("audio_name"), "seconds": self.capture.meta.get("audio_seconds"),
                 "words": self.records(), "heads": [list(h) for h in self.heads], "listed": self.listed,
                 "band_frames": self.band, "head_scores": self.head_records(),
@@ -131,7 +132,11 @@ def text_pieces(parts: Parts) -> list[str]:
     text = str(cross.meta.get("text", ""))
     start = int(parts.meta.get("prompt_tokens", 0))
     spans = cross.offsets if cross.offsets is not None else np.full((cross.n_tokens, 2), -1)
-    return [text[a:b] if a >= 0 else "" for a, b in spans[start:]]
+    pieces, before = [], (-1, -1)
+    for a, b in spans[start:].tolist():  # the pieces of one character share its span: the first holds it
+        pieces.append(text[a:b] if a >= 0 and (a, b) != before else "")
+        before = (a, b)
+    return pieces
 
 
 @checked
@@ -174,7 +179,8 @@ def align(audio: Any, *, model: Any = "whisper", tokenizer: Any = None, target: 
     weights = cross.attentions[:, :, first:, :N]  # (L, H, rows, N)
     matrix = alignment_matrix(np.stack([weights[n, h] for n, h in chosen]), MEDIAN_WIDTH)
     rows, cols = dtw(-matrix)
-    words = word_times(text_pieces(parts), rows, cols, cross.frame_seconds)
+    words = word_times(text_pieces(parts), rows, cols, cross.frame_seconds,
+                       by_character=parts.meta.get("language") in UNSPACED)
     return WordTimings(model=parts.model, words=tuple(words), matrix=matrix.astype(np.float32), path=(rows, cols),
                        heads=chosen, listed=not heads and bool(_listed(parts)), scores=on_path(weights, rows, cols,
                                                                                                 band),
@@ -184,8 +190,9 @@ def align(audio: Any, *, model: Any = "whisper", tokenizer: Any = None, target: 
 def describe(timings: WordTimings) -> str:
     """One line: how many words over how long, from which heads."""
     which = "the model's alignment heads" if timings.listed else f"{len(timings.heads)} heads"
+    said = heard_text(timings.capture.meta)
     return (f"{short_model(timings.model)} · {len(timings.words)} words over "
-            f"{timings.capture.meta.get('audio_seconds', 0):.2f} s, from {which}")
+            f"{timings.capture.meta.get('audio_seconds', 0):.2f} s, from {which}{' · ' + said if said else ''}")
 
 
 def heads_report(timings: WordTimings, top: int) -> list:
@@ -223,7 +230,7 @@ class AlignmentHeads(Result):
     def to_dict(self) -> dict:
         """What `attnviz detect --audio --json` prints."""
         t = self.timings
-        return {"model": t.model, "band_frames": t.band, "threshold": LISTED_SHARE,
+        return {"model": t.model, **heard(t.capture.meta), "band_frames": t.band, "threshold": LISTED_SHARE,
                 "aligning": [list(p) for p in t.aligning()], "listed": [list(p) for p in t.model_heads],
                 "heads": t.head_records()}
 

@@ -15,7 +15,7 @@ from attnviz.base.arguments import checked
 from attnviz.base.selection import Selection, find_token, selection
 from attnviz.base.text import visible
 from attnviz.data.capture import Capture
-from attnviz.data.parts import Parts
+from attnviz.data.parts import heard, Parts
 from attnviz.errors import CaptureMismatchError, InputError, SelectionError, UsageError, arg
 from attnviz.panels import (Page, Panel, ScaleChoice, apply_scale, attention_panels, coarsen, heatmap_page,
                             image_page, pool_columns, short_model, text_subtitle, token_links, token_page,
@@ -60,7 +60,8 @@ class Heatmap(Result):
     def to_dict(self) -> dict:
         """What `attnviz heatmap --json` prints: each panel's matrix as drawn, with its rows and columns."""
         c = self.capture
-        return {"model": c.model, "part": c.part, "tokens": list(c.tokens), "key_tokens": list(c.key_tokens),
+        return {"model": c.model, **heard(c.meta), "part": c.part, "tokens": list(c.tokens),
+                "key_tokens": list(c.key_tokens),
                 "title": self.page.title,
                 "panels": [{"layer": p.layer, "head": p.head, "title": p.title_text, "rows": list(p.rows),
                             "cols": list(p.cols), "alpha": p.matrix} for p in self.page.panels]}

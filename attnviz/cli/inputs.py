@@ -18,7 +18,8 @@ import typer
 
 from attnviz.base.selection import Selection
 from attnviz.cli.output import CliReporter
-from attnviz.cli.params import FromOpt, MAX_NEW_TOKENS, ModelOptions, TextArg, whole_number
+from attnviz.cli.params import choice_parser, FromOpt, MAX_NEW_TOKENS, ModelOptions, TextArg, whole_number
+from attnviz.data.sound import LANGUAGES, TASKS
 
 # Imports inside the functions (the API, numpy) keep `attnviz --help` and each command's --help light.
 
@@ -71,7 +72,7 @@ def read_texts(path: Path, limit: int, what: str) -> list[str]:
 # --- the one input type ------------------------------------------------------------------------------------
 
 # What a command can look at, as groups of options: each command offers some of them (Source.taking).
-KINDS = {"text": ("text", "text_file"), "image": ("image", "image_size"), "audio": ("audio",),
+KINDS = {"text": ("text", "text_file"), "image": ("image", "image_size"), "audio": ("audio", "language", "task"),
          "seq2seq": ("target", "max_new_tokens"), "long": ("stream", "pool", "words"), "saved": ("source",)}
 
 
@@ -108,6 +109,14 @@ class Source:
         "--audio", metavar="FILE", show_default=False,
         help="A sound instead of TEXT (WAV or FLAC, at most 30 s; - reads standard input), for a speech model (the "
              "model defaults to whisper): the transcript it writes, and its attention over time.")] = None
+    language: Annotated[Optional[str], typer.Option(
+        "--language", parser=choice_parser(tuple(LANGUAGES), {}), metavar="CODE", show_default=False,
+        help="--audio: the language spoken, a Whisper code (en, ko, ja, zh, de, …); default: a multilingual model "
+             "(-m whisper-base) detects it and says how sure it is; -m whisper (tiny.en) hears English.")] = None
+    task: Annotated[str, typer.Option(
+        "--task", parser=choice_parser(TASKS, {}), metavar="TASK",
+        help="--audio: transcribe (the words spoken) or translate (an English translation, whose cross-attention "
+             "then lines English words up with the speech; a multilingual model).")] = "transcribe"
     target: Annotated[Optional[str], typer.Option(
         "--target", metavar="TEXT", show_default=False,
         help="Encoder-decoder models: the decoder reads this target text (teacher forcing); without it the "
@@ -183,7 +192,7 @@ class Source:
                                          "decoder writes), not both", param_hint="--target")
             from attnviz.api import sound
 
-            return sound(self.audio)
+            return sound(self.audio, language=self.language, task=self.task)
         if self.image is not None:
             if texts:
                 raise typer.BadParameter("give either TEXT or --image, not both", param_hint="--image")

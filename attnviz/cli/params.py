@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -18,7 +19,7 @@ from attnviz.base.sizes import MAX_NEW_TOKENS  # noqa: F401 (the options' bound;
 from attnviz.base.devices import DEVICE_ALIASES, DEVICES, DTYPE_ALIASES, DTYPES  # one definition of each (no torch)
 from attnviz.base.selection import Selection
 from attnviz.base.text import visible
-from attnviz.cli.output import err, flag
+from attnviz.cli.output import CliReporter, err, flag, say
 
 # Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
 # each command's --help light: a command module loads only what its own command needs, when it runs.
@@ -169,7 +170,8 @@ class ModelOptions:
 
     model: Annotated[Optional[str], typer.Option(
         "--model", "-m", help="Offline: minilm (English BERT, the default), multilingual (Korean, Japanese, "
-                              "Chinese, … ), smollm2 or gemma3 (causal LMs), a .gguf file; or a Hugging Face id or "
+                              "Chinese, … ), smollm2, gemma3, qwen2.5-coder-0.5b or -1.5b (causal LMs), a .gguf "
+                              "file; or a Hugging Face id or "
                               "local folder. Default: $ATTNVIZ_MODEL, else minilm.",
         show_default=False)] = None
     revision: Annotated[Optional[str], typer.Option(help="Model revision (branch, tag or commit).",
@@ -247,15 +249,20 @@ class ModelOptions:
             for selection in self._checked_first:
                 selection.resolve(layers if selection.what == "layer" else heads)  # SelectionError: exit 2
 
-        converting = conversion_pending(self.model)
-        what = (f"Converting {converting} once into attnviz's model cache (later runs load it at once)…"
-                if converting else LOADING)
-        with err.status(Text(what)):
-            from attnviz.api import load_model
+        from attnviz.api import load_model
 
-            return load_model(self.model, revision=self.revision, device=self.device, dtype=self.dtype,
-                              trust_remote_code=self.trust_remote_code, memory_budget=self.max_memory,
-                              lm_head=lm_head)
+        options = dict(revision=self.revision, device=self.device, dtype=self.dtype,
+                       trust_remote_code=self.trust_remote_code, memory_budget=self.max_memory, lm_head=lm_head)
+        converting = conversion_pending(self.model)
+        if converting:  # once: each phase its line or bar (joining, dequantizing, writing), then the load
+            say(f"Converting {converting} once into attnviz's model cache (later runs load it at once)",
+                console=err, style="cyan")
+            start = time.perf_counter()
+            loaded = load_model(self.model, reporter=CliReporter(), **options)
+            say(f"Converted and loaded in {time.perf_counter() - start:.0f} s", console=err, style="cyan")
+            return loaded
+        with err.status(Text(LOADING)):
+            return load_model(self.model, **options)
 
 
 @dataclass(frozen=True)

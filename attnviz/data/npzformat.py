@@ -37,7 +37,8 @@ META_TYPES: dict[str, tuple[type, ...]] = {
     "target_text": (str,), "target_source": (str,), "sinks": (bool,), "windows": (list,),
     "image_grid": (list,), "image_patch": (int,), "image_name": (str,), "audio_name": (str,),
     "audio_seconds": (float, int), "audio_frames": (int,), "frame_seconds": (float,), "audio_file_rate": (int,),
-    "audio_channels": (int,), "prompt_tokens": (int,), "alignment_heads": (str,),
+    "audio_channels": (int,), "prompt_tokens": (int,), "alignment_heads": (str,), "language": (str,),
+    "language_probability": (float, int), "task": (str,),
 }
 
 

@@ -18,6 +18,27 @@ from attnviz.data.sides import PART_AXES, PART_META, PART_NAMES, SIDE_KEYS, part
 from attnviz.errors import AttentionCheckError, CaptureFormatError, SelectionError, arg
 from attnviz.base.npzfile import read_npz
 
+
+def heard(meta: dict) -> dict:
+    """What a speech model heard: {"language": "ko", "language_probability": 0.93 (None: as asked), "task":
+    "transcribe"}; {} where the capture is of no sound (every speech result's to_dict carries it)."""
+    if "language" not in meta:
+        return {}
+    return {"language": meta["language"], "language_probability": meta.get("language_probability"),
+            "task": meta.get("task", "transcribe")}
+
+
+def heard_text(meta: dict) -> str:
+    """The same in words: "language ko (detected, 93%)", "language ko (as given)", ", translated to English"."""
+    found = heard(meta)
+    if not found:
+        return ""
+    how = (f"detected, {found['language_probability']:.0%}" if found["language_probability"] is not None
+           else "as given")
+    return f"language {found['language']} ({how})" + (", translated to English" if found["task"] == "translate"
+                                                        else "")
+
+
 @dataclass(frozen=True, eq=False)
 class Parts:
     """The attention of an encoder-decoder model (T5, BART, Marian): encoder self-attention over the source
@@ -99,7 +120,7 @@ class Parts:
     # --- as a command's result (attnviz capture) -------------------------------------------------------------
     def to_dict(self) -> dict:
         """What `attnviz capture --json` prints: each part as a Capture's to_dict, and the shared metadata."""
-        return {"model": self.model, "meta": self.meta,
+        return {"model": self.model, **heard(self.meta), "meta": self.meta,
                 "parts": {name: capture.to_dict() for name, capture in self.captures.items()}}
 
     def report(self, **style: Any) -> list:
@@ -113,7 +134,8 @@ class Parts:
         """The line that says where the parts went, and their sizes."""
         sizes = ", ".join(f"{name} {c.n_layers}×{c.n_heads}×{c.n_tokens}×{c.n_keys}"
                           for name, c in self.captures.items())
-        return f"{path}  ({sizes}: layers × heads × rows × columns)"
+        said = heard_text(self.meta)
+        return f"{path}  ({sizes}: layers × heads × rows × columns{'; ' + said if said else ''})"
 
     @classmethod
     def _load(cls, path: Path, raw_meta: np.ndarray) -> Parts:

@@ -10,13 +10,15 @@ Whisper hears 30 s at a time; a longer file is refused in one line (cut it first
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from attnviz.errors import InputError
+from attnviz.base.text import visible
+from attnviz.errors import InputError, UsageError, arg
 
 RATE = 16_000  # what Whisper hears
 MAX_SECONDS = 30.0  # Whisper's window
@@ -36,6 +38,8 @@ class Sound:
     name: str
     file_rate: int = RATE  # the file's own rate, before resampling
     channels: int = 1  # the file's channels, before mixing
+    language: str | None = None  # the spoken language (a Whisper code); None: a multilingual model detects it
+    task: str = "transcribe"  # or "translate": the decoder writes English
 
     is_sound = True  # what check_text looks for (attnviz.base.text imports nothing of this module)
 
@@ -47,11 +51,44 @@ class Sound:
         return f"Sound({self.name!r}, {self.seconds:.2f} s at {RATE:,} Hz)"
 
 
-def sound(source, name: str | None = None) -> Sound:
+# Whisper's languages, in the order of its tokens (<|en|> 50259 on): what --language takes
+LANGUAGES = ("en zh de es ru ko fr ja pt tr pl ca nl ar sv it id hi fi vi he uk el ms cs ro da hu ta no th ur hr bg "
+             "lt la mi ml cy sk te fa lv bn sr az sl kn et mk br eu is hy ne mn bs kk sq sw gl mr pa si km sn yo so "
+             "af oc ka be tg sd gu am yi lo uz fo ht ps tk nn mt sa lb my bo tl mg as tt haw ln ha ba jw su yue"
+             ).split()
+TASKS = ("transcribe", "translate")
+
+
+def checked_language(language: str | None) -> str | None:
+    """A Whisper language code (case-insensitive), or None (detect it); anything else one line listing them."""
+    if language is None:
+        return None
+    code = str(language).strip().lower()
+    if code not in LANGUAGES:
+        raise UsageError(f"{arg('language')} takes a Whisper language code: {' '.join(LANGUAGES)}; got "
+                         f"{visible(str(language))[:20]!r}", "language")
+    return code
+
+
+def checked_task(task: str) -> str:
+    if task not in TASKS:
+        raise UsageError(f"{arg('task')} takes transcribe or translate; got {visible(str(task))[:20]!r}", "task")
+    return task
+
+
+def sound(source, name: str | None = None, *, language: str | None = None, task: str = "transcribe") -> Sound:
     """A Sound of `source`: a path, "-" (standard input), the file's bytes, or a Sound. A numpy array is taken
-    as samples at 16 kHz (one channel, float in [-1, 1])."""
+    as samples at 16 kHz (one channel, float in [-1, 1]). `language`: what is spoken (a Whisper code: en, ko,
+    ja, …; None: a multilingual model detects it); `task`: "transcribe" or "translate" (into English)."""
+    language, task = checked_language(language), checked_task(task)
     if isinstance(source, Sound):
-        return source
+        if language is None and task == "transcribe":
+            return source
+        return dataclasses.replace(source, language=language or source.language, task=task)
+    return dataclasses.replace(_sound(source, name), language=language, task=task)
+
+
+def _sound(source, name: str | None) -> Sound:
     if isinstance(source, np.ndarray):
         samples = np.asarray(source)
         if samples.ndim != 1 or samples.dtype.kind != "f":
@@ -156,3 +193,53 @@ def wav_bytes(samples: np.ndarray, rate: int = RATE) -> bytes:
         out.setframerate(rate)
         out.writeframes(pcm.tobytes())
     return buffer.getvalue()
+
+
+# --- the log-mel spectrogram Whisper reads ----------------------------------------------------------------------
+
+HOP = 160  # samples between frames: 10 ms
+N_FFT = 400  # a 25-ms window
+FRAMES = 3000  # 30 s of frames: what the encoder reads at once
+
+
+def mel_filters(bins: int, rate: int = RATE, n_fft: int = N_FFT) -> np.ndarray:
+    """Slaney-style mel filters (bins, n_fft // 2 + 1), float32: triangles on the mel scale (linear to 1 kHz,
+    logarithmic above), each scaled to constant energy, as librosa makes them for Whisper."""
+    fft_freqs = np.fft.rfftfreq(n=n_fft, d=1.0 / rate)
+    mels = np.linspace(0.0, 45.245640471924965, bins + 2)  # 0 Hz to 8 kHz on Slaney's scale
+    freqs = 200.0 / 3 * mels
+    log_region = mels >= 15.0  # 1 kHz
+    freqs[log_region] = 1000.0 * np.exp(np.log(6.4) / 27.0 * (mels[log_region] - 15.0))
+    spacing = np.diff(freqs)
+    ramps = freqs.reshape(-1, 1) - fft_freqs.reshape(1, -1)
+    lower = -ramps[:-2] / spacing[:-1, None]
+    upper = ramps[2:] / spacing[1:, None]
+    weights = np.maximum(0.0, np.minimum(lower, upper))
+    weights *= (2.0 / (freqs[2:bins + 2] - freqs[:bins]))[:, None]
+    return weights.astype(np.float32)
+
+
+def log_mel(samples: np.ndarray, bins: int = 80) -> np.ndarray:
+    """The log-mel spectrogram of a whole sound, (bins, len(samples) // 160 + 1) float32, as faster-whisper
+    computes it: 160 silent samples appended, a centred STFT (reflected edges) with a periodic Hann window of 400
+    samples every 160, |X|² of each frame but the last, the mel filters, log10 clipped at 10⁻¹⁰ and floored 8
+    below its maximum over the whole sound, then (x + 4) / 4. The transcript reads the frames but the last
+    (faster-whisper's content frames), language detection all of them; a window of either through window()."""
+    wave = np.pad(np.asarray(samples, np.float32), (0, HOP))
+    wave = np.pad(wave, (N_FFT // 2, N_FFT // 2), mode="reflect")
+    count = 1 + (len(wave) - N_FFT) // HOP
+    frames = np.lib.stride_tricks.as_strided(wave, (count, N_FFT), (HOP * wave.strides[0], wave.strides[0]))
+    hann = np.hanning(N_FFT + 1)[:-1].astype(np.float32)
+    spectrum = np.fft.rfft(frames * hann, n=N_FFT, axis=-1).T.astype(np.complex64)  # (201, count)
+    power = np.abs(spectrum[:, :-1]) ** 2
+    mel = mel_filters(bins) @ power
+    logged = np.log10(np.clip(mel, 1e-10, None))
+    logged = np.maximum(logged, logged.max() - 8.0)
+    return (logged + 4.0) / 4.0
+
+
+def window(mel: np.ndarray, start: int = 0) -> np.ndarray:
+    """30 s of a log-mel spectrogram from frame `start`, (bins, 3000): what is left of the sound, then zeros (as
+    faster-whisper pads a segment)."""
+    part = mel[:, start:start + FRAMES]
+    return np.pad(part, ((0, 0), (0, FRAMES - part.shape[1]))).astype(np.float32)

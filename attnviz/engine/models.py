@@ -19,6 +19,7 @@ from attnviz.engine.families import decoder_types, encoder_types, vision_types
 from attnviz.engine.modelfiles import check_folder, read_config
 from attnviz.errors import InputError, ModelLoadError, UsageError, arg, warn
 from attnviz.base.tokens import special_ids
+from attnviz.progress import Reporter
 
 # torch and transformers are imported inside the functions that need them, so that the names here answer
 # before they load (about 2.5 s).
@@ -52,7 +53,7 @@ def bundled_model_dir() -> Path:
     return config.parent
 
 
-def resolve_model(name: str | None) -> tuple[str, str]:
+def resolve_model(name: str | None, reporter: Reporter | None = None) -> tuple[str, str]:
     """(what to pass to from_pretrained, the name to show). The offline models (minilm, multilingual,
     smollm2) resolve to their folders, converted into the cache on first use, and so does a GGUF file; a
     local folder must hold a config.json; anything else is a Hub id."""
@@ -64,12 +65,12 @@ def resolve_model(name: str | None) -> tuple[str, str]:
     if known is not None:
         from attnviz.engine.offline.build import folder_for
 
-        return str(folder_for(known)), known.shown
+        return str(folder_for(known, reporter)), known.shown
     path = Path(name).expanduser()
     if offline.is_gguf_path(name) and path.is_file():
         from attnviz.engine.offline.build import gguf_folder
 
-        return str(gguf_folder(path)), path.name
+        return str(gguf_folder(path, reporter=reporter)), path.name
     looks_like_path = name.startswith(("/", "./", "../", "~", ".\\")) or name.count("/") > 1 or "\\" in name
     if looks_like_path and not path.exists():
         raise ModelLoadError(f"no such folder: {name} (a local model folder must exist; a Hugging Face id "
@@ -133,7 +134,6 @@ class LoadedModel:
     seq2seq: bool = False  # an encoder-decoder model (T5, BART, Marian): three kinds of attention
     source: str = ""  # what loads it again (reload_name); "" for a model object handed in
     image_source: str = ""  # a vision model's folder (its preprocessor_config.json); "" for text models
-    audio_source: str = ""  # a speech model's folder (its preprocessor_config.json: the log-mel settings)
 
     @property
     def vision(self) -> bool:
@@ -240,14 +240,14 @@ def first_line(exc: BaseException) -> str:
 
 def load(name: str | None = None, *, revision: str | None = None, device: str = "auto",
          dtype: str = "float32", trust_remote_code: bool = False, memory_budget: int | None = None,
-         lm_head: bool | str = False) -> LoadedModel:
+         lm_head: bool | str = False, reporter: Reporter | None = None) -> LoadedModel:
     """Load model + tokenizer with attn_implementation="eager" (SDPA returns no attention weights).
     `lm_head`: with its causal language-model head, to generate (a checkpoint saved without one gets it);
     "auto": with it where the model is a decoder (ablate's next-token distributions), without it otherwise."""
     dtype = dtype_name(dtype)
     refuse_early(device)
     # what a model folder or GGUF file declares is checked before torch and transformers load (2.5 s)
-    source, shown = resolve_model(name)
+    source, shown = resolve_model(name, reporter)
     local = Path(source).is_dir()
     if local:  # what the folder declares, checked before transformers builds a model from it
         check_folder(Path(source), bytes_per_weight=BYTES_PER_WEIGHT[dtype])
@@ -300,8 +300,8 @@ def load(name: str | None = None, *, revision: str | None = None, device: str = 
                           f"writes or predicts means nothing (the attention is the model's own)")
         return config, tokenizer, model
 
-    offline_hint = ("these work offline: minilm (the default), multilingual, smollm2, gemma3, a local model folder "
-                    "or a .gguf file")
+    offline_hint = ("these work offline: minilm (the default), multilingual, smollm2, gemma3, qwen2.5-coder-0.5b, "
+                    "qwen2.5-coder-1.5b, a local model folder or a .gguf file")
     try:
         try:
             config, tokenizer, model = _load(local_only=True)
@@ -333,8 +333,6 @@ def load(name: str | None = None, *, revision: str | None = None, device: str = 
     loaded.source = reload_name(name)
     if tokenizer is None:
         loaded.image_source = source
-    if loaded.speech:
-        loaded.audio_source = source
     return loaded
 
 

@@ -23,7 +23,7 @@ from attnviz.data.parts import Parts
 from attnviz.data.sides import Side
 from attnviz.engine.seq2seq import assemble_parts, stack_layers
 from attnviz.engine.models import LoadedModel
-from attnviz.errors import arg, AttentionCheckError, InputError
+from attnviz.errors import arg, AttentionCheckError, InputError, UsageError
 
 SAMPLES_PER_FRAME = 320  # two hops of 160 samples: one encoder position, 20 ms
 FRAME_SECONDS = SAMPLES_PER_FRAME / sounds.RATE
@@ -35,12 +35,31 @@ def frames_of(samples: int, positions: int = 1500) -> int:
     return max(1, min(positions, samples // SAMPLES_PER_FRAME))
 
 
-def prompt_ids(loaded: LoadedModel) -> list[int]:
-    """<|startoftranscript|> (<|en|><|transcribe|> on a multilingual model) <|notimestamps|>."""
+def multilingual(loaded: LoadedModel) -> bool:
+    """A multilingual Whisper (99 languages, transcribe or translate), not an English-only one (tiny.en, …)."""
+    config = getattr(loaded.model, "generation_config", None)
+    found = getattr(config, "is_multilingual", None)
+    return bool(found) if found is not None else int(getattr(loaded.model.config, "vocab_size", 0)) >= 51865
+
+
+def languages(loaded: LoadedModel) -> dict[str, int]:
+    """{code: its token id} of the languages a multilingual model knows (en, zh, …, in its own order)."""
+    config = getattr(loaded.model, "generation_config", None)
+    table = getattr(config, "lang_to_id", None) or {}
+    if not table:
+        from attnviz.data.sound import LANGUAGES
+
+        table = {f"<|{code}|>": loaded.tokenizer.convert_tokens_to_ids(f"<|{code}|>") for code in LANGUAGES}
+    unknown = getattr(loaded.tokenizer, "unk_token_id", None)
+    return {name[2:-2]: int(i) for name, i in table.items() if isinstance(i, int) and i != unknown}
+
+
+def prompt_ids(loaded: LoadedModel, language: str | None = "en", task: str = "transcribe") -> list[int]:
+    """<|startoftranscript|> (<|language|><|task|> on a multilingual model) <|notimestamps|>."""
     tok = loaded.tokenizer
     names = ["<|startoftranscript|>"]
-    if int(getattr(loaded.model.config, "vocab_size", 0)) >= 51865:  # multilingual: English, transcribe
-        names += ["<|en|>", "<|transcribe|>"]
+    if multilingual(loaded):
+        names += [f"<|{language or 'en'}|>", f"<|{task}|>"]
     names.append("<|notimestamps|>")
     ids = [tok.convert_tokens_to_ids(n) for n in names]
     if any(not isinstance(i, int) or i == getattr(tok, "unk_token_id", None) for i in ids):
@@ -48,19 +67,53 @@ def prompt_ids(loaded: LoadedModel) -> list[int]:
     return ids
 
 
-def features(loaded: LoadedModel, heard: sounds.Sound):
-    """The log-mel spectrogram Whisper reads: (1, 80, 3000) float32 (padded with silence to 30 s)."""
-    from transformers import WhisperFeatureExtractor
+def reading(loaded: LoadedModel, heard: sounds.Sound) -> tuple[str | None, str]:
+    """(the language asked for, the task) checked against the model: an English-only model hears English and
+    cannot translate; a multilingual one must know the language. None: detect it."""
+    if not multilingual(loaded):
+        if heard.language not in (None, "en"):
+            raise UsageError(f"{loaded.name} is English-only and cannot hear {heard.language!r}: use a multilingual "
+                             f"model ({arg('model', 'whisper-base')})", "language")
+        if heard.task == "translate":
+            raise UsageError(f"{loaded.name} is English-only: it cannot translate; use a multilingual model "
+                             f"({arg('model', 'whisper-base')})", "task")
+        return "en", heard.task
+    known = languages(loaded)
+    if heard.language is not None and heard.language not in known:
+        raise UsageError(f"{loaded.name} does not know the language {heard.language!r}; it knows "
+                         f"{' '.join(known)}", "language")
+    return heard.language, heard.task
 
-    try:
-        extractor = WhisperFeatureExtractor.from_pretrained(loaded.audio_source) if loaded.audio_source else \
-            WhisperFeatureExtractor(feature_size=int(loaded.model.config.num_mel_bins))
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{loaded.name} has no feature extractor settings: {exc}") from None
+
+def detect_language(loaded: LoadedModel, heard: sounds.Sound) -> tuple[str, float]:
+    """The spoken language as Whisper detects it, on the first 30 s: the decoder reads <|startoftranscript|>
+    alone, and the softmax of its next-token logits over the language tokens only (whisper's
+    decoding.detect_language, faster-whisper's too) names the most likely language and its probability."""
     import torch
 
-    mel = extractor(heard.samples, sampling_rate=sounds.RATE, return_tensors="np").input_features
-    return torch.from_numpy(np.asarray(mel, np.float32)).to(loaded.device, getattr(torch, loaded.dtype))
+    with torch.inference_mode():
+        memory = loaded.model.model.encoder(features(loaded, heard, detecting=True)).last_hidden_state
+    known = languages(loaded)
+    codes, ids = list(known), list(known.values())
+    start = loaded.tokenizer.convert_tokens_to_ids("<|startoftranscript|>")
+    with torch.inference_mode():
+        logits = loaded.model(encoder_outputs=(memory,), decoder_input_ids=torch.tensor([[start]],
+                                                                                        device=memory.device)).logits
+    probabilities = torch.softmax(logits[0, -1, ids].double(), dim=-1)
+    best = int(probabilities.argmax())
+    return codes[best], float(probabilities[best])
+
+
+def features(loaded: LoadedModel, heard: sounds.Sound, start: int = 0, *, detecting: bool = False):
+    """The log-mel spectrogram Whisper reads, 30 s from frame `start`: (1, bins, 3000), as faster-whisper computes
+    it (data/sound.py log_mel: the whole sound's spectrogram, its window, zeros after the sound); the last frame
+    only when `detecting` the language, as faster-whisper's detect_language reads it."""
+    import torch
+
+    bins = int(getattr(loaded.model.config, "num_mel_bins", 80))
+    mel = sounds.log_mel(heard.samples, bins)
+    mel = sounds.window(mel if detecting else mel[:, :-1], start)
+    return torch.from_numpy(mel[None]).to(loaded.device, getattr(torch, loaded.dtype))
 
 
 def suppressed(loaded: LoadedModel) -> tuple[list[int], list[int]]:
@@ -80,8 +133,9 @@ def capture_sound(loaded: LoadedModel, heard: sounds.Sound, *, target: str | Non
     import torch
 
     model = loaded.model
+    language, task = reading(loaded, heard)
     mel = features(loaded, heard)
-    start = prompt_ids(loaded)
+    start = prompt_ids(loaded, language or "en", task)  # its length: the language token is one token either way
     tok = loaded.tokenizer
     eot = int(getattr(model.config, "eos_token_id", None) or tok.convert_tokens_to_ids("<|endoftext|>"))
     limit = int(getattr(model.config, "max_target_positions", 448))
@@ -95,6 +149,10 @@ def capture_sound(loaded: LoadedModel, heard: sounds.Sound, *, target: str | Non
         with torch.inference_mode():
             encoded = model.model.encoder(mel, output_attentions=True)
             memory = encoded.last_hidden_state
+            probability = None
+            if language is None:
+                language, probability = detect_language(loaded, heard)
+                start = prompt_ids(loaded, language, task)
             if target is not None:
                 text_ids = tok(target, add_special_tokens=False).input_ids
                 if not text_ids:
@@ -125,7 +183,9 @@ def capture_sound(loaded: LoadedModel, heard: sounds.Sound, *, target: str | Non
             "source_text": heard.name, "target_text": text, "target_source": source, "stopped": stopped,
             "attnviz_version": __version__, "audio_name": heard.name, "audio_seconds": round(heard.seconds, 4),
             "audio_frames": N, "frame_seconds": FRAME_SECONDS, "audio_file_rate": heard.file_rate,
-            "audio_channels": heard.channels, "prompt_tokens": len(start)}
+            "audio_channels": heard.channels, "prompt_tokens": len(start), "language": language, "task": task}
+    if probability is not None:
+        meta["language_probability"] = round(probability, 6)
     heads = alignment_heads(loaded)
     if heads:
         meta["alignment_heads"] = ",".join(f"{layer}.{head}" for layer, head in heads)

