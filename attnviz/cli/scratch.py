@@ -78,11 +78,12 @@ def verify(tolerance: Annotated[Optional[float], typer.Option(
                                "attention block's own output.")] = False,
            as_json: JsonOpt = False, *, model: ModelOptions, inp: Source) -> None:
     import attnviz
-    from attnviz.api.scratch.verify import model_of
+    from attnviz.api.scratch.verify import model_of, refuse_windows
 
     given = inp.resolve()
     reading = inp.options()
     if isinstance(given, (attnviz.Capture, attnviz.Parts)):
+        refuse_windows(given)  # before the model loads
         again = model_of(given)  # how the capture's model loads again
         if model.model is None:
             say(f"Model: {again} (named by the capture; --model chooses another)", console=err, style="dim")

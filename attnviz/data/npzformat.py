@@ -38,7 +38,8 @@ META_TYPES: dict[str, tuple[type, ...]] = {
     "image_grid": (list,), "image_patch": (int,), "image_name": (str,), "audio_name": (str,),
     "audio_seconds": (float, int), "audio_frames": (int,), "frame_seconds": (float,), "audio_file_rate": (int,),
     "audio_channels": (int,), "prompt_tokens": (int,), "alignment_heads": (str,), "language": (str,),
-    "language_probability": (float, int), "task": (str,),
+    "language_probability": (float, int), "task": (str,), "sound_windows": (int,), "multilingual": (bool,),
+    "window_rows": (list,), "window_frames": (list,),
 }
 
 
@@ -74,7 +75,7 @@ def sound_members() -> dict[str, Member]:
             "mel": Member("f", 2, 4 * 256 * 2 * MAX_SOUND_FRAMES)}
 
 
-MAX_SOUND_FRAMES = 1500  # Whisper's 30 s: 1,500 encoder frames of 20 ms
+MAX_SOUND_FRAMES = 6000  # 120 s (four windows of 30 s) of encoder frames of 20 ms: data/sound.py MAX_SECONDS
 MAX_LONG_TOKENS = 1 << 17  # the longest input a pooled capture describes
 MAX_IMAGE_MEMBER_BYTES = 3 * 2048 * 2048  # the picture a vision capture keeps, as the model saw it (uint8 RGB)
 MAX_HEAD_STATS = 100_000  # head records a pooled capture may carry

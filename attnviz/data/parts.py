@@ -34,7 +34,7 @@ def heard_text(meta: dict) -> str:
     if not found:
         return ""
     how = (f"detected, {found['language_probability']:.0%}" if found["language_probability"] is not None
-           else "as given")
+           else "as given" if meta.get("multilingual", True) else "an English-only model")
     return f"language {found['language']} ({how})" + (", translated to English" if found["task"] == "translate"
                                                         else "")
 

@@ -5,7 +5,8 @@ No torch here (soundfile and numpy).
     read_sound   bytes -> (samples at 16 kHz float32 in [-1, 1], the file's rate, its channels)
     resample     band-limited, by the discrete Fourier transform (exact for what lies under both Nyquist limits)
 
-Whisper hears 30 s at a time; a longer file is refused in one line (cut it first) rather than cut silently.
+Whisper hears 30 s at a time; a longer sound (up to MAX_SECONDS) is read in 30-s windows, as faster-whisper reads
+it; a sound over MAX_SECONDS is refused in one line (cut it first) rather than cut silently.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from attnviz.base.text import visible
 from attnviz.errors import InputError, UsageError, arg
 
 RATE = 16_000  # what Whisper hears
-MAX_SECONDS = 30.0  # Whisper's window
+WINDOW_SECONDS = 30.0  # Whisper's window: a longer sound is read 30 s at a time
+MAX_SECONDS = 120.0  # a sound, at most: four windows (their cross-attention is held on the sound's clock)
 MAX_SOUND_BYTES = 64 << 20  # a sound file, at most (30 s of 8 channels at 96 kHz in 32-bit is 92 MB: refused)
 MIN_RATE, MAX_RATE = 1_000, 384_000  # the file's own sampling rate
 MAX_CHANNELS = 8
@@ -143,8 +145,8 @@ def read_sound(data: bytes, name: str) -> tuple[np.ndarray, int, int]:
     if not 1 <= channels <= MAX_CHANNELS:
         raise InputError(f"{name} declares {channels} channels; attnviz reads 1 to {MAX_CHANNELS}", "audio")
     if frames > MAX_SECONDS * rate:
-        raise InputError(f"{name} lasts {frames / rate:.1f} s; Whisper hears {MAX_SECONDS:g} s at a time: cut it to "
-                         f"at most {MAX_SECONDS:g} s", "audio")
+        raise InputError(f"{name} lasts {frames / rate:.1f} s; attnviz reads at most {MAX_SECONDS:g} s of sound "
+                         f"({MAX_SECONDS / WINDOW_SECONDS:g} windows of 30 s): cut it", "audio")
     try:
         raw, _ = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=True, frames=frames)
     except Exception:
@@ -160,8 +162,8 @@ def _checked(samples: np.ndarray, name: str) -> np.ndarray:
     if seconds < MIN_SECONDS:
         raise InputError(f"{name} lasts {seconds:.3f} s; give at least {MIN_SECONDS:g} s of sound", "audio")
     if seconds > MAX_SECONDS:
-        raise InputError(f"{name} lasts {seconds:.1f} s; Whisper hears {MAX_SECONDS:g} s at a time: cut it to at "
-                         f"most {MAX_SECONDS:g} s", "audio")
+        raise InputError(f"{name} lasts {seconds:.1f} s; attnviz reads at most {MAX_SECONDS:g} s of sound "
+                         f"({MAX_SECONDS / WINDOW_SECONDS:g} windows of 30 s): cut it", "audio")
     return np.clip(samples, -1.0, 1.0)
 
 

@@ -181,13 +181,15 @@ def _version() -> str:
 
 def assemble_parts(alphas: dict[str, np.ndarray], source: Side, target: Side, generated: np.ndarray | None,
                    meta: dict, sound: np.ndarray | None = None, mel: np.ndarray | None = None) -> Parts:
-    """Parts from the three α arrays and the two sides, each part validated; a speech model's `sound` and its
-    spectrogram `mel` go with the parts that hear it (encoder and cross)."""
+    """Parts from the α arrays (the three parts, or those given) and the two sides, each part validated; a speech
+    model's `sound` and its spectrogram `mel` go with the parts that hear it (encoder and cross)."""
 
     atol = row_sum_tolerance(str(meta.get("dtype", "float32")))
     sides = {"encoder": (source, None), "decoder": (target, None), "cross": (target, source)}
     captures = {}
     for name, (rows, keys) in sides.items():
+        if name not in alphas:  # a sound over 30 s: no encoder attention across its windows
+            continue
         capture = Capture(attentions=alphas[name], tokens=rows.tokens, token_ids=rows.token_ids,
                           special=rows.special, special_kind=rows.special_kind, subword=rows.subword,
                           meta=part_meta(meta, name), offsets=rows.offsets,

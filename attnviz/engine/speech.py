@@ -91,8 +91,9 @@ def detect_language(loaded: LoadedModel, heard: sounds.Sound) -> tuple[str, floa
     decoding.detect_language, faster-whisper's too) names the most likely language and its probability."""
     import torch
 
+    first = sounds.Sound(heard.samples[:int(sounds.WINDOW_SECONDS * sounds.RATE)], heard.name)
     with torch.inference_mode():
-        memory = loaded.model.model.encoder(features(loaded, heard, detecting=True)).last_hidden_state
+        memory = loaded.model.model.encoder(features(loaded, first, detecting=True)).last_hidden_state
     known = languages(loaded)
     codes, ids = list(known), list(known.values())
     start = loaded.tokenizer.convert_tokens_to_ids("<|startoftranscript|>")
@@ -134,6 +135,13 @@ def capture_sound(loaded: LoadedModel, heard: sounds.Sound, *, target: str | Non
 
     model = loaded.model
     language, task = reading(loaded, heard)
+    if len(heard.samples) // sounds.HOP > sounds.FRAMES:  # over 30 s: 30 s at a time
+        if target is not None:
+            raise InputError(f"{arg('target')} is read against one window of 30 s; this sound lasts "
+                             f"{heard.seconds:.1f} s: cut it, or let the model write", "target")
+        from attnviz.engine.windows import capture_windows
+
+        return capture_windows(loaded, heard, language, task, max_new_tokens, on_step)
     mel = features(loaded, heard)
     start = prompt_ids(loaded, language or "en", task)  # its length: the language token is one token either way
     tok = loaded.tokenizer
@@ -183,7 +191,8 @@ def capture_sound(loaded: LoadedModel, heard: sounds.Sound, *, target: str | Non
             "source_text": heard.name, "target_text": text, "target_source": source, "stopped": stopped,
             "attnviz_version": __version__, "audio_name": heard.name, "audio_seconds": round(heard.seconds, 4),
             "audio_frames": N, "frame_seconds": FRAME_SECONDS, "audio_file_rate": heard.file_rate,
-            "audio_channels": heard.channels, "prompt_tokens": len(start), "language": language, "task": task}
+            "audio_channels": heard.channels, "prompt_tokens": len(start), "language": language, "task": task,
+            "multilingual": multilingual(loaded)}
     if probability is not None:
         meta["language_probability"] = round(probability, 6)
     heads = alignment_heads(loaded)

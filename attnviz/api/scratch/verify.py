@@ -17,7 +17,7 @@ from attnviz.data.capture import Capture
 from attnviz.data.modality import SOUND, of_input
 from attnviz.data.parts import Parts, load_capture
 from attnviz.data.picture import Picture
-from attnviz.data.sound import Sound
+from attnviz.data.sound import Sound, WINDOW_SECONDS
 from attnviz.errors import InputError, UsageError, arg
 from attnviz.metrics import differences
 from attnviz.progress import Reporter
@@ -208,12 +208,16 @@ def verify(text: str | Picture | Sound | Capture | Parts | None = None, *, model
         if isinstance(capture, (str, os.PathLike)):
             source = source or str(capture)
             capture = load_capture(capture)
+        refuse_windows(capture)
         loaded = resolve_model(model if model is not None else model_of(capture), tokenizer, device=device,
                                dtype=dtype)
         return _verify_saved(loaded, capture, source, tolerance, reporter)
     if text is None:
         raise InputError("give the text to verify, or a capture", "text")
     check_text(text)
+    if of_input(text) is SOUND and getattr(text, "seconds", 0) > WINDOW_SECONDS:
+        raise InputError(f"verify recomputes one window of {WINDOW_SECONDS:g} s from the weights; this sound lasts "
+                         f"{text.seconds:.1f} s: cut it", "text")  # type: ignore[union-attr]
     loaded = resolve_model(for_input(model, text), tokenizer, device=device, dtype=dtype)
     tolerance = TOLERANCE[loaded.dtype] if tolerance is None else tolerance
     if norms:
@@ -267,8 +271,17 @@ def _verify_parts(loaded: Model, parts: Parts, source: str | None, tolerance: fl
     saved capture's against one forward pass too."""
     from attnviz.engine.scratch.verify import parts_checks
 
+    refuse_windows(parts)
     checks, captures = parts_checks(loaded, parts, source is not None, reporter, source)
     return Verification("parts", loaded.name, loaded.dtype, loaded.device, tolerance, checks, captures, source)
+
+
+def refuse_windows(saved: Capture | Parts) -> None:
+    """A capture of a sound over 30 s (several windows) cannot be verified: the check recomputes one window."""
+    if saved.meta.get("sound_windows"):
+        raise InputError(f"verify recomputes one window of {WINDOW_SECONDS:g} s from the weights; this capture holds "
+                         f"{saved.meta['sound_windows']} windows of a {saved.meta.get('audio_seconds', 0):.1f}-s sound",
+                         "capture")
 
 
 def model_of(saved: Capture | Parts) -> str:
