@@ -18,7 +18,10 @@ OUT = ROOT / "sample_outputs"
 CAT = "The cat sat on the mat"
 IT = "The cat sat on the mat because it was tired"
 SPOKEN = "The cat sat on the mat because it was tired."  # espeak-ng speaks it into sample_outputs/speech.wav
+SPOKEN_KO = "나는 사과를 먹었다"  # and this, in Korean, into sample_outputs/speech_ko.wav
+CODE = "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)"
 SPEECH = "sample_outputs/speech.wav"
+SPEECH_KO = "sample_outputs/speech_ko.wav"
 
 # (file written, arguments to attnviz, what it shows). Files ending in .txt/.svg from a command that
 # prints to the terminal are that command's output (plain: NO_COLOR; .svg: the coloured terminal).
@@ -168,7 +171,22 @@ SAMPLES: list[tuple[str, list[str], str]] = [
     ("gemma3_circuits.png", [], "written by the circuits command above: copying scores and the three compositions"),
     ("smollm2_circuits.txt", ["circuits", "-m", "smollm2"],
      "QK and OV circuits of SmolLM2 from its weights"),
+    ("qwen15_verify.txt", ["verify", CODE, "-m", "qwen2.5-coder-1.5b"],
+     "Qwen2.5-Coder-1.5B from its 22 GGUF part packages: α recomputed from its weights (grouped-query attention, "
+     "biases on q, k and v)"),
+    ("qwen15_layer13_head4.png", ["heatmap", CODE, "-m", "qwen2.5-coder-1.5b", "--layer", "13", "--head", "4",
+                                  "-o", "{out}"],
+     "a 1.8 B model on code: layer 13, head 4 (a previous-token head) of Qwen2.5-Coder-1.5B"),
     ("speech.wav", [], f"espeak-ng speaking “{SPOKEN}” (made by this script: espeak-ng -w speech.wav)"),
+    ("speech_ko.wav", [], f"espeak-ng speaking “{SPOKEN_KO}” in Korean (made by this script: espeak-ng -v ko)"),
+    ("whisper_base_ko_cross.txt", ["heatmap", "--audio", SPEECH_KO, "-m", "whisper-base", "--language", "ko",
+                                   "-o", "sample_outputs/whisper_base_ko_cross.png"],
+     "multilingual Whisper base on Korean speech: the transcript it writes, each token's cross-attention over time"),
+    ("whisper_base_ko_cross.png", [], "written by the heatmap command above"),
+    ("whisper_base_ko_align.txt", ["align", "--audio", SPEECH_KO, "-m", "whisper-base", "--language", "ko",
+                                   "--target", SPOKEN_KO, "-o", "sample_outputs/whisper_base_ko_align.png"],
+     "forced alignment of the Korean sentence against the speech: its three words in order"),
+    ("whisper_base_ko_align.png", [], "written by the align command above"),
     ("whisper_cross.txt", ["heatmap", "--audio", SPEECH, "-o", "sample_outputs/whisper_cross.png"],
      "Whisper tiny.en writes the transcript; its last layer's cross-attention over the sound"),
     ("whisper_cross.png", [], "written by the heatmap command above: a row per token written, under the "
@@ -293,6 +311,13 @@ def ansi_to_svg(ansi: str, title: str) -> str:
     return console.export_svg(title=title)
 
 
+VOICES = {name: (voice, text, f"| [{name}]({name}) | `espeak-ng -v {voice} -w sample_outputs/{name} \"{text}\"` | "
+                              f"{what} |")
+          for name, voice, text, what in (
+              ("speech.wav", "en", SPOKEN, next(w for n, _, w in SAMPLES if n == "speech.wav")),
+              ("speech_ko.wav", "ko", SPOKEN_KO, next(w for n, _, w in SAMPLES if n == "speech_ko.wav")))}
+
+
 def main(only: str | None = None) -> None:
     """Every sample, or (`only`, a regular expression) those whose file name matches it, the others kept."""
     import re
@@ -308,8 +333,8 @@ def main(only: str | None = None) -> None:
     for name, template, what in SAMPLES:
         path = OUT / name
         if chosen is not None and not chosen.search(name):  # kept as it is; its line written again
-            if name == "speech.wav":
-                lines.append(f"| [{name}]({name}) | `espeak-ng -w {SPEECH} \"{SPOKEN}\"` | {what} |")
+            if name in VOICES:
+                lines.append(VOICES[name][2])
             elif not template:
                 lines.append(f"| [{name}]({name}) | (see the line above) | {what} |")
             else:
@@ -318,9 +343,10 @@ def main(only: str | None = None) -> None:
                 prefix = "NO_COLOR=1 " if name.endswith(".txt") else ""
                 lines.append(f"| [{name}]({name}) | `{prefix}attnviz {shlex.join(args)}` | {what} |")
             continue
-        if name == "speech.wav":  # the sound the Whisper samples hear
-            subprocess.run(["espeak-ng", "-w", str(path), SPOKEN], check=True, capture_output=True)
-            lines.append(f"| [{name}]({name}) | `espeak-ng -w {SPEECH} \"{SPOKEN}\"` | {what} |")
+        if name in VOICES:  # the sounds the Whisper samples hear
+            voice, text, line = VOICES[name]
+            subprocess.run(["espeak-ng", "-v", voice, "-w", str(path), text], check=True, capture_output=True)
+            lines.append(line)
             continue
         if name == "serve.png":  # the browser test drives the live app and takes the picture
             subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/serve/test_serve.py",

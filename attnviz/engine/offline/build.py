@@ -12,6 +12,7 @@ The folder is what any Hugging Face model folder is; loading it afterwards takes
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 import shutil
 import warnings
 from pathlib import Path
@@ -203,12 +204,16 @@ def folder_for(model: OfflineModel, reporter: Reporter | None = None) -> Path:
     if model.kind == "folder":
         return found[0].parent
     _quiet()  # transformers' own progress bars (writing shards) would print under attnviz's spinner
+    reporter = reporter or Reporter()
     if model is MULTILINGUAL:
-        return cached_folder(model.key, found[0], lambda out: build_e5(out, found[0], found[1]))
+        return cached_folder(model.key, found[0], lambda out: _one_phase(
+            reporter, model, lambda: build_e5(out, found[0], found[1])))
     if model.kind == "onnx":
-        return cached_folder(model.key, found[0], lambda out: build_onnx_vit(out, found[0]))
+        return cached_folder(model.key, found[0], lambda out: _one_phase(
+            reporter, model, lambda: build_onnx_vit(out, found[0])))
     if model.kind == "ct2-whisper":
-        return cached_folder(model.key, found[0], lambda out: build_ct2_whisper(out, found[0], found[1], found[2]))
+        return cached_folder(model.key, found[0], lambda out: _one_phase(
+            reporter, model, lambda: build_ct2_whisper(out, found[0], found[1], found[2])))
     if model.kind == "ct2-whisper-parts":
         return cached_folder(model.key, found[0], lambda out: build_ct2_whisper_parts(out, found, model, reporter))
     if model.kind == "gguf-chunks":
@@ -216,6 +221,12 @@ def folder_for(model: OfflineModel, reporter: Reporter | None = None) -> Path:
             raise ModelLoadError(f"reading GGUF files needs the gguf and accelerate packages: {GGUF_INSTALL}")
         return cached_folder(model.key, found[0], lambda out: build_chunked_gguf(out, found, model, reporter))
     return gguf_folder(found[0], key=model.key, reporter=reporter)
+
+
+def _one_phase(reporter: Reporter, model: OfflineModel, build: Callable[[], None]) -> None:
+    """A conversion of one phase (reading the file, writing the folder) under a spinner."""
+    with reporter.status(f"Converting {model.shown} to float32…"):
+        build()
 
 
 def _quiet() -> None:
