@@ -212,8 +212,8 @@ def align(audio: Any, *, model: Any = "whisper", tokenizer: Any = None, target: 
     if not words:
         raise InputError("the transcript is empty: there are no words to time")
     matrix = np.zeros((counted, cross.frames))
-    for top, left, block in blocks:
-        matrix[top:top + len(block), left:left + block.shape[1]] = block
+    for first_row, first_frame, block in blocks:
+        matrix[first_row:first_row + len(block), first_frame:first_frame + block.shape[1]] = block
     rows, cols = np.concatenate(path_rows), np.concatenate(path_cols)
     return WordTimings(model=parts.model, words=tuple(words), matrix=matrix.astype(np.float32), path=(rows, cols),
                        heads=chosen, listed=not heads and bool(_listed(parts)), scores=scores / counted,

@@ -10,7 +10,7 @@ import json
 
 import numpy as np
 import pytest
-from helpers import espeak, one_line_error, require_real, run
+from helpers import espeak, one_line_error, rendered, require_real, run
 
 import attnviz
 from attnviz.data.sound import LANGUAGES, log_mel, sound, window
@@ -186,6 +186,8 @@ def test_korean_forced_alignment_gives_its_three_words_in_order(base, tmp_path):
     assert 0 <= words[0]["start"] < words[0]["end"] <= words[1]["start"] < words[1]["end"] <= words[2]["start"] \
         < words[2]["end"] <= heard.seconds + 0.02
     assert timings.to_dict()["language"] == "ko" and timings.to_dict()["language_probability"] is None
+    table = rendered(timings).split("cross-attention heads by their share within 1 frame of the path")[1]
+    assert timings.top == 8 and sum(line.strip().endswith(("%", "✓")) for line in table.splitlines()) == 8
 
 
 @pytest.mark.slow
