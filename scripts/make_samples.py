@@ -19,7 +19,7 @@ CAT = "The cat sat on the mat"
 IT = "The cat sat on the mat because it was tired"
 SPOKEN = "The cat sat on the mat because it was tired."  # espeak-ng speaks it into sample_outputs/speech.wav
 SPOKEN_KO = "나는 사과를 먹었다"  # and this, in Korean, into sample_outputs/speech_ko.wav
-CODE = "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)"
+CODE = "def fib(n): return n if n < 2 else fib(n - 1) + fib(n - 2)"
 SPEECH = "sample_outputs/speech.wav"
 SPEECH_KO = "sample_outputs/speech_ko.wav"
 
