@@ -19,7 +19,7 @@ import typer
 from attnviz.base.selection import Selection
 from attnviz.cli.output import CliReporter
 from attnviz.cli.params import choice_parser, FromOpt, MAX_NEW_TOKENS, ModelOptions, TextArg, whole_number
-from attnviz.data.sound import LANGUAGES, TASKS
+from attnviz.data.languages import LANGUAGES, TASKS
 
 # Imports inside the functions (the API, numpy) keep `attnviz --help` and each command's --help light.
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from attnviz.base.text import visible
+from attnviz.data.languages import LANGUAGES, TASKS
 from attnviz.errors import InputError, UsageError, arg
 
 RATE = 16_000  # what Whisper hears
@@ -53,12 +54,6 @@ class Sound:
         return f"Sound({self.name!r}, {self.seconds:.2f} s at {RATE:,} Hz)"
 
 
-# Whisper's languages, in the order of its tokens (<|en|> 50259 on): what --language takes
-LANGUAGES = ("en zh de es ru ko fr ja pt tr pl ca nl ar sv it id hi fi vi he uk el ms cs ro da hu ta no th ur hr bg "
-             "lt la mi ml cy sk te fa lv bn sr az sl kn et mk br eu is hy ne mn bs kk sq sw gl mr pa si km sn yo so "
-             "af oc ka be tg sd gu am yi lo uz fo ht ps tk nn mt sa lb my bo tl mg as tt haw ln ha ba jw su yue"
-             ).split()
-TASKS = ("transcribe", "translate")
 
 
 def checked_language(language: str | None) -> str | None:
