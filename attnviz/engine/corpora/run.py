@@ -22,6 +22,7 @@ from attnviz.metrics import Tokens
 from attnviz.base.tokens import Described, describe_tokens
 from attnviz.engine.models import LoadedModel, first_line, forward_args, layers_and_heads
 from attnviz.engine.memory import attention_bytes, memory_budget
+from attnviz.engine.early import stopped_attentions
 from attnviz.engine.forward import attentions_of
 from attnviz.data.words import to_words
 
@@ -71,6 +72,7 @@ class BatchRunner:
                             and "token_type_ids" in getattr(tok, "model_input_names", ()))
         self.unk_id = getattr(tok, "unk_token_id", None)
         self.decode = functools.lru_cache(maxsize=1 << 16)(lambda i: tok.decode([i]))
+        self.stop_early = True  # α without the work after the last attention (engine/early.py), where it can
 
     def new_state(self) -> CorpusState:
         L, H = layers_and_heads(self.loaded.model.config)
@@ -145,9 +147,11 @@ class BatchRunner:
         inputs = {k: v.to(self.loaded.device) for k, v in inputs.items() if k in self.forward_args}
         try:
             with torch.inference_mode():
-                out = self.loaded.model(**inputs, output_attentions=True)
-                layers = list(attentions_of(out, self.loaded.model, self.loaded.name))
-                del out
+                layers = stopped_attentions(self.loaded.model, inputs) if self.stop_early else None
+                if layers is None:  # the full pass, its weights collected by transformers
+                    out = self.loaded.model(**inputs, output_attentions=True)
+                    layers = list(attentions_of(out, self.loaded.model, self.loaded.name))
+                    del out
                 shapes = {tuple(layer.shape) for layer in layers}
                 if len(shapes) != 1 or len(layers[0].shape) != 4 or layers[0].shape[0] != len(batch) \
                         or layers[0].shape[-2:] != (T, T):

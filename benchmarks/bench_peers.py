@@ -1,0 +1,189 @@
+"""attnviz against what a user would write instead, side by side in one run: every contender a fresh process,
+the rounds interleaved (contender A, B, C, then A, B, C again …), the minimum of the rounds kept (the run least
+disturbed by the rest of the machine), the load average printed before and after.
+
+    python benchmarks/bench_peers.py                  # 3 rounds, MiniLM, 500 sentences for the corpus rows
+    python benchmarks/bench_peers.py --rounds 5 --texts 200
+
+Two tasks, each contender doing the same work from start to exit:
+
+- **one sentence to α in memory**: a plain transformers script (load the folder with eager attention, one
+  forward pass with output_attentions, α as numpy), `attnviz capture TEXT -o x.npz`, `attnviz heatmap TEXT -o
+  x.png` beside the plain script that also draws it (imshow, savefig), the Python API (`attnviz.capture`),
+  nnsight and TransformerLens when installed;
+- **α and per-head entropy over a corpus**: `attnviz corpus FILE` (every statistic of the heads table, not only
+  entropy) against the plain transformers loop batched 32 (length-sorted, padded, masked: what a careful user
+  writes) and the same one text at a time; nnsight and TransformerLens one at a time when installed.
+
+A contender that is not installed is a line saying so. No test runs this; tests never assert on wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
+from bench_corpus import sentences  # noqa: E402  (the same generated corpus as bench_corpus.py)
+
+TEXT = "The cat sat on the mat"
+
+PLAIN = """
+import sys, torch
+from transformers import AutoModel, AutoTokenizer
+folder, text = sys.argv[1], sys.argv[2]
+tokenizer = AutoTokenizer.from_pretrained(folder)
+model = AutoModel.from_pretrained(folder, attn_implementation="eager").eval()
+with torch.inference_mode():
+    out = model(**tokenizer(text, return_tensors="pt"), output_attentions=True)
+alpha = torch.cat(out.attentions).numpy()
+"""
+
+PLAIN_DRAWN = PLAIN + """
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+plt.imshow(alpha[0].mean(0))
+plt.savefig(sys.argv[3])
+"""
+
+API = """
+import sys
+import attnviz
+capture = attnviz.capture(sys.argv[2])
+alpha = capture.attentions
+"""
+
+NNSIGHT = """
+import sys, torch
+from nnsight import NNsight
+from transformers import AutoModel, AutoTokenizer
+folder, text = sys.argv[1], sys.argv[2]
+tokenizer = AutoTokenizer.from_pretrained(folder)
+model = NNsight(AutoModel.from_pretrained(folder, attn_implementation="eager").eval())
+inputs = tokenizer(text, return_tensors="pt")
+with model.trace(**inputs, output_attentions=True):
+    saved = model.output.attentions.save()
+alpha = torch.cat(list(saved)).detach().numpy()
+"""
+
+LENS = """
+import sys, torch
+from transformer_lens import HookedEncoder
+from transformers import AutoModel, AutoTokenizer
+folder, text = sys.argv[1], sys.argv[2]
+tokenizer = AutoTokenizer.from_pretrained(folder)
+model = HookedEncoder.from_pretrained("bert-base-cased", hf_model=AutoModel.from_pretrained(folder),
+                                      tokenizer=tokenizer)
+_, cache = model.run_with_cache(tokenizer(text, return_tensors="pt")["input_ids"])
+alpha = torch.stack([cache["pattern", n] for n in range(model.cfg.n_layers)]).numpy()
+"""
+
+CORPUS_PLAIN = """
+import sys, torch
+from transformers import AutoModel, AutoTokenizer
+folder, path, batch = sys.argv[1], sys.argv[2], int(sys.argv[3])
+texts = [line for line in open(path, encoding="utf-8").read().splitlines() if line.strip()]
+tokenizer = AutoTokenizer.from_pretrained(folder)
+model = AutoModel.from_pretrained(folder, attn_implementation="eager").eval()
+order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+total, rows = None, 0
+with torch.inference_mode():
+    for start in range(0, len(order), batch):
+        chunk = [texts[i] for i in order[start:start + batch]]
+        inputs = tokenizer(chunk, return_tensors="pt", padding=True, truncation=True)
+        alpha = torch.stack(model(**inputs, output_attentions=True).attentions)  # (L, B, H, T, T)
+        mask = inputs["attention_mask"].bool()  # (B, T): real query rows
+        entropy = -(alpha * torch.log(alpha.clamp_min(1e-12))).sum(-1)  # (L, B, H, T)
+        per_head = (entropy * mask[None, :, None, :]).sum((1, 3))  # (L, H)
+        total = per_head if total is None else total + per_head
+        rows += int(mask.sum())
+print((total / rows).mean().item())
+"""
+
+
+def load_average() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def timed(command: list[str]) -> float | str:
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
+    if done.returncode != 0:
+        return (done.stderr.strip().splitlines() or ["failed"])[-1][:120]
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--texts", type=int, default=500)
+    args = parser.parse_args()
+    from attnviz.engine import offline
+    from attnviz.engine.offline.build import folder_for
+
+    folder = str(folder_for(offline.MINILM))
+    python, attnviz = sys.executable, [sys.executable, "-m", "attnviz"]
+    installed = {name: importlib.util.find_spec(name) is not None for name in ("nnsight", "transformer_lens")}
+    print(f"machine: {os.cpu_count()} cores, load average {load_average()} (1, 5, 15 min); MiniLM "
+          f"(all-MiniLM-L6-v2, 6 × 12), CPU; {args.rounds} rounds interleaved, the minimum of each")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp)
+        corpus = out / "corpus.txt"
+        corpus.write_text("\n".join(sentences(args.texts)) + "\n", encoding="utf-8")
+        one = {
+            "plain transformers script (α in memory)": [python, "-c", PLAIN, folder, TEXT],
+            "attnviz capture TEXT -o x.npz": [*attnviz, "capture", TEXT, "-o", str(out / "x.npz")],
+            "attnviz.capture(TEXT) (Python)": [python, "-c", API, folder, TEXT],
+            "plain script + imshow, savefig": [python, "-c", PLAIN_DRAWN, folder, TEXT, str(out / "p.png")],
+            "attnviz heatmap TEXT -o x.png": [*attnviz, "heatmap", TEXT, "-o", str(out / "x.png")],
+        }
+        many = {
+            f"plain transformers loop, batched 32 ({args.texts} texts)": [python, "-c", CORPUS_PLAIN, folder,
+                                                                          str(corpus), "32"],
+            f"attnviz corpus FILE ({args.texts} texts, every statistic)": [*attnviz, "corpus", str(corpus)],
+            f"plain transformers loop, one at a time ({args.texts} texts)": [python, "-c", CORPUS_PLAIN, folder,
+                                                                             str(corpus), "1"],
+        }
+        if installed["nnsight"]:
+            one["nnsight 0.8 (α in memory)"] = [python, "-c", NNSIGHT, folder, TEXT]
+        if installed["transformer_lens"]:
+            one["TransformerLens 4.3 HookedEncoder (α in memory)"] = [python, "-c", LENS, folder, TEXT]
+        subprocess.run(one["attnviz capture TEXT -o x.npz"], capture_output=True)  # caches warm, once
+        for title, table, base in (("one sentence to α", one, "plain transformers script (α in memory)"),
+                                   ("a corpus: α and per-head entropy", many,
+                                    f"plain transformers loop, batched 32 ({args.texts} texts)")):
+            best: dict[str, float | str] = {}
+            for _ in range(args.rounds):
+                for name, command in table.items():
+                    found = timed(command)
+                    if isinstance(found, str) or isinstance(best.get(name), str):
+                        best[name] = found if isinstance(found, str) else best[name]
+                    else:
+                        best[name] = min(found, best.get(name, float("inf")))  # type: ignore[type-var]
+            print(f"\n{title}")
+            print(f"  {'contender':<62}{'seconds':>9}{'× ' + 'base':>9}")
+            for name, value in best.items():
+                if isinstance(value, str):
+                    print(f"  {name:<62}{'failed':>9}  {value}")
+                    continue
+                other = "plain script + imshow, savefig" if "heatmap" in name else base
+                ratio = value / best[other] if not isinstance(best[other], str) else float("nan")
+                print(f"  {name:<62}{value:>9.2f}{ratio:>8.2f}×" + ("  (against the drawing script)"
+                                                                    if other != base else ""))
+        for name, there in installed.items():
+            if not there:
+                print(f"\n{name} is not installed: its rows are skipped (pip install "
+                      f"{'nnsight==0.8.1' if name == 'nnsight' else 'transformer-lens==4.3.0'} to add them)")
+    print(f"\nload average after: {load_average()}")
+
+
+if __name__ == "__main__":
+    main()
