@@ -121,6 +121,47 @@ def timed(command: list[str]) -> float | str:
     return time.perf_counter() - start
 
 
+def statistic_costs(texts: list[str], repeats: int = 5) -> list[tuple[str, float]]:
+    """What each statistic of `attnviz corpus` costs alone, in nanoseconds per attention weight: each metric's
+    function over the rows of one batch of 32 texts (every layer and head at once, as the corpus computes them;
+    the minimum of `repeats`), divided by the weights it reads (Σ n² over the texts, times layers × heads); and
+    the whole of the statistics (texts_stats: every metric, the moments per text, the labels). The forward pass
+    is not counted."""
+    import numpy as np
+
+    from attnviz.corpora import Line, texts_stats
+    from attnviz.engine.corpora.run import BatchRunner
+    from attnviz.engine.models import load
+    from attnviz.metrics.rows import Rows
+
+    runner = BatchRunner(load("minilm", device="cpu"))
+    ready, _ = runner.prepare([Line("bench", n, text, None) for n, text in enumerate(texts)])
+    batch = next(iter(runner.batches(ready)))
+    packed, H = runner.attention(batch)
+    lengths = [len(p.ids) for p in batch]
+    tokens = [p.tokens for p in batch]
+    weights = sum(n * n for n in lengths) * packed.shape[-1]
+    width = max(lengths)
+    queries = np.concatenate([np.arange(n) for n in lengths])
+
+    def rows() -> Rows:  # new each time: a Rows keeps what its metrics share (the entropy, the float64 copy)
+        return Rows(packed[:width].transpose(2, 1, 0), queries, tokens[0], None, texts=tuple(tokens),
+                    counts=tuple(lengths))
+
+    def best(work) -> float:
+        found = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            work()
+            found = min(found, time.perf_counter() - start)
+        return found / weights * 1e9
+
+    costs = [(m.name, best(lambda m=m: m.rows(rows()))) for m in runner.metrics if m.rows is not None]
+    costs.append(("every statistic, per text", best(lambda: texts_stats(packed, lengths, tokens, H, runner.metrics,
+                                                                       runner.sinks, runner.windows))))
+    return costs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -178,6 +219,10 @@ def main() -> None:
                 ratio = value / best[other] if not isinstance(best[other], str) else float("nan")
                 print(f"  {name:<62}{value:>9.2f}{ratio:>8.2f}×" + ("  (against the drawing script)"
                                                                     if other != base else ""))
+        print("\nwhat each statistic of attnviz corpus costs alone (one batch of 32 texts; the forward pass not "
+              "counted)")
+        for name, cost in statistic_costs(sentences(args.texts)):
+            print(f"  {name:<24}{cost:>8.2f} ns per weight")
         for name, there in installed.items():
             if not there:
                 print(f"\n{name} is not installed: its rows are skipped (pip install "

@@ -15,7 +15,7 @@ from attnviz.data.modality import PICTURE, of_input
 from attnviz.errors import InputError, UsageError, arg
 from attnviz.data.picture import Picture, picture  # re-exported: a vision model's input
 from attnviz.progress import Reporter
-from attnviz.data.sound import Sound, sound  # re-exported: a speech model's input
+from attnviz.data.sound import Sound, sound, WINDOW_SECONDS  # Sound, sound re-exported: a speech model's input
 from attnviz.base.selection import Selection
 from attnviz.base.text import check_text
 from attnviz.data.words import to_words  # re-exported: a Capture or Parts at word level
@@ -167,13 +167,24 @@ def capture_audio(audio: Any, *, model: Any = "whisper", tokenizer: Any = None, 
     if max_new_tokens is not None and not 1 <= max_new_tokens <= 448:
         raise InputError(f"max_new_tokens takes 1 to 448 (Whisper's decoder reads 448 positions); got "
                          f"{max_new_tokens}", "max_new_tokens")
+    if target is not None and heard.seconds > WINDOW_SECONDS:
+        raise InputError(f"{arg('target')} is read against one window of {WINDOW_SECONDS:g} s; this sound lasts "
+                         f"{heard.seconds:.1f} s: cut it, or let the model write", "target")
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype)
     if not loaded.speech:
         raise InputError(f"{loaded.name} reads {'images' if loaded.vision else 'text'}, not sound: give a speech "
                          f"model (model='whisper', offline)", "model")
-    from attnviz.engine.speech import capture_sound
+    from attnviz.engine.speech import capture_sound, reading, windowed
 
     reporter = reporter or Reporter()
+    if windowed(heard):  # over 30 s: 30 s at a time, each window written on its own
+        from attnviz.engine.windows import capture_windows
+
+        language, task = reading(loaded, heard)
+        windows = -(-len(heard.samples) // int(WINDOW_SECONDS * 16_000))
+        with reporter.progress(f"writing, {windows} windows of 30 s", windows * (max_new_tokens or 224),
+                               "tokens") as advance:
+            return capture_windows(loaded, heard, language, task, max_new_tokens, advance)
     if target is None:
         with reporter.progress("writing", max_new_tokens or 224, "tokens") as advance:
             return capture_sound(loaded, heard, max_new_tokens=max_new_tokens, on_step=advance)

@@ -254,37 +254,29 @@ class ModelOptions:
         options = dict(revision=self.revision, device=self.device, dtype=self.dtype,
                        trust_remote_code=self.trust_remote_code, memory_budget=self.max_memory, lm_head=lm_head)
         converting = conversion_pending(self.model)
-        if converting:  # once: each phase its line or bar (joining, dequantizing, writing), then the load
-            reporter = Converting(f"Converting {converting} once into attnviz's model cache (later runs load it "
-                                  f"at once)")
+        if converting:  # once: each phase a bar or a spinner (joining, dequantizing, writing), then the load
             start = time.perf_counter()
-            loaded = load_model(self.model, reporter=reporter, **options)
-            if reporter.said:  # a file refused before its first phase says only why
-                say(f"Converted and loaded in {time.perf_counter() - start:.0f} s", console=err, style="cyan")
+            loaded = load_model(self.model, reporter=Converting(converting), **options)
+            if err.is_terminal:  # the bars are gone: one line says what happened (scripts and pipes get none)
+                say(f"Converted {converting} once into attnviz's model cache in {time.perf_counter() - start:.0f} s "
+                    f"(later runs load it at once)", console=err, style="cyan")
             return loaded
         with err.status(Text(LOADING)):
             return load_model(self.model, **options)
 
 
 class Converting(CliReporter):
-    """A first conversion's phases on stderr, under one header said when the first phase begins (a file refused
-    before then is one line: why)."""
+    """A first conversion's phases on stderr, each a bar or a spinner that says which model is being converted
+    once into the cache (nothing stays behind: a file refused on the way is one line, why)."""
 
-    def __init__(self, header: str) -> None:
-        self.header, self.said = header, False
-
-    def _say(self) -> None:
-        if not self.said:
-            say(self.header, console=err, style="cyan")
-            self.said = True
+    def __init__(self, model: str) -> None:
+        self.model = model
 
     def status(self, text: str):
-        self._say()
-        return super().status(text)
+        return super().status(f"{self.model}, once: {text}")
 
     def progress(self, what: str, total: int, unit: str):
-        self._say()
-        return super().progress(what, total, unit)
+        return super().progress(f"{self.model}, once: {what}", total, unit)
 
 
 @dataclass(frozen=True)

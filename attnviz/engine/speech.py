@@ -105,6 +105,11 @@ def detect_language(loaded: LoadedModel, heard: sounds.Sound) -> tuple[str, floa
     return codes[best], float(probabilities[best])
 
 
+def windowed(heard: sounds.Sound) -> bool:
+    """Over 30 s: the sound is read 30 s at a time (engine/windows.py)."""
+    return len(heard.samples) // sounds.HOP > sounds.FRAMES
+
+
 def features(loaded: LoadedModel, heard: sounds.Sound, start: int = 0, *, detecting: bool = False):
     """The log-mel spectrogram Whisper reads, 30 s from frame `start`: (1, bins, 3000), as faster-whisper computes
     it (data/sound.py log_mel: the whole sound's spectrogram, its window, zeros after the sound); the last frame
@@ -135,13 +140,9 @@ def capture_sound(loaded: LoadedModel, heard: sounds.Sound, *, target: str | Non
 
     model = loaded.model
     language, task = reading(loaded, heard)
-    if len(heard.samples) // sounds.HOP > sounds.FRAMES:  # over 30 s: 30 s at a time
-        if target is not None:
-            raise InputError(f"{arg('target')} is read against one window of 30 s; this sound lasts "
-                             f"{heard.seconds:.1f} s: cut it, or let the model write", "target")
-        from attnviz.engine.windows import capture_windows
-
-        return capture_windows(loaded, heard, language, task, max_new_tokens, on_step)
+    if windowed(heard):
+        raise InputError(f"{heard.name} lasts {heard.seconds:.1f} s: over 30 s a sound is read window by window "
+                         f"(attnviz.engine.windows)", "audio")
     mel = features(loaded, heard)
     start = prompt_ids(loaded, language or "en", task)  # its length: the language token is one token either way
     tok = loaded.tokenizer

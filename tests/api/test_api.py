@@ -345,3 +345,13 @@ def test_a_model_another_library_rewired_gives_one_tensor_per_layer_or_is_refuse
         assert captured.n_layers == L
         np.testing.assert_array_equal(captured.attentions, plain.attentions)
     assert list(model._forward_hooks) == [handle.id]
+
+
+def test_the_float32_tolerance_grows_with_the_largest_score_only():
+    """verify's default tolerance: the dtype's, in float32 at least 2⁻²³ × the largest |score|; a given one as is."""
+    from attnviz.api.scratch.verify import SCORE_ROUNDING, TOLERANCE, score_tolerance
+
+    assert score_tolerance(None, "float32", 25.8) == TOLERANCE["float32"]  # MiniLM: the default holds
+    assert score_tolerance(None, "float32", 1470.0) == pytest.approx(1470.0 * SCORE_ROUNDING)
+    assert score_tolerance(None, "float16", 1470.0) == TOLERANCE["float16"]
+    assert score_tolerance(1e-7, "float32", 1470.0) == 1e-7 and score_tolerance(None, "float32", None) == 1e-5

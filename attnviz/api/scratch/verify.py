@@ -23,12 +23,26 @@ from attnviz.metrics import differences
 from attnviz.progress import Reporter
 from attnviz.render.tables import records_html
 
-__all__ = ["verify", "Verification", "TOLERANCE", "MISMATCH_EXIT", "model_of"]
+__all__ = ["verify", "Verification", "TOLERANCE", "MISMATCH_EXIT", "model_of", "score_tolerance"]
 
 # Default tolerance on max |Δα| by dtype. float32 is the target; in half precision the model's own α
 # carries rounding that the float32 recomputation does not (measured on MiniLM: 9.6e-4 in float16,
 # 9.0e-3 in bfloat16), so the defaults leave about 5x headroom.
 TOLERANCE = {"float32": 1e-5, "float16": 5e-3, "bfloat16": 5e-2}
+# A float32 score of size |z| is itself known only to |z|·2⁻²⁴, and the model and the formula sum Q·Kᵀ in their
+# own orders, so where the scores are large (Qwen2.5's keys reach norms of 280: scores of ±1,470) α can differ by
+# up to about |z|·2⁻²³ between two correct float32 computations (measured at 0.12–0.39 of that on MiniLM,
+# SmolLM2 and Qwen2.5-Coder): the float32 default grows to that where it is larger.
+SCORE_ROUNDING = 2.0 ** -23
+
+
+def score_tolerance(given: float | None, dtype: str, largest: float | None) -> float:
+    """The tolerance a check uses: the one given, else the dtype's default, in float32 at least the rounding of
+    the largest score."""
+    if given is not None:
+        return given
+    default = TOLERANCE[dtype]
+    return max(default, SCORE_ROUNDING * largest) if dtype == "float32" and largest else default
 MISMATCH_EXIT = 3  # what `attnviz verify` exits with when a check fails
 
 
@@ -52,6 +66,7 @@ class Verification(Result):
     captures: dict = field(default_factory=dict)  # name -> the Capture each comparison is about (its shape)
     source: str | None = None  # the capture file checked, as named by the caller
     norms: Any = None  # kind "norms": the engine's NormsResult (output_diff, output_scale, relative_diff)
+    largest_score: float | None = None  # the largest |score| the softmax read (the float32 tolerance grows with it)
 
     def worst(self, name: str):
         return max(self.checks[name], key=lambda d: d.max_abs)
@@ -91,11 +106,11 @@ class Verification(Result):
         if self.kind == "text":
             reported = self.captures["model_vs_scratch"]
             return {**head, "tokens": list(reported.tokens), "tolerance": self.tolerance,
-                    "max_abs_diff": self.max_abs_diff, "passed": self.passed,
+                    "largest_score": self.largest_score, "max_abs_diff": self.max_abs_diff, "passed": self.passed,
                     "layers": [d.__dict__ for d in self.checks["model_vs_scratch"]]}
         if self.kind == "capture":
             return {**head, "capture": self.source, "tokens": list(self.captures["saved_vs_model"].tokens),
-                    "tolerance": self.tolerance, "passed": self.passed,
+                    "tolerance": self.tolerance, "largest_score": self.largest_score, "passed": self.passed,
                     **{name: self._check(name) for name in self.checks}}
         encoder = self.captures.get("encoder")
         return {**head, "capture": self.source, "tolerance": self.tolerance, "passed": self.passed,
@@ -106,6 +121,15 @@ class Verification(Result):
     @property
     def exit_code(self) -> int:
         return 0 if self.passed else MISMATCH_EXIT
+
+    def _scores_note(self) -> list:
+        """Why the tolerance is above the dtype's default, where the scores made it so."""
+        if not self.largest_score or self.tolerance <= TOLERANCE.get(self.dtype, 0.0) \
+                or self.tolerance != score_tolerance(None, self.dtype, self.largest_score):
+            return []
+        return [Line(f"The tolerance is float32's rounding of the largest score the softmax reads (±"
+                     f"{self.largest_score:,.0f} × 2⁻²³ = {self.tolerance:.1e}), not the default "
+                     f"{TOLERANCE[self.dtype]:g}: two correct float32 computations of α differ by about that.")]
 
     def report(self, **style: Any) -> list:
         """Each comparison's table and verdict, and what PASS or FAIL means."""
@@ -129,7 +153,7 @@ class Verification(Result):
                          f"the attention weights the model reports, for every layer and head, to within {tolerance:g}."
                          if ok else f"FAIL means: the textbook formula, applied to this model's weights, does not give "
                                     f"the weights the model reports (off by up to {worst.max_abs:.2e}); the model does "
-                                    f"something the formula leaves out.")]
+                                    f"something the formula leaves out."), *self._scores_note()]
         if self.kind == "capture":
             saved = self.captures["saved_vs_model"]
             made = "generated step by step with the KV cache, " if saved.generated is not None else ""
@@ -215,6 +239,7 @@ def verify(text: str | Picture | Sound | Capture | Parts | None = None, *, model
     if text is None:
         raise InputError("give the text to verify, or a capture", "text")
     check_text(text)
+    given = tolerance
     if of_input(text) is SOUND and getattr(text, "seconds", 0) > WINDOW_SECONDS:
         raise InputError(f"verify recomputes one window of {WINDOW_SECONDS:g} s from the weights; this sound lasts "
                          f"{text.seconds:.1f} s: cut it", "text")  # type: ignore[union-attr]
@@ -242,8 +267,11 @@ def verify(text: str | Picture | Sound | Capture | Parts | None = None, *, model
 
     with reporter.status("Running the model and the from-scratch path…"):
         reported, recomputed = capture_both(loaded, text, truncate=truncate)
-    return Verification("text", reported.model, loaded.dtype, loaded.device, tolerance,
-                        {"model_vs_scratch": differences(reported, recomputed)}, {"model_vs_scratch": reported})
+    largest = recomputed.meta.get("largest_score")
+    return Verification("text", reported.model, loaded.dtype, loaded.device,
+                        score_tolerance(given, loaded.dtype, largest),
+                        {"model_vs_scratch": differences(reported, recomputed)}, {"model_vs_scratch": reported},
+                        largest_score=largest)
 
 
 def _verify_saved(loaded: Model, saved: Capture | Parts, source: str | None, tolerance: float | None,
@@ -252,7 +280,7 @@ def _verify_saved(loaded: Model, saved: Capture | Parts, source: str | None, tol
     same token ids, and that pass against the from-scratch formula."""
     from attnviz.engine.scratch.verify import capture_both_ids
 
-    tolerance = TOLERANCE[loaded.dtype] if tolerance is None else tolerance
+    given, tolerance = tolerance, TOLERANCE[loaded.dtype] if tolerance is None else tolerance
     if isinstance(saved, Parts) or loaded.seq2seq:
         if not (isinstance(saved, Parts) and loaded.seq2seq):
             raise InputError(f"{source or 'the capture'} and {loaded.name} do not match: one is of an "
@@ -261,8 +289,10 @@ def _verify_saved(loaded: Model, saved: Capture | Parts, source: str | None, tol
     with reporter.status("Running the model and the from-scratch path over the capture's tokens…"):
         reported, recomputed = capture_both_ids(loaded, saved)
     checks = {"saved_vs_model": differences(saved, reported), "model_vs_scratch": differences(reported, recomputed)}
-    return Verification("capture", loaded.name, loaded.dtype, loaded.device, tolerance, checks,
-                        {"saved_vs_model": saved, "model_vs_scratch": reported}, source)
+    largest = recomputed.meta.get("largest_score")
+    return Verification("capture", loaded.name, loaded.dtype, loaded.device,
+                        score_tolerance(given, loaded.dtype, largest), checks,
+                        {"saved_vs_model": saved, "model_vs_scratch": reported}, source, largest_score=largest)
 
 
 def _verify_parts(loaded: Model, parts: Parts, source: str | None, tolerance: float,

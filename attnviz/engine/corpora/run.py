@@ -133,6 +133,18 @@ class BatchRunner:
     # running
     def run(self, batch: Sequence[Prepared]) -> BatchStats:
         """One forward pass over a right-padded batch; each text's statistics from its own rows and keys of α."""
+        packed, H = self.attention(batch)
+        lengths = [len(p.ids) for p in batch]
+        if self.words:
+            starts = np.cumsum([0, *lengths])
+            words = [self.as_words(unpack(packed, int(starts[b]), n, H), p) for b, (p, n) in
+                     enumerate(zip(batch, lengths))]
+            return texts_stats(pack([w.attentions for w in words]), [w.n_tokens for w in words],
+                               [Tokens.of(w) for w in words], H, self.metrics, self.sinks)
+        return texts_stats(packed, lengths, [p.tokens for p in batch], H, self.metrics, self.sinks, self.windows)
+
+    def attention(self, batch: Sequence[Prepared]) -> tuple[np.ndarray, int]:
+        """The batch's α, its texts' real query rows as attnviz.corpora.pack lays them out (T, R, L·H), and H."""
         import torch
 
         T = max(len(p.ids) for p in batch)
@@ -162,14 +174,7 @@ class BatchRunner:
                 del layers
         except (ValueError, TypeError, RuntimeError, IndexError) as exc:
             raise AttentionCheckError(f"{self.loaded.name} could not run on this batch: {first_line(exc)}") from None
-        lengths = [len(p.ids) for p in batch]
-        if self.words:
-            starts = np.cumsum([0, *lengths])
-            words = [self.as_words(unpack(packed, int(starts[b]), n, H), p) for b, (p, n) in
-                     enumerate(zip(batch, lengths))]
-            return texts_stats(pack([w.attentions for w in words]), [w.n_tokens for w in words],
-                               [Tokens.of(w) for w in words], H, self.metrics, self.sinks)
-        return texts_stats(packed, lengths, [p.tokens for p in batch], H, self.metrics, self.sinks, self.windows)
+        return packed, H
 
     @staticmethod
     def gather(layers: list, real) -> np.ndarray:

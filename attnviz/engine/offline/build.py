@@ -18,7 +18,6 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-from unittest import mock
 
 from attnviz.errors import ModelLoadError
 from attnviz.engine.offline import (e5bin, find, gguf_available, GGUF_INSTALL, is_gguf_path, MULTILINGUAL, OfflineModel,
@@ -78,6 +77,8 @@ def build_gguf(folder: Path, path: Path, reporter: Reporter | None = None) -> No
         raise ModelLoadError(f"{path.name} is a {summary.architecture!r} model; transformers reads GGUF files of "
                              f"{known}")
     where, name = str(path.parent), path.name
+
+    from unittest import mock  # here, not at the top: every command imports this module, few convert
 
     import transformers.modeling_gguf_pytorch_utils as gguf_utils
 
@@ -372,7 +373,8 @@ def _whisper_specials(tokenizer_json: Path, vocab: int) -> dict[str, int]:
     needed = WHISPER_TOKENS if vocab >= MULTILINGUAL_VOCAB else WHISPER_TOKENS[:3]
     lacking = [t for t in needed if not 0 <= found.get(t, -1) < vocab]
     if lacking:
-        raise ModelLoadError(f"{tokenizer_json.name} lacks Whisper's token {lacking[0]} (below {vocab:,})")
+        raise ModelLoadError(f"{tokenizer_json.name} is not a tokenizer attnviz can read: it lacks Whisper's token "
+                             f"{lacking[0]} (below {vocab:,})")
     return found
 
 
@@ -403,12 +405,6 @@ def build_ct2_whisper(folder: Path, model_bin: Path, config_json: Path, tokenize
 
     embed = spec.get("decoder/embeddings/weight")
     vocab, d_model = embed.shape
-    special = _whisper_specials(tokenizer_json, int(vocab))
-    multilingual = int(vocab) >= MULTILINGUAL_VOCAB
-    languages = _token_ids(extra, "lang_ids", int(vocab), config_json.name) if multilingual else []
-    by_id = {i: name for name, i in special.items()}
-    if multilingual and (not languages or any(not _is_language(by_id.get(i, "")) for i in languages)):
-        raise ModelLoadError(f"{config_json.name}: lang_ids are not the tokenizer's language tokens (<|en|>, …)")
     conv1 = spec.get("encoder/conv1/weight")
     layers = {"encoder": count("encoder"), "decoder": count("decoder")}
     ffn = spec.get("encoder/layer_0/ffn/linear_0/weight").shape[0]
@@ -419,6 +415,12 @@ def build_ct2_whisper(folder: Path, model_bin: Path, config_json: Path, tokenize
     positions = {side: spec.get(f"{side}/position_encodings/encodings").shape[0] for side in ("encoder", "decoder")}
     _check_whisper_sizes(model_bin.name, vocab=int(vocab), d_model=int(d_model), mel=int(conv1.shape[1]),
                          ffn=int(ffn), layers=layers, heads=heads, positions=positions)
+    special = _whisper_specials(tokenizer_json, int(vocab))
+    multilingual = int(vocab) >= MULTILINGUAL_VOCAB
+    languages = _token_ids(extra, "lang_ids", int(vocab), config_json.name) if multilingual else []
+    by_id = {i: name for name, i in special.items()}
+    if multilingual and (not languages or any(not _is_language(by_id.get(i, "")) for i in languages)):
+        raise ModelLoadError(f"{config_json.name}: lang_ids are not the tokenizer's language tokens (<|en|>, …)")
     config = WhisperConfig(
         vocab_size=int(vocab), num_mel_bins=int(conv1.shape[1]), d_model=int(d_model),
         encoder_layers=layers["encoder"], decoder_layers=layers["decoder"],

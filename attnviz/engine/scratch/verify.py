@@ -111,15 +111,23 @@ def recompute(model, inputs: dict, *, attentions: bool = True) -> Recomputed:
     return Recomputed(output, layers)
 
 
-def scratch_attentions(model, inputs: dict) -> tuple[np.ndarray, np.ndarray]:
-    """(scratch α, model α), each float32 (L, B, H, T, T), from one forward pass."""
+def scratch_attentions(model, inputs: dict) -> tuple[np.ndarray, np.ndarray, float]:
+    """(scratch α, model α), each float32 (L, B, H, T, T), from one forward pass; and the largest |score| the
+    softmax reads, |Q·Kᵀ| times its scale (plus a family's bias), over every layer and head: how finely float32
+    can know the scores, and so α (api/scratch/verify.py score_tolerance)."""
     run = recompute(model, inputs)
+    largest = 0.0
     with torch.inference_mode():
         alphas = [qkv.alpha() for qkv in run.layers]
+        for qkv in run.layers:
+            scores = (qkv.q.float() @ qkv.k.float().transpose(-1, -2)) * (qkv.scale or qkv.q.shape[-1] ** -0.5)
+            if qkv.bias is not None:
+                scores = scores + qkv.bias.float()
+            largest = max(largest, float(scores.abs().max()))
 
     reported = attentions_of(run.output, model, getattr(model, "name_or_path", "the model"))
     model_alpha = torch.stack([a.float() for a in reported])  # (L, B, H, T, T)
-    return torch.stack(alphas).cpu().numpy(), model_alpha.cpu().numpy()
+    return torch.stack(alphas).cpu().numpy(), model_alpha.cpu().numpy(), largest
 
 
 def capture_both(loaded, text, *, truncate: bool = True):
@@ -127,9 +135,10 @@ def capture_both(loaded, text, *, truncate: bool = True):
 
     encoded = encode(loaded, text, truncate=truncate)
     check_memory(loaded, len(encoded.token_ids), copies=4.0)  # the model's α, scores, both stacks
-    scratch, reported = scratch_attentions(loaded.model, encoded.inputs)
-    return (make_capture(loaded, encoded, reported[:, 0], text),
-            make_capture(loaded, encoded, scratch[:, 0], text, source="scratch"))
+    scratch, reported, largest = scratch_attentions(loaded.model, encoded.inputs)
+    recomputed = make_capture(loaded, encoded, scratch[:, 0], text, source="scratch")
+    recomputed.meta["largest_score"] = largest
+    return make_capture(loaded, encoded, reported[:, 0], text), recomputed
 
 
 def capture_both_ids(loaded, saved: Capture) -> tuple[Capture, Capture]:
@@ -159,11 +168,11 @@ def capture_both_ids(loaded, saved: Capture) -> tuple[Capture, Capture]:
     inputs = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
     if "token_type_ids" in getattr(loaded.tokenizer, "model_input_names", ()):  # one segment, as encode gives
         inputs["token_type_ids"] = torch.zeros_like(input_ids)  # (GPT-2 would add wte[0] for it: never there)
-    scratch, reported = scratch_attentions(loaded.model, {k: v for k, v in inputs.items()
-                                                          if k in forward_args(loaded.model)})
+    scratch, reported, largest = scratch_attentions(loaded.model, {k: v for k, v in inputs.items()
+                                                                   if k in forward_args(loaded.model)})
     meta = {**saved.meta, "model": loaded.name, "dtype": loaded.dtype, "device": loaded.device}
     return (replace(saved, attentions=reported[:, 0], meta={**meta, "source": "model"}),
-            replace(saved, attentions=scratch[:, 0], meta={**meta, "source": "scratch"}))
+            replace(saved, attentions=scratch[:, 0], meta={**meta, "source": "scratch", "largest_score": largest}))
 
 
 # --- an encoder-decoder model's parts, and a speech model's -------------------------------------------------
