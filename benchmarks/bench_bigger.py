@@ -29,7 +29,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -71,39 +70,22 @@ def measure(command: list[str], **kwargs) -> dict:
     sink = tempfile.TemporaryFile("w+")  # a file, not a pipe: a --json of 336 heads would fill a pipe and wait
     errors = tempfile.TemporaryFile("w+")
     process = subprocess.Popen(command, stdout=sink, stderr=errors, text=True, **kwargs)
-    peak_anon = 0
-    stop = threading.Event()
-
-    def sample() -> None:
-        nonlocal peak_anon
-        status = Path(f"/proc/{process.pid}/status")
-        while not stop.is_set():
-            try:
-                for line in status.read_text().splitlines():
-                    if line.startswith("RssAnon:"):
-                        peak_anon = max(peak_anon, int(line.split()[1]) * 1024)
-            except OSError:
-                return
-            stop.wait(0.02)
-
-    watcher = threading.Thread(target=sample, daemon=True)
-    watcher.start()
-    hwm = 0
+    peaks = {"VmHWM:": 0, "RssAnon:": 0}
     status = Path(f"/proc/{process.pid}/status")
-    while process.poll() is None:  # VmHWM read while the process lives (it is gone once reaped)
+    while process.poll() is None:  # read while the process lives (its status is gone once it is reaped)
         try:
             for line in status.read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    hwm = max(hwm, int(line.split()[1]) * 1024)
+                key = line.split(maxsplit=1)[0] if line else ""
+                if key in peaks:
+                    peaks[key] = max(peaks[key], int(line.split()[1]) * 1024)
         except OSError:
             pass
-        time.sleep(0.05)
+        time.sleep(0.02)
+    hwm, peak_anon = peaks["VmHWM:"], peaks["RssAnon:"]
     process.wait()
     sink.seek(0)
     errors.seek(0)
     out, err = sink.read(), errors.read()
-    stop.set()
-    watcher.join()
     seconds = time.perf_counter() - start
     if process.returncode != 0:
         last = (err.strip().splitlines() or ["?"])[-1]

