@@ -21,7 +21,6 @@ A contender that is not installed is a line saying so. No test runs this; tests 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import subprocess
 import sys
@@ -76,14 +75,49 @@ alpha = torch.cat(list(saved)).detach().numpy()
 
 LENS = """
 import sys, torch
-from transformer_lens import HookedEncoder
-from transformers import AutoModel, AutoTokenizer
+from transformer_lens.model_bridge import TransformerBridge
 folder, text = sys.argv[1], sys.argv[2]
+bridge = TransformerBridge.boot_transformers(folder, device="cpu")
+_, cache = bridge.run_with_cache(text)
+alpha = torch.stack([cache[f"blocks.{n}.attn.hook_pattern"][0] for n in range(bridge.cfg.n_layers)]).numpy()
+"""
+
+NNSIGHT_CORPUS = """
+import sys, torch
+from nnsight import NNsight
+from transformers import AutoModel, AutoTokenizer
+folder, path = sys.argv[1], sys.argv[2]
+texts = [line for line in open(path, encoding="utf-8").read().splitlines() if line.strip()]
 tokenizer = AutoTokenizer.from_pretrained(folder)
-model = HookedEncoder.from_pretrained("bert-base-cased", hf_model=AutoModel.from_pretrained(folder),
-                                      tokenizer=tokenizer)
-_, cache = model.run_with_cache(tokenizer(text, return_tensors="pt")["input_ids"])
-alpha = torch.stack([cache["pattern", n] for n in range(model.cfg.n_layers)]).numpy()
+model = NNsight(AutoModel.from_pretrained(folder, attn_implementation="eager").eval())
+total, rows = None, 0
+for text in texts:
+    inputs = tokenizer(text, return_tensors="pt", truncation=True)
+    with model.trace(**inputs, output_attentions=True):
+        saved = model.output.attentions.save()
+    alpha = torch.cat(list(saved)).detach()  # (L, H, T, T)
+    entropy = -(alpha * torch.log(alpha.clamp_min(1e-12))).sum(-1).sum(-1)  # (L, H)
+    total = entropy if total is None else total + entropy
+    rows += alpha.shape[-1]
+print((total / rows).mean().item())
+"""
+
+LENS_CORPUS = """
+import sys, torch
+from transformer_lens.model_bridge import TransformerBridge
+folder, path = sys.argv[1], sys.argv[2]
+texts = [line for line in open(path, encoding="utf-8").read().splitlines() if line.strip()]
+bridge = TransformerBridge.boot_transformers(folder, device="cpu")
+names = [f"blocks.{n}.attn.hook_pattern" for n in range(bridge.cfg.n_layers)]
+total, rows = None, 0
+with torch.inference_mode():
+    for text in texts:
+        _, cache = bridge.run_with_cache(text, names_filter=lambda name: name in names)
+        alpha = torch.stack([cache[name][0] for name in names])  # (L, H, T, T)
+        entropy = -(alpha * torch.log(alpha.clamp_min(1e-12))).sum(-1).sum(-1)
+        total = entropy if total is None else total + entropy
+        rows += alpha.shape[-1]
+print((total / rows).mean().item())
 """
 
 CORPUS_PLAIN = """
@@ -115,7 +149,7 @@ def load_average() -> str:
 
 def timed(command: list[str]) -> float | str:
     start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1", "HF_HUB_OFFLINE": "1"})
     if done.returncode != 0:
         return (done.stderr.strip().splitlines() or ["failed"])[-1][:120]
     return time.perf_counter() - start
@@ -166,13 +200,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--texts", type=int, default=500)
+    parser.add_argument("--peers-python", default=sys.executable, metavar="PYTHON",
+                        help="the interpreter that has nnsight and TransformerLens (another virtual environment: "
+                             "they pull in packages attnviz does not use); default this one")
     args = parser.parse_args()
     from attnviz.engine import offline
     from attnviz.engine.offline.build import folder_for
 
     folder = str(folder_for(offline.MINILM))
     python, attnviz = sys.executable, [sys.executable, "-m", "attnviz"]
-    installed = {name: importlib.util.find_spec(name) is not None for name in ("nnsight", "transformer_lens")}
+    peers = args.peers_python
+    installed = {name: subprocess.run([peers, "-c", f"import {name}"], capture_output=True).returncode == 0
+                 for name in ("nnsight", "transformer_lens")}
     print(f"machine: {os.cpu_count()} cores, load average {load_average()} (1, 5, 15 min); MiniLM "
           f"(all-MiniLM-L6-v2, 6 × 12), CPU; {args.rounds} rounds interleaved, the minimum of each")
     with tempfile.TemporaryDirectory() as tmp:
@@ -194,9 +233,13 @@ def main() -> None:
                                                                              str(corpus), "1"],
         }
         if installed["nnsight"]:
-            one["nnsight 0.8 (α in memory)"] = [python, "-c", NNSIGHT, folder, TEXT]
+            one["nnsight 0.8 (α in memory)"] = [peers, "-c", NNSIGHT, folder, TEXT]
+            many[f"nnsight 0.8, one at a time ({args.texts} texts)"] = [peers, "-c", NNSIGHT_CORPUS, folder,
+                                                                        str(corpus)]
         if installed["transformer_lens"]:
-            one["TransformerLens 4.3 HookedEncoder (α in memory)"] = [python, "-c", LENS, folder, TEXT]
+            one["TransformerLens 4.3 TransformerBridge (α in memory)"] = [peers, "-c", LENS, folder, TEXT]
+            many[f"TransformerLens 4.3, one at a time ({args.texts} texts)"] = [peers, "-c", LENS_CORPUS, folder,
+                                                                                str(corpus)]
         subprocess.run(one["attnviz capture TEXT -o x.npz"], capture_output=True)  # caches warm, once
         for title, table, base in (("one sentence to α", one, "plain transformers script (α in memory)"),
                                    ("a corpus: α and per-head entropy", many,
