@@ -119,7 +119,7 @@ def test_gpt2_causal_mask_is_needed(load_tiny, monkeypatch):
     loaded = load_tiny("gpt2")
     monkeypatch.setattr(scratch.GPT2Adapter, "causal", False)
     encoded = encode(loaded, TEXT)
-    recomputed, reported = scratch_attentions(loaded.model, encoded.inputs)
+    recomputed, reported, _ = scratch_attentions(loaded.model, encoded.inputs)
     assert np.abs(recomputed - reported).max() > 1e-2
 
 
@@ -137,8 +137,8 @@ def test_padding_is_honoured(family, load_tiny):
         inputs.pop("token_type_ids", None)
     alone = tok(texts[0], return_tensors="pt")
     alone = {k: v for k, v in alone.items() if k in inputs}
-    batch_scratch, batch_model = scratch_attentions(loaded.model, inputs)  # (L, 2, H, T, T)
-    alone_scratch, _ = scratch_attentions(loaded.model, alone)  # (L, 1, H, n, n)
+    batch_scratch, batch_model, _ = scratch_attentions(loaded.model, inputs)  # (L, 2, H, T, T)
+    alone_scratch, _, _ = scratch_attentions(loaded.model, alone)  # (L, 1, H, n, n)
     n = alone["input_ids"].shape[1]
     assert batch["attention_mask"][0].sum() == n and tok.padding_side == "right"
     np.testing.assert_allclose(batch_scratch[:, 0, :, :n, :n], alone_scratch[:, 0], atol=1e-5)
@@ -220,7 +220,7 @@ def test_gpt2_variants(flags, tiny_model_dir):
     model.load_state_dict(base.model.state_dict())
     model.eval()
     encoded = encode(base, TEXT)
-    recomputed, reported = scratch_attentions(model, encoded.inputs)
+    recomputed, reported, _ = scratch_attentions(model, encoded.inputs)
     assert np.abs(recomputed - reported).max() <= 1e-5
 
 

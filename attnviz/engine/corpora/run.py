@@ -72,7 +72,9 @@ class BatchRunner:
                             and "token_type_ids" in getattr(tok, "model_input_names", ()))
         self.unk_id = getattr(tok, "unk_token_id", None)
         self.decode = functools.lru_cache(maxsize=1 << 16)(lambda i: tok.decode([i]))
-        self.stop_early = True  # α without the work after the last attention (engine/early.py), where it can
+        # α without the work after the last attention (engine/early.py), on a model attnviz loaded itself; a model
+        # object handed in is run whole, so that hooks of its own after the last attention fire as they would
+        self.stop_early = loaded.revision != "object"
 
     def new_state(self) -> CorpusState:
         L, H = layers_and_heads(self.loaded.model.config)
