@@ -149,7 +149,8 @@ def load_average() -> str:
 
 def timed(command: list[str]) -> float | str:
     start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1", "HF_HUB_OFFLINE": "1"})
+    done = subprocess.run(command, capture_output=True, text=True,
+                          env={**os.environ, "NO_COLOR": "1", "HF_HUB_OFFLINE": "1"})
     if done.returncode != 0:
         return (done.stderr.strip().splitlines() or ["failed"])[-1][:120]
     return time.perf_counter() - start
