@@ -194,6 +194,19 @@ def statistic_costs(texts: list[str], repeats: int = 5) -> list[tuple[str, float
     costs = [(m.name, best(lambda m=m: m.rows(rows()))) for m in runner.metrics if m.rows is not None]
     costs.append(("every statistic, per text", best(lambda: texts_stats(packed, lengths, tokens, H, runner.metrics,
                                                                        runner.sinks, runner.windows))))
+    # the whole corpus, as `attnviz corpus` computes it: the statistics of every batch, against the forward passes
+    forward = statistics = 0.0
+    read = 0
+    for batch in runner.batches(ready):
+        start = time.perf_counter()
+        packed, H = runner.attention(batch)
+        middle = time.perf_counter()
+        lengths = [len(p.ids) for p in batch]
+        texts_stats(packed, lengths, [p.tokens for p in batch], H, runner.metrics, runner.sinks, runner.windows)
+        forward, statistics = forward + middle - start, statistics + time.perf_counter() - middle
+        read += sum(n * n for n in lengths) * packed.shape[-1]
+    print(f"  over the whole corpus ({read / 1e6:.1f} M weights): forward passes with α gathered {forward:.2f} s, "
+          f"every statistic {statistics:.2f} s ({statistics / read * 1e9:.1f} ns per weight)")
     return costs
 
 
@@ -233,6 +246,11 @@ def main() -> None:
             f"plain transformers loop, one at a time ({args.texts} texts)": [python, "-c", CORPUS_PLAIN, folder,
                                                                              str(corpus), "1"],
         }
+        if peers != python and any(installed.values()):  # the same plain script where the peers run: that
+            # environment holds fewer packages that transformers imports when present (scipy, Pillow, accelerate)
+            one["plain script in the peers' environment"] = [peers, "-c", PLAIN, folder, TEXT]
+            many[f"plain loop, batched 32, in the peers' environment ({args.texts} texts)"] = [
+                peers, "-c", CORPUS_PLAIN, folder, str(corpus), "32"]
         if installed["nnsight"]:
             one["nnsight 0.8 (α in memory)"] = [peers, "-c", NNSIGHT, folder, TEXT]
             many[f"nnsight 0.8, one at a time ({args.texts} texts)"] = [peers, "-c", NNSIGHT_CORPUS, folder,
@@ -265,7 +283,8 @@ def main() -> None:
                                                                     if other != base else ""))
         print("\nwhat each statistic of attnviz corpus costs alone (one batch of 32 texts; the forward pass not "
               "counted)")
-        for name, cost in statistic_costs(sentences(args.texts)):
+        costs = statistic_costs(sentences(args.texts))
+        for name, cost in costs:
             print(f"  {name:<24}{cost:>8.2f} ns per weight")
         for name, there in installed.items():
             if not there:
