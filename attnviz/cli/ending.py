@@ -6,9 +6,9 @@ coverage tool's), the standard streams are flushed, then os._exit with the comma
 
 The ordinary ending is kept whenever it could matter: a command that never loaded torch (its teardown is
 cheap), a tracer or profiler attached (`python -m cProfile`, a debugger: they write after the program returns),
-or Python's development mode, or an exit status that is not a number. `ATTNVIZ_FULL_EXIT=1` keeps it always.
-Other threads are waited for first, as Python waits for them (idle worker pools are shut down by their own
-exit hooks).
+or Python's development mode, or an exit status that is not a number. `ATTNVIZ_FULL_EXIT=1` (any value but
+0, false, no, off) keeps it always. Other threads are waited for first, as Python waits for them (idle worker
+pools are shut down by their own exit hooks).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ HEAVY = ("torch", "transformers")  # what makes Python's teardown slow
 
 def quick_exit_allowed(code: object) -> bool:
     """Whether the process may end without Python's teardown (see the module's docstring)."""
-    if os.environ.get(FULL_EXIT_ENV, "") not in ("", "0"):
-        return False
+    if os.environ.get(FULL_EXIT_ENV, "").strip().lower() not in ("", "0", "false", "no", "off"):
+        return False  # any other value asks for the ordinary ending (the safe one)
     if not (code is None or (isinstance(code, int) and not isinstance(code, bool))):
         return False
     if not any(sys.modules.get(name) is not None for name in HEAVY):

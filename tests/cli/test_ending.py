@@ -77,15 +77,17 @@ def test_a_command_that_never_loaded_torch_ends_as_python_does():
     assert done.returncode == 0 and "entropy" in done.stdout.lower() and ending(done) == (True, True)
 
 
-@pytest.mark.parametrize("code, status", [(0, 0), (None, 0), (1, 1), (2, 2), (3, 3)])
-def test_the_exit_status_is_kept_and_the_streams_flushed(code, status):
+@pytest.mark.parametrize("code, status, env", [(0, 0, {}), (None, 0, {}), (1, 1, {}), (2, 2, {}), (3, 3, {}),
+                                               (0, 0, {"ATTNVIZ_FULL_EXIT": "0"}),
+                                               (0, 0, {"ATTNVIZ_FULL_EXIT": "false"})])
+def test_the_exit_status_is_kept_and_the_streams_flushed(code, status, env):
     done = probe(f"""
         import torch
         print("written before the end", end="")
         sys.stderr.write("said before the end\\n")
         from attnviz.cli.ending import finish
         finish({code!r})
-        """)
+        """, **env)
     assert done.returncode == status and done.stdout == "written before the end"
     assert "said before the end" in done.stderr and ending(done) == (True, False)
 
@@ -95,6 +97,7 @@ def test_the_exit_status_is_kept_and_the_streams_flushed(code, status):
     ("sys.setprofile(lambda *a: None)", {}),  # python -m cProfile
     ("", {"PYTHONDEVMODE": "1"}),
     ("", {"ATTNVIZ_FULL_EXIT": "1"}),
+    ("", {"ATTNVIZ_FULL_EXIT": "yes please"}),  # a value not understood: the safe ending
 ])
 def test_the_ordinary_ending_is_kept_where_it_could_matter(setup, env):
     done = probe(f"""
