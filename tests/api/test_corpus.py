@@ -450,7 +450,7 @@ def test_ray_engine_equals_the_local_engine(tmp_path, tiny_model_dir):
     assert done.returncode == 0, done.stderr
     local, ray = load_state(tmp_path / "local"), load_state(tmp_path / "ray")
     assert (ray.texts, ray.tokens, ray.lines, ray.bad) == (local.texts, local.tokens, local.lines, local.bad)
-    assert ray.bad_lines == local.bad_lines
+    assert sorted(map(tuple, ray.bad_lines)) == sorted(map(tuple, local.bad_lines))  # Ray: in any order
     worst = 0.0
     for w in local.moments:
         for name in local.metrics:
@@ -459,6 +459,34 @@ def test_ray_engine_equals_the_local_engine(tmp_path, tiny_model_dir):
             worst = max(worst, float(np.max(np.abs(a.mean - b.mean))), float(np.nanmax(np.abs(a.std() - b.std()))))
     assert worst < 1e-6, worst
     assert np.array_equal(ray.label_counts, local.label_counts)
+    # a text file read as JSON lines: every line bad, so Ray hands the actors batches whose text column is all
+    # missing (as NaN): still no text, each line with its reason, as the local engine says
+    assert run("corpus", source, "--format", "jsonl", "-m", model, "-o", tmp_path / "local-bad").exit_code == 0
+    done = subprocess.run([sys.executable, "-m", "attnviz", "corpus", str(source), "--format", "jsonl", "-m", model,
+                           "--engine", "ray", "--workers", "2", "-b", "4", "-o", str(tmp_path / "ray-bad")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    local, ray = load_state(tmp_path / "local-bad"), load_state(tmp_path / "ray-bad")
+    assert (ray.texts, ray.tokens, ray.lines, ray.bad) == (local.texts, local.tokens, local.lines, local.bad)
+    assert local.texts == 0 and local.lines == len(TEXTS) * 40 + 2
+    assert local.bad == {"not JSON": len(TEXTS) * 40, "empty": 2}
+
+
+def test_a_ray_batch_of_bad_lines_stays_bad_lines():
+    """Ray Data hands an actor a column whose values are all missing as float NaN (a batch made only of bad
+    lines): those lines stay bad, with their reasons, never the text "nan" (which counted 3 tokens a line)."""
+    from attnviz.engine.corpora.ray import batch_lines
+
+    every_bad = {"source": np.array(["a.txt", "a.txt"], object), "number": np.array([1, 2]),
+                 "text": np.array([np.nan, np.nan], np.float32), "reason": np.array(["not JSON", "empty"], object)}
+    assert [(line.text, line.reason) for line in batch_lines(every_bad)] == [(None, "not JSON"), (None, "empty")]
+    mixed = {"source": np.array(["a.txt", "a.txt"], object), "number": np.array([3, 4]),
+             "text": np.array([None, "The cat"], object), "reason": np.array(["empty", None], object)}
+    assert [(line.number, line.text, line.reason) for line in batch_lines(mixed)] == [(3, None, "empty"),
+                                                                                     (4, "The cat", "")]
+    no_reasons = {"source": np.array(["b.txt"], object), "number": np.array([7]), "text": np.array(["x"], object),
+                  "reason": np.array([np.nan], np.float32)}
+    assert batch_lines(no_reasons)[0].reason == ""
 
 
 def test_an_unreachable_ray_address_is_one_line_in_seconds(tmp_path, tiny_model_dir):

@@ -70,6 +70,14 @@ def _row(line: Line) -> dict:
     return {"source": line.source, "number": line.number, "text": line.text, "reason": line.reason}
 
 
+def batch_lines(batch: dict) -> list[Line]:
+    """A batch of rows as Ray Data hands it to an actor (numpy columns) back into lines. A column whose every
+    value is missing comes as floats (NaN), not None, when the whole batch is bad lines (a text file read as
+    JSON lines, say): a text or reason that is not a string is none, never the text "nan"."""
+    return [Line(str(s), int(n), t if isinstance(t, str) else None, r if isinstance(r, str) else "")
+            for s, n, t, r in zip(batch["source"], batch["number"], batch["text"], batch["reason"])]
+
+
 class CorpusWorker:
     """A Ray actor: loads the model once, then turns batches of lines into partial states (JSON)."""
 
@@ -78,8 +86,7 @@ class CorpusWorker:
                                   truncate=truncate, words=words)
 
     def __call__(self, batch: dict) -> dict:
-        lines = [Line(str(s), int(n), None if t is None else str(t), str(r or ""))
-                 for s, n, t, r in zip(batch["source"], batch["number"], batch["text"], batch["reason"])]
+        lines = batch_lines(batch)
         state = self.runner.new_state()
         state.runs = []  # a piece of this run, not a run of its own
         self.runner.fold(state, lines)
