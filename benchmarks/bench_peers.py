@@ -210,6 +210,15 @@ def statistic_costs(texts: list[str], repeats: int = 5) -> list[tuple[str, float
     return costs
 
 
+def compiled() -> None:
+    """attnviz's modules compiled to .pyc, as pip compiles a package it installs: an editable install run
+    under PYTHONDONTWRITEBYTECODE would otherwise compile them from source in every process (0.06–0.1 s) while
+    torch and transformers, installed, read theirs."""
+    import compileall
+
+    compileall.compile_dir(str(ROOT / "attnviz"), quiet=1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -222,6 +231,7 @@ def main() -> None:
     from attnviz.engine.offline.build import folder_for
 
     folder = str(folder_for(offline.MINILM))
+    compiled()
     python, attnviz = sys.executable, [sys.executable, "-m", "attnviz"]
     peers = args.peers_python
     installed = {name: subprocess.run([peers, "-c", f"import {name}"], capture_output=True).returncode == 0

@@ -1,6 +1,6 @@
 """How the `attnviz` process ends. Once torch and transformers are loaded, Python's own teardown (freeing every
 module, torch's and sympy's objects one by one) takes about 0.9 s on a 2-core machine, longer than a forward pass
-of MiniLM: nearly a quarter of what `attnviz capture` takes. By then attnviz has written and closed its files,
+of MiniLM: a fifth of what `attnviz capture` took with it. By then attnviz has written and closed its files,
 so the process ends as Python's does, less that teardown: the exit handlers run (Ray's shutdown, logging's, a
 coverage tool's), the standard streams are flushed, then os._exit with the command's exit status.
 
