@@ -599,8 +599,8 @@ def test_the_importance_figure_says_what_was_read(tiny_model_dir, tmp_path, monk
     real = png.save_figure
     monkeypatch.setattr(png, "save_figure", lambda figure, path, **kw: (drawn.append(figure), real(figure, path,
                                                                                                   **kw))[1])
-    # the header's words, its lines joined (a long folder name wraps it anywhere)
     assert run("importance", TEXT, "-m", tiny_model_dir("bert"), "-o", tmp_path / "imp.png").exit_code == 0
+    # the header's words, its lines joined (a long folder name wraps it anywhere)
     header = [" ".join(" ".join(t.get_text() for t in figure.figure.texts).split()) for figure in drawn]
     assert TEXT in header[0] and (tmp_path / "imp.png").is_file()
     corpus = tmp_path / "texts.txt"

@@ -603,6 +603,19 @@ def test_multilingual_tokenizer_gives_the_reference_ids(multilingual):
     assert multilingual.model_type == "bert" and multilingual.max_positions == 512 and multilingual.causal is False
 
 
+def without_recorded_tokens(folder: Path, bare: Path) -> Path:
+    """A copy of a converted folder's tokenizer files (not its weights or stamp) whose tokenizer_config.json
+    lacks the recorded added_tokens_decoder: the tokenizer as transformers 5 loads it without them."""
+    bare.mkdir()
+    for path in folder.iterdir():
+        if path.name not in ("model.safetensors", cache.STAMP, "tokenizer_config.json"):
+            shutil.copyfile(path, bare / path.name)
+    config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    (bare / "tokenizer_config.json").write_text(json.dumps({k: v for k, v in config.items()
+                                                            if k != "added_tokens_decoder"}), encoding="utf-8")
+    return bare
+
+
 @pytest.mark.slow
 def test_the_converted_multilingual_folder_records_its_added_tokens(multilingual, tmp_path):
     """The converted folder's tokenizer_config.json lists the reference tokenizer.json's added tokens, and a
@@ -616,13 +629,7 @@ def test_the_converted_multilingual_folder_records_its_added_tokens(multilingual
     reference = json.loads(offline.sources(offline.MULTILINGUAL)[1].read_text(encoding="utf-8"))["added_tokens"]
     assert {int(k): v["content"] for k, v in config["added_tokens_decoder"].items()} == \
         {t["id"]: t["content"] for t in reference}
-    bare = tmp_path / "bare"
-    bare.mkdir()
-    for name in ("tokenizer.json", "config.json"):
-        shutil.copyfile(folder / name, bare / name)
-    (bare / "tokenizer_config.json").write_text(json.dumps({k: v for k, v in config.items()
-                                                            if k != "added_tokens_decoder"}), encoding="utf-8")
-    again = AutoTokenizer.from_pretrained(str(bare))
+    again = AutoTokenizer.from_pretrained(str(without_recorded_tokens(folder, tmp_path / "bare")))
     for text in HOSTILE_TEXTS + ["<mask> </s> <s>"]:
         assert again(text) == multilingual.tokenizer(text), text
     assert again.added_tokens_decoder == multilingual.tokenizer.added_tokens_decoder
@@ -641,13 +648,7 @@ def test_every_converted_tokenizer_loads_the_same_with_its_recorded_tokens(name,
     folder = Path(resolve_model(name)[0])
     config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
     assert config["added_tokens_decoder"]
-    bare = tmp_path / "bare"
-    bare.mkdir()
-    for path in folder.iterdir():
-        if path.name not in ("model.safetensors", cache.STAMP, "tokenizer_config.json"):
-            shutil.copyfile(path, bare / path.name)
-    (bare / "tokenizer_config.json").write_text(json.dumps({k: v for k, v in config.items()
-                                                            if k != "added_tokens_decoder"}), encoding="utf-8")
+    bare = without_recorded_tokens(folder, tmp_path / "bare")
     recorded, plain = AutoTokenizer.from_pretrained(str(folder)), AutoTokenizer.from_pretrained(str(bare))
     for text in HOSTILE_TEXTS + ["<|endoftext|> <bos> <|im_start|>user\nhi<|im_end|>"]:
         ids = recorded(text)["input_ids"]
