@@ -5,6 +5,7 @@ Imports matplotlib: the renderers import this module only when they draw."""
 from __future__ import annotations
 
 import io
+import re
 
 from matplotlib.figure import Figure
 
@@ -26,9 +27,51 @@ class NotebookFigure(Figure):
         with matplotlib.rc_context({"text.parse_math": False}):
             for text in self.findobj(Text):
                 text.set_parse_math(False)
+            for ax in self.axes:  # colour bars included: they are axes of the figure
+                for axis in (ax.xaxis, ax.yaxis):
+                    plain_log_labels(axis.get_major_formatter())
+                    plain_log_labels(axis.get_minor_formatter())
             super().draw(renderer)
 
     def _repr_png_(self) -> bytes:
         buffer = io.BytesIO()
         self.savefig(buffer, format="png", dpi=NOTEBOOK_DPI)
         return buffer.getvalue()
+
+
+_SUPERSCRIPT = str.maketrans("0123456789-+.", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁺·")
+_POWER = re.compile(r"\^\{([^{}]*)\}|\^(-?\d)")
+_PLAIN: dict[type, type] = {}
+
+
+def plain_math(label: str) -> str:
+    """A tick label matplotlib wrote in mathtext (`$\\mathdefault{2\\times10^{-4}}$`) as the plain text it
+    means ("2×10⁻⁴"): with mathtext off (every text drawn as it is) the source would be printed. Other labels are
+    returned as they are."""
+    if not (label.startswith("$") and label.endswith("$") and len(label) > 1):
+        return label
+    inner = label[1:-1]
+    found = re.fullmatch(r"\\mathdefault\{(.*)\}", inner)
+    inner = found.group(1) if found else inner
+    inner = _POWER.sub(lambda m: (m.group(1) if m.group(1) is not None else m.group(2)).translate(_SUPERSCRIPT),
+                       inner)
+    inner = inner.replace("\\times", "×").replace("\\cdot", "·").replace("\\,", "").replace("\\ ", " ")
+    return inner.replace("-", "−").replace("{", "").replace("}", "")
+
+
+def plain_log_labels(formatter) -> None:
+    """Make a log axis's formatter (matplotlib's LogFormatterMathtext and its kind, which write 10^{-4} in
+    mathtext) write plain Unicode instead: the formatter's class is swapped, in place, for a subclass whose
+    labels go through plain_math, so that every setting it holds (and the axis's own bookkeeping) stays."""
+    from matplotlib.ticker import LogFormatterMathtext
+
+    kind = type(formatter)
+    if not isinstance(formatter, LogFormatterMathtext) or getattr(kind, "plain_unicode", False):
+        return
+    if kind not in _PLAIN:
+        def __call__(self, x, pos=None, _call=kind.__call__):
+            return plain_math(_call(self, x, pos))
+
+        _PLAIN[kind] = type(kind.__name__, (kind,), {"__call__": __call__, "plain_unicode": True,
+                                                      "__module__": __name__})
+    formatter.__class__ = _PLAIN[kind]

@@ -517,3 +517,59 @@ def test_a_dollar_sign_in_a_text_or_token_is_drawn_as_it_is(tmp_path):
     writer.write(attention_panels(cap, [0], [0])[0], tmp_path / "head.png")
     assert (tmp_path / "head.png").stat().st_size > 0
     assert matplotlib.rcParams["text.parse_math"] is True
+
+
+LOG_LABEL = r"−?(\d+(\.\d+)?×)?\d+[⁻]?[⁰¹²³⁴⁵⁶⁷⁸⁹]*"
+
+
+def log_tick_labels(fig) -> list[str]:
+    """The labels of every log axis of a figure (colour bars included), read back after a draw."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig).draw()
+    labels = []
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            if axis.get_scale() == "log":
+                labels += [t.get_text() for t in axis.get_ticklabels(which="both") if t.get_text()]
+    return labels
+
+
+def test_log_axes_read_as_numbers_with_superscripts_and_tokens_stay_literal(tiny_lm_dir):
+    """Every figure that draws a log axis or a log colour bar — a long heatmap (over 64 tokens the scale is
+    logarithmic), discover's curve, cost and massive — labels its ticks "10⁻⁴", never the mathtext source
+    "$\\mathdefault{10^{-4}}$" that drawing text as it is would print; a "$" in a token is still drawn as it is."""
+    import re
+
+    import attnviz
+    from attnviz.engine.costs import CostRow
+    from attnviz.render.charts import cost_figure
+
+    tokens = [f"${i}$" if i % 7 == 0 else f"t{i}" for i in range(80)]
+    page = heatmap_figure(make_capture(random_alpha(T=80), tokens), layer=0, head=0).figure
+    rows = [CostRow(T, 0.01 * T, 1000 * T * T, 0.02 * T, 4000 * T, 4 * T * T) for T in (64, 256, 1024, 4096)]
+    lm = tiny_lm_dir("gpt2")
+    figures = {"heatmap": page, "cost": cost_figure(rows, "cost"),
+               "massive": attnviz.massive("the cat sat on the mat and the dog", model=lm, minimum=0.01,
+                                          ratio=1.5).figure(),
+               "discover": attnviz.discover("the cat sat on the", "the dog sat on the", answers=(" mat", " cat"),
+                                            model=lm, method="eap").figure()}
+    for name, fig in figures.items():
+        labels = log_tick_labels(fig)
+        assert labels, name  # the walk found the log axes
+        bad = [t for t in labels if not re.fullmatch(LOG_LABEL, t)]
+        assert not bad, (name, bad[:4])
+    drawn = [t.get_text() for t in page.axes[0].get_xticklabels() + page.axes[0].get_yticklabels()]
+    assert "$0$" in drawn or "$7$" in drawn
+
+
+def test_the_log_label_check_can_fail():
+    """The regular expression above refuses what the broken figures printed."""
+    import re
+
+    from attnviz.render.figure import plain_math
+
+    assert not re.fullmatch(LOG_LABEL, "$\\mathdefault{10^{-4}}$")
+    assert [plain_math(s) for s in ("$\\mathdefault{10^{-4}}$", "$\\mathdefault{2\\times10^{3}}$",
+                                    "$\\mathdefault{2^{5}}$", "$\\mathdefault{-10^{2}}$", "$x$ costs $3")] == \
+        ["10⁻⁴", "2×10³", "2⁵", "−10²", "$x$ costs $3"]
