@@ -66,9 +66,14 @@ def resolve_model(model: Any = None, tokenizer: Any = None, *, device: str = "au
         from attnviz.engine.models import wrap
 
         loaded = wrap(model, tokenizer)
-    if lm_head is True and not loaded.seq2seq and _without_head(loaded.model):
-        raise InputError(f"this needs {loaded.name} with its language-model head, and {arg('model')} was loaded "
-                         f"without one: load it with attnviz.load_model(…, lm_head=True), or pass its name")
+    if lm_head and not loaded.seq2seq and _without_head(loaded.model):
+        from attnviz.engine.models import attach_head, is_decoder
+
+        if is_decoder(loaded.model):  # a causal LM is measured as one: its head is loaded now, once
+            attach_head(loaded)
+        elif lm_head is True:
+            raise InputError(f"this needs a causal language model with its language-model head; {loaded.name} is "
+                             f"not one")
     loaded.model.eval()  # dropout off while attnviz runs it; @borrows puts the caller's mode back
     return loaded
 

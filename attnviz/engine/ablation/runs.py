@@ -10,7 +10,7 @@ import inspect
 import numpy as np
 import torch
 
-from attnviz.errors import UnsupportedArchitectureError
+from attnviz.errors import InputError, UnsupportedArchitectureError
 
 from attnviz.engine.ablation.seam import Site, recording
 from attnviz.engine.families import encoder_types
@@ -20,13 +20,18 @@ from attnviz.engine.families import encoder_types
 
 
 def is_causal_lm(model) -> bool:
-    """A decoder with its language-model head (its outputs are next-token logits)."""
+    """A causal language model: a decoder by what it is (its config), not by whether its head was loaded. One
+    without its head cannot be measured as one (nor, silently, as an encoder): that is an error here, and the
+    API loads the head first (attnviz.engine.models.attach_head)."""
+    from attnviz.engine.models import has_head, is_decoder
 
     config = model.config
     if getattr(config, "is_encoder_decoder", False) or str(getattr(config, "model_type", "")) in encoder_types():
         return False
-    heads = getattr(model, "get_output_embeddings", None)
-    return callable(heads) and heads() is not None
+    if is_decoder(model) and not has_head(model):
+        raise InputError(f"{getattr(config, 'model_type', 'this model')} is a causal language model loaded without "
+                         f"its output layer (lm_head): load it with attnviz.load_model(name, lm_head=True)")
+    return has_head(model)
 
 
 def run_model(model, inputs: dict, *, attentions: bool = False):
