@@ -46,11 +46,12 @@ def faithfulness(methods: Annotated[Optional[str], typer.Option(
                      help="Random orders for the baseline (20 to 10,000).")] = 20,
                  steps: Annotated[int, typer.Option(
                      "--steps", parser=whole_number(1, 1000), metavar="N",
-                     help="Integrated gradients' points (1 to 1,000).")] = 50,
+                     help="Integrated gradients' points (1 to 1,000); the completeness line says when more are "
+                          "needed.")] = 20,
                  sanity: Annotated[int, typer.Option(
                      "--sanity", parser=whole_number(0, 1000), metavar="N",
-                     help="Depths of the randomisation check, spread from the top block to the first "
-                          "(0: skip it).")] = 5,
+                     help="Depths of the randomisation check, spread from the top block to the first (1: the "
+                          "whole model at once, what the verdict reads; more draw the cascade; 0: skip it).")] = 1,
                  seed: Annotated[int, typer.Option(
                      "--seed", parser=whole_number(0, 2**32 - 1), metavar="N",
                      help="Seed of the random orders and of the randomised weights.")] = 0,
@@ -58,7 +59,8 @@ def faithfulness(methods: Annotated[Optional[str], typer.Option(
                      "--corpus", metavar="FILE", show_default=False,
                      help="Many texts instead of TEXT: a file with one per line, or JSON lines with a text field "
                           "(- reads standard input; at most 10,000 texts). Per method the mean AOPC with a 95 % "
-                          "bootstrap interval, and whether its lead over the next is significant.")] = None,
+                          "bootstrap interval (from 10 texts), whether its lead over the next is significant (the "
+                          "paired test needs 6 texts or more) and which methods to trust.")] = None,
                  engine: Annotated[str, typer.Option(parser=choice_parser(("local", "ray"), {}), metavar="ENGINE",
                                                      help="--corpus: local (this process) or ray (Ray Data, as "
                                                           "attnviz corpus: pip install \"attnviz[ray]\").")] = "local",

@@ -269,6 +269,84 @@ TERMS: dict[str, str] = {
     "start (s)": "in attnviz align: when the word begins, in seconds from the start of the sound.",
     "end (s)": "in attnviz align: when the word ends (the next word's start, or the end of the transcript).",
     "word": "in attnviz align: a word of the transcript as written, punctuation joined to it.",
+    "compr. ↑": "in attnviz faithfulness: comprehensiveness, the AOPC of f_full − f with the method's top tokens "
+                "erased; higher is better (the tokens it ranks first mattered). See comprehensiveness.",
+    "suff. ↓": "in attnviz faithfulness: sufficiency, the AOPC of f_full − f with only the method's top tokens "
+               "kept; lower is better (they were enough). See sufficiency.",
+    "τ loo": "in attnviz faithfulness: Kendall's τ-b between the method's scores and leave-one-out's, over the "
+             "tokens that can be erased; 1 the same order, 0 unrelated (over a corpus: its mean, headed τ).",
+    "sanity ρ": "in attnviz faithfulness: Spearman's ρ between the method's scores on the model and on a copy whose "
+                "blocks were randomised from the top block down (to block 0 by default, --sanity 1); near 0 the "
+                "method explains what the model learned, near 1 it shows something the randomisation kept (the "
+                "embeddings, the causal mask). It passes at |ρ| ≤ 0.3. Over a corpus: the mean over the texts.",
+    "beats random": "in attnviz faithfulness (--json's beats_random): on which measure the method is more than two "
+                    "sd of the random orders better than their mean: both, comprehensiveness, sufficiency or no. "
+                    "Over a corpus (headed beats): the share of texts where it beat random on both.",
+    "trust": "in attnviz faithfulness: yes where the method beats random on both measures and passes the sanity "
+             "check (|ρ| ≤ 0.3) on this text; else which test failed (random, sanity, both). Over a corpus: yes for "
+             "a method of the first group (ranked first, ahead of the rest by a significant lead), better than "
+             "random orders in both means and passing the sanity check on average; else why not (behind, no lead, "
+             "random, sanity). The verdict line under the table names the methods to trust.",
+    "lead": "in attnviz faithfulness --corpus: the mean over the texts of a method's comprehensiveness − "
+            "sufficiency minus the next method's; * where a paired sign-flip test over the texts finds it "
+            "significant (p < 0.05; exact up to 16 texts, whose smallest possible p is 2/2ⁿ: 6 texts at least).",
+    "#": "the rank: 1 is first. In attnviz faithfulness methods tied on both AOPCs (they erased the same tokens) "
+         "share a rank, written 1=.",
+    "method": "in attnviz faithfulness: the attribution put to the tests (attnviz explain attention, rollout, "
+              "attention flow, ALTI, ALTI-Logit, value zeroing, gradient × input, integrated gradients, "
+              "leave-one-out).",
+    "Δloss": "in attnviz importance: the next-token loss over the text with the head removed minus without it, "
+             "in nats (positive: the model predicts worse without it).",
+    "top before": "in attnviz ablate: the token the model predicted next at that position before the heads were "
+                  "removed; p beside it is its probability.",
+    "top after": "in attnviz ablate: the token it predicts next with the heads removed; p beside it is its "
+                 "probability.",
+    "p": "a probability. In attnviz ablate, beside top before or top after: that token's probability.",
+    "p(top before) after": "in attnviz ablate: the probability, with the heads removed, of the token predicted "
+                           "before.",
+    "max |Δα|": "in attnviz ablate: the largest change of any attention weight in that later layer, α with the heads "
+                "removed minus α clean.",
+    "mean |Δα|": "in attnviz ablate: the mean absolute change of that later layer's attention weights.",
+    "most changed head": "in attnviz ablate: the head of that later layer whose α changed most (by max |Δα|).",
+    "copying Σλ/Σ|λ|": "in attnviz circuits: the OV circuit's copying score, the sum of its eigenvalues over the sum "
+                       "of their sizes: 1 for a head that raises the token it attends to, −1 for one that lowers it "
+                       "(see OV circuit).",
+    "λ > 0": "in attnviz circuits: the share of the OV circuit's eigenvalues with a positive real part.",
+    "strongest QK pair (query → key)": "in attnviz circuits: the query token and key token whose score the QK "
+                                       "circuit makes highest (see QK circuit).",
+    "sender": "in attnviz circuits: the earlier head, whose output the receiver reads (see composition).",
+    "receiver": "in attnviz circuits: the later head, reading the sender's output through its queries, keys or "
+                "values (see composition). In attnviz discover: a node's input, which reads the residual stream "
+                "(a head's query, key or value input, an MLP's input, the logits).",
+    "from": "in attnviz discover: the edge's sender, a node that writes to the residual stream: input (the "
+            "embeddings), aL.H (head H of layer L's output), mL (layer L's MLP).",
+    "to": "in attnviz discover: the edge's receiver: aL.H.q, aL.H.k, aL.H.v (head H of layer L's query, key or value "
+          "input; under grouped-query attention aL.kvG.k for the key shared by group G), mL (layer L's MLP input) "
+          "or logits (the final norm and unembedding).",
+    "edges kept": "in attnviz discover: how many of the top edges (by |score|) the circuit keeps; every other edge is "
+                  "fed the corrupted run's contribution.",
+    "area": "in attnviz discover: the area under the faithfulness curve over the share of edges kept (MIB's "
+            "measure): 1 when the first edges already give the clean run.",
+    "median |h|": "in attnviz massive: the median size of the entries of the residual stream after that block.",
+    "largest |h|": "in attnviz massive: the largest size of any entry of the residual stream after that block.",
+    "× median": "in attnviz massive: the largest |h| over the median |h|.",
+    "token · dim": "in attnviz massive: the token and the dimension of the residual stream where the largest |h| "
+                   "sits.",
+    "tokens holding them": "in attnviz massive: the tokens that carry a massive activation in that layer.",
+    "special, by α": "in attnviz norms: the share of attention on special tokens, weighing each key by α.",
+    "special, by norm": "in attnviz norms: the same share weighing each key by ‖α·f(x)‖ (see by norm): what "
+                        "special tokens actually contribute.",
+    "token 0, by α": "in attnviz norms: the share of attention on the first token, by α.",
+    "token 0, by norm": "in attnviz norms: the same share by ‖α·f(x)‖ (see by norm).",
+    "std QKᵀ": "in attnviz scaling: the standard deviation of the raw scores Q·Kᵀ; it grows like √d_k.",
+    "std QKᵀ/√d_k": "in attnviz scaling: the standard deviation of the scaled scores: near 1 whatever d_k is.",
+    "entropy raw": "in attnviz scaling: the mean row entropy (nats) of softmax(Q·Kᵀ) without the division by √d_k.",
+    "entropy scaled": "in attnviz scaling: the mean row entropy (nats) of softmax(Q·Kᵀ/√d_k), the model's own α.",
+    "max α raw": "in attnviz scaling: the mean largest weight of a row of softmax(Q·Kᵀ): near 1 when the unscaled "
+                 "softmax saturates.",
+    "max α scaled": "in attnviz scaling: the mean largest weight of a row of the model's own α.",
+    "node names": "in attnviz discover: input (the embeddings), aL.H (head H of layer L), mL (layer L's MLP), "
+                  "logits; a receiver adds .q, .k or .v (aL.H.q; aL.kvG.k under grouped-query attention).",
     "composition": "how much a later head reads what an earlier head writes (Elhage et al. 2021): ‖OV_1·R_2‖ / "
                    "(‖OV_1‖ ‖R_2‖), R_2 the later head's QK (Q-composition), QKᵀ (K-) or OV (V-composition); "
                    "0 to 1 (attnviz circuits).",
@@ -300,7 +378,14 @@ TERM_ALIASES = {"entropy tokens": "entropy_tokens", "token-weighted": "tok-w", "
                 "tau": "Kendall's τ", "τ": "Kendall's τ", "flow": "attention flow", "ig": "integrated gradients",
                 "integrated-gradients": "integrated gradients", "grad-x-input": "gradient × input",
                 "gradient x input": "gradient × input", "random": "random baseline", "sanity": "sanity check",
-                "randomisation": "sanity check", "eraser": "faithfulness", "aopc": "AOPC"}
+                "randomisation": "sanity check", "eraser": "faithfulness", "aopc": "AOPC",
+                "compr.": "compr. ↑", "compr": "compr. ↑", "suff.": "suff. ↓", "suff": "suff. ↓",
+                "tau loo": "τ loo", "ρ": "sanity ρ", "rho": "sanity ρ", "sanity rho": "sanity ρ",
+                "ρ rand": "sanity ρ", "beats": "beats random", "beats_random": "beats random",
+                "verdict": "trust", "rank": "#", "delta loss": "Δloss", "dloss": "Δloss",
+                "m0": "node names", "a0.0": "node names", "nodes": "node names", "node": "node names",
+                "input": "node names", "logits": "node names", "receivers": "receiver", "senders": "sender",
+                "edge": "edge attribution patching", "edges": "edges kept"}
 
 
 def glossary() -> list[tuple[str, str, str]]:
@@ -314,8 +399,12 @@ def glossary() -> list[tuple[str, str, str]]:
 def lookup(term: str) -> list[tuple[str, str, str]]:
     """The glossary rows for a term as a user types it: a column, label or term by name (exact case first,
     then any case), its other name, an alias, or a word in a term's name."""
+    import re
+
     rows = glossary()
     wanted = term.strip()
+    if re.fullmatch(r"a\d+\.(kv)?\d+(\.[qkv])?|m\d+", wanted):  # a node of attnviz discover: a23.kv1.v, m0
+        wanted = "node names"
     key = TERM_ALIASES.get(wanted, TERM_ALIASES.get(wanted.lower(), wanted))
     exact = [r for r in rows if key in (r[0], r[1])]
     if exact:

@@ -183,54 +183,74 @@ def faithfulness_figure(result):
     its largest |score| (red: for f, blue: against it). `result` is an api Faithfulness."""
     from attnviz.panels import short_model
     from attnviz.render.figure import NotebookFigure as Figure
+    from matplotlib import colormaps
+    from matplotlib.patches import Rectangle
+    from matplotlib.ticker import NullFormatter
+
     from attnviz.render.fonts import families_for
     from attnviz.base.text import visible
 
     methods = result.ranking()
+    by_name = {m.name: m for m in methods}
+    groups = [[by_name[name] for name in group] for group in result.ties()]  # tied methods: one curve, one entry
     tokens = [visible(t) for t in result.tokens]
     T = len(tokens)
-    fig = Figure(figsize=(max(10.0, 0.5 * T + 4), 4.2 + 0.32 * len(methods) + 1.6), layout="constrained")
+    from attnviz.render.png import wrap_text
+
+    width = max(12.0, 0.5 * T + 4)
+    fig = Figure(figsize=(width, 4.6 + 0.32 * len(methods) + 1.6), layout="constrained")
     grid = fig.add_gridspec(2, 2, height_ratios=[3.2, 0.32 * max(1, len(methods)) + 1.2])
     curves = [fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])]
     fractions = np.array(result.bins) * 100
-    colors = [f"C{n % 10}" for n in range(len(methods))]
-    for ax, what, field in ((curves[0], "comprehensiveness: top tokens erased (higher is better)",
+    colors = [f"C{n % 10}" for n in range(len(groups))]
+    for ax, what, field in ((curves[0], "comprehensiveness: top tokens erased\n(higher is better)",
                              "comprehensiveness"),
-                            (curves[1], "sufficiency: only the top tokens kept (lower is better)", "sufficiency")):
+                            (curves[1], "sufficiency: only the top tokens kept\n(lower is better)", "sufficiency")):
         if result.random is not None:
             rows = np.array([(m, s) for _, m, s in getattr(result.random, field)])
             ax.fill_between(fractions, rows[:, 0] - rows[:, 1], rows[:, 0] + rows[:, 1], color="0.85",
                             label=f"random ({result.random.orders} orders, mean ± sd)")
             ax.plot(fractions, rows[:, 0], color="0.5", linewidth=1)
-        for m, color in zip(methods, colors):
-            drops = [result.f_full - f for _, _, f in getattr(m, field)]
-            ax.plot(fractions, drops, "o-", color=color, markersize=3, linewidth=1.4, label=m.name)
+        for group, color in zip(groups, colors):
+            drops = [result.f_full - f for _, _, f in getattr(group[0], field)]
+            ax.plot(fractions, drops, "o-", color=color, markersize=3, linewidth=1.4,
+                    label=" = ".join(m.name for m in group) + (" (tied)" if len(group) > 1 else ""))
         ax.set_xscale("log")
         ax.set_xticks(fractions)
         ax.set_xticklabels([f"{b:g}%" for b in fractions])
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("share of the erasable tokens")
         ax.set_ylabel("f_full − f")
         ax.set_title(what, fontsize=9)
         ax.grid(True, alpha=0.3)
     curves[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax = fig.add_subplot(grid[1, :])
-    table = np.zeros((len(methods), T))
+    table = np.full((len(methods), T), np.nan)  # NaN: not ranked (special tokens, the explained position)
     erasable = np.array(result.erasable)
     for n, m in enumerate(methods):
-        row = np.zeros(T)
-        row[erasable] = np.asarray(m.scores, np.float64)[erasable]
+        row = np.asarray(m.scores, np.float64)[erasable]
         peak = np.abs(row).max()
-        table[n] = row / peak if peak > 0 else row
-    ax.imshow(table, cmap="RdBu_r", vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
+        table[n, erasable] = row / peak if peak > 0 else row
+    cmap = colormaps["RdBu_r"].with_extremes(bad="white")
+    image = ax.imshow(np.ma.masked_invalid(table), cmap=cmap, vmin=-1, vmax=1, aspect="auto",
+                      interpolation="nearest")
+    for column in range(T):  # the blank columns hatched, so that "not ranked" never reads as a score of 0
+        if column not in set(erasable.tolist()):
+            ax.add_patch(Rectangle((column - 0.5, -0.5), 1, len(methods), fill=False, hatch="///",
+                                   edgecolor="0.7", linewidth=0))
+    bar = fig.colorbar(image, ax=ax, fraction=0.03, pad=0.01, ticks=[-1, 0, 1])
+    bar.ax.set_yticklabels(["−1: against f", "0", "+1: for f"], fontsize=7)
     families = families_for("".join(tokens))
     ax.set_xticks(range(T))
     ax.set_xticklabels(tokens, rotation=90, fontfamily=families, fontsize=8)
     ax.set_yticks(range(len(methods)))
     ax.set_yticklabels([m.name for m in methods], fontsize=8)
-    ax.set_title("each method's scores of the erasable tokens, each row scaled by its largest |score| "
-                 "(special tokens and the explained position blank)", fontsize=9)
-    fig.suptitle(f"{short_model(result.model)}: which explanation to trust — f = {result.quantity} = "
-                 f"{result.f_full:.4f}", fontsize=10, x=0.01, ha="left", fontfamily=families_for(result.quantity))
+    ax.set_title(wrap_text("each method's scores of the erasable tokens, each row over its largest |score| (red: "
+                           "for f, blue: against it; hatched: not ranked, the special tokens and the explained "
+                           "position)", width * 0.8, 9), fontsize=9)
+    heading = f"{short_model(result.model)}: which explanation to trust — f = {result.quantity} = {result.f_full:.4f}"
+    fig.suptitle(wrap_text(heading, width * 0.95, 10) + "\n" + wrap_text(result.verdict(), width * 0.95, 10),
+                 fontsize=10, x=0.01, ha="left", fontfamily=families_for(result.quantity))
     return fig
 
 
@@ -240,25 +260,32 @@ def faithfulness_corpus_figure(result):
     from attnviz.panels import short_model
     from attnviz.render.figure import NotebookFigure as Figure
 
+    from matplotlib.lines import Line2D
+
     methods = list(result.methods)
     fig = Figure(figsize=(10.0, 1.6 + 0.42 * len(methods)), layout="constrained")
     axes = fig.subplots(1, 2, sharey=True)
     ys = np.arange(len(methods))[::-1]
     for ax, field, what, n in ((axes[0], "comprehensiveness", "comprehensiveness (higher is better)", 0),
                                (axes[1], "sufficiency", "sufficiency (lower is better)", 1)):
-        values = np.array([getattr(m, field) for m in methods])  # (M, 3): mean, low, high
-        ax.errorbar(values[:, 0], ys, xerr=[values[:, 0] - values[:, 1], values[:, 2] - values[:, 0]], fmt="o",
-                    color="tab:blue", ecolor="tab:blue", capsize=3)
+        values = np.array([getattr(m, field) for m in methods])  # (M, 3): mean, low, high (NaN: no interval)
+        spread = np.nan_to_num([values[:, 0] - values[:, 1], values[:, 2] - values[:, 0]])
+        ax.errorbar(values[:, 0], ys, xerr=spread, fmt="o", color="tab:blue", ecolor="tab:blue", capsize=3)
         if result.random is not None:
-            ax.axvline(result.random[n], color="0.5", linestyle="--", linewidth=1, label="random orders (mean)")
-            ax.legend(fontsize=7, loc="lower right")
+            ax.axvline(result.random[n], color="0.5", linestyle="--", linewidth=1)
         ax.set_title(what, fontsize=9)
-        ax.set_xlabel("mean AOPC over the texts, 95 % bootstrap interval")
+        ax.set_xlabel("mean AOPC over the texts" + (", 95 % bootstrap interval" if np.isfinite(values[:, 1]).all()
+                                                     else " (too few texts for intervals)"))
         ax.grid(True, axis="x", alpha=0.3)
+    if result.random is not None:  # the key under the panels, where it covers no method's point
+        fig.legend(handles=[Line2D([], [], color="0.5", linestyle="--", linewidth=1, label="random orders (mean)")],
+                   loc="outside lower center", fontsize=7, frameon=False)
     axes[0].set_yticks(ys)
     axes[0].set_yticklabels([m.name for m in methods], fontsize=8)
-    fig.suptitle(f"{short_model(result.model)}: which explanation to trust, over {result.texts:,} texts",
-                 fontsize=10, x=0.01, ha="left")
+    from attnviz.render.png import wrap_text
+
+    fig.suptitle(f"{short_model(result.model)}: which explanation to trust, over {result.texts:,} texts\n"
+                 + wrap_text(result.verdict(), 9.5, 10), fontsize=10, x=0.01, ha="left")
     return fig
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from helpers import explainable, header_cells, one_line_error, run, TEXTS
+from helpers import explainable, one_line_error, run, TEXTS
 
 
 
@@ -24,29 +24,51 @@ def every_output(tmp_path_factory, tiny_model_dir, tiny_lm_dir):
             ["positions", it, "-m", bert], ["steps", it, "-m", bert], ["token", it, "it", "-m", bert],
             ["corpus", folder / "t.txt", "-m", bert], ["generate", "the cat", "-m", lm, "-n", "3", "--terminal"],
             ["heads", it, "-m", bert, "--words"], ["rollout", it, "-m", bert], ["compare", it, "-m", bert],
-            ["logit-attr", "the cat sat", "-m", lm, "--top", "3"], ["contributions", it, "-m", bert]]
+            ["logit-attr", "the cat sat", "-m", lm, "--top", "3"], ["contributions", it, "-m", bert],
+            ["faithfulness", "the cat sat on the", "-m", lm, "--methods", "attention,loo,random"],
+            ["faithfulness", "--corpus", folder / "six.txt", "-m", bert, "--methods", "attention,loo,random"],
+            ["patch", "the cat sat on the", "the dog sat on the", "-m", lm],
+            ["discover", "the cat sat on the", "the dog sat on the", "-m", lm, "--answers", " mat, cat",
+             "--method", "eap"],
+            ["ablate", it, "-m", lm, "--heads", "0.1"], ["importance", it, "-m", lm], ["detect", "-m", lm, "--length", "10"],
+            ["circuits", "-m", lm], ["massive", it, "-m", lm]]
+    (folder / "six.txt").write_text("\n".join(TEXTS[:3] + [t + " again" for t in TEXTS[:3]]) + "\n")
     outputs = []
+    from rich.table import Table
+
+    add_column = Table.add_column
     for args in runs:
-        result = run(*args, env={"NO_COLOR": "1", "COLUMNS": "250"})
+        headers: list[str] = []
+
+        def recording(self, header="", *rest, **options):  # every table's headers, exactly as they are made
+            headers.append(str(header))
+            return add_column(self, header, *rest, **options)
+
+        Table.add_column = recording
+        try:
+            result = run(*args, env={"NO_COLOR": "1", "COLUMNS": "250"})
+        finally:
+            Table.add_column = add_column
         assert result.exit_code == 0, (args, result.output)
-        outputs.append((args[0], result.stdout))
+        outputs.append((args[0], result.stdout, [h for h in headers if h]))
     return outputs
 
 
 @pytest.mark.slow
 def test_every_table_header_has_an_explanation(every_output):
     tokens = {"[CLS]", "[SEP]"} | {w.lower() for w in "The cat sat on the mat because it was tired".split()}
-    missing = {(command, cell) for command, output in every_output for cell in header_cells(output)
+    missing = {(command, cell) for command, _, headers in every_output for cell in headers
                if not explainable(cell, tokens)}
     assert not missing, "; ".join(f"{c}: {h}" for c, h in sorted(missing))
-    assert sum(len(header_cells(o)) for _, o in every_output) > 60  # the walk found the tables
+    assert sum(len(headers) for _, _, headers in every_output) > 100  # the walk found the tables
+    assert {"faithfulness", "patch", "discover", "ablate", "importance"} <= {c for c, _, h in every_output if h}
 
 
 @pytest.mark.slow
 def test_legend_abbreviations_have_explanations(every_output):
     from attnviz.metrics import lookup
 
-    compare = next(o for c, o in every_output if c == "compare")
+    compare = next(o for c, o, _ in every_output if c == "compare")
     legend = next(line for line in compare.splitlines() if line.startswith("H:"))
     for abbreviation in re.findall(r"(?:^|· )(\S+):", legend):
         assert lookup(abbreviation), abbreviation

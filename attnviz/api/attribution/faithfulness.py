@@ -6,13 +6,15 @@ parameter randomisation (Adebayo et al. 2018)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
-from attnviz.api.attribution.faithfulness_corpus import corpus_result, FaithfulnessCorpus, summary
+from attnviz.api.attribution.faithfulness_corpus import (corpus_result, FaithfulnessCorpus, MIN_INTERVAL_TEXTS,
+                                                         MIN_SIGNIFICANT_TEXTS, SIGNIFICANCE, summary)
 from attnviz.api.attribution.faithfulness_methods import baseline_token, distinct_f, method_scores
 from attnviz.api.models import borrows, resolve_model
 from attnviz.api.result import Line, Result
@@ -35,6 +37,10 @@ MAX_CORPUS_TEXTS = 10_000  # texts measured in one call (each runs every method 
 COMPLETENESS_TOLERANCE = 0.02  # |Σ IG − (f(x) − f(baseline))| / max(|f(x) − f(baseline)|, 0.01) at 400 points
 COMPLETE_WITHIN = 0.1  # the report warns when integrated gradients miss completeness by more than this share
 BEATS_SD = 2.0  # a method beats random when it is this many of the random orders' sd better than their mean
+SANITY_MAX_RHO = 0.3  # a method passes the sanity check when |ρ| with the randomised model's scores is at most this
+TIE = 1e-12  # AOPCs this close are one result (the same tokens erased): a tie, said as one
+DEFAULT_SANITY = 1  # one depth: the whole model randomised (what the verdict reads); more draw the cascade
+DEFAULT_STEPS = 20  # integrated gradients' points; the completeness line says when more are needed
 DESCRIBE = {"attention": "α of the last layer, mean over heads",
             "rollout": "attention rollout (Abnar & Zuidema 2020)",
             "flow": "attention flow, max-flow through the layers (Abnar & Zuidema 2020)",
@@ -123,7 +129,7 @@ class Faithfulness(Result):
     methods: tuple[MethodFaithfulness, ...]
     random: RandomBaseline | None
     completeness: tuple[float, float] | None = None
-    steps: int = 50
+    steps: int = DEFAULT_STEPS
     seed: int = 0
     skipped: tuple[str, ...] = ()
 
@@ -151,17 +157,99 @@ class Faithfulness(Result):
         suff = m.sufficiency_aopc < self.random.sufficiency_aopc[0] - BEATS_SD * self.random.sufficiency_aopc[1]
         return "both" if comp and suff else "comprehensiveness" if comp else "sufficiency" if suff else "no"
 
+    @staticmethod
+    def sanity_rho(m: MethodFaithfulness) -> float | None:
+        """Spearman's ρ of the method's scores with those on the model randomised deepest (every block from the
+        top down to the lowest depth asked); None: not measured (--sanity 0) or undefined (constant scores)."""
+        return _number(m.sanity[-1][1]) if m.sanity else None
+
+    def passes_sanity(self, m: MethodFaithfulness) -> bool | None:
+        """|ρ| ≤ SANITY_MAX_RHO: the scores change when the model is destroyed (None: the check was not run)."""
+        if not m.sanity:
+            return None
+        rho = self.sanity_rho(m)
+        return rho is not None and abs(rho) <= SANITY_MAX_RHO
+
+    def trust(self, m: MethodFaithfulness) -> str:
+        """"yes" where the method beats random on both measures and passes the sanity check; else "no: " and
+        what failed ("random", "sanity"); "" where neither test was run. Without the sanity check (--sanity 0)
+        beating random is all that is asked, and the verdict says the check was skipped."""
+        beats = self.beats_random(m)
+        sane = self.passes_sanity(m)
+        if beats == "" and sane is None:
+            return ""
+        failed = ([] if beats in ("", "both") else ["random"]) + ([] if sane in (None, True) else ["sanity"])
+        return ("no: both" if len(failed) == 2 else "no: " + failed[0]) if failed else "yes"
+
     def ranking(self) -> list[MethodFaithfulness]:
-        """Best first: by comprehensiveness AOPC minus sufficiency AOPC (high on the one, low on the other)."""
+        """By comprehensiveness AOPC minus sufficiency AOPC (high on the one, low on the other); methods that
+        erase the same tokens have the same AOPCs and keep the order asked (ties(): said as ties)."""
         return sorted(self.methods, key=lambda m: -(m.comprehensiveness_aopc - m.sufficiency_aopc))
+
+    def ties(self) -> list[list[str]]:
+        """The ranking in groups: methods whose two AOPCs are equal (within TIE) form one group."""
+        groups: list[list[MethodFaithfulness]] = []
+        for m in self.ranking():
+            last = groups[-1][-1] if groups else None
+            if last is not None and abs(last.comprehensiveness_aopc - m.comprehensiveness_aopc) <= TIE and \
+                    abs(last.sufficiency_aopc - m.sufficiency_aopc) <= TIE:
+                groups[-1].append(m)
+            else:
+                groups.append([m])
+        return [[m.name for m in group] for group in groups]
+
+    def ranks(self) -> dict[str, str]:
+        """Each method's place, "1", "2=", …: tied methods share the place of the first of them, marked =."""
+        places: dict[str, str] = {}
+        n = 1
+        for group in self.ties():
+            for name in group:
+                places[name] = f"{n}=" if len(group) > 1 else str(n)
+            n += len(group)
+        return places
+
+    def trusted(self) -> list[str]:
+        """The methods to trust on this text, in the ranking's order: trust() is "yes"."""
+        return [m.name for m in self.ranking() if self.trust(m) == "yes"]
+
+    def verdict(self) -> str:
+        """One line a user can act on: which methods to trust on this text and why, ties said as ties; when none
+        qualifies, that, and what would tell the methods apart (a corpus, with how many texts its test needs)."""
+        if self.random is None and not any(m.sanity for m in self.methods):
+            return ("no verdict: neither the random baseline nor the sanity check was run (add random to the "
+                    "methods, and --sanity 1)")
+        sane = any(m.sanity for m in self.methods)
+
+        def tested(verb_s: str) -> str:  # "" for "they beat …", "s" for "none beats …"
+            parts = ([f"beat{verb_s} random on both measures"] if self.random is not None else []) + \
+                ([f"pass{'es' if verb_s else ''} the sanity check (|ρ| ≤ {SANITY_MAX_RHO:g})"] if sane else [])
+            return " and ".join(parts)
+
+        trusted = set(self.trusted())
+        shown = []
+        for group in self.ties():
+            kept = [name for name in group if name in trusted]
+            if kept:
+                shown.append(" = ".join(kept) + (" (tied: the same tokens erased)" if len(kept) > 1 else ""))
+        skipped = "" if sane else "; the sanity check was skipped (--sanity 0): run it before trusting them"
+        if shown:
+            return f"trust on this text: {', '.join(shown)}: {'it' if len(trusted) == 1 else 'they'} " \
+                   f"{tested('s' if len(trusted) == 1 else '')}{skipped}"
+        return (f"trust on this text: none: none of the {len(self.methods)} methods {tested('s')}{skipped}; one "
+                f"text rarely tells them apart: measure a corpus (--corpus FILE: at least {MIN_SIGNIFICANT_TEXTS} "
+                f"texts for its paired test to reach p < {SIGNIFICANCE:g}, {MIN_INTERVAL_TEXTS} for its intervals)")
 
     def to_dict(self) -> dict:
         data: dict = {"model": self.model, "text": self.text, "ids": list(self.ids), "tokens": list(self.tokens),
                       "quantity": self.quantity, "target": self.target, "target_id": self.target_id,
                       "f_full": self.f_full, "erasable": list(self.erasable), "bins": list(self.bins),
-                      "methods": {m.name: {**m.to_dict(), "beats_random": self.beats_random(m)}
+                      "methods": {m.name: {**m.to_dict(), "beats_random": self.beats_random(m),
+                                           "passes_sanity": self.passes_sanity(m), "trust": self.trust(m),
+                                           "rank": self.ranks()[m.name]}
                                   for m in self.methods},
-                      "ranking": [m.name for m in self.ranking()], "skipped": list(self.skipped)}
+                      "ranking": [m.name for m in self.ranking()], "ties": self.ties(),
+                      "trusted": self.trusted(), "verdict": self.verdict(),
+                      "sanity_max_rho": SANITY_MAX_RHO, "skipped": list(self.skipped)}
         if self.random is not None:
             data["methods"]["random"] = self.random.to_dict()
         if self.completeness is not None:
@@ -171,10 +259,11 @@ class Faithfulness(Result):
         return data
 
     def to_rows(self) -> list[dict]:
-        return [{"method": m.name, "comprehensiveness_aopc": m.comprehensiveness_aopc,
+        ranks = self.ranks()
+        return [{"rank": ranks[m.name], "method": m.name, "comprehensiveness_aopc": m.comprehensiveness_aopc,
                  "sufficiency_aopc": m.sufficiency_aopc, "kendall_tau_loo": _number(m.kendall_tau_loo),
-                 "sanity_spearman": _number(m.sanity[-1][1]) if m.sanity else None,
-                 "beats_random": self.beats_random(m)} for m in self.ranking()]
+                 "sanity_spearman": self.sanity_rho(m), "beats_random": self.beats_random(m),
+                 "trust": self.trust(m)} for m in self.ranking()]
 
     def report(self, **style: Any) -> list:
         from attnviz.panels import short_model
@@ -182,17 +271,17 @@ class Faithfulness(Result):
 
         rows = self.to_rows()
         deepest = self.methods[0].sanity[-1][0] if self.methods and self.methods[0].sanity else None
-        columns = [("method", "method", ""), ("comprehensiveness_aopc", "compr. ↑", ".3f"),
+        columns = [("rank", "#", ""), ("method", "method", ""), ("comprehensiveness_aopc", "compr. ↑", ".3f"),
                    ("sufficiency_aopc", "suff. ↓", ".3f"), ("kendall_tau_loo", "τ loo", ".2f")]
         if deepest is not None:
-            columns.append(("sanity_spearman", f"ρ rand≥{deepest}", ".2f"))
-        if self.random is not None:
-            columns.append(("beats_random", "beats random", ""))
+            columns.append(("sanity_spearman", "sanity ρ", ".2f"))
+        if deepest is not None or self.random is not None:
+            columns.append(("trust", "trust", ""))
         items: list = [Line(f"f: {self.quantity} = {self.f_full:.4f}; {len(self.erasable)} of {len(self.tokens)} "
                             f"tokens ranked and erased (deleted from the input), bins "
                             + ", ".join(f"{b:.0%}" for b in self.bins))]
         items.append(records_table(rows, columns, f"{short_model(self.model)}: which explanation to trust (AOPC "
-                                                  f"over the bins; best first)",
+                                                  f"over the bins; ranked by compr. − suff., = a tie)",
                                    min_widths={"method": max((len(m.name) for m in self.methods), default=6)}))
         if self.random is not None:
             r = self.random
@@ -200,8 +289,7 @@ class Faithfulness(Result):
                               f"{r.comprehensiveness_aopc[1]:.3f}, sufficiency {r.sufficiency_aopc[0]:.3f} ± "
                               f"{r.sufficiency_aopc[1]:.3f} (mean ± sd); beating it: more than {BEATS_SD:g} sd "
                               f"better than its mean"))
-            winners = [m.name for m in self.ranking() if self.beats_random(m) == "both"]
-            items.append(Line("beat random on both: " + (", ".join(winners) if winners else "none")))
+        items.append(Line(self.verdict(), style="bold"))
         if self.completeness is not None:
             total, gap = self.completeness
             items.append(Line(f"integrated gradients ({self.steps} points): attributions sum to {total:.4f}, "
@@ -213,12 +301,16 @@ class Faithfulness(Result):
                                   style="yellow"))
         for name in self.skipped:
             items.append(Line(f"skipped: {name}", style="dim"))
+        top = "the top block" if deepest is None else "the top block down to block " + str(deepest)
         items.append(Line("compr.: comprehensiveness, f_full − f without the method's top tokens (higher: they "
                           "mattered); suff.: sufficiency, f_full − f with only them (lower: they were enough); τ loo: "
                           "Kendall's τ with leave-one-out"
-                          + (f"; ρ rand≥{deepest}: Spearman's ρ of the scores with those of the model whose blocks "
-                             f"from {deepest} up are random (near 0: the method explains the model)"
-                             if deepest is not None else "") + "; attnviz explain faithfulness", style="dim"))
+                          + (f"; sanity ρ: Spearman's ρ of the scores with those of the model randomised from {top} "
+                             f"(near 0: the method explains the model; passes at |ρ| ≤ {SANITY_MAX_RHO:g})"
+                             if deepest is not None else "")
+                          + "; trust: yes where it beats random on both measures and passes the sanity check, else "
+                          "which test failed (--json: on which measure it beats random); attnviz explain "
+                          "faithfulness", style="dim"))
         return items
 
     def figure(self, **style: Any):
@@ -242,8 +334,8 @@ def _sanity_layers(L: int, depths: int) -> list[int]:
 @checked
 def faithfulness(text: str | Sequence[str], *, model: Any = None, tokenizer: Any = None,
                  methods: Sequence[str] | None = None, target: str | int | None = None, orders: int = 20,
-                 steps: int = 50, sanity: int = 5, seed: int = 0, truncate: bool = True, device: str = "auto",
-                 dtype: str = "float32", engine: str = "local", address: str | None = None, workers: int = 2,
+                 steps: int = DEFAULT_STEPS, sanity: int = DEFAULT_SANITY, seed: int = 0, truncate: bool = True,
+                 device: str = "auto", dtype: str = "float32", engine: str = "local", address: str | None = None, workers: int = 2,
                  reporter: Reporter | None = None) -> Faithfulness | FaithfulnessCorpus:
     """How faithful each attribution of one prediction is (see the module). `methods`: names from
     FAITHFULNESS_METHODS (default: all that apply; alti-logit needs a causal LM); `target` (causal LM) the token
@@ -308,15 +400,67 @@ def faithfulness(text: str | Sequence[str], *, model: Any = None, tokenizer: Any
         return _one(loaded, text, reporter=reporter, **options)  # type: ignore[arg-type]
     measured: list[dict] = []
     skipped: list[tuple[int, str]] = []
-    with reporter.progress("Measuring every method on each text", len(texts), "texts") as step:
+    per_text = work_per_text(asked, causal, sanity, loaded.shape[0])
+    reporter.note(corpus_plan(texts, loaded, asked, causal, options))
+    started = time.perf_counter()
+    with reporter.progress(f"Measuring {len([m for m in asked if m != 'random'])} methods on each text",
+                           len(texts) * per_text, "steps") as step:
         for number, one in enumerate(texts, 1):
-            found = measure_one(loaded, number, one, options)
+            done = [0]
+
+            def tick(n: int) -> None:
+                done[0] += n
+                step(n)
+
+            found = measure_one(loaded, number, one, {**options, "tick": tick})
             (skipped if isinstance(found, tuple) else measured).append(found)  # type: ignore[arg-type]
-            step(1)
+            step(per_text - done[0])  # a text skipped part-way still counts whole
+            if number == 1 and len(texts) > 1:
+                reporter.note(corpus_estimate(texts, loaded, time.perf_counter() - started))
     if not measured:
         raise InputError(f"none of the {len(texts):,} texts could be measured (the first: "
                          f"{skipped[0][1] if skipped else 'none'})")
     return corpus_result(measured, skipped, seed=seed)
+
+
+def work_per_text(asked: Sequence[str], causal: bool, sanity: int, layers: int) -> int:
+    """The steps one text counts in a corpus's progress bar: each method scored (once on the model, once per
+    sanity depth) and the erasures run as one step."""
+    methods = [m for m in asked if m != "random" and (causal or m not in CAUSAL_ONLY)]
+    return len(methods) * (1 + len(_sanity_layers(layers, sanity))) + 1
+
+
+def _token_counts(texts: Sequence[str], loaded) -> list[int]:
+    """Each text's length in tokens, as the model will read it (no special tokens counted: a cheap estimate)."""
+    tokenizer = loaded.tokenizer
+    return [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
+
+
+def corpus_plan(texts: Sequence[str], loaded, asked: Sequence[str], causal: bool, options: dict) -> str:
+    """What a corpus run will do, said before it starts: the texts, their lengths, the methods and depths."""
+    counts = _token_counts(texts, loaded)
+    methods = [m for m in asked if m != "random" and (causal or m not in CAUSAL_ONLY)]
+    depths = len(_sanity_layers(loaded.shape[0], int(options["sanity"])))
+    return (f"faithfulness over {len(texts):,} texts ({min(counts)}–{max(counts)} tokens, {sum(counts):,} in all): "
+            f"{len(methods)} methods, each again at {depths} sanity depth{'s' if depths != 1 else ''}, "
+            f"{options['orders']} random orders, integrated gradients at {options['steps']} points; an estimate of "
+            f"the time follows the first text")
+
+
+def corpus_estimate(texts: Sequence[str], loaded, first_seconds: float) -> str:
+    """The whole corpus's time, from the first text's, each text weighed by its length (a rough guide: the
+    erasures grow with the length, each run of the model too)."""
+    counts = np.maximum(np.array(_token_counts(texts, loaded), np.float64), 1.0)
+    total = first_seconds * float(counts.sum() / counts[0])
+    return f"about {_duration(total)} for the {len(texts):,} texts (the first took {first_seconds:.1f} s)"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def _on_ray(texts: list[str], model: Any, options: dict, *, device: str, dtype: str, address: str | None,
@@ -356,8 +500,11 @@ def measure_one(loaded, number: int, text: str, options: dict) -> dict | tuple[i
 
 
 def _one(loaded, text: str, *, asked: list[str], explicit: bool, causal: bool, target: str | int | None,
-         orders: int, steps: int, sanity: int, seed: int, truncate: bool, reporter: Reporter) -> Faithfulness:
-    """One text through every method asked, measured."""
+         orders: int, steps: int, sanity: int, seed: int, truncate: bool, reporter: Reporter,
+         tick: Callable[[int], None] | None = None) -> Faithfulness:
+    """One text through every method asked, measured. `tick(n)`: n more steps of work_per_text done (a corpus's
+    progress bar)."""
+    tick = tick or (lambda n: None)
     from attnviz.api.attribution.logits import check_spelling, target_id
     from attnviz.engine.attribution.faithfulness import Explained, Randomised
     from attnviz.engine.forward import encode
@@ -380,16 +527,16 @@ def _one(loaded, text: str, *, asked: list[str], explicit: bool, causal: bool, t
     wanted = target_id(loaded, target)
     reporter = reporter or Reporter()
     skipped: list[str] = []
-    with reporter.status("Running the model and every method…"):
+    with reporter.status("Running the model…"):
         explained = Explained(loaded.model, encoded.inputs, causal=causal, target=wanted)
-        explained.baseline_id = baseline_token(loaded.tokenizer)
-        if causal and target is not None and explained.target is not None:
-            check_spelling(loaded, target, explained.target, explained.logits)
-        scores: dict[str, np.ndarray] = {}
-        completeness = None
-        for name in asked:
-            if name == "random":
-                continue
+    explained.baseline_id = baseline_token(loaded.tokenizer)
+    if causal and target is not None and explained.target is not None:
+        check_spelling(loaded, target, explained.target, explained.logits)
+    scores: dict[str, np.ndarray] = {}
+    completeness = None
+    scored = [name for name in asked if name != "random"]
+    with reporter.progress("Scoring the tokens with each method", len(scored), "methods") as step:
+        for name in scored:
             try:
                 scores[name], found = method_scores(name, explained, encoded.inputs, erasable, steps)
             except UnsupportedArchitectureError as exc:
@@ -397,6 +544,9 @@ def _one(loaded, text: str, *, asked: list[str], explicit: bool, causal: bool, t
                     raise InputError(f"{name}: {exc}", "methods") from None
                 skipped.append(f"{name} ({exc})")
                 continue
+            finally:
+                step(1)
+                tick(1)
             if found is not None:
                 completeness = found
     from attnviz.metrics import spearman
@@ -418,6 +568,7 @@ def _one(loaded, text: str, *, asked: list[str], explicit: bool, causal: bool, t
     if loo_needed and "loo" not in scores:
         subsets += [without(T, np.array([i])) for i in erasable]
     values = distinct_f(explained, subsets, reporter)
+    tick(1)
     f_of = iter(values)
     n = len(sizes)
     results: dict[str, tuple] = {}
@@ -443,7 +594,8 @@ def _one(loaded, text: str, *, asked: list[str], explicit: bool, causal: bool, t
     sane: dict[str, list[tuple[int, float]]] = {name: [] for name in scores}
     if depths:
         copy = Randomised(loaded.model, seed=seed)
-        with reporter.progress("Randomising the model from the top block down", len(depths), "depths") as step:
+        with reporter.progress("Randomising the model from the top block down: every method again",
+                               len(depths) * len(scores), "methods") as step:
             for layer in depths:
                 copy.down_to(layer)
                 shaken = Explained(copy.model, encoded.inputs, causal=causal, target=explained.target)
@@ -454,7 +606,8 @@ def _one(loaded, text: str, *, asked: list[str], explicit: bool, causal: bool, t
                     except UnsupportedArchitectureError:
                         again = np.full(T, np.nan)
                     sane[name].append((layer, spearman(scores[name][erasable], again[erasable])))
-                step(1)
+                    step(1)
+                    tick(1)
         del copy
     built = []
     for name in asked:

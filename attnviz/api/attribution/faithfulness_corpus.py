@@ -12,6 +12,10 @@ import numpy as np
 from attnviz.api.result import Line, Result
 
 SIGNIFICANCE = 0.05  # a lead is significant when the paired test's p-value is below this
+# the exact sign-flip test over n texts cannot give a p below 2 / 2ⁿ (the observed signs and their mirror): 6 texts
+# are the fewest whose test can reach SIGNIFICANCE (5 give 0.0625 at best)
+MIN_SIGNIFICANT_TEXTS = next(n for n in range(1, 64) if 2.0 ** (1 - n) < SIGNIFICANCE)
+MIN_INTERVAL_TEXTS = 10  # fewer texts give no bootstrap interval: a percentile interval of so few is too narrow
 
 
 @dataclass(frozen=True)
@@ -38,7 +42,10 @@ class CorpusMethod:
 
 
 def _plus_minus(interval: tuple[float, float, float]) -> str:
-    """0.366±.02: the mean and half the interval's width (short: the table fits 80 columns)."""
+    """0.366±.02: the mean and half the interval's width (short: the table fits 80 columns); the mean alone
+    where there is no interval (fewer than MIN_INTERVAL_TEXTS texts)."""
+    if not np.isfinite(interval[1]):
+        return f"{interval[0]:.3f}"
     half = f"{(interval[2] - interval[1]) / 2:.2f}"
     return f"{interval[0]:.3f}±{half[1:] if half.startswith('0.') else half}"
 
@@ -66,7 +73,7 @@ class FaithfulnessCorpus(Result):
 
     def to_dict(self) -> dict:
         def triple(t):
-            return {"mean": t[0], "ci95": [t[1], t[2]]}
+            return {"mean": t[0], "ci95": [t[1], t[2]] if np.isfinite(t[1]) else None}
 
         return {"model": self.model, "quantity": self.quantity, "texts": self.texts,
                 "skipped": [{"text": n, "reason": why} for n, why in self.skipped],
@@ -76,19 +83,78 @@ class FaithfulnessCorpus(Result):
                                      "sanity_spearman": _num(m.sanity_spearman),
                                      "beats_random_share": _num(m.beats_random),
                                      "lead_over_next": _num(m.lead), "p_value": _num(m.p_value),
-                                     "significant": m.significant} for m in self.methods},
+                                     "significant": m.significant, "trust": self.trust(m)}
+                            for m in self.methods},
                 "ranking": [m.name for m in self.methods],
                 "random": None if self.random is None else {"comprehensiveness": self.random[0],
                                                             "sufficiency": self.random[1]},
-                "sanity_randomised_from_layer": self.sanity_layer, "per_text": list(self.per_text)}
+                "sanity_randomised_from_layer": self.sanity_layer, "trusted": self.trusted(),
+                "verdict": self.verdict(), "per_text": list(self.per_text)}
 
     def to_rows(self) -> list[dict]:
         return [{"method": m.name, "comprehensiveness": m.comprehensiveness[0],
-                 "comprehensiveness_low": m.comprehensiveness[1], "comprehensiveness_high": m.comprehensiveness[2],
-                 "sufficiency": m.sufficiency[0], "sufficiency_low": m.sufficiency[1],
-                 "sufficiency_high": m.sufficiency[2], "kendall_tau_loo": _num(m.kendall_tau_loo),
+                 "comprehensiveness_low": _num(m.comprehensiveness[1]),
+                 "comprehensiveness_high": _num(m.comprehensiveness[2]),
+                 "sufficiency": m.sufficiency[0], "sufficiency_low": _num(m.sufficiency[1]),
+                 "sufficiency_high": _num(m.sufficiency[2]), "kendall_tau_loo": _num(m.kendall_tau_loo),
                  "sanity_spearman": _num(m.sanity_spearman), "beats_random_share": _num(m.beats_random),
-                 "lead_over_next": _num(m.lead), "p_value": _num(m.p_value)} for m in self.methods]
+                 "lead_over_next": _num(m.lead), "p_value": _num(m.p_value),
+                 "trust": self.trust(m)} for m in self.methods]
+
+    def top_group(self) -> list[CorpusMethod]:
+        """The methods ranked first that the paired test cannot tell apart: from the top down to the first whose
+        lead over the next is significant (all of them where no lead is)."""
+        group: list[CorpusMethod] = []
+        for m in self.methods:
+            group.append(m)
+            if m.significant:
+                break
+        return group
+
+    def trust(self, m: CorpusMethod) -> str:
+        """"yes" for a method of the top group whose means beat random's on both measures and whose mean sanity ρ is
+        within SANITY_MAX_RHO; else "no: " and what failed (random, sanity, behind: a method leads it
+        significantly); "" for a corpus too small for the paired test."""
+        from attnviz.api.attribution.faithfulness import SANITY_MAX_RHO
+
+        if self.texts < MIN_SIGNIFICANT_TEXTS:
+            return ""
+        failed = []
+        if m not in self.top_group() or not any(x.significant for x in self.methods):
+            failed.append("behind" if m not in self.top_group() else "no lead")
+        if self.random is not None and not (m.comprehensiveness[0] > self.random[0] and
+                                            m.sufficiency[0] < self.random[1]):
+            failed.append("random")
+        if self.sanity_layer is not None and (m.sanity_spearman is None or abs(m.sanity_spearman) > SANITY_MAX_RHO):
+            failed.append("sanity")
+        return "no: " + ", ".join(failed) if failed else "yes"
+
+    def trusted(self) -> list[str]:
+        return [m.name for m in self.methods if self.trust(m) == "yes"]
+
+    def verdict(self) -> str:
+        """One line a user can act on, from the table: the methods to trust over these texts (ranked first,
+        ahead of the rest by a significant lead, better than random orders in both means, passing the sanity
+        check), or why none can be named."""
+        from attnviz.api.attribution.faithfulness import SANITY_MAX_RHO
+
+        n = self.texts
+        if n < MIN_SIGNIFICANT_TEXTS:
+            return (f"no verdict: with {n} text{'s' if n != 1 else ''} the paired test cannot reach p < "
+                    f"{SIGNIFICANCE:g} (its smallest p is 2/2^{n} = {2.0 ** (1 - n):.4g}): give at least "
+                    f"{MIN_SIGNIFICANT_TEXTS} texts ({MIN_INTERVAL_TEXTS} or more for intervals)")
+        if not any(m.significant for m in self.methods):
+            return (f"no verdict: over {n:,} texts no method's lead over the next is significant: they cannot be "
+                    f"told apart here (more texts narrow the test)")
+        group = [m.name for m in self.top_group()]
+        trusted = self.trusted()
+        checks = "better than random orders in both means" + \
+            (f", sanity |ρ| ≤ {SANITY_MAX_RHO:g}" if self.sanity_layer is not None else "")
+        head = f"over {n:,} texts the first {len(group)} cannot be told apart and lead the rest significantly" \
+            if len(group) > 1 else f"over {n:,} texts {group[0]} leads the rest significantly"
+        if trusted:
+            return f"trust: {', '.join(trusted)} ({head}; {checks})"
+        return f"trust: none ({head}, but none of {', '.join(group)} is also {checks})"
 
     def report(self, **style: Any) -> list:
         from attnviz.panels import short_model
@@ -100,17 +166,20 @@ class FaithfulnessCorpus(Result):
             rows.append({"method": m.name, "comp": _plus_minus(comp), "suff": _plus_minus(suff),
                          "tau": _num(m.kendall_tau_loo), "sanity": _num(m.sanity_spearman),
                          "beats": _num(m.beats_random),
-                         "lead": "–" if m.lead is None else f"{m.lead:+.3f}{'*' if m.significant else ''}"})
+                         "lead": "–" if m.lead is None else f"{m.lead:+.3f}{'*' if m.significant else ''}",
+                         "trust": self.trust(m).split(":")[0]})
         columns = [("method", "method", ""), ("comp", "compr. ↑", ""), ("suff", "suff. ↓", ""), ("tau", "τ", ".2f")]
         if self.sanity_layer is not None:
-            columns.append(("sanity", f"ρ≥{self.sanity_layer}", ".2f"))
+            columns.append(("sanity", "sanity ρ", ".2f"))
         if self.random is not None:
             columns.append(("beats", "beats", ".0%"))
         columns.append(("lead", "lead", ""))
+        if self.texts >= MIN_SIGNIFICANT_TEXTS:
+            columns.append(("trust", "trust", ""))
         items: list = [Line(f"f: {self.quantity}; {self.texts:,} texts measured"
                             + (f", {len(self.skipped):,} skipped" if self.skipped else ""))]
         items.append(records_table(rows, columns, f"{short_model(self.model)}: which explanation to trust, over "
-                                                  f"{self.texts:,} texts (mean AOPC, best first)",
+                                                  f"{self.texts:,} texts (mean AOPC, ranked by compr. − suff.)",
                                    min_widths={"method": max(len(m.name) for m in self.methods)}))
         if self.random is not None:
             items.append(Line(f"random orders: comprehensiveness {self.random[0]:.3f}, sufficiency "
@@ -120,13 +189,19 @@ class FaithfulnessCorpus(Result):
         if len(self.skipped) > 5:
             items.append(Line(f"… and {len(self.skipped) - 5:,} more skipped (--json lists them)", style="dim",
                               stderr=True))
-        items.append(Line("±: half the width of the 95 % percentile bootstrap interval over the texts (2,000 "
-                          "resamples; --json and --csv give its ends); τ: Kendall's τ with leave-one-out"
-                          + (f"; ρ≥{self.sanity_layer}: Spearman's ρ with the scores on the model randomised from "
-                             f"block {self.sanity_layer} up" if self.sanity_layer is not None else "")
+        items.append(Line(self.verdict(), style="bold"))
+        few = self.texts < MIN_INTERVAL_TEXTS
+        items.append(Line(("no ±: fewer than {} texts give no bootstrap interval".format(MIN_INTERVAL_TEXTS) if few
+                           else "±: half the width of the 95 % percentile bootstrap interval over the texts (2,000 "
+                                "resamples; --json and --csv give its ends)") + "; τ: Kendall's τ with leave-one-out"
+                          + (f"; sanity ρ: Spearman's ρ with the scores on the model randomised from the top block "
+                             f"down to block {self.sanity_layer}" if self.sanity_layer is not None else "")
                           + "; beats: the share of texts where the method beat random on both; lead: the mean over "
                           "the texts of (comprehensiveness − sufficiency) minus the next method's, * significant "
-                          f"(a paired sign-flip test's p below {SIGNIFICANCE}; --json gives p).", style="dim"))
+                          f"(a paired sign-flip test's p below {SIGNIFICANCE}; --json gives p)"
+                          + ("; trust: in the first group, better than random in both means and passing the sanity "
+                             "check (--json says which failed)" if self.texts >= MIN_SIGNIFICANT_TEXTS else "") + ".",
+                          style="dim"))
         return items
 
     def figure(self, **style: Any):
@@ -172,6 +247,8 @@ def corpus_result(measured: list[dict], skipped: list[tuple[int, str]], *, seed:
         beats = [m["beats_random"] for m in rows]
 
         def interval(values: np.ndarray) -> tuple[float, float, float]:
+            if len(values) < MIN_INTERVAL_TEXTS:  # too few texts for an interval: the mean alone
+                return float(values.mean()), np.nan, np.nan
             return (float(values.mean()), *bootstrap_interval(values, seed=seed))
 
         built.append(CorpusMethod(name, interval(comp), interval(suff), interval(diffs[name]),

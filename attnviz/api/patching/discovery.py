@@ -136,11 +136,15 @@ class Discovery(Result):
         items.append(verdict(self.passed, f"every edge kept gives the clean run ({ends[self.total]:.6f}) and none the "
                                           f"corrupted run ({ends[0]:.6f}), tolerance {CURVE_TOLERANCE:.0e} of the "
                                           f"metric"))
-        items.append(Line(f"logit difference summed over the pairs: clean {self.clean_diff:+.3f}, corrupted "
+        over = "summed over the pairs" if len(self.pairs) > 1 else "of the pair"
+        items.append(Line(f"logit difference {over}: clean {self.clean_diff:+.3f}, corrupted "
                           f"{self.corrupt_diff:+.3f}. score: (a clean − a corrupted) · ∂M/∂(the receiver's input), "
                           + ("at the clean run" if self.method == "eap" else
                              f"averaged over {self.steps} inputs from the corrupted to the clean embeddings")
-                          + "; faithfulness: (M circuit − M corrupted) / (M clean − M corrupted).", style="dim"))
+                          + "; faithfulness: (M circuit − M corrupted) / (M clean − M corrupted). Nodes: input (the "
+                          "embeddings), aL.H (head H of layer L), mL (layer L's MLP); a receiver adds .q, .k or .v "
+                          "(aL.kvG.k: the key of group G under grouped-query attention), logits the output. "
+                          "attnviz explain discover.", style="dim"))
         return items
 
     def figure(self):
