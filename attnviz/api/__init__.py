@@ -55,7 +55,7 @@ PUBLIC: dict[str, tuple[str, ...]] = {
     "attnviz.api.corpora": ("corpus", "Corpus", "CorpusState", "merge"),
     "attnviz.api.gallery": ("export", "Gallery"),
     "attnviz.api.models": ("load_model", "Model", "ModelSpec", "resolve_model", "conversion_pending", "model_shape",
-                           "list_families", "DEVICES", "DTYPES"),
+                           "model_kind", "list_families", "DEVICES", "DTYPES"),
     "attnviz.data.capture": ("Capture",),
     "attnviz.data.parts": ("Parts",),
     "attnviz.metrics": ("list_metrics", "register_metric"),

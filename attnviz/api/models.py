@@ -22,7 +22,8 @@ from attnviz.progress import Reporter
 # The engine (torch, transformers) is imported inside each function, so that `import attnviz` and a saved
 # capture never load it.
 
-__all__ = ["Model", "ModelSpec", "load_model", "resolve_model", "conversion_pending", "model_shape", "list_families",
+__all__ = ["Model", "ModelSpec", "load_model", "resolve_model", "conversion_pending", "model_shape", "model_kind",
+           "list_families",
            "DEVICES", "DTYPES"]
 
 
@@ -194,6 +195,23 @@ def model_shape(name: str | os.PathLike | None) -> tuple[int, int] | None:
     if conversion_pending(name):
         return None
     return config_shape(None if name is None else os.fspath(name))
+
+
+def default_model_name() -> str:
+    """The model used when none is named: $ATTNVIZ_MODEL, else minilm."""
+    from attnviz.engine.models import default_model
+
+    return default_model()
+
+
+@checked
+def model_kind(name: str | os.PathLike | None) -> str | None:
+    """What a model is, read from its config.json before any weights load: "encoder", "decoder", "seq2seq",
+    "vision" or "speech"; None where that is not cheap or not certain. What lets a command that needs a causal
+    language model refuse an encoder before seconds of loading."""
+    from attnviz.engine.models import config_kind
+
+    return config_kind(None if name is None else os.fspath(name))
 
 
 def list_families() -> tuple[Family, ...]:

@@ -22,7 +22,8 @@ from attnviz.cli.params import CsvOpt, ImageOut, JsonOpt, ModelOptions, answer_p
                   "two answers; then the circuits of the top edges are run, every other edge fed the corrupted "
                   "run's contribution, for the faithfulness curve (MIB): 0 the corrupted run, 1 the clean one. "
                   "CLEAN and CORRUPT have as many tokens; or --pairs, scores summed over them. Checked: every edge "
-                  "kept gives the clean run, none the corrupted one (exit 3 if not).")
+                  "kept gives the clean run, none the corrupted one (exit 3 if not). Needs a causal language model "
+                  "(-m smollm2, qwen2.5-coder-0.5b, gemma3, a GPT-2 or Llama-style folder, …).")
 @cli_errors
 @takes(model=ModelOptions, inp=Source.taking("text"))
 def discover(corrupt: Annotated[Optional[str], typer.Argument(
@@ -56,6 +57,7 @@ def discover(corrupt: Annotated[Optional[str], typer.Argument(
 
     check_output(output, FORMATS)
     check_output(page, (".html", ".htm"))
+    model.require_causal("discover")  # said first: no other argument matters for an encoder
     if pairs is not None:
         if inp.text is not None or inp.text_file is not None or corrupt is not None or answers is not None:
             raise typer.BadParameter("give CLEAN CORRUPT --answers A,B, or --pairs FILE, not both",

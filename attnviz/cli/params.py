@@ -195,6 +195,22 @@ class ModelOptions:
         """Cut a text longer than the model's maximum positions (with a warning) rather than refuse it."""
         return not self.no_truncate
 
+    def require_causal(self, command: str) -> None:
+        """Refuse, before anything loads or any other argument is asked for, a model that its config.json says is
+        not a causal language model, for a command that reads next-token logits (discover)."""
+        from attnviz.api import model_kind
+        from attnviz.errors import InputError
+
+        kind = model_kind(self.model)
+        if kind in ("encoder", "vision", "speech", "seq2seq"):
+            from attnviz.api.models import default_model_name
+
+            shown = visible(self.model or default_model_name())
+            raise InputError(f"{command} needs a causal language model (e.g. -m smollm2, qwen2.5-coder-0.5b or "
+                             f"gemma3, offline); {shown} is {'an' if kind in ('encoder',) else 'a'} "
+                             f"{dict(seq2seq='encoder-decoder', vision='vision', speech='speech').get(kind, kind)} "
+                             f"model")
+
     def spec(self):
         """The model options as an attnviz.ModelSpec (for workers that load their own copy)."""
         from attnviz.api import ModelSpec

@@ -107,6 +107,31 @@ def config_shape(name: str | None) -> tuple[int, int] | None:
     return (layers, heads) if layers and heads else None
 
 
+def config_kind(name: str | None) -> str | None:
+    """What a model is, from its folder's config.json alone (before torch or any weights load): "encoder",
+    "decoder", "seq2seq", "vision" or "speech"; None where that is not cheap or not certain (a Hub id, a model
+    still to convert, a type attnviz does not list)."""
+    from attnviz.engine.offline.build import pending
+
+    try:
+        if pending(name or default_model()):
+            return None
+        source, _ = resolve_model(name)
+        config = read_config(Path(source) / "config.json")
+    except (ModelLoadError, OSError):
+        return None
+    model_type = str(config.get("model_type", ""))
+    if config.get("num_mel_bins"):
+        return "speech"
+    if config.get("is_encoder_decoder"):
+        return "seq2seq"
+    if model_type in VISION_MODEL_TYPES:
+        return "vision"
+    if config.get("is_decoder") or model_type in CAUSAL_MODEL_TYPES:
+        return "decoder"
+    return "encoder" if model_type in ENCODER_MODEL_TYPES else None
+
+
 def reload_name(name: str | None) -> str:
     """What loads this model again from anywhere, recorded in every capture (meta "model_source"): an offline
     model's own name, a GGUF file's or a folder's absolute path, or the Hub id."""

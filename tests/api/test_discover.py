@@ -288,3 +288,51 @@ def test_discover_finds_the_head_patch_finds_on_smollm2():
     assert result.passed and result.total == 70_651
     assert {"from": "a23.4", "to": "logits"} in [{k: e[k] for k in ("from", "to")} for e in result.edges(5)]
     assert dict(result.curve)[round(0.01 * result.total)] >= 0.8
+
+
+def test_an_encoder_is_refused_before_the_missing_answers_and_before_it_loads(monkeypatch):
+    """`discover CLEAN CORRUPT` on the default model (an encoder) says first that it needs a causal LM (exit 1),
+    not "give the two answers" (exit 2), and says so from the config, before any weights load; --help says it."""
+    import attnviz.api.models as models
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(models, "load_model", no_load)
+    for args in ([CLEAN, "The dog sat on the mat"], ["--pairs", "-"]):
+        line = one_line_error(run("discover", *args))
+        assert "needs a causal language model" in line and "minilm is an encoder" in line
+    assert "causal language model" in " ".join(run("discover", "--help", env={"COLUMNS": "200"}).stdout.split())
+
+
+def test_a_pair_of_unequal_lengths_in_a_file_names_its_line(folders, tmp_path):
+    folder = folders("llama")
+    loaded = loaded_of(folder)
+    a, b = answers_of(loaded)
+    lines = [{"clean": CLEAN, "corrupt": corrupt_for(loaded), "answers": [a, b]},
+             {"clean": CLEAN, "corrupt": CLEAN + " and the dog", "answers": [a, b]}]
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n", encoding="utf-8")
+    assert "line 2: the prompts must have as many tokens" in one_line_error(run("discover", "--pairs", path, "-m",
+                                                                                folder))
+
+
+def test_every_shape_of_pairs_the_docs_show_is_taken_and_every_other_refused(folders):
+    """From Python: a list of (clean, corrupt, (answer, other)) and a list of the JSON-lines dicts give the same
+    result; [], a bare pair, a two-item pair, pairs=5 and answers given as one string (which became " " and "P")
+    are refused naming the pair."""
+    from attnviz.errors import UsageError
+
+    folder = folders("llama")
+    loaded = loaded_of(folder)
+    a, b = answers_of(loaded)
+    corrupt = corrupt_for(loaded)
+    as_tuples = attnviz.discover(pairs=[(CLEAN, corrupt, (a, b))], model=folder, method="eap").to_dict()
+    as_dicts = attnviz.discover(pairs=[{"clean": CLEAN, "corrupt": corrupt, "answers": [a, b]}], model=folder,
+                                method="eap").to_dict()
+    assert as_tuples["edges"] == as_dicts["edges"] and as_tuples["edges"]
+    for bad, words in (([], "empty"), ((CLEAN, corrupt, (a, b)), "put the one pair in a list"),
+                       ([(CLEAN, corrupt)], "pair 1 is not"), (5, "got int"),
+                       ([(CLEAN, corrupt, " Paris")], "pair 1 is not"), ("", "empty path")):
+        with pytest.raises(UsageError, match=words):
+            attnviz.discover(pairs=bad, model=folder)

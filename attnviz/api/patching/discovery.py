@@ -188,9 +188,40 @@ class Discovery(Result):
                 + edges.replace("<tr>", "<tr class=e>") + "</table></body></html>")
 
 
-def read_pairs(path: str | Path) -> list[tuple[str, str, tuple[str, str]]]:
+def python_pairs(pairs: Any) -> list[tuple[str, str, tuple[str, str]]]:
+    """`pairs=` from Python as the docs show it: a list (or tuple) of (clean, corrupt, (answer, other)) or of
+    {"clean": …, "corrupt": …, "answers": [answer, other]} (the JSON-lines shape); anything else refused naming
+    the pair and what it should be."""
+    shape = "(clean, corrupt, (answer, other)) or {\"clean\": …, \"corrupt\": …, \"answers\": [A, B]}"
+    if isinstance(pairs, (str, bytes, dict)) or not isinstance(pairs, (list, tuple)):
+        raise UsageError(f"{arg('pairs')} takes a list of pairs, each {shape}, or a JSON-lines file's path; got "
+                         f"{type(pairs).__name__}", "pairs")
+    if not pairs:
+        raise UsageError(f"{arg('pairs')} is empty: give at least one pair, {shape}", "pairs")
+    if len(pairs) == 3 and all(isinstance(x, str) for x in pairs[:2]) and not isinstance(pairs[0], (tuple, list)):
+        raise UsageError(f"{arg('pairs')} takes a list of pairs: put the one pair in a list, [{shape}]", "pairs")
+    if len(pairs) > MAX_PAIRS:
+        raise UsageError(f"{arg('pairs')} holds {len(pairs):,} pairs; at most {MAX_PAIRS:,}", "pairs")
+    found = []
+    for n, item in enumerate(pairs, 1):
+        if isinstance(item, dict):
+            clean, corrupt, answers = item.get("clean"), item.get("corrupt"), item.get("answers")
+        elif isinstance(item, (list, tuple)) and len(item) == 3:
+            clean, corrupt, answers = item
+        else:
+            raise UsageError(f"pair {n} is not {shape}", "pairs")
+        if not (isinstance(clean, str) and isinstance(corrupt, str) and isinstance(answers, (list, tuple))
+                and len(answers) == 2 and all(isinstance(a, str) for a in answers)):
+            raise UsageError(f"pair {n} is not {shape}: its answers are two texts, each one token (not "
+                             f"{visible(repr(answers))[:40]})", "pairs")
+        found.append((clean, corrupt, (answers[0], answers[1])))
+    return found
+
+
+def read_pairs(path: str | Path, *, lines: bool = False):
     """--pairs FILE (- for standard input): JSON lines of {"clean": …, "corrupt": …, "answers": [A, B]} (blank
-    lines skipped); a bad line is one error naming its number. At most MAX_PAIRS pairs and MAX_PAIRS_BYTES."""
+    lines skipped); a bad line is one error naming its number. At most MAX_PAIRS pairs and MAX_PAIRS_BYTES.
+    `lines`: also each pair's label, "FILE line N", for the errors found later."""
     from attnviz.base.files import read_input
 
     data, name = read_input(None if str(path) == "-" else path, MAX_PAIRS_BYTES, "pairs")
@@ -199,7 +230,8 @@ def read_pairs(path: str | Path) -> list[tuple[str, str, tuple[str, str]]]:
     except UnicodeDecodeError as exc:
         raise InputError(f"{visible(name)} is not UTF-8 text (byte {exc.start})", "pairs") from None
     path = name
-    pairs = []
+    pairs: list[tuple[str, str, tuple[str, str]]] = []
+    labels: list[str] = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -213,11 +245,12 @@ def read_pairs(path: str | Path) -> list[tuple[str, str, tuple[str, str]]]:
             raise InputError(f"{visible(str(path))} line {number}: give {{\"clean\": TEXT, \"corrupt\": TEXT, "
                              f"\"answers\": [A, B]}}", "pairs")
         pairs.append((item["clean"], item["corrupt"], (item["answers"][0], item["answers"][1])))
+        labels.append(f"{visible(str(path))} line {number}")
         if len(pairs) > MAX_PAIRS:
             raise InputError(f"{visible(str(path))} holds more than {MAX_PAIRS:,} pairs", "pairs")
     if not pairs:
         raise InputError(f"{visible(str(path))} holds no pair", "pairs")
-    return pairs
+    return (pairs, labels) if lines else pairs
 
 
 @borrows
@@ -247,14 +280,19 @@ def discover(clean: str | None = None, corrupt: str | None = None, *, answers: S
                              f"{arg('pairs')}", "answers")
         given = [(clean, corrupt, (answers[0], answers[1]))]
     elif isinstance(pairs, (str, Path)):
-        given = read_pairs(pairs)
+        if not str(pairs).strip():
+            raise UsageError(f"{arg('pairs')} is an empty path: give a JSON-lines file (- for standard input) or a "
+                             f"list of pairs", "pairs")
+        given, labels = read_pairs(pairs, lines=True)
     else:
-        given = [(c, k, (a[0], a[1])) for c, k, a in pairs]
-    for n, (c, k, (a, b)) in enumerate(given, 1):
+        given = python_pairs(pairs)
+    if pairs is None or not isinstance(pairs, (str, Path)):
+        labels = [f"pair {n}" for n in range(1, len(given) + 1)]
+    for label, (c, k, (a, b)) in zip(labels, given):
         check_text(c)
         check_text(k)
         if a == b:
-            raise UsageError(f"pair {n}: the two answers must differ", "answers")
+            raise UsageError(f"{label}: the two answers must differ", "answers")
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype, lm_head=True)
     loaded.require_single("discover")
     from attnviz.api.attribution.logits import target_id
@@ -264,10 +302,10 @@ def discover(clean: str | None = None, corrupt: str | None = None, *, answers: S
 
     g = graph(loaded.model)
     prepared = []
-    for n, (c, k, (a, b)) in enumerate(given, 1):
+    for label, (c, k, (a, b)) in zip(labels, given):
         first, second = encode(loaded, c), encode(loaded, k)
         if len(first.tokens) != len(second.tokens):
-            where = f"pair {n}: " if len(given) > 1 else ""
+            where = f"{label}: " if len(given) > 1 or pairs is not None else ""
             raise InputError(f"{where}the prompts must have as many tokens: the clean one has {len(first.tokens)}, "
                              f"the corrupted one {len(second.tokens)}", "corrupt")
         ids = (target_id(loaded, a, "answers"), target_id(loaded, b, "answers"))
