@@ -63,6 +63,25 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class LiteralHelpCommand(TyperCommand):
+    """A command whose help is printed as it is written: Typer's Rich help would read `pip install
+    "attnviz[ray]"` as markup and drop `[ray]`. The texts are escaped only while the help is drawn (the docs'
+    reference reads them as they are)."""
+
+    def format_help(self, ctx, formatter) -> None:
+        from rich.markup import escape
+
+        saved = [(self, self.help)] + [(p, getattr(p, "help", None)) for p in self.params]
+        try:
+            for holder, text in saved:
+                if text:
+                    holder.help = escape(text)
+            super().format_help(ctx, formatter)
+        finally:
+            for holder, text in saved:
+                holder.help = text
+
+
 class AttnvizGroup(TyperGroup):
     """Typer's group, with commands listed in the order a newcomer needs them and loaded when used, plain
     metavars in help, and every usage error as one line on stderr (exit 2) that says what to do, like every
@@ -81,6 +100,8 @@ class AttnvizGroup(TyperGroup):
         command = self.commands.get(name)
         if command is not None:  # built here, or by Typer when the module was imported before the group was made
             _plain_metavars(command)
+            if type(command) is TyperCommand:
+                command.__class__ = LiteralHelpCommand
             if name in COMMANDS:
                 command.short_help = COMMANDS[name][1]
         return command
