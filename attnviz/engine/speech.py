@@ -85,6 +85,9 @@ def reading(loaded: LoadedModel, heard: sounds.Sound) -> tuple[str | None, str]:
     return heard.language, heard.task
 
 
+SURE_LANGUAGE = 0.5  # a detected language less likely than this is said to be unsure, pointing to --language
+
+
 def detect_language(loaded: LoadedModel, heard: sounds.Sound) -> tuple[str, float]:
     """The spoken language as Whisper detects it, on the first 30 s: the decoder reads <|startoftranscript|>
     alone, and the softmax of its next-token logits over the language tokens only (whisper's
@@ -101,7 +104,14 @@ def detect_language(loaded: LoadedModel, heard: sounds.Sound) -> tuple[str, floa
         logits = loaded.model(encoder_outputs=(memory,), decoder_input_ids=torch.tensor([[start]],
                                                                                         device=memory.device)).logits
     probabilities = torch.softmax(logits[0, -1, ids].double(), dim=-1)
-    best = int(probabilities.argmax())
+    top = [int(i) for i in torch.topk(probabilities, min(2, len(ids))).indices.tolist()]
+    best, second = top[0], top[-1]
+    if float(probabilities[best]) < SURE_LANGUAGE:
+        from attnviz.errors import arg, warn
+
+        warn(f"the spoken language was detected as {codes[best]} with only {float(probabilities[best]):.0%} "
+             f"confidence (next: {codes[second]}, {float(probabilities[second]):.0%}): what Whisper writes may be "
+             f"nonsense; if you know the language, give its code (e.g. {arg('language', 'ko')})")
     return codes[best], float(probabilities[best])
 
 

@@ -299,3 +299,27 @@ def test_what_a_long_sound_cannot_do_is_one_line(long_sound, tmp_path):
     assert saved.exit_code == 0
     line = one_line_error(run("verify", "--from", tmp_path / "long.npz"))
     assert "2 windows" in line
+
+
+@pytest.mark.slow
+def test_an_unsure_language_detection_is_said_and_names_language(base, tmp_path):
+    """espeak's Korean, detected by whisper-base with a low probability: a warning says so and names --language
+    (on the command line; `language=` from Python); a sure detection (English) says nothing."""
+    import warnings
+
+    from attnviz.engine.speech import SURE_LANGUAGE
+
+    path = espeak(tmp_path, "고양이가 매트 위에 앉았다. 오늘은 날씨가 좋습니다.", "ko")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        parts = attnviz.capture_audio(sound(path), model=base)
+    assert parts.meta["language_probability"] < SURE_LANGUAGE
+    said = [str(w.message) for w in caught if "detected as" in str(w.message)]
+    assert len(said) == 1 and "language=" in said[0] and f"{parts.meta['language_probability']:.0%}" in said[0]
+    printed = run("heads", "--audio", path, "-m", "whisper-base")
+    assert printed.exit_code == 0 and "--language" in printed.stderr and "detected as" in printed.stderr
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sure = attnviz.capture_audio(sound(espeak(tmp_path, ENGLISH)), model=base)
+    assert sure.meta["language_probability"] >= SURE_LANGUAGE
+    assert not [w for w in caught if "detected as" in str(w.message)]
