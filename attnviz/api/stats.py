@@ -17,6 +17,7 @@ from attnviz.base.selection import Selection, find_token, selection
 from attnviz.base.text import visible
 from attnviz.data.capture import Capture
 from attnviz.data.modality import of_capture
+from attnviz.data.parts import heard
 from attnviz.errors import SelectionError, UsageError, arg
 from attnviz.panels import PART_TITLES, Panel, Scale, rollout_panel, short_model, text_subtitle
 from attnviz.render.tables import records_html
@@ -48,13 +49,28 @@ class HeadTable(Result):
     matching: int | None = None  # heads that matched before `top` cut the list
     sort: str | None = None  # the column the rows are sorted by
     note: str = ""
+    model: str = ""
+    heard: tuple[tuple[str, Any], ...] = ()  # a speech model's language and task (data.parts.heard), as items
+
+    figure_name: ClassVar[str] = "attnviz_heads.png"
 
     def to_records(self) -> list[dict]:
         return [dict(r) for r in self.records]
 
-    def to_dict(self) -> list[dict]:
-        """What `attnviz heads --json` prints: one record per head."""
-        return self.to_records()
+    def to_dict(self) -> dict:
+        """What `attnviz heads --json` prints: the model (and a speech model's language and task), how the rows
+        were chosen, and under "heads" one record per head."""
+        return {"model": self.model, **dict(self.heard), "sort": self.sort, "matching": self.matching,
+                "heads": self.to_records()}
+
+    def figure(self, *, column: str | None = None, cmap: str = "viridis", ax=None):
+        """The heads as a layers × heads grid coloured by `column` (the sorted one, else entropy), each cell
+        written with its pattern label; with ax=, drawn on those axes (returned)."""
+        from attnviz.render.charts import head_grid_figure
+
+        key = sort_key(column) if column is not None else (self.sort if self.sort not in (None, "layer", "head",
+                                                                                         "label") else "entropy")
+        return head_grid_figure(self.records, key, self.title, cmap=cmap, ax=ax)
 
     def to_rows(self) -> list[dict]:
         return self.to_records()
@@ -142,10 +158,15 @@ def heads(source: Any, *, layer: Any = "all", head: Any = "all", label: str | No
     else:
         shown = f"{len(records)} heads" + (f" by {key}, {'highest' if descending else 'lowest'} first" if key else "")
     title = f"{named(capture)}: {shown}, {of_capture(capture).size(capture)}{rows_note(rows_sel, queries)}"
-    return HeadTable(tuple(records), title, matching, key, repeats_note(capture))
+    return HeadTable(tuple(records), title, matching, key, repeats_note(capture), capture.model,
+                     tuple(heard(capture.meta).items()))
 
 
 # --- entropy ------------------------------------------------------------------------------------------------
+
+
+# what `entropy` reports, said so that it is never read as compare's H (the entropy of the heads' mean α)
+ENTROPY_QUANTITY = "each head's own mean row entropy (nats), the mean over its query rows of −Σ α log α"
 
 
 @dataclass(frozen=True)
@@ -160,12 +181,15 @@ class Entropy(Result):
     uniform: float
     normalised: bool
     title: str
+    heard: tuple[tuple[str, Any], ...] = ()
 
     figure_name: ClassVar[str] = "attnviz_entropy.png"
 
-    def to_dict(self) -> list[dict]:
-        """What `attnviz entropy --json` prints: one record per layer and head."""
-        return self.to_rows()
+    def to_dict(self) -> dict:
+        """What `attnviz entropy --json` prints: the model (and a speech model's language and task), what was
+        averaged, and under "heads" one record per layer and head."""
+        return {"model": self.model, **dict(self.heard), "normalised": self.normalised, "uniform": self.uniform,
+                "quantity": ENTROPY_QUANTITY, "heads": self.to_rows()}
 
     def to_rows(self) -> list[dict]:
         return [{"layer": n, "head": head, "entropy": float(self.values[row, head]), "uniform": self.uniform}
@@ -201,9 +225,9 @@ def entropy(source: Any, *, layer: Any = "all", normalised: bool = False, rows: 
     layers = layer_sel.indices(capture.n_layers)
     values = metrics.value_grid(capture, "norm_entropy" if normalised else "entropy", queries)[layers]
     uniform = 1.0 if normalised else metrics.uniform_entropy(capture.input_keys)
-    title = (f"{named(capture)}: mean attention entropy{' (normalised)' if normalised else ''}, "
+    title = (f"{named(capture)}: each head's mean row entropy{' (normalised)' if normalised else ''}, "
              f"{of_capture(capture).size(capture)}{rows_note(rows_sel, queries)}")
-    return Entropy(capture.model, values, tuple(layers), uniform, normalised, title)
+    return Entropy(capture.model, values, tuple(layers), uniform, normalised, title, tuple(heard(capture.meta).items()))
 
 
 # --- rollout ------------------------------------------------------------------------------------------------

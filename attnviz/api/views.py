@@ -238,7 +238,9 @@ class Comparison(Result):
                **style: Any) -> list:
         from attnviz.render.terminal import panels_side_by_side
 
-        key = "H: mean entropy (nats) · sp: mass on special tokens · d: mean distance (tokens)"
+        key = ("H: the mean row entropy (nats) of the matrix shown — for mean, of the heads' mean α, which is not "
+               "attnviz entropy's mean of each head's own entropy · sp: mass on special tokens · d: mean distance "
+               "(tokens)")
         key += f"; over query rows {self.rows_spec}" if self.rows_spec is not None else ""
         return [panels_side_by_side(list(self.panels), width=width, color=color, cmap=cmap, key=key, start=start,
                                     rows=None if self.shown_rows is None else list(self.shown_rows))]

@@ -177,6 +177,15 @@ def is_punctuation(token: str) -> bool:
     return bool(text) and all(unicodedata.category(c).startswith("P") for c in text)
 
 
+def _ends_in_space(raw: str) -> bool:
+    """A vocabulary string that ends in white space: a line break or tab ("Ċ", "ĊĊ", "<0x0A>", "▁"), so that the
+    token after it begins a word though it carries no space marker of its own."""
+    if raw.endswith(("Ċ", "ĉ", "Ġ", "▁", "\n", "\t", " ")):
+        return True
+    found = fallback_byte(raw)
+    return found is not None and found.isspace()
+
+
 def subword_flags(word_ids: list[int | None] | None, raw_tokens: list[str], special: list[bool]) -> list[bool]:
     """True where a token continues the word of the token before it.
 
@@ -187,7 +196,7 @@ def subword_flags(word_ids: list[int | None] | None, raw_tokens: list[str], spec
     for i, raw in enumerate(raw_tokens):
         if special[i] or i == 0:
             flags.append(False)
-        elif raw.startswith(_MARKERS[:2]):
+        elif raw.startswith(_MARKERS[:2]) or _ends_in_space(raw_tokens[i - 1]):  # after a line break: a new word
             flags.append(False)
         elif word_ids is not None:
             flags.append(word_ids[i] is not None and word_ids[i] == word_ids[i - 1])

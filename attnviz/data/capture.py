@@ -452,6 +452,11 @@ class Capture:
         (returned). Options: hide_special, cmap, vmax, ax."""
         return registry.view("heatmap")(self, layer, head, **options)
 
+    def figure(self, layer: int = -1, head: int | str = "mean", **options):
+        """The capture's figure, as every result has one: heatmap(layer, head, **options) (the mean over the heads of
+        the last layer by default); with ax=, drawn on those axes (returned)."""
+        return self.heatmap(layer, head, **options)
+
     def heads(self):
         """The head statistics table (a HeadTable: shown as HTML in a notebook; .to_records() for data)."""
         return registry.view("heads")(self)

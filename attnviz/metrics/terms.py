@@ -35,8 +35,10 @@ TERMS: dict[str, str] = {
                  "prompt ends, and --rows generated keeps only those rows.",
     "layer": "one transformer block; layers are numbered from 0 at the input (-1 is the last).",
     "head": "one attention head of a layer: its own Q, K, V projections and its own α.",
-    "H": "in compare's panel summaries: the mean row entropy of that matrix, in nats (see entropy). Elsewhere "
-         "H is the number of heads per layer, as in L × H.",
+    "H": "in compare's panel summaries: the mean row entropy of that matrix, in nats (see entropy). For the panel "
+         "'mean' that matrix is the heads' mean α, whose entropy is higher than attnviz entropy's number for the "
+         "layer (the mean of each head's own entropy): two quantities, not one. Elsewhere H is the number of heads "
+         "per layer, as in L × H.",
     "sp": "in compare's panel summaries: the mean mass on special tokens (see special tokens).",
     "d": "in compare's panel summaries: the mean distance |i − j| in tokens between a query and what it "
          "attends to (see dist).",

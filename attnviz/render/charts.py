@@ -418,3 +418,53 @@ def discovery_figure(result):
     fig.suptitle(f"{short_model(result.model)}: the circuit found by {method} over {len(result.pairs)} pair"
                  f"{'s' if len(result.pairs) != 1 else ''}", fontsize=10, x=0.01, ha="left")
     return fig
+
+
+def head_grid_figure(records: Sequence[dict], key: str, title: str, *, cmap: str = "viridis", ax=None):
+    """attnviz heads drawn: a layers × heads grid coloured by the column `key` (heads not in `records` and NaN
+    values left light grey), each cell written with the head's pattern label in black or white by the cell's
+    luminance, a colour bar naming the column. With `ax`, drawn on those axes (returned); else a new figure."""
+    from attnviz.base.text import visible
+    from attnviz.metrics import find_metric
+    from attnviz.render.colors import colormap, text_on
+    from attnviz.render.figure import NotebookFigure as Figure
+    from attnviz.render.png import wrap_text
+
+    layers = sorted({int(r["layer"]) for r in records}) or [0]
+    heads = sorted({int(r["head"]) for r in records}) or [0]
+    grid = np.full((len(layers), len(heads)), np.nan)
+    labels = np.full(grid.shape, "", dtype=object)
+    for r in records:
+        row, column = layers.index(int(r["layer"])), heads.index(int(r["head"]))
+        value = r.get(key)
+        grid[row, column] = float(value) if isinstance(value, (int, float)) and value == value else np.nan
+        labels[row, column] = visible(str(r.get("label", "")))
+    own = ax is None
+    if own:
+        fig = Figure(figsize=(max(5.0, 0.7 * len(heads) + 2.5), max(3.0, 0.45 * len(layers) + 1.8)),
+                     layout="constrained")
+        ax = fig.add_subplot()
+    else:
+        fig = ax.figure
+    mapping = colormap(cmap)
+    finite = grid[np.isfinite(grid)]
+    low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    high = high if high > low else low + 1e-9
+    image = ax.imshow(np.ma.masked_invalid(grid), cmap=mapping, vmin=low, vmax=high, aspect="auto",
+                      interpolation="nearest")
+    shades = np.asarray(mapping(np.ma.masked_invalid((grid - low) / (high - low)), bytes=True))[..., :3]
+    for (row, column), text in np.ndenumerate(labels):
+        if text:
+            ax.text(column, row, text, ha="center", va="center", fontsize=7,
+                    color="0.15" if text_on(shades[row, column]) else "white")
+    ax.set_xticks(range(len(heads)), [str(h) for h in heads])
+    ax.set_yticks(range(len(layers)), [str(n) for n in layers])
+    ax.set_xlabel("head")
+    ax.set_ylabel("layer")
+    metric = find_metric(key)
+    name = metric.header if metric is not None else key
+    fig.colorbar(image, ax=ax, label=name, shrink=0.9)
+    if own:
+        ax.set_title(wrap_text(title, fig.get_figwidth() * 0.9, 9) + f"\ncolour: {name}; text: the pattern label",
+                     fontsize=9)
+    return fig if own else ax

@@ -325,7 +325,7 @@ def _capture_work(model, kind: str, request: CaptureRequest, limits: Limits, com
             viewer_html(viewer_data(whole, command=command))
         written = str(whole.meta.get("target_text", "")).strip() if isinstance(whole, attnviz.Parts) else ""
         answer = {"model": model.name, "kind": kind, "tokens": list(shown.tokens), "layers": shown.n_layers,
-                  "heads": shown.n_heads, "head_table": attnviz.heads(shown).to_dict(),
+                  "heads": shown.n_heads, "head_table": attnviz.heads(shown).to_records(),
                   "part": shown.part, "transcript": written or None}
         if request.alpha_layer is not None:
             if shown.n_tokens > limits.max_alpha_tokens:

@@ -97,3 +97,14 @@ def test_a_vocabulary_token_that_holds_part_of_a_character_shows_its_bytes():
     assert stray >= 64  # every byte from 0x80 on is a token of its own here
     newline = tok.convert_tokens_to_ids("Ċ")
     assert vocabulary_label(tok, newline) == "␊"
+
+
+def test_a_token_after_a_line_break_begins_a_word():
+    """SmolLM2 wrote " Paris.\\n\\nThe answer": "The" after the line breaks carries no space marker and was labelled
+    ##The (a piece of the word before); a line break ends the word, byte-level ("Ċ") or byte-fallback ("<0x0A>")."""
+    from attnviz.base.tokens import subword_flags
+
+    raw = ["The", "Ġcapital", "ĠParis", ".", "Ċ", "Ċ", "The", "Ġanswer", "<0x0A>", "Hello", "ing"]
+    flags = subword_flags(None, raw, [False] * len(raw))
+    assert flags[6] is False and flags[9] is False  # after "Ċ" and after "<0x0A>": new words
+    assert flags[3] is True and flags[10] is True  # "." and "ing" still continue the word before them

@@ -221,4 +221,4 @@ def test_the_live_app_answers_the_same_to_dict(models):
     answer = client.post("/api/steps", json={"text": PROMPT, "layer": 1, "head": 0})
     assert answer.json() == json.loads(to_json(attnviz.steps(PROMPT, model=model, layer=1, head=0).to_dict()))
     answer = client.post("/api/capture", json={"text": PROMPT})
-    assert answer.json()["head_table"] == json.loads(to_json(attnviz.heads(PROMPT, model=model).to_dict()))
+    assert answer.json()["head_table"] == json.loads(to_json(attnviz.heads(PROMPT, model=model).to_records()))
