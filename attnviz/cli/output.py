@@ -232,8 +232,10 @@ class CliReporter(Reporter):
             yield
 
     @contextlib.contextmanager
-    def progress(self, what: str, total: int, unit: str):
-        bar = progress_bar(what, total, unit, err)
+    def progress(self, what: str, total: int, unit: str, keep: str = "", joiner: str = ""):
+        """`keep`: the end of the label, never cut while it fits (a conversion's step, after `what` and `joiner`);
+        `what` is shortened first."""
+        bar = progress_bar(what, total, unit, err, keep=keep, joiner=joiner)
         with bar:
             task = bar.add_task(what, total=total or None)
             yield lambda n: bar.advance(task, n)
@@ -242,9 +244,10 @@ class CliReporter(Reporter):
         say(spell(text, flag), console=err, style="cyan", wrap=True)
 
 
-def progress_bar(what: str, total: int, unit: str, console: Console):
+def progress_bar(what: str, total: int, unit: str, console: Console, keep: str = "", joiner: str = ""):
     """A Rich progress bar whose one line fits the console: the counts, the unit and the elapsed time always
-    shown, the bar narrowed (to 10 cells) and then the label shortened with … to make room."""
+    shown, the bar narrowed (to 10 cells) and then the label shortened with … to make room (`what` first: the
+    label's end `keep` stays whole while it fits)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from attnviz.base.text import cells, fit
@@ -252,7 +255,15 @@ def progress_bar(what: str, total: int, unit: str, console: Console):
     digits = len(str(max(int(total or 0), 1)))
     tail = (2 * digits + 1) + 1 + cells(unit) + 1 + 7 + 4  # "12/120", the unit, "0:00:07", the gaps between
     room = console.width - tail
-    bar_width = max(10, min(40, room - cells(what) - 1))
-    label = fit(visible(what), max(room - bar_width - 1, 8))
+    whole = visible(what + joiner + keep)
+    bar_width = max(10, min(40, room - cells(whole) - 1))
+    space = max(room - bar_width - 1, 8)
+    kept = visible(keep)
+    if not kept or cells(whole) <= space:
+        label = fit(whole, space)
+    elif cells(kept) + 4 <= space:  # "Qwen2.5-C…: Joining the parts": the step whole, the name cut
+        label = fit(visible(what), space - cells(kept) - 2) + ": " + kept
+    else:
+        label = fit(kept, space)
     return Progress(TextColumn(label), BarColumn(bar_width=bar_width), MofNCompleteColumn(), TextColumn(unit),
                     TimeElapsedColumn(), console=console, transient=True, disable=not console.is_terminal)

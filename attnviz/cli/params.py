@@ -26,7 +26,17 @@ from attnviz.cli.output import CliReporter, err, flag, say
 
 # Most of a run is this (torch and transformers starting, benchmarks/bench_startup.py): said while it runs, with the
 # way to pay it once (a capture saved with -o, read with --from: no model at all).
-LOADING = "Loading the model… (a few seconds; --from a saved capture skips this)"
+LOADING = "Loading the model… (a few seconds)"
+LOADING_FROM = "Loading the model… (a few seconds; --from a saved capture skips this)"  # commands that take --from
+
+
+def loading_line() -> str:
+    """The spinner's line while a model loads: it offers --from only where the command running takes it."""
+    from typer._click import globals as click_globals
+
+    context = click_globals.get_current_context(silent=True)
+    takes_from = context is not None and any("--from" in getattr(p, "opts", ()) for p in context.command.params)
+    return LOADING_FROM if takes_from else LOADING
 
 
 # --- option types ------------------------------------------------------------------------------------
@@ -277,7 +287,7 @@ class ModelOptions:
                 say(f"Converted {converting} once into attnviz's model cache in {time.perf_counter() - start:.0f} s "
                     f"(later runs load it at once)", console=err, style="cyan")
             return loaded
-        with err.status(Text(LOADING)):
+        with err.status(Text(loading_line())):
             return load_model(self.model, **options)
 
 
@@ -291,8 +301,9 @@ class Converting(CliReporter):
     def status(self, text: str):
         return super().status(f"{self.model}, once: {text}")
 
-    def progress(self, what: str, total: int, unit: str):
-        return super().progress(f"{self.model}, once: {what}", total, unit)
+    def progress(self, what: str, total: int, unit: str, keep: str = "", joiner: str = ""):
+        """The model's name shortened first where the line is short: the step's name stays whole."""
+        return super().progress(self.model, total, unit, keep=what + keep, joiner=", once: ")
 
 
 @dataclass(frozen=True)

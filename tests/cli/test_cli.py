@@ -521,3 +521,20 @@ def test_loading_says_how_to_skip_it(tiny_model_dir, monkeypatch, tmp_path):
     said.clear()
     assert run("heatmap", "--from", tmp_path / "c.npz", "-o", tmp_path / "h.png").exit_code == 0
     assert said == []  # nothing to load
+
+
+def test_the_loading_line_offers_from_only_where_the_command_takes_it(monkeypatch):
+    """faithfulness has no --from: its loading line must not offer one (heads has it and says so)."""
+    from attnviz.cli import params
+
+    seen = []
+    real = params.loading_line
+
+    def spy():
+        seen.append(real())
+        return seen[-1]
+
+    monkeypatch.setattr(params, "loading_line", spy)
+    run("faithfulness", "The cat sat on the mat", "--methods", "attention,random", "--sanity", "0")
+    run("heads", "The cat sat on the mat")
+    assert len(seen) == 2 and "--from" not in seen[0] and "--from" in seen[1]

@@ -118,3 +118,31 @@ def test_a_progress_line_fits_the_terminal_with_its_timer(width):
     assert len(lines) == 1 and len(lines[0]) <= width
     assert re.search(r"7/120 runs 0:00:0\d$", lines[0].rstrip())
     assert lines[0].startswith(label if width >= 120 else label[:10])
+
+
+@pytest.mark.parametrize("width", [60, 80, 120])
+def test_a_conversions_bar_keeps_its_step_and_shortens_the_model(width, monkeypatch):
+    """`…GGUF, once: Joini…` at 80 columns lost the step's name: the model's name is shortened first, and where
+    even the step does not fit, the step is what is shown."""
+    import io
+
+    from rich.console import Console
+
+    from attnviz.cli import output
+    from attnviz.cli.params import Converting
+
+    model, step = "Qwen2.5-Coder-1.5B-Instruct.GGUF", "Joining the 22 parts into one GGUF file"
+    asked = []
+    monkeypatch.setattr(output.CliReporter, "progress", lambda self, what, total, unit, keep="", joiner="":
+                        asked.append((what, keep, joiner)))
+    Converting(model).progress(step, 22, "parts")
+    assert asked == [(model, step, ", once: ")]
+    console = Console(width=width, file=io.StringIO(), force_terminal=True, color_system=None, record=True)
+    bar = output.progress_bar(model, 22, "parts", console, keep=step, joiner=", once: ")
+    task = bar.add_task("", total=22)
+    bar.advance(task, 3)
+    console.print(bar.get_renderable())
+    lines = [line for line in console.export_text().splitlines() if line.strip()]
+    assert len(lines) == 1 and len(lines[0]) <= width and re.search(r"3/22 parts 0:00:0\d$", lines[0].rstrip())
+    assert (step in lines[0]) == (width >= 80) and lines[0].startswith("Joining" if width < 80 else "Qwen")
+    assert (f"{model}, once: {step}" in lines[0]) == (width >= 120)
