@@ -217,13 +217,12 @@ SAMPLES: list[tuple[str, list[str], str]] = [
      "random orders, leave-one-out and the model randomised from the top block down"),
     ("faithfulness_smollm2.png", [], "written by the faithfulness command above: the perturbation curves and every "
                                      "method's scores"),
-    ("faithfulness_minilm_corpus.txt", ["faithfulness", "--corpus", "scripts/faithfulness_corpus.txt", "--sanity", "1",
+    ("faithfulness_minilm_corpus.txt", ["faithfulness", "--corpus", "scripts/faithfulness_corpus.txt",
                                         "-o", "sample_outputs/faithfulness_minilm_corpus.png"],
      "the same over the 102 sentences of scripts/faithfulness_corpus.txt on MiniLM: mean AOPC with 95 % intervals, "
      "each lead tested"),
     ("faithfulness_minilm_corpus.png", [], "written by the faithfulness command above"),
     ("faithfulness_smollm2_corpus.txt", ["faithfulness", "--corpus", "scripts/faithfulness_corpus.txt", "-m", "smollm2",
-                                         "--sanity", "1", "--steps", "20",
                                          "-o", "sample_outputs/faithfulness_smollm2_corpus.png"],
      "the same on SmolLM2 (f: the probability of each sentence's own top next token)"),
     ("faithfulness_smollm2_corpus.png", [], "written by the faithfulness command above"),

@@ -9,9 +9,24 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
+if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest-xdist: the cores shared out, each worker's torch (and every
+    # process it starts) takes its share, so that two workers on two cores do not fight over four threads
+    _share = max(1, (os.cpu_count() or 1) // max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
+    for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_name, str(_share))
+    for _name in ("COLUMNS", "LINES"):  # xdist sets them for its workers: a Console made then would keep that size,
+        os.environ.pop(_name, None)  # where a test's own COLUMNS must reach the command it runs
 
 from helpers import (SENTENCE, TEXTS, browser_missing, build_tiny_model, build_tiny_seq2seq, chromium_path, once,
                      run)  # after the environment is set
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (--dist loadgroup), the tests that start a local Ray cluster run on one worker, one
+    after another, as they do without it."""
+    for item in items:
+        if item.get_closest_marker("ray") is not None:
+            item.add_marker(pytest.mark.xdist_group("ray"))
 
 
 @pytest.fixture(scope="session")

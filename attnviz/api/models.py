@@ -16,7 +16,7 @@ from attnviz.base.arguments import checked
 from attnviz.base.devices import DEVICES, DTYPES  # re-exported
 from attnviz.engine.families import FAMILIES, Family
 from attnviz.engine.models import LoadedModel as Model, ModelSpec
-from attnviz.errors import InputError, arg
+from attnviz.errors import InputError
 from attnviz.progress import Reporter
 
 # The engine (torch, transformers) is imported inside each function, so that `import attnviz` and a saved
@@ -68,7 +68,7 @@ def resolve_model(model: Any = None, tokenizer: Any = None, *, device: str = "au
 
         loaded = wrap(model, tokenizer)
     if lm_head and not loaded.seq2seq and _without_head(loaded.model):
-        from attnviz.engine.models import attach_head, is_decoder
+        from attnviz.engine.lm_head import attach_head, is_decoder
 
         if is_decoder(loaded.model):  # a causal LM is measured as one: its head is loaded now, once
             attach_head(loaded)

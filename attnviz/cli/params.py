@@ -31,11 +31,13 @@ LOADING_FROM = "Loading the model… (a few seconds; --from a saved capture skip
 
 
 def loading_line() -> str:
-    """The spinner's line while a model loads: it offers --from only where the command running takes it."""
+    """The spinner's line while a model loads: it offers --from only where the command running takes it (and on
+    capture, which writes what --from reads)."""
     from typer._click import globals as click_globals
 
     context = click_globals.get_current_context(silent=True)
-    takes_from = context is not None and any("--from" in getattr(p, "opts", ()) for p in context.command.params)
+    takes_from = context is not None and (context.info_name == "capture" or  # capture saves what --from reads
+                                          any("--from" in getattr(p, "opts", ()) for p in context.command.params))
     return LOADING_FROM if takes_from else LOADING
 
 

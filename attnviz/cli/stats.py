@@ -36,14 +36,16 @@ def heads(layer: LayerSel = Selection.everything("layer", "layer"),
           top: Annotated[Optional[int], typer.Option(help="Show only the N highest of the --sort column (the lowest "
                                                           "with --asc).", parser=whole_number(1),
                                                      metavar="N", show_default=False)] = None,
-          rows: RowsOpt = None, part: PartOpt = None, as_json: JsonOpt = False, as_csv: CsvOpt = False, *,
-          model: ModelOptions, inp: Source) -> None:
+          rows: RowsOpt = None, part: PartOpt = None, output: ImageOut = None, as_json: JsonOpt = False,
+          as_csv: CsvOpt = False, *, model: ModelOptions, inp: Source) -> None:
     import attnviz
+    from attnviz.render.png import FORMATS
 
+    check_output(output, FORMATS)
     given = inp.resolve()
     result = attnviz.heads(given, model=model.later_for(given), layer=layer, head=head, label=label, sort=sort,
                            descending=desc, top=top, rows=rows, part=part, **inp.options(), truncate=model.truncate)
-    emit(result, as_json=as_json, as_csv=as_csv)
+    emit(result, as_json=as_json, as_csv=as_csv, files=[figure_file(output, result)])
 
 
 @app.command(help='Mean attention entropy of every head, layers × heads, beside the uniform baseline ln T.')

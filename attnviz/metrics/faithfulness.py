@@ -9,6 +9,25 @@ import math
 import numpy as np
 
 BINS = (0.01, 0.05, 0.10, 0.20, 0.50)  # ERASER's bins: fractions of the erasable tokens
+BEATS_SD = 2.0  # a method beats random when it is this many of the random orders' sd better than their mean
+SANITY_MAX_RHO = 0.3  # a method passes the sanity check when |ρ| with the randomised model's scores is at most this
+TIE = 1e-12  # AOPCs this close are one result (the same tokens erased): a tie, said as one
+SIGNIFICANCE = 0.05  # over a corpus, a lead is significant when the paired test's p-value is below this
+# the exact sign-flip test over n texts cannot give a p below 2 / 2ⁿ (the observed signs and their mirror): 6 texts
+# are the fewest whose test can reach SIGNIFICANCE (5 give 0.0625 at best)
+MIN_SIGNIFICANT_TEXTS = next(n for n in range(1, 64) if 2.0 ** (1 - n) < SIGNIFICANCE)
+MIN_INTERVAL_TEXTS = 10  # fewer texts give no bootstrap interval: a percentile interval of so few is too narrow
+
+
+def sanity_layers(L: int, depths: int) -> list[int]:
+    """The blocks from which the copy is randomised, top first: `depths` of them spread from L−1 down to 0."""
+    if depths <= 0:
+        return []
+    if depths == 1:  # one depth: the whole model randomised
+        return [0]
+    if depths >= L:
+        return list(range(L - 1, -1, -1))
+    return sorted({int(round(x)) for x in np.linspace(L - 1, 0, depths)}, reverse=True)
 
 
 def bin_sizes(n: int, fractions: tuple[float, ...] = BINS) -> list[int]:

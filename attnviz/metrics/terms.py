@@ -277,10 +277,11 @@ TERMS: dict[str, str] = {
                "kept; lower is better (they were enough). See sufficiency.",
     "τ loo": "in attnviz faithfulness: Kendall's τ-b between the method's scores and leave-one-out's, over the "
              "tokens that can be erased; 1 the same order, 0 unrelated (over a corpus: its mean, headed τ).",
-    "sanity ρ": "in attnviz faithfulness: Spearman's ρ between the method's scores on the model and on a copy whose "
-                "blocks were randomised from the top block down (to block 0 by default, --sanity 1); near 0 the "
-                "method explains what the model learned, near 1 it shows something the randomisation kept (the "
-                "embeddings, the causal mask). It passes at |ρ| ≤ 0.3. Over a corpus: the mean over the texts.",
+    "sanity ρ": "in attnviz faithfulness (headed ρ over a corpus): Spearman's ρ between the method's scores on the "
+                "model and on a copy whose blocks were randomised from the top block down (to block 0 by default, "
+                "--sanity 1); near 0 the method explains what the model learned, near 1 it shows something the "
+                "randomisation kept (the embeddings, the causal mask). It passes at |ρ| ≤ 0.3. Over a corpus: the "
+                "mean over the texts.",
     "beats random": "in attnviz faithfulness (--json's beats_random): on which measure the method is more than two "
                     "sd of the random orders better than their mean: both, comprehensiveness, sufficiency or no. "
                     "Over a corpus (headed beats): the share of texts where it beat random on both.",

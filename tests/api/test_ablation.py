@@ -617,11 +617,14 @@ def test_importance_states_each_correlation_once(lm, tiny_model_dir):
 
     from attnviz.metrics import spearman
 
+    def spearman_line(output: str) -> str:  # the sentence, its wrapped lines joined
+        return " ".join(output[output.index("Spearman"):].split("\n\n")[0].split())
+
     causal = run("importance", TEXT, "-m", lm, env={"COLUMNS": "200"})
-    line = next(x for x in causal.stdout.splitlines() if x.startswith("Spearman"))
+    line = spearman_line(causal.stdout)
     assert len(re.findall(r"-?\d\.\d{3}", line)) == 2
     encoder = run("importance", TEXT, "-m", tiny_model_dir("bert"), env={"COLUMNS": "200"})
-    line = next(x for x in encoder.stdout.splitlines() if x.startswith("Spearman"))
+    line = spearman_line(encoder.stdout)
     numbers = re.findall(r"-?\d\.\d{3}", line)
     result = attnviz.importance(TEXT, model=tiny_model_dir("bert"))
     assert numbers == [f"{spearman(result.gradient, result.effect):.3f}"] and "‖Δê‖" in line

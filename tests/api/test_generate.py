@@ -250,12 +250,12 @@ def test_rows_generated_on_heatmap_heads_entropy_compare(gen_file, tmp_path):
     assert run("heatmap", "--from", gen_file, "--rows", "generated", "-o", tmp_path / "g.png").exit_code == 0
     result = run("entropy", "--from", gen_file, "--rows", "generated", "--json")
     assert result.exit_code == 0, result.output
-    got = {(r["layer"], r["head"]): r["entropy"] for r in json.loads(result.stdout)}
+    got = {(r["layer"], r["head"]): r["entropy"] for r in json.loads(result.stdout)["heads"]}
     alpha = capture.attentions.astype(np.float64)[:, :, P:]  # (L, H, T-P, T): by hand
     expected = -(np.where(alpha > 0, alpha * np.log(np.where(alpha > 0, alpha, 1)), 0)).sum(-1).mean(-1)
     for (layer, head), value in got.items():
         assert value == pytest.approx(expected[layer, head], abs=1e-9)
-    heads = json.loads(run("heads", "--from", gen_file, "--rows", "prompt", "--json").stdout)
+    heads = json.loads(run("heads", "--from", gen_file, "--rows", "prompt", "--json").stdout)["heads"]
     prompt = capture.attentions.astype(np.float64)[:, :, :P]
     assert heads[0]["max_weight"] == pytest.approx(prompt[0, 0].max(-1).mean(), abs=1e-6)
     compare = run("compare", "--from", gen_file, "--rows", "generated", env={"NO_COLOR": "1", "COLUMNS": "160"})

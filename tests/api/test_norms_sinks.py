@@ -80,7 +80,7 @@ def test_norm_captures_through_the_viewers(tiny_model_dir, tmp_path):
     assert (norms.attentions >= 0).all() and np.abs(np.triu(norms.attentions, 1)).max() == 0  # causal
     shares = norms.as_distribution().attentions
     np.testing.assert_allclose(shares.sum(-1), 1.0, atol=1e-5)
-    rows = json.loads(run("heads", "--from", path, "--json").stdout)
+    rows = json.loads(run("heads", "--from", path, "--json").stdout)["heads"]
     assert all(0 <= r["max_weight"] <= 1 for r in rows)
     rolled = json.loads(run("rollout", "--from", path, "--json").stdout)
     assert abs(sum(rolled["rollout"]) - 1) < 1e-6

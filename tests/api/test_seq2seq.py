@@ -177,7 +177,7 @@ def test_cross_attention_statistics(s2s_file):
     cross = load_capture(s2s_file).part("cross")
     result = run("heads", "--from", s2s_file, "--json")  # default part: cross
     assert result.exit_code == 0, result.output
-    records = json.loads(result.stdout)
+    records = json.loads(result.stdout)["heads"]
     alpha = cross.attentions.astype(np.float64)
     end = np.array([k == "end" for k in cross.keys.special_kind])
     for r in records:
@@ -189,7 +189,7 @@ def test_cross_attention_statistics(s2s_file):
         assert r["prev"] is None and r["self"] is None and r["next"] is None and r["mean_distance"] is None
     table = run("heads", "--from", s2s_file, env={"COLUMNS": "200", "NO_COLOR": "1"})
     assert "cross-attention" in table.stdout and "–" in table.stdout
-    entropy = json.loads(run("entropy", "--from", s2s_file, "--part", "encoder", "--json").stdout)
+    entropy = json.loads(run("entropy", "--from", s2s_file, "--part", "encoder", "--json").stdout)["heads"]
     enc = load_capture(s2s_file).part("encoder").attentions.astype(np.float64)
     assert entropy[0]["entropy"] == pytest.approx(float(-(enc[0, 0] * np.log(enc[0, 0])).sum(-1).mean()), abs=1e-9)
 

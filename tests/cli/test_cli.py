@@ -236,11 +236,16 @@ def minilm_capture(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_heads_json_filter_sort_top(minilm_capture):
+def test_heads_json_filter_sort_top(minilm_capture, tmp_path):
     import json
 
+    from PIL import Image
+
+    drawn = run("heads", "--from", minilm_capture, "--sort", "prev", "-o", tmp_path / "heads.png")
+    assert drawn.exit_code == 0 and Image.open(tmp_path / "heads.png").size[0] > 300  # the layers × heads grid
+
     result = run("heads", "--from", minilm_capture, "--layer", "0", "--sort", "prev", "--desc", "--top", "3", "--json")
-    rows = json.loads(result.stdout)
+    rows = json.loads(result.stdout)["heads"]
     assert result.exit_code == 0 and len(rows) == 3
     assert rows[0]["layer"] == 0 and rows[0]["head"] == 2 and rows[0]["label"] == "previous-token"
     assert rows[0]["prev"] >= rows[1]["prev"] >= rows[2]["prev"]
@@ -261,10 +266,10 @@ def test_entropy_table_json_and_png(minilm_capture, tmp_path):
     result = run("entropy", "--from", minilm_capture, "-o", tmp_path / "e.png")
     assert result.exit_code == 0 and "mean" in result.stdout and "2.079" in result.stdout
     assert (tmp_path / "e.png").read_bytes()[:4] == b"\x89PNG"
-    rows = json.loads(run("entropy", "--from", minilm_capture, "--json").stdout)
+    rows = json.loads(run("entropy", "--from", minilm_capture, "--json").stdout)["heads"]
     assert len(rows) == 72 and rows[0]["uniform"] == pytest.approx(math.log(8))
     assert min(r["entropy"] for r in rows) >= 0 and max(r["entropy"] for r in rows) <= math.log(8)
-    rows = json.loads(run("entropy", "--from", minilm_capture, "--json", "--normalised").stdout)
+    rows = json.loads(run("entropy", "--from", minilm_capture, "--json", "--normalised").stdout)["heads"]
     assert max(r["entropy"] for r in rows) <= 1.0
 
 

@@ -30,7 +30,8 @@ def every_output(tmp_path_factory, tiny_model_dir, tiny_lm_dir):
             ["patch", "the cat sat on the", "the dog sat on the", "-m", lm],
             ["discover", "the cat sat on the", "the dog sat on the", "-m", lm, "--answers", " mat, cat",
              "--method", "eap"],
-            ["ablate", it, "-m", lm, "--heads", "0.1"], ["importance", it, "-m", lm], ["detect", "-m", lm, "--length", "10"],
+            ["ablate", it, "-m", lm, "--heads", "0.1"], ["importance", it, "-m", lm],
+            ["detect", "-m", lm, "--length", "10"],
             ["circuits", "-m", lm], ["massive", it, "-m", lm]]
     (folder / "six.txt").write_text("\n".join(TEXTS[:3] + [t + " again" for t in TEXTS[:3]]) + "\n")
     outputs = []
@@ -40,7 +41,7 @@ def every_output(tmp_path_factory, tiny_model_dir, tiny_lm_dir):
     for args in runs:
         headers: list[str] = []
 
-        def recording(self, header="", *rest, **options):  # every table's headers, exactly as they are made
+        def recording(self, header="", *rest, headers=headers, **options):  # every table's headers, as made
             headers.append(str(header))
             return add_column(self, header, *rest, **options)
 

@@ -206,7 +206,7 @@ def test_csv_cells_that_a_spreadsheet_would_run_are_escaped(tmp_path):
     header = lines[0].split(",")
     cell = lines[1].split(",")[header.index("top_key")]
     assert cell.startswith("\"'=") or cell.startswith("'=")
-    rows = json.loads(run("heads", "--from", path, "--json").stdout)
+    rows = json.loads(run("heads", "--from", path, "--json").stdout)["heads"]
     assert rows[0]["top_key"] == tokens[0]  # JSON keeps the data exactly
     csv_rollout = run("rollout", "--from", path, "--csv").stdout
     assert "'+1" in csv_rollout and "'@SUM(A1)" in csv_rollout and "'-2" in csv_rollout

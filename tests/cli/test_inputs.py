@@ -98,7 +98,7 @@ def test_streamed_entropy_uses_the_inputs_T(tmp_path, tiny_model_dir, load_tiny)
 
     text = "The cat sat on the mat. A dog ran in the park!"
     T = len(encode(load_tiny("bert"), text).token_ids)
-    data = json.loads(run("entropy", text, "-m", tiny_model_dir("bert"), "--stream", "--json").stdout)
+    data = json.loads(run("entropy", text, "-m", tiny_model_dir("bert"), "--stream", "--json").stdout)["heads"]
     assert data[0]["uniform"] == pytest.approx(np.log(T))
     result = run("entropy", text, "-m", tiny_model_dir("bert"), "--stream", "-o", tmp_path / "e.png",
                  env={"NO_COLOR": "1"})

@@ -155,7 +155,7 @@ def test_the_table_is_the_results_report(name, models, tmp_path):
     assert printed.stdout == rendered(result, width=100)
 
 
-NO_FIGURE = ("explain", "capture", "export", "view", "corpus", "generate", "verify", "heads")  # tables, files, pages
+NO_FIGURE = ("explain", "capture", "export", "view", "corpus", "generate", "verify")  # tables, files, pages
 FIGURES = sorted(name for name in CASES if name not in NO_FIGURE)
 
 

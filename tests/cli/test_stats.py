@@ -10,10 +10,10 @@ from helpers import SENTENCE, make_capture, run
 
 
 def test_entropy_layers_and_the_american_spelling(tiny_model_dir):
-    data = json.loads(run("entropy", SENTENCE, "-m", tiny_model_dir("bert"), "--layer", "1", "--json").stdout)
+    data = json.loads(run("entropy", SENTENCE, "-m", tiny_model_dir("bert"), "--layer", "1", "--json").stdout)["heads"]
     assert {r["layer"] for r in data} == {1}
-    full = json.loads(run("entropy", SENTENCE, "-m", tiny_model_dir("bert"), "--json", "--normalized").stdout)
-    same = json.loads(run("entropy", SENTENCE, "-m", tiny_model_dir("bert"), "--json", "--normalised").stdout)
+    full = json.loads(run("entropy", SENTENCE, "-m", tiny_model_dir("bert"), "--json", "--normalized").stdout)["heads"]
+    same = json.loads(run("entropy", SENTENCE, "-m", tiny_model_dir("bert"), "--json", "--normalised").stdout)["heads"]
     assert full == same and {r["uniform"] for r in full} == {1.0}
 
 
@@ -56,7 +56,7 @@ def test_one_repeated_word_labels_no_induction_head_on_minilm():
     """"The cat sat on the mat" repeats one token ("the"): too few to test for induction or duplicate-token
     heads, so no head is labelled so (MiniLM's layer 5 stripes on "cat" among them), and the table says why."""
     done = run("heads", SENTENCE, "--json")
-    labels = {r["label"] for r in json.loads(done.stdout)}
+    labels = {r["label"] for r in json.loads(done.stdout)["heads"]}
     assert done.exit_code == 0 and not labels & {"induction", "duplicate-token"} and "vertical" in labels
     table = run("heads", SENTENCE, env={"COLUMNS": "200"})
     assert "not enough repeats to test (1 token of the text occurred before; the tests need 4)" in table.stdout
@@ -81,7 +81,8 @@ def test_the_sort_column_is_always_shown_and_top_says_of_how_many(tmp_path):
     assert last in header.split() and max(len(line) for line in lines) <= 80
     assert last not in re.search(r"not shown at this width: ([^(]+)", sorted_table.stdout).group(1)
     assert f"highest 3 of 8 heads by {key}" in sorted_table.stdout
-    values = [r[key] for r in json.loads(run("heads", "--from", cap, "--sort", last, "--top", "3", "--json").stdout)]
+    shown = json.loads(run("heads", "--from", cap, "--sort", last, "--top", "3", "--json").stdout)["heads"]
+    values = [r[key] for r in shown]
     assert values == sorted(values, reverse=True)[:3]
 
 
@@ -105,16 +106,17 @@ def test_heads_top_keeps_the_highest_unless_asked_for_the_lowest(tmp_path):
     """--top N with --sort: the N highest of that column, highest first (--asc: the N lowest); --top without
     --sort is a usage error."""
     path = random_capture(3, 4, 7, 11).save(tmp_path / "c.npz")
-    every = json.loads(run("heads", "--from", path, "--json").stdout)
+    every = json.loads(run("heads", "--from", path, "--json").stdout)["heads"]
     prev = sorted(r["prev"] for r in every)
     assert len(set(prev)) == 12  # twelve different values: an order that ignored them would show
     top = run("heads", "--from", path, "--sort", "prev", "--top", "3", "--json")
-    assert [r["prev"] for r in json.loads(top.stdout)] == prev[::-1][:3]
+    assert [r["prev"] for r in json.loads(top.stdout)["heads"]] == prev[::-1][:3]
     low = run("heads", "--from", path, "--sort", "prev", "--top", "3", "--asc", "--json")
-    assert [r["prev"] for r in json.loads(low.stdout)] == prev[:3]
-    both = json.loads(run("heads", "--from", path, "--sort", "prev", "--desc", "--json").stdout)
+    assert [r["prev"] for r in json.loads(low.stdout)["heads"]] == prev[:3]
+    both = json.loads(run("heads", "--from", path, "--sort", "prev", "--desc", "--json").stdout)["heads"]
     assert [r["prev"] for r in both] == prev[::-1]
-    assert [r["prev"] for r in json.loads(run("heads", "--from", path, "--sort", "prev", "--json").stdout)] == prev
+    ascending = json.loads(run("heads", "--from", path, "--sort", "prev", "--json").stdout)["heads"]
+    assert [r["prev"] for r in ascending] == prev
     table = run("heads", "--from", path, "--sort", "prev", "--top", "3", env={"COLUMNS": "120"}).stdout
     assert "highest 3 of 12 heads by prev" in table
     assert "lowest 3 of 12 heads by prev" in run("heads", "--from", path, "--sort", "prev", "--top", "3",

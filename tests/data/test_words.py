@@ -81,18 +81,18 @@ def test_every_viewer_reads_word_level(tiny_model_dir, tmp_path):
     assert tokens.meta["level"] == "word"
     token_level = tmp_path / "t.npz"
     assert run("capture", text, "-m", model, "-o", token_level).exit_code == 0
-    from_tokens = json.loads(run("heads", "--from", token_level, "--words", "--json").stdout)
-    direct = json.loads(run("heads", "--from", path, "--json").stdout)
+    from_tokens = json.loads(run("heads", "--from", token_level, "--words", "--json").stdout)["heads"]
+    direct = json.loads(run("heads", "--from", path, "--json").stdout)["heads"]
     assert from_tokens == direct
 
 
 def test_streamed_words_equal_full_words(tiny_model_dir):
     model = tiny_model_dir("gpt2")
     text = "The cat sat on the mat. A dog ran in the park!"
-    full = json.loads(run("heads", text, "-m", model, "--words", "--json").stdout)
+    full = json.loads(run("heads", text, "-m", model, "--words", "--json").stdout)["heads"]
     streamed = run("heads", text, "-m", model, "--words", "--json", "--stream")
     assert streamed.exit_code == 0 and "words" in streamed.stderr
-    rows = json.loads(streamed.stdout)
+    rows = json.loads(streamed.stdout)["heads"]
     assert [r["label"] for r in rows] == [r["label"] for r in full]
     assert max(abs(a[k] - b[k]) for a, b in zip(rows, full) for k in a if isinstance(a[k], float)) < 1e-5
 

@@ -163,10 +163,10 @@ def test_a_sink_capture_is_checked_and_saved(full_and_encoded, tmp_path):
 def test_the_command_line_streams_todays_families(kind, tiny_model_dir):
     """heads --stream gives the numbers heads does, on the families no adapter knows."""
     model = tiny_model_dir(kind)
-    full = json.loads(run("heads", TEXT, "-m", model, "--json").stdout)
+    full = json.loads(run("heads", TEXT, "-m", model, "--json").stdout)["heads"]
     streamed = run("heads", TEXT, "-m", model, "--json", "--stream")
     assert streamed.exit_code == 0, streamed.output
-    rows = json.loads(streamed.stdout)
+    rows = json.loads(streamed.stdout)["heads"]
     assert [(r["layer"], r["head"], r["label"]) for r in rows] == [(r["layer"], r["head"], r["label"]) for r in full]
     assert max(abs(a[k] - b[k]) for a, b in zip(rows, full) for k in a if isinstance(a[k], float)) < 1e-5
 
@@ -352,10 +352,10 @@ def test_a_capture_whose_alpha_leaves_its_window_is_refused(full_and_encoded):
 
 def test_the_kept_column_is_shown_for_sink_models_only(tiny_model_dir):
     oss = run("heads", TEXT, "-m", tiny_model_dir("gpt_oss"), "--json")
-    records = json.loads(oss.stdout)
+    records = json.loads(oss.stdout)["heads"]
     assert all(0 < r["kept"] <= 1 for r in records) and min(r["kept"] for r in records) < 0.99
     assert "kept" in run("heads", TEXT, "-m", tiny_model_dir("gpt_oss"), "--csv").stdout.splitlines()[0]
-    llama = json.loads(run("heads", TEXT, "-m", tiny_model_dir("llama"), "--json").stdout)
+    llama = json.loads(run("heads", TEXT, "-m", tiny_model_dir("llama"), "--json").stdout)["heads"]
     assert "kept" not in llama[0]
     assert "kept" not in run("heads", TEXT, "-m", tiny_model_dir("llama"), "--csv").stdout.splitlines()[0]
 
@@ -390,7 +390,7 @@ def test_an_untested_architecture_gets_one_line_for_each_thing(tmp_path):
     tokenizer.save_pretrained(tmp_path)
     captured = run("heads", "The cat sat on the mat", "-m", tmp_path, "--json")
     assert captured.exit_code == 0, captured.output
-    assert len(json.loads(captured.stdout)) == 8
+    assert len(json.loads(captured.stdout)["heads"]) == 8
     streamed = one_line_error(run("heads", "The cat sat on the mat", "-m", tmp_path, "--stream"), 1)
     assert "streaming" in streamed and "'opt' is not among the families attnviz tests: capture works" in streamed
     verified = one_line_error(run("verify", "The cat sat on the mat", "-m", tmp_path), 1)
@@ -404,7 +404,7 @@ def test_a_corpus_of_one_text_gives_the_heads_numbers_with_sink_logits(tiny_mode
     path = tmp_path / "one.txt"
     path.write_text(TEXT + "\n", encoding="utf-8")
     corpus = json.loads(run("corpus", path, "-m", model, "--json").stdout)["heads"]
-    heads = json.loads(run("heads", TEXT, "-m", model, "--json").stdout)
+    heads = json.loads(run("heads", TEXT, "-m", model, "--json").stdout)["heads"]
     for c, h in zip(corpus, heads):
         for key in ("entropy", "kept", "prev", "max_weight"):
             assert abs(c[key] - h[key]) < 1e-5, (key, c, h)
@@ -448,8 +448,8 @@ def test_gguf_files_of_todays_families_load_verify_and_stream(kind, tmp_path, mo
     verified = run("verify", TEXT, "-m", path, "--json")
     assert verified.exit_code == 0, verified.output
     assert json.loads(verified.stdout)["max_abs_diff"] < 1e-5
-    full = json.loads(run("heads", TEXT, "-m", path, "--json").stdout)
-    streamed = json.loads(run("heads", TEXT, "-m", path, "--json", "--stream").stdout)
+    full = json.loads(run("heads", TEXT, "-m", path, "--json").stdout)["heads"]
+    streamed = json.loads(run("heads", TEXT, "-m", path, "--json", "--stream").stdout)["heads"]
     assert max(abs(a[k] - b[k]) for a, b in zip(streamed, full) for k in a if isinstance(a[k], float)) < 1e-5
     saved = tmp_path / "c.npz"
     assert run("capture", TEXT, "-m", path, "-o", saved).exit_code == 0

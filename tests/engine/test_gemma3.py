@@ -168,6 +168,6 @@ def test_commands_on_gemma3():
     assert verify["passed"] and verify["max_abs_diff"] <= 1e-5 and len(verify["layers"]) == 18
     written = run("generate", "One, two, three, four,", "-m", "gemma3", "-n", "4", env={"NO_COLOR": "1"})
     assert written.exit_code == 0 and "five" in written.stdout
-    heads = json.loads(run("heads", PROSE, "-m", "gemma3", "--json").stdout)
+    heads = json.loads(run("heads", PROSE, "-m", "gemma3", "--json").stdout)["heads"]
     assert [(r["layer"], r["head"]) for r in heads] == [(n, h) for n in range(18) for h in range(4)]
     assert all(r["top_key"] == "<bos>" for r in heads if r["start_mass"] > 0.9)

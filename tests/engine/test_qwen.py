@@ -155,7 +155,7 @@ def test_commands_on_qwen(name):
     verify = json.loads(run("verify", CODE, "-m", name, "--json").stdout)
     assert verify["passed"] and verify["max_abs_diff"] <= verify["tolerance"] and len(verify["layers"]) == L
     assert verify["tolerance"] == max(1e-5, 2.0 ** -23 * verify["largest_score"]) < 1e-2
-    heads = json.loads(run("heads", CODE, "-m", name, "--json").stdout)
+    heads = json.loads(run("heads", CODE, "-m", name, "--json").stdout)["heads"]
     assert [(r["layer"], r["head"]) for r in heads] == [(n, h) for n in range(L) for h in range(H)]
 
 

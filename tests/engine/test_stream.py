@@ -81,13 +81,13 @@ def test_pool_edges_never_exceed_the_pool():
 
 def test_cli_streams_when_asked_or_over_budget_and_says_so(tiny_model_dir, tmp_path):
     model = tiny_model_dir("bert")
-    full = json.loads(run("heads", LONG, "-m", model, "--json").stdout)
+    full = json.loads(run("heads", LONG, "-m", model, "--json").stdout)["heads"]
     asked = run("heads", LONG, "-m", model, "--json", "--stream")
     assert asked.exit_code == 0 and "Streamed" in asked.stderr and "--stream" in asked.stderr
     budget = run("heads", LONG, "-m", model, "--json", "--max-memory", "200K")
     assert "over --max-memory" in budget.stderr
     for result in (asked, budget):
-        rows = json.loads(result.stdout)
+        rows = json.loads(result.stdout)["heads"]
         assert [(r["layer"], r["head"], r["label"], r["top_key"]) for r in rows] == \
             [(r["layer"], r["head"], r["label"], r["top_key"]) for r in full]
         worst = max(abs(a[k] - b[k]) for a, b in zip(rows, full) for k in a if isinstance(a[k], float))
@@ -104,8 +104,8 @@ def test_a_pooled_capture_is_read_by_every_viewer(tiny_model_dir, tmp_path):
     capture = Capture.load(path)
     assert capture.pooled and capture.meta["pooled"]["tokens"] == capture.long.n_tokens
     assert len(capture.meta["head_stats"]) == capture.n_layers * capture.n_heads
-    plain = json.loads(run("heads", text, "-m", model, "--json").stdout)
-    stored = json.loads(run("heads", "--from", path, "--json").stdout)
+    plain = json.loads(run("heads", text, "-m", model, "--json").stdout)["heads"]
+    stored = json.loads(run("heads", "--from", path, "--json").stdout)["heads"]
     assert [r["label"] for r in stored] == [r["label"] for r in plain]
     assert run("heatmap", "--from", path, "-o", tmp_path / "h.png").exit_code == 0
     assert run("heatmap", "--from", path, "-t", "--head", "0").exit_code == 0
@@ -240,4 +240,4 @@ def test_the_intact_pooled_capture_reads(pooled):
     result = run("heads", "--from", pooled, "--json")
     assert result.exit_code == 0, result.output
     stored = Capture.load(pooled).meta["head_stats"]
-    assert json.loads(result.stdout) == json.loads(json.dumps(stored))
+    assert json.loads(result.stdout)["heads"] == json.loads(json.dumps(stored))

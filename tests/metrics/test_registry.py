@@ -40,7 +40,7 @@ def test_a_registered_metric_reaches_every_output(extra_metric, tmp_path):
     runner = CliRunner()
     table = runner.invoke(app, ["heads", "--from", str(path)], env={"COLUMNS": "250"})
     assert table.exit_code == 0 and "lastkey" in table.stdout and f"{expected[1, 2]:.3f}" in table.stdout
-    rows = json.loads(runner.invoke(app, ["heads", "--from", str(path), "--json"]).stdout)
+    rows = json.loads(runner.invoke(app, ["heads", "--from", str(path), "--json"]).stdout)["heads"]
     assert rows[5]["last_key_mass"] == pytest.approx(float(expected[1, 2]))
     csv_lines = runner.invoke(app, ["heads", "--from", str(path), "--csv"]).stdout.splitlines()
     assert "last_key_mass" in csv_lines[0].split(",")
@@ -89,14 +89,14 @@ def test_every_table_header_is_a_sort_key(tmp_path):
 
     path = capture().save(tmp_path / "c.npz")
     changed = 0
-    unsorted = json.loads(CliRunner().invoke(app, ["heads", "--from", str(path), "--json"]).stdout)
+    unsorted = json.loads(CliRunner().invoke(app, ["heads", "--from", str(path), "--json"]).stdout)["heads"]
     shown = [(key, header) for key, header, _width, _text in head_columns() if key in unsorted[0]]
     assert len(shown) >= 10  # the optional columns (kept: sink logits) are absent for this model
     for key, header in shown:
         for desc in ([], ["--desc"]):
             result = CliRunner().invoke(app, ["heads", "--from", str(path), "--sort", header, *desc, "--json"])
             assert result.exit_code == 0, (header, result.output)
-            records = json.loads(result.stdout)
+            records = json.loads(result.stdout)["heads"]
             assert sorted(map(json.dumps, records)) == sorted(map(json.dumps, unsorted))  # the same heads
             assert _sorted_by(records, key, bool(desc)), (header, desc)
             changed += records != unsorted
@@ -115,4 +115,4 @@ def test_sort_keys_are_the_column_headers(tmp_path):
     for column in header:
         result = run("heads", "--from", cap, "--sort", column, "--json")
         assert result.exit_code == 0, column
-        assert _sorted_by(json.loads(result.stdout), keys[column]), column
+        assert _sorted_by(json.loads(result.stdout)["heads"], keys[column]), column

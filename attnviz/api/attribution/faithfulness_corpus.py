@@ -4,18 +4,15 @@ on the texts' differences)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
 from attnviz.api.result import Line, Result
+from attnviz.metrics.faithfulness import MIN_INTERVAL_TEXTS, MIN_SIGNIFICANT_TEXTS, SANITY_MAX_RHO, SIGNIFICANCE
 
-SIGNIFICANCE = 0.05  # a lead is significant when the paired test's p-value is below this
-# the exact sign-flip test over n texts cannot give a p below 2 / 2ⁿ (the observed signs and their mirror): 6 texts
-# are the fewest whose test can reach SIGNIFICANCE (5 give 0.0625 at best)
-MIN_SIGNIFICANT_TEXTS = next(n for n in range(1, 64) if 2.0 ** (1 - n) < SIGNIFICANCE)
-MIN_INTERVAL_TEXTS = 10  # fewer texts give no bootstrap interval: a percentile interval of so few is too narrow
 
 
 @dataclass(frozen=True)
@@ -115,8 +112,6 @@ class FaithfulnessCorpus(Result):
         """"yes" for a method of the top group whose means beat random's on both measures and whose mean sanity ρ is
         within SANITY_MAX_RHO; else "no: " and what failed (random, sanity, behind: a method leads it
         significantly); "" for a corpus too small for the paired test."""
-        from attnviz.api.attribution.faithfulness import SANITY_MAX_RHO
-
         if self.texts < MIN_SIGNIFICANT_TEXTS:
             return ""
         failed = []
@@ -136,8 +131,6 @@ class FaithfulnessCorpus(Result):
         """One line a user can act on, from the table: the methods to trust over these texts (ranked first,
         ahead of the rest by a significant lead, better than random orders in both means, passing the sanity
         check), or why none can be named."""
-        from attnviz.api.attribution.faithfulness import SANITY_MAX_RHO
-
         n = self.texts
         if n < MIN_SIGNIFICANT_TEXTS:
             return (f"no verdict: with {n} text{'s' if n != 1 else ''} the paired test cannot reach p < "
@@ -170,12 +163,10 @@ class FaithfulnessCorpus(Result):
                          "trust": self.trust(m).split(":")[0]})
         columns = [("method", "method", ""), ("comp", "compr. ↑", ""), ("suff", "suff. ↓", ""), ("tau", "τ", ".2f")]
         if self.sanity_layer is not None:
-            columns.append(("sanity", "sanity ρ", ".2f"))
+            columns.append(("sanity", "ρ", ".2f"))
         if self.random is not None:
             columns.append(("beats", "beats", ".0%"))
         columns.append(("lead", "lead", ""))
-        if self.texts >= MIN_SIGNIFICANT_TEXTS:
-            columns.append(("trust", "trust", ""))
         items: list = [Line(f"f: {self.quantity}; {self.texts:,} texts measured"
                             + (f", {len(self.skipped):,} skipped" if self.skipped else ""))]
         items.append(records_table(rows, columns, f"{short_model(self.model)}: which explanation to trust, over "
@@ -191,17 +182,17 @@ class FaithfulnessCorpus(Result):
                               stderr=True))
         items.append(Line(self.verdict(), style="bold"))
         few = self.texts < MIN_INTERVAL_TEXTS
-        items.append(Line(("no ±: fewer than {} texts give no bootstrap interval".format(MIN_INTERVAL_TEXTS) if few
+        items.append(Line((f"no ±: fewer than {MIN_INTERVAL_TEXTS} texts give no bootstrap interval" if few
                            else "±: half the width of the 95 % percentile bootstrap interval over the texts (2,000 "
                                 "resamples; --json and --csv give its ends)") + "; τ: Kendall's τ with leave-one-out"
-                          + (f"; sanity ρ: Spearman's ρ with the scores on the model randomised from the top block "
-                             f"down to block {self.sanity_layer}" if self.sanity_layer is not None else "")
+                          + (f"; ρ: the sanity check, Spearman's ρ with the scores on the model randomised from the "
+                             f"top block down to block {self.sanity_layer}" if self.sanity_layer is not None else "")
                           + "; beats: the share of texts where the method beat random on both; lead: the mean over "
                           "the texts of (comprehensiveness − sufficiency) minus the next method's, * significant "
                           f"(a paired sign-flip test's p below {SIGNIFICANCE}; --json gives p)"
-                          + ("; trust: in the first group, better than random in both means and passing the sanity "
-                             "check (--json says which failed)" if self.texts >= MIN_SIGNIFICANT_TEXTS else "") + ".",
-                          style="dim"))
+                          + ("; trust (the line above; --json and --csv per method): in the first group, better than "
+                             "random in both means and passing the sanity check" if self.texts >= MIN_SIGNIFICANT_TEXTS
+                             else "") + ".", style="dim"))
         return items
 
     def figure(self, **style: Any):
@@ -272,3 +263,40 @@ def corpus_result(measured: list[dict], skipped: list[tuple[int, str]], *, seed:
     return FaithfulnessCorpus(model=first["model"], quantity=quantity, texts=len(measured), methods=tuple(ranked),
                               skipped=tuple(skipped), per_text=tuple(per_text), random=random,
                               sanity_layer=sanities[0][0] if sanities else None)
+
+
+def work_per_text(methods: Sequence[str], depths: int) -> int:
+    """The steps one text counts in a corpus's progress bar: each method scored (once on the model, once per
+    sanity depth) and the erasures run as one step. `methods` those that score (not random)."""
+    return len(methods) * (1 + depths) + 1
+
+
+def _token_counts(texts: Sequence[str], loaded) -> list[int]:
+    """Each text's length in tokens, as the model will read it (no special tokens counted: a cheap estimate)."""
+    tokenizer = loaded.tokenizer
+    return [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
+
+
+def corpus_plan(texts: Sequence[str], loaded, methods: Sequence[str], depths: int, options: dict) -> str:
+    """What a corpus run will do, said before it starts: the texts, their lengths, the methods and depths."""
+    counts = _token_counts(texts, loaded)
+    return (f"faithfulness over {len(texts):,} texts ({min(counts)}–{max(counts)} tokens, {sum(counts):,} in all): "
+            f"{len(methods)} methods, each again at {depths} sanity depth{'s' if depths != 1 else ''}, "
+            f"{options['orders']} random orders, integrated gradients at {options['steps']} points; an estimate of "
+            f"the time follows the first text")
+
+
+def corpus_estimate(texts: Sequence[str], loaded, first_seconds: float) -> str:
+    """The whole corpus's time, from the first text's, each text weighed by its length (a rough guide: the
+    erasures grow with the length, each run of the model too)."""
+    counts = np.maximum(np.array(_token_counts(texts, loaded), np.float64), 1.0)
+    total = first_seconds * float(counts.sum() / counts[0])
+    return f"about {_duration(total)} for the {len(texts):,} texts (the first took {first_seconds:.1f} s)"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

@@ -23,7 +23,7 @@ def is_causal_lm(model) -> bool:
     """A causal language model: a decoder by what it is (its config), not by whether its head was loaded. One
     without its head cannot be measured as one (nor, silently, as an encoder): that is an error here, and the
     API loads the head first (attnviz.engine.models.attach_head)."""
-    from attnviz.engine.models import has_head, is_decoder
+    from attnviz.engine.lm_head import has_head, is_decoder
 
     config = model.config
     if getattr(config, "is_encoder_decoder", False) or str(getattr(config, "model_type", "")) in encoder_types():
