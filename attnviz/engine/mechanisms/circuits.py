@@ -34,8 +34,24 @@ class HeadWeights:
     k: list[torch.Tensor]  # (H, D, d): each query head's key head
     v: list[torch.Tensor]  # (H, D, d)
     o: list[torch.Tensor]  # (H, d, D)
-    embed: torch.Tensor | None  # (V, D): W_E, with the embedding's own scale (Gemma: √D)
-    unembed: torch.Tensor | None  # (D, V): W_U with the final norm's gain folded in
+    embed: torch.Tensor | None  # (V, D): W_E as the model holds it (its own dtype; a subset is made double)
+    unembed: torch.Tensor | None  # (V, D): the output head's weight as the model holds it
+    kv: list[torch.Tensor] | None = None  # per layer (H,): the key/value head each query head reads (None: its own)
+    embed_scale: float = 1.0  # the embedding's own scale (Gemma: √D)
+    unembed_mean: torch.Tensor | None = None  # (D,) float64: W_U's mean over the vocabulary (centred out)
+    unembed_gain: torch.Tensor | None = None  # (D,) float64: the final norm's gain, folded in
+
+    def embed_rows(self, index: torch.Tensor) -> torch.Tensor:
+        """W_E[S] in float64 with the embedding's scale: (S, D). Only the rows asked for are converted (a 262k
+        vocabulary in float64 is 1.3 GB)."""
+        assert self.embed is not None
+        return self.embed[index].double() * self.embed_scale
+
+    def unembed_columns(self, index: torch.Tensor) -> torch.Tensor:
+        """W_U[:, S] in float64, centred over the whole vocabulary and with the final norm's gain: (D, S)."""
+        assert self.unembed is not None and self.unembed_mean is not None
+        rows = self.unembed[index].double() - self.unembed_mean[None, :]
+        return (rows * (self.unembed_gain[None, :] if self.unembed_gain is not None else 1.0)).T
 
     @property
     def layers(self) -> int:
@@ -76,7 +92,7 @@ def head_weights(model) -> HeadWeights:
     attention = adapter_for(base).modules(base)
     H = where.heads
     plus_one = str(getattr(config, "model_type", "")).startswith("gemma")
-    qs, ks, vs, os_ = [], [], [], []
+    qs, ks, vs, os_, kvs = [], [], [], [], []
     for layer, (module, block) in enumerate(zip(attention, where.blocks)):
         d = where.dims[layer]
         if all(isinstance(getattr(module, n, None), torch.nn.Module) for n in ("q_proj", "k_proj", "v_proj")):
@@ -107,6 +123,7 @@ def head_weights(model) -> HeadWeights:
             q, k, v = (gain[:, None] * w for w in (q, k, v))
         group = H // H_kv
         per_head = torch.arange(H) // group  # query head h reads key/value head h // group
+        kvs.append(per_head)
         qs.append(q.reshape(D, H, d).permute(1, 0, 2).contiguous())
         ks.append(k.reshape(D, H_kv, d).permute(1, 0, 2)[per_head].contiguous())
         vs.append(v.reshape(D, H_kv, d).permute(1, 0, 2)[per_head].contiguous())
@@ -116,19 +133,19 @@ def head_weights(model) -> HeadWeights:
             if post is not None:
                 out = out * post[None, :]
         os_.append(out.reshape(H, d, -1).contiguous())
-    embed = unembed = None
+    embed = unembed = mean = final_gain = None
+    scale = 1.0
     embedding = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
     if embedding is not None:
-        scale = getattr(embedding, "embed_scale", 1.0)
-        embed = embedding.weight.detach().double() * float(torch.as_tensor(scale))
+        scale = float(torch.as_tensor(getattr(embedding, "embed_scale", 1.0)))
+        embed = embedding.weight.detach()
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if head is not None and getattr(head, "weight", None) is not None:
         final = _first(base, ("norm", "ln_f", "final_layernorm"))
-        gain = None if final is None else _gain(final, plus_one)
-        weight = head.weight.detach().double()  # (V, D)
-        weight = weight - weight.mean(dim=0, keepdim=True)  # logits shifted alike change nothing: TL's center_unembed
-        unembed = (weight * (gain[None, :] if gain is not None else 1.0)).T
-    return HeadWeights(qs, ks, vs, os_, embed, unembed)
+        final_gain = None if final is None else _gain(final, plus_one)
+        unembed = head.weight.detach()  # (V, D)
+        mean = unembed.mean(dim=0, dtype=torch.float64)  # logits shifted alike change nothing: TL's center_unembed
+    return HeadWeights(qs, ks, vs, os_, embed, unembed, kvs, scale, mean, final_gain)
 
 
 def composition(w: HeadWeights) -> dict[str, np.ndarray]:
@@ -154,8 +171,14 @@ def composition(w: HeadWeights) -> dict[str, np.ndarray]:
         norm_r = torch.einsum("lhij,lhji->lh", gram_left(recv_a), GB_r).clamp_min(0).sqrt()
         result = torch.zeros(L, H, L, H, dtype=torch.float64)
         for l2 in range(1, L):
-            X = torch.einsum("shdD,rDe->shrde", send_b[:l2], recv_a[l2])  # (l2, H, H, d, d): B_s·A_r
-            left = torch.einsum("shij,shrjk->shrik", GA_s[:l2], X)
+            # A_r of K- and V-composition is a key/value head's, shared by its group of query heads: B_s·A_r and
+            # AᵀA_s·B_s·A_r made once per key/value head (grouped-query attention: H / H_kv times fewer)
+            group = w.kv[l2] if w.kv is not None and mode != "q" else torch.arange(H)
+            shared, back = torch.unique(group, return_inverse=True)  # back: each head's place among the shared
+            first = torch.tensor([int(torch.nonzero(group == g)[0]) for g in shared])
+            X = torch.einsum("shdD,rDe->shrde", send_b[:l2], recv_a[l2][first])  # (l2, H, U, d, d): B_s·A_r
+            left = torch.einsum("shij,shrjk->shrik", GA_s[:l2], X)[:, :, back]  # (l2, H, H, d, d)
+            X = X[:, :, back]
             right = torch.einsum("shrij,rjk->shrik", X, GB_r[l2])
             squared = (left * right).sum(dim=(-1, -2)).clamp_min(0)  # (l2, H, H)
             denominator = norm_s[:l2, :, None] * norm_r[l2][None, None, :]
@@ -171,7 +194,7 @@ def copying(w: HeadWeights, vocab: Sequence[int]) -> tuple[np.ndarray, np.ndarra
     if w.embed is None or w.unembed is None:
         raise UnsupportedArchitectureError("the OV copying score needs the model's embedding and its output head")
     index = torch.as_tensor(list(vocab), dtype=torch.long)
-    E, U = w.embed[index], w.unembed[:, index]  # (S, D), (D, S)
+    E, U = w.embed_rows(index), w.unembed_columns(index)  # (S, D), (D, S)
     middle = U @ E  # (D, D): W_U[:, S]·W_E[S]
     score, positive = np.zeros((w.layers, w.heads)), np.zeros((w.layers, w.heads))
     for layer in range(w.layers):
@@ -190,7 +213,7 @@ def qk_pairs(w: HeadWeights, vocab: Sequence[int], k: int = 5) -> list[list[list
     if w.embed is None:
         raise UnsupportedArchitectureError("the QK circuit needs the model's embedding")
     index = torch.as_tensor(list(vocab), dtype=torch.long)
-    E = w.embed[index]  # (S, D)
+    E = w.embed_rows(index)  # (S, D)
     S = len(index)
     found = []
     for layer in range(w.layers):
