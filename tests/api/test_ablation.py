@@ -494,6 +494,8 @@ def test_the_hook_equals_the_weights_edited_on_real_weights(which):
     assert zero.check <= 1e-6 * max(zero.scale, 1.0)
     assert mean.check <= 1e-5 * max(mean.scale, 1.0)
     assert zero.kind == ("encoder" if which == "multilingual" else "causal")
+    if which == "smollm2":  # 22 byte-level tokens: the loop's 270 runs on a text of five (the same per-head check)
+        inputs = encode(loaded, "I ate an apple").inputs
     batched, loop = importance(where, [inputs], gradient=False), importance(where, [inputs], gradient=False,
                                                                            batched=False)
     np.testing.assert_allclose(batched.effect, loop.effect, rtol=1e-4, atol=1e-6)

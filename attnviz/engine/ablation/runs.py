@@ -41,6 +41,18 @@ def run_model(model, inputs: dict, *, attentions: bool = False):
     return model(**kwargs, use_cache=False) if "use_cache" in _params(model) else model(**kwargs)
 
 
+def last_logits(model, keep: int | torch.Tensor = 1) -> dict:
+    """The argument that makes a causal LM compute its logits for the last `keep` positions only (or, a 1-D
+    tensor, at those positions), where its forward takes one (transformers' logits_to_keep): the unembedding of
+    every prompt position is most of a prompt's cost for a large vocabulary (Gemma 3's 262k: 117 GFLOP for 700
+    tokens) and none of it is read."""
+    accepted = inspect.signature(model.forward).parameters
+    for name in ("logits_to_keep", "num_logits_to_keep"):
+        if name in accepted:
+            return {name: keep}
+    return {}
+
+
 def _params(model) -> set[str]:
     return set(inspect.signature(model.forward).parameters)
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from attnviz.engine.ablation.runs import run_model
+from attnviz.engine.ablation.runs import last_logits, run_model
 from attnviz.engine.scratch.adapters import adapter_for, layer_blocks
 
 ERASE_BATCH = 16  # erased texts per forward pass
@@ -73,12 +73,15 @@ class Explained:
             for b, k in enumerate(chunk):
                 ids[b, :len(k)] = self.ids[torch.as_tensor(k, device=self.device)]
                 mask[b, :len(k)] = 1
+            last = torch.as_tensor(lengths, device=self.device) - 1
+            keep = torch.unique(last)  # the rows f reads: the logits of no other position are made (a large vocabulary)
+            read = last_logits(self.model, keep) if self.causal else {}  # type: ignore[arg-type]
             with torch.inference_mode():
                 out = run_model(self.model, {"input_ids": ids, "attention_mask": mask,
-                                             **self._types(len(chunk), width)})
-            last = torch.as_tensor(lengths, device=self.device) - 1
+                                             **self._types(len(chunk), width), **read})
             if self.causal:
-                logits = out.logits[torch.arange(len(chunk), device=self.device), last].double()  # (B, V)
+                where = torch.searchsorted(keep, last) if read else last
+                logits = out.logits[torch.arange(len(chunk), device=self.device), where].double()  # (B, V)
                 values[start:start + len(chunk)] = torch.softmax(logits, -1)[:, self.target].cpu().numpy()
             else:
                 hidden = _hidden(out).double() * mask[..., None]  # (B, T', D), padding zeroed
@@ -103,7 +106,7 @@ class Explained:
             kwargs = {"inputs_embeds": embeds, "attention_mask": torch.ones(B, T, dtype=torch.long,
                                                                              device=embeds.device),
                       **self._types(B, T)}
-            out = model(**kwargs, use_cache=False) if causal else model(**kwargs)
+            out = model(**kwargs, use_cache=False, **last_logits(model)) if causal else model(**kwargs)
             if causal:
                 return torch.softmax(out.logits[:, -1].float(), -1)[:, target]
             pooled = _hidden(out).float().mean(1)

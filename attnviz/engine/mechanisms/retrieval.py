@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from attnviz.engine.ablation.runs import run_model
+from attnviz.engine.ablation.runs import last_logits, run_model
 from attnviz.engine.ablation.seam import editing, removal, Site
 from attnviz.engine.generation import cache_argument
 from attnviz.errors import UnsupportedArchitectureError
@@ -99,7 +99,8 @@ def retrieval_hits(model, ids: torch.Tensor, span: tuple[int, int], *, max_new: 
     hits = None
     tops = []
     with torch.inference_mode():
-        out = model(input_ids=ids[:, :-1], use_cache=True)  # the prompt fills the KV cache; no weights kept
+        # the prompt fills the KV cache; no weights kept, and no logits but the last (none of them is read)
+        out = model(input_ids=ids[:, :-1], use_cache=True, **last_logits(model))
         step = ids[:, -1:]
         for _ in range(max_new):
             out = model(input_ids=step, use_cache=True, output_attentions=True, **cache_argument(out))
@@ -126,11 +127,12 @@ def answer_accuracy(where: Site, ids: torch.Tensor, answer: Sequence[int],
     """The prompt followed by its answer's tokens, teacher-forced, with the heads `removed` zeroed: (the share of
     answer tokens the model predicts as its top token, their mean log-probability)."""
     full = torch.cat([ids, torch.tensor([list(answer)], device=ids.device)], dim=1)
-    T = ids.shape[1]
+    n = len(answer)
     with editing(where, removal(list(removed), None)), torch.inference_mode():
-        logits = run_model(where.model, {"input_ids": full}).logits[0].double()
-    rows = torch.arange(T - 1, T - 1 + len(answer))  # each predicts the next token: the answer's tokens
-    target = full[0, T:]
-    logp = torch.log_softmax(logits[rows], -1)
-    right = (logits[rows].argmax(-1) == target).double().mean()
+        # the logits of the last n + 1 positions only: those before each answer token, and the last (not read)
+        logits = run_model(where.model, {"input_ids": full, **last_logits(where.model, n + 1)}).logits[0]
+    logits = logits[-(n + 1):-1].double()  # (n, V): each predicts the next token, the answer's
+    target = full[0, -n:]
+    logp = torch.log_softmax(logits, -1)
+    right = (logits.argmax(-1) == target).double().mean()
     return float(right), float(logp[torch.arange(len(answer)), target].mean())
