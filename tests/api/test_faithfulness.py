@@ -318,7 +318,7 @@ CORPUS = [TEXT, "a dog ran across the park to find its ball", "hi", "birds sing 
 def test_a_corpus_is_every_text_measured_alike_then_gathered(gpt2):
     """The corpus means are the means of each text measured alone; a text that cannot be measured is skipped
     with why; every lead's p-value is the paired test's on the texts' differences."""
-    from attnviz.metrics.faithfulness import bootstrap_interval, paired_sign_flip
+    from attnviz.metrics.faithfulness import paired_sign_flip
 
     methods = ["attention", "rollout", "loo", "random"]
     result = attnviz.faithfulness(CORPUS, model=gpt2, methods=methods, sanity=1, seed=2)

@@ -45,7 +45,7 @@ def test_a_registered_metric_reaches_every_output(extra_metric, tmp_path):
     csv_lines = runner.invoke(app, ["heads", "--from", str(path), "--csv"]).stdout.splitlines()
     assert "last_key_mass" in csv_lines[0].split(",")
     ordered = runner.invoke(app, ["heads", "--from", str(path), "--sort", "lastkey", "--json"])
-    values = [r["last_key_mass"] for r in json.loads(ordered.stdout)]
+    values = [r["last_key_mass"] for r in json.loads(ordered.stdout)["heads"]]
     assert values == sorted(values)
     folder = export(cap, tmp_path / "export", layers=[0, 1], heads=[0, 1, 2])
     assert json.loads((folder / "heads.json").read_text())[0]["last_key_mass"] == pytest.approx(float(expected[0, 0]))
