@@ -526,7 +526,27 @@ def equals_transformers_gguf(path, loaded, text: str, shape: tuple[int, int]) ->
 
     from attnviz.engine.forward import capture_text
 
-    with warnings.catch_warnings():
+    from unittest import mock
+
+    import gguf
+
+    class Plain(gguf.GGUFReader):  # the same bytes, sliced through a plain ndarray view (numpy's memmap slices slowly)
+        @property
+        def data(self):
+            return self._plain
+
+        @data.setter
+        def data(self, value):
+            self._plain = value.view(np.ndarray)
+
+    made: dict = {}
+
+    def reader(where, mode="r"):  # read once: transformers opens the file for the tokenizer and the weights
+        if (str(where), mode) not in made:
+            made[(str(where), mode)] = Plain(where, mode)
+        return made[(str(where), mode)]
+
+    with warnings.catch_warnings(), mock.patch.object(gguf, "GGUFReader", reader):
         warnings.simplefilter("ignore")
         tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
         model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, attn_implementation="eager",
