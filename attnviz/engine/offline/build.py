@@ -11,8 +11,6 @@ The folder is what any Hugging Face model folder is; loading it afterwards takes
 
 from __future__ import annotations
 
-import os
-
 import hashlib
 from collections.abc import Callable
 import shutil
@@ -25,7 +23,7 @@ from attnviz.errors import ModelLoadError
 from attnviz.engine.offline import (e5bin, find, gguf_available, GGUF_INSTALL, is_gguf_path, MULTILINGUAL, OfflineModel,
                                     sources)
 from attnviz.engine.offline.cache import cached_folder, cache_root, is_current
-from attnviz.engine.offline.gguf import inspect
+from attnviz.engine.offline.gguf import inspect, plain_reader
 from attnviz.progress import Reporter
 
 # torch and transformers are imported inside the functions that need them, so that the names here answer
@@ -119,34 +117,6 @@ def build_gguf(folder: Path, path: Path, reporter: Reporter | None = None) -> No
     with reporter.status(f"Writing {summary.parameters * 4 / 1e9:.1f} GB of float32 weights into the cache…"):
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
-
-
-def plain_reader(reader: type):
-    """gguf's GGUFReader, made once per file for one conversion (transformers reads the file three times: for the
-    config, the tokenizer and the weights; the reader only reads), reading its memory-mapped file through a plain
-    ndarray view of the same mapping: the reader slices the file once per metadata value (2.4 M slices for Gemma
-    3's 262k-token vocabulary), and numpy's memmap subclass spends most of each slice in Python
-    (__array_finalize__, __getitem__): most of a conversion's time. The bytes read are the same."""
-    import numpy as np
-
-    class PlainReader(reader):  # type: ignore[misc, valid-type]
-        @property
-        def data(self):
-            return self._plain
-
-        @data.setter
-        def data(self, value) -> None:
-            self._plain = value.view(np.ndarray) if isinstance(value, np.memmap) else value
-
-    made: dict = {}
-
-    def read(path, mode: str = "r"):
-        key = (os.path.realpath(os.fspath(path)), mode)
-        if key not in made:
-            made[key] = PlainReader(path, mode)
-        return made[key]
-
-    return read
 
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
