@@ -24,14 +24,14 @@ def _string(text: str) -> bytes:
 def ct2_file(variables: dict, aliases: dict | None = None, *, version: int = 6, spec: str = "WhisperSpec") -> bytes:
     """A CTranslate2 model.bin as CTranslate2 writes it."""
     codes = {np.dtype(v).name: k for k, v in ct2.DTYPES.items()}
-    out = struct.pack("<I", version) + _string(spec) + struct.pack("<II", 3, len(variables))
+    out = [struct.pack("<I", version), _string(spec), struct.pack("<II", 3, len(variables))]  # joined once at the end
     for name, value in variables.items():
         value = np.asarray(value)
-        out += _string(name) + struct.pack("<B", value.ndim) + b"".join(struct.pack("<I", d) for d in value.shape)
-        out += struct.pack("<BI", codes[value.dtype.name], value.nbytes) + value.tobytes()
+        out += [_string(name), struct.pack("<B", value.ndim), *(struct.pack("<I", d) for d in value.shape),
+                struct.pack("<BI", codes[value.dtype.name], value.nbytes), value.tobytes()]
     aliases = aliases or {}
-    out += struct.pack("<I", len(aliases)) + b"".join(_string(a) + _string(b) for a, b in aliases.items())
-    return out
+    out += [struct.pack("<I", len(aliases)), *(_string(a) + _string(b) for a, b in aliases.items())]
+    return b"".join(out)
 
 
 def test_the_reader_gives_back_what_was_written(tmp_path):
