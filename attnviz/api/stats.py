@@ -68,8 +68,8 @@ class HeadTable(Result):
         written with its pattern label; with ax=, drawn on those axes (returned)."""
         from attnviz.render.charts import head_grid_figure
 
-        key = sort_key(column) if column is not None else (self.sort if self.sort not in (None, "layer", "head",
-                                                                                         "label") else "entropy")
+        chosen = sort_key(column) if column is not None else self.sort
+        key = chosen if chosen is not None and chosen not in ("layer", "head", "label") else "entropy"
         return head_grid_figure(self.records, key, self.title, cmap=cmap, ax=ax)
 
     def to_rows(self) -> list[dict]:

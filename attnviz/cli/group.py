@@ -5,7 +5,7 @@ metavars in help, every usage error one line on stderr (exit 2), --version.
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 from collections.abc import MutableMapping
 
 import typer
@@ -71,7 +71,8 @@ class LiteralHelpCommand(TyperCommand):
     def format_help(self, ctx, formatter) -> None:
         from rich.markup import escape
 
-        saved = [(self, self.help)] + [(p, getattr(p, "help", None)) for p in self.params]
+        saved: list[tuple[Any, str | None]] = [(self, self.help)] + [(p, getattr(p, "help", None))
+                                                                    for p in self.params]
         try:
             for holder, text in saved:
                 if text:

@@ -75,7 +75,7 @@ class Explained:
                 mask[b, :len(k)] = 1
             last = torch.as_tensor(lengths, device=self.device) - 1
             keep = torch.unique(last)  # the rows f reads: the logits of no other position are made (a large vocabulary)
-            read = last_logits(self.model, keep) if self.causal else {}  # type: ignore[arg-type]
+            read = last_logits(self.model, keep) if self.causal else {}
             with torch.inference_mode():
                 out = run_model(self.model, {"input_ids": ids, "attention_mask": mask,
                                              **self._types(len(chunk), width), **read})

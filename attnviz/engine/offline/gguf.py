@@ -272,7 +272,7 @@ def plain_reader(reader: type):
     (__array_finalize__, __getitem__): most of a conversion's time. The bytes read are the same."""
     import numpy as np
 
-    class PlainReader(reader):  # type: ignore[misc, valid-type]
+    class PlainReader(reader):
         @property
         def data(self):
             return self._plain
