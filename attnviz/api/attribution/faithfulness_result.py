@@ -211,7 +211,7 @@ class Faithfulness(Result):
         if shown:
             return f"trust on this text: {', '.join(shown)}: {'it' if len(trusted) == 1 else 'they'} " \
                    f"{tested('s' if len(trusted) == 1 else '')}{skipped}"
-        return (f"trust on this text: none: none of the {len(self.methods)} methods {tested('s')}{skipped}; one "
+        return (f"trust on this text: none of the {len(self.methods)} methods {tested('s')}{skipped}; one "
                 f"text rarely tells them apart: measure a corpus (--corpus FILE: at least {MIN_SIGNIFICANT_TEXTS} "
                 f"texts for its paired test to reach p < {SIGNIFICANCE:g}, {MIN_INTERVAL_TEXTS} for its intervals)")
 
