@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from attnviz.api.attribution.faithfulness_corpus import (corpus_estimate, corpus_plan, corpus_result,
-                                                         FaithfulnessCorpus, summary, work_per_text)
+                                                         ESTIMATE_AFTER, FaithfulnessCorpus, summary, token_counts,
+                                                         work_per_text)
 from attnviz.api.attribution.faithfulness_methods import baseline_token, distinct_f, method_scores
 from attnviz.api.attribution.faithfulness_result import (COMPLETE_WITHIN, DEFAULT_STEPS, DESCRIBE,  # noqa: F401
                                                          Faithfulness, MethodFaithfulness, RandomBaseline)
@@ -109,8 +110,10 @@ def faithfulness(text: str | Sequence[str], *, model: Any = None, tokenizer: Any
     scoring = [m for m in asked if m != "random" and (causal or m not in CAUSAL_ONLY)]
     depths = len(sanity_layers(loaded.shape[0], sanity))
     per_text = work_per_text(scoring, depths)
-    reporter.note(corpus_plan(texts, loaded, scoring, depths, options))
+    counts = token_counts(texts, loaded)
+    reporter.note(corpus_plan(counts, scoring, depths, options))
     started = time.perf_counter()
+    warm = started  # when the first text ended: it pays the warm-up, so the estimate reads the texts after it
     with reporter.progress(f"Measuring {len([m for m in asked if m != 'random'])} methods on each text",
                            len(texts) * per_text, "steps") as step:
         for number, one in enumerate(texts, 1):
@@ -123,8 +126,11 @@ def faithfulness(text: str | Sequence[str], *, model: Any = None, tokenizer: Any
             found = measure_one(loaded, number, one, {**options, "tick": tick})
             (skipped if isinstance(found, tuple) else measured).append(found)  # type: ignore[arg-type]
             step(per_text - done[0])  # a text skipped part-way still counts whole
-            if number == 1 and len(texts) > 1:
-                reporter.note(corpus_estimate(texts, loaded, time.perf_counter() - started))
+            now = time.perf_counter()
+            if number == 1:
+                warm = now
+            elif number == ESTIMATE_AFTER and len(texts) > ESTIMATE_AFTER:
+                reporter.note(corpus_estimate(counts, number, now - started, now - warm))
     if not measured:
         raise InputError(f"none of the {len(texts):,} texts could be measured (the first: "
                          f"{skipped[0][1] if skipped else 'none'})")

@@ -271,27 +271,31 @@ def work_per_text(methods: Sequence[str], depths: int) -> int:
     return len(methods) * (1 + depths) + 1
 
 
-def _token_counts(texts: Sequence[str], loaded) -> list[int]:
+ESTIMATE_AFTER = 4  # a corpus's time is estimated once this many texts are measured (the first pays the warm-up)
+
+
+def token_counts(texts: Sequence[str], loaded) -> list[int]:
     """Each text's length in tokens, as the model will read it (no special tokens counted: a cheap estimate)."""
     tokenizer = loaded.tokenizer
     return [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
 
 
-def corpus_plan(texts: Sequence[str], loaded, methods: Sequence[str], depths: int, options: dict) -> str:
+def corpus_plan(counts: Sequence[int], methods: Sequence[str], depths: int, options: dict) -> str:
     """What a corpus run will do, said before it starts: the texts, their lengths, the methods and depths."""
-    counts = _token_counts(texts, loaded)
-    return (f"faithfulness over {len(texts):,} texts ({min(counts)}–{max(counts)} tokens, {sum(counts):,} in all): "
+    return (f"faithfulness over {len(counts):,} texts ({min(counts)}–{max(counts)} tokens, {sum(counts):,} in all): "
             f"{len(methods)} methods, each again at {depths} sanity depth{'s' if depths != 1 else ''}, "
             f"{options['orders']} random orders, integrated gradients at {options['steps']} points; an estimate of "
-            f"the time follows the first text")
+            f"the time follows the first {ESTIMATE_AFTER} texts")
 
 
-def corpus_estimate(texts: Sequence[str], loaded, first_seconds: float) -> str:
-    """The whole corpus's time, from the first text's, each text weighed by its length (a rough guide: the
-    erasures grow with the length, each run of the model too)."""
-    counts = np.maximum(np.array(_token_counts(texts, loaded), np.float64), 1.0)
-    total = first_seconds * float(counts.sum() / counts[0])
-    return f"about {_duration(total)} for the {len(texts):,} texts (the first took {first_seconds:.1f} s)"
+def corpus_estimate(counts: Sequence[int], done: int, elapsed: float, since_first: float) -> str:
+    """The whole corpus's time once `done` texts are measured: the seconds per token of the texts after the first
+    (which pays the warm-up: its first runs of each method are slower), times the tokens still to come, each text
+    weighed by its length (a guide: the erasures grow with the length, each run of the model too)."""
+    tokens = np.maximum(np.asarray(counts, np.float64), 1.0)
+    rate = since_first / float(tokens[1:done].sum())
+    total = elapsed + rate * float(tokens[done:].sum())
+    return f"about {_duration(total)} in all for the {len(counts):,} texts (from the {done} measured so far)"
 
 
 def _duration(seconds: float) -> str:
