@@ -484,7 +484,8 @@ def model_state(model) -> dict:
     """What a borrowed model must get back: mode, attention implementation, gradients, requires_grad, places,
     and every hook on every module."""
     hooks = sum(len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks) for m in model.modules())
-    return {"training": model.training, "attention": model.config._attn_implementation, "hooks": hooks,
+    return {"training": model.training, "modes": [m.training for m in model.modules()],
+            "attention": model.config._attn_implementation, "hooks": hooks,
             "grads": [p.grad is None for p in model.parameters()],
             "requires_grad": [p.requires_grad for p in model.parameters()],
             "places": {(str(p.device), str(p.dtype)) for p in model.parameters()}}

@@ -116,6 +116,7 @@ class Borrowed:
     def __init__(self, module: Any):
         self.module = module
         self.training = bool(module.training)
+        self.modes = [(m, bool(m.training)) for m in module.modules()]  # each module's own: modes may be mixed
         config = getattr(module, "config", None)
         self.attention = getattr(config, "_attn_implementation", None) if config is not None else None
         self.parameters = list(module.parameters())
@@ -153,7 +154,8 @@ class Borrowed:
                 switch(self.attention)
             except (AttributeError, ValueError, TypeError, NotImplementedError, ImportError):
                 setattr(config, "_attn_implementation", self.attention)  # noqa: B010 (older transformers)
-        self.module.train(self.training)
+        for submodule, mode in self.modes:  # not module.train(…), which would set every submodule alike
+            submodule.training = mode
 
 
 def borrows(function: F) -> F:

@@ -240,6 +240,12 @@ BORROWERS = {  # every API function that takes model=, called on a small text
         model=m, tokenizer=t, lengths=[60], depths=[0.5], remove=2, draws=1),
     "capture_audio (refused: not a speech model)": lambda m, t: attnviz.capture_audio(
         np.zeros(16_000, np.float32), model=m, tokenizer=t),
+    "faithfulness": lambda m, t: attnviz.faithfulness(SENTENCE, model=m, tokenizer=t,
+                                                      methods=["attention", "loo", "random"], sanity=1),
+    "faithfulness (refused: its arguments)": lambda m, t: attnviz.faithfulness(123, model=m, tokenizer=t),
+    "discover": lambda m, t: attnviz.discover(SENTENCE, SENTENCE.replace("cat", "dog"),
+                                              answers=[t.decode([5]), t.decode([7])], model=m, tokenizer=t,
+                                              method="eap"),
 }
 
 
@@ -253,14 +259,15 @@ def users_model(tiny_lm_dir):
     model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="sdpa")
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model.transformer.wte.weight.requires_grad_(False)  # the user's own choice
-    armed = {"on": False}
+    armed: dict = {"on": False}  # an exception type to raise from the hook, or False
 
     def hook(module, args, output):
         if armed["on"]:
-            raise RuntimeError("the user's hook fails midway")
+            raise armed["on"]("the user's hook fails midway")
 
     mine = model.transformer.h[1].register_forward_hook(hook)
     model.train()
+    model.transformer.h[0].eval()  # modes mixed, as a user fine-tuning part of a model has them
     yield model, tokenizer, armed
     mine.remove()
 
@@ -273,6 +280,7 @@ def test_a_borrowed_model_comes_back_as_it_was(users_model, function):
     model, tokenizer, armed = users_model
     before = _state(model)
     assert before["attention"] == "sdpa" and before["hooks"] == 1 and before["training"]
+    assert not all(before["modes"]) and any(before["modes"])  # block 0 in eval, the rest training
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -280,10 +288,12 @@ def test_a_borrowed_model_comes_back_as_it_was(users_model, function):
         except attnviz.AttnvizError:
             assert "refused" in function  # positions is for encoders: refused after the model was resolved
         assert _state(model) == before
-        armed["on"] = True
-        with pytest.raises((RuntimeError, attnviz.AttnvizError)):
-            BORROWERS[function](model, tokenizer)
-        armed["on"] = False
+        for stop in (RuntimeError, KeyboardInterrupt):  # an error midway; Ctrl-C midway
+            armed["on"] = stop
+            with pytest.raises((stop, attnviz.AttnvizError)):
+                BORROWERS[function](model, tokenizer)
+            armed["on"] = False
+            assert _state(model) == before, stop
     assert _state(model) == before
 
 
