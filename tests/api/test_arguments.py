@@ -160,3 +160,19 @@ def test_a_model_folder_may_be_given_as_a_path(tiny_model_dir):
     assert attnviz.model_shape(folder) == attnviz.model_shape(str(folder)) == (2, 4)
     assert attnviz.conversion_pending(folder) is None
     assert attnviz.load_model(folder).name == str(folder)
+
+
+@pytest.mark.parametrize("call", [
+    lambda seed: attnviz.faithfulness("the cat sat on the mat", model="/nonexistent", seed=seed, sanity=1),
+    lambda seed: attnviz.retrieval(model="/nonexistent", seed=seed),
+    lambda seed: attnviz.detect(model="/nonexistent", seed=seed),
+    lambda seed: attnviz.positions("the cat sat on the mat", model="/nonexistent", seed=seed),
+], ids=["faithfulness", "retrieval", "detect", "positions"])
+@pytest.mark.parametrize("seed", [2**64, 2**32, -1])
+def test_every_seed_takes_the_command_lines_range_before_a_model_loads(call, seed):
+    """faithfulness(seed=2**64, sanity=1) failed deep in numpy ("Overflow when unpacking long long"): every API
+    seed takes the --seed range, 0 to 2**32 − 1, refused naming it before anything loads."""
+    from attnviz.errors import UsageError
+
+    with pytest.raises(UsageError, match="seed takes a whole number from 0 to 4,294,967,295"):
+        call(seed)

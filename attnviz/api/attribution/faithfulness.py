@@ -34,6 +34,7 @@ FAITHFULNESS_METHODS = ("attention", "rollout", "flow", "alti", "alti-logit", "v
 CAUSAL_ONLY = ("alti-logit",)
 MAX_FAITHFULNESS_TOKENS = 256  # leave-one-out runs the text once per token, flow a max-flow per token pair
 MAX_ORDERS = 10_000
+MAX_SEED = 2**32 - 1  # the command line's range: a seed numpy and torch both take
 MAX_CORPUS_TEXTS = 10_000  # texts measured in one call (each runs every method and every erasure)
 COMPLETENESS_TOLERANCE = 0.02  # |Σ IG − (f(x) − f(baseline))| / max(|f(x) − f(baseline)|, 0.01) at 400 points
 DEFAULT_SANITY = 1  # one depth: the whole model randomised (what the verdict reads); more draw the cascade
@@ -79,8 +80,8 @@ def faithfulness(text: str | Sequence[str], *, model: Any = None, tokenizer: Any
         raise UsageError(f"{arg('steps')} takes 1 to 1,000 points; got {steps}", "steps")
     if not 0 <= sanity <= 1000:
         raise UsageError(f"{arg('sanity')} takes 0 to 1,000 depths; got {sanity}", "sanity")
-    if seed < 0:
-        raise UsageError(f"{arg('seed')} is a whole number from 0; got {seed}", "seed")
+    if not 0 <= seed <= MAX_SEED:
+        raise UsageError(f"{arg('seed')} takes a whole number from 0 to 4,294,967,295; got {seed}", "seed")
     if isinstance(target, str) and not target:
         raise UsageError(f"{arg('target')} is empty: give a token of the vocabulary, e.g. ' Paris'", "target")
     if engine == "ray":

@@ -131,6 +131,8 @@ def retrieval(*, model: Any = None, tokenizer: Any = None, lengths: Sequence[int
         raise UsageError(f"{arg('depths')} takes depths from 0 (the needle first) to 1 (last)", "depths")
     if remove < 0 or draws < 0 or draws > 100:
         raise UsageError(f"{arg('remove')} takes 0 or more heads and {arg('draws')} 0 to 100 draws", "remove")
+    if not 0 <= seed <= 2**32 - 1:  # the command line's range
+        raise UsageError(f"{arg('seed')} takes a whole number from 0 to 4,294,967,295; got {seed}", "seed")
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype, lm_head="auto")
     loaded.require_single("retrieval")
     from attnviz.engine.ablation import is_causal_lm

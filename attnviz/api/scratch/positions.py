@@ -162,7 +162,7 @@ def positions(text: str | Picture, *, model: Any = None, tokenizer: Any = None, 
     assert isinstance(text, str)  # a picture went to grid_positions above
     check_text(text)
     if not 0 <= seed < 2**32:
-        raise UsageError(f"{arg('seed')} takes a whole number from 0 to 2**32 - 1; got {seed}", "seed")
+        raise UsageError(f"{arg('seed')} takes a whole number from 0 to 4,294,967,295; got {seed}", "seed")
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype)
     loaded.require_single("positions")
     from attnviz.engine.scratch.positions import positions_experiment
