@@ -173,6 +173,11 @@ class Source:
     @functools.cached_property
     def _resolved(self):
         texts = self.text is not None or self.text_file is not None
+        if self.audio is None and (self.language is not None or self.task != "transcribe"):
+            flag = "--language" if self.language is not None else "--task"
+            kind = "a saved capture" if self.source is not None else "a picture" if self.image is not None else "text"
+            raise typer.BadParameter(f"{flag} is for --audio (what a speech model hears); this input is {kind}",
+                                     param_hint=flag)
         if self.source is not None:
             if texts or self.image is not None or self.audio is not None:
                 raise typer.BadParameter("give either TEXT (or --image, --audio) or --from, not both")

@@ -148,3 +148,17 @@ def test_a_selection_out_of_range_is_refused_before_the_weights_load(tiny_model_
         assert words in one_line_error(run(*args, "-m", bert), 2), args
     assert attnviz.model_shape(tiny_seq2seq_dir("t5")) is None
     assert attnviz.model_shape("someone/not-here") is None
+
+
+@pytest.mark.parametrize("args", [["--language", "ko"], ["--task", "translate"], ["--language", "ko", "--task",
+                                                                                     "translate"]])
+def test_a_speech_option_on_text_a_picture_or_a_capture_is_a_usage_error(args, tmp_path):
+    """`heads 'The cat' --language ko --task translate` exited 0, the options read and dropped: an option that does
+    not apply to the input is a usage error (exit 2, before any model loads), as --image-size without --image is."""
+    from helpers import one_line_error, photo, run
+
+    picture = tmp_path / "p.png"
+    picture.write_bytes(photo())
+    for source in (["The cat sat on the mat"], ["--image", picture], ["--from", tmp_path / "none.npz"]):
+        line = one_line_error(run("heads", *source, *args, "-m", "/nonexistent"), 2)
+        assert args[0] in line and "--audio" in line
