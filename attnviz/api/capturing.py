@@ -26,6 +26,8 @@ from attnviz.data.words import to_words  # re-exported: a Capture or Parts at wo
 __all__ = ["Sound", "sound", "capture", "capture_audio", "capture_image", "Keep", "from_outputs", "load_capture",
            "picture", "Picture", "to_words", "attention_of", "one_attention", "default_model"]
 
+WHISPER_TOKENS = 448  # Whisper's decoder positions: what it can write for one sound
+
 
 MAX_POOL = 4096  # a pooled picture's side, at most (the command line's --pool takes the same)
 
@@ -164,9 +166,9 @@ def capture_audio(audio: Any, *, model: Any = "whisper", tokenizer: Any = None, 
         if max_new_tokens is not None:
             raise InputError("give either target (the decoder reads it) or max_new_tokens (the decoder writes), "
                              "not both", "target")
-    if max_new_tokens is not None and not 1 <= max_new_tokens <= 448:
-        raise InputError(f"max_new_tokens takes 1 to 448 (Whisper's decoder reads 448 positions); got "
-                         f"{max_new_tokens}", "max_new_tokens")
+    if max_new_tokens is not None and not 1 <= max_new_tokens <= WHISPER_TOKENS:
+        raise UsageError(f"{arg('max_new_tokens')} takes 1 to {WHISPER_TOKENS} for a sound (Whisper's decoder reads "
+                         f"{WHISPER_TOKENS} positions); got {max_new_tokens:,}", "max_new_tokens")
     if target is not None and heard.seconds > WINDOW_SECONDS:
         raise InputError(f"{arg('target')} is read against one window of {WINDOW_SECONDS:g} s; this sound lasts "
                          f"{heard.seconds:.1f} s: cut it, or let the model write", "target")

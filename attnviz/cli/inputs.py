@@ -125,7 +125,8 @@ class Source:
     max_new_tokens: Annotated[Optional[int], typer.Option(
         "--max-new-tokens", "-n", parser=whole_number(1, MAX_NEW_TOKENS), metavar="N", show_default=False,
         help="Tokens to write, at most, 1 to 4,096 (attnviz generate, and encoder-decoder models without "
-             "--target): default 20; the end-of-sequence token stops earlier.")] = None
+             "--target; for a sound, --audio, 1 to 448: Whisper's decoder positions): default 20; the "
+             "end-of-sequence token stops earlier.")] = None
     stream: Annotated[bool, typer.Option(
         "--stream", help="Compute attention a block of query rows at a time (for long inputs): statistics exact, "
                          "pictures pooled. Chosen by itself when the full tensor exceeds --max-memory.")] = False

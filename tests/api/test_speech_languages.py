@@ -323,3 +323,16 @@ def test_an_unsure_language_detection_is_said_and_names_language(base, tmp_path)
         sure = attnviz.capture_audio(sound(espeak(tmp_path, ENGLISH)), model=base)
     assert sure.meta["language_probability"] >= SURE_LANGUAGE
     assert not [w for w in caught if "detected as" in str(w.message)]
+
+
+def test_too_many_new_tokens_for_a_sound_names_the_flag_and_whispers_limit(tmp_path):
+    """`heads --audio … -n 4096` said "max_new_tokens takes 1 to 448" (the Python spelling, exit 1) while the help
+    promised 1–4,096: the command line names its flag (exit 2), Python its argument, and the help says 448."""
+    from attnviz.errors import UsageError
+
+    path = espeak(tmp_path, "the cat sat on the mat")
+    line = one_line_error(run("heads", "--audio", path, "-n", "4096", "-m", "whisper-base"), 2)
+    assert "--max-new-tokens takes 1 to 448" in line and "max_new_tokens" not in line
+    with pytest.raises(UsageError, match="max_new_tokens takes 1 to 448"):
+        attnviz.capture_audio(path, max_new_tokens=449)
+    assert "1 to 448" in " ".join(run("heads", "--help", env={"COLUMNS": "200"}).stdout.split())
