@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import re
 from collections.abc import Awaitable, Callable, Iterable
 
 Scope = dict
@@ -99,8 +100,8 @@ class Guard:
                                                      "Authorization: Bearer TOKEN",
                              [(b"www-authenticate", b'Bearer realm="attnviz"')])
                 return
-            if in_address and scope["method"] in ("GET", "HEAD"):  # the token leaves the address bar
-                await self.swap_for_cookie(send_with_headers, scope)
+            if in_address and scope["method"] in ("GET", "HEAD") and not is_api(scope.get("path", "")):
+                await self.swap_for_cookie(send_with_headers, scope)  # a page: the token leaves the address bar
                 return
         if scope["method"] not in SAFE_METHODS:
             origin = headers.get("origin")
@@ -149,8 +150,7 @@ class Guard:
         """303 to the same address without the token, setting the cookie that carries it from then on."""
         from urllib.parse import urlencode
 
-        raw = (scope.get("raw_path") or scope.get("path", "/").encode()).decode("latin-1")
-        path = "/" + raw.lstrip("/")  # never //host: a link off this server
+        path = own_path(scope.get("path", "/"))
         rest = [(name, value) for name, value in _query(scope) if name != "token"]
         location = path + (f"?{urlencode(rest)}" if rest else "")
         cookie = f"{self.cookie_name()}={self.token}; Path=/; HttpOnly; SameSite=Strict"
@@ -179,6 +179,26 @@ class Guard:
             parts.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(parts)
+
+
+API_PREFIXES = ("/api/", "/openapi.json")
+
+
+def is_api(path: str) -> bool:
+    """A request a script makes (JSON routes and the route list): with the token in its address it is answered
+    directly, as a script that follows a redirect without keeping its cookie would otherwise end at a 401."""
+    return path.startswith(API_PREFIXES)
+
+
+def own_path(path: str) -> str:
+    """The path a redirect may lead to: on this server whatever the request held. A browser reads a backslash as
+    a slash and drops tabs and newlines, so `/\\evil.example/`, or a tab between two slashes, would open another site:
+    backslashes become slashes, runs of slashes one, and every character outside a path's own set is
+    percent-encoded; the result starts with exactly one slash."""
+    from urllib.parse import quote
+
+    path = re.sub(r"/{2,}", "/", "/" + path.replace("\\", "/"))
+    return "/" + quote(path, safe="/-._~!$&'()*+,;=:@").lstrip("/")
 
 
 def _query(scope: Scope) -> list[tuple[str, str]]:

@@ -651,15 +651,67 @@ def test_a_server_with_a_token_lets_in_only_requests_that_carry_it(bert):
     assert first.status_code == 303 and first.headers["location"] == "/"
     cookie = first.headers["set-cookie"]
     assert cookie.startswith(f"attnviz_token_8000={TOKEN};") and "HttpOnly" in cookie and "SameSite=Strict" in cookie
-    kept = client.get(f"/api/queue?ticket=3&token={TOKEN}&x=%2F", follow_redirects=False)
-    assert kept.headers["location"] == "/api/queue?ticket=3&x=%2F"
-    off = client.get(f"http://192.168.1.5:8000//evil.example/?token={TOKEN}", follow_redirects=False)
-    assert off.headers["location"] == "/evil.example/"
+    kept = client.get(f"/view/abc?ticket=3&token={TOKEN}&x=%2F", follow_redirects=False)
+    assert kept.status_code == 303 and kept.headers["location"] == "/view/abc?ticket=3&x=%2F"
     browser = TestClient(guarded, base_url="http://192.168.1.5:8000", raise_server_exceptions=False)
     page = browser.get(f"/?token={TOKEN}")  # follows the redirect, keeping the cookie, as a browser does
     assert page.status_code == 200 and "token" not in str(page.url) and "<html" in page.text
     assert browser.post("/api/capture", json={"text": SENTENCE}).status_code == 200
     assert client.get("/api/model", headers={"cookie": f"other=1; attnviz_token_8000={TOKEN}"}).status_code == 200
+
+
+@pytest.mark.parametrize("path", ["//evil.example/", "/\\evil.example/", "/%5Cevil.example/", "/\\/evil.example/",
+                                  "/%5C%5Cevil.example/", "/%09/evil.example/", "/%5C%09/evil.example/",
+                                  "/%0a/evil.example", "///evil.example/x?y=1"])
+def test_the_token_redirect_never_leads_off_this_server(bert, path):
+    """The 303 that takes the token out of the address leads to a path of this server only: a browser reads `\\`
+    as `/` and drops tabs and newlines, so `/\\evil.example/` (sent as is or as %5C) must not come back as a
+    Location a browser opens as http://evil.example/. Read back the way a browser resolves it."""
+    from urllib.parse import urljoin, urlsplit
+
+    guarded = Guard(make_app(bert, limits=Limits()), hosts=None, port=lambda: 8000, max_body=Limits().max_body,
+                    token=TOKEN)
+    client = TestClient(guarded, base_url="http://192.168.1.5:8000", raise_server_exceptions=False)
+    base, _, query = path.partition("?")
+    answer = client.get(f"{base}?{query + '&' if query else ''}token={TOKEN}", follow_redirects=False)
+    location = answer.headers["location"]
+    assert answer.status_code == 303 and location.startswith("/") and not location.startswith("//"), location
+    assert "\\" not in location and not any(c in location for c in "\t\r\n "), location
+    browser_reads = location.replace("\\", "/").replace("\t", "")  # what a WHATWG parser does
+    assert urlsplit(urljoin("http://192.168.1.5:8000/", browser_reads)).netloc == "192.168.1.5:8000", location
+    assert ("?y=1" in location) == ("y=1" in path) and "token" not in location
+
+
+def test_a_script_with_the_token_in_the_address_is_answered_directly(bert):
+    """GET /api/model?token=… (urllib follows a 303 without the cookie, so a redirect would end in a 401): every
+    JSON route and the route list answer a valid token in the address at once; a page still trades it for the
+    cookie; a wrong token is still a 401."""
+    import urllib.request
+
+    import uvicorn
+
+    port = 8000
+    guarded = Guard(make_app(bert, limits=Limits()), hosts=None, port=lambda: port, max_body=Limits().max_body,
+                    token=TOKEN)
+    client = TestClient(guarded, base_url="http://192.168.1.5:8000", raise_server_exceptions=False)
+    for path in ["/api/model", "/api/queue", "/openapi.json"]:
+        answer = client.get(f"{path}?token={TOKEN}", follow_redirects=False)
+        assert answer.status_code == 200 and "set-cookie" not in answer.headers, (path, answer.status_code)
+        assert client.get(f"{path}?token={TOKEN[:-1]}x", follow_redirects=False).status_code == 401
+    assert client.get(f"/?token={TOKEN}", follow_redirects=False).status_code == 303
+    config = uvicorn.Config(guarded, host="127.0.0.1", port=0, log_level="error", lifespan="off")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            time.sleep(0.05)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/model?token={TOKEN}", timeout=60) as answer:
+            assert answer.status == 200 and json.loads(answer.read())["layers"] == bert.shape[0]
+    finally:
+        server.should_exit = True
+        thread.join(30)
 
 
 def test_a_token_is_asked_for_beyond_this_machine_and_never_weak():
