@@ -431,6 +431,58 @@ def test_two_processes_converting_at_once_both_succeed_with_one_entry(tmp_path):
     assert sorted(p.name for p in root.iterdir() if not p.name.endswith(".lock")) == ["m"]
 
 
+BUILD_FOREVER = """
+import sys, time
+from pathlib import Path
+from attnviz.engine.offline import cache
+
+def build(folder):
+    (folder / "model.safetensors").write_bytes(b"x" * 1_000_000)
+    print(folder.name, flush=True)
+    time.sleep(600)
+
+cache.cached_folder(sys.argv[2], Path(sys.argv[1]), build, root=Path(sys.argv[3]))
+"""
+
+
+def test_a_killed_conversion_s_staging_folder_is_removed_next_time_never_a_live_one(tmp_path):
+    """A conversion killed with SIGKILL leaves its staging folder (no handler runs): the next use of the cache
+    removes it, while another process's conversion in progress keeps its folder, and nothing that attnviz did
+    not name is touched (a folder without its key's lock, a link, a file, another name)."""
+    source = tmp_path / "weights.bin"
+    source.write_bytes(b"weights")
+    root = tmp_path / "cache"
+
+    def building(key: str) -> tuple[subprocess.Popen, str]:
+        process = subprocess.Popen([sys.executable, "-c", BUILD_FOREVER, str(source), key, str(root)],
+                                   stdout=subprocess.PIPE, text=True)
+        return process, process.stdout.readline().strip()
+
+    live, alive = building("other")
+    killed, stale = building("big")
+    killed.kill()
+    killed.wait(30)
+    try:
+        assert stale.startswith(".big.") and (root / stale / "model.safetensors").stat().st_size == 1_000_000
+        outside = tmp_path / "outside"
+        outside.mkdir()
+        (outside / "keep").write_text("mine")
+        (root / ".nolock.abcd1234").mkdir()
+        (root / ".big.linkname").symlink_to(outside, target_is_directory=True)
+        (root / ".big.file_123").write_text("a file")
+        (root / ".big.notours").mkdir()
+        before = {p.name for p in root.iterdir()}
+        folder = cache.cached_folder("m", source, counting_builder([]), root=root)
+        after = {p.name for p in root.iterdir()}
+        assert before - after == {stale} and after - before == {"m", ".m.lock"}, (before, after)
+        assert (root / alive / "model.safetensors").exists() and (outside / "keep").read_text() == "mine"
+        assert folder == root / "m" and cache.remove_stale_staging(root) == []
+    finally:
+        live.kill()
+        live.wait(30)
+    assert cache.remove_stale_staging(root) == [alive] and not (root / alive).exists()
+
+
 def test_the_cache_folder_comes_from_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "c"))
     assert cache.cache_root() == tmp_path / "c"

@@ -10,6 +10,8 @@
                stamped folder is attnviz's own: it is moved aside and removed, links inside it removed, never
                followed)
     shared     one builder of an entry at a time (a lock file); a second process waits, then reads it
+    stale      a staging folder whose key's lock no process holds (its conversion was killed outright) is
+               removed the next time the cache is used
     read-only  a cache that cannot be written converts into a temporary folder for this run, with one
                warning
 
@@ -23,6 +25,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -180,9 +183,42 @@ def _file_facts(path: Path) -> dict:
     return {"size": info.st_size, "mtime_ns": info.st_mtime_ns, "sha256": file_sha256(path)}
 
 
+STAGING = re.compile(r"\.(?P<key>[^/]+?)\.(?:old\.)?[a-z0-9_]{8}")  # what tempfile.mkdtemp names ours
+
+
+def remove_stale_staging(root: Path) -> list[str]:
+    """Remove the staging folders that a conversion killed outright (SIGKILL, a power cut) left in the cache
+    (1.1 GB for Qwen2.5-Coder-1.5B); the names removed. A staging folder is stale when no process holds its
+    key's lock: a live conversion holds it from before its folder is made until after it is renamed into
+    place, so another process's folder is never touched. Only folders named as attnviz names them, beside
+    their key's lock file, are removed (never a link, never what a link inside points to); a cache that
+    cannot be read or written is left as it is."""
+    removed: list[str] = []
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return removed
+    locks = {entry.name for entry in entries if entry.name.endswith(".lock")}
+    for entry in entries:
+        found = STAGING.fullmatch(entry.name)
+        if found is None or f".{found['key']}.lock" not in locks:
+            continue
+        try:
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            with _lock(root, found["key"], wait=False) as held:
+                if held:
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                    removed.append(entry.name)
+        except OSError:
+            continue
+    return removed
+
+
 @contextlib.contextmanager
-def _lock(root: Path, key: str) -> Iterator[None]:
-    """One builder of a key at a time (a second process waits, then finds the folder built)."""
+def _lock(root: Path, key: str, *, wait: bool = True) -> Iterator[bool]:
+    """One builder of a key at a time (a second process waits, then finds the folder built). Yields whether the
+    lock is held: with wait=False, False when another process holds it."""
     path = root / f".{key}.lock"
     fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
     handle = os.fdopen(fd, "a+b")
@@ -190,10 +226,14 @@ def _lock(root: Path, key: str) -> Iterator[None]:
         try:
             import fcntl
 
-            fcntl.flock(handle, fcntl.LOCK_EX)
+            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except ImportError:  # pragma: no cover - Windows: no lock, the rename stays atomic
-            pass
-        yield
+            yield wait  # a staging folder is never taken for stale there
+            return
+        except BlockingIOError:
+            yield False
+            return
+        yield True
     finally:
         handle.close()
 
@@ -207,6 +247,7 @@ def cached_folder(key: str, source: Path, build: Callable[[Path], None], *, root
     written (read-only, no permission) converts into a temporary folder for this run, with a warning."""
     root = root or cache_root()
     folder = root / key
+    remove_stale_staging(root)
     if is_current(folder, source):
         return folder
     refuse_broken_root(root)
