@@ -47,11 +47,11 @@ ModeOpt = Annotated[str, typer.Option(
     help="zero: the head's output α·V becomes 0; mean: its mean over the text's tokens (or over --mean-over).")]
 MeanOverOpt = Annotated[Optional[Path], typer.Option(
     "--mean-over", dir_okay=False, metavar="FILE", show_default=False,
-    help="With --mode mean: average each head's output over the texts of this file (one per line) instead "
-         "of the text's own tokens.")]
+    help="With --mode mean: average each head's output over the texts of this file (one per line, or JSON "
+         "lines with a text field; - reads standard input) instead of the text's own tokens.")]
 
 
-def _mean_texts(mode: str, mean_over: Path | None) -> list[str] | None:
+def _mean_texts(mode: str, mean_over: Path | None, text_on_stdin: bool) -> list[str] | None:
     """The texts of --mean-over (read only for --mode mean; otherwise the library says what to add)."""
     if mean_over is None:
         return None
@@ -59,7 +59,7 @@ def _mean_texts(mode: str, mean_over: Path | None) -> list[str] | None:
         return []
     from attnviz.api.ablation.removing import MAX_MEAN_TEXTS
 
-    return read_texts(mean_over, MAX_MEAN_TEXTS, "--mean-over")
+    return read_texts(mean_over, MAX_MEAN_TEXTS, "--mean-over", text_on_stdin=text_on_stdin)
 
 
 @app.command(help="Remove heads and see what changes: for a causal LM (e.g. -m smollm2) the next-token "
@@ -82,7 +82,7 @@ def ablate(heads: HeadsOpt = None, layer: LayersOpt = None, mode: ModeOpt = "zer
 
     check_output(output, FORMATS)
     given = inp.resolve()
-    texts = _mean_texts(mode, mean_over)
+    texts = _mean_texts(mode, mean_over, inp.text == "-")
     result = attnviz.ablate(given, heads=heads, layer=layer, model=model.later_for(given), mode=mode,
                             mean_over=texts, at=at, truncate=model.truncate, reporter=inp.options()["reporter"])
     emit(result, as_json=as_json, style={"terminal": terminal}, files=[figure_file(output, result)])
@@ -97,7 +97,8 @@ def ablate(heads: HeadsOpt = None, layer: LayersOpt = None, mode: ModeOpt = "zer
 @takes(model=ModelOptions, inp=Source.taking("text"))
 def importance(corpus: Annotated[Optional[Path], typer.Option(
                    "--corpus", dir_okay=False, metavar="FILE", show_default=False,
-                   help="Average over the texts of this file (one per line, at most 1,000) instead of TEXT.")] = None,
+                   help="Average over the texts of this file (one per line, or JSON lines with a text field; - "
+                        "reads standard input; at most 1,000) instead of TEXT.")] = None,
                mode: ModeOpt = "zero",
                top: Annotated[int, typer.Option(parser=whole_number(1, 100_000), metavar="K",
                                                 help="The K most important heads in the table (all with "

@@ -32,7 +32,8 @@ def corpus(sources: Annotated[list[str], typer.Argument(
            fmt: Annotated[Optional[str], typer.Option(
                "--format", parser=choice_parser(("txt", "jsonl"), {"json": "jsonl", "ndjson": "jsonl", "text": "txt"}),
                metavar="FORMAT", help="txt or jsonl: how to read the files (default: jsonl for .jsonl/.json or "
-                                      "with --field, else txt).", show_default=False)] = None,
+                                      "with --field, txt for .txt, else jsonl when the first line that holds "
+                                      "text is a JSON object).", show_default=False)] = None,
            batch_size: Annotated[int, typer.Option("--batch-size", "-b", parser=whole_number(1, 4096),
                                                    metavar="N", help="Texts per forward pass, 1 to 4,096 (fewer for "
                                                                      "long texts when the attention would pass the "

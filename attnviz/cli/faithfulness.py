@@ -8,7 +8,7 @@ import typer
 
 from attnviz.cli.errors import cli_errors
 from attnviz.cli.group import app
-from attnviz.cli.inputs import Source, takes
+from attnviz.cli.inputs import read_texts, Source, takes
 from attnviz.cli.output import check_output, emit, figure_file
 from attnviz.cli.params import choice_parser, CsvOpt, ImageOut, JsonOpt, ModelOptions, whole_number
 
@@ -58,9 +58,10 @@ def faithfulness(methods: Annotated[Optional[str], typer.Option(
                  corpus: Annotated[Optional[str], typer.Option(
                      "--corpus", metavar="FILE", show_default=False,
                      help="Many texts instead of TEXT: a file with one per line, or JSON lines with a text field "
-                          "(- reads standard input; at most 10,000 texts). Per method the mean AOPC with a 95 % "
-                          "bootstrap interval (from 10 texts), whether its lead over the next is significant (the "
-                          "paired test needs 6 texts or more) and which methods to trust.")] = None,
+                          "(told apart by their first line; - reads standard input; at most 10,000 texts). Per "
+                          "method the mean AOPC with a 95 % bootstrap interval (from 10 texts), whether its lead over "
+                          "the next is significant (the paired test needs 6 texts or more) and which methods to "
+                          "trust.")] = None,
                  engine: Annotated[str, typer.Option(parser=choice_parser(("local", "ray"), {}), metavar="ENGINE",
                                                      help="--corpus: local (this process) or ray (Ray Data, as "
                                                           "attnviz corpus: pip install \"attnviz[ray]\").")] = "local",
@@ -83,7 +84,9 @@ def faithfulness(methods: Annotated[Optional[str], typer.Option(
     if corpus is not None:
         if inp.text is not None or inp.text_file is not None:
             raise typer.BadParameter("give either TEXT (or --text-file) or --corpus, not both", param_hint="--corpus")
-        given = read_corpus(corpus)
+        from attnviz.api.attribution.faithfulness import MAX_CORPUS_TEXTS
+
+        given = read_texts(corpus, MAX_CORPUS_TEXTS, "--corpus")
         loaded = model.spec() if engine == "ray" else model.later()
     else:
         given = inp.resolve()
@@ -93,54 +96,3 @@ def faithfulness(methods: Annotated[Optional[str], typer.Option(
                                   engine=engine, address=address, workers=workers,
                                   reporter=inp.options()["reporter"])
     emit(result, as_json=as_json, as_csv=as_csv, files=[figure_file(output, result)])
-
-
-def read_corpus(path: str) -> list[str]:
-    """The texts of --corpus, read as attnviz corpus reads them (a bad line is skipped: said on stderr)."""
-    from attnviz.api.attribution.faithfulness import MAX_CORPUS_TEXTS
-    from attnviz.api.corpora import open_sources
-    from attnviz.cli.output import say, err
-    from attnviz.corpora.lines import corpus_format, read_lines
-    from attnviz.errors import InputError
-
-    [(name, raw)] = open_sources([path])
-    stream = Counted(raw)
-    texts: list[str] = []
-    bad = 0
-    try:
-        for line in read_lines(stream, name, corpus_format(path, None, None),  # type: ignore[arg-type]
-                               stop=lambda: stream.read_so_far > MAX_CORPUS_BYTES):
-            if line.text is None or not line.text.strip():
-                bad += 1
-                continue
-            texts.append(line.text)
-            if len(texts) > MAX_CORPUS_TEXTS:
-                raise InputError(f"{name} holds more than {MAX_CORPUS_TEXTS:,} texts; faithfulness measures at most "
-                                 f"{MAX_CORPUS_TEXTS:,} at once (split the file)")
-    finally:
-        if path != "-":
-            raw.close()
-    if stream.read_so_far > MAX_CORPUS_BYTES:
-        raise InputError(f"{name} is more than {MAX_CORPUS_BYTES >> 20} MiB; faithfulness reads at most that of a "
-                         f"corpus (split the file)")
-    if not texts:
-        raise InputError(f"{name} holds no text (one per line, or JSON lines with a text field)")
-    if bad:
-        say(f"{bad:,} line{'s' if bad != 1 else ''} of {name} skipped (empty or not a text)", console=err)
-    return texts
-
-
-MAX_CORPUS_BYTES = 64 << 20  # --corpus reads at most this much (an endless input such as /dev/zero stops here)
-
-
-class Counted:
-    """A binary stream that counts the bytes read from it."""
-
-    def __init__(self, stream) -> None:
-        self.stream = stream
-        self.read_so_far = 0
-
-    def readline(self, size: int = -1) -> bytes:
-        line = self.stream.readline(size)
-        self.read_so_far += len(line)
-        return line

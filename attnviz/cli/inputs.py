@@ -50,23 +50,64 @@ def read_text(source: Path | None) -> str:
         raise InputError(f"the text in {name} is not UTF-8 (byte {exc.start}); save it as UTF-8") from None
 
 
-def read_texts(path: Path, limit: int, what: str) -> list[str]:
-    """The texts of a file, one per line, or JSON lines with a text field for .jsonl (blank and undecodable lines
-    skipped), at most `limit`."""
+MAX_CORPUS_BYTES = 64 << 20  # a file of texts is read to at most this much (an endless input stops here)
+
+
+def read_texts(path: str | Path, limit: int, what: str, *, text_on_stdin: bool = False) -> list[str]:
+    """The texts of a file of texts (--corpus, --mean-over, --reference), as `attnviz corpus` reads them: one per
+    line, or JSON lines with a text field (.jsonl/.json, or — standard input and any other name but .txt — when
+    the first line that holds text is a JSON object); - reads standard input (refused when TEXT is read from
+    it too). Blank and unreadable lines are skipped and counted on stderr; at most `limit` texts and
+    MAX_CORPUS_BYTES bytes."""
+    from attnviz.base.files import open_regular
+    from attnviz.base.text import visible
+    from attnviz.cli.output import err, say
     from attnviz.corpora import corpus_format, read_lines
     from attnviz.errors import InputError
-    from attnviz.base.files import open_regular
 
+    path = str(path)
+    if path == "-" and text_on_stdin:
+        raise typer.BadParameter("standard input is read once: give TEXT or the texts of "
+                                 f"{what} as a file", param_hint=what)
+    name = "standard input" if path == "-" else visible(path)
+    raw = sys.stdin.buffer if path == "-" else open_regular(Path(path), what)
+    stream = _Counted(raw)
     texts: list[str] = []
-    with open_regular(path, what) as handle:
-        for line in read_lines(handle, str(path), corpus_format(str(path), None, None)):
-            if line.text is not None and line.text.strip():
-                texts.append(line.text)
+    bad = 0
+    try:
+        for line in read_lines(stream, name, corpus_format(path, None, None),  # type: ignore[arg-type]
+                               stop=lambda: stream.read_so_far > MAX_CORPUS_BYTES):
+            if line.text is None or not line.text.strip():
+                bad += 1
+                continue
+            texts.append(line.text)
             if len(texts) > limit:
-                raise InputError(f"{path} has more than {limit:,} texts; {what} takes at most {limit:,}")
+                raise InputError(f"{name} holds more than {limit:,} texts; {what} takes at most {limit:,} (split "
+                                 f"the file)")
+    finally:
+        if path != "-":
+            raw.close()
+    if stream.read_so_far > MAX_CORPUS_BYTES:
+        raise InputError(f"{name} is more than {MAX_CORPUS_BYTES >> 20} MiB; {what} reads at most that (split the "
+                         f"file)")
     if not texts:
-        raise InputError(f"{path} holds no texts (one per line)")
+        raise InputError(f"{name} holds no text (one per line, or JSON lines with a text field)")
+    if bad:
+        say(f"{bad:,} line{'s' if bad != 1 else ''} of {name} skipped (empty or not a text)", console=err)
     return texts
+
+
+class _Counted:
+    """A binary stream that counts the bytes read from it."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        self.read_so_far = 0
+
+    def readline(self, size: int = -1) -> bytes:
+        line = self.stream.readline(size)
+        self.read_so_far += len(line)
+        return line
 
 
 # --- the one input type ------------------------------------------------------------------------------------

@@ -110,8 +110,8 @@ def massive(ratio: Annotated[float, typer.Option(
                                     "each run.")] = False,
             reference: Annotated[Optional[Path], typer.Option(
                 "--reference", metavar="FILE", dir_okay=False, show_default=False,
-                help="--intervene: the texts (one per line) whose mean the entries are set to. Default: 16 "
-                     "sentences of attnviz's own.")] = None,
+                help="--intervene: the texts (one per line, or JSON lines with a text field) whose mean the "
+                     "entries are set to. Default: 16 sentences of attnviz's own.")] = None,
             output: ImageOut = None, as_json: JsonOpt = False, as_csv: CsvOpt = False,
             *, model: ModelOptions, inp: Source) -> None:
     import attnviz
@@ -121,7 +121,8 @@ def massive(ratio: Annotated[float, typer.Option(
     if reference is not None and not intervene:
         raise typer.BadParameter("--reference gives the means of --intervene; add --intervene",
                                  param_hint="--reference")
-    texts = None if reference is None else read_texts(reference, MAX_REFERENCE_TEXTS, "--reference")
+    texts = None if reference is None else read_texts(reference, MAX_REFERENCE_TEXTS, "--reference",
+                                                        text_on_stdin=inp.text == "-")
     given = inp.resolve()
     result = attnviz.massive(given, model=model.later_for(given), ratio=ratio, minimum=minimum,
                              epsilon=epsilon, intervene=intervene, reference=texts, truncate=model.truncate,

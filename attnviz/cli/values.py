@@ -53,7 +53,8 @@ def sinks(threshold: Annotated[float, typer.Option(
           corpus: Annotated[Optional[Path], typer.Option(
               "--corpus", metavar="FILE", dir_okay=False, show_default=False,
               help="Instead of one text: the model-level sink rate Sink₁^ε of Gu et al. 2024 over the texts of "
-                   "FILE (one per line, each cut to its first --tokens tokens): the share of heads whose first "
+                   "FILE (one per line, or JSON lines with a text field; - reads standard input; each cut to "
+                   "its first --tokens tokens): the share of heads whose first "
                    "token's sink score passes --threshold.")] = None,
           tokens: Annotated[int, typer.Option(
               "--tokens", min=2, max=4096, metavar="N",

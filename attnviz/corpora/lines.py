@@ -27,20 +27,40 @@ class Line:
     reason: str = ""
 
 
+TEXT_SUFFIXES = (".txt", ".text")
+JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
+
+
 def corpus_format(path: str, fmt: str | None, field_name: str | None) -> str:
-    """txt or jsonl: as asked, else jsonl for .jsonl/.json files or when --field is given, else txt."""
+    """txt, jsonl or auto: as asked, else jsonl for .jsonl/.json files or when --field is given, txt for .txt,
+    else auto (standard input, any other name): read_lines decides by the first line that holds text."""
     if fmt is not None:
         return fmt
-    if field_name is not None or path.lower().endswith((".jsonl", ".json", ".ndjson")):
+    if field_name is not None or path.lower().endswith(JSON_SUFFIXES):
         return "jsonl"
-    return "txt"
+    if path.lower().endswith(TEXT_SUFFIXES):
+        return "txt"
+    return "auto"
+
+
+def sniff(text: str) -> str:
+    """The format of a corpus whose first line that holds text is `text`: jsonl when it is a JSON object
+    (`{"text": …}`), else txt — a plain text that is one JSON object by chance is written in a .txt file."""
+    stripped = text.strip()
+    if not (stripped.startswith("{") and stripped.endswith("}")):
+        return "txt"
+    try:
+        return "jsonl" if isinstance(json.loads(stripped), dict) else "txt"
+    except (ValueError, RecursionError):
+        return "txt"
 
 
 def read_lines(stream: IO[bytes], source: str, fmt: str = "txt", field_name: str = "text",
                stop: Callable[[], bool] | None = None) -> Iterator[Line]:
     """The texts of a corpus, one per line, as Line records; bad lines (empty, not UTF-8, not JSON, no such
     field, longer than MAX_LINE_BYTES) come as Line(text=None, reason=...) and never stop the reading.
-    `stop()` is asked before every read, so Ctrl-C or SIGTERM ends even an endless line (`cat /dev/zero`)."""
+    `stop()` is asked before every read, so Ctrl-C or SIGTERM ends even an endless line (`cat /dev/zero`).
+    fmt "auto": JSON lines when the first line that holds text is a JSON object, else one text per line."""
     number = 0
     while not (stop and stop()):
         raw = stream.readline(MAX_LINE_BYTES + 1)
@@ -56,7 +76,14 @@ def read_lines(stream: IO[bytes], source: str, fmt: str = "txt", field_name: str
             continue
         if number == 1:
             raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark
-        yield _parse(raw.rstrip(b"\r\n"), source, number, fmt, field_name)
+        raw = raw.rstrip(b"\r\n")
+        if fmt == "auto":
+            text = raw.decode("utf-8", "replace")
+            if not text.strip():
+                yield Line(source, number, None, "empty")
+                continue
+            fmt = sniff(text)
+        yield _parse(raw, source, number, fmt, field_name)
 
 
 def _parse(raw: bytes, source: str, number: int, fmt: str, field_name: str) -> Line:

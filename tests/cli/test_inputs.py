@@ -162,3 +162,48 @@ def test_a_speech_option_on_text_a_picture_or_a_capture_is_a_usage_error(args, t
     for source in (["The cat sat on the mat"], ["--image", picture], ["--from", tmp_path / "none.npz"]):
         line = one_line_error(run("heads", *source, *args, "-m", "/nonexistent"), 2)
         assert args[0] in line and "--audio" in line
+
+
+CORPUS = ["The cat sat on the mat.", "A dog ran in the park!", "Attention is all you need.", "Birds sing."]
+
+
+@pytest.mark.parametrize("args", [
+    ["faithfulness", "--corpus", "{file}", "--methods", "attention", "--sanity", "0", "--orders", "20", "--json"],
+    ["importance", "--corpus", "{file}", "--json"],
+    ["sinks", "--corpus", "{file}", "--json"],
+    ["ablate", SENTENCE, "--heads", "0", "--layer", "0", "--mode", "mean", "--mean-over", "{file}", "--json"],
+    ["massive", SENTENCE, "--intervene", "--reference", "{file}", "--ratio", "1.5", "--minimum", "0", "--json"],
+    ["corpus", "{file}", "--json"],
+])
+def test_every_command_reading_texts_reads_json_lines_on_standard_input(args, tmp_path, tiny_model_dir):
+    """JSON lines on standard input (`--corpus -`) are read as JSON lines, as a .jsonl file is: the result
+    equals the one for the same texts one per line in a .txt file (it measured each line's raw JSON before);
+    plain lines on standard input stay plain, a .txt file of JSON objects stays text, and TEXT and the texts
+    cannot both come from standard input."""
+    model = ["-m", tiny_model_dir("gpt2" if args[0] in ("faithfulness", "massive") else "bert")]
+    plain = tmp_path / "texts.txt"
+    plain.write_text("\n".join(CORPUS) + "\n", encoding="utf-8")
+    lines = "\n".join(json.dumps({"text": t, "id": n}) for n, t in enumerate(CORPUS)) + "\n"
+
+    def answer(file, **kwargs):
+        done = run(*[a.format(file=file) for a in args], *model, **kwargs)
+        assert done.exit_code == 0, (done.output, done.stderr)
+        data = json.loads(done.stdout)
+        data.get("summary", {}).pop("sources", None)  # corpus: the file's name, or "standard input"
+        return data.pop("source", None), data
+
+    _, expected = answer(plain)
+    assert answer("-", input=lines)[1] == expected
+    _, blank_first = answer("-", input="\n" + lines)  # the first line that holds text decides
+    if "summary" in expected:  # corpus counts the blank line
+        counted = {"lines": len(CORPUS) + 1, "bad_lines": 1, "bad_reasons": {"empty": 1}}
+        assert {key: blank_first["summary"].pop(key) for key in counted} == counted
+        blank_first["summary"].update({key: expected["summary"][key] for key in counted})
+    assert blank_first == expected
+    assert answer("-", input=plain.read_text())[1] == expected
+    as_text = tmp_path / "objects.txt"
+    as_text.write_text(lines, encoding="utf-8")
+    assert answer(as_text)[1] != expected
+    if "{file}" in args[1:] and SENTENCE in args:
+        stdin_twice = [("-" if a == SENTENCE else a.format(file="-")) for a in args]
+        assert "standard input" in one_line_error(run(*stdin_twice, *model, input=lines), 2)
