@@ -9,8 +9,8 @@ transformers builds a model from what config.json declares before it reads a wei
                        norm vector per layer) within ATTNVIZ_MAX_MODEL_BYTES
     *.safetensors      each header's length within the file and 100 MB, every tensor's dtype known, its
                        offsets inside the file and as long as its shape says; the weights within
-                       ATTNVIZ_MAX_MODEL_BYTES; a config declaring more layers than the weights hold tensors
-                       refused
+                       ATTNVIZ_MAX_MODEL_BYTES; a config declaring more layers than the weights hold blocks,
+                       or a width the token embedding does not have, refused
     tokenizer files    regular files of at most 256 MiB
 
 Each refusal is one ModelLoadError line naming the file and what it declares."""
@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import struct
 from pathlib import Path
 
@@ -71,17 +72,42 @@ def check_folder(folder: Path, *, bytes_per_weight: int = 4) -> None:
     for name in TOKENIZER_FILES:
         _check_regular(folder / name, TOKENIZER_BYTES, "tokenizer file")
     tensors = weights = 0
+    shapes: dict[str, list[int]] = {}
     for path in _safetensors_files(folder):
-        count, elements = check_safetensors(path)
+        count, elements = check_safetensors(path, shapes)
         tensors, weights = tensors + count, weights + elements
     if weights * bytes_per_weight > limit:
         raise ModelLoadError(f"{folder.name} holds {weights:,} weights, {_size(weights * bytes_per_weight)} as "
                              f"loaded, over the limit of {_size(limit)} ({MAX_MODEL_ENV})")
     if tensors:
-        layers = max((part[key] for part in parts for key in LAYER_KEYS if _whole(part.get(key))), default=0)
-        if layers > tensors:
-            raise ModelLoadError(f"{folder.name}/config.json declares {layers:,} layers but its weights hold "
-                                 f"{tensors:,} tensors: the config does not match the weights")
+        check_against_weights(folder.name, parts, shapes)
+
+
+# A block's tensors are named …{layer|layers|h|block|blocks}.{i}.… in every family attnviz reads (BERT's
+# encoder.layer.3., Llama's model.layers.3., GPT-2's h.3., T5's encoder.block.3.)
+BLOCK_INDEX = re.compile(r"(?:^|\.)(?:layer|layers|h|block|blocks)\.(\d{1,9})\.")
+EMBEDDING_NAMES = ("word_embeddings.weight", "embed_tokens.weight", "wte.weight", "shared.weight")
+EMBEDDING_WIDTH_KEYS = (*WIDTH_KEYS, "embedding_size", "word_embed_proj_dim", "d_embed")
+
+
+def check_against_weights(name: str, parts: list[dict], shapes: dict[str, list[int]]) -> None:
+    """The config's sizes against the tensors the weights hold, before transformers builds what the config
+    declares (10^9 layers over a tiny model's weights grew to gigabytes): no more layers than the weights have
+    blocks (counted by the block numbers in the tensors' names, else by the tensors), and a token embedding as
+    wide as a width the config declares."""
+    layers = max((part[key] for part in parts for key in LAYER_KEYS if _whole(part.get(key))), default=0)
+    blocks = {int(found.group(1)) for tensor in shapes if (found := BLOCK_INDEX.search(tensor))}
+    held = max(blocks) + 1 if blocks else len(shapes)
+    if layers > held:
+        what = f"{held:,} blocks (numbered 0 to {held - 1:,} in its tensors' names)" if blocks else \
+            f"{held:,} tensors"
+        raise ModelLoadError(f"{name}/config.json declares {layers:,} layers but its weights hold {what}: the config "
+                             f"does not match the weights")
+    widths = {part[key] for part in parts for key in EMBEDDING_WIDTH_KEYS if _whole(part.get(key))}
+    for tensor, shape in shapes.items():
+        if tensor.endswith(EMBEDDING_NAMES) and len(shape) == 2 and widths and shape[1] not in widths:
+            raise ModelLoadError(f"{name}/config.json declares a width of {min(widths):,} but the token embedding "
+                                 f"{tensor[:80]} is {shape[1]:,} wide: the config does not match the weights")
 
 
 def read_config(path: Path) -> dict:
@@ -97,9 +123,10 @@ def read_config(path: Path) -> dict:
     return config
 
 
-def check_safetensors(path: Path) -> tuple[int, int]:
+def check_safetensors(path: Path, shapes: dict[str, list[int]] | None = None) -> tuple[int, int]:
     """(tensors, weights) of a .safetensors file, after checking its header against its size: the header is
-    an 8-byte length and that much JSON, then the data every tensor's offsets point into."""
+    an 8-byte length and that much JSON, then the data every tensor's offsets point into. `shapes`, when given,
+    gets each tensor's name and shape."""
     shown = path.name
     try:
         size = os.stat(path).st_size
@@ -140,6 +167,8 @@ def check_safetensors(path: Path) -> tuple[int, int]:
             raise ModelLoadError(f"{shown}: tensor {shown_name!r} declares shape {shape[:8]} but {end - begin:,} "
                                  f"bytes: forged or damaged")
         tensors, elements = tensors + 1, elements + count
+        if shapes is not None:
+            shapes[str(name)] = shape
     return tensors, elements
 
 

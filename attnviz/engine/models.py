@@ -90,6 +90,7 @@ def config_shape(name: str | None) -> tuple[int, int] | None:
     try:
         source, _ = resolve_model(name)
         config = read_config(Path(source) / "config.json")
+        check_folder(Path(source))  # sizes a config declares are read only once they match the weights
     except (ModelLoadError, OSError):
         return None  # the load itself says what is wrong
     if config.get("is_encoder_decoder"):

@@ -231,6 +231,44 @@ def test_a_forged_folder_is_one_line_in_seconds(folder_source, tmp_path):
     assert layer_result.returncode == 1 and "num_hidden_layers" in layer_result.stderr
 
 
+def _address_space(limit: int):
+    def apply() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    return apply
+
+
+@pytest.mark.parametrize("changes, words", [
+    ({"num_hidden_layers": 10**9}, "num_hidden_layers = 1,000,000,000"),
+    ({"num_hidden_layers": 4000}, "declares 4,000 layers but its weights hold 2 blocks"),
+    ({"num_hidden_layers": 3}, "declares 3 layers but its weights hold 2 blocks"),
+    ({"hidden_size": 64, "num_attention_heads": 4}, "token embedding embeddings.word_embeddings.weight is 32 wide"),
+])
+@pytest.mark.parametrize("command", [["heads"], ["entropy"], ["heatmap", "-t", "--layer", "all"],
+                                     ["capture", "--json"]])
+def test_a_config_larger_than_its_weights_is_refused_before_anything_is_built(folder_source, tmp_path, changes,
+                                                                              words, command):
+    """A config declaring more layers than the weights' blocks (10^9 grew to 24 GB: every command that selects
+    all layers expanded the selection from the config before the folder was checked), or a width its token
+    embedding does not have: one line, within 6 GiB of address space and a minute."""
+    folder = forged_folder(folder_source, tmp_path, **changes)
+    result = run_bounded(command[0], "The cat", *command[1:], "-m", folder, timeout=60,
+                         preexec_fn=_address_space(6 << 30), cwd=tmp_path)
+    assert result.returncode == 1 and words in result.stderr, result.stderr[-500:]
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_config_that_matches_its_weights_is_read_as_it_is(folder_source):
+    """The checks against the weights pass every real layout: the tiny families and a sharded folder."""
+    modelfiles.check_folder(folder_source)
+    with pytest.raises(ModelLoadError, match="declares 3 layers"):
+        modelfiles.check_against_weights("m", [{"num_hidden_layers": 3}], {"model.layers.1.mlp.weight": [2, 2]})
+    modelfiles.check_against_weights("m", [{"n_layer": 2, "n_embd": 8}], {"h.1.attn.weight": [8, 8],
+                                                                          "wte.weight": [10, 8]})
+    modelfiles.check_against_weights("m", [{"num_layers": 2}], {"a": [1], "b": [1]})  # no block names: counted
+
+
 def test_a_tokenizer_file_that_is_a_fifo_is_refused(folder_source, tmp_path):
     import os
 
