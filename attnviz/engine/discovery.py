@@ -26,9 +26,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnviz.engine.ablation.runs import run_model
+from attnviz.engine.ablation.runs import last_logits, run_model
 from attnviz.errors import UnsupportedArchitectureError
 
+SCORE_BLOCK = 16  # nodes whose change is held in float64 at once while edges are scored
 FAMILIES = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "smollm3")  # pre-norm, heads add W_O z to the stream
 
 
@@ -133,6 +134,42 @@ def graph(model) -> Graph:
     return Graph(model, layers, final, H, G, d, D)
 
 
+SAVED_PER_RECEIVER = 4  # a receiver's input in the run that takes gradients: its copy, and what its norm and
+                        # projection keep for the backward pass (the squared input, the normed input, its scaling)
+
+
+def scoring_bytes(g: Graph, T: int, batch: int = 1) -> dict[str, int]:
+    """What scoring the edges of one pair of T tokens holds at its peak (the backward pass of the run that takes
+    gradients, `batch` = EAP-IG's steps, else 1), in float32 bytes unless said, by part:
+
+        runs           the clean and the corrupted runs: every node's output, every MLP's input and the
+                       logits' input, (N + L + 1)·T·D each (the attention receivers share one input there)
+        gradient run   the same, batch times, and every attention receiver's own copy of its input with what
+                       its norm and projection keep for the backward pass, SAVED_PER_RECEIVER·L·R·T·D
+        model          the model's own activations kept for the backward pass: per layer α and the scores
+                       (2·H·T²), the MLP's gate, up, activation and product (4·T·I), and the rest of the
+                       block — norms' inputs and outputs, q, k, v before and after the rotation, the grouped
+                       heads repeated, the heads' output (10·T·D) — batch times
+        gradients      ∂M/∂x for every receiver, float32 as autograd returns them (batch times), then their
+                       float64 sum, (receivers)·T·D·8
+        logits         the logits of the last position (of every position where the model cannot keep only the
+                       last), and their gradient in the run that takes it
+    """
+    config = g.model.config
+    L, R, N, D = len(g.layers), g.per_layer, len(g.nodes), g.D
+    intermediate = int(getattr(config, "intermediate_size", 0) or getattr(config, "n_inner", 0) or 4 * D)
+    stream = (N + L + 1) * T * D * 4
+    vocab = int(getattr(config, "vocab_size", 0) or 0)
+    positions = 1 if last_logits(g.model) else T  # a model that cannot keep only the last position's logits
+    return {
+        "logits": (2 + 2 * batch) * positions * vocab * 4,
+        "runs": 2 * stream,
+        "gradient run": batch * (stream + SAVED_PER_RECEIVER * L * R * T * D * 4),
+        "model": batch * L * T * (2 * g.H * T + 4 * intermediate + 10 * D) * 4,
+        "gradients": batch * (L * R + L + 1) * T * D * 4 + len(g.receivers) * T * D * 8,
+    }
+
+
 def _columns(g: Graph, which: str, count: int) -> list[slice]:
     """Each head's columns of the projection's output (GPT-2's fused c_attn: q, k, v one after the other)."""
     offset = "qkv".index(which) * g.D if g.layers[0].fused else 0
@@ -183,8 +220,9 @@ def run(g: Graph, inputs: dict, *, embeddings: torch.Tensor | None = None, keep:
 
     def built(receivers: Sequence[int], base: torch.Tensor) -> torch.Tensor:
         """(B, R, T, D): the receivers' inputs."""
-        if keep is None or corrupt is None:
-            return base.unsqueeze(1).repeat(1, len(receivers), 1, 1)
+        if keep is None or corrupt is None:  # each receiver its own copy only where its gradient is taken
+            shared = base.unsqueeze(1).expand(-1, len(receivers), -1, -1)
+            return shared.clone() if torch.is_grad_enabled() else shared
         width = g.reach[receivers[-1]]
         deltas = torch.stack([outputs[u] - corrupt.outputs[u].to(outputs[u].dtype) for u in range(width)], 1)
         mask = keep[list(receivers), :width].to(deltas.device, deltas.dtype)  # (R, U)
@@ -217,7 +255,10 @@ def run(g: Graph, inputs: dict, *, embeddings: torch.Tensor | None = None, keep:
             parts = []
             for which in wanted:
                 chosen = X[:, rows[which]]
-                normed = layer.attention_norm.forward(chosen.flatten(0, 1)).view(chosen.shape)  # not its hook
+                if chosen.stride(1) == 0:  # every receiver reads the same input (a run without gradients)
+                    normed = layer.attention_norm.forward(chosen[:, 0]).unsqueeze(1).expand(chosen.shape)
+                else:  # the norm of the last dimension, each receiver's own (its forward: not its hook)
+                    normed = layer.attention_norm.forward(chosen)
                 parts.append(_projected(layer, which, columns[which], normed))
             return torch.cat(parts, dim=-1).to(output.dtype)
         return hook
@@ -264,7 +305,7 @@ def run(g: Graph, inputs: dict, *, embeddings: torch.Tensor | None = None, keep:
         handles.append(layer.mlp_norm.register_forward_pre_hook(mlp_norm(n)))
         handles.append(layer.mlp.register_forward_hook(mlp_output(n)))
     try:
-        output = run_model(g.model, inputs)
+        output = run_model(g.model, {**inputs, **last_logits(g.model)})  # only the last position's logits
     finally:
         for handle in handles:
             handle.remove()
@@ -281,26 +322,34 @@ def receiver_gradients(g: Graph, inputs: dict, metric, *, embeddings: torch.Tens
         result = run(g, inputs, embeddings=embeddings)
         tensors = [*result.attention_inputs, *result.mlp_inputs, result.final_input]
         grads = torch.autograd.grad(metric(result.logits).sum(), tensors, allow_unused=True)
+    del result, tensors
     L = len(g.layers)
-    B, T = result.final_input.shape[:2]
+    pending = list(grads)
+    del grads
+    T = pending[-1].shape[1] if pending[-1] is not None else int(inputs["input_ids"].shape[1])
     out = torch.zeros(len(g.receivers), T, g.D, dtype=torch.float64)
-    for n in range(L):
-        a = grads[n]
+    for n in range(L):  # each layer's gradients let go once copied
+        a, pending[n] = pending[n], None
         if a is not None:
             out[list(g.attention_receivers(n))] = a.double().sum(0).cpu()
-        m = grads[L + n]
+        m, pending[L + n] = pending[L + n], None
         if m is not None:
             out[g.mlp_receiver(n)] = m.double().sum(0).cpu()
-    if grads[-1] is not None:
-        out[-1] = grads[-1].double().sum(0).cpu()
+        del a, m
+    if pending[-1] is not None:
+        out[-1] = pending[-1].double().sum(0).cpu()
     return out
 
 
 def edge_scores(g: Graph, clean: Run, corrupt: Run, gradients: torch.Tensor) -> torch.Tensor:
     """Every edge's score (receivers, nodes), float64: (a_u^clean − a_u^corrupt) · ∂M/∂x_r summed over positions
     and width; 0 where u does not write before r reads."""
-    change = torch.stack([(c[0].double() - k[0].double()).cpu() for c, k in zip(clean.outputs, corrupt.outputs)])
-    scores = torch.einsum("rtd,utd->ru", gradients, change)  # (R, U)
+    flat = gradients.reshape(len(gradients), -1)  # (R, T·D), a view
+    scores = torch.zeros(len(gradients), len(clean.outputs), dtype=torch.float64)
+    for start in range(0, len(clean.outputs), SCORE_BLOCK):  # a block of nodes' changes at a time, in float64
+        pairs = list(zip(clean.outputs, corrupt.outputs))[start:start + SCORE_BLOCK]
+        change = torch.stack([(c[0].double() - k[0].double()).cpu().flatten() for c, k in pairs])
+        scores[:, start:start + len(pairs)] = flat @ change.T
     reach = torch.tensor(g.reach)
     allowed = torch.arange(len(g.nodes))[None, :] < reach[:, None]
     return torch.where(allowed, scores, torch.zeros_like(scores))

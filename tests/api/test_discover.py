@@ -15,6 +15,7 @@ from helpers import build_tiny_model, one_line_error, require_real, run
 
 import attnviz
 from attnviz.engine import offline
+from attnviz.errors import InputError
 
 CLEAN = "The cat sat on the mat"
 KINDS = ("gpt2", "llama", "qwen2")
@@ -336,3 +337,47 @@ def test_every_shape_of_pairs_the_docs_show_is_taken_and_every_other_refused(fol
                        ([(CLEAN, corrupt, " Paris")], "pair 1 is not"), ("", "empty path")):
         with pytest.raises(UsageError, match=words):
             attnviz.discover(pairs=bad, model=folder)
+
+
+@pytest.mark.parametrize("method, steps", [("eap", 1), ("eap-ig", 3)])
+def test_the_memory_check_counts_every_receivers_copy_of_its_input(method, steps, folders):
+    """The check before the run counts what scoring holds (the per-receiver copies of the inputs in the run that
+    takes gradients, the model's activations for the backward pass, the gradients in float64), not α alone:
+    a budget a byte under that estimate is refused before any pair runs, naming the receivers; the estimate
+    itself runs. (The old check counted α alone: SmolLM2 on two 213-token prompts passed at 1.82 GB and grew
+    to 4.6 GB.)"""
+    from attnviz.engine.discovery import graph, scoring_bytes
+    from attnviz.engine.memory import attention_bytes
+
+    loaded = loaded_of(folders("llama"))
+    g = graph(loaded.model)
+    corrupt = corrupt_for(loaded)
+    T = len(loaded.tokenizer(CLEAN)["input_ids"])
+    need = sum(scoring_bytes(g, T, steps).values())
+    assert need > 4 * attention_bytes(loaded, T, 2.0 * (g.per_layer + 1) + steps)  # more than α's copies
+    loaded.memory_budget = need - 1
+    with pytest.raises(InputError, match=rf"{T}-token prompts would need about .*receivers each with its own"):
+        attnviz.discover(CLEAN, corrupt, answers=answers_of(loaded), model=loaded, method=method, steps=steps)
+    loaded.memory_budget = need
+    assert attnviz.discover(CLEAN, corrupt, answers=answers_of(loaded), model=loaded, method=method,
+                            steps=steps).total == g.edges()
+
+
+def test_smollm2_s_long_pair_is_refused_by_the_estimate_that_holds():
+    """The case that was killed at 4.6 GB: two 213-token prompts, SmolLM2, the 2 GiB budget. The estimate (EAP
+    about 2.3 GiB, measured about 2.1 GB by benchmarks/bench_discover_memory.py; EAP-IG's 5 steps about 8.6 GiB)
+    refuses it in one line, before a pair runs."""
+    require_real(offline.SMOLLM2)
+    sentence = "The quick brown fox jumps over the lazy dog and then "
+    loaded = attnviz.load_model("smollm2", lm_head=True)
+    words, ask = (sentence * 40).split(), " When John and Mary went to the store, John gave a drink to"
+    clean = " ".join(words[:1])
+    while len(loaded.tokenizer(clean + ask)["input_ids"]) < 213:
+        clean = " ".join(words[:len(clean.split()) + 1])
+    clean += ask
+    corrupt = clean.replace("When John", "When Anna")
+    assert len(loaded.tokenizer(clean)["input_ids"]) == len(loaded.tokenizer(corrupt)["input_ids"]) >= 213
+    with pytest.raises(InputError, match=r"213-token prompts would need about 2\.\d GiB .*over the budget of 2\.0"):
+        attnviz.discover(clean, corrupt, answers=(" Mary", " John"), model=loaded, method="eap")
+    with pytest.raises(InputError, match=r"would need about 8\.\d GiB .* lower steps \(its 5 runs go at once\)"):
+        attnviz.discover(clean, corrupt, answers=(" Mary", " John"), model=loaded)  # EAP-IG, 5 steps

@@ -298,8 +298,6 @@ def discover(clean: str | None = None, corrupt: str | None = None, *, answers: S
     from attnviz.api.attribution.logits import target_id
     from attnviz.engine.discovery import circuit_sums, graph, score_edges
     from attnviz.engine.forward import encode
-    from attnviz.engine.memory import check_memory
-
     g = graph(loaded.model)
     prepared = []
     for label, (c, k, (a, b)) in zip(labels, given):
@@ -311,7 +309,7 @@ def discover(clean: str | None = None, corrupt: str | None = None, *, answers: S
         ids = (target_id(loaded, a, "answers"), target_id(loaded, b, "answers"))
         prepared.append((first, second, (int(ids[0] or 0), int(ids[1] or 0))))
     longest = max(len(p[0].tokens) for p in prepared)
-    check_memory(loaded, longest, copies=2.0 * (g.per_layer + 1) + (steps if method == "eap-ig" else 1))
+    check_scoring_memory(loaded, g, longest, steps if method == "eap-ig" else 1)
     reporter = reporter or Reporter()
     runs = [(first.inputs, second.inputs, ids) for first, second, ids in prepared]
     with reporter.progress("Scoring edges", len(runs), "pairs") as step:
@@ -330,3 +328,23 @@ def discover(clean: str | None = None, corrupt: str | None = None, *, answers: S
     return Discovery(model=loaded.name, pairs=shown, method=method, steps=steps if method == "eap-ig" else 0,
                      nodes=tuple(g.nodes), receivers=tuple(g.receivers), reach=tuple(g.reach),
                      scores=scores, curve=curve, clean_diff=clean_sum, corrupt_diff=corrupt_sum, listed=top)
+
+
+def check_scoring_memory(loaded: Any, g: Any, T: int, batch: int) -> None:
+    """Refuse, before any pair runs, a longest pair whose edge scoring would pass the memory budget: what it
+    holds is counted part by part (engine.discovery.scoring_bytes), the per-receiver copies of the inputs in
+    the run that takes gradients most of all."""
+    from attnviz.base.sizes import size_text
+    from attnviz.engine.discovery import scoring_bytes
+    from attnviz.engine.memory import memory_budget
+
+    parts = scoring_bytes(g, T, batch)
+    need, budget = sum(parts.values()), loaded.memory_budget or memory_budget()
+    if need > budget:
+        shown = ", ".join(f"{name} {size_text(size)}" for name, size in parts.items())
+        steps = f", lower {arg('steps')} (its {batch} runs go at once)" if batch > 1 else ""
+        raise InputError(f"scoring the edges of {T}-token prompts would need about {size_text(need)} ({shown}; "
+                         f"{len(g.receivers):,} receivers each with its own copy of its {T} × {g.D} input), over "
+                         f"the budget of {size_text(budget)}; shorten the prompts{steps}, or raise "
+                         f"{arg('max_memory')} (e.g. 16G) if you have the memory")
+
