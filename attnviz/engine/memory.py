@@ -41,18 +41,21 @@ def attention_bytes(loaded: LoadedModel, T: int, copies: float = 1.0) -> int:
     return int((copies * L + 4) * H * T * T * 4)
 
 
-def check_memory(loaded: LoadedModel, T: int, copies: float = 1.0, streams: bool = False) -> None:
-    """Refuse, before running anything, an input whose attention would not fit the memory budget."""
-    need, budget = attention_bytes(loaded, T, copies), loaded.memory_budget or memory_budget()
+def check_memory(loaded: LoadedModel, T: int, copies: float = 1.0, streams: bool = False, beside: int = 0,
+                 beside_text: str = "") -> None:
+    """Refuse, before running anything, an input whose attention would not fit the memory budget (with `beside`
+    bytes the analysis holds besides, named by `beside_text`)."""
+    need, budget = attention_bytes(loaded, T, copies) + beside, loaded.memory_budget or memory_budget()
     if need > budget:
         L, H = layers_and_heads(loaded.model.config)
         hint = (f"pass {arg('stream')} to compute it a block of rows at a time" if streams else "shorten the text")
         copies_text = f"{copies:g} × {L}" if copies != 1 else f"{L}"
-        raise InputError(f"{T} tokens would need about {size_text(need)} for attention, "
+        total = f"{size_text(need)}: {size_text(need - beside)}" if beside else size_text(need)
+        besides = f", and {size_text(beside)} for {beside_text}" if beside else ""
+        raise InputError(f"{T} tokens would need about {total} for attention, "
                          f"({copies_text} layers + 4 for the model's temporaries) × {H} heads × {T}² weights × 4 "
-                         f"bytes, over the budget of {size_text(budget)}; {hint}, or raise {arg('max_memory')} "
-                         f"(e.g. 16G) "
-                         f"if you have the memory")
+                         f"bytes{besides}, over the budget of {size_text(budget)}; {hint}, or raise "
+                         f"{arg('max_memory')} (e.g. 16G) if you have the memory")
 
 
 def alti_bytes(loaded: LoadedModel, T: int, streamed: bool) -> int:

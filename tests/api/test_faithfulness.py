@@ -123,6 +123,40 @@ def _graph(layers):
     return graph
 
 
+@pytest.mark.parametrize("L, T, causal, seed", [(2, 5, False, 0), (3, 9, True, 1), (4, 12, False, 2),
+                                                (6, 16, True, 3), (5, 14, False, 4)])
+def test_max_flow_on_the_layered_dag_equals_networkx_within_its_rounding(L, T, causal, seed):
+    """Each token's maximum flow, solved on the layered DAG with capacities floored to multiples of 2⁻³⁰, is at
+    most networkx's float max-flow on the graph as Abnar & Zuidema build it, and below it by less than the
+    edges of a cut × 2⁻³⁰ (bounded here by every edge); dense and causal (zeros above the diagonal) graphs,
+    from every row. The normalised flows then agree within T times that."""
+    import networkx as nx
+
+    from attnviz.metrics.faithfulness import FLOW_SCALE, max_flows
+
+    rng = np.random.default_rng(seed)
+    alpha = rng.random((L, 2, T, T)) ** 8  # uneven rows: cuts inside the graph, not only at its ends
+    if causal:
+        alpha = np.tril(alpha)
+    alpha /= alpha.sum(-1, keepdims=True)
+    layers = residual_attention(alpha)
+    graph = nx.DiGraph()
+    for n in range(L):
+        for i in range(T):
+            for j in np.flatnonzero(layers[n, i] > 0):
+                graph.add_edge((n + 1, i), (n, int(j)), capacity=float(layers[n, i, j]))
+    bound = L * T * T / FLOW_SCALE + 1e-12
+    inner = False  # some flow cut inside the graph, not by what the row emits (1) or what its token takes in
+    for row in range(T):
+        ours = max_flows(layers, row)
+        theirs = np.array([nx.maximum_flow_value(graph, (L, row), (0, j)) if graph.has_node((0, j)) else 0.0
+                           for j in range(T)])
+        assert np.all(ours <= theirs + 1e-12) and np.all(theirs - ours < bound), (row, np.abs(ours - theirs).max())
+        assert np.allclose(attention_flow(layers, np.array([row])), theirs / theirs.sum(), atol=2 * T * bound)
+        inner |= bool(np.any(theirs < np.minimum(1.0, layers[0].sum(0)) - 1e-6))
+    assert inner
+
+
 def test_flow_of_a_one_layer_model_is_its_attention_row(tmp_path):
     from helpers import build_tiny_model
 
@@ -206,22 +240,31 @@ def test_bins_and_order():
     assert only(6, np.array([1, 2, 3, 4]), np.array([3])).tolist() == [0, 3, 5]
 
 
-def test_the_sanity_check_randomises_a_copy_from_the_top_down_and_gives_the_model_back(gpt2):
-    from attnviz.engine.attribution.faithfulness import Randomised
+def test_the_sanity_check_randomises_from_the_top_down_and_gives_the_model_back(gpt2):
+    """Cascading: the top block's matrices drawn first, then every block's; norms and biases kept. No copy of the
+    model: the matrices are swapped for drawn ones and swapped back on leaving, so the model is given back
+    bit for bit (the same tensors), its modes, flags and gradients as they were."""
+    from attnviz.engine.attribution.faithfulness import drawn_bytes, Randomised
 
     before = {k: v.clone() for k, v in gpt2.model.state_dict().items()}
+    storage = {k: p.data_ptr() for k, p in gpt2.model.named_parameters()}
     grads = {k: p.requires_grad for k, p in gpt2.model.named_parameters()}
-    copy = Randomised(gpt2.model, seed=0)
-    L = len(copy.blocks)
-    copy.down_to(L - 1)
+    blocks = gpt2.model.transformer.h
+    L = len(blocks)
 
     def changed() -> set[int]:
-        return {n for n in range(L) if any(not torch.equal(p, q) for p, q in zip(
-            copy.blocks[n].parameters(), gpt2.model.transformer.h[n].parameters()))}
+        return {n for n in range(L) if any(not torch.equal(p, before[f"transformer.h.{n}.{k}"])
+                                           for k, p in blocks[n].named_parameters())}
 
-    assert changed() == {L - 1}
-    copy.down_to(0)
-    assert changed() == set(range(L))
+    with Randomised(gpt2.model, seed=0) as copy:
+        copy.down_to(L - 1)
+        assert changed() == {L - 1}
+        copy.down_to(0)
+        assert changed() == set(range(L))
+        kept = {k for k, p in blocks[0].named_parameters() if torch.equal(p, before[f"transformer.h.0.{k}"])}
+        assert kept and all(blocks[0].get_parameter(k).ndim == 1 for k in kept)  # norms and biases
+    assert changed() == set() and all(p.data_ptr() == storage[k] for k, p in gpt2.model.named_parameters())
+    assert drawn_bytes(gpt2.model) == sum(p.numel() * 4 for b in blocks for p in b.parameters() if p.ndim >= 2)
     gpt2.model.train()
     result = attnviz.faithfulness(TEXT, model=gpt2, methods=["attention", "integrated-gradients", "loo"], sanity=2)
     assert gpt2.model.training  # the mode given back
@@ -232,6 +275,53 @@ def test_the_sanity_check_randomises_a_copy_from_the_top_down_and_gives_the_mode
     for m in result.methods:
         assert [n for n, _ in m.sanity] == [L - 1, 0]
     assert result.method("loo").kendall_tau_loo == pytest.approx(1.0)
+
+
+def test_the_memory_check_counts_the_sanity_check_s_drawn_blocks(gpt2):
+    """The sanity check adds its drawn matrices to what the run holds (it once deep-copied the whole model, in
+    no estimate: Qwen2.5-Coder-0.5B peaked at 5.4 GB with --sanity 1 against 2.45 GB without): a budget a byte
+    under α's copies plus the drawn blocks refuses --sanity 1, naming them, and runs --sanity 0."""
+    from attnviz.engine.attribution.faithfulness import drawn_bytes
+    from attnviz.engine.forward import encode
+    from attnviz.engine.memory import attention_bytes
+
+    T = len(encode(gpt2, TEXT).tokens)
+    drawn = drawn_bytes(gpt2.model)
+    old_budget = gpt2.memory_budget
+    gpt2.memory_budget = attention_bytes(gpt2, T, 4.0) + drawn - 1
+    try:
+        with pytest.raises(attnviz.AttnvizError, match=r"for the sanity check's randomised blocks"):
+            attnviz.faithfulness(TEXT, model=gpt2, methods=["attention"], sanity=1)
+        assert attnviz.faithfulness(TEXT, model=gpt2, methods=["attention"], sanity=0).methods
+        gpt2.memory_budget += 1
+        assert attnviz.faithfulness(TEXT, model=gpt2, methods=["attention"], sanity=1).methods
+    finally:
+        gpt2.memory_budget = old_budget
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, RuntimeError])
+def test_a_sanity_check_stopped_midway_gives_every_weight_back(gpt2, monkeypatch, stop):
+    """Ctrl-C (or an error) while the randomised model is measured: every matrix swapped back before it
+    propagates, the model bit for bit as it was."""
+    import attnviz.api.attribution.faithfulness_methods as methods_module
+
+    before = {k: v.clone() for k, v in gpt2.model.state_dict().items()}
+    real, calls = methods_module.method_scores, []
+
+    def stopping(name, explained, *args, **kwargs):
+        calls.append(name)
+        if len(calls) == 3:  # the second method on the randomised model
+            raise stop("stopped")
+        return real(name, explained, *args, **kwargs)
+
+    monkeypatch.setattr(methods_module, "method_scores", stopping)
+    import attnviz.api.attribution.faithfulness as api_module
+
+    monkeypatch.setattr(api_module, "method_scores", stopping, raising=False)
+    with pytest.raises((stop, attnviz.AttnvizError)):
+        attnviz.faithfulness(TEXT, model=gpt2, methods=["attention", "loo"], sanity=1)
+    assert len(calls) == 3
+    assert all(torch.equal(before[k], v) for k, v in gpt2.model.state_dict().items())
 
 
 def test_the_json_holds_what_a_script_needs(gpt2):

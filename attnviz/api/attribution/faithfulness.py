@@ -181,7 +181,7 @@ def _one(loaded, text: str, *, asked: list[str], explicit: bool, causal: bool, t
     progress bar)."""
     tick = tick or (lambda n: None)
     from attnviz.api.attribution.logits import check_spelling, target_id
-    from attnviz.engine.attribution.faithfulness import Explained, Randomised
+    from attnviz.engine.attribution.faithfulness import drawn_bytes, Explained, Randomised
     from attnviz.engine.forward import encode
     from attnviz.engine.memory import check_memory
 
@@ -198,7 +198,8 @@ def _one(loaded, text: str, *, asked: list[str], explicit: bool, causal: bool, t
     if len(erasable) < 2:
         raise InputError(f"faithfulness ranks and erases tokens: this text has {len(erasable)} that can be erased "
                          f"(not special{', not the last' if causal else ''}); give a longer text")
-    check_memory(loaded, T, copies=4.0)
+    check_memory(loaded, T, copies=4.0, beside=drawn_bytes(loaded.model) if sanity else 0,
+                 beside_text="the sanity check's randomised blocks")
     wanted = target_id(loaded, target)
     reporter = reporter or Reporter()
     skipped: list[str] = []
@@ -268,9 +269,9 @@ def _one(loaded, text: str, *, asked: list[str], explicit: bool, causal: bool, t
     depths = sanity_layers(loaded.shape[0], sanity)
     sane: dict[str, list[tuple[int, float]]] = {name: [] for name in scores}
     if depths:
-        copy = Randomised(loaded.model, seed=seed)
-        with reporter.progress("Randomising the model from the top block down: every method again",
-                               len(depths) * len(scores), "methods") as step:
+        with Randomised(loaded.model, seed=seed) as copy, reporter.progress(
+                "Randomising the model from the top block down: every method again", len(depths) * len(scores),
+                "methods") as step:
             for layer in depths:
                 copy.down_to(layer)
                 shaken = Explained(copy.model, encoded.inputs, causal=causal, target=explained.target)
@@ -283,7 +284,6 @@ def _one(loaded, text: str, *, asked: list[str], explicit: bool, causal: bool, t
                     sane[name].append((layer, spearman(scores[name][erasable], again[erasable])))
                     step(1)
                     tick(1)
-        del copy
     built = []
     for name in asked:
         if name == "random" or name not in scores:

@@ -11,7 +11,6 @@ randomisation), for the sanity check.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -183,17 +182,26 @@ def alti_logit_scores(model, inputs: dict, target: int) -> np.ndarray | None:
 
 
 class Randomised:
-    """A copy of `model` whose blocks are randomised from the top one down, one more at each `down_to(l)`
-    (cascading): every weight matrix of a block drawn afresh from N(0, σ²), σ the config's initializer_range
-    (0.02 where it has none), the norms and biases kept. The model handed in is never touched."""
+    """`model` with its blocks randomised from the top one down, one more at each `down_to(l)` (cascading): every
+    weight matrix of a block drawn afresh from N(0, σ²), σ the config's initializer_range (0.02 where it has
+    none), the norms and biases kept. No copy of the model is made: each matrix is swapped for its drawn one
+    (the original set aside, not copied) and every one is swapped back by `give_back()` — a `with` block does
+    it, on an error or Ctrl-C too. What it adds is the drawn matrices: `drawn_bytes(model, layer)`."""
 
     def __init__(self, model, seed: int = 0) -> None:
-        self.model = copy.deepcopy(model)
+        self.model = model
         base = getattr(self.model, "base_model", self.model)
         self.blocks = layer_blocks(base, adapter_for(base).modules(base))
         self.sigma = float(getattr(self.model.config, "initializer_range", 0.02) or 0.02)
         self.generator = torch.Generator().manual_seed(seed)
         self.lowest = len(self.blocks)
+        self.originals: list[tuple[torch.nn.Parameter, torch.Tensor]] = []
+
+    def __enter__(self) -> Randomised:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.give_back()
 
     def down_to(self, layer: int) -> None:
         with torch.no_grad():
@@ -201,5 +209,27 @@ class Randomised:
                 for parameter in self.blocks[n].parameters():
                     if parameter.ndim >= 2:
                         drawn = torch.randn(parameter.shape, generator=self.generator) * self.sigma
-                        parameter.copy_(drawn.to(parameter.dtype))
+                        self.originals.append((parameter, parameter.data))
+                        parameter.data = drawn.to(device=parameter.device, dtype=parameter.dtype)
         self.lowest = min(self.lowest, layer)
+
+    def give_back(self) -> None:
+        """Every matrix swapped back, the last drawn first (a matrix shared by two blocks gets its own back)."""
+        while self.originals:
+            parameter, original = self.originals.pop()
+            parameter.data = original
+        self.lowest = len(self.blocks)
+
+
+def drawn_bytes(model, layer: int = 0) -> int:
+    """What randomising the blocks from `layer` up adds: their weight matrices, drawn afresh."""
+    base = getattr(model, "base_model", model)
+    blocks = layer_blocks(base, adapter_for(base).modules(base))
+    seen: set[int] = set()
+    total = 0
+    for block in blocks[layer:]:
+        for parameter in block.parameters():
+            if parameter.ndim >= 2 and id(parameter) not in seen:
+                seen.add(id(parameter))
+                total += parameter.numel() * parameter.element_size()
+    return total
