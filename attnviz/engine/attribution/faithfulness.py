@@ -1,7 +1,7 @@
 """The torch side of faithfulness: the quantity an explanation explains, f, on any subset of a text's tokens
 (erasure by deleting ids from the input, ERASER's way), batched; every method's per-token scores from one
-model; and a copy of the model randomised from the top block down (Adebayo et al. 2018's cascading
-randomisation), for the sanity check.
+model; and the model randomised from the top block down (Adebayo et al. 2018's cascading randomisation), its
+matrices swapped for drawn ones and back, for the sanity check.
 
     f, causal LM   the probability of the target token at the position whose next token is explained (the
                    last one, never erased)
