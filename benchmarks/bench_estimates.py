@@ -47,12 +47,20 @@ def call(length):
         steps = int(arg)
         return attnviz.discover(clean, corrupt, answers=(" Mary", " John"), model=model,
                                 method="eap" if steps == 1 else "eap-ig", steps=max(steps, 1)), clean
+    if kind == "atp*":  # prompts of different lengths, aligned
+        corrupt = corrupt.replace(" When Anna", " so When Anna")
+        return attnviz.patch(clean, corrupt, answers=(" Mary", " John"), model=model, method="atp*",
+                             align="auto"), clean
 
 
 def estimate(clean):
+    from attnviz.engine.ablation import site
     from attnviz.engine.discovery import graph, scoring_bytes
+    from attnviz.engine.patching import starred_bytes
 
     T = len(tok(clean)["input_ids"])
+    if kind == "atp*":
+        return T, sum(starred_bytes(site(model.model), T + 1, T).values())
     return T, sum(scoring_bytes(graph(model.model), T, int(arg)).values())
 
 
@@ -65,7 +73,8 @@ print(json.dumps({"tokens": tokens, "estimate": need, "measured": peak - before}
 '''.replace("FILLER", repr(FILLER)).replace("IOI", repr(IOI))
 
 ROWS = [("discover EAP, SmolLM2", "discover", T, "1") for T in (64, 128, 256)] + \
-       [("discover EAP-IG 5 steps, SmolLM2", "discover", T, "5") for T in (64, 128)]
+       [("discover EAP-IG 5 steps, SmolLM2", "discover", T, "5") for T in (64, 128)] + \
+       [("patch --method atp* --align auto, SmolLM2", "atp*", T, "") for T in (100, 161)]
 
 
 def main() -> None:

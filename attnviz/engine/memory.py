@@ -82,3 +82,15 @@ def check_alti_memory(loaded: LoadedModel, T: int, streamed: bool) -> None:
         raise InputError(f"{T} tokens would need about {size_text(need)}{' even streamed' if streamed else ''}: "
                          f"{held} × {T}² × 4 bytes and a block of rows, over the budget of {size_text(budget)}; "
                          f"{hint}shorten the text, or raise {arg('max_memory')} (e.g. 16G) if you have the memory")
+
+
+def check_parts(loaded: LoadedModel, parts: dict[str, int], what: str, hint: str) -> None:
+    """Refuse, before running, an analysis whose parts (name → bytes, as its own estimate counts them) would
+    not fit the memory budget: one line naming the total, each part and what to change (`hint`)."""
+    need, budget = sum(parts.values()), loaded.memory_budget or memory_budget()
+    if need > budget:
+        shown = ", ".join(f"{name} {size_text(size)}" for name, size in parts.items())
+        raise InputError(f"{what} would need about {size_text(need)} ({shown}), over the budget of "
+                         f"{size_text(budget)}; {hint}, or raise {arg('max_memory')} (e.g. 16G) if you have the "
+                         f"memory")
+

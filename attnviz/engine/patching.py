@@ -26,6 +26,7 @@ import torch
 from attnviz.engine.ablation.seam import Site, copies_that_fit, editing, recording
 from attnviz.engine.ablation.runs import embedding, is_causal_lm, outputs_of, run_model
 from attnviz.errors import UnsupportedArchitectureError
+from attnviz.engine.stream import give_back_memory
 
 KINDS = ("head", "attention", "residual")
 
@@ -272,16 +273,17 @@ class Starred:
     exactly, the rest linearised), and `dropped`: the same once per layer ℓ with the gradient through block ℓ's
     contribution to the residual stream dropped (GradDrop), ((heads, residual), …) in layer order. float64.
     What the QK fix is made of, for the tests: `alpha` (per layer (1, H, T, T)) and `alpha_grad` (∂M/∂α) of the
-    receiver run, `exact_alpha` (per layer (A, H, T, T)): α with the residual stream at each aligned position
-    taken from the donor, and `linearised` (L, A): the estimate through each layer's patterns that the fix
-    replaces, ⟨∂M/∂α_l, J Δ⟩."""
+    receiver run, `exact_alpha(layer, positions)` ((k, H, T, T), computed when asked, never kept for every
+    position: that was L·A·H·T², the cube of the length): α with the residual stream at each of the aligned
+    positions taken from the donor, and `linearised` (L, A): the estimate through each layer's patterns that
+    the fix replaces, ⟨∂M/∂α_l, J Δ⟩."""
 
     heads: torch.Tensor
     residual: torch.Tensor
     dropped: list
     alpha: list
     alpha_grad: list
-    exact_alpha: list
+    exact_alpha: Any
     linearised: torch.Tensor
     value: float
 
@@ -292,6 +294,32 @@ def _detach_block(module, args, kwargs, output):
     out = output[0] if isinstance(output, tuple) else output
     cut = hidden + (out - hidden).detach()
     return (cut, *output[1:]) if isinstance(output, tuple) else cut
+
+
+EXACT_ALPHA_BYTES = 64 << 20  # the QK fix runs a layer's attention for this much α of patched positions at once
+                              # (the attention module's own temporaries about 3 times more)
+
+
+def starred_bytes(where: Site, T: int, A: int) -> dict[str, int]:
+    """What AtP* holds at its peak for T tokens and A aligned positions, by part (float32 unless said):
+
+        gradients    GradDrop's run d keeps ∂M/∂α of the layers below block d: L(L − 1)/2 · H·T²
+        graphs       two runs' activations for the backward pass (the receiver run's, which the attention
+                     calls recorded for the QK fix keep, and the run in progress): per layer α and the scores
+                     (2·H·T²), the MLP's (4·T·I) and the rest of the block (10·T·D)
+        patterns     the receiver run's α and ∂M/∂α, 2·L·H·T²
+        qk fix       one layer's ∂M/∂α of every run in float64, (L + 1)·H·T²·8, and a block of patched
+                     positions' α (at most EXACT_ALPHA_BYTES) with the attention module's temporaries, 4 times
+    """
+    config = where.model.config
+    L, H = where.layers, where.heads
+    D = int(getattr(config, "hidden_size", 0) or getattr(config, "n_embd", 0) or getattr(config, "dim", 0) or 1024)
+    intermediate = int(getattr(config, "intermediate_size", 0) or getattr(config, "n_inner", 0) or 4 * D)
+    square = H * T * T * 4
+    return {"gradients": L * (L - 1) // 2 * square,
+            "graphs": 2 * L * T * (2 * H * T + 4 * intermediate + 10 * D) * 4,
+            "patterns": 2 * L * square,
+            "qk fix": (L + 1) * square * 2 + 4 * min(EXACT_ALPHA_BYTES, max(1, A) * square)}
 
 
 def starred(where: Site, inputs: dict, donor: Donor, at: Sequence[int], metric: Any) -> Starred:
@@ -367,41 +395,84 @@ def starred(where: Site, inputs: dict, donor: Donor, at: Sequence[int], metric: 
                 handle.remove()
         return zs, hiddens, [a.detach() for a in alphas], grads, linear, float(value.detach())
 
-    zs, hiddens, alphas, grads, linear, value = one(None)
-    index = torch.tensor(places, dtype=torch.long)
-    exact_alpha = []
-    for n in range(L):  # layer n's α with each aligned position's input from the donor, one batch
+    def exact_alpha(n: int, chosen: Sequence[int]) -> torch.Tensor:
+        """Layer n's α (k, H, T, T) with the input at each position of `chosen` (of `at`) from the donor."""
         args, kwargs = calls[n]
-        batch = reads[n].expand(len(places), *reads[n].shape[1:]).clone()
-        for k, r in enumerate(places):
+        batch = reads[n].expand(len(chosen), *reads[n].shape[1:]).clone()
+        for k, r in enumerate(chosen):
             batch[k, r] = donor_reads[n][0, source[r]].to(batch.dtype)
         given = ((batch, *args[1:]), kwargs) if args else ((), {**kwargs, "hidden_states": batch})
         with torch.inference_mode():
             out = attention[n](*given[0], **given[1])
-        exact_alpha.append(out[1].detach())  # (A, H, T, T)
+        return out[1].detach()
 
-    def estimate(zs, hiddens, alphas, grads, linear) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        heads, residual, linears = [], [], []
+    def partial(zs, hiddens, grads, linear) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[bool]]:
+        """Everything of the estimate but the exact pattern change: the heads, the residual stream less its
+        linearised pattern change where the QK fix applies (which layers: `fixed`), the linearised terms."""
+        heads, residual, linears, fixed = [], [], [], []
         for n in range(L):
             heads.append(_linearised(index, zs[n], donor.z[n], grads[n]))
             through = _linearised(index, hiddens[n], donor.hidden[n], grads[L + n])
-            g_alpha, lin = grads[2 * L + n], linear[n]
             linearised = torch.zeros(len(places), dtype=torch.float64)
-            if g_alpha is not None and lin is not None:
-                linearised = _linearised(index, hiddens[n], donor.hidden[n], lin)
-                moved = exact_alpha[n].double() - alphas[n].double()  # (A, H, T, T)
-                exact = (moved * g_alpha.detach().double()).flatten(1).sum(1).cpu()
-                through = through - linearised + exact
+            applies = grads[2 * L + n] is not None and linear[n] is not None
+            if applies:
+                linearised = _linearised(index, hiddens[n], donor.hidden[n], linear[n])
+                through = through - linearised
             residual.append(through)
             linears.append(linearised)
-        return torch.stack(heads), torch.stack(residual), torch.stack(linears)
+            fixed.append(applies)
+        return torch.stack(heads), torch.stack(residual), torch.stack(linears), fixed
 
-    heads, residual, linearised = estimate(zs, hiddens, alphas, grads, linear)
-    dropped = []
-    for layer in range(L):
-        d_heads, d_residual, _ = estimate(*one(layer)[:5])
-        dropped.append((d_heads, d_residual))
+    zs, hiddens, alphas, grads, linear, value = one(None)
+    index = torch.tensor(places, dtype=torch.long)
+    heads, residual, linearised, fixed = partial(zs, hiddens, grads, linear)
     alpha_grad = [None if g is None else g.detach() for g in grads[2 * L:]]
+    del zs, hiddens, grads, linear
+    # GradDrop's run d cuts the gradient through block d: layer n's ∂M/∂α is the receiver run's own for n > d
+    # (nothing after α_n runs through block d) and none for n = d; only n < d is kept, L(L − 1)/2 of them
+    dropped_parts = []
+    kept: dict[tuple[int, int], torch.Tensor] = {}
+    for d in range(L):
+        zs_d, hiddens_d, _, grads_d, linear_d, _ = one(d)
+        dropped_parts.append(partial(zs_d, hiddens_d, grads_d, linear_d))
+        for n in range(d):
+            if grads_d[2 * L + n] is not None:
+                kept[(d, n)] = grads_d[2 * L + n].detach()
+        del zs_d, hiddens_d, grads_d, linear_d
+        give_back_memory()  # freed heap back to the system: it would otherwise creep up run after run
+    # ⟨∂M/∂α_n, α_n(patched) − α_n⟩ for every run, layer n's patched α made a block of positions at a time,
+    # each position's change taken in float64 against every run's ∂M/∂α_n at once (one product)
+    H, T = alphas[0].shape[1], alphas[0].shape[-1]
+    block = max(1, EXACT_ALPHA_BYTES // (H * T * T * 4))
+    exact = {}
+    for n in range(L):
+        runs = [None, *sorted(d for (d, m) in kept if m == n)]
+        gradients = [alpha_grad[n] if d is None else kept[(d, n)] for d in runs]
+        runs = [d for d, g in zip(runs, gradients) if g is not None]
+        if not runs:
+            exact[n] = {}
+            continue
+        table = torch.stack([g[0].double().flatten().cpu() for g in gradients if g is not None])  # (runs, H·T²)
+        base = alphas[n][0].double().flatten().cpu()
+        sums = torch.zeros(len(runs), len(places), dtype=torch.float64)
+        for start in range(0, len(places), block):
+            chosen = places[start:start + block]
+            patched = exact_alpha(n, chosen).cpu()  # (k, H, T, T)
+            for k in range(len(chosen)):
+                sums[:, start + k] = table @ (patched[k].double().flatten() - base)
+            del patched
+        exact[n] = {d: sums[i] for i, d in enumerate(runs)}
+        del table
+        give_back_memory()
+    for n in range(L):
+        if fixed[n]:
+            residual[n] = residual[n] + exact[n][None]
+    dropped = []
+    for d, (d_heads, d_residual, _, d_fixed) in enumerate(dropped_parts):
+        for n in range(L):
+            if d_fixed[n]:
+                d_residual[n] = d_residual[n] + exact[n][d if n < d else None]
+        dropped.append((d_heads, d_residual))
     return Starred(heads, residual, dropped, alphas, alpha_grad, exact_alpha, linearised, value)
 
 

@@ -12,6 +12,7 @@ import pytest
 from helpers import build_tiny_model, one_line_error, require_real, run
 
 import attnviz
+from attnviz.errors import InputError
 from attnviz.engine import offline
 
 CLEAN, CORRUPT = "The cat sat on the mat", "The dog sat on the mat"
@@ -726,8 +727,8 @@ def test_the_qk_fix_reads_the_pattern_a_full_forward_pass_gives(kind, folders):
     for layer in range(where.layers):
         for position in range(T):
             full = _alpha_with(where, corrupt.inputs, layer, position, clean_run.hidden[layer])
-            assert float((star.exact_alpha[layer][position] - full).abs().max()) <= 1e-5, (layer, position)
-    assert any(float((star.exact_alpha[n] - star.alpha[n]).abs().max()) > 1e-3 for n in range(where.layers))
+            assert float((star.exact_alpha(layer, [position])[0] - full).abs().max()) <= 1e-5, (layer, position)
+    assert any(float((star.exact_alpha(n, range(T)) - star.alpha[n]).abs().max()) > 1e-3 for n in range(where.layers))
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "bert"])
@@ -757,7 +758,7 @@ def test_the_qk_fix_takes_out_the_linearised_pattern_change_and_puts_in_the_exac
 
             slope = (4 * central(eps / 2) - central(eps)) / 3
             assert float(star.linearised[layer, position]) == pytest.approx(slope, abs=1e-7 * scale), (layer, position)
-            exact = float(((star.exact_alpha[layer][position].double() - star.alpha[layer][0].double()) * g).sum())
+            exact = float(((star.exact_alpha(layer, [position])[0].double() - star.alpha[layer][0].double()) * g).sum())
             wanted = float(residual[layer, position]) - float(star.linearised[layer, position]) + exact
             assert float(star.residual[layer, position]) == pytest.approx(wanted, abs=1e-9 * scale)
     assert torch.is_tensor(star.residual)
@@ -785,6 +786,31 @@ def test_graddrop_cuts_one_block_at_a_time(kind, folders):
     combined = _star(star, L)["heads"]
     wanted = torch.sign(star.heads.sum(1)) * sum(h.sum(1).abs() for h, _ in star.dropped) / (L - 1)
     np.testing.assert_allclose(combined, wanted.numpy(), atol=1e-12)
+
+
+def test_atp_star_s_memory_check_counts_what_it_holds_and_grows_with_the_square(folders):
+    """AtP*'s check counts its parts (GradDrop's kept ∂M/∂α, two runs' graphs, the patterns, the QK fix's working
+    block), not α's copies alone (the check said ~116 MB where two 161-token prompts on SmolLM2 grew past 4.5
+    GB: every layer's re-run α for every aligned position, the cube of the length): a budget a byte under the
+    estimate refuses before anything runs, naming the parts; the estimate runs. The estimate grows with T², not
+    T³ (the patched α is made a block of positions at a time, never kept)."""
+    from attnviz.engine.memory import attention_bytes
+    from attnviz.engine.patching import starred_bytes
+
+    loaded, where, clean, corrupt = prepared(folders("llama"))
+    T = len(clean.tokens)
+    need = sum(starred_bytes(where, T, T).values())
+    assert need > 4 * attention_bytes(loaded, T, 4.0)
+    answers = answers_of(loaded)
+    loaded.memory_budget = need - 1
+    with pytest.raises(InputError, match=rf"AtP\* on {T} tokens \({T} aligned positions\) would need about "
+                                         r".*\(gradients .* graphs .* qk fix"):
+        attnviz.patch(CLEAN, CORRUPT, model=loaded, answers=answers, method="atp*")
+    loaded.memory_budget = need
+    assert attnviz.patch(CLEAN, CORRUPT, model=loaded, answers=answers, method="atp*").method == "atp*"
+    big = [sum(starred_bytes(where, n, n).values()) - 4 * min(64 << 20, n * where.heads * n * n * 4)
+           for n in (2000, 4000)]
+    assert big[1] / big[0] < 4.5  # T² (with T·D terms), where the kept re-run α grew as T³
 
 
 def test_atp_star_from_the_command_line(folders):
