@@ -162,7 +162,7 @@ def emit(result: Any, *, as_json: bool = False, as_csv: bool = False, files: Seq
     """Show a command's result: write the files asked for (first, so that a reader who closes the pipe early
     still gets them), then print its --json, its --csv or its terminal report (`report=False`: none), then the
     lines that say where the files went (on stderr beside --json and --csv). Exits with the result's code."""
-    from attnviz.base.records import to_csv, to_json
+    from attnviz.base.records import to_csv, write_json
 
     written = [(f, f.path.exists() and f.named_by_default, f.write(f.path)) for f in files if f.asked]
     try:
@@ -174,8 +174,9 @@ def emit(result: Any, *, as_json: bool = False, as_csv: bool = False, files: Seq
                      if isinstance(item, Line) and item.stderr] if report else []
             for note in notes:  # what the run read or did, said on stderr whatever the format
                 show(note)
-            if as_json:
-                print(to_json(result.to_dict()))
+            if as_json:  # written a piece at a time: α of a long text is tens of millions of numbers
+                write_json(result.to_dict(), sys.stdout)
+                sys.stdout.write("\n")
             else:
                 sys.stdout.write(to_csv(result.to_rows() or [], result.csv_columns()))
         elif report:
