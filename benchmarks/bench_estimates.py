@@ -56,7 +56,7 @@ def call(length):
 def estimate(clean):
     from attnviz.engine.ablation import site
     from attnviz.engine.discovery import graph, scoring_bytes
-    from attnviz.engine.patching import starred_bytes
+    from attnviz.engine.memory import starred_bytes
 
     T = len(tok(clean)["input_ids"])
     if kind == "atp*":

@@ -324,7 +324,7 @@ def receiver_gradients(g: Graph, inputs: dict, metric, *, embeddings: torch.Tens
         grads = torch.autograd.grad(metric(result.logits).sum(), tensors, allow_unused=True)
     del result, tensors
     L = len(g.layers)
-    pending = list(grads)
+    pending: list[torch.Tensor | None] = list(grads)
     del grads
     T = pending[-1].shape[1] if pending[-1] is not None else int(inputs["input_ids"].shape[1])
     out = torch.zeros(len(g.receivers), T, g.D, dtype=torch.float64)

@@ -3,6 +3,8 @@ checked before anything runs."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from attnviz.engine.models import LoadedModel, layers_and_heads, part_shapes
 from attnviz.errors import InputError, arg
 from attnviz.base.sizes import size_from_env, size_text
@@ -94,3 +96,28 @@ def check_parts(loaded: LoadedModel, parts: dict[str, int], what: str, hint: str
                          f"{size_text(budget)}; {hint}, or raise {arg('max_memory')} (e.g. 16G) if you have the "
                          f"memory")
 
+
+EXACT_ALPHA_BYTES = 64 << 20  # the QK fix runs a layer's attention for this much α of patched positions at once
+                              # (the attention module's own temporaries about 3 times more)
+
+
+def starred_bytes(where: Any, T: int, A: int) -> dict[str, int]:
+    """What AtP* holds at its peak for T tokens and A aligned positions, by part (float32 unless said):
+
+        gradients    GradDrop's run d keeps ∂M/∂α of the layers below block d: L(L − 1)/2 · H·T²
+        graphs       two runs' activations for the backward pass (the receiver run's, which the attention
+                     calls recorded for the QK fix keep, and the run in progress): per layer α and the scores
+                     (2·H·T²), the MLP's (4·T·I) and the rest of the block (10·T·D)
+        patterns     the receiver run's α and ∂M/∂α, 2·L·H·T²
+        qk fix       one layer's ∂M/∂α of every run in float64, (L + 1)·H·T²·8, and a block of patched
+                     positions' α (at most EXACT_ALPHA_BYTES) with the attention module's temporaries, 4 times
+    """
+    config = where.model.config
+    L, H = where.layers, where.heads
+    D = int(getattr(config, "hidden_size", 0) or getattr(config, "n_embd", 0) or getattr(config, "dim", 0) or 1024)
+    intermediate = int(getattr(config, "intermediate_size", 0) or getattr(config, "n_inner", 0) or 4 * D)
+    square = H * T * T * 4
+    return {"gradients": L * (L - 1) // 2 * square,
+            "graphs": 2 * L * T * (2 * H * T + 4 * intermediate + 10 * D) * 4,
+            "patterns": 2 * L * square,
+            "qk fix": (L + 1) * square * 2 + 4 * min(EXACT_ALPHA_BYTES, max(1, A) * square)}

@@ -26,6 +26,7 @@ import torch
 from attnviz.engine.ablation.seam import Site, copies_that_fit, editing, recording
 from attnviz.engine.ablation.runs import embedding, is_causal_lm, outputs_of, run_model
 from attnviz.errors import UnsupportedArchitectureError
+from attnviz.engine.memory import EXACT_ALPHA_BYTES
 from attnviz.engine.stream import give_back_memory
 
 KINDS = ("head", "attention", "residual")
@@ -296,32 +297,6 @@ def _detach_block(module, args, kwargs, output):
     return (cut, *output[1:]) if isinstance(output, tuple) else cut
 
 
-EXACT_ALPHA_BYTES = 64 << 20  # the QK fix runs a layer's attention for this much α of patched positions at once
-                              # (the attention module's own temporaries about 3 times more)
-
-
-def starred_bytes(where: Site, T: int, A: int) -> dict[str, int]:
-    """What AtP* holds at its peak for T tokens and A aligned positions, by part (float32 unless said):
-
-        gradients    GradDrop's run d keeps ∂M/∂α of the layers below block d: L(L − 1)/2 · H·T²
-        graphs       two runs' activations for the backward pass (the receiver run's, which the attention
-                     calls recorded for the QK fix keep, and the run in progress): per layer α and the scores
-                     (2·H·T²), the MLP's (4·T·I) and the rest of the block (10·T·D)
-        patterns     the receiver run's α and ∂M/∂α, 2·L·H·T²
-        qk fix       one layer's ∂M/∂α of every run in float64, (L + 1)·H·T²·8, and a block of patched
-                     positions' α (at most EXACT_ALPHA_BYTES) with the attention module's temporaries, 4 times
-    """
-    config = where.model.config
-    L, H = where.layers, where.heads
-    D = int(getattr(config, "hidden_size", 0) or getattr(config, "n_embd", 0) or getattr(config, "dim", 0) or 1024)
-    intermediate = int(getattr(config, "intermediate_size", 0) or getattr(config, "n_inner", 0) or 4 * D)
-    square = H * T * T * 4
-    return {"gradients": L * (L - 1) // 2 * square,
-            "graphs": 2 * L * T * (2 * H * T + 4 * intermediate + 10 * D) * 4,
-            "patterns": 2 * L * square,
-            "qk fix": (L + 1) * square * 2 + 4 * min(EXACT_ALPHA_BYTES, max(1, A) * square)}
-
-
 def starred(where: Site, inputs: dict, donor: Donor, at: Sequence[int], metric: Any) -> Starred:
     """AtP* (Kramár et al. 2024) of every head's z_h and every residual-stream position of `at`, from L + 1
     forward and backward passes of the receiver run (and one of the donor's, for what its attention reads).
@@ -444,7 +419,7 @@ def starred(where: Site, inputs: dict, donor: Donor, at: Sequence[int], metric: 
     # each position's change taken in float64 against every run's ∂M/∂α_n at once (one product)
     H, T = alphas[0].shape[1], alphas[0].shape[-1]
     block = max(1, EXACT_ALPHA_BYTES // (H * T * T * 4))
-    exact = {}
+    exact: dict[int, dict[int | None, torch.Tensor]] = {}
     for n in range(L):
         runs = [None, *sorted(d for (d, m) in kept if m == n)]
         gradients = [alpha_grad[n] if d is None else kept[(d, n)] for d in runs]

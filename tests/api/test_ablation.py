@@ -416,7 +416,7 @@ def test_importance_refuses_text_and_corpus_together(lm, tmp_path):
     assert "not both" in one_line_error(run("importance", TEXT, "-m", lm, "--corpus", path), 2)
     empty = tmp_path / "e.txt"
     empty.write_text("\n\n")
-    assert "no texts" in one_line_error(run("importance", "-m", lm, "--corpus", empty), 1)
+    assert "holds no text" in one_line_error(run("importance", "-m", lm, "--corpus", empty), 1)
 
 
 @pytest.mark.slow

@@ -173,7 +173,7 @@ def test_the_sink_rate_over_a_corpus(tiny_lm_dir, tmp_path):
     assert "not both" in one_line_error(run("sinks", TEXT, "--corpus", lines, "-m", folder), 2)
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n", encoding="utf-8")
-    assert "no texts" in one_line_error(run("sinks", "--corpus", empty, "-m", folder))
+    assert "holds no text" in one_line_error(run("sinks", "--corpus", empty, "-m", folder))
 
 
 @pytest.mark.slow

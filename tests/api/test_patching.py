@@ -795,7 +795,7 @@ def test_atp_star_s_memory_check_counts_what_it_holds_and_grows_with_the_square(
     estimate refuses before anything runs, naming the parts; the estimate runs. The estimate grows with T², not
     T³ (the patched α is made a block of positions at a time, never kept)."""
     from attnviz.engine.memory import attention_bytes
-    from attnviz.engine.patching import starred_bytes
+    from attnviz.engine.memory import starred_bytes
 
     loaded, where, clean, corrupt = prepared(folders("llama"))
     T = len(clean.tokens)

@@ -376,11 +376,11 @@ def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
         raise UsageError(f"{arg('top')} takes a whole number from 1 to 100; got {top}", "top")
     loaded, where, first, second, clean_run, corrupt_run, measure, clean_diff, corrupt_diff, names, pairs = prepare(
         clean, corrupt, model, tokenizer, answers, direction, truncate, device, dtype, align)
-    from attnviz.engine.patching import aligned, attributed, every_patch, run_patches, starred, starred_bytes
+    from attnviz.engine.patching import aligned, attributed, every_patch, run_patches, starred
 
     L, H, A = where.layers, where.heads, len(pairs)
     if method == "atp*":
-        from attnviz.engine.memory import check_parts
+        from attnviz.engine.memory import check_parts, starred_bytes
 
         T = max(len(first.tokens), len(second.tokens))
         check_parts(loaded, starred_bytes(where, T, A), f"AtP* on {T} tokens ({A} aligned positions)",
