@@ -334,17 +334,10 @@ def check_scoring_memory(loaded: Any, g: Any, T: int, batch: int) -> None:
     """Refuse, before any pair runs, a longest pair whose edge scoring would pass the memory budget: what it
     holds is counted part by part (engine.discovery.scoring_bytes), the per-receiver copies of the inputs in
     the run that takes gradients most of all."""
-    from attnviz.base.sizes import size_text
     from attnviz.engine.discovery import scoring_bytes
-    from attnviz.engine.memory import memory_budget
+    from attnviz.engine.memory import check_parts
 
-    parts = scoring_bytes(g, T, batch)
-    need, budget = sum(parts.values()), loaded.memory_budget or memory_budget()
-    if need > budget:
-        shown = ", ".join(f"{name} {size_text(size)}" for name, size in parts.items())
-        steps = f", lower {arg('steps')} (its {batch} runs go at once)" if batch > 1 else ""
-        raise InputError(f"scoring the edges of {T}-token prompts would need about {size_text(need)} ({shown}; "
-                         f"{len(g.receivers):,} receivers each with its own copy of its {T} × {g.D} input), over "
-                         f"the budget of {size_text(budget)}; shorten the prompts{steps}, or raise "
-                         f"{arg('max_memory')} (e.g. 16G) if you have the memory")
-
+    steps = f", lower {arg('steps')} (its {batch} runs go at once)" if batch > 1 else ""
+    check_parts(loaded, scoring_bytes(g, T, batch), f"scoring the edges of {T}-token prompts",
+                f"{len(g.receivers):,} receivers each with its own copy of its {T} × {g.D} input: shorten the "
+                f"prompts{steps}")
