@@ -118,6 +118,10 @@ def norms(text: str | Picture, *, model: Any = None, tokenizer: Any = None, laye
     head_sel = selection(head, "head", keywords=("mean", "max"), field="head")
 
     capture, result = _norms_capture(text, model, tokenizer, truncate, device, dtype, reporter, "norms")
+    return _norms_result(capture, result, layer_sel, head_sel)
+
+
+def _norms_result(capture: Capture, result: Any, layer_sel: Any, head_sel: Any) -> Norms:
     alpha = result.alpha[:, 0].astype(np.float64)  # (L, H, T, T)
     shares = row_shares(capture.attentions.astype(np.float64))
     special = np.asarray(capture.special)
@@ -127,6 +131,23 @@ def norms(text: str | Picture, *, model: Any = None, tokenizer: Any = None, laye
                      "output_check": float(result.output_diff[n])} for n in range(capture.n_layers))
     return Norms(capture, result.alpha[:, 0].astype(np.float32), np.asarray(result.output_diff), records,
                  layer_sel.indices(capture.n_layers)[0], head_sel.resolve(capture.n_heads)[0])
+
+
+def _run_norms(loaded: Any, text: str, encoded: Any, run: Any, what: str):
+    """(capture of ‖α·f(x)‖ shares, NormsResult) from a Run's pass (attnviz.Run.norms, .sinks)."""
+    loaded.require_single(what)
+    from attnviz.engine.scratch.norms import norms_capture, norms_points
+
+    recording = run.recording(norms_points(loaded.shape[0]))
+    return norms_capture(loaded, text, encoded=encoded, recording=recording)
+
+
+def norms_of(loaded: Any, text: str, encoded: Any, run: Any, *, layer: Any = -1, head: Any = 0) -> Norms:
+    """attnviz.Run.norms: what norms() returns, from the run's pass."""
+    layer_sel = selection(layer, "layer", field="layer")
+    head_sel = selection(head, "head", keywords=("mean", "max"), field="head")
+    capture, result = _run_norms(loaded, text, encoded, run, "norms")
+    return _norms_result(capture, result, layer_sel, head_sel)
 
 
 @dataclass(frozen=True)
@@ -199,6 +220,18 @@ def sinks(text: str | Picture | Sequence[str], *, model: Any = None, tokenizer: 
 
     assert isinstance(text, str) or getattr(text, "is_picture", False)
     capture, result = _norms_capture(text, model, tokenizer, truncate, device, dtype, reporter, "sinks")  # type: ignore[arg-type]
+    return _sinks_result(capture, result, threshold)
+
+
+def sinks_of(loaded: Any, text: str, encoded: Any, run: Any, *, threshold: float = 0.3) -> Sinks:
+    """attnviz.Run.sinks: what sinks() returns for one text, from the run's pass."""
+    if not 0.0 <= threshold <= 1.0:
+        raise UsageError(f"threshold must be from 0 to 1, not {threshold}", "threshold")
+    capture, result = _run_norms(loaded, text, encoded, run, "sinks")
+    return _sinks_result(capture, result, threshold)
+
+
+def _sinks_result(capture: Capture, result: Any, threshold: float) -> Sinks:
     alpha = result.alpha[:, 0].astype(np.float64)  # (L, H, T, T)
     shares = row_shares(capture.attentions.astype(np.float64))
     seen_tokens = Tokens.of(capture)

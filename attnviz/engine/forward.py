@@ -114,7 +114,12 @@ def model_attentions(loaded: LoadedModel, encoded: Encoded) -> np.ndarray:
         raise AttentionCheckError(f"{loaded.name} could not run on this input: {first_line(exc)}") from None
     attentions = list(attentions_of(out, loaded.model, loaded.name))
     del out
-    T = len(encoded.token_ids)
+    return alpha_array(attentions, len(encoded.token_ids))
+
+
+def alpha_array(attentions: list, T: int) -> np.ndarray:
+    """A forward pass's α, one tensor per layer, as checked float32 numpy (L, H, T, T); the list's entries are
+    dropped as they are copied, so that where it holds the only reference one copy of α is held at most."""
     for i, layer in enumerate(attentions):
         if layer.ndim != 4 or layer.shape[0] != 1 or tuple(layer.shape[2:]) != (T, T):
             raise AttentionCheckError(f"layer {i} attention has shape {tuple(layer.shape)}, expected (1, H, {T}, {T})")

@@ -1,18 +1,81 @@
-"""What each attention module receives in a forward pass, recorded by forward pre-hooks.
+"""Hooks on a model's modules: the one place that registers them, and removes every one on every exit path.
 
-The from-scratch computations and the streamed path need the hidden states an attention module is given
-(after any LayerNorm), the rotary (cos, sin) of rotary models, and for cross-attention what keys and values
-come from. `recording_inputs` hooks the modules for the length of a `with` block and removes the hooks on
-the way out, whatever happens inside.
+`hooked(hooks)` registers a list of `Hook`s for the length of a `with` block (forward hooks, pre-hooks, with or
+without keyword arguments) and removes them on the way out, whatever happens inside: a return, an error,
+Ctrl-C. Every intervention and every recording of the engine goes through it; no other module calls
+`register_forward_hook` or `register_forward_pre_hook` (a test holds the line). Where a hook sits is named
+TransformerLens's way ("blocks.3.attn.out", "blocks.3.resid.pre", …) in attnviz.engine.points, one table
+for every family.
+
+`recording_inputs` records what each attention module receives (the hidden states after any LayerNorm,
+rotary (cos, sin), and for cross-attention what keys and values come from): what the from-scratch
+computations and the streamed path need.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any, Literal
 
 import torch
+
+# "forward": fn(module, args, output) -> output or None; "forward_kwargs": fn(module, args, kwargs, output);
+# "pre": fn(module, args) -> args or None; "pre_kwargs": fn(module, args, kwargs) -> (args, kwargs) or None
+When = Literal["forward", "forward_kwargs", "pre", "pre_kwargs"]
+
+
+@dataclass(frozen=True)
+class Hook:
+    """One hook: `fn` called on `module` at `when` (see When)."""
+
+    module: Any  # torch.nn.Module
+    when: When
+    fn: Callable[..., Any]
+
+
+def _register(hook: Hook):
+    module, fn = hook.module, hook.fn
+    if hook.when == "forward":
+        return module.register_forward_hook(fn)
+    if hook.when == "forward_kwargs":
+        return module.register_forward_hook(fn, with_kwargs=True)
+    if hook.when == "pre":
+        return module.register_forward_pre_hook(fn)
+    if hook.when == "pre_kwargs":
+        return module.register_forward_pre_hook(fn, with_kwargs=True)
+    raise ValueError(f"unknown hook time {hook.when!r}")
+
+
+@contextlib.contextmanager
+def hooked(hooks: Iterable[Hook]) -> Iterator[None]:
+    """`hooks` registered for the block, in order, and every one removed when it ends, however it ends (one
+    that fails to register removes those before it)."""
+    handles = []
+    try:
+        for hook in hooks:
+            handles.append(_register(hook))
+        yield
+    finally:
+        for handle in reversed(handles):
+            handle.remove()
+
+
+def on_each(modules: Iterable[Any], when: When, make: Callable[[int], Callable[..., Any]]) -> list[Hook]:
+    """One hook per module, `make(n)` giving module n's function."""
+    return [Hook(module, when, make(n)) for n, module in enumerate(modules)]
+
+
+def counting_calls(module: Any) -> tuple[Hook, list[int]]:
+    """(a pre-hook on `module`, a one-element counter of how many times it was called while hooked): how many
+    forward passes an analysis made."""
+    counter = [0]
+
+    def count(_module, _args):
+        counter[0] += 1
+
+    return Hook(module, "pre", count), counter
 
 
 @dataclass
@@ -45,9 +108,5 @@ def recording_inputs(modules: list, on_seen: Callable[[int, Seen], None] | None 
 
         return hook
 
-    handles = [m.register_forward_pre_hook(make_hook(n), with_kwargs=True) for n, m in enumerate(modules)]
-    try:
+    with hooked(on_each(modules, "pre_kwargs", make_hook)):
         yield records
-    finally:
-        for handle in handles:
-            handle.remove()

@@ -401,16 +401,9 @@ def wrap(model, tokenizer, *, name: str | None = None, memory_budget: int | None
                          "tokenizer=tokenizer)")
     if vision:
         tokenizer = None  # an image model reads pixels (attnviz.capture_image)
-    impl = getattr(model.config, "_attn_implementation", "eager")
     shown = name or str(getattr(model.config, "_name_or_path", "") or type(model).__name__)
+    impl = use_eager(model)
     if impl != "eager":
-        switch = getattr(model, "set_attn_implementation", None)
-        try:
-            if switch is None:
-                raise AttributeError
-            switch("eager")
-        except (AttributeError, ValueError, TypeError, NotImplementedError):
-            setattr(model.config, "_attn_implementation", "eager")  # noqa: B010 (older transformers)
         warn(f"{shown} was loaded with attention implementation {impl!r}, which returns no attention "
                       f"weights; attnviz runs it with 'eager' (the same computation, slower) without reloading, and "
                       f"switches it back to {impl!r} when it is done")
@@ -419,6 +412,21 @@ def wrap(model, tokenizer, *, name: str | None = None, memory_budget: int | None
     dtype = str(parameter.dtype).removeprefix("torch.") if parameter is not None else "float32"
     return _loaded(model, tokenizer, shown, "object", device, dtype if dtype in DTYPES else "float32",
                    memory_budget)
+
+
+def use_eager(model) -> str | None:
+    """Switch a model object to eager attention in place (SDPA and flash attention return no weights); its
+    implementation before, to put back when attnviz is done (attnviz.api.models.Borrowed)."""
+    impl = getattr(model.config, "_attn_implementation", "eager")
+    if impl != "eager":
+        switch = getattr(model, "set_attn_implementation", None)
+        try:
+            if switch is None:
+                raise AttributeError
+            switch("eager")
+        except (AttributeError, ValueError, TypeError, NotImplementedError):
+            setattr(model.config, "_attn_implementation", "eager")  # noqa: B010 (older transformers)
+    return impl
 
 
 def forward_args(model) -> set[str]:

@@ -268,7 +268,7 @@ class Contributions(Result):
 def contributions(text: str, *, model: Any = None, tokenizer: Any = None, method: str = "alti",
                   layer: Any = -1, token: str | int | None = None, threshold: float = GRAPH_THRESHOLD,
                   stream: bool | None = None, truncate: bool = True, device: str = "auto", dtype: str = "float32",
-                  faithfulness: bool = False, reporter: Reporter | None = None) -> Contributions:
+                  faithfulness: bool = False, reporter: Reporter | None = None, run: Any = None) -> Contributions:
     """How much each token contributes to each token's output, layer by layer: `method` "alti" (Ferrando et
     al. 2022; one run of the model, checked against each attention block's output) or "value-zeroing"
     (Mohebbi et al. 2023; one run per token in batches, at most MAX_ZEROING_TOKENS tokens).
@@ -281,7 +281,8 @@ def contributions(text: str, *, model: Any = None, tokenizer: Any = None, method
     not special) whose strongest paths are listed and drawn; `threshold` the graph's and the page's smallest
     edge (above 0, at most 1). `faithfulness`: also measure how faithful α, its rollout and this method are on
     the text (attnviz.faithfulness: erasure, leave-one-out and random orders; no sanity check), shown in the
-    report, --json and the page beside the contributions."""
+    report, --json and the page beside the contributions. (`run`: an attnviz.Run of this text, whose pass ALTI
+    reads: attnviz.Run.contributions.)"""
     check_text(text)
     if faithfulness and not isinstance(text, str):
         raise UsageError(f"{arg('faithfulness')} erases tokens of a text; this input is not one", "faithfulness")
@@ -294,7 +295,7 @@ def contributions(text: str, *, model: Any = None, tokenizer: Any = None, method
     loaded.require_single("contributions")
     from attnviz.engine.forward import encode, make_capture, model_attentions
     from attnviz.engine.scratch.adapters import adapter_for
-    from attnviz.engine.attribution.alti import alti
+    from attnviz.engine.attribution.alti import alti, alti_points
     from attnviz.engine.models import layers_and_heads
     from attnviz.engine.memory import alti_bytes, check_alti_memory, check_memory, memory_budget
     from attnviz.engine.attribution.zeroing import value_zeroing
@@ -303,7 +304,7 @@ def contributions(text: str, *, model: Any = None, tokenizer: Any = None, method
     if stream and method != "alti":
         raise InputError(f"value zeroing does not stream (it runs the model once per token, each run holding "
                          f"its α); use {arg('method', 'alti')} for a long input", "stream")
-    encoded = encode(loaded, text, truncate=truncate)
+    encoded = encode(loaded, text, truncate=truncate) if run is None else run.encoded
     T = len(encoded.tokens)
     if method == "value-zeroing" and T > MAX_ZEROING_TOKENS:
         raise InputError(f"value zeroing runs the model once per token: {T} tokens is more than "
@@ -321,13 +322,15 @@ def contributions(text: str, *, model: Any = None, tokenizer: Any = None, method
         with reporter.progress("Splitting each attention block's output into one part per token"
                                + (" (streamed)" if streamed else ""), layers_and_heads(loaded.model.config)[0],
                                "layers") as step:
-            scores, checks, seen_alpha = alti(loaded.model, encoded.inputs, streamed=streamed,
-                                              on_layer=step)  # α of the same pass
+            recording = None if run is None or streamed else run.recording(alti_points(loaded.shape[0]))
+            scores, checks, seen_alpha = alti(loaded.model, encoded.inputs, streamed=streamed, on_layer=step,
+                                              recording=recording)  # α of the same pass
     else:
         with reporter.progress("Zeroing each token's value vectors", T, "tokens") as step:
             scores, distances = value_zeroing(loaded.model, encoded.inputs, adapter_for(base).modules(base),
                                               on_done=step)
-        seen_alpha = model_attentions(loaded, encoded)  # the model's own α of the same tokens
+        # the model's own α of the same tokens
+        seen_alpha = model_attentions(loaded, encoded) if run is None else run.capture.attentions
     alpha = make_capture(loaded, encoded, seen_alpha, text, source="scratch, mean over heads" if streamed else "model")
     moved = make_capture(loaded, encoded, scores[:, None].astype(np.float32, copy=False), text,
                          source=METHOD_NAMES[method])

@@ -251,23 +251,24 @@ def _diverging(panel: Panel) -> Panel:
 @checked
 def logit_attr(text: str, *, model: Any = None, tokenizer: Any = None, target: str | int | None = None,
                position: int = -1, top: int = 10, truncate: bool = True, device: str = "auto",
-               dtype: str = "float32", reporter: Reporter | None = None) -> LogitAttribution:
+               dtype: str = "float32", reporter: Reporter | None = None, run: Any = None) -> LogitAttribution:
     """Direct logit attribution for a causal language model: how much each head (and each MLP, the embeddings
     and the biases) writes the logit of `target` (a token's text, e.g. " Paris", or its id; default: the
     model's own prediction) at `position` (default the last token), through the final norm with its scale
     frozen. Checked: the parts add up to the model's own logit within LOGIT_TOLERANCE. Beside it, ALTI-Logit:
-    the heads' effects traced back to the input tokens (`by_input`, `inputs`)."""
+    the heads' effects traced back to the input tokens (`by_input`, `inputs`). (`run`: an attnviz.Run of this
+    text, whose pass is read: attnviz.Run.logit_attr.)"""
     check_text(text)
     if not 1 <= top <= 100:
         raise UsageError(f"{arg('top')} takes a whole number from 1 to 100; got {top}", "top")
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype, lm_head=True)
     loaded.require_single("logit attribution")
     from attnviz.engine.forward import encode
-    from attnviz.engine.attribution.alti import alti_logit
-    from attnviz.engine.attribution.logits import logit_parts, raised_and_lowered
+    from attnviz.engine.attribution.alti import alti_logit, alti_points
+    from attnviz.engine.attribution.logits import logit_parts, logit_points, raised_and_lowered
     from attnviz.engine.memory import check_memory
 
-    encoded = encode(loaded, text, truncate=truncate)
+    encoded = encode(loaded, text, truncate=truncate) if run is None else run.encoded
     T = len(encoded.tokens)
     if not -T <= position < T:
         raise InputError(f"{arg('position')} {position} is out of range: the text is {T} tokens (0..{T - 1}, or -1 "
@@ -275,8 +276,13 @@ def logit_attr(text: str, *, model: Any = None, tokenizer: Any = None, target: s
     target_index = target_id(loaded, target)
     check_memory(loaded, T, copies=4.0)
     with (reporter or Reporter()).status("Running the model and splitting the logit into its parts…"):
-        parts, logits = logit_parts(loaded.model, encoded.inputs, position=position, target=target_index)
-        by_input, alti_note = alti_logit(loaded.model, encoded.inputs, parts.by_source)
+        L = loaded.shape[0]
+        recording = None if run is None else run.recording(logit_points(L))
+        parts, logits = logit_parts(loaded.model, encoded.inputs, position=position, target=target_index,
+                                    recording=recording)
+        if recording is not None and not all(name in recording for name in alti_points(L)):
+            recording = None  # a family whose blocks ALTI does not follow: alti_logit says so in its note
+        by_input, alti_note = alti_logit(loaded.model, encoded.inputs, parts.by_source, recording)
         L, H = parts.heads.shape
         order = np.argsort(-np.abs(parts.heads), axis=None)[:top]
         chosen = [(int(i // H), int(i % H)) for i in order]

@@ -31,34 +31,20 @@ import torch
 from attnviz.engine.forward import attentions_of
 from attnviz.engine.scratch.adapters import adapter_for, layer_blocks
 from attnviz.engine.scratch.norms import _out_weight, head_outputs
-from attnviz.engine.scratch.verify import recompute
+from attnviz.engine.points import Recording, post_norm, pre_mlp_norm, record
 from attnviz.engine.memory import WORKING_BYTES
 from attnviz.errors import UnsupportedArchitectureError
 
 CHECK_TOLERANCE = 1e-4  # of the output's largest |value|: float64 sums of float32 parts, and LN's rounding
 
 
-def _post_norm(block) -> Any:
-    """A post-norm block's norm after the attention (BERT's attention.output.LayerNorm, DistilBERT's
-    sa_layer_norm), else None."""
-    output = getattr(getattr(block, "attention", None), "output", None)
-    for found in (getattr(output, "LayerNorm", None), getattr(block, "sa_layer_norm", None)):
-        if isinstance(found, torch.nn.LayerNorm):
-            return found
-    return None
+def alti_points(n_layers: int) -> list[str]:
+    """The points ALTI reads: each block's input (the residual), its attention's output, the stream after it."""
+    return [f"blocks.{n}.{point}" for n in range(n_layers) for point in ("resid.pre", "attn.out", "resid.mid")]
 
 
-def _pre_mlp_norm(block) -> Any:
-    """A pre-norm block's norm in front of its MLP, whose input is the stream after the attention."""
-    for name in ("post_attention_layernorm", "ln_2", "mlp_norm", "pre_feedforward_layernorm"):
-        found = getattr(block, name, None)
-        if isinstance(found, torch.nn.Module):
-            return found
-    return None
-
-
-def alti(model, inputs: dict, *, streamed: bool = False,
-         on_layer: Callable[[int], None] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def alti(model, inputs: dict, *, streamed: bool = False, on_layer: Callable[[int], None] | None = None,
+         recording: Recording | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(contributions (L, T, T) float32, rows summing to 1; the decomposition check per layer (L,): the largest
     |Σ_j T_i(x_j) + bias − the block's own output| over that output's largest |value|; α of the same forward
     pass). One text.
@@ -74,38 +60,17 @@ def alti(model, inputs: dict, *, streamed: bool = False,
     attention_modules = adapter.modules(base)
     blocks = layer_blocks(base, attention_modules)
     projections = adapter.out_projections(base)
-    post: list[Any] = [_post_norm(block) for block in blocks]
-    after: list[Any] = [norm if norm is not None else _pre_mlp_norm(block) for norm, block in zip(post, blocks)]
+    post: list[Any] = [post_norm(block) for block in blocks]
+    after: list[Any] = [norm if norm is not None else pre_mlp_norm(block) for norm, block in zip(post, blocks)]
     if any(module is None for module in after):
         raise UnsupportedArchitectureError(f"ALTI does not find where {type(base).__name__}'s attention block ends "
                                            f"(no norm after it, nor one before its MLP)")
-    seen: dict[str, list[Any]] = {"x": [None] * len(blocks), "out": [None] * len(blocks), "y": [None] * len(blocks)}
-
-    def keep(kind: str, n: int, position: str):
-        def hook(module, args, *rest):
-            value = rest[-1] if position == "output" else args[0] if args else None
-            if value is None and position == "input":  # called with keywords only
-                value = rest[0].get("hidden_states") if rest and isinstance(rest[0], dict) else None
-            if value is not None:
-                seen[kind][n] = (value[0] if isinstance(value, tuple) else value).detach()
-        return hook
-
-    handles = []
-    for n, block in enumerate(blocks):
-        handles.append(block.register_forward_pre_hook(keep("x", n, "input"), with_kwargs=True))
-        handles.append(projections[n].register_forward_hook(keep("out", n, "output")))
-        if post[n] is not None:  # the block's attention output: the norm's output
-            handles.append(post[n].register_forward_hook(keep("y", n, "output")))
-        else:  # the stream after the attention: the input of the norm before the MLP
-            handles.append(after[n].register_forward_pre_hook(keep("y", n, "input"), with_kwargs=True))
-    try:
-        run = recompute(model, inputs, attentions=not streamed)
-    finally:
-        for handle in handles:
-            handle.remove()
-    if any(value is None for values in seen.values() for value in values):
-        raise UnsupportedArchitectureError(f"ALTI could not follow {type(base).__name__}'s blocks (a module it "
-                                           f"watches was not called)")
+    L = len(blocks)
+    if recording is None:
+        recording = record(model, inputs, alti_points(L), attentions=not streamed)
+    run = recording.run
+    seen = {kind: [recording[f"blocks.{n}.{point}"] for n in range(L)]
+            for kind, point in (("x", "resid.pre"), ("out", "attn.out"), ("y", "resid.mid"))}
 
     L = len(run.layers)
     T = int(seen["x"][0].shape[1])
@@ -164,14 +129,15 @@ def alti(model, inputs: dict, *, streamed: bool = False,
     return scores, checks, model_alpha
 
 
-def alti_logit(model, inputs: dict, by_source: np.ndarray) -> tuple[np.ndarray | None, str]:
+def alti_logit(model, inputs: dict, by_source: np.ndarray,
+               recording: Recording | None = None) -> tuple[np.ndarray | None, str]:
     """ALTI-Logit (Ferrando et al. 2023, the reference code's `logit_aff_x_j_alti`): each head's direct effect on
     a logit through each token it reads (by_source (L, H, T), token j's stream entering layer l), traced back
     to the input tokens by ALTI's contributions of the layers below: by_input[l, h] = by_source[l, h] · R_(l−1),
     R_(l−1) = C_(l−1) ··· C_0 (R_(−1) = I). Rows of each C sum to 1, so each head's effect is kept whole.
     (by_input (L, H, T) or None, why not: a line where ALTI does not split this family's blocks.)"""
     try:
-        scores, _, _ = alti(model, inputs)
+        scores, _, _ = alti(model, inputs, recording=recording)
     except UnsupportedArchitectureError as exc:
         return None, str(exc)
     T = scores.shape[-1]

@@ -29,7 +29,7 @@ import torch
 
 from attnviz.engine.scratch.adapters import adapter_for, layer_blocks
 from attnviz.engine.scratch.norms import _out_weight, head_outputs
-from attnviz.engine.scratch.verify import recompute
+from attnviz.engine.points import Recording, final_norm, record
 from attnviz.errors import UnsupportedArchitectureError
 
 STREAM_TOLERANCE = 1e-4  # of the stream's largest |value|: float32 sums over a few dozen parts
@@ -59,15 +59,6 @@ class LogitParts:
                      + self.final_bias)
 
 
-def _final_norm(base):
-    for name in ("norm", "ln_f", "final_layernorm", "final_layer_norm"):
-        found = getattr(base, name, None)
-        if isinstance(found, torch.nn.Module) and getattr(found, "weight", None) is not None:
-            return found
-    raise UnsupportedArchitectureError(f"logit attribution needs the final norm of {type(base).__name__}, and "
-                                       f"finds none")
-
-
 def _frozen_norm(norm, x: torch.Tensor, y: torch.Tensor):
     """(linear part as a function of a vector (…, D), β): the norm with its scale frozen at x's, chosen
     among LayerNorm, RMSNorm and RMSNorm with (1 + γ) as the one that gives the norm's own output y."""
@@ -84,10 +75,19 @@ def _frozen_norm(norm, x: torch.Tensor, y: torch.Tensor):
     return best[0], best[1], float((best[0](x) + best[1] - y.double()).abs().max())
 
 
-def logit_parts(model, inputs: dict, *, position: int, target: int | None) -> tuple[LogitParts, np.ndarray]:
+def logit_points(n_layers: int) -> list[str]:
+    """The points logit attribution reads: each attention's and MLP's output, the first block's input (the
+    embeddings) and the final norm's input and output."""
+    return [*(f"blocks.{n}.{point}" for n in range(n_layers) for point in ("attn.out", "mlp.out")),
+            "blocks.0.resid.pre", "ln_final.in", "ln_final.out"]
+
+
+def logit_parts(model, inputs: dict, *, position: int, target: int | None,
+                recording: Recording | None = None) -> tuple[LogitParts, np.ndarray]:
     """(the split of one logit, the model's logits at `position` (V,) float64). `target` None: the model's top
     token.
-    `model` has its language-model head; one text (batch of 1)."""
+    `model` has its language-model head; one text (batch of 1). `recording`: a pass that kept logit_points
+    (made before the head was attached, it has no logits: the head is applied to the final norm's output)."""
     base = getattr(model, "base_model", model)
     adapter = adapter_for(base)
     if not getattr(adapter, "causal", False):
@@ -98,7 +98,7 @@ def logit_parts(model, inputs: dict, *, position: int, target: int | None) -> tu
     mlps_modules: list[torch.nn.Module] = [getattr(layer, "mlp", None) for layer in layers]  # type: ignore[misc]
     if any(m is None for m in mlps_modules):
         raise UnsupportedArchitectureError(f"logit attribution does not know {type(base).__name__}'s MLPs")
-    norm = _final_norm(base)
+    norm = final_norm(base)
     unembed = model.get_output_embeddings()
     if unembed is None:
         raise UnsupportedArchitectureError("logit attribution needs the model's language-model head")
@@ -106,33 +106,25 @@ def logit_parts(model, inputs: dict, *, position: int, target: int | None) -> tu
         raise UnsupportedArchitectureError("this model soft-caps its logits (tanh): a logit does not split into "
                                            "parts that add up")
 
-    seen: dict = {"outputs": [None] * len(layers), "mlps": [None] * len(layers)}
-
-    def keep(kind: str, n: int):
-        def hook(module, args, output):
-            seen[kind][n] = (output[0] if isinstance(output, tuple) else output).detach()
-        return hook
-
-    def first_input(module, args, kwargs):
-        hidden = args[0] if args else kwargs.get("hidden_states")
-        seen["x0"] = hidden.detach()
-
-    def final(module, args, output):
-        seen["xL"], seen["y"] = args[0].detach(), output.detach()
-
-    handles = [p.register_forward_hook(keep("outputs", n)) for n, p in enumerate(projections)]
-    handles += [m.register_forward_hook(keep("mlps", n)) for n, m in enumerate(mlps_modules)]
-    handles.append(layers[0].register_forward_pre_hook(first_input, with_kwargs=True))
-    handles.append(norm.register_forward_hook(final))
-    try:
-        run = recompute(model, inputs)
-    finally:
-        for handle in handles:
-            handle.remove()
+    L = len(layers)
+    if recording is None:
+        recording = record(model, inputs, logit_points(L))
+    run = recording.run
+    seen = {"outputs": [recording[f"blocks.{n}.attn.out"] for n in range(L)],
+            "mlps": [recording[f"blocks.{n}.mlp.out"] for n in range(L)],
+            "x0": recording["blocks.0.resid.pre"], "xL": recording["ln_final.in"], "y": recording["ln_final.out"]}
     output: Any = run.output
-    logits = output.logits[0, position].double()  # (V,)
+    T = int(seen["y"].shape[1])
+    p = position % T
+    if getattr(output, "logits", None) is not None:
+        logits = output.logits[0, position].double()  # (V,)
+    else:  # the head applied as the model applies it: to the final norm's output
+        with torch.inference_mode():
+            logits = model.get_output_embeddings()(seen["y"])[0, p].double()  # all positions, as the model does
+            factor = getattr(model, "logit_scale", None)
+            if isinstance(factor, (int, float)) and not isinstance(factor, bool):
+                logits = logits * float(factor)
     t = int(logits.argmax()) if target is None else int(target)
-    p = position % output.logits.shape[1]
 
     with torch.inference_mode():
         x_last = seen["xL"][0, p].double()  # (D,)

@@ -10,8 +10,8 @@ import torch
 
 from attnviz.engine.forward import encode, make_capture
 from attnviz.engine.scratch.adapters import adapter_for
-from attnviz.engine.scratch.verify import recompute
 from attnviz.engine.memory import check_memory
+from attnviz.engine.points import Recording, record
 from attnviz.errors import UnsupportedArchitectureError
 
 
@@ -55,26 +55,22 @@ class ValueNorms:
         return self.alpha * self.value_norms[..., None, :]
 
 
-def value_norms(model, inputs: dict) -> ValueNorms:
-    """Run the model once; per layer recompute α and each head's value vectors through W_O from the model's
-    own weights, and check that they add up to the attention block's output (recorded by a hook)."""
+def norms_points(n_layers: int) -> list[str]:
+    """The points value_norms reads: each attention's output (its check)."""
+    return [f"blocks.{n}.attn.out" for n in range(n_layers)]
+
+
+def value_norms(model, inputs: dict, recording: Recording | None = None) -> ValueNorms:
+    """Run the model once (or read `recording`, a pass that kept blocks.N.attn.out); per layer recompute α and
+    each head's value vectors through W_O from the model's own weights, and check that they add up to the
+    attention block's own output."""
     base = getattr(model, "base_model", model)
     adapter = adapter_for(base)
     projections = adapter.out_projections(base)
-    outputs: list[torch.Tensor | None] = [None] * len(projections)
-
-    def make_hook(n: int):
-        def hook(module, args, output):
-            outputs[n] = output.detach()
-
-        return hook
-
-    handles = [m.register_forward_hook(make_hook(n)) for n, m in enumerate(projections)]
-    try:
-        run = recompute(model, inputs)
-    finally:
-        for handle in handles:
-            handle.remove()
+    if recording is None:
+        recording = record(model, inputs, norms_points(len(projections)))
+    run = recording.run
+    outputs = [recording.points.get(f"blocks.{n}.attn.out") for n in range(len(projections))]
     alphas, norms, diffs, scales = [], [], [], []
     key_mask = inputs.get("attention_mask")
     with torch.inference_mode():
@@ -103,13 +99,14 @@ def value_norms(model, inputs: dict) -> ValueNorms:
                  np.array(scales))
 
 
-def norms_capture(loaded, text, *, truncate: bool = True):
+def norms_capture(loaded, text, *, truncate: bool = True, encoded=None, recording: Recording | None = None):
     """(Capture of value-weighted norms ‖α_ij f_h(x_j)‖, ValueNorms): meta quantity "norm", the exact check's
-    largest |Δ| in meta "norm_check"."""
+    largest |Δ| in meta "norm_check". `encoded` and `recording`: a Run's, read instead of running again."""
 
-    encoded = encode(loaded, text, truncate=truncate)
+    if encoded is None:
+        encoded = encode(loaded, text, truncate=truncate)
     check_memory(loaded, len(encoded.token_ids), copies=4.0)
-    result = value_norms(loaded.model, encoded.inputs)
+    result = value_norms(loaded.model, encoded.inputs, recording)
     capture = make_capture(loaded, encoded, result.alpha[:, 0].astype(np.float32), text)  # checks α first
 
     norms = replace(capture, attentions=result.norms[:, 0].astype(np.float32),
