@@ -25,9 +25,8 @@ if TYPE_CHECKING:
 # The engine (torch, transformers) is imported inside each function, so that `import attnviz` and a saved
 # capture never load it.
 
-__all__ = ["Model", "ModelSpec", "load", "load_model", "resolve_model", "conversion_pending", "model_shape", "model_kind",
-           "list_families",
-           "DEVICES", "DTYPES"]
+__all__ = ["Model", "ModelSpec", "load", "load_model", "resolve_model", "conversion_pending", "model_shape",
+           "model_kind", "list_families", "DEVICES", "DTYPES"]
 
 
 class Model(LoadedModel):

@@ -188,19 +188,19 @@ class Run:
 
     def norms(self, *, layer: Any = -1, head: Any = 0) -> Norms:
         """attnviz.norms of this run: value-weighted norms from the run's pass."""
-        from attnviz.api.values import norms_of
+        from attnviz.api.values import norms_of_run
 
         text = self._needs_text("norms")
         with self._lent():
-            return norms_of(self.model, text, self.encoded, self, layer=layer, head=head)
+            return norms_of_run(self.model, text, self.encoded, self, layer=layer, head=head)
 
     def sinks(self, *, threshold: float = 0.3) -> Sinks:
         """attnviz.sinks of this run."""
-        from attnviz.api.values import sinks_of
+        from attnviz.api.values import sinks_of_run
 
         text = self._needs_text("sinks")
         with self._lent():
-            return sinks_of(self.model, text, self.encoded, self, threshold=threshold)
+            return sinks_of_run(self.model, text, self.encoded, self, threshold=threshold)
 
     def contributions(self, **options: Any) -> Contributions:
         """attnviz.contributions of this run (method, layer, token, threshold, stream, faithfulness): ALTI reads

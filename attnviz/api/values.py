@@ -142,7 +142,7 @@ def _run_norms(loaded: Any, text: str, encoded: Any, run: Any, what: str):
     return norms_capture(loaded, text, encoded=encoded, recording=recording)
 
 
-def norms_of(loaded: Any, text: str, encoded: Any, run: Any, *, layer: Any = -1, head: Any = 0) -> Norms:
+def norms_of_run(loaded: Any, text: str, encoded: Any, run: Any, *, layer: Any = -1, head: Any = 0) -> Norms:
     """attnviz.Run.norms: what norms() returns, from the run's pass."""
     layer_sel = selection(layer, "layer", field="layer")
     head_sel = selection(head, "head", keywords=("mean", "max"), field="head")
@@ -223,7 +223,7 @@ def sinks(text: str | Picture | Sequence[str], *, model: Any = None, tokenizer: 
     return _sinks_result(capture, result, threshold)
 
 
-def sinks_of(loaded: Any, text: str, encoded: Any, run: Any, *, threshold: float = 0.3) -> Sinks:
+def sinks_of_run(loaded: Any, text: str, encoded: Any, run: Any, *, threshold: float = 0.3) -> Sinks:
     """attnviz.Run.sinks: what sinks() returns for one text, from the run's pass."""
     if not 0.0 <= threshold <= 1.0:
         raise UsageError(f"threshold must be from 0 to 1, not {threshold}", "threshold")

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from attnviz.engine.ablation.runs import last_logits, run_model
+from attnviz.engine.hooks import Hook, hooked
 from attnviz.errors import UnsupportedArchitectureError
 
 SCORE_BLOCK = 16  # nodes whose change is held in float64 at once while edges are scored
@@ -295,20 +296,16 @@ def run(g: Graph, inputs: dict, *, embeddings: torch.Tensor | None = None, keep:
         final["x"] = built([len(g.receivers) - 1], base)[:, 0]
         return (final["x"], *args[1:])
 
-    handles = [g.layers[0].block.register_forward_pre_hook(first_input, with_kwargs=True),
-               g.final_norm.register_forward_pre_hook(final_norm)]
+    hooks = [Hook(g.layers[0].block, "pre_kwargs", first_input), Hook(g.final_norm, "pre", final_norm)]
     for n, layer in enumerate(g.layers):
-        handles.append(layer.attention_norm.register_forward_pre_hook(attention_norm(n)))
+        hooks.append(Hook(layer.attention_norm, "pre", attention_norm(n)))
         for module in {id(m): m for m in layer.projections.values()}.values():
-            handles.append(module.register_forward_hook(projection(n)))
-        handles.append(layer.out.register_forward_pre_hook(head_outputs(n)))
-        handles.append(layer.mlp_norm.register_forward_pre_hook(mlp_norm(n)))
-        handles.append(layer.mlp.register_forward_hook(mlp_output(n)))
-    try:
+            hooks.append(Hook(module, "forward", projection(n)))
+        hooks.append(Hook(layer.out, "pre", head_outputs(n)))
+        hooks.append(Hook(layer.mlp_norm, "pre", mlp_norm(n)))
+        hooks.append(Hook(layer.mlp, "forward", mlp_output(n)))
+    with hooked(hooks):
         output = run_model(g.model, {**inputs, **last_logits(g.model)})  # only the last position's logits
-    finally:
-        for handle in handles:
-            handle.remove()
     if any(o is None for o in outputs) or "x" not in final:
         raise UnsupportedArchitectureError(f"{type(g.model).__name__}: a piece of the residual graph was not called")
     return Run(outputs, attention_inputs, mlp_inputs, final["x"], output.logits[:, -1])

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from attnviz.engine.hooks import Hook, hooked
 from attnviz.engine.forward import declared_layers
 
 
@@ -66,15 +67,12 @@ def stopped_attentions(model, inputs: dict[str, Any]) -> list | None:
                 raise _Done
         return record
 
-    handles = [module.register_forward_hook(hook(n)) for n, module in enumerate(modules)]
-    try:
-        with torch.inference_mode():
-            model(**inputs)
-    except _Done:
-        pass
-    finally:
-        for handle in handles:
-            handle.remove()
+    with hooked([Hook(module, "forward", hook(n)) for n, module in enumerate(modules)]):
+        try:
+            with torch.inference_mode():
+                model(**inputs)
+        except _Done:
+            pass
     if any(not torch.is_tensor(r) or r.dim() != 4 for r in records):
         return None
     return records

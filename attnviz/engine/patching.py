@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from attnviz.engine.hooks import Hook, hooked
 from attnviz.engine.ablation.seam import Site, copies_that_fit, editing, recording
 from attnviz.engine.ablation.runs import embedding, is_causal_lm, outputs_of, run_model
 from attnviz.errors import UnsupportedArchitectureError
@@ -92,13 +93,9 @@ def donor_run(where: Site, inputs: dict) -> Donor:
         value, _ = _hidden_of(args, kwargs)
         hidden[where.blocks.index(module)] = value.detach()
 
-    handles = [b.register_forward_pre_hook(keep, with_kwargs=True) for b in where.blocks]
-    try:
+    with hooked([Hook(b, "pre_kwargs", keep) for b in where.blocks]):
         with recording(where) as z, torch.inference_mode():
             output = run_model(where.model, inputs)
-    finally:
-        for handle in handles:
-            handle.remove()
     if any(v is None for v in z) or any(v is None for v in hidden):
         raise UnsupportedArchitectureError(f"{type(where.model).__name__}: a layer was not called")
     return Donor(list(z), hidden, read(where.model, output)[0], inputs)
@@ -156,13 +153,9 @@ def patched_logits(where: Site, inputs: dict, donor: Donor, patches: Sequence[Pa
                 z[row, patch.position] = source[patch.position]
         return z
 
-    handles = [b.register_forward_pre_hook(grow, with_kwargs=True) for b in where.blocks]
-    try:
+    with hooked([Hook(b, "pre_kwargs", grow) for b in where.blocks]):
         with editing(where, edit), torch.inference_mode():
             output = run_model(where.model, inputs)
-    finally:
-        for handle in handles:
-            handle.remove()
     logits = read(where.model, output)
     if logits.shape[0] != 1 + len(patches):
         raise UnsupportedArchitectureError(f"{type(where.model).__name__} did not keep the batch it was given "
@@ -217,13 +210,9 @@ def _differentiable(where: Site) -> Iterator[tuple[list, list]]:
         hiddens[0] = hidden
         return ((hidden, *args[1:]), kwargs) if name is None else (args, {**kwargs, name: hidden})
 
-    handles = [b.register_forward_pre_hook(keep_hidden, with_kwargs=True) for b in where.blocks]
-    try:
+    with hooked([Hook(b, "pre_kwargs", keep_hidden) for b in where.blocks]):
         with editing(where, keep_z), torch.enable_grad():
             yield zs, hiddens
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 def _all_called(where: Site, *recorded: list) -> None:
@@ -322,13 +311,9 @@ def starred(where: Site, inputs: dict, donor: Donor, at: Sequence[int], metric: 
             donor_reads[n] = (args[0] if args else kwargs["hidden_states"]).detach()
         return hook
 
-    handles = [m.register_forward_pre_hook(keep_read(n), with_kwargs=True) for n, m in enumerate(attention)]
-    try:
+    with hooked([Hook(m, "pre_kwargs", keep_read(n)) for n, m in enumerate(attention)]):
         with torch.inference_mode():
             run_model(where.model, donor.inputs)
-    finally:
-        for handle in handles:
-            handle.remove()
 
     calls: list = [None] * L  # (args, kwargs) of each attention module's call in the receiver run
     reads: list = [None] * L
@@ -347,12 +332,12 @@ def starred(where: Site, inputs: dict, donor: Donor, at: Sequence[int], metric: 
                 alphas[n] = output[1] if isinstance(output, tuple) and len(output) > 1 else None
             return hook
 
-        handles = [m.register_forward_hook(keep_alpha(n)) for n, m in enumerate(attention)]
+        hooks = [Hook(m, "forward", keep_alpha(n)) for n, m in enumerate(attention)]
         if drop is None:
-            handles += [m.register_forward_pre_hook(keep_call(n), with_kwargs=True) for n, m in enumerate(attention)]
+            hooks += [Hook(m, "pre_kwargs", keep_call(n)) for n, m in enumerate(attention)]
         else:
-            handles.append(where.blocks[drop].register_forward_hook(_detach_block, with_kwargs=True))
-        try:
+            hooks.append(Hook(where.blocks[drop], "forward_kwargs", _detach_block))
+        with hooked(hooks):
             with _differentiable(where) as (zs, hiddens):
                 value = metric(read(where.model, run_model(where.model, inputs))[0])
                 _all_called(where, zs, hiddens)
@@ -365,9 +350,6 @@ def starred(where: Site, inputs: dict, donor: Donor, at: Sequence[int], metric: 
                     g = grads[2 * L + n]
                     linear.append(None if g is None else torch.autograd.grad(
                         (alphas[n] * g.detach()).sum(), hiddens[n], retain_graph=True, allow_unused=True)[0])
-        finally:
-            for handle in handles:
-                handle.remove()
         return zs, hiddens, [a.detach() for a in alphas], grads, linear, float(value.detach())
 
     def exact_alpha(n: int, chosen: Sequence[int]) -> torch.Tensor:
@@ -477,13 +459,9 @@ def all_patched_logits(where: Site, inputs: dict, donor: Donor) -> torch.Tensor:
             recorded[n] = (output[0] if isinstance(output, tuple) else output).detach()
         return hook
 
-    handles = [m.register_forward_hook(keep(n)) for n, m in enumerate(mlps)]
-    try:
+    with hooked([Hook(m, "forward", keep(n)) for n, m in enumerate(mlps)]):
         with torch.inference_mode():
             run_model(where.model, donor.inputs)
-    finally:
-        for handle in handles:
-            handle.remove()
 
     def moved(n: int, live: torch.Tensor) -> torch.Tensor:
         if donor.pairs is None:
@@ -499,13 +477,9 @@ def all_patched_logits(where: Site, inputs: dict, donor: Donor) -> torch.Tensor:
             return moved(n, output)
         return hook
 
-    handles = [m.register_forward_hook(replace(n)) for n, m in enumerate(mlps)]
-    try:
+    with hooked([Hook(m, "forward", replace(n)) for n, m in enumerate(mlps)]):
         with editing(where, lambda layer, z: donor.z[layer].to(z.dtype).expand_as(z)), torch.inference_mode():
             output = run_model(where.model, inputs)
-    finally:
-        for handle in handles:
-            handle.remove()
     return read(where.model, output)[0]
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from attnviz.engine.hooks import Hook, hooked
 from attnviz.engine.ablation.runs import run_model
 from attnviz.engine.ablation.seam import Site, editing
 from attnviz.engine.patching import Donor, read
@@ -62,13 +63,9 @@ def path_recording(where: Site, attention_modules: list, inputs: dict, receiver:
         return hook
 
     modules = {id(module): module for module, _ in places.values()}
-    handles = [module.register_forward_hook(record(key)) for key, module in modules.items()]
-    try:
+    with hooked([Hook(module, "forward", record(key)) for key, module in modules.items()]):
         with editing(where, frozen), torch.inference_mode():
             run_model(where.model, inputs)
-    finally:
-        for handle in handles:
-            handle.remove()
     return {key: (module, columns, outputs[id(module)]) for key, (module, columns) in places.items()}
 
 
@@ -89,11 +86,7 @@ def path_patched_logits(where: Site, inputs: dict, recorded: dict,
         return hook
 
     modules = {id(module): module for module, _, _ in chosen}
-    handles = [module.register_forward_hook(replace(key)) for key, module in modules.items()]
-    try:
+    with hooked([Hook(module, "forward", replace(key)) for key, module in modules.items()]):
         with torch.inference_mode():
             output = run_model(where.model, inputs)
-    finally:
-        for handle in handles:
-            handle.remove()
     return read(where.model, output)[0]

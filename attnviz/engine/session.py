@@ -15,7 +15,6 @@ import warnings
 from types import SimpleNamespace
 from typing import Any
 
-import numpy as np
 import torch
 
 from attnviz.engine.forward import Encoded, alpha_array, attentions_of, encode, make_capture

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from attnviz.engine.hooks import Hook, hooked
 from attnviz.errors import UnsupportedArchitectureError
 
 from attnviz.engine.ablation.seam import Edit, Site, copies_that_fit, editing, every_head, removal
@@ -83,13 +84,9 @@ def removal_outputs(where: Site, inputs: dict, pairs: Sequence[tuple[int, int]],
         return z
 
     blocks = where.blocks
-    handles = [b.register_forward_pre_hook(grow, with_kwargs=True) for b in blocks]
-    try:
+    with hooked([Hook(b, "pre_kwargs", grow) for b in blocks]):
         with editing(where, edit), torch.inference_mode():
             out = outputs_of(run_model(where.model, inputs), causal)
-    finally:
-        for handle in handles:
-            handle.remove()
     if out.shape[0] != 1 + len(pairs):
         raise UnsupportedArchitectureError(f"{type(where.model).__name__} did not keep the batch it was given "
                                            f"({out.shape[0]} outputs for {1 + len(pairs)})")

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from attnviz.engine.hooks import Hook, hooked
 from attnviz.engine.scratch.adapters import adapter_for
 from attnviz.engine.models import layers_and_heads
 from attnviz.errors import UnsupportedArchitectureError
@@ -99,12 +100,8 @@ def editing(where: Site, edit: Edit) -> Iterator[None]:
             return (edit(layer, z).reshape(x.shape), *args[1:])
         return hook
 
-    handles = [p.register_forward_pre_hook(make(n)) for n, p in enumerate(where.projections)]
-    try:
+    with hooked([Hook(p, "pre", make(n)) for n, p in enumerate(where.projections)]):
         yield
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 def removal(removed: Sequence[tuple[int, int]], fills: list[torch.Tensor] | None) -> Edit:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from attnviz.engine.hooks import Hook, hooked
 from attnviz.engine.scratch.adapters import layer_blocks
 from attnviz.engine.interface import output, streaming
 
@@ -60,9 +61,8 @@ def value_zeroing(model, inputs: dict, attention_modules: list, *, batch: int = 
             value[torch.arange(value.shape[0], device=value.device), :, tokens] = 0  # v_j of copy b, every head
         return output(attention, value, BLOCK_BYTES)
 
-    handles = [block.register_forward_hook(block_hook(n)) for n, block in enumerate(blocks)]
     distances = torch.zeros(L, T, T, dtype=torch.float64)
-    try:
+    with hooked([Hook(block, "forward", block_hook(n)) for n, block in enumerate(blocks)]):
         with streaming(model, attend), torch.inference_mode():
             model(**inputs)  # clean (value untouched: the same computation as the family's eager attention)
             patch["on"] = True
@@ -77,9 +77,6 @@ def value_zeroing(model, inputs: dict, attention_modules: list, *, batch: int = 
                     distances[n, :, start:start + len(tokens)] = (1 - cos).T.cpu()
                 if on_done is not None:
                     on_done(len(tokens))
-    finally:
-        for handle in handles:
-            handle.remove()
     distances = distances.clamp_min(0)  # 1 − cos of two nearly equal vectors rounds to ±1e-16
     sums = distances.sum(-1, keepdim=True)
     empty = sums[..., 0] == 0  # no token's value changes the output at all: the residual alone

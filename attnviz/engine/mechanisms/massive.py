@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from attnviz.engine.hooks import Hook, hooked
 from attnviz.engine.ablation.runs import is_causal_lm, run_model
 from attnviz.engine.ablation.seam import site
 from attnviz.engine.scratch.norms import value_norms
@@ -35,7 +36,7 @@ def _output_of(output) -> torch.Tensor:
     return output[0] if isinstance(output, tuple) else output
 
 
-def _recording(blocks: Sequence, wanted: Iterable[int]) -> tuple[dict, list]:
+def _recording(blocks: Sequence, wanted: Iterable[int]) -> tuple[dict, list[Hook]]:
     kept: dict[int, torch.Tensor] = {}
 
     def keep(n: int):
@@ -43,18 +44,15 @@ def _recording(blocks: Sequence, wanted: Iterable[int]) -> tuple[dict, list]:
             kept[n] = _output_of(output).detach()
         return hook
 
-    return kept, [blocks[n].register_forward_hook(keep(n)) for n in wanted]
+    return kept, [Hook(blocks[n], "forward", keep(n)) for n in wanted]
 
 
 def record(model, inputs: dict) -> Recorded:
     """One run of the model: every block's output, and α and the value vectors recomputed (value_norms)."""
     blocks = site(model).blocks
-    kept, handles = _recording(blocks, range(len(blocks)))
-    try:
+    kept, hooks = _recording(blocks, range(len(blocks)))
+    with hooked(hooks):
         norms = value_norms(model, inputs)
-    finally:
-        for handle in handles:
-            handle.remove()
     if len(kept) != len(blocks):
         raise UnsupportedArchitectureError(f"{type(model).__name__}: a block was not called")
     hidden = torch.stack([kept[n][0].float() for n in range(len(blocks))]).cpu().numpy()  # (L, T, D)
@@ -66,13 +64,9 @@ def block_outputs(model, inputs: dict, layers: Iterable[int]) -> dict[int, np.nd
     """The outputs (T, D) of the blocks in `layers`, from one plain run."""
     blocks = site(model).blocks
     wanted = sorted(set(layers))
-    kept, handles = _recording(blocks, wanted)
-    try:
-        with torch.inference_mode():
-            run_model(model, inputs)
-    finally:
-        for handle in handles:
-            handle.remove()
+    kept, hooks = _recording(blocks, wanted)
+    with hooked(hooks), torch.inference_mode():
+        run_model(model, inputs)
     return {n: kept[n][0].float().cpu().numpy() for n in wanted}
 
 
@@ -91,13 +85,9 @@ def intervened(model, inputs: dict, changes: Mapping[int, Sequence[tuple[int, in
             return (hidden, *output[1:]) if isinstance(output, tuple) else hidden
         return hook
 
-    handles = [blocks[n].register_forward_hook(setter(entries)) for n, entries in changes.items() if entries]
-    try:
+    with hooked([Hook(blocks[n], "forward", setter(entries)) for n, entries in changes.items() if entries]):
         with torch.inference_mode():
             output = run_model(model, inputs, attentions=True)
-    finally:
-        for handle in handles:
-            handle.remove()
     attentions = getattr(output, "attentions", None)
     if not attentions or any(a is None for a in attentions):
         raise UnsupportedArchitectureError(f"{type(model).__name__} returned no attention weights")
