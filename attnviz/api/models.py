@@ -7,86 +7,22 @@ Importing this module imports neither torch nor transformers; they load with the
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from attnviz.base.arguments import checked
 from attnviz.base.devices import DEVICES, DTYPES  # re-exported
 from attnviz.engine.families import FAMILIES, Family
 from attnviz.engine.models import LoadedModel, ModelSpec
 from attnviz.errors import InputError
-from attnviz.progress import Reporter
-
-if TYPE_CHECKING:
-    from attnviz.api.session import Run
 
 # The engine (torch, transformers) is imported inside each function, so that `import attnviz` and a saved
 # capture never load it.
 
-__all__ = ["Model", "ModelSpec", "load", "load_model", "resolve_model", "conversion_pending", "model_shape",
-           "model_kind", "list_families", "DEVICES", "DTYPES"]
-
-
-class Model(LoadedModel):
-    """A model loaded once for many questions (attnviz.load): its name, the model object (`.model`), its tokenizer,
-    device and dtype. `run(text)` runs it on a text once and hands back an attnviz.Run, which every analysis
-    asks; every API function also takes a Model as `model=`."""
-
-    @classmethod
-    def of(cls, loaded: LoadedModel) -> Model:
-        if isinstance(loaded, cls):
-            return loaded
-        return cls(**{f.name: getattr(loaded, f.name) for f in fields(loaded)})
-
-    def run(self, source: Any, *, words: bool = False, truncate: bool = True, keep: str = "auto",
-            reporter: Reporter | None = None) -> Run:
-        """Run the model on `source` (a text; or a picture or sound where the model reads one) once, keeping its
-        tokens and α and, where they fit the memory budget beside α (`keep` "auto"), the points the analyses
-        read: each block's input, its attention's output, the stream after it, its MLP's output, the final
-        norm's input and output, and every layer's Q, K, V. `keep` "alpha": α alone (an analysis that needs
-        more makes one more pass, counted in `run.passes`). `words`: α between words, as capture(words=True)."""
-        from attnviz.api.session import Run
-
-        return Run(self, source, words=words, truncate=truncate, keep=keep, reporter=reporter)
-
-
-@checked
-def load(model: Any = None, *, tokenizer: Any = None, device: str | None = None, dtype: str | None = None) -> Model:
-    """Load a model once for many questions: `model` a name (minilm, multilingual, smollm2, …), a folder, a
-    .gguf file, a Model, or a Hugging Face model object you hold with its `tokenizer` (borrowed: every analysis
-    gives it back as it was). `device` and `dtype` for one loaded here (default "auto" and "float32"); a model
-    object keeps its own. The output layer of a decoder is loaded when an analysis first needs it, onto the
-    same blocks (never a second copy of the model).
-
-        m = attnviz.load("smollm2")
-        run = m.run("The cat sat on the mat")        # one forward pass
-        run.heads(), run.sinks(), run.logit_attr()   # no more passes (run.passes == 1)"""
-    if isinstance(model, Deferred):
-        model = model.load(False)
-    if isinstance(model, LoadedModel):
-        return Model.of(model)
-    if model is None or isinstance(model, (str, os.PathLike)):
-        return load_model(model, device=device or "auto", dtype=dtype or "float32")
-    from attnviz.engine.models import wrap
-
-    return Model.of(wrap(model, tokenizer))
-
-
-@checked
-def load_model(name: str | os.PathLike | None = None, *, device: str = "auto", dtype: str = "float32",
-               revision: str | None = None, trust_remote_code: bool = False, memory_budget: int | None = None,
-               lm_head: bool | str = False, reporter: Reporter | None = None) -> Model:
-    """Load a model once for many captures: an offline name (minilm, multilingual, smollm2, gemma3,
-    qwen2.5-coder-0.5b, …), a Hugging Face id, a local folder or a .gguf file, with eager attention, in eval mode,
-    on `device`. `lm_head`: with its language-model head (True), or where it is a decoder ("auto"). `reporter`:
-    the phases of a first conversion into the cache (joining, dequantizing, writing) shown as it goes."""
-    from attnviz.engine.models import load
-
-    return Model.of(load(None if name is None else os.fspath(name), revision=revision, device=device, dtype=dtype,
-                         trust_remote_code=trust_remote_code, memory_budget=memory_budget, lm_head=lm_head,
-                         reporter=reporter))
+__all__ = ["ModelSpec", "resolve_model", "conversion_pending", "model_shape", "model_kind", "list_families",
+           "DEVICES", "DTYPES"]
 
 
 @dataclass(frozen=True)
@@ -109,7 +45,9 @@ def resolve_model(model: Any = None, tokenizer: Any = None, *, device: str = "au
     if isinstance(model, LoadedModel):
         loaded = model
     elif model is None or isinstance(model, (str, os.PathLike)):
-        return load_model(None if model is None else str(model), device=device, dtype=dtype, lm_head=lm_head)
+        from attnviz.engine.models import load
+
+        return load(None if model is None else str(model), device=device, dtype=dtype, lm_head=lm_head)
     else:
         from attnviz.engine.models import wrap
 

@@ -1,5 +1,5 @@
-"""A Run: one text through one model, run once, asked many questions (TransformerLens's run_with_cache, without a
-string-keyed dict of everything).
+"""A Model loaded once (attnviz.load), and a Run: one text through it, run once, asked many questions
+(TransformerLens's run_with_cache, without a string-keyed dict of everything).
 
     m = attnviz.load("smollm2")
     run = m.run("The capital of France is")
@@ -16,10 +16,13 @@ implementation).
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator, Sequence
+from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
-from attnviz.api.models import LoadedModel, Model, Borrowed
+from attnviz.api.models import Borrowed, Deferred, LoadedModel
+from attnviz.base.arguments import checked
 from attnviz.base.text import check_text
 from attnviz.data.capture import Capture
 from attnviz.errors import UsageError, arg
@@ -42,7 +45,72 @@ if TYPE_CHECKING:
 
 KEEPS = ("auto", "alpha")
 
-__all__ = ["Run"]
+__all__ = ["Model", "Run", "load", "load_model"]
+
+
+class Model(LoadedModel):
+    """A model loaded once for many questions (attnviz.load): its name, the model object (`.model`), its tokenizer,
+    device and dtype. `run(text)` runs it on a text once and hands back an attnviz.Run, which every analysis
+    asks; every API function also takes a Model as `model=`."""
+
+    @classmethod
+    def of(cls, loaded: LoadedModel) -> Model:
+        if isinstance(loaded, cls):
+            return loaded
+        return cls(**{f.name: getattr(loaded, f.name) for f in fields(loaded)})
+
+    def run(self, source: Any, *, words: bool = False, truncate: bool = True, keep: str = "auto",
+            reporter: Reporter | None = None) -> Run:
+        """Run the model on `source` (a text; or a picture or sound where the model reads one) once, keeping its
+        tokens and α and, where they fit the memory budget beside α (`keep` "auto"), the points the analyses
+        read: each block's input, its attention's output, the stream after it, its MLP's output, the final
+        norm's input and output, and every layer's Q, K, V. `keep` "alpha": α alone (an analysis that needs
+        more makes one more pass, counted in `run.passes`). `words`: α between words, as capture(words=True)."""
+        return Run(self, source, words=words, truncate=truncate, keep=keep, reporter=reporter)
+
+
+@checked
+def load(model: Any = None, *, tokenizer: Any = None, device: str | None = None, dtype: str | None = None) -> Model:
+    """Load a model once for many questions: `model` a name (minilm, multilingual, smollm2, …), a folder, a
+    .gguf file, a Model, or a Hugging Face model object you hold with its `tokenizer` (borrowed: every analysis
+    gives it back as it was). `device` and `dtype` for one loaded here (default "auto" and "float32"); a model
+    object keeps its own. The output layer of a decoder is loaded when an analysis first needs it, onto the
+    same blocks (never a second copy of the model).
+
+        m = attnviz.load("smollm2")
+        run = m.run("The cat sat on the mat")        # one forward pass
+        run.heads(), run.sinks(), run.logit_attr()   # no more passes (run.passes == 1)"""
+    if isinstance(model, Deferred):
+        model = model.load(False)
+    if isinstance(model, LoadedModel):
+        return Model.of(model)
+    if model is None or isinstance(model, (str, os.PathLike)):
+        return load_model(model, device=device or "auto", dtype=dtype or "float32")
+    from attnviz.engine.models import wrap
+
+    borrowed = Borrowed(model) if callable(getattr(model, "parameters", None)) else None
+    try:
+        return Model.of(wrap(model, tokenizer))
+    finally:  # the user's model as it was: each question switches it to eager attention and back
+        if borrowed is not None:
+            borrowed.give_back()
+
+
+@checked
+def load_model(name: str | os.PathLike | None = None, *, device: str = "auto", dtype: str = "float32",
+               revision: str | None = None, trust_remote_code: bool = False, memory_budget: int | None = None,
+               lm_head: bool | str = False, reporter: Reporter | None = None) -> Model:
+    """Load a model once for many captures: an offline name (minilm, multilingual, smollm2, gemma3,
+    qwen2.5-coder-0.5b, …), a Hugging Face id, a local folder or a .gguf file, with eager attention, in eval mode,
+    on `device`. `lm_head`: with its language-model head (True), or where it is a decoder ("auto"). `reporter`:
+    the phases of a first conversion into the cache (joining, dequantizing, writing) shown as it goes."""
+    from attnviz.engine.models import load
+
+    return Model.of(load(None if name is None else os.fspath(name), revision=revision, device=device, dtype=dtype,
+                         trust_remote_code=trust_remote_code, memory_budget=memory_budget, lm_head=lm_head,
+                         reporter=reporter))
+
+
 
 
 class Run:
@@ -67,6 +135,7 @@ class Run:
         self._capture: Any = None
         self._encoded: Any = None
         self._recording: Any = None
+        self._lending = False
 
     def __repr__(self) -> str:
         shown = self.source if isinstance(self.source, str) else type(self.source).__name__
@@ -78,18 +147,23 @@ class Run:
     def _lent(self) -> Iterator[None]:
         """The model for one question: in eval mode with eager attention, its forward passes counted, and given
         back as it was (a model object handed in is the user's)."""
+        if self._lending:  # a question inside a question: lent and counted once
+            yield
+            return
         from attnviz.engine.hooks import counting_calls, hooked
         from attnviz.engine.models import use_eager
 
         module = self.model.model
         borrowed = Borrowed(module)
         hook, counter = counting_calls(module)
+        self._lending = True
         try:
             use_eager(module)
             module.eval()
             with hooked([hook]):
                 yield
         finally:
+            self._lending = False
             self.passes += counter[0]
             borrowed.give_back()
 
@@ -125,8 +199,8 @@ class Run:
         return tuple(self._recording.points) if self._recording is not None else ()
 
     def recording(self, names: Sequence[str]):
-        """The run's recorded pass when it kept `names`; else one more pass that records them (kept, with what
-        the run held, unless the run keeps α alone)."""
+        """The run's recorded pass when it kept `names`; else one more pass that records them, and every point
+        where they fit the memory budget (kept in place of what the run held)."""
         self._first()
         if self._recording is not None and all(name in self._recording for name in names):
             return self._recording
@@ -137,8 +211,7 @@ class Run:
             if self._encoded is None:
                 self._encoded = encode(self.model, self.source, truncate=self.truncate)
             recorded = more_points(self.model, self._encoded, list(names))
-        if self.keep == "auto":
-            self._recording = recorded
+        self._recording = recorded
         return recorded
 
     @property

@@ -77,6 +77,11 @@ def first_pass(loaded: LoadedModel, text: str, *, truncate: bool, parts: bool
     return encoded, capture, recording
 
 
-def more_points(loaded: LoadedModel, encoded: Encoded, names: list[str], *, attentions: bool = True) -> Recording:
-    """One more pass, recording `names` (a Run whose first pass kept α alone)."""
-    return record(loaded.model, encoded.inputs, names, attentions=attentions)
+def more_points(loaded: LoadedModel, encoded: Encoded, names: list[str]) -> Recording:
+    """One more pass (a Run whose first pass kept α alone), recording `names` and, where they fit the memory
+    budget beside α, every point: so that a Run makes at most this one more pass for what the analyses read."""
+    T = len(encoded.token_ids)
+    budget = loaded.memory_budget or memory_budget()
+    if attention_bytes(loaded, T) + parts_bytes(loaded, T) <= budget:
+        names = sorted({*names, *every_point(loaded.model)})
+    return record(loaded.model, encoded.inputs, names)

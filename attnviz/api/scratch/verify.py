@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from attnviz.api.capturing import capture as capture_text
-from attnviz.api.models import Model, borrows, for_input, resolve_model
+from attnviz.api.models import LoadedModel as Model, borrows, for_input, resolve_model
 from attnviz.api.result import Line, Result
 from attnviz.base.arguments import checked
 from attnviz.base.text import check_text, visible
