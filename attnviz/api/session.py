@@ -136,6 +136,7 @@ class Run:
         self._encoded: Any = None
         self._recording: Any = None
         self._lending = False
+        self._memo: dict[str, Any] = {}
 
     def __repr__(self) -> str:
         shown = self.source if isinstance(self.source, str) else type(self.source).__name__
@@ -193,6 +194,14 @@ class Run:
         self._first()
         assert isinstance(self._capture, Capture)
         return self._capture
+
+    def memo(self, key: str, make: Any) -> Any:
+        """What `make()` gives, made once for the run: a quantity two analyses read (value norms for norms and
+        sinks; ALTI's scores for contributions and logit_attr). Never changed by them: each builds its result
+        from it."""
+        if key not in self._memo:
+            self._memo[key] = make()
+        return self._memo[key]
 
     @property
     def kept(self) -> tuple[str, ...]:

@@ -138,8 +138,8 @@ def _run_norms(loaded: Any, text: str, encoded: Any, run: Any, what: str):
     loaded.require_single(what)
     from attnviz.engine.scratch.norms import norms_capture, norms_points
 
-    recording = run.recording(norms_points(loaded.shape[0]))
-    return norms_capture(loaded, text, encoded=encoded, recording=recording)
+    return run.memo("norms", lambda: norms_capture(loaded, text, encoded=encoded,
+                                                   recording=run.recording(norms_points(loaded.shape[0]))))
 
 
 def norms_of_run(loaded: Any, text: str, encoded: Any, run: Any, *, layer: Any = -1, head: Any = 0) -> Norms:

@@ -139,6 +139,12 @@ class Selection:
             chosen.extend(int(v) for v in values)
         return list(dict.fromkeys(chosen))
 
+    def one(self) -> int:
+        """The one index of a selection parsed as a single layer or head (OneLayer, OneHead: a whole number)."""
+        if len(self.items) != 1 or not isinstance(self.items[0], int) or isinstance(self.items[0], bool):
+            raise UsageError(f"{arg(self.argument)} takes one whole number here, not {self.spec!r:.40}", self.field)
+        return self.items[0]
+
     def __str__(self) -> str:
         return self.spec
 

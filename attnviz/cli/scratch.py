@@ -38,7 +38,7 @@ def steps(layer: OneLayer = Selection.parse("0", "layer", field="layer"),
 
     check_output(output, FORMATS)
     given = inp.resolve()
-    result = attnviz.steps(given, model=model.later_for(given), layer=layer.items[0], head=head.items[0], token=token,
+    result = attnviz.steps(given, model=model.later_for(given), layer=layer.one(), head=head.one(), token=token,
                            truncate=model.truncate, reporter=inp.options()["reporter"])
     emit(result, as_json=as_json, files=[figure_file(output, result, cmap=cmap)])
 
@@ -60,7 +60,7 @@ def positions(layer: OneLayer = Selection.parse("-1", "layer", field="layer"),
 
     check_output(output, FORMATS)
     given = inp.resolve()
-    result = attnviz.positions(given, model=model.later_for(given), seed=seed, layer=layer.items[0],
+    result = attnviz.positions(given, model=model.later_for(given), seed=seed, layer=layer.one(),
                                reporter=inp.options()["reporter"])
     style: dict = {} if isinstance(result, attnviz.GridPositions) else {"cmap": cmap}
     emit(result, as_json=as_json, files=[figure_file(output, result, **style)])

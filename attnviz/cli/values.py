@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Any, Annotated, Optional
 
 import typer
 
@@ -72,7 +72,7 @@ def sinks(threshold: Annotated[float, typer.Option(
             raise typer.BadParameter("--corpus prints the rate; -o draws one text's sinks", param_hint="-o")
         if not 0 < threshold < 1:
             raise typer.BadParameter("--corpus takes a threshold above 0 and below 1", param_hint="--threshold")
-        given: object = read_texts(corpus, MAX_CORPUS_TEXTS, "--corpus")
+        given: Any = read_texts(corpus, MAX_CORPUS_TEXTS, "--corpus")
         loaded = model.load()
     else:
         given = inp.resolve()

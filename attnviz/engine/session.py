@@ -59,7 +59,7 @@ def first_pass(loaded: LoadedModel, text: str, *, truncate: bool, parts: bool
     except UnsupportedArchitectureError:
         return encoded, None, None
     except (ValueError, TypeError, RuntimeError, IndexError) as exc:
-        from attnviz.base.text import first_line
+        from attnviz.engine.models import first_line
 
         raise AttentionCheckError(f"{loaded.name} could not run on this input: {first_line(exc)}") from None
     output = recording.run.output

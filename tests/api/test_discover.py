@@ -294,12 +294,12 @@ def test_discover_finds_the_head_patch_finds_on_smollm2():
 def test_an_encoder_is_refused_before_the_missing_answers_and_before_it_loads(monkeypatch):
     """`discover CLEAN CORRUPT` on the default model (an encoder) says first that it needs a causal LM (exit 1),
     not "give the two answers" (exit 2), and says so from the config, before any weights load; --help says it."""
-    import attnviz.api.models as models
+    import attnviz.engine.models as models
 
     def no_load(*args, **kwargs):
         raise AssertionError("the model was loaded")
 
-    monkeypatch.setattr(models, "load_model", no_load)
+    monkeypatch.setattr(models, "load", no_load)  # what load_model and resolve_model call
     for args in ([CLEAN, "The dog sat on the mat"], ["--pairs", "-"]):
         line = one_line_error(run("discover", *args))
         assert "needs a causal language model" in line and "minilm is an encoder" in line

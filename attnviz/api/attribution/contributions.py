@@ -322,9 +322,12 @@ def contributions(text: str, *, model: Any = None, tokenizer: Any = None, method
         with reporter.progress("Splitting each attention block's output into one part per token"
                                + (" (streamed)" if streamed else ""), layers_and_heads(loaded.model.config)[0],
                                "layers") as step:
-            recording = None if run is None or streamed else run.recording(alti_points(loaded.shape[0]))
-            scores, checks, seen_alpha = alti(loaded.model, encoded.inputs, streamed=streamed, on_layer=step,
-                                              recording=recording)  # α of the same pass
+            if run is None or streamed:
+                scores, checks, seen_alpha = alti(loaded.model, encoded.inputs, streamed=streamed, on_layer=step)
+            else:  # the run's pass, ALTI's scores made once for the run (logit_attr reads them too)
+                scores, checks, seen_alpha = run.memo("alti", lambda: alti(
+                    loaded.model, encoded.inputs, on_layer=step,
+                    recording=run.recording(alti_points(loaded.shape[0]))))
     else:
         with reporter.progress("Zeroing each token's value vectors", T, "tokens") as step:
             scores, distances = value_zeroing(loaded.model, encoded.inputs, adapter_for(base).modules(base),

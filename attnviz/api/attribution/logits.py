@@ -280,9 +280,10 @@ def logit_attr(text: str, *, model: Any = None, tokenizer: Any = None, target: s
         recording = None if run is None else run.recording(logit_points(L))
         parts, logits = logit_parts(loaded.model, encoded.inputs, position=position, target=target_index,
                                     recording=recording)
-        if recording is not None and not all(name in recording for name in alti_points(L)):
-            recording = None  # a family whose blocks ALTI does not follow: alti_logit says so in its note
-        by_input, alti_note = alti_logit(loaded.model, encoded.inputs, parts.by_source, recording)
+        if run is not None and recording is not None and all(name in recording for name in alti_points(L)):
+            by_input, alti_note = _traced(run, loaded, encoded, parts.by_source)
+        else:  # alone, or a family whose blocks ALTI does not follow (alti_logit says so in its note)
+            by_input, alti_note = alti_logit(loaded.model, encoded.inputs, parts.by_source)
         L, H = parts.heads.shape
         order = np.argsort(-np.abs(parts.heads), axis=None)[:top]
         chosen = [(int(i // H), int(i % H)) for i in order]
@@ -308,6 +309,19 @@ def logit_attr(text: str, *, model: Any = None, tokenizer: Any = None, target: s
         embeddings=parts.embeddings, final_bias=parts.final_bias, top=tuple(effects),
         output_diff=parts.output_diff, stream_diff=parts.stream_diff, norm_diff=parts.norm_diff,
         by_input=by_input, alti_note=alti_note)
+
+
+def _traced(run: Any, loaded: Any, encoded: Any, by_source: np.ndarray) -> tuple[np.ndarray | None, str]:
+    """ALTI-Logit from a Run: ALTI's scores of its pass, made once for the run (contributions reads them too)."""
+    from attnviz.engine.attribution.alti import alti, alti_points, traced_back
+    from attnviz.errors import UnsupportedArchitectureError
+
+    try:
+        scores = run.memo("alti", lambda: alti(loaded.model, encoded.inputs,
+                                               recording=run.recording(alti_points(loaded.shape[0]))))[0]
+    except UnsupportedArchitectureError as exc:
+        return None, str(exc)
+    return traced_back(scores, by_source), ""
 
 
 def check_spelling(loaded, target: str | int | None, token_id: int, logits: Any, field: str = "target") -> None:

@@ -140,10 +140,15 @@ def alti_logit(model, inputs: dict, by_source: np.ndarray,
         scores, _, _ = alti(model, inputs, recording=recording)
     except UnsupportedArchitectureError as exc:
         return None, str(exc)
+    return traced_back(scores, by_source), ""
+
+
+def traced_back(scores: np.ndarray, by_source: np.ndarray) -> np.ndarray:
+    """by_source (L, H, T) traced back to the input tokens through ALTI's `scores` (L, T, T) (alti_logit)."""
     T = scores.shape[-1]
     reach = np.eye(T)  # R_(l−1): row j is how much each input token makes up token j's stream entering layer l
     traced = np.zeros(by_source.shape)
     for n in range(by_source.shape[0]):
         traced[n] = by_source[n].astype(np.float64) @ reach  # (H, T)
         reach = scores[n].astype(np.float64) @ reach
-    return traced, ""
+    return traced

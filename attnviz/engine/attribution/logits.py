@@ -110,7 +110,7 @@ def logit_parts(model, inputs: dict, *, position: int, target: int | None,
     if recording is None:
         recording = record(model, inputs, logit_points(L))
     run = recording.run
-    seen = {"outputs": [recording[f"blocks.{n}.attn.out"] for n in range(L)],
+    seen: dict[str, Any] = {"outputs": [recording[f"blocks.{n}.attn.out"] for n in range(L)],
             "mlps": [recording[f"blocks.{n}.mlp.out"] for n in range(L)],
             "x0": recording["blocks.0.resid.pre"], "xL": recording["ln_final.in"], "y": recording["ln_final.out"]}
     output: Any = run.output
