@@ -67,11 +67,11 @@ class Cost(Result):
         return (f"{short_model(self.model)} on {self.device}: the head statistics of a T-token input, full path "
                 f"against streamed")
 
-    def figure(self):
+    def figure(self, *, ax=None):
         """Both paths' time and memory against T, beside ∝ T² and ∝ T."""
         from attnviz.render.charts import cost_figure
 
-        return cost_figure(list(self.rows), self.title)
+        return cost_figure(list(self.rows), self.title, ax=ax)
 
     def _repr_html_(self) -> str:
         records = self.records()

@@ -105,10 +105,10 @@ class WordTimings(Result):
 
         return alignment_page(self)
 
-    def figure(self):
+    def figure(self, *, ax=None):
         from attnviz.render.sound import sound_figure
 
-        return sound_figure(self.page())
+        return sound_figure(self.page(), ax=ax)
 
 
 def _listed(parts: Parts) -> tuple[tuple[int, int], ...]:
@@ -274,7 +274,7 @@ class AlignmentHeads(Result):
         return [Line(describe(self.timings), style="bold"),
                 *heads_report(self.timings, len(self.timings.head_records()))]
 
-    def figure(self):
+    def figure(self, *, ax=None):
         """Each cross-attention head's share on the path, layers × heads."""
         from attnviz.panels import Scale, head_grid_panel
         from attnviz.render.png import panel_figure
@@ -282,7 +282,7 @@ class AlignmentHeads(Result):
         panel = head_grid_panel(self.timings.scores, Scale(0.0, 1.0, "share of weight on the path"),
                                 f"{short_model(self.timings.model)} · cross-attention heads on the word-timing path",
                                 "attnviz_detect_alignment")
-        return panel_figure(panel)
+        return panel_figure(panel, ax=ax)
 
 
 def alignment_heads(audio: Any, *, model: Any = "whisper", tokenizer: Any = None, device: str = "auto",

@@ -201,12 +201,12 @@ class Entropy(Result):
         return [entropy_table(self.values, self.uniform, self.title, color=color, cmap=cmap,
                               layers=list(self.layers))]
 
-    def figure(self, *, cmap: str = "viridis"):
+    def figure(self, *, cmap: str = "viridis", ax=None):
         from attnviz.panels import entropy_panel
         from attnviz.render.png import panel_figure
 
         return panel_figure(entropy_panel(self.values, self.uniform, self.model, normalised=self.normalised,
-                                          layers=list(self.layers)), cmap=cmap)
+                                          layers=list(self.layers)), cmap=cmap, ax=ax)
 
 
 @checked
@@ -304,11 +304,11 @@ class Rollout(Result):
                      (f"{short_model(self.model)} · rollout of token {self.token}, summed over "
                       f"{long.block}-token blocks",), "attnviz_rollout", row_axis="token", col_axis="input block")
 
-    def figure(self, *, cmap: str = "viridis"):
+    def figure(self, *, cmap: str = "viridis", ax=None):
         """The rollout as a picture, the input text under its title."""
         from attnviz.render.png import panel_figure
 
-        return panel_figure(self.panel(), cmap=cmap, subtitle=text_subtitle(self.capture))
+        return panel_figure(self.panel(), cmap=cmap, subtitle=text_subtitle(self.capture), ax=ax)
 
     def _repr_html_(self) -> str:
         return records_html(self.records(), ["index", "token", "rollout"],

@@ -101,10 +101,10 @@ class Norms(Result):
                     notes=("Kobayashi et al. 2020: a key with a large α but a small value vector moves the query "
                            "little",))
 
-    def figure(self, layer: int | None = None, head: int | str | None = None, *, cmap: str = "viridis"):
+    def figure(self, layer: int | None = None, head: int | str | None = None, *, cmap: str = "viridis", ax=None):
         from attnviz.render.png import mixed_figure
 
-        return mixed_figure(self.page(layer, head), cmap=cmap, ncols=2)
+        return mixed_figure(self.page(layer, head), cmap=cmap, ncols=2, ax=ax)
 
 
 @borrows
@@ -197,11 +197,11 @@ class Sinks(Result):
                                f"{short_model(self.model)} · attention sinks: each head's largest sink score",
                                "attnviz_sinks")
 
-    def figure(self, *, cmap: str = "viridis"):
+    def figure(self, *, cmap: str = "viridis", ax=None):
         """Each head's largest sink score, layers × heads."""
         from attnviz.render.png import panel_figure
 
-        return panel_figure(self.panel(), cmap=cmap)
+        return panel_figure(self.panel(), cmap=cmap, ax=ax)
 
 
 @borrows

@@ -80,15 +80,15 @@ class Heatmap(Result):
             shown.append(panel_renderable(panel, width=width, color=color, cmap=cmap, start=start))
         return shown
 
-    def figure(self, *, cmap: str = "viridis"):
+    def figure(self, *, cmap: str = "viridis", ax=None):
         """The page as a matplotlib figure (a sound's: under its spectrogram, in seconds)."""
         if self.over_time:
             from attnviz.render.sound import sound_figure
 
-            return sound_figure(self.page, cmap=cmap)
+            return sound_figure(self.page, cmap=cmap, ax=ax)
         from attnviz.render.png import page_figure
 
-        return page_figure(self.page, cmap=cmap)
+        return page_figure(self.page, cmap=cmap, ax=ax)
 
     def _repr_png_(self) -> bytes:
         return self.figure()._repr_png_()
@@ -181,11 +181,11 @@ class TokenAttention(Result):
     def page(self) -> Page:
         return token_page(self.capture, self.token, list(self.layers), self.scale)
 
-    def figure(self, *, cmap: str = "viridis"):
+    def figure(self, *, cmap: str = "viridis", ax=None):
         """Per layer, the token's row and column of α, heads × tokens."""
         from attnviz.render.png import mixed_figure
 
-        return mixed_figure(self.page(), cmap=cmap, ncols=2)
+        return mixed_figure(self.page(), cmap=cmap, ncols=2, ax=ax)
 
 
 @checked
@@ -245,13 +245,13 @@ class Comparison(Result):
         return [panels_side_by_side(list(self.panels), width=width, color=color, cmap=cmap, key=key, start=start,
                                     rows=None if self.shown_rows is None else list(self.shown_rows))]
 
-    def figure(self, *, cmap: str = "viridis"):
+    def figure(self, *, cmap: str = "viridis", ax=None):
         from attnviz.render.png import page_figure
 
         title = " vs ".join(short_model(c.model) for c in self.captures) + " · layers side by side"
         page = Page(panels=tuple(replace(p, short=f"{p.short} ({p.footer})") for p in self.panels), title=title,
                     name="attnviz_compare", subtitle=text_subtitle(self.captures[0]))
-        return page_figure(page, cmap=cmap)
+        return page_figure(page, cmap=cmap, ax=ax)
 
 
 @checked

@@ -14,13 +14,13 @@ def _reference(ax, T: np.ndarray, anchor_T: float, anchor_value: float, power: i
     ax.plot(T, anchor_value * (T / anchor_T) ** power, style, color="0.55", linewidth=1, label=label)
 
 
-def cost_figure(rows: Sequence, title: str):
+def cost_figure(rows: Sequence, title: str, ax=None):
     """Time and peak memory against T, full path and streamed path, on log-log axes, beside O(T²) and O(T)
     lines through the first measured point of each path. `rows` are engine.cost.CostRow."""
-    from attnviz.render.figure import NotebookFigure as Figure
+    from attnviz.render.figure import canvas, titled
 
-    fig = Figure(figsize=(12, 4.8), layout="constrained")
-    axes = fig.subplots(1, 2)
+    main = ax
+    fig, axes = canvas(main, (12, 4.8), cols=2)
     T_all = np.array([r.T for r in rows], dtype=float)
     series = (("time (s)", "full_seconds", "stream_seconds", 1.0), ("peak memory (MiB)", "full_bytes", "stream_bytes",
                                                                    1 / (1 << 20)))
@@ -49,8 +49,7 @@ def cost_figure(rows: Sequence, title: str):
         ax.set_ylabel(what)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(title, fontsize=11)
-    return fig
+    return titled(fig, main, title, fontsize=11)
 
 
 PATH_COLORS = ("#cc3311", "#ee7733", "#009988", "#0077bb", "#aa3377")  # Paul Tol's vivid: one colour per path
@@ -98,10 +97,11 @@ def contribution_graph_figure(layers: np.ndarray, tokens: Sequence[str], thresho
     return fig, len(segments)
 
 
-def position_mosaic_figure(similarity: np.ndarray, grid: tuple[int, int], title: str, subtitle: str = ""):
+def position_mosaic_figure(similarity: np.ndarray, grid: tuple[int, int], title: str, subtitle: str = "",
+                           ax=None):
     """The ViT paper's picture of position embeddings: for each patch (a small map at its place in the grid),
     the cosine similarity of its position embedding to every patch's. similarity (N, N), N = rows × cols."""
-    from attnviz.render.figure import NotebookFigure as Figure
+    from attnviz.render.figure import canvas, titled
 
     rows, cols = grid
     mosaic = np.full((rows * (rows + 1) - 1, cols * (cols + 1) - 1), np.nan)
@@ -110,30 +110,28 @@ def position_mosaic_figure(similarity: np.ndarray, grid: tuple[int, int], title:
             block = similarity[r * cols + c].reshape(rows, cols)
             mosaic[r * (rows + 1):r * (rows + 1) + rows, c * (cols + 1):c * (cols + 1) + cols] = block
     side = min(11.0, max(5.0, 0.3 * max(rows, cols) + 3))
-    fig = Figure(figsize=(side * cols / max(rows, cols) + 1.2, side * rows / max(rows, cols) + 0.9),
-                 layout="constrained")
-    ax = fig.subplots()
+    main = ax
+    fig, (ax,) = canvas(main, (side * cols / max(rows, cols) + 1.2, side * rows / max(rows, cols) + 0.9))
     shown = ax.imshow(np.ma.masked_invalid(mosaic), cmap="viridis", vmin=-1, vmax=1, interpolation="nearest")
     ax.set_xticks([c * (cols + 1) + (cols - 1) / 2 for c in range(cols)], [str(c) for c in range(cols)], fontsize=7)
     ax.set_yticks([r * (rows + 1) + (rows - 1) / 2 for r in range(rows)], [str(r) for r in range(rows)], fontsize=7)
     ax.set_xlabel("patch column")
     ax.set_ylabel("patch row")
     fig.colorbar(shown, ax=ax, shrink=0.8, label="cosine similarity of position embeddings")
-    fig.suptitle(title + (f"\n{subtitle}" if subtitle else ""), fontsize=10, x=0.01, ha="left")
-    return fig
+    return titled(fig, main, title + (f"\n{subtitle}" if subtitle else ""), fontsize=10, x=0.01, ha="left")
 
 
 def massive_figure(tops: np.ndarray, medians: np.ndarray, profile: np.ndarray | None, layer: int,
                    dims: Sequence[int], tokens: Sequence[str], value_ratio: np.ndarray, minimum: float, ratio: float,
-                   title: str, subtitle: str = ""):
+                   title: str, subtitle: str = "", ax=None):
     """Massive activations in three panels: each layer's three largest |h| and its median on a log scale (Sun et
     al. 2024's Figure 1), with the threshold (over `minimum` and `ratio` × the median); |h| of every token on
     the massive dimensions at `layer` (profile (T, k)); the massive tokens' value-vector norms over the median
     token's, by layer (1: as large as a typical token's)."""
-    from attnviz.render.figure import NotebookFigure as Figure
+    from attnviz.render.figure import canvas, titled
 
-    fig = Figure(figsize=(15, 4.8), layout="constrained")
-    axes = fig.subplots(1, 3, width_ratios=[1.0, 1.4, 1.0])
+    main = ax
+    fig, axes = canvas(main, (15, 4.8), cols=3, width_ratios=[1.0, 1.4, 1.0])
     L = len(medians)
     x = np.arange(L)
     ax = axes[0]
@@ -172,17 +170,16 @@ def massive_figure(tops: np.ndarray, medians: np.ndarray, profile: np.ndarray | 
     ax.set_ylabel("‖f(x)‖ of the massive tokens / the median token's")
     ax.set_title("their value vectors (through W_O), by layer", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
-    fig.suptitle(title + ("\n" + subtitle if subtitle else ""), fontsize=11)
-    return fig
+    return titled(fig, main, title + ("\n" + subtitle if subtitle else ""), fontsize=11)
 
 
-def faithfulness_figure(result):
+def faithfulness_figure(result, ax=None):
     """Which explanation to trust, drawn: the perturbation curves (f_full − f against the fraction of the
     erasable tokens erased, comprehensiveness, and kept, sufficiency), one line per method and the random
     orders as a band (mean ± sd); beneath, every method's scores of the tokens side by side, each row scaled by
     its largest |score| (red: for f, blue: against it). `result` is an api Faithfulness."""
     from attnviz.panels import short_model
-    from attnviz.render.figure import NotebookFigure as Figure
+    from attnviz.render.figure import NotebookFigure as Figure, canvas, titled
     from matplotlib import colormaps
     from matplotlib.patches import Rectangle
     from matplotlib.ticker import NullFormatter
@@ -198,9 +195,15 @@ def faithfulness_figure(result):
     from attnviz.render.png import wrap_text
 
     width = max(12.0, 0.5 * T + 4)
-    fig = Figure(figsize=(width, 4.6 + 0.32 * len(methods) + 1.6), layout="constrained")
-    grid = fig.add_gridspec(2, 2, height_ratios=[3.2, 0.32 * max(1, len(methods)) + 1.2])
-    curves = [fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])]
+    main = ax
+    if main is None:
+        fig = Figure(figsize=(width, 4.6 + 0.32 * len(methods) + 1.6), layout="constrained")
+        grid = fig.add_gridspec(2, 2, height_ratios=[3.2, 0.32 * max(1, len(methods)) + 1.2])
+        curves = [fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])]
+        table_ax = fig.add_subplot(grid[1, :])
+    else:  # the comprehensiveness curves on the caller's axes; the rest on a scratch figure, dropped
+        fig, (first, second, table_ax) = canvas(main, (width, 6.0), cols=3)
+        curves = [first, second]
     fractions = np.array(result.bins) * 100
     colors = [f"C{n % 10}" for n in range(len(groups))]
     for ax, what, field in ((curves[0], "comprehensiveness: top tokens erased\n(higher is better)",
@@ -223,8 +226,8 @@ def faithfulness_figure(result):
         ax.set_ylabel("f_full − f")
         ax.set_title(what, fontsize=9)
         ax.grid(True, alpha=0.3)
-    curves[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    ax = fig.add_subplot(grid[1, :])
+    (curves[1] if main is None else curves[0]).legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax = table_ax
     table = np.full((len(methods), T), np.nan)  # NaN: not ranked (special tokens, the explained position)
     erasable = np.array(result.erasable)
     for n, m in enumerate(methods):
@@ -238,7 +241,7 @@ def faithfulness_figure(result):
         if column not in set(erasable.tolist()):
             ax.add_patch(Rectangle((column - 0.5, -0.5), 1, len(methods), fill=False, hatch="///",
                                    edgecolor="0.7", linewidth=0))
-    bar = fig.colorbar(image, ax=ax, fraction=0.03, pad=0.01, ticks=[-1, 0, 1])
+    bar = ax.figure.colorbar(image, ax=ax, fraction=0.03, pad=0.01, ticks=[-1, 0, 1])
     bar.ax.set_yticklabels(["−1: against f", "0", "+1: for f"], fontsize=7)
     families = families_for("".join(tokens))
     ax.set_xticks(range(T))
@@ -249,22 +252,22 @@ def faithfulness_figure(result):
                            "for f, blue: against it; hatched: not ranked, the special tokens and the explained "
                            "position)", width * 0.8, 9), fontsize=9)
     heading = f"{short_model(result.model)}: which explanation to trust — f = {result.quantity} = {result.f_full:.4f}"
-    fig.suptitle(wrap_text(heading, width * 0.95, 10) + "\n" + wrap_text(result.verdict(), width * 0.95, 10),
-                 fontsize=10, x=0.01, ha="left", fontfamily=families_for(result.quantity))
-    return fig
+    heading = wrap_text(heading, width * 0.95, 10) + "\n" + wrap_text(result.verdict(), width * 0.95, 10)
+    return titled(fig, main, heading, fontsize=10, x=0.01, ha="left", fontfamily=families_for(result.quantity))
 
 
-def faithfulness_corpus_figure(result):
+def faithfulness_corpus_figure(result, ax=None):
     """Over a corpus: each method's mean comprehensiveness and sufficiency AOPC with its 95 % interval, best
     first, beside the random orders' means. `result` is an api FaithfulnessCorpus."""
     from attnviz.panels import short_model
-    from attnviz.render.figure import NotebookFigure as Figure
+    from attnviz.render.figure import canvas, titled
 
     from matplotlib.lines import Line2D
 
     methods = list(result.methods)
-    fig = Figure(figsize=(10.0, 1.6 + 0.42 * len(methods)), layout="constrained")
-    axes = fig.subplots(1, 2, sharey=True)
+    main = ax
+    fig, axes = canvas(main, (10.0, 1.6 + 0.42 * len(methods)), cols=2,
+                       **({} if main is not None else {"sharey": True}))
     ys = np.arange(len(methods))[::-1]
     for ax, field, what, n in ((axes[0], "comprehensiveness", "comprehensiveness (higher is better)", 0),
                                (axes[1], "sufficiency", "sufficiency (lower is better)", 1)):
@@ -277,29 +280,31 @@ def faithfulness_corpus_figure(result):
         ax.set_xlabel("mean AOPC over the texts" + (", 95 % bootstrap interval" if np.isfinite(values[:, 1]).all()
                                                      else " (too few texts for intervals)"))
         ax.grid(True, axis="x", alpha=0.3)
-    if result.random is not None:  # the key under the panels, where it covers no method's point
-        fig.legend(handles=[Line2D([], [], color="0.5", linestyle="--", linewidth=1, label="random orders (mean)")],
-                   loc="outside lower center", fontsize=7, frameon=False)
+    key = [Line2D([], [], color="0.5", linestyle="--", linewidth=1, label="random orders (mean)")]
+    if result.random is not None and main is None:  # the key under the panels, where it covers no method's point
+        fig.legend(handles=key, loc="outside lower center", fontsize=7, frameon=False)
+    elif result.random is not None:
+        main.legend(handles=key, fontsize=7)
     axes[0].set_yticks(ys)
     axes[0].set_yticklabels([m.name for m in methods], fontsize=8)
     from attnviz.render.png import wrap_text
 
-    fig.suptitle(f"{short_model(result.model)}: which explanation to trust, over {result.texts:,} texts\n"
-                 + wrap_text(result.verdict(), 9.5, 10), fontsize=10, x=0.01, ha="left")
-    return fig
+    return titled(fig, main, f"{short_model(result.model)}: which explanation to trust, over {result.texts:,} texts\n"
+                  + wrap_text(result.verdict(), 9.5, 10), fontsize=10, x=0.01, ha="left")
 
 
 def comparison_figure(exact: np.ndarray, estimate: np.ndarray, method: str, r: float | None,
-                      disagree: Sequence[dict], title: str, subtitle: str = ""):
+                      disagree: Sequence[dict], title: str, subtitle: str = "", ax=None):
     """Exact activation patching against an estimate of it (AtP), head by head: both layers × heads grids on
     one diverging scale, and the scatter of every head (exact across, the estimate up) beside the line where
     they agree, the heads where they disagree most named. exact, estimate (L, H)."""
-    from attnviz.render.figure import NotebookFigure as Figure
+    from attnviz.render.figure import canvas, titled
     from attnviz.render.fonts import families_for
 
     L, H = exact.shape
-    fig = Figure(figsize=(max(11.0, 0.5 * H * 2 + 5), max(4.2, 0.22 * L + 2.2)), layout="constrained")
-    axes = fig.subplots(1, 3, width_ratios=[1, 1, 1.15])
+    main = ax
+    fig, axes = canvas(main, (max(11.0, 0.5 * H * 2 + 5), max(4.2, 0.22 * L + 2.2)), cols=3,
+                       **({} if main is not None else {"width_ratios": [1, 1, 1.15]}))
     edge = max(1.0, float(np.abs(exact).max()), float(np.abs(estimate).max()))
     for ax, values, name in ((axes[0], exact, "exact patching"), (axes[1], estimate, method)):
         shown = ax.imshow(values, cmap="RdBu_r", vmin=-edge, vmax=edge, aspect="auto", interpolation="nearest",
@@ -307,7 +312,7 @@ def comparison_figure(exact: np.ndarray, estimate: np.ndarray, method: str, r: f
         ax.set_title(f"{name}: each head", fontsize=9)
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
-    fig.colorbar(shown, ax=axes[:2], shrink=0.8, label="restored (0 corrupted, 1 clean)")
+    fig.colorbar(shown, ax=axes[:2] if main is None else main, shrink=0.8, label="restored (0 corrupted, 1 clean)")
     ax = axes[2]
     ax.scatter(exact.ravel(), estimate.ravel(), s=12, color="0.3", zorder=2)
     low = min(float(exact.min()), float(estimate.min()), 0.0)
@@ -321,9 +326,8 @@ def comparison_figure(exact: np.ndarray, estimate: np.ndarray, method: str, r: f
     ax.set_title(f"every head ({L * H}): Pearson r = " + ("–" if r is None else f"{r:.3f}"), fontsize=9)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, loc="upper left")
-    fig.suptitle(title + (f"\n{subtitle}" if subtitle else ""), fontsize=10, x=0.01, ha="left",
-                 fontfamily=families_for(title + subtitle))
-    return fig
+    return titled(fig, main, title + (f"\n{subtitle}" if subtitle else ""), fontsize=10, x=0.01, ha="left",
+                  fontfamily=families_for(title + subtitle))
 
 
 CIRCUIT_EDGES = 150  # the most edges the circuit picture draws
@@ -352,7 +356,7 @@ def _circuit_place(name: str, H: int, G: int) -> tuple[float, float]:
     return x + shift, 2 * layer + 1 - (0.12 if len(parts) > 2 else 0.0)
 
 
-def discovery_figure(result):
+def discovery_figure(result, ax=None):
     """The circuit found, drawn (layers up: input, each layer's heads then its MLP, logits on top; an edge's
     width by |score|, red where the clean run's contribution raises the logit difference, blue where it lowers
     it), beside its faithfulness curve. The circuit drawn is the smallest on the curve keeping 80 % (at most
@@ -360,7 +364,7 @@ def discovery_figure(result):
     from matplotlib.collections import LineCollection
 
     from attnviz.panels import short_model
-    from attnviz.render.figure import NotebookFigure as Figure
+    from attnviz.render.figure import canvas, titled
 
     heads = [n for n in result.nodes if n.startswith("a")]
     L = sum(1 for n in result.nodes if n.startswith("m"))
@@ -370,8 +374,9 @@ def discovery_figure(result):
     size = min(CIRCUIT_EDGES, found[0] if found else CIRCUIT_EDGES)
     edges = result.edges(max(1, size))
     top_y = 2 * L + 1
-    fig = Figure(figsize=(max(9.0, 0.55 * H + 7.5), max(5.0, 0.16 * top_y + 2.5)), layout="constrained")
-    ax, curve = fig.subplots(1, 2, width_ratios=[max(1.0, H / 6), 1])
+    main = ax
+    fig, (ax, curve) = canvas(main, (max(9.0, 0.55 * H + 7.5), max(5.0, 0.16 * top_y + 2.5)), cols=2,
+                              **({} if main is not None else {"width_ratios": [max(1.0, H / 6), 1]}))
     peak = max((abs(e["score"]) for e in edges), default=1.0) or 1.0
     segments, widths, colors = [], [], []
     used: set[str] = set()
@@ -415,9 +420,8 @@ def discovery_figure(result):
     curve.set_title(f"faithfulness curve, area {result.area:.3f}", fontsize=9)
     curve.grid(True, alpha=0.3)
     method = {"eap": "EAP", "eap-ig": f"EAP-IG ({result.steps} steps)"}[result.method]
-    fig.suptitle(f"{short_model(result.model)}: the circuit found by {method} over {len(result.pairs)} pair"
-                 f"{'s' if len(result.pairs) != 1 else ''}", fontsize=10, x=0.01, ha="left")
-    return fig
+    return titled(fig, main, f"{short_model(result.model)}: the circuit found by {method} over {len(result.pairs)} pair"
+                  f"{'s' if len(result.pairs) != 1 else ''}", fontsize=10, x=0.01, ha="left")
 
 
 def head_grid_figure(records: Sequence[dict], key: str, title: str, *, cmap: str = "viridis", ax=None):
@@ -464,7 +468,6 @@ def head_grid_figure(records: Sequence[dict], key: str, title: str, *, cmap: str
     metric = find_metric(key)
     name = metric.header if metric is not None else key
     fig.colorbar(image, ax=ax, label=name, shrink=0.9)
-    if own:
-        ax.set_title(wrap_text(title, fig.get_figwidth() * 0.9, 9) + f"\ncolour: {name}; text: the pattern label",
-                     fontsize=9)
+    ax.set_title(wrap_text(title, fig.get_figwidth() * 0.9, 9) + f"\ncolour: {name}; text: the pattern label",
+                 fontsize=9)
     return fig if own else ax

@@ -75,3 +75,26 @@ def plain_log_labels(formatter) -> None:
         _PLAIN[kind] = type(kind.__name__, (kind,), {"__call__": __call__, "plain_unicode": True,
                                                       "__module__": __name__})
     formatter.__class__ = _PLAIN[kind]
+
+
+def canvas(ax, figsize: tuple[float, float], *, rows: int = 1, cols: int = 1, **grid) -> tuple[Figure, list]:
+    """(figure, axes) a chart is drawn on: a new NotebookFigure with rows × cols subplots (constrained layout;
+    `grid`: subplots' width_ratios, sharey, …), or, given the caller's `ax`, its figure and `ax` as the first
+    (main) axes, the others on a scratch figure that is dropped: figure(ax=ax) draws a result's main chart on
+    the caller's axes, as seaborn draws."""
+    if ax is None:
+        fig = NotebookFigure(figsize=figsize, layout="constrained")
+        return fig, list(fig.subplots(rows, cols, squeeze=False, **grid).ravel())
+    scratch = NotebookFigure()
+    return ax.figure, [ax, *(scratch.add_subplot() for _ in range(rows * cols - 1))]
+
+
+def titled(fig, ax, title: str, **style):
+    """The chart's end: the figure's title and the figure returned; given the caller's `ax`, the title above the
+    main axes' own (the figure is the caller's) and `ax` returned."""
+    if ax is None:
+        fig.suptitle(title, **style)
+        return fig
+    own = ax.get_title()
+    ax.set_title(title + (f"\n{own}" if own else ""), fontsize=9)
+    return ax

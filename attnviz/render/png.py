@@ -221,9 +221,48 @@ def page_notes(page: Page, lay: LabelLayout, values_dropped: bool) -> list[str]:
     return notes
 
 
-def page_figure(page: Page, *, cmap: str = DEFAULT_CMAP) -> HeatmapFigure:
+def decorate(ax, panel: Panel, image=None) -> None:
+    """What a panel adds over its heatmap on `ax`: the splits between parts, a picture under a patch grid (the
+    weights over it half-transparent), the marked cell."""
+    draw_splits(ax, panel)
+    R, C = panel.matrix.shape
+    if panel.picture is not None:
+        shown = image if image is not None else ax.images[0]
+        shown.set_alpha(0.65)
+        shown.set_zorder(1)
+        ax.imshow(panel.picture, extent=(-0.5, C - 0.5, R - 0.5, -0.5), zorder=0, interpolation="bilinear")
+        ax.set_xlim(-0.5, C - 0.5)
+        ax.set_ylim(R - 0.5, -0.5)
+    if panel.mark is not None:
+        from matplotlib.patches import Rectangle
+
+        ax.add_patch(Rectangle((panel.mark[1] - 0.5, panel.mark[0] - 0.5), 1, 1, fill=False, edgecolor="#00e5ff",
+                               linewidth=2, zorder=3))
+
+
+def panel_on(panel: Panel, ax, *, cmap: str = DEFAULT_CMAP, title: str | None = None, text: str = ""):
+    """One panel drawn on the caller's matplotlib Axes, as seaborn draws: its heatmap (in the panel's own
+    colormap, else `cmap`), what decorate() adds, the axis labels, a colorbar beside it and `title` (default the
+    panel's own) above. Returns `ax`. What figure(ax=ax) of every result draws: its main panel."""
+    families = families_for(text + (title or panel.title_text))
+    before = len(ax.images)  # the caller may have drawn on it already
+    heatmap(panel.matrix, panel.rows, panel.cols, ax=ax, cmap=panel.cmap or cmap, scale=panel.scale,
+            hidden=panel.hidden, families=families, values=panel.values)
+    image = ax.images[before]
+    decorate(ax, panel, image)
+    ax.set_title(panel.title_text if title is None else title, fontsize=9, fontfamily=families)
+    ax.set_xlabel(panel.col_axis, fontsize=8)
+    ax.set_ylabel(panel.row_axis, fontsize=8)
+    ax.figure.colorbar(image, ax=ax, label=panel.scale.label)
+    return ax
+
+
+def page_figure(page: Page, *, cmap: str = DEFAULT_CMAP, ax=None) -> HeatmapFigure:
     """Lay out a page: a grid of panels (same shape), one colour scale and colorbar (or one per panel when
-    each has its own), the title (never cut off), the input text and the small print."""
+    each has its own), the title (never cut off), the input text and the small print. With `ax`: the first
+    panel drawn on it (panel_on), `ax` returned."""
+    if ax is not None:
+        return panel_on(page.panels[0], ax, cmap=cmap, title=page.title, text=page.text)
     from attnviz.render.figure import NotebookFigure as Figure
 
     panels = page.panels
@@ -268,19 +307,7 @@ def page_figure(page: Page, *, cmap: str = DEFAULT_CMAP) -> HeatmapFigure:
         heatmap(panel.matrix, panel.rows, panel.cols, ax=ax, cmap=cmap, scale=panel.scale,
                 hidden=panel.hidden, fontsize=lay.fontsize, step=lay.step, families=families,
                 values=panel.values and write_values, value_fontsize=lay.value_fontsize)
-        draw_splits(ax, panel)
-        if panel.picture is not None:  # the picture under the patch grid, the weights over it half-transparent
-            shown = ax.images[0]
-            shown.set_alpha(0.65)
-            shown.set_zorder(1)
-            ax.imshow(panel.picture, extent=(-0.5, C - 0.5, R - 0.5, -0.5), zorder=0, interpolation="bilinear")
-            ax.set_xlim(-0.5, C - 0.5)
-            ax.set_ylim(R - 0.5, -0.5)
-        if panel.mark is not None:
-            from matplotlib.patches import Rectangle
-
-            ax.add_patch(Rectangle((panel.mark[1] - 0.5, panel.mark[0] - 0.5), 1, 1, fill=False, edgecolor="#00e5ff",
-                                   linewidth=2, zorder=3))
+        decorate(ax, panel)
         if many:
             ax.set_title(panel.short, fontsize=10, fontfamily=families)
         if c == 0:
@@ -311,11 +338,14 @@ def page_figure(page: Page, *, cmap: str = DEFAULT_CMAP) -> HeatmapFigure:
     return HeatmapFigure(fig, axes, bar_axes[0], images, title_artist)
 
 
-def mixed_figure(page: Page, *, cmap: str = DEFAULT_CMAP, ncols: int = 3, extra=None) -> HeatmapFigure:
+def mixed_figure(page: Page, *, cmap: str = DEFAULT_CMAP, ncols: int = 3, extra=None, ax=None) -> HeatmapFigure:
     """Panels of different shapes and scales (the steps of one head), each with its own colorbar and
     colormap, laid out by matplotlib's constrained layout under the page's title, text and small print (each
     wrapped at its own size, in a header of its own: never pressed on the panels). `extra(ax)`: draws one more
-    plot in the slot after the last panel (no slot is left empty when there is one)."""
+    plot in the slot after the last panel (no slot is left empty when there is one). With `ax`: the first panel
+    drawn on it (panel_on), `ax` returned."""
+    if ax is not None:
+        return panel_on(page.panels[0], ax, cmap=cmap, title=page.title, text=page.text)
     from attnviz.render.figure import NotebookFigure as Figure
 
     panels = page.panels
@@ -406,8 +436,10 @@ def shorten_cells(text: str, limit: int) -> str:
     return fit(" ".join(text.split()), limit)
 
 
-def panel_figure(panel: Panel, *, cmap: str = DEFAULT_CMAP, subtitle: str = "") -> HeatmapFigure:
-    """One panel alone, titled with its own title."""
+def panel_figure(panel: Panel, *, cmap: str = DEFAULT_CMAP, subtitle: str = "", ax=None) -> HeatmapFigure:
+    """One panel alone, titled with its own title (with `ax`: drawn on it, panel_on)."""
+    if ax is not None:
+        return panel_on(panel, ax, cmap=cmap, text=subtitle)
     return page_figure(Page(panels=(panel,), title=panel.title_text, name=panel.name, subtitle=subtitle), cmap=cmap)
 
 
@@ -416,18 +448,7 @@ def heatmap_figure(capture: Capture, layer: int = -1, head: HeadChoice = "mean",
     """One labelled heatmap of one layer and head (an index, "mean" or "max"): a figure of its own, or drawn on
     the matplotlib axes `ax` (with its title and a colorbar beside it) and `ax` returned, as seaborn does."""
     page = heatmap_page(capture, [layer], [head], hide_special=hide_special, vmax=vmax)
-    if ax is None:
-        return page_figure(page, cmap=cmap)
-    panel = page.panels[0]
-    families = families_for(page.text)
-    heatmap(panel.matrix, panel.rows, panel.cols, ax=ax, cmap=cmap, scale=panel.scale, hidden=panel.hidden,
-            families=families)
-    draw_splits(ax, panel)
-    ax.set_title(page.title, fontsize=9, fontfamily=families)
-    ax.set_xlabel(panel.col_axis, fontsize=8)
-    ax.set_ylabel(panel.row_axis, fontsize=8)
-    ax.figure.colorbar(ax.images[-1], ax=ax, label=panel.scale.label)
-    return ax
+    return page_figure(page, cmap=cmap, ax=ax)
 
 
 def save_figure(fig, path: str | Path, *, dpi: int = 150) -> Path:
@@ -445,12 +466,13 @@ def _metadata(suffix: str) -> dict:
     return {"Software": software} if suffix == ".png" else {"Creator": software}
 
 
-def scaling_figure(rows, T: int, d_k: int, model: str):
-    """Mean softmax entropy per layer with raw logits Q·Kᵀ and with Q·Kᵀ/√d_k, beside ln T."""
-    from attnviz.render.figure import NotebookFigure as Figure
+def scaling_figure(rows, T: int, d_k: int, model: str, ax=None):
+    """Mean softmax entropy per layer with raw logits Q·Kᵀ and with Q·Kᵀ/√d_k, beside ln T (on the caller's `ax`,
+    returned, where one is given)."""
+    from attnviz.render.figure import canvas
 
-    fig = Figure(figsize=(6.4, 4.6), dpi=100, layout="constrained")
-    ax = fig.add_subplot()
+    main = ax
+    fig, (ax,) = canvas(main, (6.4, 4.6))
     layers = [r.layer for r in rows]
     ax.plot(layers, [r.entropy_scaled for r in rows], "o-", label="softmax(QKᵀ/√d_k)  (what the model does)")
     ax.plot(layers, [r.entropy_raw for r in rows], "s--", label="softmax(QKᵀ)  (no scaling)")
@@ -460,9 +482,12 @@ def scaling_figure(rows, T: int, d_k: int, model: str):
     ax.set_xticks(layers)
     ax.set_ylim(0, math.log(T) * 1.08 if T > 1 else 1.0)
     ax.set_title(f"{short_model(model)}: why divide by √d_k (d_k = {d_k}, T = {T})", fontsize=10)
+    if main is not None:
+        ax.legend(fontsize=8)
+        return ax
     fig.legend(fontsize=8, loc="outside lower center", ncols=2, frameon=False)
     return fig
 
 
 __all__ = ["FORMATS", "HeatmapFigure", "LabelLayout", "Scale", "heatmap", "heatmap_figure", "page_figure",
-           "panel_figure", "save_figure", "scaling_figure"]
+           "panel_figure", "panel_on", "save_figure", "scaling_figure"]

@@ -9,14 +9,17 @@ import numpy as np
 from attnviz.panels import Page
 from attnviz.render.colors import DEFAULT_CMAP
 from attnviz.render.fonts import families_for
-from attnviz.render.png import fit_title, HeatmapFigure, NOTE_PT, wrap_text
+from attnviz.render.png import fit_title, HeatmapFigure, NOTE_PT, panel_on, wrap_text
 
 MEL_CMAP = "magma"
 MAX_ROW_LABELS = 60  # more rows than this: every k-th label
 
 
-def sound_figure(page: Page, *, cmap: str = DEFAULT_CMAP) -> HeatmapFigure:
-    """The figure of a page whose panels' columns are the frames of `page.spectrogram`."""
+def sound_figure(page: Page, *, cmap: str = DEFAULT_CMAP, ax=None) -> HeatmapFigure:
+    """The figure of a page whose panels' columns are the frames of `page.spectrogram` (with `ax`: the first
+    panel drawn on it, panel_on)."""
+    if ax is not None:
+        return panel_on(page.panels[0], ax, cmap=cmap, title=page.title, text=page.text)
     from attnviz.render.figure import NotebookFigure as Figure
 
     assert page.spectrogram is not None

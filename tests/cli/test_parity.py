@@ -174,6 +174,19 @@ def test_every_results_figure_is_a_figure(name, models, tmp_path):
     width, height = figure.get_size_inches()
     assert width > 1 and height > 1
     assert figure.get_axes() and all(hasattr(ax, "imshow") for ax in figure.get_axes())
+    drawn_into(result)
+
+
+def drawn_into(result) -> None:
+    """figure(ax=ax) draws the result's main picture on the caller's Axes (seaborn's way) and returns them: the
+    caller's figure holds only that Axes and, at most, its colorbar."""
+    from matplotlib.figure import Figure
+
+    canvas = Figure()
+    ax = canvas.add_subplot()
+    assert result.figure(ax=ax) is ax
+    assert ax.images or ax.lines or ax.collections or ax.patches
+    assert len(canvas.axes) <= 2 and ax.get_title()
 
 
 def test_every_result_with_a_picture_is_in_the_figure_check():
@@ -202,6 +215,7 @@ def test_align_and_detect_of_a_sound_are_their_functions_to_dict(tmp_path):
     printed = run("align", "--from", saved, "--json", "--top", "3")
     assert json.loads(printed.stdout) == json.loads(to_json(attnviz.align(parts, top=3).to_dict()))
     attnviz.align(parts).figure().savefig(tmp_path / "a.png")  # the sound layout's figure saves as a Figure does
+    drawn_into(attnviz.align(parts))
     assert (tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"
     printed = run("detect", "--audio", path, "--json")
     assert json.loads(printed.stdout) == json.loads(to_json(attnviz.detect(attnviz.sound(path)).to_dict()))

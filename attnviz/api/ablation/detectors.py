@@ -77,7 +77,7 @@ class Detection(DetectionRun, Result):
                               style="dim"))
         return items
 
-    def figure(self):
+    def figure(self, *, ax=None):
         """Each detector's share, layers × heads."""
         from attnviz.panels import Page, Scale, head_grid_panel
         from attnviz.render.png import mixed_figure
@@ -85,7 +85,7 @@ class Detection(DetectionRun, Result):
         title = f"{short_model(self.model)} · head detectors on repeated random tokens (share of the rows' weight)"
         panels = tuple(head_grid_panel(self.shares[name], Scale(0.0, 1.0, "share"), title, f"detect_{name}",
                                        short=name) for name in self.shares)
-        return mixed_figure(Page(panels=panels, title=title, name="attnviz_detect"), ncols=3)
+        return mixed_figure(Page(panels=panels, title=title, name="attnviz_detect"), ncols=3, ax=ax)
 
 
 @borrows

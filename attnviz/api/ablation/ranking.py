@@ -96,7 +96,7 @@ class Importance(ImportanceRun, Result):
                      f"Spearman ρ between the gradient estimate and the effect it estimates ({self.estimate_name}): "
                      f"{self.spearman_effect:.3f} (over {len(self.ranked)} heads)")]
 
-    def figure(self):
+    def figure(self, *, ax=None):
         """Both as layers × heads: each head's effect, and its gradient estimate."""
         from attnviz.panels import Page, Scale, head_grid_panel
         from attnviz.render.png import mixed_figure
@@ -110,7 +110,7 @@ class Importance(ImportanceRun, Result):
                 f"{self.texts} texts of {visible(str(self.source))}: “{visible(shorten(self.first_text, 200))}” …")
         page = Page(panels=panels, title=title, name="attnviz_importance", subtitle=read,
                     notes=(f"Spearman ρ (gradient vs {self.estimate_name}) = {self.spearman_estimated:.3f}",))
-        return mixed_figure(page, ncols=2)
+        return mixed_figure(page, ncols=2, ax=ax)
 
 
 def _ranked(run: ImportanceRun) -> list[dict]:

@@ -131,14 +131,14 @@ class Ablation(AblationRun, Result):
         page = self.page()
         return f"{page.name if page is not None else 'attnviz_ablate'}.png"
 
-    def figure(self):
+    def figure(self, *, ax=None):
         """Δα of every later layer, diverging around 0."""
         from attnviz.render.png import mixed_figure
 
         page = self.page()
         if page is None:
             raise UsageError("no layer follows the heads removed: there is no Δα to draw", "output")
-        return mixed_figure(page, cmap="RdBu_r")
+        return mixed_figure(page, cmap="RdBu_r", ax=ax)
 
     def report(self, *, width: int = 100, color: bool = False, terminal: bool = False, **style: Any) -> list:
         """What changed: the loss and each position's prediction (a causal LM) or each token's state (an

@@ -223,10 +223,10 @@ class Contributions(Result):
         return Page(panels=pair, title=title, name=f"attnviz_contributions_layer{chosen[0]}",
                     subtitle=text_subtitle(self.capture), notes=(note,))
 
-    def figure(self, layer: int | None = None):
+    def figure(self, layer: int | None = None, *, ax=None):
         from attnviz.render.png import mixed_figure
 
-        return mixed_figure(self.page(layer), ncols=2)
+        return mixed_figure(self.page(layer), ncols=2, ax=ax)
 
     def paths(self, token: int = -1, top: int = 5) -> list[tuple[float, tuple[int, ...]]]:
         """The `top` strongest paths of contribution into `token` at the top: (weight, (j_0, j_1, …, j_L)), the

@@ -195,10 +195,10 @@ class FaithfulnessCorpus(Result):
                              else "") + ".", style="dim"))
         return items
 
-    def figure(self, **style: Any):
+    def figure(self, *, ax=None, **style: Any):
         from attnviz.render.charts import faithfulness_corpus_figure
 
-        return faithfulness_corpus_figure(self)
+        return faithfulness_corpus_figure(self, ax=ax)
 
 
 def summary(result: Any) -> dict:

@@ -289,7 +289,7 @@ class Faithfulness(Result):
                           "faithfulness", style="dim"))
         return items
 
-    def figure(self, **style: Any):
+    def figure(self, *, ax=None, **style: Any):
         from attnviz.render.charts import faithfulness_figure
 
-        return faithfulness_figure(self)
+        return faithfulness_figure(self, ax=ax)

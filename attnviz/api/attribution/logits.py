@@ -233,14 +233,14 @@ class LogitAttribution(Result):
                 ("embeddings", float(self.embeddings)),
                 ("biases", float(self.attention_bias.sum() + self.final_bias)), ("logit", float(self.logit))]
 
-    def figure(self):
+    def figure(self, *, ax=None):
         """The heads' direct effects, by source token and traced to the input, beside the logit part by part."""
         from attnviz.render.png import bars, mixed_figure
 
         labels, values = zip(*self.parts())
         return mixed_figure(self.page(), ncols=2, extra=lambda ax: bars(
             ax, labels, values, title=f"the logit of {visible(self.target)!r}, part by part",
-            xlabel="contribution to the logit"))
+            xlabel="contribution to the logit"), ax=ax)
 
 
 def _diverging(panel: Panel) -> Panel:

@@ -145,10 +145,10 @@ class Circuits(Result):
                     notes=("weights alone: norm gains folded in, normalisations, biases and rotary positions left "
                            "out",))
 
-    def figure(self):
+    def figure(self, *, ax=None):
         from attnviz.render.png import mixed_figure
 
-        return mixed_figure(self.page(), ncols=2)
+        return mixed_figure(self.page(), ncols=2, ax=ax)
 
 
 def common_tokens(tokenizer, n: int) -> list[int]:

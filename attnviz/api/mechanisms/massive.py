@@ -210,7 +210,7 @@ class MassiveActivations(Result):
         return records_html(self.records(), ["layer", "position", "token", "dim", "value", "ratio"],
                             f"{self.model}: massive activations (over {self.minimum:g} and {self.ratio:g}× the median)")
 
-    def figure(self):
+    def figure(self, *, ax=None):
         """Each layer's three largest |h| and its median (log scale, Sun et al.'s Figure 1); |h| of every token on
         the massive dimensions at the layer where they stand out most; the massive tokens' value-vector norms
         over the median token's, by layer."""
@@ -220,7 +220,7 @@ class MassiveActivations(Result):
         return massive_figure(tops, self.medians, self.profile, self.profile_layer, self.profile_dims,
                               [visible(t) for t in self.tokens], self.value_ratio, self.minimum, self.ratio,
                               f"{short_model(self.model)} · massive activations (Sun et al. 2024)",
-                              f"“{visible(shorten(self.text, 150))}”")
+                              f"“{visible(shorten(self.text, 150))}”", ax=ax)
 
 
 def _check_numbers(ratio: float, minimum: float, epsilon: float) -> None:

@@ -99,7 +99,7 @@ class RetrievalHeads(Result):
     def _repr_html_(self) -> str:
         return records_html(self.top(), ["layer", "head", "score"], f"{self.model}: retrieval heads (Wu et al. 2024)")
 
-    def figure(self):
+    def figure(self, *, ax=None):
         """Each head's retrieval score, layers × heads."""
         from attnviz.panels import head_grid_panel, Scale
         from attnviz.render.png import panel_figure
@@ -109,7 +109,7 @@ class RetrievalHeads(Result):
                                                                           "copied)"),
                                             f"{short_model(self.model)} · retrieval heads (Wu et al. 2024), "
                                             f"{self.answered} of {len(self.prompts)} prompts answered",
-                                            "attnviz_retrieval"))
+                                            "attnviz_retrieval"), ax=ax)
 
 
 @borrows

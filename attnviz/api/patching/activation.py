@@ -311,7 +311,7 @@ class Patching(Result):
                     f"(the donor's run: {1.0 if self.direction == 'denoise' else 0.0:.0f})"),)
         return Page(panels=tuple(panels), title=title, name="attnviz_patch", notes=notes, subtitle=subtitle)
 
-    def figure(self):
+    def figure(self, *, ax=None):
         """The page's panels; with a comparison, exact patching against the estimate instead: both grids and the
         scatter of every head, the heads where they disagree most named."""
         if self.comparison is not None:
@@ -320,10 +320,10 @@ class Patching(Result):
             page = self.page()
             return comparison_figure(self.comparison.exact, self.comparison.estimate,
                                      METHOD_NAMES[self.comparison.method], self.comparison.r,
-                                     self.comparison.disagree(), page.title, page.subtitle)
+                                     self.comparison.disagree(), page.title, page.subtitle, ax=ax)
         from attnviz.render.png import mixed_figure
 
-        return mixed_figure(self.page(), ncols=3)
+        return mixed_figure(self.page(), ncols=3, ax=ax)
 
 
 def _last_above(column, level: float = 0.5) -> str:

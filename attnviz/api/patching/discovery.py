@@ -147,10 +147,10 @@ class Discovery(Result):
                           "attnviz explain discover.", style="dim"))
         return items
 
-    def figure(self):
+    def figure(self, *, ax=None):
         from attnviz.render.charts import discovery_figure
 
-        return discovery_figure(self)
+        return discovery_figure(self, ax=ax)
 
     def html(self, *, command: str | None = None) -> str:
         """One self-contained page: the circuit and its curve (the figure, as SVG), the curve's table, and the

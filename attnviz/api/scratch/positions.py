@@ -60,11 +60,11 @@ class Positions(Result):
         return positions_page(self.result, self.model, one_index(chosen, len(self.result.diff_with), "layer"),
                               self.text)
 
-    def figure(self, layer: int | None = None, *, cmap: str = "viridis"):
+    def figure(self, layer: int | None = None, *, cmap: str = "viridis", ax=None):
         """α of `layer` (default the one asked for) for both word orders, with and without positions."""
         from attnviz.render.png import mixed_figure
 
-        return mixed_figure(self.page(layer), cmap=cmap)
+        return mixed_figure(self.page(layer), cmap=cmap, ax=ax)
 
 
 POSITION_TOLERANCE = 1e-5  # of the embedding layer's output: the same float32 sum, taken apart
@@ -121,7 +121,7 @@ class GridPositions(Result):
         return {"model": self.model, "image": self.name, "grid": list(self.grid), "check": self.check,
                 "passed": self.passed, "by_distance": self.records(), "similarity": self.similarity.tolist()}
 
-    def figure(self):
+    def figure(self, *, ax=None):
         """For each cell, at its place in the grid, the similarity of its position embedding to every cell's."""
         from attnviz.render.charts import position_mosaic_figure
 
@@ -130,7 +130,7 @@ class GridPositions(Result):
                                       f"{short_model(self.model)} · position embeddings over {rows} × {cols} "
                                       f"patches",
                                       f"{self.name}: each small map, the similarity of that patch's position to "
-                                      f"every patch's")
+                                      f"every patch's", ax=ax)
 
 
 @borrows

@@ -70,11 +70,11 @@ class Scaling(Result):
             items.append(synthetic_table(list(self.chosen), self.T, d_k))
         return items
 
-    def figure(self):
+    def figure(self, *, ax=None):
         """Per layer: the scores' spread and the softmax's entropy and peak, raw against scaled."""
         from attnviz.render.png import scaling_figure
 
-        return scaling_figure(list(self.rows), self.T, self.d_k, self.model)
+        return scaling_figure(list(self.rows), self.T, self.d_k, self.model, ax=ax)
 
 
 MAX_DK = 4096  # scaling's random vectors: d_k at most (a T × d_k draw per value)

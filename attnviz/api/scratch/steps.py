@@ -69,11 +69,11 @@ class Steps(Result):
 
         return steps_page(self.computed, list(self.tokens), self.model, self.text)
 
-    def figure(self, *, cmap: str = "viridis"):
+    def figure(self, *, cmap: str = "viridis", ax=None):
         """Every step as one matplotlib Figure."""
         from attnviz.render.png import mixed_figure
 
-        return mixed_figure(self.page(), cmap=cmap)
+        return mixed_figure(self.page(), cmap=cmap, ax=ax)
 
 
 @borrows
