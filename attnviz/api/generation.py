@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 from attnviz.api.result import Line, Result
 from attnviz.base.arguments import checked
+from attnviz.base.records import plain
 from attnviz.base.selection import selection
 from attnviz.api.capturing import capture as capture_text
 from attnviz.api.models import borrows, resolve_model
@@ -81,10 +82,10 @@ class Generation(Result):
         top = self.top if top is None else top
         path = self.saved if path is None else path
         head_index = head if isinstance(head, str) else capture.head_index(head)
-        return {"model": capture.model, "prompt": meta["prompt"], "generated_text": meta["generated_text"],
-                "decoding": meta["decoding"], "stopped": meta["stopped"], "tokens": list(capture.tokens),
-                "generated": capture.generated, "layer": layer_index, "head": head_index,
-                "steps": self.steps(layer_index, head_index, top), "capture": path}
+        return plain({"model": capture.model, "prompt": meta["prompt"], "generated_text": meta["generated_text"],
+                      "decoding": meta["decoding"], "stopped": meta["stopped"], "tokens": list(capture.tokens),
+                      "generated": capture.generated, "layer": layer_index, "head": head_index,
+                      "steps": self.steps(layer_index, head_index, top), "capture": path})
 
     def save(self, path):
         """The capture of prompt + generated tokens as .npz (all three parts of an encoder-decoder model)."""

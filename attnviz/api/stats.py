@@ -12,6 +12,7 @@ from attnviz.api.capturing import Keep, one_attention
 from attnviz.api.result import Line, Result
 from attnviz.api.views import query_rows
 from attnviz.base.arguments import checked
+from attnviz.base.records import plain
 from attnviz.base.blocks import sum_blocks
 from attnviz.base.selection import Selection, find_token, selection
 from attnviz.base.text import visible
@@ -257,8 +258,8 @@ class Rollout(Result):
 
     def to_dict(self) -> dict:
         """What `attnviz rollout --json` prints."""
-        return {"model": self.model, "tokens": list(self.tokens), "token": self.token, "rollout": self.row,
-                "matrix": self.matrix}
+        return plain({"model": self.model, "tokens": list(self.tokens), "token": self.token, "rollout": self.row,
+                      "matrix": self.matrix})
 
     def report(self, *, width: int = 100, **style: Any) -> list:
         """The row as bars: every token's, or of a picture or a long input the 20 largest."""

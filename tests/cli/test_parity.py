@@ -189,6 +189,31 @@ def drawn_into(result) -> None:
     assert len(canvas.axes) <= 2 and ax.get_title()
 
 
+# α itself and the views that hand out α's own matrices (every panel of a heatmap, a token's rows of every layer):
+# numpy arrays, written from their own memory a row at a time (base.records.write_json), never as Python lists
+STREAMED_ARRAYS = ("capture", "heatmap", "token", "compare")
+
+
+@pytest.mark.parametrize("name", sorted(set(CASES) - set(STREAMED_ARRAYS)))
+def test_to_dict_is_plain_json(name, models, tmp_path):
+    """json.dumps(result.to_dict()) works as it is (no numpy inside) and is what --json prints."""
+    import math
+
+    model, _, call = CASES[name]
+    corpus_file(tmp_path)
+    data = call(None if model is None else models[model][1], tmp_path).to_dict()
+
+    def numpy_inside(value) -> bool:
+        if isinstance(value, dict):
+            return any(numpy_inside(v) for v in value.values())
+        if isinstance(value, (list, tuple)):
+            return any(numpy_inside(v) for v in value)
+        return type(value).__module__ == "numpy" or (isinstance(value, float) and not math.isfinite(value))
+
+    assert not numpy_inside(data)
+    assert json.loads(json.dumps(data, allow_nan=False)) == json.loads(to_json(data))
+
+
 def test_every_result_with_a_picture_is_in_the_figure_check():
     import typing
 

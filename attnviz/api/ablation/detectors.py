@@ -12,6 +12,7 @@ from attnviz.api.ablation.removing import ablation_model
 from attnviz.api.models import borrows
 from attnviz.api.result import Line, Result
 from attnviz.base.arguments import checked
+from attnviz.base.records import plain
 from attnviz.engine.ablation import DetectionRun
 from attnviz.errors import InputError, UsageError, arg
 from attnviz.panels import short_model
@@ -44,7 +45,7 @@ class Detection(DetectionRun, Result):
                                    "random_mean": float(np.mean(causal.random)) if causal.random else None,
                                    "random_heads": [[list(p) for p in heads] for heads in causal.random_heads],
                                    "mode": self.mode}
-        return data
+        return plain(data)
 
     def report(self, **style: Any) -> list:
         from attnviz.render.tables import records_table

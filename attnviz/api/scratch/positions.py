@@ -13,6 +13,7 @@ from attnviz.api.models import borrows, for_input, resolve_model
 from attnviz.api.result import Result
 from attnviz.api.scratch.steps import one_index
 from attnviz.base.arguments import checked
+from attnviz.base.records import plain
 from attnviz.base.text import check_text
 from attnviz.errors import UsageError, arg
 from attnviz.data.modality import PICTURE, of_input
@@ -47,11 +48,11 @@ class Positions(Result):
     def to_dict(self) -> dict:
         """What `attnviz positions --json` prints."""
         r = self.result
-        return {"model": self.model, "words": r.words, "shuffled": r.shuffled, "tokens": r.tokens,
-                "permutation": r.permutation,
-                "without_positions": {"max_abs_diff": float(r.diff_without.max()), "per_layer": r.diff_without},
-                "with_positions": {"max_abs_diff": float(r.diff_with.max()), "per_layer": r.diff_with},
-                "position_similarity": r.similarity}
+        return plain({"model": self.model, "words": r.words, "shuffled": r.shuffled, "tokens": r.tokens,
+                      "permutation": r.permutation,
+                      "without_positions": {"max_abs_diff": float(r.diff_without.max()), "per_layer": r.diff_without},
+                      "with_positions": {"max_abs_diff": float(r.diff_with.max()), "per_layer": r.diff_with},
+                      "position_similarity": r.similarity})
 
     def page(self, layer: int | None = None):
         from attnviz.panels import positions_page
@@ -118,8 +119,8 @@ class GridPositions(Result):
 
     def to_dict(self) -> dict:
         """What `attnviz positions --image --json` prints."""
-        return {"model": self.model, "image": self.name, "grid": list(self.grid), "check": self.check,
-                "passed": self.passed, "by_distance": self.records(), "similarity": self.similarity.tolist()}
+        return plain({"model": self.model, "image": self.name, "grid": list(self.grid), "check": self.check,
+                      "passed": self.passed, "by_distance": self.records(), "similarity": self.similarity})
 
     def figure(self, *, ax=None):
         """For each cell, at its place in the grid, the similarity of its position embedding to every cell's."""

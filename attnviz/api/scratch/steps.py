@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 from attnviz.api.models import borrows, resolve_model
 from attnviz.api.result import Result
 from attnviz.base.arguments import checked
+from attnviz.base.records import plain
 from attnviz.base.selection import Selection, check_token, find_token
 from attnviz.base.text import check_text
 from attnviz.progress import Reporter
@@ -51,10 +52,10 @@ class Steps(Result):
     def to_dict(self) -> dict:
         """What `attnviz steps --json` prints."""
         r = self.computed
-        return {"model": self.model, "layer": self.layer, "head": self.head, "tokens": list(self.tokens),
-                "token": self.token, "d_k": r.d_k, "sqrt_d_k": r.d_k ** 0.5, "q": r.q, "k": r.k, "v": r.v,
-                "scores": r.scores, "scaled": r.scaled, "allowed": r.allowed, "alpha": r.alpha, "out": r.out,
-                "model_alpha": r.model_alpha, "max_abs_diff": r.max_diff}
+        return plain({"model": self.model, "layer": self.layer, "head": self.head, "tokens": list(self.tokens),
+                      "token": self.token, "d_k": r.d_k, "sqrt_d_k": r.d_k ** 0.5, "q": r.q, "k": r.k, "v": r.v,
+                      "scores": r.scores, "scaled": r.scaled, "allowed": r.allowed, "alpha": r.alpha, "out": r.out,
+                      "model_alpha": r.model_alpha, "max_abs_diff": r.max_diff})
 
     def report(self, *, width: int = 100, color: bool = False, **style: Any) -> list:
         """Each step in the terminal, in order; with `token`, that query row's numbers."""
