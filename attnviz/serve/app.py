@@ -57,6 +57,7 @@ class Limits:
     max_waiting: int = 16
     pages: int = 8
     max_alpha_tokens: int = 256  # a layer's α in the JSON answer: H·T² numbers, T at most this
+    runs: int = 4  # texts whose run (α and what the analyses read) is kept: every view of a text asks it again
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -120,6 +121,7 @@ def make_app(model: Any, *, limits: Limits | None = None, command: str = "attnvi
     limits = limits or Limits()
     line = OneAtATime(limits.max_waiting)
     pages: OrderedDict[str, str] = OrderedDict()
+    runs = Runs(model, limits.runs)
     numbers = itertools.count(1)
     kind = "image" if model.vision else "sound" if model.speech else "text"
     app = FastAPI(title="attnviz", version=attnviz.__version__, docs_url=None, redoc_url=None,
@@ -197,7 +199,7 @@ def make_app(model: Any, *, limits: Limits | None = None, command: str = "attnvi
     async def capture(request: CaptureRequest) -> dict:
         """Run the model once: the tokens, every head's statistics and pattern label, the address of the
         interactive page (/view/ID), and with `alpha_layer` that layer's α."""
-        run = _capture_work(model, kind, request, limits, command)
+        run = _capture_work(model, kind, request, limits, command, runs)
         started = time.perf_counter()
         answer, html = await line.run(_ticket(request.ticket, line), run)
         page_id = f"v{next(numbers)}"
@@ -299,7 +301,25 @@ def _file(data: str | None, what: str, limits: Limits) -> bytes:
         raise InputError(f"\"{what}\" is not base64") from None
 
 
-def _capture_work(model, kind: str, request: CaptureRequest, limits: Limits, command: str):
+class Runs:
+    """The last `size` texts' runs (attnviz.Run), newest last: every view of a text — its page, its contributions,
+    its head table — read from one forward pass, as long as the text is among the last ones asked. Used on the
+    model's thread only (OneAtATime)."""
+
+    def __init__(self, model: Any, size: int):
+        self.model, self.size = attnviz.load(model), max(1, size)
+        self.kept: OrderedDict[tuple[str, bool], Any] = OrderedDict()
+
+    def of(self, text: str, words: bool) -> Any:
+        key = (text, words)
+        run = self.kept.pop(key, None) or self.model.run(text, words=words)
+        self.kept[key] = run
+        while len(self.kept) > self.size:
+            self.kept.popitem(last=False)
+        return run
+
+
+def _capture_work(model, kind: str, request: CaptureRequest, limits: Limits, command: str, runs: Runs):
     """What runs on the model's thread for one capture: (the JSON answer, the page)."""
     from attnviz.render.viewer import viewer_data, viewer_html
 
@@ -315,9 +335,14 @@ def _capture_work(model, kind: str, request: CaptureRequest, limits: Limits, com
         if kind == "text":
             _count_tokens(model, text, limits)  # here, on the model's thread: the tokenizer is used by one
         given: Any = (text if kind == "text" else attnviz.picture(raw) if kind == "image" else attnviz.sound(raw))
-        if kind == "text" and request.contributions and not model.seq2seq:
-            contributions = attnviz.contributions(text, model=model)
-            whole: Any = contributions.capture
+        whole: Any
+        if kind == "text" and not model.seq2seq:  # every view of a text from its one run
+            run = runs.of(text, request.words and not request.contributions)
+            if request.contributions:
+                contributions = run.contributions()
+                whole = contributions.capture
+            else:
+                whole = run.capture
         else:
             whole = attnviz.capture(given, model=model, words=request.words and kind == "text", stream=False)
         shown = whole.part("cross") if isinstance(whole, attnviz.Parts) else whole

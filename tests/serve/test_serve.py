@@ -167,6 +167,26 @@ def test_words_and_contributions(client, bert):
     assert served == expected
 
 
+def test_every_view_of_a_text_reads_one_run(tiny_model_dir):
+    """The page, the head table and the contributions of one text: one forward pass of the model while the text is
+    among the last Limits.runs asked (a hook counts the model's calls); an older text is run again."""
+    model = attnviz.load_model(tiny_model_dir("bert"), device="cpu")
+    calls = [0]
+    handle = model.model.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    try:
+        client = client_for(model, runs=2)[0]
+        first = client.post("/api/capture", json={"text": SENTENCE}).json()
+        again = client.post("/api/capture", json={"text": SENTENCE, "contributions": True}).json()
+        assert calls[0] == 1 and first["tokens"] == again["tokens"]
+        assert first["head_table"] == attnviz.heads(SENTENCE, model=model).to_records()
+        calls[0] = 0
+        for text in ("a dog ran home", "the mat was red", SENTENCE):  # SENTENCE's run was dropped: run again
+            assert client.post("/api/capture", json={"text": text}).status_code == 200
+        assert calls[0] == 3
+    finally:
+        handle.remove()
+
+
 # --- limits and hostile requests: each one clean refusal, and the server goes on ----------------------------
 
 
