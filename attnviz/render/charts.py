@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -303,8 +304,8 @@ def comparison_figure(exact: np.ndarray, estimate: np.ndarray, method: str, r: f
 
     L, H = exact.shape
     main = ax
-    fig, axes = canvas(main, (max(11.0, 0.5 * H * 2 + 5), max(4.2, 0.22 * L + 2.2)), cols=3,
-                       **({} if main is not None else {"width_ratios": [1, 1, 1.15]}))
+    ratios: dict[str, Any] = {} if main is not None else {"width_ratios": [1, 1, 1.15]}
+    fig, axes = canvas(main, (max(11.0, 0.5 * H * 2 + 5), max(4.2, 0.22 * L + 2.2)), cols=3, **ratios)
     edge = max(1.0, float(np.abs(exact).max()), float(np.abs(estimate).max()))
     for ax, values, name in ((axes[0], exact, "exact patching"), (axes[1], estimate, method)):
         shown = ax.imshow(values, cmap="RdBu_r", vmin=-edge, vmax=edge, aspect="auto", interpolation="nearest",
@@ -375,8 +376,8 @@ def discovery_figure(result, ax=None):
     edges = result.edges(max(1, size))
     top_y = 2 * L + 1
     main = ax
-    fig, (ax, curve) = canvas(main, (max(9.0, 0.55 * H + 7.5), max(5.0, 0.16 * top_y + 2.5)), cols=2,
-                              **({} if main is not None else {"width_ratios": [max(1.0, H / 6), 1]}))
+    ratios: dict[str, Any] = {} if main is not None else {"width_ratios": [max(1.0, H / 6), 1]}
+    fig, (ax, curve) = canvas(main, (max(9.0, 0.55 * H + 7.5), max(5.0, 0.16 * top_y + 2.5)), cols=2, **ratios)
     peak = max((abs(e["score"]) for e in edges), default=1.0) or 1.0
     segments, widths, colors = [], [], []
     used: set[str] = set()

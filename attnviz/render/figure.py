@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import re
+from typing import Any
 
 from matplotlib.figure import Figure
 
@@ -77,7 +78,7 @@ def plain_log_labels(formatter) -> None:
     formatter.__class__ = _PLAIN[kind]
 
 
-def canvas(ax, figsize: tuple[float, float], *, rows: int = 1, cols: int = 1, **grid) -> tuple[Figure, list]:
+def canvas(ax, figsize: tuple[float, float], *, rows: int = 1, cols: int = 1, **grid: Any) -> tuple[Any, list]:
     """(figure, axes) a chart is drawn on: a new NotebookFigure with rows × cols subplots (constrained layout;
     `grid`: subplots' width_ratios, sharey, …), or, given the caller's `ax`, its figure and `ax` as the first
     (main) axes, the others on a scratch figure that is dropped: figure(ax=ax) draws a result's main chart on
