@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from attnviz.base.selection import Selection
+from attnviz.api.attribution.contribution_methods import CONTRIBUTIONS
 from attnviz.cli.errors import cli_errors
 from attnviz.cli.group import app
 from attnviz.cli.inputs import Source, takes
@@ -61,10 +62,9 @@ def logit_attr(target: Annotated[Optional[str], typer.Option(
 @cli_errors
 @takes(model=ModelOptions, inp=Source.taking("text"))
 def contributions(method: Annotated[str, typer.Option(
-                      "--method", metavar="METHOD", parser=choice_parser(("alti", "value-zeroing"), {
+                      "--method", metavar="METHOD", parser=choice_parser(CONTRIBUTIONS.names(), {
                           "value_zeroing": "value-zeroing", "vz": "value-zeroing", "zeroing": "value-zeroing"}),
-                      help="alti (Ferrando et al. 2022; one run) or value-zeroing (Mohebbi et al. 2023; one run "
-                           "per token).")] = "alti",
+                      help=CONTRIBUTIONS.help() + ".")] = "alti",
                   layer: LayerSel = Selection.parse("-1", "layer", field="layer"),
                   token: Annotated[Optional[str], typer.Option(
                       "--token", metavar="TOKEN", show_default=False,

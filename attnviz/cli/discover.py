@@ -6,6 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from attnviz.api.patching.methods import DISCOVERY
 from attnviz.cli.errors import cli_errors
 from attnviz.cli.group import app
 from attnviz.cli.inputs import Source, takes, two_prompts
@@ -39,9 +40,7 @@ def discover(corrupt: Annotated[Optional[str], typer.Argument(
                       "standard input; at most 1,000 pairs, 16 MB); the scores summed, the curve over all of them.")]
              = None,
              method: Annotated[str, typer.Option(
-                 "--method", metavar="eap|eap-ig",
-                 help="eap: the gradient at the clean run. eap-ig: averaged over --steps inputs from the corrupted "
-                      "to the clean embeddings (MIB's best).")] = "eap-ig",
+                 "--method", metavar="|".join(DISCOVERY.names()), help=DISCOVERY.help() + ".")] = "eap-ig",
              steps: Annotated[int, typer.Option("--steps", parser=whole_number(1, 100), metavar="N",
                                                 help="eap-ig's interpolation steps (1 to 100).")] = 5,
              top: Annotated[int, typer.Option("--top", parser=whole_number(1, 1000), metavar="K",

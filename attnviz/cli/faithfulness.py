@@ -14,8 +14,8 @@ from attnviz.cli.params import choice_parser, CsvOpt, ImageOut, JsonOpt, ModelOp
 
 # Imports inside the command (the API, numpy, matplotlib) keep `attnviz --help` light.
 
-METHOD_NAMES = ("attention, rollout, flow, alti, alti-logit, value-zeroing, grad-x-input, integrated-gradients, loo, "
-                "random")
+from attnviz.api.attribution.faithfulness_methods import FAITHFULNESS
+
 
 
 def methods_option(value: str) -> list[str]:
@@ -35,7 +35,7 @@ def methods_option(value: str) -> list[str]:
 @takes(model=ModelOptions, inp=Source.taking("text"))
 def faithfulness(methods: Annotated[Optional[str], typer.Option(
                      "--methods", metavar="NAMES", show_default=False,
-                     help=f"Which methods, separated by commas: {METHOD_NAMES}. Default: all that apply "
+                     help=f"Which methods, separated by commas: {FAITHFULNESS.help()}. Default: all that apply "
                           f"(alti-logit needs a causal LM).")] = None,
                  target: Annotated[Optional[str], typer.Option(
                      "--target", metavar="TOKEN", show_default=False,

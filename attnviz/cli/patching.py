@@ -6,6 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from attnviz.api.patching.methods import PATCHING
 from attnviz.cli.errors import cli_errors
 from attnviz.cli.group import app
 from attnviz.cli.inputs import Source, takes, two_prompts
@@ -59,12 +60,7 @@ def patch(corrupt: Annotated[Optional[str], typer.Argument(
               "--to", metavar="INPUTS", help="--from-heads: the receivers' inputs the path goes through: q, k, v or "
                                              "together (qk, qkv).")] = "qkv",
           method: Annotated[str, typer.Option(
-              "--method", metavar="exact|atp|atp*",
-              help="exact: each piece patched in its own run (batched). atp: attribution patching (Nanda 2023), "
-                   "every piece's effect estimated at once from one forward and one backward pass, "
-                   "(a_donor − a_receiver) · ∂M/∂a, on the same scale: fast, an estimate. atp*: Kramár et al. "
-                   "2024's fixes, the residual stream's effect through attention patterns computed exactly (QK "
-                   "fix) and GradDrop against cancelling paths (L + 1 passes).")] = "exact",
+              "--method", metavar="|".join(PATCHING.names()), help=PATCHING.help() + ".")] = "exact",
           compare: Annotated[bool, typer.Option(
               "--compare", help="Both exact patching and the estimate (AtP, or --method's) for every head: Pearson's "
                                 "r, the heads where they disagree most, and (with -o) both grids and their "

@@ -368,11 +368,30 @@ def _logit_difference(logits: torch.Tensor, right: int, wrong: int) -> torch.Ten
     return logits[:, right].double() - logits[:, wrong].double()
 
 
-def score_edges(g: Graph, prepared: Sequence[tuple[dict, dict, tuple[int, int]]], method: str, steps: int,
+def at_clean(g: Graph, first: dict, clean_run: Run, corrupt_run: Run, metric: Any) -> torch.Tensor:
+    """EAP's gradients: at the clean run."""
+    return receiver_gradients(g, first, metric)
+
+
+def integrated(steps: int) -> Any:
+    """EAP-IG's gradients: averaged over `steps` embeddings between the corrupted and the clean run's."""
+    def gradients(g: Graph, first: dict, clean_run: Run, corrupt_run: Run, metric: Any) -> torch.Tensor:
+        start, end = corrupt_run.outputs[0], clean_run.outputs[0]
+        alphas = torch.arange(1, steps + 1, dtype=torch.float64) / steps
+        embeddings = torch.stack([(start.double() + float(t) * (end.double() - start.double()))[0]
+                                  for t in alphas]).to(start.dtype)
+        batch = {key: value.expand(steps, *value.shape[1:]) if torch.is_tensor(value) else value
+                 for key, value in first.items()}
+        return receiver_gradients(g, batch, metric, embeddings=embeddings) / steps
+
+    return gradients
+
+
+def score_edges(g: Graph, prepared: Sequence[tuple[dict, dict, tuple[int, int]]], gradients: Any,
                 step: Any) -> tuple[np.ndarray, float, float]:
-    """Every edge's score summed over the pairs (clean inputs, corrupted inputs, (answer id, other id)): EAP
-    ("eap", the gradient at the clean run) or EAP-IG (averaged over `steps` embeddings between the corrupted and
-    the clean run's); with the sums of the clean and the corrupted logit differences. `step(1)` after each pair."""
+    """Every edge's score summed over the pairs (clean inputs, corrupted inputs, (answer id, other id)), each pair's
+    `gradients(g, clean inputs, clean run, corrupted run, metric)` (at_clean: EAP; integrated(steps): EAP-IG); with
+    the sums of the clean and the corrupted logit differences. `step(1)` after each pair."""
     scores = torch.zeros(len(g.receivers), len(g.nodes), dtype=torch.float64)
     clean_sum = corrupt_sum = 0.0
     for first, second, (right, wrong) in prepared:
@@ -383,17 +402,7 @@ def score_edges(g: Graph, prepared: Sequence[tuple[dict, dict, tuple[int, int]]]
             clean_run, corrupt_run = run(g, first), run(g, second)
         clean_sum += float(metric(clean_run.logits)[0])
         corrupt_sum += float(metric(corrupt_run.logits)[0])
-        if method == "eap":
-            grads = receiver_gradients(g, first, metric)
-        else:
-            start, end = corrupt_run.outputs[0], clean_run.outputs[0]
-            alphas = torch.arange(1, steps + 1, dtype=torch.float64) / steps
-            embeddings = torch.stack([(start.double() + float(t) * (end.double() - start.double()))[0]
-                                      for t in alphas]).to(start.dtype)
-            batch = {key: value.expand(steps, *value.shape[1:]) if torch.is_tensor(value) else value
-                     for key, value in first.items()}
-            grads = receiver_gradients(g, batch, metric, embeddings=embeddings) / steps
-        scores += edge_scores(g, clean_run, corrupt_run, grads)
+        scores += edge_scores(g, clean_run, corrupt_run, gradients(g, first, clean_run, corrupt_run, metric))
         step(1)
     return scores.numpy(), clean_sum, corrupt_sum
 

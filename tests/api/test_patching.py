@@ -772,7 +772,7 @@ def test_graddrop_cuts_one_block_at_a_time(kind, folders):
     QK-fixed sign times Σ_ℓ |c_ℓ| / (L − 1), the head summed over its positions first."""
     import torch
 
-    from attnviz.api.patching.activation import _star
+    from attnviz.api.patching.methods import _star
 
     loaded, where, clean, corrupt, clean_run, metric, star = _starred(kind, folders)
     L = where.layers

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from attnviz.api.attribution.contribution_methods import CONTRIBUTIONS, MAX_ZEROING_TOKENS
 from attnviz.api.models import borrows, resolve_model
 from attnviz.api.result import Line, Result
 from attnviz.base.arguments import checked
@@ -23,13 +24,12 @@ from attnviz.render.tables import records_html
 
 __all__ = ["contributions", "Contributions", "MAX_ZEROING_TOKENS", "METHODS"]
 
-MAX_ZEROING_TOKENS = 1024  # value zeroing runs the model once per token (in batches): T runs of T tokens
 JSON_MAX_CELLS = 4_000_000  # --json holds every layer's scores and the rollout up to this many numbers (L·T²)
 AGREEMENT_ROWS = 256  # the agreement of α and contribution is averaged over at most this many rows a layer
 MAX_GRAPH_TOKENS = 200  # the contribution graph draws a column per token: at most this many
 GRAPH_THRESHOLD = 0.05  # the contribution graph's edges: contributions at least this large
-METHODS = ("alti", "value-zeroing")
-METHOD_NAMES = {"alti": "ALTI", "value-zeroing": "value zeroing"}
+METHODS = CONTRIBUTIONS.names()  # the registry's (attnviz.api.attribution.contribution_methods)
+METHOD_NAMES = {cls.name: cls.title for cls in CONTRIBUTIONS}
 
 
 @dataclass(frozen=True)
@@ -289,51 +289,19 @@ def contributions(text: str, *, model: Any = None, tokenizer: Any = None, method
     if not 0 < threshold <= 1:
         raise UsageError(f"{arg('threshold')} takes a number above 0 and at most 1; got {threshold}", "threshold")
     layer_sel = selection(layer, "layer", field="layer")
-    if method not in METHODS:
-        raise UsageError(f"{arg('method')} takes one of {', '.join(METHODS)}; got {visible(method)!r}", "method")
+    contributor = CONTRIBUTIONS.get(method)()
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype)
     loaded.require_single("contributions")
-    from attnviz.engine.forward import encode, make_capture, model_attentions
-    from attnviz.engine.scratch.adapters import adapter_for
-    from attnviz.engine.attribution.alti import alti, alti_points
-    from attnviz.engine.models import layers_and_heads
-    from attnviz.engine.memory import alti_bytes, check_alti_memory, check_memory, memory_budget
-    from attnviz.engine.attribution.zeroing import value_zeroing
+    from attnviz.engine.forward import encode, make_capture
     from attnviz.metrics import spearman
 
-    if stream and method != "alti":
-        raise InputError(f"value zeroing does not stream (it runs the model once per token, each run holding "
-                         f"its α); use {arg('method', 'alti')} for a long input", "stream")
+    if stream and not contributor.streams:
+        contributor.streamed(loaded, 0, stream)  # refused before the text is read
     encoded = encode(loaded, text, truncate=truncate) if run is None else run.encoded
     T = len(encoded.tokens)
-    if method == "value-zeroing" and T > MAX_ZEROING_TOKENS:
-        raise InputError(f"value zeroing runs the model once per token: {T} tokens is more than "
-                         f"{MAX_ZEROING_TOKENS:,}; shorten the text, or use {arg('method', 'alti')}")
-    budget = loaded.memory_budget or memory_budget()
-    streamed = method == "alti" and (stream is True or (stream is None and alti_bytes(loaded, T, False) > budget))
-    if method == "alti":
-        check_alti_memory(loaded, T, streamed)
-    else:  # value zeroing: a batch of 8 copies of the model's α
-        check_memory(loaded, T, copies=8.0)
-    base = getattr(loaded.model, "base_model", loaded.model)
-    reporter = reporter or Reporter()
-    checks = distances = None
-    if method == "alti":
-        with reporter.progress("Splitting each attention block's output into one part per token"
-                               + (" (streamed)" if streamed else ""), layers_and_heads(loaded.model.config)[0],
-                               "layers") as step:
-            if run is None or streamed:
-                scores, checks, seen_alpha = alti(loaded.model, encoded.inputs, streamed=streamed, on_layer=step)
-            else:  # the run's pass, ALTI's scores made once for the run (logit_attr reads them too)
-                scores, checks, seen_alpha = run.memo("alti", lambda: alti(
-                    loaded.model, encoded.inputs, on_layer=step,
-                    recording=run.recording(alti_points(loaded.shape[0]))))
-    else:
-        with reporter.progress("Zeroing each token's value vectors", T, "tokens") as step:
-            scores, distances = value_zeroing(loaded.model, encoded.inputs, adapter_for(base).modules(base),
-                                              on_done=step)
-        # the model's own α of the same tokens
-        seen_alpha = model_attentions(loaded, encoded) if run is None else run.capture.attentions
+    streamed = contributor.streamed(loaded, T, stream)
+    scores, checks, distances, seen_alpha = contributor.compute(loaded, encoded, streamed, reporter or Reporter(),
+                                                                run)
     alpha = make_capture(loaded, encoded, seen_alpha, text, source="scratch, mean over heads" if streamed else "model")
     moved = make_capture(loaded, encoded, scores[:, None].astype(np.float32, copy=False), text,
                          source=METHOD_NAMES[method])

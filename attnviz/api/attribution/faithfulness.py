@@ -15,7 +15,7 @@ import numpy as np
 from attnviz.api.attribution.faithfulness_corpus import (corpus_estimate, corpus_plan, corpus_result,
                                                          ESTIMATE_AFTER, FaithfulnessCorpus, summary, token_counts,
                                                          work_per_text)
-from attnviz.api.attribution.faithfulness_methods import baseline_token, distinct_f, method_scores
+from attnviz.api.attribution.faithfulness_methods import FAITHFULNESS, baseline_token, distinct_f, method_scores
 from attnviz.api.attribution.faithfulness_result import (COMPLETE_WITHIN, DEFAULT_STEPS, DESCRIBE,  # noqa: F401
                                                          Faithfulness, MethodFaithfulness, RandomBaseline)
 from attnviz.api.models import borrows, resolve_model
@@ -29,9 +29,8 @@ __all__ = ["faithfulness", "Faithfulness", "FaithfulnessCorpus", "MethodFaithful
            "FAITHFULNESS_METHODS", "MAX_CORPUS_TEXTS",
            "MAX_FAITHFULNESS_TOKENS", "COMPLETENESS_TOLERANCE"]
 
-FAITHFULNESS_METHODS = ("attention", "rollout", "flow", "alti", "alti-logit", "value-zeroing", "grad-x-input",
-                        "integrated-gradients", "loo", "random")
-CAUSAL_ONLY = ("alti-logit",)
+FAITHFULNESS_METHODS = FAITHFULNESS.names()  # the registry's, in its order
+CAUSAL_ONLY = tuple(m.name for m in FAITHFULNESS if m.causal_only)
 MAX_FAITHFULNESS_TOKENS = 256  # leave-one-out runs the text once per token, flow a max-flow per token pair
 MAX_ORDERS = 10_000
 MAX_SEED = 2**32 - 1  # the command line's range: a seed numpy and torch both take
@@ -108,14 +107,14 @@ def faithfulness(text: str | Sequence[str], *, model: Any = None, tokenizer: Any
         return _one(loaded, text, reporter=reporter, **options)  # type: ignore[arg-type]
     measured: list[dict] = []
     skipped: list[tuple[int, str]] = []
-    scoring = [m for m in asked if m != "random" and (causal or m not in CAUSAL_ONLY)]
+    scoring = [m for m in asked if FAITHFULNESS.get(m).scored and (causal or m not in CAUSAL_ONLY)]
     depths = len(sanity_layers(loaded.shape[0], sanity))
     per_text = work_per_text(scoring, depths)
     counts = token_counts(texts, loaded)
     reporter.note(corpus_plan(counts, scoring, depths, options))
     started = time.perf_counter()
     warm = started  # when the first text ended: it pays the warm-up, so the estimate reads the texts after it
-    with reporter.progress(f"Measuring {len([m for m in asked if m != 'random'])} methods on each text",
+    with reporter.progress(f"Measuring {len([m for m in asked if FAITHFULNESS.get(m).scored])} methods on each text",
                            len(texts) * per_text, "steps") as step:
         for number, one in enumerate(texts, 1):
             done = [0]
@@ -210,7 +209,7 @@ def _one(loaded, text: str, *, asked: list[str], explicit: bool, causal: bool, t
         check_spelling(loaded, target, explained.target, explained.logits)
     scores: dict[str, np.ndarray] = {}
     completeness = None
-    scored = [name for name in asked if name != "random"]
+    scored = [name for name in asked if FAITHFULNESS.get(name).scored]
     with reporter.progress("Scoring the tokens with each method", len(scored), "methods") as step:
         for name in scored:
             try:

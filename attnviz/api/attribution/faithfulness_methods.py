@@ -1,14 +1,16 @@
-"""faithfulness's methods: each attribution's scores for one prediction, integrated gradients' baseline token,
-and f of every erased text run once (attnviz.faithfulness)."""
+"""faithfulness's methods: a registry (FAITHFULNESS), each attribution a class that scores the tokens for one
+prediction; integrated gradients' baseline token, and f of every erased text run once (attnviz.faithfulness).
+Light to import (numpy inside the functions): the command line's help lists the registry."""
 
 from __future__ import annotations
 
-import numpy as np
+from typing import Any, ClassVar
 
+from attnviz.base.methods import Family, Method
 from attnviz.errors import UnsupportedArchitectureError
 from attnviz.progress import Reporter
 
-__all__ = ["baseline_token", "distinct_f", "method_scores"]
+__all__ = ["FAITHFULNESS", "Attribution", "baseline_token", "distinct_f", "method_scores"]
 
 
 def baseline_token(tokenizer) -> int | None:
@@ -21,9 +23,11 @@ def baseline_token(tokenizer) -> int | None:
     return None
 
 
-def distinct_f(explained, subsets: list[np.ndarray], reporter: Reporter) -> np.ndarray:
-    """f of every subset, each distinct one run once (bins of one size, and methods agreeing on their top
-    tokens, erase the same ones), in batches of similar lengths (less padding)."""
+def distinct_f(explained, subsets: list, reporter: Reporter) -> Any:
+    """f of every subset (index arrays), each distinct one run once (bins of one size, and methods agreeing on
+    their top tokens, erase the same ones), in batches of similar lengths (less padding). (len(subsets),)"""
+    import numpy as np
+
     keys = [tuple(int(p) for p in subset) for subset in subsets]
     distinct = sorted(set(keys), key=len)
     with reporter.progress("Erasing tokens and running the model again", len(distinct), "texts") as step:
@@ -32,46 +36,145 @@ def distinct_f(explained, subsets: list[np.ndarray], reporter: Reporter) -> np.n
     return np.array([value[k] for k in keys])
 
 
-def method_scores(name: str, explained, inputs: dict, erasable: np.ndarray,
-                  steps: int) -> tuple[np.ndarray, tuple[float, float] | None]:
-    """One method's scores (T,) for the model `explained` holds; for integrated gradients also completeness."""
-    from attnviz.engine.attribution.faithfulness import (FLOW_ROWS, alti_logit_scores, contribution_layers,
-                                                         gradient_scores)
-    from attnviz.metrics.faithfulness import attention_flow, residual_attention, without
+class Attribution(Method):
+    """A method faithfulness measures: scores(explained, inputs, erasable, steps) -> (scores (T,), completeness
+    or None). `causal_only`: for causal language models alone; `scored`: False for the random baseline, which
+    orders tokens at random instead of scoring them."""
 
-    rows = explained.rows()
-    T = explained.T
-    if name == "attention":
-        return explained.alpha[-1].astype(np.float64).mean(0)[rows].mean(0), None
-    if name in ("rollout", "flow"):
-        layers = residual_attention(explained.alpha)
-        if name == "flow":
-            spread = rows if len(rows) <= FLOW_ROWS else \
-                rows[np.unique(np.linspace(0, len(rows) - 1, FLOW_ROWS).round().astype(int))]
-            return attention_flow(layers, spread), None
-        total = np.eye(T)
-        for layer in layers:
-            total = layer @ total
-        return total[rows].mean(0), None
-    if name in ("alti", "value-zeroing"):
-        total = np.eye(T)
-        for layer in contribution_layers(explained.model, inputs, name):
-            total = layer @ total
-        return total[rows].mean(0), None
-    if name == "alti-logit":
+    causal_only: ClassVar[bool] = False
+    scored: ClassVar[bool] = True
+
+    def scores(self, explained: Any, inputs: dict, erasable: Any, steps: int) -> tuple[Any, tuple[float, float] | None]:
+        raise NotImplementedError
+
+
+FAITHFULNESS: Family[type[Attribution]] = Family("methods")
+
+
+@FAITHFULNESS.register
+class Attention(Attribution):
+    name, title, help = "attention", "attention", "α of the last layer, the mean over heads, of the explained rows"
+
+    def scores(self, explained, inputs, erasable, steps):
+        return explained.alpha[-1].astype("float64").mean(0)[explained.rows()].mean(0), None
+
+
+def _rolled(layers, T: int):
+    import numpy as np
+
+    total = np.eye(T)
+    for layer in layers:
+        total = layer @ total
+    return total
+
+
+@FAITHFULNESS.register
+class Rollout(Attribution):
+    name, title, help = "rollout", "attention rollout", "α with the residual, multiplied through the layers"
+
+    def scores(self, explained, inputs, erasable, steps):
+        from attnviz.metrics.faithfulness import residual_attention
+
+        return _rolled(residual_attention(explained.alpha), explained.T)[explained.rows()].mean(0), None
+
+
+@FAITHFULNESS.register
+class Flow(Attribution):
+    name, title, help = "flow", "attention flow", "the max-flow through the layers' α with the residual"
+
+    def scores(self, explained, inputs, erasable, steps):
+        import numpy as np
+
+        from attnviz.engine.attribution.faithfulness import FLOW_ROWS
+        from attnviz.metrics.faithfulness import attention_flow, residual_attention
+
+        rows = explained.rows()
+        spread = rows if len(rows) <= FLOW_ROWS else \
+            rows[np.unique(np.linspace(0, len(rows) - 1, FLOW_ROWS).round().astype(int))]
+        return attention_flow(residual_attention(explained.alpha), spread), None
+
+
+class _Contributions(Attribution):
+    layers: ClassVar[str]  # the engine function (attnviz.engine.attribution.faithfulness) giving (L, T, T)
+
+    def scores(self, explained, inputs, erasable, steps):
+        import attnviz.engine.attribution.faithfulness as engine
+
+        layers = getattr(engine, self.layers)(explained.model, inputs)
+        return _rolled(layers, explained.T)[explained.rows()].mean(0), None
+
+
+@FAITHFULNESS.register
+class Alti(_Contributions):
+    name, title, help = "alti", "ALTI", "each block's output split into one part per token, rolled out"
+    layers = "alti_layers"
+
+
+@FAITHFULNESS.register
+class AltiLogit(Attribution):
+    name, title, help = "alti-logit", "ALTI-Logit", "the heads' direct effects on the logit, traced back by ALTI"
+    causal_only = True
+
+    def scores(self, explained, inputs, erasable, steps):
+        from attnviz.engine.attribution.faithfulness import alti_logit_scores
+
         found = alti_logit_scores(explained.model, inputs, explained.target)
         if found is None:
             raise UnsupportedArchitectureError("ALTI does not split this family's blocks")
         return found, None
-    if name in ("grad-x-input", "integrated-gradients"):
+
+
+@FAITHFULNESS.register
+class ValueZeroing(_Contributions):
+    name, title, help = "value-zeroing", "value zeroing", "each token's value vectors zeroed, the change measured"
+    layers = "zeroing_layers"
+
+
+class _Gradients(Attribution):
+    def scores(self, explained, inputs, erasable, steps):
         import importlib.util
 
+        from attnviz.engine.attribution.faithfulness import gradient_scores
+
         if importlib.util.find_spec("captum") is None:
-            raise UnsupportedArchitectureError(f"{name} needs Captum: pip install \"attnviz[trust]\"")
-        attributed, summed, gap = gradient_scores(explained, name, erasable, steps=steps,
+            raise UnsupportedArchitectureError(f"{self.name} needs Captum: pip install \"attnviz[trust]\"")
+        attributed, summed, gap = gradient_scores(explained, self.name, erasable, steps=steps,
                                                   baseline_id=explained.baseline_id)
         return attributed, (None if summed is None or gap is None else (summed, gap))
-    assert name == "loo"
-    values = np.zeros(T)
-    values[erasable] = explained.f_full - explained.f([without(T, np.array([i])) for i in erasable])
-    return values, None
+
+
+@FAITHFULNESS.register
+class GradXInput(_Gradients):
+    name, title, help = "grad-x-input", "gradient × input", "the gradient of f times each token's embedding"
+
+
+@FAITHFULNESS.register
+class IntegratedGradients(_Gradients):
+    name, title, help = ("integrated-gradients", "integrated gradients",
+                         "gradients along the path from a baseline token (--steps points)")
+
+
+@FAITHFULNESS.register
+class LeaveOneOut(Attribution):
+    name, title, help = "loo", "leave-one-out", "f without each token, one run per token"
+
+    def scores(self, explained, inputs, erasable, steps):
+        import numpy as np
+
+        from attnviz.metrics.faithfulness import without
+
+        values = np.zeros(explained.T)
+        values[erasable] = explained.f_full - explained.f([without(explained.T, np.array([i])) for i in erasable])
+        return values, None
+
+
+@FAITHFULNESS.register
+class Random(Attribution):
+    name, title, help = "random", "random orders", "tokens erased in random orders: the baseline to beat"
+    scored = False
+
+
+def method_scores(name: str, explained, inputs: dict, erasable,
+                  steps: int) -> tuple[Any, tuple[float, float] | None]:
+    """One method's scores (T,) for the model `explained` holds; for integrated gradients also completeness."""
+    return FAITHFULNESS.get(name)().scores(explained, inputs, erasable, steps)

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from attnviz.api.models import borrows
+from attnviz.api.patching.methods import PATCHING
 from attnviz.api.patching.prompts import align_tokens, identity, prepare
 from attnviz.api.result import Line, Result
 from attnviz.base.arguments import checked
@@ -23,8 +24,8 @@ __all__ = ["patch", "Patching", "Comparison", "PATCH_TOLERANCE", "MISMATCH_EXIT"
 PATTERN_HEADS = 3  # the top heads whose α on both prompts the picture shows
 PATCH_TOLERANCE = 1e-4  # |LD with every head and MLP patched − the donor's LD|, over max(1, |LD|): float32 sums
 MISMATCH_EXIT = 3  # every head and MLP patched does not give the donor's run
-METHODS = ("exact", "atp", "atp*")  # one patched run per piece; attribution patching; AtP* (QK fix and GradDrop)
-METHOD_NAMES = {"exact": "exact patching", "atp": "AtP", "atp*": "AtP*"}
+METHODS = PATCHING.names()  # the registry's (attnviz.api.patching.methods)
+METHOD_NAMES = {cls.name: cls.title for cls in PATCHING}
 DISAGREE = 5  # the heads --compare lists where the two methods differ most
 
 
@@ -109,6 +110,11 @@ class Patching(Result):
     page_name: ClassVar[str] = "attnviz_patch.html"
 
     @property
+    def estimated(self) -> bool:
+        """Found from gradients (AtP, AtP*) rather than one patched run per piece."""
+        return PATCHING.get(self.method).estimates
+
+    @property
     def exit_code(self) -> int:
         return 0 if self.passed else MISMATCH_EXIT
 
@@ -128,7 +134,7 @@ class Patching(Result):
                                      f"{short_model(self.model)}: "
                                      + (f"{visible(self.answer)!r} against {visible(self.other)!r}" if self.answer
                                         else "the sentence embedding") + f", each head patched ({self.direction}"
-                                     + ("" if self.method == "exact" else f", {METHOD_NAMES[self.method]}") + ")"),
+                                     + ("" if not self.estimated else f", {METHOD_NAMES[self.method]}") + ")"),
                        Line(f"{self.metric}: clean {self.clean_diff:+.3f}, corrupted {self.corrupt_diff:+.3f}; "
                             f"restored: 0 is the corrupted run, 1 the clean one")]
         labels, pairs = self.labels(), self.pairs
@@ -262,7 +268,7 @@ class Patching(Result):
         output by position, and the residual stream by position (layers × positions); then a row per top head
         (`patterns`): its α on the clean prompt, on the corrupted one (one scale, 0 to 1), and clean − corrupted."""
         title = (f"{short_model(self.model)} · activation patching ({self.direction}"
-                 + ("" if self.method == "exact" else f", {METHOD_NAMES[self.method]}") + "): "
+                 + ("" if not self.estimated else f", {METHOD_NAMES[self.method]}") + "): "
                  + (f"{visible(self.answer)!r} against {visible(self.other)!r}" if self.answer or self.other
                     else "the sentence embedding"))
         values = [self.heads, self.attention, self.residual]
@@ -271,13 +277,13 @@ class Patching(Result):
         edge = max(1.0, max(float(np.abs(v).max()) for v in values))
         scale = Scale(-edge, edge, "restored (0 corrupted, 1 clean)")
         grid = replace(head_grid_panel(self.heads, scale, title, "patch_heads", short="each head, every position"
-                                       + ("" if self.method == "exact" else f" ({METHOD_NAMES[self.method]})")),
+                                       + ("" if not self.estimated else f" ({METHOD_NAMES[self.method]})")),
                        cmap="RdBu_r")
         labels = self.labels()
         L = self.heads.shape[0]
         panels = [grid]
         if self.comparison is not None:  # the other method's heads beside
-            other, name = ((self.comparison.estimate, METHOD_NAMES[self.comparison.method]) if self.method == "exact"
+            other, name = ((self.comparison.estimate, METHOD_NAMES[self.comparison.method]) if not self.estimated
                            else (self.comparison.exact, "exact patching"))
             panels.append(replace(head_grid_panel(other, scale, title, "patch_compare",
                                                   short=f"each head, every position ({name})"), cmap="RdBu_r"))
@@ -359,9 +365,8 @@ def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
 
     With `senders`, path patching instead (attnviz.path_patch: `senders` to `receivers` through their `to`
     inputs), a PathPatching."""
-    if method not in METHODS:
-        raise UsageError(f"{arg('method')} takes {' or '.join(METHODS)}; got {visible(str(method))!r}", "method")
-    if senders is not None and (method != "exact" or compare):
+    patcher = PATCHING.get(method)()
+    if senders is not None and (patcher.estimates or compare):
         raise UsageError(f"path patching ({arg('senders')}) is exact; {arg('method')} and {arg('compare')} are for "
                          f"activation patching", "method")
     if senders is not None:
@@ -376,15 +381,10 @@ def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
         raise UsageError(f"{arg('top')} takes a whole number from 1 to 100; got {top}", "top")
     loaded, where, first, second, clean_run, corrupt_run, measure, clean_diff, corrupt_diff, names, pairs = prepare(
         clean, corrupt, model, tokenizer, answers, direction, truncate, device, dtype, align)
-    from attnviz.engine.patching import aligned, attributed, every_patch, run_patches, starred
+    from attnviz.engine.patching import aligned, every_patch, run_patches
 
     L, H, A = where.layers, where.heads, len(pairs)
-    if method == "atp*":
-        from attnviz.engine.memory import check_parts, starred_bytes
-
-        T = max(len(first.tokens), len(second.tokens))
-        check_parts(loaded, starred_bytes(where, T, A), f"AtP* on {T} tokens ({A} aligned positions)",
-                    f"shorten the prompts, or use {arg('method')} atp (one forward and backward pass)")
+    patcher.check(loaded, where, max(len(first.tokens), len(second.tokens)), A)
     reporter = reporter or Reporter()
     gap = clean_diff - corrupt_diff
     if direction == "denoise":  # into the corrupted run: its positions, the clean run's moved to them
@@ -398,7 +398,7 @@ def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
         return (measure(readings) - corrupt_diff) / gap
 
     patches = {"heads": every_patch("head", L, H, at)}
-    if method == "exact":
+    if not patcher.estimates:
         patches.update(attention=every_patch("attention", L, H, at), residual=every_patch("residual", L, H, at))
         if positions:
             patches["head_positions"] = every_patch("head", L, H, at, positions=True)
@@ -406,7 +406,7 @@ def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
         patches = {}
     estimated = None
     results: dict = {}
-    estimating = method != "exact" or compare
+    estimating = patcher.estimates or compare
     with reporter.progress("Patching", sum(len(p) for p in patches.values()) + estimating, "runs") as step:
         for name, chosen in patches.items():
             results[name] = score(run_patches(where, receiver.inputs, donor, chosen, on_done=step))
@@ -416,20 +416,16 @@ def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
             def normal(change) -> np.ndarray:
                 return (start + np.asarray(change) - corrupt_diff) / gap
 
-            if method == "atp*":
-                estimated = {name: normal(value) for name, value in
-                             _star(starred(where, receiver.inputs, donor, at, measure.tensor), L).items()}
-            else:
-                heads_at, residual_at, _ = attributed(where, receiver.inputs, donor, at, measure.tensor)
-                estimated = {"heads": normal(heads_at.sum(1)), "attention": normal(heads_at.sum(2)),
-                             "residual": normal(residual_at), "head_positions": normal(heads_at.permute(0, 2, 1))}
+            estimator = patcher if patcher.estimates else PATCHING.get("atp")()  # --compare: exact against AtP
+            estimated = {name: normal(value) for name, value in
+                         estimator.estimate(where, receiver.inputs, donor, at, measure.tensor, L).items()}
             step(1)
     comparison = None
     if compare:
         assert estimated is not None
         comparison = Comparison(exact=results["heads"].reshape(L, H), estimate=estimated["heads"].reshape(L, H),
-                                method="atp" if method == "exact" else method)
-    if method != "exact":
+                                method=method if patcher.estimates else "atp")
+    if patcher.estimates:
         assert estimated is not None
         results = {name: estimated[name] for name in ("heads", "attention", "residual")}
         if positions:
@@ -453,24 +449,6 @@ def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
         patterns=patterns, causal=bool(loaded.causal), captures=captures,
         alignment=() if identity(pairs, len(first.tokens), len(second.tokens)) else tuple(pairs), listed=top,
         method=method, comparison=comparison)
-
-
-def _star(star, L: int) -> dict:
-    """AtP*'s change of the metric for each kind of piece: the QK-fixed estimate's sign, GradDrop's magnitude
-    Σ_ℓ |c_ℓ| / (L − 1) (Kramár et al. 2024; one of the L terms, the piece's own block dropped, is 0 for a head),
-    each piece summed before its magnitude is taken (a head over its positions, a layer over its heads). One
-    layer: the QK-fixed estimate alone."""
-    def combined(fixed, dropped) -> np.ndarray:
-        fixed = fixed.numpy()
-        if L < 2:
-            return fixed
-        return np.sign(fixed) * sum(np.abs(d.numpy()) for d in dropped) / (L - 1)
-
-    views = {"heads": lambda h: h.sum(1), "attention": lambda h: h.sum(2),
-             "head_positions": lambda h: h.permute(0, 2, 1)}
-    out = {name: combined(view(star.heads), [view(h) for h, _ in star.dropped]) for name, view in views.items()}
-    out["residual"] = combined(star.residual, [r for _, r in star.dropped])
-    return out
 
 
 def _all_patched(where, receiver, donor, first, second, score, direction, pairs) -> float | None:

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from attnviz.api.models import borrows, resolve_model
+from attnviz.api.patching.methods import DISCOVERY
 from attnviz.api.result import Line, Result
 from attnviz.base.arguments import checked
 from attnviz.base.text import check_text, visible
@@ -23,7 +24,7 @@ from attnviz.progress import Reporter
 
 __all__ = ["discover", "Discovery", "read_pairs", "DISCOVER_METHODS", "SHARES", "CURVE_TOLERANCE", "MAX_PAIRS"]
 
-DISCOVER_METHODS = ("eap", "eap-ig")
+DISCOVER_METHODS = DISCOVERY.names()
 SHARES = (0.0, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)  # the curve's shares of the edges (MIB's)
 CURVE_TOLERANCE = 1e-4  # |f(all edges) − 1|, |f(none)|, times the logit gap, over max(1, |LD|): float32 sums
 FAITHFUL = 0.8  # the report names the smallest circuit on the curve that keeps this much
@@ -115,7 +116,7 @@ class Discovery(Result):
         from attnviz.render.tables import records_table, verdict
 
         rows = [{"rank": n + 1, **e} for n, e in enumerate(self.edges(self.listed))]
-        name = {"eap": "EAP", "eap-ig": f"EAP-IG, {self.steps} steps"}[self.method]
+        name = DISCOVERY.title(self.method) + (f", {self.steps} steps" if self.steps else "")
         shown = (f"{visible(self.pairs[0][2])!r} against {visible(self.pairs[0][3])!r}" if len(self.pairs) == 1
                  else f"{len(self.pairs)} pairs")
         items: list = [records_table(rows, [("rank", "rank", "d"), ("from", "from", ""), ("to", "to", ""),
@@ -265,9 +266,7 @@ def discover(clean: str | None = None, corrupt: str | None = None, *, answers: S
     path), the scores summed. `method` "eap" (the gradient at the clean run) or "eap-ig" (averaged over `steps`
     inputs between the corrupted and the clean embeddings). Then the faithfulness curve: the circuit of the top
     edges run for each share in SHARES. `top`: the edges the report lists."""
-    if method not in DISCOVER_METHODS:
-        raise UsageError(f"{arg('method')} takes {' or '.join(DISCOVER_METHODS)}; got {visible(str(method))!r}",
-                         "method")
+    chosen = DISCOVERY.get(method)()
     if not 1 <= steps <= 100:
         raise UsageError(f"{arg('steps')} takes a whole number from 1 to 100; got {steps}", "steps")
     if not 1 <= top <= 1000:
@@ -309,11 +308,11 @@ def discover(clean: str | None = None, corrupt: str | None = None, *, answers: S
         ids = (target_id(loaded, a, "answers"), target_id(loaded, b, "answers"))
         prepared.append((first, second, (int(ids[0] or 0), int(ids[1] or 0))))
     longest = max(len(p[0].tokens) for p in prepared)
-    check_scoring_memory(loaded, g, longest, steps if method == "eap-ig" else 1)
+    check_scoring_memory(loaded, g, longest, chosen.points(steps))
     reporter = reporter or Reporter()
     runs = [(first.inputs, second.inputs, ids) for first, second, ids in prepared]
     with reporter.progress("Scoring edges", len(runs), "pairs") as step:
-        scores, clean_sum, corrupt_sum = score_edges(g, runs, method, steps, step)
+        scores, clean_sum, corrupt_sum = score_edges(g, runs, chosen.gradients(steps), step)
     if abs(clean_sum - corrupt_sum) < 1e-6:
         raise InputError("the clean and corrupted prompts give the same logit difference: there is nothing to find; "
                          f"choose prompts that differ in what they predict, or other {arg('answers')}", "answers")
@@ -325,7 +324,7 @@ def discover(clean: str | None = None, corrupt: str | None = None, *, answers: S
     curve = tuple((n, (sums[n] - corrupt_sum) / gap) for n in counts)
     shown = tuple((c, k, loaded.tokenizer.decode([right]), loaded.tokenizer.decode([wrong]))
                   for (c, k, _), (_, _, (right, wrong)) in zip(given, prepared))
-    return Discovery(model=loaded.name, pairs=shown, method=method, steps=steps if method == "eap-ig" else 0,
+    return Discovery(model=loaded.name, pairs=shown, method=method, steps=steps if chosen.uses_steps else 0,
                      nodes=tuple(g.nodes), receivers=tuple(g.receivers), reach=tuple(g.reach),
                      scores=scores, curve=curve, clean_diff=clean_sum, corrupt_diff=corrupt_sum, listed=top)
 

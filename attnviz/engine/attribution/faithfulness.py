@@ -156,12 +156,15 @@ def gradient_scores(explained: Explained, method: str, erasable: np.ndarray, *, 
     return attributions[0].double().sum(-1).detach().cpu().numpy(), total, gap
 
 
-def contribution_layers(model, inputs: dict, method: str) -> np.ndarray:
-    """ALTI's or value zeroing's per-layer contributions (L, T, T), rows summing to 1."""
-    if method == "alti":
-        from attnviz.engine.attribution.alti import alti
+def alti_layers(model, inputs: dict) -> np.ndarray:
+    """ALTI's per-layer contributions (L, T, T), rows summing to 1."""
+    from attnviz.engine.attribution.alti import alti
 
-        return alti(model, inputs)[0].astype(np.float64)
+    return alti(model, inputs)[0].astype(np.float64)
+
+
+def zeroing_layers(model, inputs: dict) -> np.ndarray:
+    """Value zeroing's per-layer contributions (L, T, T), rows summing to 1."""
     from attnviz.engine.attribution.zeroing import value_zeroing
 
     base = getattr(model, "base_model", model)
