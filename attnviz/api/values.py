@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, overload
 
 import numpy as np
 
@@ -202,6 +202,18 @@ class Sinks(Result):
         from attnviz.render.png import panel_figure
 
         return panel_figure(self.panel(), cmap=cmap, ax=ax)
+
+
+@overload
+def sinks(text: str | Picture, *, model: Any = None, tokenizer: Any = None, threshold: float = 0.3,
+          tokens: int = 64, truncate: bool = True, device: str = "auto", dtype: str = "float32",
+          reporter: Reporter | None = None) -> Sinks: ...
+
+
+@overload
+def sinks(text: list[str] | tuple[str, ...], *, model: Any = None, tokenizer: Any = None, threshold: float = 0.3,
+          tokens: int = 64, truncate: bool = True, device: str = "auto", dtype: str = "float32",
+          reporter: Reporter | None = None) -> SinkRate: ...
 
 
 @borrows

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, overload, TYPE_CHECKING
 
 
 from attnviz.api.capturing import Keep, attention_of, one_attention
@@ -20,6 +20,10 @@ from attnviz.errors import CaptureMismatchError, InputError, SelectionError, Usa
 from attnviz.panels import (Page, Panel, ScaleChoice, apply_scale, attention_panels, coarsen, heatmap_page,
                             image_page, pool_columns, short_model, text_subtitle, token_links, token_page,
                             window_page)
+
+if TYPE_CHECKING:
+    import os
+    from pathlib import Path
 
 __all__ = ["heatmap", "Heatmap", "token", "TokenAttention", "compare", "Comparison", "view", "View",
            "scale_choice"]
@@ -360,6 +364,16 @@ class View(Result):
         from attnviz.render.viewer import framed
 
         return framed(self.html())
+
+
+@overload
+def view(source: Any, path: None = None, *, layers: Any = None, precision: str = "auto",
+         origin: str | None = "attnviz in Python", **capture_options: Any) -> View: ...
+
+
+@overload
+def view(source: Any, path: str | os.PathLike, *, layers: Any = None, precision: str = "auto",
+         origin: str | None = "attnviz in Python", **capture_options: Any) -> Path: ...
 
 
 @checked

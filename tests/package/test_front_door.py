@@ -49,10 +49,20 @@ def test_mypy_sees_the_result_types(tmp_path):
         pytest.skip("mypy is not installed (pip install -e .[test])")
     (tmp_path / "use.py").write_text("import attnviz\n"
                                      "reveal_type(attnviz.heads)\n"
-                                     "reveal_type(attnviz.load('minilm').run('x').sinks())\n", encoding="utf-8")
+                                     "reveal_type(attnviz.load('minilm').run('x').sinks())\n"
+                                     "reveal_type(attnviz.sinks('a text'))\n"
+                                     "reveal_type(attnviz.sinks(['a text', 'another']))\n"
+                                     "reveal_type(attnviz.patch('a', 'b'))\n"
+                                     "reveal_type(attnviz.patch('a', 'b', senders='0.1'))\n"
+                                     "reveal_type(attnviz.faithfulness(['a', 'b']))\n"
+                                     "reveal_type(attnviz.detect())\n", encoding="utf-8")
     done = subprocess.run([mypy, "--follow-imports=silent", "--no-incremental", "use.py"], cwd=tmp_path,
                           capture_output=True, text=True, env={"MYPYPATH": str(ROOT.parent), "PATH": ""})
     lines = [line for line in done.stdout.splitlines() if "Revealed type" in line]
-    assert len(lines) == 2, done.stdout + done.stderr
+    assert len(lines) == 8, done.stdout + done.stderr
     assert lines[0].endswith('-> attnviz.api.stats.HeadTable"') and "source: Any" in lines[0]
-    assert lines[1].endswith('"attnviz.api.values.Sinks"')
+    # one type per call: where the argument decides the result, an overload says which
+    assert [line.rsplit('"', 2)[-2] for line in lines[1:]] == [
+        "attnviz.api.values.Sinks", "attnviz.api.values.Sinks", "attnviz.api.values.SinkRate",
+        "attnviz.api.patching.activation.Patching", "attnviz.api.patching.paths.PathPatching",
+        "attnviz.api.attribution.faithfulness_corpus.FaithfulnessCorpus", "attnviz.api.ablation.detectors.Detection"]

@@ -4,7 +4,7 @@ causal test; of a speech model, the cross-attention heads that align with the so
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar
+from typing import Any, ClassVar, overload, TYPE_CHECKING
 
 import numpy as np
 
@@ -17,6 +17,9 @@ from attnviz.engine.ablation import DetectionRun
 from attnviz.errors import InputError, UsageError, arg
 from attnviz.panels import short_model
 from attnviz.progress import Reporter
+
+if TYPE_CHECKING:
+    from attnviz.api.speech import AlignmentHeads
 
 __all__ = ["detect", "Detection"]
 
@@ -87,6 +90,18 @@ class Detection(DetectionRun, Result):
         panels = tuple(head_grid_panel(self.shares[name], Scale(0.0, 1.0, "share"), title, f"detect_{name}",
                                        short=name) for name in self.shares)
         return mixed_figure(Page(panels=panels, title=title, name="attnviz_detect"), ncols=3, ax=ax)
+
+
+@overload
+def detect(audio: None = None, *, model: Any = None, tokenizer: Any = None, length: int = 50, sequences: int = 4,
+           seed: int = 0, draws: int = 10, mode: str = "zero", device: str = "auto", dtype: str = "float32",
+           reporter: Reporter | None = None) -> Detection: ...
+
+
+@overload
+def detect(audio: Any, *, model: Any = None, tokenizer: Any = None, length: int = 50, sequences: int = 4,
+           seed: int = 0, draws: int = 10, mode: str = "zero", device: str = "auto", dtype: str = "float32",
+           reporter: Reporter | None = None) -> AlignmentHeads: ...
 
 
 @borrows

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -37,6 +37,22 @@ MAX_SEED = 2**32 - 1  # the command line's range: a seed numpy and torch both ta
 MAX_CORPUS_TEXTS = 10_000  # texts measured in one call (each runs every method and every erasure)
 COMPLETENESS_TOLERANCE = 0.02  # |Σ IG − (f(x) − f(baseline))| / max(|f(x) − f(baseline)|, 0.01) at 400 points
 DEFAULT_SANITY = 1  # one depth: the whole model randomised (what the verdict reads); more draw the cascade
+@overload
+def faithfulness(text: str, *, model: Any = None, tokenizer: Any = None,
+                 methods: Sequence[str] | None = None, target: str | int | None = None, orders: int = 20,
+                 steps: int = DEFAULT_STEPS, sanity: int = DEFAULT_SANITY, seed: int = 0, truncate: bool = True,
+                 device: str = "auto", dtype: str = "float32", engine: str = "local", address: str | None = None,
+                 workers: int = 2, reporter: Reporter | None = None) -> Faithfulness: ...
+
+
+@overload
+def faithfulness(text: list[str] | tuple[str, ...], *, model: Any = None, tokenizer: Any = None,
+                 methods: Sequence[str] | None = None, target: str | int | None = None, orders: int = 20,
+                 steps: int = DEFAULT_STEPS, sanity: int = DEFAULT_SANITY, seed: int = 0, truncate: bool = True,
+                 device: str = "auto", dtype: str = "float32", engine: str = "local", address: str | None = None,
+                 workers: int = 2, reporter: Reporter | None = None) -> FaithfulnessCorpus: ...
+
+
 @borrows
 @checked
 def faithfulness(text: str | Sequence[str], *, model: Any = None, tokenizer: Any = None,

@@ -4,7 +4,7 @@ Path patching, which follows one path from senders to receivers, is attnviz.api.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, overload, TYPE_CHECKING
 
 import numpy as np
 
@@ -18,6 +18,9 @@ from attnviz.errors import InputError, UsageError, arg
 from attnviz.panels import head_grid_panel, Page, Panel, Scale, short_model
 from attnviz.progress import Reporter
 from attnviz.base.text import shorten, visible
+
+if TYPE_CHECKING:
+    from attnviz.api.patching.paths import PathPatching
 
 __all__ = ["patch", "Patching", "Comparison", "PATCH_TOLERANCE", "MISMATCH_EXIT", "METHODS", "align_tokens"]
 
@@ -336,6 +339,22 @@ def _last_above(column, level: float = 0.5) -> str:
     """The last layer where the value is above `level`, or –."""
     above = [n for n, v in enumerate(column) if v > level]
     return str(above[-1]) if above else "–"
+
+
+@overload
+def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
+          answers: tuple[str | int, str | int] | list[str | int] | None = None, direction: str = "denoise",
+          positions: bool = False, align: Any = None, top: int = 10, senders: None = None, receivers: Any = (),
+          to: str = "qkv", method: str = "exact", compare: bool = False, truncate: bool = True,
+          device: str = "auto", dtype: str = "float32", reporter: Reporter | None = None) -> Patching: ...
+
+
+@overload
+def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
+          answers: tuple[str | int, str | int] | list[str | int] | None = None, direction: str = "denoise",
+          positions: bool = False, align: Any = None, top: int = 10, senders: Any, receivers: Any = (),
+          to: str = "qkv", method: str = "exact", compare: bool = False, truncate: bool = True,
+          device: str = "auto", dtype: str = "float32", reporter: Reporter | None = None) -> PathPatching: ...
 
 
 @borrows

@@ -5,7 +5,7 @@ picture's grid."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, overload
 
 import numpy as np
 
@@ -148,6 +148,18 @@ def grid_positions(image: Any, *, model: Any = "dinov2", size: int | None = None
     table, check, grid = positions_of(loaded, chosen)
     unit = table / np.maximum(np.linalg.norm(table, axis=1, keepdims=True), 1e-12)
     return GridPositions(loaded.name, chosen.name, grid, unit @ unit.T, check)
+
+
+@overload
+def positions(text: str, *, model: Any = None, tokenizer: Any = None, seed: int = 0, layer: int = -1,
+              device: str = "auto", dtype: str = "float32",
+              reporter: Reporter | None = None) -> Positions: ...
+
+
+@overload
+def positions(text: Picture, *, model: Any = None, tokenizer: Any = None, seed: int = 0, layer: int = -1,
+              device: str = "auto", dtype: str = "float32",
+              reporter: Reporter | None = None) -> GridPositions: ...
 
 
 @borrows
