@@ -21,6 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
+from attnviz import analyses
 from attnviz.api.models import Borrowed, Deferred, LoadedModel
 from attnviz.base.arguments import checked
 from attnviz.base.text import check_text
@@ -145,7 +146,7 @@ class Run:
     # --- the passes -----------------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _lent(self) -> Iterator[None]:
+    def lent(self) -> Iterator[None]:
         """The model for one question: in eval mode with eager attention, its forward passes counted, and given
         back as it was (a model object handed in is the user's)."""
         if self._lending:  # a question inside a question: lent and counted once
@@ -178,13 +179,13 @@ class Run:
         if self._text and not self.words:
             from attnviz.engine.session import first_pass
 
-            with self._lent(), self.reporter.status("Running the model…"):
+            with self.lent(), self.reporter.status("Running the model…"):
                 self._encoded, self._capture, self._recording = first_pass(
                     self.model, self.source, truncate=self.truncate, parts=self.keep == "auto")
         if self._capture is None:  # α alone, as attnviz.capture makes it (streamed where it does not fit)
             from attnviz.api.capturing import capture
 
-            with self._lent():
+            with self.lent():
                 self._capture = capture(self.source, model=self.model, words=self.words, truncate=self.truncate,
                                         reporter=self.reporter)
 
@@ -216,7 +217,7 @@ class Run:
         from attnviz.engine.forward import encode
         from attnviz.engine.session import more_points
 
-        with self._lent():
+        with self.lent():
             if self._encoded is None:
                 self._encoded = encode(self.model, self.source, truncate=self.truncate)
             recorded = more_points(self.model, self._encoded, list(names))
@@ -232,7 +233,7 @@ class Run:
             self._encoded = encode(self.model, self.source, truncate=self.truncate)
         return self._encoded
 
-    def _needs_text(self, what: str) -> str:
+    def text_of(self, what: str) -> str:
         if not isinstance(self.source, str) or self.words:
             raise UsageError(f"{what} reads a text's tokens; this run is of "
                              f"{'words' if self.words else type(self.source).__name__}")
@@ -241,22 +242,34 @@ class Run:
     # --- the analyses that read the run -----------------------------------------------------------------
 
     def heads(self, **options: Any) -> HeadTable:
-        """attnviz.heads of this run (layer, head, label, sort, descending, rows, part)."""
-        from attnviz.api.stats import heads
-
-        return heads(self.capture, **options)
+        """attnviz.heads of this run (layer, head, label, sort, descending, top, rows, part)."""
+        return analyses.get("heads")(self, **options)
 
     def entropy(self, **options: Any) -> Entropy:
         """attnviz.entropy of this run (layer, normalised, rows, part)."""
-        from attnviz.api.stats import entropy
-
-        return entropy(self.capture, **options)
+        return analyses.get("entropy")(self, **options)
 
     def rollout(self, **options: Any) -> Rollout:
         """attnviz.rollout of this run (token, part)."""
-        from attnviz.api.stats import rollout
+        return analyses.get("rollout")(self, **options)
 
-        return rollout(self.capture, **options)
+    def norms(self, **options: Any) -> Norms:
+        """attnviz.norms of this run (layer, head): value-weighted norms from the run's pass."""
+        return analyses.get("norms")(self, **options)
+
+    def sinks(self, **options: Any) -> Sinks:
+        """attnviz.sinks of this run (threshold)."""
+        return analyses.get("sinks")(self, **options)
+
+    def contributions(self, **options: Any) -> Contributions:
+        """attnviz.contributions of this run (method, layer, token, threshold, stream, faithfulness): ALTI reads the
+        run's pass; value zeroing runs the model once per token."""
+        return analyses.get("contributions")(self, **options)
+
+    def logit_attr(self, **options: Any) -> LogitAttribution:
+        """attnviz.logit_attr of this run (target, position, top): the parts from the run's pass; a decoder loaded
+        without its output layer gets it now, onto the same blocks."""
+        return analyses.get("logit-attr")(self, **options)
 
     def heatmap(self, **options: Any) -> Heatmap:
         from attnviz.api.views import heatmap
@@ -268,46 +281,10 @@ class Run:
 
         return token_view(self.capture, token, **options)
 
-    def norms(self, *, layer: Any = -1, head: Any = 0) -> Norms:
-        """attnviz.norms of this run: value-weighted norms from the run's pass."""
-        from attnviz.api.values import norms_of_run
-
-        text = self._needs_text("norms")
-        with self._lent():
-            return norms_of_run(self.model, text, self.encoded, self, layer=layer, head=head)
-
-    def sinks(self, *, threshold: float = 0.3) -> Sinks:
-        """attnviz.sinks of this run."""
-        from attnviz.api.values import sinks_of_run
-
-        text = self._needs_text("sinks")
-        with self._lent():
-            return sinks_of_run(self.model, text, self.encoded, self, threshold=threshold)
-
-    def contributions(self, **options: Any) -> Contributions:
-        """attnviz.contributions of this run (method, layer, token, threshold, stream, faithfulness): ALTI reads
-        the run's pass; value zeroing runs the model once per token."""
-        from attnviz.api.attribution.contributions import contributions
-
-        text = self._needs_text("contributions")
-        with self._lent():
-            return contributions(text, model=self.model, truncate=self.truncate, reporter=self.reporter,
-                                 run=self, **options)
-
-    def logit_attr(self, **options: Any) -> LogitAttribution:
-        """attnviz.logit_attr of this run (target, position, top): the parts from the run's pass; a decoder loaded
-        without its output layer gets it now, onto the same blocks."""
-        from attnviz.api.attribution.logits import logit_attr
-
-        text = self._needs_text("logit_attr")
-        with self._lent():
-            return logit_attr(text, model=self.model, truncate=self.truncate, reporter=self.reporter, run=self,
-                              **options)
-
     # --- the analyses that run the model again (interventions, other inputs) -----------------------------
 
     def _again(self, function, *args: Any, **options: Any) -> Any:
-        with self._lent():
+        with self.lent():
             return function(*args, model=self.model, reporter=self.reporter, **options)
 
     def verify(self, **options: Any) -> Verification:
@@ -318,38 +295,38 @@ class Run:
     def steps(self, **options: Any) -> Steps:
         from attnviz.api.scratch.steps import steps
 
-        return self._again(steps, self._needs_text("steps"), truncate=self.truncate, **options)
+        return self._again(steps, self.text_of("steps"), truncate=self.truncate, **options)
 
     def scaling(self, **options: Any) -> Scaling:
         from attnviz.api.scratch.scaling import scaling
 
-        return self._again(scaling, self._needs_text("scaling"), truncate=self.truncate, **options)
+        return self._again(scaling, self.text_of("scaling"), truncate=self.truncate, **options)
 
     def faithfulness(self, **options: Any) -> Faithfulness:
         """attnviz.faithfulness of this run's text: erasure and leave-one-out are interventions (their own
         passes)."""
         from attnviz.api.attribution.faithfulness import faithfulness
 
-        return self._again(faithfulness, self._needs_text("faithfulness"), truncate=self.truncate, **options)
+        return self._again(faithfulness, self.text_of("faithfulness"), truncate=self.truncate, **options)
 
     def ablate(self, *args: Any, **options: Any) -> Ablation:
         from attnviz.api.ablation.removing import ablate
 
-        return self._again(ablate, self._needs_text("ablate"), *args, truncate=self.truncate, **options)
+        return self._again(ablate, self.text_of("ablate"), *args, truncate=self.truncate, **options)
 
     def massive(self, **options: Any) -> MassiveActivations:
         from attnviz.api.mechanisms.massive import massive
 
-        return self._again(massive, self._needs_text("massive"), truncate=self.truncate, **options)
+        return self._again(massive, self.text_of("massive"), truncate=self.truncate, **options)
 
     def patch(self, corrupt: str, **options: Any) -> Patching:
         """attnviz.patch with this run's text as the clean prompt."""
         from attnviz.api.patching.activation import patch
 
-        return self._again(patch, self._needs_text("patch"), corrupt, truncate=self.truncate, **options)
+        return self._again(patch, self.text_of("patch"), corrupt, truncate=self.truncate, **options)
 
     def path_patch(self, corrupt: str, **options: Any) -> PathPatching:
         """attnviz.path_patch with this run's text as the clean prompt."""
         from attnviz.api.patching.paths import path_patch
 
-        return self._again(path_patch, self._needs_text("path_patch"), corrupt, truncate=self.truncate, **options)
+        return self._again(path_patch, self.text_of("path_patch"), corrupt, truncate=self.truncate, **options)

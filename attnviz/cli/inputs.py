@@ -18,6 +18,8 @@ import typer
 
 from attnviz.base.selection import Selection
 from attnviz.cli.output import CliReporter
+from attnviz.base.options import is_options
+from attnviz.cli.options import collect as collect_options, parameters as option_parameters
 from attnviz.cli.params import choice_parser, FromOpt, MAX_NEW_TOKENS, ModelOptions, TextArg, whole_number
 from attnviz.data.languages import LANGUAGES, TASKS
 
@@ -323,23 +325,32 @@ def takes(**groups: type | Offer) -> Callable:
         own = [p.replace(kind=keyword) for p in signature.parameters.values() if p.name not in groups]
         arguments: list[inspect.Parameter] = []
         options: list[inspect.Parameter] = []
+        analysis: list[inspect.Parameter] = []  # an analysis's options dataclass: its options first
         for group in groups.values():
             cls, names, help = (group.cls, group.names, group.help) if isinstance(group, Offer) else (group, None, ())
+            if is_options(cls):
+                analysis += option_parameters(cls)
+                continue
             group_arguments, group_options = _group_parameters(cls, names, help)
             arguments += group_arguments
             options += group_options
-        params = arguments + own + options  # TEXT comes first on the command line, the shared options last
+        params = arguments + analysis + own + options  # TEXT first, the analysis's options, the shared ones last
 
         @functools.wraps(func)
         def wrapper(*args, **kwargs):
             for arg, group in groups.items():
                 cls, names = (group.cls, group.names) if isinstance(group, Offer) else (group, None)
+                if is_options(cls):
+                    kwargs[arg] = collect_options(cls, kwargs)
+                    continue
                 made = cls(**{f.name: kwargs.pop(f.name) for f in dataclasses.fields(cls)
                               if not f.name.startswith("_") and (names is None or f.name in names)})
                 if names is not None:
                     object.__setattr__(made, "_offered", names)
                 kwargs[arg] = made
-            selections = tuple(value for value in kwargs.values()
+            given = [*kwargs.values(), *(getattr(value, f.name) for value in kwargs.values() if is_options(type(value))
+                                         for f in dataclasses.fields(value))]
+            selections = tuple(value for value in given
                                if isinstance(value, Selection) and value.what in ("layer", "head"))
             for group in kwargs.values():
                 if isinstance(group, ModelOptions) and selections:  # checked before the weights load

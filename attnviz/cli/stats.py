@@ -6,13 +6,15 @@ from typing import Annotated, Optional
 
 import typer
 
-from attnviz.base.selection import Selection
+import attnviz.analyses.entropy as ENTROPY
+import attnviz.analyses.heads as HEADS
+import attnviz.analyses.rollout as ROLLOUT
+from attnviz.base.options import as_keywords
 from attnviz.cli.errors import cli_errors
 from attnviz.cli.group import app
 from attnviz.cli.inputs import Source, takes
 from attnviz.cli.output import check_output, emit, figure_file
-from attnviz.cli.params import (CmapOpt, CsvOpt, HeadSel, ImageOut, JsonOpt, LayerSel, ModelOptions, PartOpt, RowsOpt,
-                                SelfPartOpt, whole_number)
+from attnviz.cli.params import (CmapOpt, CsvOpt, ImageOut, JsonOpt, ModelOptions)
 
 # Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
 # each command's --help light: a command module loads only what its own command needs, when it runs.
@@ -20,69 +22,47 @@ from attnviz.cli.params import (CmapOpt, CsvOpt, HeadSel, ImageOut, JsonOpt, Lay
 SEEN = ("text", "image", "audio", "seq2seq", "long", "saved")  # what these commands look at
 
 
-@app.command(help='A table of every head: entropy, max weight, distance, positional scores, mass on special tokens and '
-                  'punctuation, and a pattern label (attnviz explain defines each).')
+@app.command(help=HEADS.SUMMARY)
 @cli_errors
-@takes(model=ModelOptions, inp=Source.taking(*SEEN))
-def heads(layer: LayerSel = Selection.everything("layer", "layer"),
-          head: HeadSel = Selection.everything("head", "head"),
-          label: Annotated[Optional[str], typer.Option(help="Only heads with this pattern label.",
-                                                       show_default=False)] = None,
-          sort: Annotated[Optional[str], typer.Option(help="Sort by this column (its header or name: entropy, "
-                                                           "prev, norm_ent, …).", show_default=False)] = None,
-          desc: Annotated[Optional[bool], typer.Option(
-              "--desc/--asc", help="Largest first, or smallest first [default: --asc; with --top, --desc]",
-              show_default=False)] = None,
-          top: Annotated[Optional[int], typer.Option(help="Show only the N highest of the --sort column (the lowest "
-                                                          "with --asc).", parser=whole_number(1),
-                                                     metavar="N", show_default=False)] = None,
-          rows: RowsOpt = None, part: PartOpt = None, output: ImageOut = None, as_json: JsonOpt = False,
-          as_csv: CsvOpt = False, *, model: ModelOptions, inp: Source) -> None:
+@takes(model=ModelOptions, inp=Source.taking(*SEEN), options=HEADS.Options)
+def heads(output: ImageOut = None, as_json: JsonOpt = False, as_csv: CsvOpt = False, *, model: ModelOptions,
+          inp: Source, options: HEADS.Options) -> None:
     import attnviz
     from attnviz.render.png import FORMATS
 
     check_output(output, FORMATS)
     given = inp.resolve()
-    result = attnviz.heads(given, model=model.later_for(given), layer=layer, head=head, label=label, sort=sort,
-                           descending=desc, top=top, rows=rows, part=part, **inp.options(), truncate=model.truncate)
+    result = attnviz.heads(given, model=model.later_for(given), **as_keywords(options), **inp.options(),
+                           truncate=model.truncate)
     emit(result, as_json=as_json, as_csv=as_csv, files=[figure_file(output, result)])
 
 
-@app.command(help='Mean attention entropy of every head, layers × heads, beside the uniform baseline ln T.')
+@app.command(help=ENTROPY.SUMMARY)
 @cli_errors
-@takes(model=ModelOptions, inp=Source.taking(*SEEN))
-def entropy(output: ImageOut = None,
-            normalised: Annotated[bool, typer.Option("--normalised", "--normalized",
-                                                     help="Divide each row by ln(keys it may attend to): 0 "
-                                                          "one-hot, 1 uniform.")] = False,
-            layer: LayerSel = Selection.everything("layer", "layer"),
-            cmap: CmapOpt = "viridis", rows: RowsOpt = None, part: PartOpt = None, as_json: JsonOpt = False,
-            as_csv: CsvOpt = False, *, model: ModelOptions, inp: Source) -> None:
+@takes(model=ModelOptions, inp=Source.taking(*SEEN), options=ENTROPY.Options)
+def entropy(output: ImageOut = None, cmap: CmapOpt = "viridis", as_json: JsonOpt = False, as_csv: CsvOpt = False,
+            *, model: ModelOptions, inp: Source, options: ENTROPY.Options) -> None:
     import attnviz
     from attnviz.render.png import FORMATS
 
     check_output(output, FORMATS)
     given = inp.resolve()
-    result = attnviz.entropy(given, model=model.later_for(given), layer=layer, normalised=normalised, rows=rows,
-                             part=part, **inp.options(), truncate=model.truncate)
+    result = attnviz.entropy(given, model=model.later_for(given), **as_keywords(options), **inp.options(),
+                             truncate=model.truncate)
     emit(result, as_json=as_json, as_csv=as_csv, style={"cmap": cmap}, files=[figure_file(output, result, cmap=cmap)])
 
 
-@app.command(help='Attention rollout (Abnar & Zuidema 2020): how much each input token reaches a chosen position '
-                  'through all layers, with the residual stream counted as identity attention.')
+@app.command(help=ROLLOUT.SUMMARY)
 @cli_errors
-@takes(model=ModelOptions, inp=Source.taking(*SEEN))
-def rollout(token: Annotated[Optional[str], typer.Option(
-                help="Token to explain: an index, or its text. Default: [CLS]/the first start token for "
-                     "encoders, the last token for causal models.", show_default=False)] = None,
-            output: ImageOut = None, cmap: CmapOpt = "viridis", part: SelfPartOpt = None, as_json: JsonOpt = False,
-            as_csv: CsvOpt = False, *, model: ModelOptions, inp: Source) -> None:
+@takes(model=ModelOptions, inp=Source.taking(*SEEN), options=ROLLOUT.Options)
+def rollout(output: ImageOut = None, cmap: CmapOpt = "viridis", as_json: JsonOpt = False, as_csv: CsvOpt = False,
+            *, model: ModelOptions, inp: Source, options: ROLLOUT.Options) -> None:
     import attnviz
     from attnviz.render.png import FORMATS
 
     check_output(output, FORMATS)
     given = inp.resolve()
-    result = attnviz.rollout(given, model=model.later_for(given), token=token, part=part, **inp.options(),
+    result = attnviz.rollout(given, model=model.later_for(given), **as_keywords(options), **inp.options(),
                              truncate=model.truncate)
     emit(result, as_json=as_json, as_csv=as_csv, files=[figure_file(output, result, cmap=cmap)])
 

@@ -1,0 +1,76 @@
+"""Every analysis one registered module: attnviz/analyses/<command>.py holds its options (a dataclass whose fields
+carry their help; the command line's options are made from it: attnviz.cli.options), `compute(run, options)` giving
+its result, and registers them under the command's name. run.<command>() and the command line read the registry.
+
+    from attnviz import analyses
+    analyses.available()                       # ("heads", "entropy", …)
+    heads = analyses.get("heads")
+    heads.options(top=5)                       # the options, their defaults the function's and the flag's
+    heads.compute(run, heads.options(top=5))   # what run.heads(top=5) and attnviz heads --top 5 give
+
+Importing this package imports no analysis module: each loads when it is first asked for.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Analysis", "available", "get", "register", "MODULES"]
+
+# command -> its module, in the order the command line lists them
+MODULES: dict[str, str] = {
+    "heads": "attnviz.analyses.heads",
+    "entropy": "attnviz.analyses.entropy",
+    "rollout": "attnviz.analyses.rollout",
+    "norms": "attnviz.analyses.norms",
+    "sinks": "attnviz.analyses.sinks",
+    "contributions": "attnviz.analyses.contributions",
+    "logit-attr": "attnviz.analyses.logit_attr",
+}
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """One registered analysis: the command's `name`, its `options` dataclass, `compute(run, options)` giving its
+    result, and `summary` (what the command's --help says it does)."""
+
+    name: str
+    options: type
+    compute: Callable[[Any, Any], Any]
+    summary: str
+
+    def __call__(self, run: Any, **options: Any) -> Any:
+        """The analysis of `run` with these options (the others at their defaults)."""
+        return self.compute(run, self.options(**options))
+
+
+_REGISTRY: dict[str, Analysis] = {}
+
+
+def register(name: str, options: type, summary: str) -> Callable[[Callable], Callable]:
+    """Decorator of an analysis module's compute(run, options): registers it under the command's `name`."""
+    if name not in MODULES:
+        raise ValueError(f"{name!r} is not in attnviz.analyses.MODULES")
+
+    def decorate(compute: Callable) -> Callable:
+        _REGISTRY[name] = Analysis(name, options, compute, summary)
+        return compute
+
+    return decorate
+
+
+def available() -> tuple[str, ...]:
+    """Every registered analysis, by its command's name."""
+    return tuple(MODULES)
+
+
+def get(name: str) -> Analysis:
+    """The analysis of the command `name` (its module imported now)."""
+    if name not in MODULES:
+        raise KeyError(f"no analysis {name!r}: {', '.join(MODULES)}")
+    if name not in _REGISTRY:
+        importlib.import_module(MODULES[name])
+    return _REGISTRY[name]

@@ -1,0 +1,69 @@
+"""An analysis's options as one dataclass, each field with its help: what the command line's options are made from
+(attnviz.cli.options), so that a flag and its Python keyword are the same word with the same default.
+
+    @dataclass(frozen=True)
+    class Options:
+        top: int = option(10, "How many heads to list (1 to 100), by |effect|.", minimum=1, maximum=100,
+                          metavar="K")
+
+`flag(field)` gives a field's Flag. Nothing here imports the command line: how a Flag becomes an option there
+(a whole number in range, a choice, a layer selection) is the command line's business.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Flag:
+    """How one option reads on the command line, beside its help.
+
+    shared     one of the command line's shared options by name ("LayerSel", "HeadSel", "RowsOpt", "PartOpt",
+               "SelfPartOpt"): its spellings and parsing, with this help
+    names      more spellings beside --the-field-name (shown), e.g. ("--normalized",)
+    hidden     old spellings that still work, not shown in --help: ("--desc",), or for a yes/no flag with a
+               negative ("--desc/--asc",)
+    negative   a yes/no option's "no" spelling ("--ascending"): the field is True, False or None (not given)
+    minimum, maximum   a number's range (a whole number where the field is an int); `clamp` False: refused
+               outside it naming the range (click's own check where `click_range`)
+    choices, aliases   the words a text option takes, and other spellings of them
+    """
+
+    help: str
+    shared: str = ""
+    names: tuple[str, ...] = ()
+    hidden: tuple[str, ...] = ()
+    negative: str = ""
+    metavar: str = ""
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple[str, ...] = ()
+    aliases: dict[str, str] = field(default_factory=dict)
+    show_default: bool = True
+    click_range: bool = False
+
+
+def option(default: Any, help: str, **how: Any) -> Any:
+    """A field of an analysis's options: its default (the Python keyword's and the flag's) and its help."""
+    return field(default=default, metadata={"flag": Flag(help, **how)})
+
+
+def flag(item: dataclasses.Field) -> Flag:
+    found = item.metadata.get("flag")
+    if not isinstance(found, Flag):
+        raise TypeError(f"option field {item.name!r} has no Flag (made with attnviz.base.options.option)")
+    return found
+
+
+def is_options(cls: type) -> bool:
+    """A dataclass whose every field is an option()."""
+    return dataclasses.is_dataclass(cls) and all(isinstance(f.metadata.get("flag"), Flag)
+                                                 for f in dataclasses.fields(cls))
+
+
+def as_keywords(options: Any) -> dict[str, Any]:
+    """The options as the keyword arguments of the analysis's function (a shallow dict, values as they are)."""
+    return {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
