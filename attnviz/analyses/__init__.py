@@ -29,6 +29,10 @@ MODULES: dict[str, str] = {
     "sinks": "attnviz.analyses.sinks",
     "contributions": "attnviz.analyses.contributions",
     "logit-attr": "attnviz.analyses.logit_attr",
+    "steps": "attnviz.analyses.steps",
+    "positions": "attnviz.analyses.positions",
+    "verify": "attnviz.analyses.verify",
+    "scaling": "attnviz.analyses.scaling",
 }
 
 

@@ -283,50 +283,53 @@ class Run:
 
     # --- the analyses that run the model again (interventions, other inputs) -----------------------------
 
-    def _again(self, function, *args: Any, **options: Any) -> Any:
+    def again(self, function: Any, *args: Any, **options: Any) -> Any:
+        """`function(*args, model=the run's model, reporter=…, **options)` with the model lent: an analysis that
+        runs the model itself (an intervention, another input), its passes counted."""
         with self.lent():
             return function(*args, model=self.model, reporter=self.reporter, **options)
 
     def verify(self, **options: Any) -> Verification:
-        from attnviz.api.scratch.verify import verify
-
-        return self._again(verify, self.source, truncate=self.truncate, **options)
+        """attnviz.verify of this run's input (tolerance, norms): its own pass."""
+        return analyses.get("verify")(self, **options)
 
     def steps(self, **options: Any) -> Steps:
-        from attnviz.api.scratch.steps import steps
-
-        return self._again(steps, self.text_of("steps"), truncate=self.truncate, **options)
+        """attnviz.steps of this run's text (layer, head, token)."""
+        return analyses.get("steps")(self, **options)
 
     def scaling(self, **options: Any) -> Scaling:
-        from attnviz.api.scratch.scaling import scaling
+        """attnviz.scaling of this run's text (dk)."""
+        return analyses.get("scaling")(self, **options)
 
-        return self._again(scaling, self.text_of("scaling"), truncate=self.truncate, **options)
+    def positions(self, **options: Any) -> Any:
+        """attnviz.positions of this run's input (seed, layer): a Positions, or a picture's GridPositions."""
+        return analyses.get("positions")(self, **options)
 
     def faithfulness(self, **options: Any) -> Faithfulness:
         """attnviz.faithfulness of this run's text: erasure and leave-one-out are interventions (their own
         passes)."""
         from attnviz.api.attribution.faithfulness import faithfulness
 
-        return self._again(faithfulness, self.text_of("faithfulness"), truncate=self.truncate, **options)
+        return self.again(faithfulness, self.text_of("faithfulness"), truncate=self.truncate, **options)
 
     def ablate(self, *args: Any, **options: Any) -> Ablation:
         from attnviz.api.ablation.removing import ablate
 
-        return self._again(ablate, self.text_of("ablate"), *args, truncate=self.truncate, **options)
+        return self.again(ablate, self.text_of("ablate"), *args, truncate=self.truncate, **options)
 
     def massive(self, **options: Any) -> MassiveActivations:
         from attnviz.api.mechanisms.massive import massive
 
-        return self._again(massive, self.text_of("massive"), truncate=self.truncate, **options)
+        return self.again(massive, self.text_of("massive"), truncate=self.truncate, **options)
 
     def patch(self, corrupt: str, **options: Any) -> Patching:
         """attnviz.patch with this run's text as the clean prompt."""
         from attnviz.api.patching.activation import patch
 
-        return self._again(patch, self.text_of("patch"), corrupt, truncate=self.truncate, **options)
+        return self.again(patch, self.text_of("patch"), corrupt, truncate=self.truncate, **options)
 
     def path_patch(self, corrupt: str, **options: Any) -> PathPatching:
         """attnviz.path_patch with this run's text as the clean prompt."""
         from attnviz.api.patching.paths import path_patch
 
-        return self._again(path_patch, self.text_of("path_patch"), corrupt, truncate=self.truncate, **options)
+        return self.again(path_patch, self.text_of("path_patch"), corrupt, truncate=self.truncate, **options)

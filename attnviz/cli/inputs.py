@@ -348,8 +348,8 @@ def takes(**groups: type | Offer) -> Callable:
                 if names is not None:
                     object.__setattr__(made, "_offered", names)
                 kwargs[arg] = made
-            given = [*kwargs.values(), *(getattr(value, f.name) for value in kwargs.values() if is_options(type(value))
-                                         for f in dataclasses.fields(value))]
+            given = [*kwargs.values(), *(found for value in kwargs.values() if is_options(type(value))
+                                         for found in getattr(value, "_selections", ()))]
             selections = tuple(value for value in given
                                if isinstance(value, Selection) and value.what in ("layer", "head"))
             for group in kwargs.values():

@@ -99,13 +99,22 @@ def parameters(cls: type) -> list[inspect.Parameter]:
 
 def collect(cls: type, kwargs: dict) -> Any:
     """The options dataclass from the command's keyword arguments (removing them): an old spelling given wins
-    over the default."""
-    values = {}
+    over the default; a one-layer or one-head selection (OneLayer, OneHead) of a field whose default is an int
+    becomes that index."""
+    from attnviz.base.selection import Selection
+
+    values, selections = {}, []
     for item in dataclasses.fields(cls):
         value = kwargs.pop(item.name)
+        if isinstance(value, Selection):
+            selections.append(value)  # checked against the model's config before its weights load
+            if type(item.default) is int:  # one layer or head: its index
+                value = value.one()
         for n in range(len(flag(item).hidden)):
             old = kwargs.pop(hidden_name(item.name, n), None)
             if old is not None:
                 value = old
         values[item.name] = value
-    return cls(**values)
+    made = cls(**values)
+    object.__setattr__(made, "_selections", tuple(selections))
+    return made

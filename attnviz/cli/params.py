@@ -386,3 +386,28 @@ def answer_pair(value: str) -> tuple[str, str]:
     if len(fields) != 2 or not all(fields):
         raise typer.BadParameter(f"{value!r}: give two tokens, e.g. ' Paris',' Rome'", param_hint="--answers")
     return fields[0], fields[1]
+
+
+TokenOpt = Annotated[Optional[str], typer.Option(
+    "--token", metavar="TOKEN", show_default=False,
+    help="A token: its index, its text (case-insensitive) or text#n for the n-th occurrence (the#2).")]
+
+
+def dk_list(value) -> list[int]:
+    """--dk 16,64,256: up to MAX_DK_VALUES whole numbers from 1 to MAX_DK."""
+    from attnviz.api.scratch.scaling import MAX_DK, MAX_DK_VALUES  # here: --help loads no numpy
+
+    if isinstance(value, list):
+        return value
+    parts = [p.strip() for p in str(value).split(",")]
+    if not 1 <= len(parts) <= MAX_DK_VALUES or not all(p.isascii() and p.isdigit() and 1 <= int(p) <= MAX_DK
+                                                        for p in parts):
+        raise typer.BadParameter(f"{visible(str(value))[:40]!r}: give up to {MAX_DK_VALUES} whole numbers from 1 to "
+                                 f"{MAX_DK:,}, comma-separated (16,64,256)")
+    return [int(p) for p in parts]
+
+
+DkOpt = Annotated[Optional[str], typer.Option(  # the parser gives the list of whole numbers
+    "--dk", metavar="LIST", show_default=False, parser=dk_list,
+    help="The random-vector check also at these d_k (e.g. 16,64,256; each 1 to 4,096, at most 8), beside the "
+         "model's own.")]

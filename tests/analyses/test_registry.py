@@ -16,7 +16,7 @@ from attnviz.cli import COMMANDS, command_group
 from helpers import run
 
 # the commands still to become analysis modules (each keeps its own options until then); a new command is neither
-NOT_YET = {"heatmap", "token", "compare", "view", "capture", "export", "verify", "steps", "positions", "scaling",
+NOT_YET = {"heatmap", "token", "compare", "view", "capture", "export",
            "explain", "faithfulness", "ablate", "importance", "detect", "patch", "discover", "circuits", "retrieval",
            "massive", "align", "generate", "cost", "corpus", "serve"}
 
