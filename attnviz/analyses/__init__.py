@@ -33,6 +33,7 @@ MODULES: dict[str, str] = {
     "positions": "attnviz.analyses.positions",
     "verify": "attnviz.analyses.verify",
     "scaling": "attnviz.analyses.scaling",
+    "massive": "attnviz.analyses.massive",
 }
 
 

@@ -318,9 +318,14 @@ class Run:
         return self.again(ablate, self.text_of("ablate"), *args, truncate=self.truncate, **options)
 
     def massive(self, **options: Any) -> MassiveActivations:
-        from attnviz.api.mechanisms.massive import massive
+        """attnviz.massive of this run's text (ratio, minimum, epsilon, intervene; reference texts too)."""
+        reference = options.pop("reference", None)
+        if reference is not None:  # texts, not an option of the command line (there: --reference FILE)
+            from attnviz.api.mechanisms.massive import massive
 
-        return self.again(massive, self.text_of("massive"), truncate=self.truncate, **options)
+            return self.again(massive, self.text_of("massive"), truncate=self.truncate, reference=reference,
+                              **options)
+        return analyses.get("massive")(self, **options)
 
     def patch(self, corrupt: str, **options: Any) -> Patching:
         """attnviz.patch with this run's text as the clean prompt."""

@@ -8,6 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
+import attnviz.analyses.massive as MASSIVE
+from attnviz.base.options import as_keywords
 from attnviz.cli.errors import cli_errors
 from attnviz.cli.group import app
 from attnviz.cli.inputs import Source, read_texts, takes
@@ -88,45 +90,27 @@ def retrieval(lengths: Annotated[str, typer.Option(
     emit(result, as_json=as_json, as_csv=as_csv, files=[figure_file(output, result)])
 
 
-@app.command(help="Massive activations (Sun et al. 2024): entries of the residual stream over 100 and about 1000× "
-                  "the layer's median, on a few fixed dimensions and tokens; the attention sinks they make (Gu et "
-                  "al. 2024: which sink heads' keys hold them) and how small those tokens' value vectors are. "
-                  "--intervene sets them to 0 and to their mean over other texts where they first appear, and "
-                  "measures the next-token loss and the sinks (a causal LM, e.g. -m gemma3).")
+@app.command(help=MASSIVE.SUMMARY)
 @cli_errors
-@takes(model=ModelOptions, inp=Source.taking("text"))
-def massive(ratio: Annotated[float, typer.Option(
-                "--ratio", min=1.0, metavar="NUMBER",
-                help="Massive: over this many times the layer's median |h| (Sun et al.: about 1000).")] = 1000.0,
-            minimum: Annotated[float, typer.Option(
-                "--minimum", min=0.0, metavar="NUMBER", help="…and over this magnitude (Sun et al.: 100).")] = 100.0,
-            epsilon: Annotated[float, typer.Option(
-                "--epsilon", min=0.0, max=1.0, metavar="NUMBER",
-                help="A sink head: a key's importance (its mean weight from the queries that can see it) above "
-                     "this (Gu et al.: 0.3).")] = 0.3,
-            intervene: Annotated[bool, typer.Option(
-                "--intervene", help="Run again with the massive entries set to 0, and to their mean over other "
-                                    "texts, where each first appears: the next-token loss and the sink rate of "
-                                    "each run.")] = False,
-            reference: Annotated[Optional[Path], typer.Option(
+@takes(model=ModelOptions, inp=Source.taking("text"), options=MASSIVE.Options)
+def massive(reference: Annotated[Optional[Path], typer.Option(
                 "--reference", metavar="FILE", dir_okay=False, show_default=False,
                 help="--intervene: the texts (one per line, or JSON lines with a text field) whose mean the "
                      "entries are set to. Default: 16 sentences of attnviz's own.")] = None,
             output: ImageOut = None, as_json: JsonOpt = False, as_csv: CsvOpt = False,
-            *, model: ModelOptions, inp: Source) -> None:
+            *, model: ModelOptions, inp: Source, options: MASSIVE.Options) -> None:
     import attnviz
     from attnviz.render.png import FORMATS
 
     check_output(output, FORMATS)
-    if reference is not None and not intervene:
+    if reference is not None and not options.intervene:
         raise typer.BadParameter("--reference gives the means of --intervene; add --intervene",
                                  param_hint="--reference")
     texts = None if reference is None else read_texts(reference, MAX_REFERENCE_TEXTS, "--reference",
                                                         text_on_stdin=inp.text == "-")
     given = inp.resolve()
-    result = attnviz.massive(given, model=model.later_for(given), ratio=ratio, minimum=minimum,
-                             epsilon=epsilon, intervene=intervene, reference=texts, truncate=model.truncate,
-                             reporter=inp.options()["reporter"])
+    result = attnviz.massive(given, model=model.later_for(given), **as_keywords(options), reference=texts,
+                             truncate=model.truncate, reporter=inp.options()["reporter"])
     emit(result, as_json=as_json, as_csv=as_csv, files=[figure_file(output, result)])
 
 
