@@ -34,6 +34,10 @@ MODULES: dict[str, str] = {
     "verify": "attnviz.analyses.verify",
     "scaling": "attnviz.analyses.scaling",
     "massive": "attnviz.analyses.massive",
+    "circuits": "attnviz.analyses.circuits",
+    "retrieval": "attnviz.analyses.retrieval",
+    "detect": "attnviz.analyses.detect",
+    "cost": "attnviz.analyses.cost",
 }
 
 
@@ -46,22 +50,25 @@ class Analysis:
     options: type
     compute: Callable[[Any, Any], Any]
     summary: str
+    reads: str = "run"  # what compute's first argument is: a Run, or a Model (an analysis of the weights alone)
 
-    def __call__(self, run: Any, **options: Any) -> Any:
-        """The analysis of `run` with these options (the others at their defaults)."""
-        return self.compute(run, self.options(**options))
+    def __call__(self, subject: Any, **options: Any) -> Any:
+        """The analysis of `subject` (a Run, or a Model where `reads` is "model") with these options (the others
+        at their defaults)."""
+        return self.compute(subject, self.options(**options))
 
 
 _REGISTRY: dict[str, Analysis] = {}
 
 
-def register(name: str, options: type, summary: str) -> Callable[[Callable], Callable]:
-    """Decorator of an analysis module's compute(run, options): registers it under the command's `name`."""
+def register(name: str, options: type, summary: str, reads: str = "run") -> Callable[[Callable], Callable]:
+    """Decorator of an analysis module's compute(run, options) (or compute(model, options) where `reads` is
+    "model"): registers it under the command's `name`."""
     if name not in MODULES:
         raise ValueError(f"{name!r} is not in attnviz.analyses.MODULES")
 
     def decorate(compute: Callable) -> Callable:
-        _REGISTRY[name] = Analysis(name, options, compute, summary)
+        _REGISTRY[name] = Analysis(name, options, compute, summary, reads)
         return compute
 
     return decorate

@@ -30,6 +30,10 @@ from attnviz.errors import UsageError, arg
 from attnviz.progress import Reporter
 
 if TYPE_CHECKING:
+    from attnviz.api.ablation.detectors import Detection
+    from attnviz.api.costs import Cost
+    from attnviz.api.mechanisms.circuits import Circuits
+    from attnviz.api.mechanisms.retrieval import RetrievalHeads
     from attnviz.api.ablation.removing import Ablation
     from attnviz.api.attribution.contributions import Contributions
     from attnviz.api.attribution.faithfulness import Faithfulness
@@ -68,6 +72,31 @@ class Model(LoadedModel):
         norm's input and output, and every layer's Q, K, V. `keep` "alpha": α alone (an analysis that needs
         more makes one more pass, counted in `run.passes`). `words`: α between words, as capture(words=True)."""
         return Run(self, source, words=words, truncate=truncate, keep=keep, reporter=reporter)
+
+    # --- the analyses of the weights alone: no text, no run -----------------------------------------------
+
+    def _model_analysis(self, name: str, options: dict) -> Any:
+        borrowed = Borrowed(self.model)
+        try:
+            return analyses.get(name)(self, **options)
+        finally:
+            borrowed.give_back()
+
+    def circuits(self, **options: Any) -> Circuits:
+        """attnviz.circuits of this model (tokens, pairs, listed)."""
+        return self._model_analysis("circuits", options)
+
+    def retrieval(self, **options: Any) -> RetrievalHeads:
+        """attnviz.retrieval of this model (lengths, depths, remove, draws, seed, top)."""
+        return self._model_analysis("retrieval", options)
+
+    def detect(self, **options: Any) -> Detection:
+        """attnviz.detect of this model (length, sequences, seed, draws, mode)."""
+        return self._model_analysis("detect", options)
+
+    def cost(self, **options: Any) -> Cost:
+        """attnviz.cost of this model (lengths, max_length, repeats)."""
+        return self._model_analysis("cost", options)
 
 
 @checked

@@ -8,11 +8,13 @@ from typing import Annotated, Any, Optional
 import typer
 
 from attnviz.base.selection import Selection
+import attnviz.analyses.detect as DETECT
+from attnviz.base.options import as_keywords
 from attnviz.cli.errors import cli_errors
 from attnviz.cli.group import app
 from attnviz.cli.inputs import Source, read_texts, takes
 from attnviz.cli.output import check_output, emit, figure_file, flag
-from attnviz.cli.params import (CsvOpt, ImageOut, JsonOpt, ModelOptions, choice_parser, selection_parser,
+from attnviz.cli.params import (CsvOpt, ImageOut, JsonOpt, ModelOptions, ModeOpt, selection_parser,
                                 whole_number)
 
 # Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
@@ -42,9 +44,6 @@ HeadsOpt = Annotated[Optional[str], typer.Option(
 LayersOpt = Annotated[Optional[Selection], typer.Option(
     "--layer", "--layers", "-l", parser=selection_parser("layer"), metavar="LAYERS", show_default=False,
     help="With --heads as indices (default all): remove those heads of these layers (-1 is the last).")]
-ModeOpt = Annotated[str, typer.Option(
-    "--mode", parser=choice_parser(("zero", "mean"), {"zeros": "zero", "average": "mean"}), metavar="MODE",
-    help="zero: the head's output α·V becomes 0; mean: its mean over the text's tokens (or over --mean-over).")]
 MeanOverOpt = Annotated[Optional[Path], typer.Option(
     "--mean-over", dir_okay=False, metavar="FILE", show_default=False,
     help="With --mode mean: average each head's output over the texts of this file (one per line, or JSON "
@@ -126,25 +125,14 @@ def importance(corpus: Annotated[Optional[Path], typer.Option(
     emit(result, as_json=as_json, as_csv=as_csv, files=[figure_file(output, result)])
 
 
-@app.command(help="Find previous-token, duplicate-token and induction heads on controlled inputs: random token "
-                  "sequences repeated once (Olsson et al. 2022), scored as TransformerLens's head detector does. "
-                  "For a causal LM, the causal test: the loss on the repeated half with the detected induction "
-                  "heads removed, against as many random heads.")
+@app.command(help=DETECT.SUMMARY)
 @cli_errors
 @takes(model=ModelOptions, inp=Source.taking(
     "audio", audio="A speech model (-m whisper, the default here): which cross-attention heads align with the sound "
                    "(each head's share of weight on the word-timing path; attnviz align), and whether the model "
-                   "lists them as its alignment heads."))
-def detect(length: Annotated[int, typer.Option(parser=whole_number(2, 2048), metavar="N",
-                                               help="Random tokens per sequence before it repeats (2 to 2,048).")] = 50,
-           sequences: Annotated[int, typer.Option(parser=whole_number(1, 100), metavar="K",
-                                                  help="Random sequences to average over (1 to 100).")] = 4,
-           seed: Annotated[int, typer.Option(parser=whole_number(0, 2**32 - 1), metavar="N",
-                                             help="The random seed of the sequences and of the random heads.")] = 0,
-           draws: Annotated[int, typer.Option(parser=whole_number(0, 100), metavar="N",
-                                              help="Random head sets to remove in the causal test (0 to 100).")] = 10,
-           mode: ModeOpt = "zero", output: ImageOut = None, as_json: JsonOpt = False,
-           *, model: ModelOptions, inp: Source) -> None:
+                   "lists them as its alignment heads."), options=DETECT.Options)
+def detect(output: ImageOut = None, as_json: JsonOpt = False,
+           *, model: ModelOptions, inp: Source, options: DETECT.Options) -> None:
     import attnviz
     from attnviz.render.png import FORMATS
 
@@ -153,6 +141,5 @@ def detect(length: Annotated[int, typer.Option(parser=whole_number(2, 2048), met
         heard = inp.resolve()
         result = attnviz.detect(heard, model=model.later_for(heard), reporter=inp.options()["reporter"])
     else:
-        result = attnviz.detect(model=model.later(), length=length, sequences=sequences, seed=seed,
-                                draws=draws, mode=mode, reporter=inp.options()["reporter"])
+        result = attnviz.detect(model=model.later(), **as_keywords(options), reporter=inp.options()["reporter"])
     emit(result, as_json=as_json, files=[figure_file(output, result)])

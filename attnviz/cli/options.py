@@ -64,10 +64,32 @@ def _made(item: dataclasses.Field, hint: Any) -> tuple[Any, list[str], dict]:
     return (Optional[kind] if optional else kind), names, extra
 
 
+def _separated(kind: type, spelling: str) -> Any:
+    """A parser of "1,2,3" into a list of `kind` (a list given, as a default is, kept)."""
+    def parse(value: Any) -> list:
+        if isinstance(value, (list, tuple)):
+            return list(value)
+        try:
+            found = [kind(part) for part in str(value).split(",") if part.strip()]
+        except ValueError:
+            found = []
+        if not found:
+            raise typer.BadParameter(f"{str(value)[:40]!r}: give numbers separated by commas", param_hint=spelling)
+        return found
+
+    return parse
+
+
 def annotation(item: dataclasses.Field, hint: Any) -> Any:
     """The Annotated type Typer reads for one options field."""
     if flag(item).shared:
         return _shared(flag(item))
+    if flag(item).separated:  # shown as 1,2,3; read into a list
+        extra = {"help": flag(item).help, "metavar": flag(item).metavar or None,
+                 "parser": _separated({"int": int, "float": float}[flag(item).separated], spelled(item.name)),
+                 "show_default": ",".join(str(v) for v in item.default)
+                 if isinstance(item.default, (list, tuple)) and item.default else False}
+        return Annotated[Optional[str], typer.Option(spelled(item.name), **extra)]
     kind, names, extra = _made(item, hint)
     return Annotated[kind, typer.Option(*names, **extra)]
 

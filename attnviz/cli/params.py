@@ -411,3 +411,28 @@ DkOpt = Annotated[Optional[str], typer.Option(  # the parser gives the list of w
     "--dk", metavar="LIST", show_default=False, parser=dk_list,
     help="The random-vector check also at these d_k (e.g. 16,64,256; each 1 to 4,096, at most 8), beside the "
          "model's own.")]
+
+
+ModeOpt = Annotated[str, typer.Option(
+    "--mode", parser=choice_parser(("zero", "mean"), {"zeros": "zero", "average": "mean"}), metavar="MODE",
+    help="zero: the head's output α·V becomes 0; mean: its mean over the text's tokens (or over --mean-over).")]
+
+
+def lengths_parser(value: Any) -> list[int] | None:
+    if value is None or isinstance(value, (list, tuple)):
+        return None if value is None else list(value)
+    import re
+
+    items = [v.strip() for v in str(value).split(",")]
+    if not items or any(not re.fullmatch(r"[0-9]{1,7}", v) for v in items):
+        raise typer.BadParameter(f"{value[:40]!r} is not a list of lengths; write e.g. 128,256,512",
+                                 param_hint="--lengths")
+    lengths = sorted({int(v) for v in items})
+    if lengths[0] < 2:
+        raise typer.BadParameter("a length is at least 2 tokens", param_hint="--lengths")
+    return lengths
+
+
+LengthsOpt = Annotated[Optional[str], typer.Option(  # the parser gives the sorted list of lengths
+    "--lengths", metavar="LENGTHS", show_default=False, parser=lengths_parser,
+    help="The lengths to measure (default: powers of two from 64).")]

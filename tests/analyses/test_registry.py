@@ -17,8 +17,8 @@ from helpers import run
 
 # the commands still to become analysis modules (each keeps its own options until then); a new command is neither
 NOT_YET = {"heatmap", "token", "compare", "view", "capture", "export",
-           "explain", "faithfulness", "ablate", "importance", "detect", "patch", "discover", "circuits", "retrieval",
-           "align", "generate", "cost", "corpus", "serve"}
+           "explain", "faithfulness", "ablate", "importance", "patch", "discover", "align", "generate", "corpus",
+           "serve"}
 
 
 def test_every_command_is_an_analysis_or_listed_as_still_to_come():
@@ -50,6 +50,22 @@ def test_an_old_spelling_still_works_hidden(minilm):
     runs = {flag: json.loads(run("heads", "the cat sat", "--sort", "entropy", "--top", "2", flag, "--json").stdout)
             for flag in ("--desc", "--descending", "--asc", "--ascending")}
     assert runs["--desc"] == runs["--descending"] != runs["--asc"] == runs["--ascending"]
+
+
+def test_circuits_top_is_pairs_and_listed_is_its_flag(tiny_lm_dir):
+    """circuits had --top (the heads listed) on the command line and top= (the QK pairs kept) in Python, with
+    different defaults; now --pairs/pairs= and --listed/listed=, --top a hidden alias of --listed, top= of pairs=
+    with a DeprecationWarning."""
+    folder = tiny_lm_dir("llama")
+    model = attnviz.load_model(folder, lm_head="auto")
+    new = attnviz.circuits(model=model, tokens=20, pairs=2, listed=3).to_dict()
+    with pytest.warns(DeprecationWarning, match="pairs"):
+        old = attnviz.circuits(model=model, tokens=20, top=2, listed=3).to_dict()
+    assert old == new
+    flags = {flag: json.loads(run("circuits", "-m", folder, "--tokens", "20", "--pairs", "2", flag, "3",
+                                  "--json").stdout) for flag in ("--listed", "--top")}
+    assert flags["--listed"] == flags["--top"] == json.loads(json.dumps(new))
+    assert attnviz.load(model).circuits(tokens=20, pairs=2, listed=3).to_dict() == new
 
 
 def test_a_run_asks_the_registry(tiny_model_dir):

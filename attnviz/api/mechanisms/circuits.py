@@ -169,20 +169,27 @@ def common_tokens(tokenizer, n: int) -> list[int]:
 
 @borrows
 @checked
-def circuits(*, model: Any = None, tokenizer: Any = None, tokens: int = CIRCUIT_TOKENS, top: int = 5,
-             listed: int = 8, device: str = "auto", dtype: str = "float32",
-             reporter: Reporter | None = None) -> Circuits:
+def circuits(*, model: Any = None, tokenizer: Any = None, tokens: int = CIRCUIT_TOKENS, pairs: int = 3,
+             listed: int = 8, device: str = "auto", dtype: str = "float32", reporter: Reporter | None = None,
+             top: int | None = None) -> Circuits:
     """QK and OV circuits of every head from the weights alone (Elhage et al. 2021; TransformerLens's
     FactoredMatrix, all_composition_scores): the OV copying score on the vocabulary's first `tokens` tokens that
-    are words, each head's `top` QK token pairs, and Q-, K-, V-composition between heads of different layers.
-    A model with its output head (a causal LM); grouped key/value heads mapped to their query heads. `listed`:
-    the heads and head pairs the report lists."""
+    are words, each head's `pairs` strongest QK token pairs, and Q-, K-, V-composition between heads of different
+    layers. A model with its output head (a causal LM); grouped key/value heads mapped to their query heads.
+    `listed`: the heads and head pairs the report lists (the command line's --listed). `top`: the old name of
+    `pairs` (a DeprecationWarning)."""
+    if top is not None:
+        import warnings
+
+        warnings.warn("circuits(top=…) is now circuits(pairs=…), as the command line says it (--pairs); the old "
+                      "name goes in a later release", DeprecationWarning, stacklevel=2)
+        pairs = top
     if not 1 <= listed <= 50:
         raise UsageError(f"{arg('listed')} takes 1 to 50; got {listed}", "listed")
     if not 10 <= tokens <= MAX_CIRCUIT_TOKENS:
         raise UsageError(f"{arg('tokens')} takes 10 to {MAX_CIRCUIT_TOKENS:,} tokens; got {tokens}", "tokens")
-    if not 1 <= top <= 50:
-        raise UsageError(f"{arg('top')} takes 1 to 50 pairs; got {top}", "top")
+    if not 1 <= pairs <= 50:
+        raise UsageError(f"{arg('pairs')} takes 1 to 50 pairs; got {pairs}", "pairs")
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype, lm_head="auto")
     loaded.require_single("circuits")
     from attnviz.engine.mechanisms.circuits import composition, copying, head_weights, qk_pairs
@@ -199,10 +206,10 @@ def circuits(*, model: Any = None, tokenizer: Any = None, tokens: int = CIRCUIT_
         raise InputError(f"{loaded.name}'s vocabulary has fewer than 10 tokens that are words", "tokens")
     with reporter.status(f"OV and QK circuits on {len(vocab):,} tokens…"):
         score, positive = copying(weights, vocab)
-        pairs = qk_pairs(weights, vocab, top)
+        strongest = qk_pairs(weights, vocab, pairs)
     with reporter.status("Q-, K- and V-composition of every pair of heads…"):
         scores = composition(weights)
     tok = loaded.tokenizer
     named = tuple(tuple(tuple({"query": visible(tok.decode([a])), "key": visible(tok.decode([b])), "score": s}
-                              for a, b, s in head) for head in layer) for layer in pairs)
+                              for a, b, s in head) for head in layer) for layer in strongest)
     return Circuits(loaded.name, len(vocab), score, positive, named, scores, listed)
