@@ -38,6 +38,7 @@ MODULES: dict[str, str] = {
     "retrieval": "attnviz.analyses.retrieval",
     "detect": "attnviz.analyses.detect",
     "cost": "attnviz.analyses.cost",
+    "ablate": "attnviz.analyses.ablate",
 }
 
 

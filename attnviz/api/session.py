@@ -342,9 +342,13 @@ class Run:
         return self.again(faithfulness, self.text_of("faithfulness"), truncate=self.truncate, **options)
 
     def ablate(self, *args: Any, **options: Any) -> Ablation:
-        from attnviz.api.ablation.removing import ablate
+        """attnviz.ablate of this run's text (heads, layer, mode, at; mean_over's texts too): its own passes."""
+        if args or options.get("mean_over") is not None:  # an input beside the options (or the old positional heads)
+            from attnviz.api.ablation.removing import ablate
 
-        return self.again(ablate, self.text_of("ablate"), *args, truncate=self.truncate, **options)
+            return self.again(ablate, self.text_of("ablate"), *args, truncate=self.truncate, **options)
+        options.pop("mean_over", None)
+        return analyses.get("ablate")(self, **options)
 
     def massive(self, **options: Any) -> MassiveActivations:
         """attnviz.massive of this run's text (ratio, minimum, epsilon, intervene; reference texts too)."""

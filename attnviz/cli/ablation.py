@@ -3,47 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 
-from attnviz.base.selection import Selection
+import attnviz.analyses.ablate as ABLATE
 import attnviz.analyses.detect as DETECT
 from attnviz.base.options import as_keywords
 from attnviz.cli.errors import cli_errors
 from attnviz.cli.group import app
 from attnviz.cli.inputs import Source, read_texts, takes
-from attnviz.cli.output import check_output, emit, figure_file, flag
-from attnviz.cli.params import (CsvOpt, ImageOut, JsonOpt, ModelOptions, ModeOpt, selection_parser,
-                                whole_number)
+from attnviz.cli.output import check_output, emit, figure_file
+from attnviz.cli.params import (CsvOpt, ImageOut, JsonOpt, ModelOptions, ModeOpt, whole_number)
 
 # Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
 # each command's --help light: a command module loads only what its own command needs, when it runs.
 
 
-def _heads_parser(value: Any) -> str:
-    """--heads as typed, its syntax checked here: layer.head pairs (5.11,3.0; 2.all), or head indices."""
-    from attnviz.base.selection import looks_like_pairs, parse_pairs
-    from attnviz.errors import SelectionError
-
-    spec = str(value)
-    try:
-        if looks_like_pairs(spec):
-            parse_pairs(spec)
-        else:
-            Selection.parse(spec, "head", field="heads")
-    except SelectionError as exc:
-        raise typer.BadParameter(exc.spelled(flag).removeprefix("--heads: ")) from None
-    return spec
-
-
-HeadsOpt = Annotated[Optional[str], typer.Option(
-    "--heads", "--head", "-H", parser=_heads_parser, metavar="HEADS", show_default=False,
-    help="The heads to remove: layer.head pairs (5.11,3.0; 2.all), or head indices (0,3 or 0-2 or all) for "
-         "the layers of --layer.")]
-LayersOpt = Annotated[Optional[Selection], typer.Option(
-    "--layer", "--layers", "-l", parser=selection_parser("layer"), metavar="LAYERS", show_default=False,
-    help="With --heads as indices (default all): remove those heads of these layers (-1 is the last).")]
 MeanOverOpt = Annotated[Optional[Path], typer.Option(
     "--mean-over", dir_okay=False, metavar="FILE", show_default=False,
     help="With --mode mean: average each head's output over the texts of this file (one per line, or JSON "
@@ -61,29 +37,21 @@ def _mean_texts(mode: str, mean_over: Path | None, text_on_stdin: bool) -> list[
     return read_texts(mean_over, MAX_MEAN_TEXTS, "--mean-over", text_on_stdin=text_on_stdin)
 
 
-@app.command(help="Remove heads and see what changes: for a causal LM (e.g. -m smollm2) the next-token "
-                  "distribution at every position (KL divergence, the top token before and after, the probability "
-                  "of the original top token; --at one position in full); for an encoder the sentence embedding "
-                  "(cosine before/after) and each token's final hidden state; for both, how the later layers' "
-                  "attention changed (Δα; -o draws it, -t in the terminal). Checked against a second mechanism: "
-                  "the same heads removed by editing the output projection's weights.")
+@app.command(help=ABLATE.SUMMARY)
 @cli_errors
-@takes(model=ModelOptions, inp=Source.taking("text"))
-def ablate(heads: HeadsOpt = None, layer: LayersOpt = None, mode: ModeOpt = "zero", mean_over: MeanOverOpt = None,
-           at: Annotated[Optional[str], typer.Option(
-               "--at", metavar="TOKEN", show_default=False,
-               help="A causal LM: the top 5 next tokens before and after at this position (an index, -1 the last, "
-                    "or the token's text).")] = None,
+@takes(model=ModelOptions, inp=Source.taking("text"), options=ABLATE.Options)
+def ablate(mean_over: MeanOverOpt = None,
            terminal: Annotated[bool, typer.Option("--terminal", "-t", help="Draw Δα in the terminal too.")] = False,
-           output: ImageOut = None, as_json: JsonOpt = False, *, model: ModelOptions, inp: Source) -> None:
+           output: ImageOut = None, as_json: JsonOpt = False, *, model: ModelOptions, inp: Source,
+           options: ABLATE.Options) -> None:
     import attnviz
     from attnviz.render.png import FORMATS
 
     check_output(output, FORMATS)
     given = inp.resolve()
-    texts = _mean_texts(mode, mean_over, inp.text == "-")
-    result = attnviz.ablate(given, heads=heads, layer=layer, model=model.later_for(given), mode=mode,
-                            mean_over=texts, at=at, truncate=model.truncate, reporter=inp.options()["reporter"])
+    texts = _mean_texts(options.mode, mean_over, inp.text == "-")
+    result = attnviz.ablate(given, model=model.later_for(given), **as_keywords(options), mean_over=texts,
+                            truncate=model.truncate, reporter=inp.options()["reporter"])
     emit(result, as_json=as_json, style={"terminal": terminal}, files=[figure_file(output, result)])
 
 

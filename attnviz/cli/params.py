@@ -436,3 +436,28 @@ def lengths_parser(value: Any) -> list[int] | None:
 LengthsOpt = Annotated[Optional[str], typer.Option(  # the parser gives the sorted list of lengths
     "--lengths", metavar="LENGTHS", show_default=False, parser=lengths_parser,
     help="The lengths to measure (default: powers of two from 64).")]
+
+
+def _heads_parser(value: Any) -> str:
+    """--heads as typed, its syntax checked here: layer.head pairs (5.11,3.0; 2.all), or head indices."""
+    from attnviz.base.selection import looks_like_pairs, parse_pairs
+    from attnviz.errors import SelectionError
+
+    spec = str(value)
+    try:
+        if looks_like_pairs(spec):
+            parse_pairs(spec)
+        else:
+            Selection.parse(spec, "head", field="heads")
+    except SelectionError as exc:
+        raise typer.BadParameter(exc.spelled(flag).removeprefix("--heads: ")) from None
+    return spec
+
+
+HeadsOpt = Annotated[Optional[str], typer.Option(
+    "--heads", "--head", "-H", parser=_heads_parser, metavar="HEADS", show_default=False,
+    help="The heads to remove: layer.head pairs (5.11,3.0; 2.all), or head indices (0,3 or 0-2 or all) for "
+         "the layers of --layer.")]
+LayersOpt = Annotated[Optional[Selection], typer.Option(
+    "--layer", "--layers", "-l", parser=selection_parser("layer"), metavar="LAYERS", show_default=False,
+    help="With --heads as indices (default all): remove those heads of these layers (-1 is the last).")]
