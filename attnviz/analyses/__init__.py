@@ -39,6 +39,7 @@ MODULES: dict[str, str] = {
     "detect": "attnviz.analyses.detect",
     "cost": "attnviz.analyses.cost",
     "ablate": "attnviz.analyses.ablate",
+    "faithfulness": "attnviz.analyses.faithfulness",
 }
 
 

@@ -335,11 +335,9 @@ class Run:
         return analyses.get("positions")(self, **options)
 
     def faithfulness(self, **options: Any) -> Faithfulness:
-        """attnviz.faithfulness of this run's text: erasure and leave-one-out are interventions (their own
-        passes)."""
-        from attnviz.api.attribution.faithfulness import faithfulness
-
-        return self.again(faithfulness, self.text_of("faithfulness"), truncate=self.truncate, **options)
+        """attnviz.faithfulness of this run's text (methods, target, orders, steps, sanity, seed): erasure and
+        leave-one-out are interventions (their own passes)."""
+        return analyses.get("faithfulness")(self, **options)
 
     def ablate(self, *args: Any, **options: Any) -> Ablation:
         """attnviz.ablate of this run's text (heads, layer, mode, at; mean_over's texts too): its own passes."""

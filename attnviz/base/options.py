@@ -44,7 +44,7 @@ class Flag:
     aliases: dict[str, str] = field(default_factory=dict)
     show_default: bool = True
     click_range: bool = False
-    separated: str = ""  # "int" or "float": a comma-separated list of numbers (a tuple in Python)
+    separated: str = ""  # "int", "float" or "str": a comma-separated list (of numbers, or names)
 
 
 def option(default: Any, help: str, **how: Any) -> Any:

@@ -69,6 +69,8 @@ def _separated(kind: type, spelling: str) -> Any:
     def parse(value: Any) -> list:
         if isinstance(value, (list, tuple)):
             return list(value)
+        if kind is str:  # names: the analysis says which it takes (an empty list too)
+            return [part.strip() for part in str(value).split(",") if part.strip()]
         try:
             found = [kind(part) for part in str(value).split(",") if part.strip()]
         except ValueError:
@@ -86,7 +88,8 @@ def annotation(item: dataclasses.Field, hint: Any) -> Any:
         return _shared(flag(item))
     if flag(item).separated:  # shown as 1,2,3; read into a list
         extra = {"help": flag(item).help, "metavar": flag(item).metavar or None,
-                 "parser": _separated({"int": int, "float": float}[flag(item).separated], spelled(item.name)),
+                 "parser": _separated({"int": int, "float": float, "str": str}[flag(item).separated],
+                                      spelled(item.name)),
                  "show_default": ",".join(str(v) for v in item.default)
                  if isinstance(item.default, (list, tuple)) and item.default else False}
         return Annotated[Optional[str], typer.Option(spelled(item.name), **extra)]
