@@ -40,6 +40,7 @@ MODULES: dict[str, str] = {
     "cost": "attnviz.analyses.cost",
     "ablate": "attnviz.analyses.ablate",
     "faithfulness": "attnviz.analyses.faithfulness",
+    "importance": "attnviz.analyses.importance",
 }
 
 

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from attnviz.api.costs import Cost
     from attnviz.api.mechanisms.circuits import Circuits
     from attnviz.api.mechanisms.retrieval import RetrievalHeads
+    from attnviz.api.ablation.ranking import Importance
     from attnviz.api.ablation.removing import Ablation
     from attnviz.api.attribution.contributions import Contributions
     from attnviz.api.attribution.faithfulness import Faithfulness
@@ -347,6 +348,10 @@ class Run:
             return self.again(ablate, self.text_of("ablate"), *args, truncate=self.truncate, **options)
         options.pop("mean_over", None)
         return analyses.get("ablate")(self, **options)
+
+    def importance(self, **options: Any) -> Importance:
+        """attnviz.importance of this run's text (mode, top, batched): every head removed alone."""
+        return analyses.get("importance")(self, **options)
 
     def massive(self, **options: Any) -> MassiveActivations:
         """attnviz.massive of this run's text (ratio, minimum, epsilon, intervene; reference texts too)."""

@@ -9,12 +9,13 @@ import typer
 
 import attnviz.analyses.ablate as ABLATE
 import attnviz.analyses.detect as DETECT
+import attnviz.analyses.importance as IMPORTANCE
 from attnviz.base.options import as_keywords
 from attnviz.cli.errors import cli_errors
 from attnviz.cli.group import app
 from attnviz.cli.inputs import Source, read_texts, takes
 from attnviz.cli.output import check_output, emit, figure_file
-from attnviz.cli.params import (CsvOpt, ImageOut, JsonOpt, ModelOptions, ModeOpt, whole_number)
+from attnviz.cli.params import (CsvOpt, ImageOut, JsonOpt, ModelOptions)
 
 # Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
 # each command's --help light: a command module loads only what its own command needs, when it runs.
@@ -55,26 +56,15 @@ def ablate(mean_over: MeanOverOpt = None,
     emit(result, as_json=as_json, style={"terminal": terminal}, files=[figure_file(output, result)])
 
 
-@app.command(help="Every head removed alone, ranked by its effect (a causal LM: mean KL divergence of the next-token "
-                  "distributions; an encoder: how far the sentence embedding moves), batched so that the L·H "
-                  "removals cost far less than L·H runs; beside it the gradient estimate of Michel et al. 2019 "
-                  "(|∂loss/∂ξ_h| for a gate ξ_h on each head) and the rank correlation of the two. On TEXT, or "
-                  "averaged over the texts of --corpus FILE. -o draws both as layers × heads.")
+@app.command(help=IMPORTANCE.SUMMARY)
 @cli_errors
-@takes(model=ModelOptions, inp=Source.taking("text"))
+@takes(model=ModelOptions, inp=Source.taking("text"), options=IMPORTANCE.Options)
 def importance(corpus: Annotated[Optional[Path], typer.Option(
                    "--corpus", dir_okay=False, metavar="FILE", show_default=False,
                    help="Average over the texts of this file (one per line, or JSON lines with a text field; - "
                         "reads standard input; at most 1,000) instead of TEXT.")] = None,
-               mode: ModeOpt = "zero",
-               top: Annotated[int, typer.Option(parser=whole_number(1, 100_000), metavar="K",
-                                                help="The K most important heads in the table (all with "
-                                                     "--json/--csv).")] = 15,
-               loop: Annotated[bool, typer.Option(
-                   "--loop", help="One forward pass per head instead of the batched pass (slow; the same "
-                                  "numbers).")] = False,
                output: ImageOut = None, as_json: JsonOpt = False, as_csv: CsvOpt = False, *, model: ModelOptions,
-               inp: Source) -> None:
+               inp: Source, options: IMPORTANCE.Options) -> None:
     import attnviz
     from attnviz.render.png import FORMATS
 
@@ -87,9 +77,9 @@ def importance(corpus: Annotated[Optional[Path], typer.Option(
         texts = read_texts(corpus, MAX_IMPORTANCE_TEXTS, "--corpus")
     else:
         texts = [inp.resolve()]
-    result = attnviz.importance(texts, model=model.later(), mode=mode, top=top,
+    result = attnviz.importance(texts, model=model.later(), **as_keywords(options),
                                 source=None if corpus is None else str(corpus), truncate=model.truncate,
-                                batched=not loop, reporter=inp.options()["reporter"])
+                                reporter=inp.options()["reporter"])
     emit(result, as_json=as_json, as_csv=as_csv, files=[figure_file(output, result)])
 
 
