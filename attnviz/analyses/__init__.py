@@ -41,6 +41,7 @@ MODULES: dict[str, str] = {
     "ablate": "attnviz.analyses.ablate",
     "faithfulness": "attnviz.analyses.faithfulness",
     "importance": "attnviz.analyses.importance",
+    "discover": "attnviz.analyses.discover",
 }
 
 
@@ -55,10 +56,11 @@ class Analysis:
     summary: str
     reads: str = "run"  # what compute's first argument is: a Run, or a Model (an analysis of the weights alone)
 
-    def __call__(self, subject: Any, **options: Any) -> Any:
+    def __call__(self, subject: Any, *inputs: Any, **options: Any) -> Any:
         """The analysis of `subject` (a Run, or a Model where `reads` is "model") with these options (the others
-        at their defaults)."""
-        return self.compute(subject, self.options(**options))
+        at their defaults); `inputs`: what some analyses read beside the run (discover: the corrupted prompt and
+        the two answers)."""
+        return self.compute(subject, self.options(**options), *inputs)
 
 
 _REGISTRY: dict[str, Analysis] = {}

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from attnviz.api.attribution.logits import LogitAttribution
     from attnviz.api.mechanisms.massive import MassiveActivations
     from attnviz.api.patching.activation import Patching
+    from attnviz.api.patching.discovery import Discovery
     from attnviz.api.patching.paths import PathPatching
     from attnviz.api.scratch.scaling import Scaling
     from attnviz.api.scratch.steps import Steps
@@ -362,6 +363,10 @@ class Run:
             return self.again(massive, self.text_of("massive"), truncate=self.truncate, reference=reference,
                               **options)
         return analyses.get("massive")(self, **options)
+
+    def discover(self, corrupt: str, answers: Sequence[str], **options: Any) -> Discovery:
+        """attnviz.discover with this run's text as the clean prompt (method, steps, top): its own passes."""
+        return analyses.get("discover")(self, corrupt, answers, **options)
 
     def patch(self, corrupt: str, **options: Any) -> Patching:
         """attnviz.patch with this run's text as the clean prompt."""
