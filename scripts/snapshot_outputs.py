@@ -160,7 +160,7 @@ SMOLLM2: list[tuple[str, list[str], str | None]] = [
     ("smollm2_patch_noise", ["patch", "The capital of France is", "The capital of Italy is", "-m", "smollm2",
                              "--noise", "--positions", "--top", "3"], None),
     ("smollm2_path_patch", ["patch", "The capital of France is", "The capital of Italy is", "-m", "smollm2",
-                            "--from-heads", "23.4", "--json"], None),
+                            "--senders", "23.4", "--json"], None),
     ("smollm2_massive", ["massive", "Summer is warm. Winter is cold.", "-m", "smollm2"], None),
     ("smollm2_massive_json", ["massive", "Summer is warm. Winter is cold.", "-m", "smollm2", "--json"], None),
     ("smollm2_circuits", ["circuits", "-m", "smollm2", "--tokens", "200", "--listed", "3"], None),

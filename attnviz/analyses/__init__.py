@@ -42,6 +42,7 @@ MODULES: dict[str, str] = {
     "faithfulness": "attnviz.analyses.faithfulness",
     "importance": "attnviz.analyses.importance",
     "discover": "attnviz.analyses.discover",
+    "patch": "attnviz.analyses.patch",
 }
 
 

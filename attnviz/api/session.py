@@ -40,7 +40,6 @@ if TYPE_CHECKING:
     from attnviz.api.attribution.faithfulness import Faithfulness
     from attnviz.api.attribution.logits import LogitAttribution
     from attnviz.api.mechanisms.massive import MassiveActivations
-    from attnviz.api.patching.activation import Patching
     from attnviz.api.patching.discovery import Discovery
     from attnviz.api.patching.paths import PathPatching
     from attnviz.api.scratch.scaling import Scaling
@@ -368,11 +367,10 @@ class Run:
         """attnviz.discover with this run's text as the clean prompt (method, steps, top): its own passes."""
         return analyses.get("discover")(self, corrupt, answers, **options)
 
-    def patch(self, corrupt: str, **options: Any) -> Patching:
-        """attnviz.patch with this run's text as the clean prompt."""
-        from attnviz.api.patching.activation import patch
-
-        return self.again(patch, self.text_of("patch"), corrupt, truncate=self.truncate, **options)
+    def patch(self, corrupt: str, **options: Any) -> Any:
+        """attnviz.patch with this run's text as the clean prompt (answers, direction, positions, align, top,
+        method, compare; senders, receivers, to: path patching): a Patching, or a PathPatching with senders."""
+        return analyses.get("patch")(self, corrupt, **options)
 
     def path_patch(self, corrupt: str, **options: Any) -> PathPatching:
         """attnviz.path_patch with this run's text as the clean prompt."""

@@ -45,6 +45,8 @@ class Flag:
     show_default: bool = True
     click_range: bool = False
     separated: str = ""  # "int", "float" or "str": a comma-separated list (of numbers, or names)
+    switches: dict[str, Any] = field(default_factory=dict)  # old yes-flags, hidden, each setting a value:
+    # {"--noise": "noise"} for direction="noise"
 
 
 def option(default: Any, help: str, **how: Any) -> Any:

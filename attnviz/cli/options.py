@@ -119,7 +119,14 @@ def parameters(cls: type) -> list[inspect.Parameter]:
                                                                if k not in ("help", "show_default")})
             found.append(inspect.Parameter(hidden_name(item.name, n), KEYWORD, default=None,
                                            annotation=Annotated[Optional[kind], alias]))
+        for n, spelling in enumerate(flag(item).switches):
+            found.append(inspect.Parameter(switch_name(item.name, n), KEYWORD, default=False,
+                                           annotation=Annotated[bool, typer.Option(spelling, hidden=True)]))
     return found
+
+
+def switch_name(field_name: str, n: int) -> str:
+    return f"{field_name}__switch{n}"
 
 
 def collect(cls: type, kwargs: dict) -> Any:
@@ -139,6 +146,9 @@ def collect(cls: type, kwargs: dict) -> Any:
             old = kwargs.pop(hidden_name(item.name, n), None)
             if old is not None:
                 value = old
+        for n, meaning in enumerate(flag(item).switches.values()):
+            if kwargs.pop(switch_name(item.name, n), False):
+                value = meaning
         values[item.name] = value
     made = cls(**values)
     object.__setattr__(made, "_selections", tuple(selections))

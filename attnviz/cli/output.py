@@ -60,7 +60,7 @@ def say(*parts: Any, console: Console | None = None, style: str = "", wrap: bool
 # How the command line spells a library argument that an error names: its flag (the few arguments that are
 # not flags by their own name are listed).
 FLAG_NAMES = {"token_argument": "TOKEN", "text": "TEXT", "sources": "SOURCE", "source": "--from", "term": "TERM",
-              "cell": "--cell", "senders": "--from-heads", "folder": "--out-dir",
+              "cell": "--cell", "folder": "--out-dir",
               "save": "-o"}
 
 

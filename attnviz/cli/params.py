@@ -375,10 +375,12 @@ ImageOut = Annotated[Optional[str], typer.Option(
     help="Also write a figure: .png, .svg or .pdf by the suffix; a folder gets the default name inside.")]
 
 
-def answer_pair(value: str) -> tuple[str, str]:
+def answer_pair(value: Any) -> tuple[str, str]:
     """--answers A,B: two texts, split at the comma that is not inside quotes; quotes keep a leading space."""
     import csv
 
+    if isinstance(value, (tuple, list)):
+        return value[0], value[1]
     try:
         fields = next(csv.reader([value], quotechar="'", skipinitialspace=False))
     except (csv.Error, StopIteration):
@@ -461,3 +463,9 @@ HeadsOpt = Annotated[Optional[str], typer.Option(
 LayersOpt = Annotated[Optional[Selection], typer.Option(
     "--layer", "--layers", "-l", parser=selection_parser("layer"), metavar="LAYERS", show_default=False,
     help="With --heads as indices (default all): remove those heads of these layers (-1 is the last).")]
+
+
+AnswersOpt = Annotated[Optional[str], typer.Option(  # the parser gives the pair
+    "--answers", metavar="A,B", show_default=False, parser=answer_pair,
+    help="The answer and the other, two tokens of the vocabulary as text (a word's leading space is part of its "
+         "token): ' Paris',' Rome'.")]

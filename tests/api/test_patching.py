@@ -306,7 +306,7 @@ def test_path_patching_from_the_command_line(folders):
     shown = run("patch", CLEAN, CORRUPT, "-m", folder, "--answers", pair, "--from-heads", "0.1", "--receivers", "1.0",
                 env={"COLUMNS": "120", "NO_COLOR": "1"})
     assert shown.exit_code == 0 and "path patching" in shown.stdout and "1.0" in shown.stdout
-    assert "--from-heads" in one_line_error(run("patch", CLEAN, CORRUPT, "-m", folder, "--receivers", "1.0"), 2)
+    assert "--senders" in one_line_error(run("patch", CLEAN, CORRUPT, "-m", folder, "--receivers", "1.0"), 2)
 
 
 # --- prompts of different lengths: an alignment -------------------------------------------------------------

@@ -344,7 +344,7 @@ def _last_above(column, level: float = 0.5) -> str:
 @overload
 def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
           answers: tuple[str | int, str | int] | list[str | int] | None = None, direction: str = "denoise",
-          positions: bool = False, align: Any = None, top: int = 10, senders: None = None, receivers: Any = (),
+          positions: bool = False, align: Any = None, top: int = 10, senders: None = None, receivers: Any = None,
           to: str = "qkv", method: str = "exact", compare: bool = False, truncate: bool = True,
           device: str = "auto", dtype: str = "float32", reporter: Reporter | None = None) -> Patching: ...
 
@@ -352,7 +352,7 @@ def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
 @overload
 def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
           answers: tuple[str | int, str | int] | list[str | int] | None = None, direction: str = "denoise",
-          positions: bool = False, align: Any = None, top: int = 10, senders: Any, receivers: Any = (),
+          positions: bool = False, align: Any = None, top: int = 10, senders: Any, receivers: Any = None,
           to: str = "qkv", method: str = "exact", compare: bool = False, truncate: bool = True,
           device: str = "auto", dtype: str = "float32", reporter: Reporter | None = None) -> PathPatching: ...
 
@@ -361,7 +361,7 @@ def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
 @checked
 def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
           answers: tuple[str | int, str | int] | list[str | int] | None = None, direction: str = "denoise",
-          positions: bool = False, align: Any = None, top: int = 10, senders: Any = None, receivers: Any = (),
+          positions: bool = False, align: Any = None, top: int = 10, senders: Any = None, receivers: Any = None,
           to: str = "qkv", method: str = "exact", compare: bool = False, truncate: bool = True,
           device: str = "auto", dtype: str = "float32", reporter: Reporter | None = None) -> Any:
     """Activation patching for a causal language model: the `clean` and `corrupt` prompts (the same number of
@@ -391,7 +391,7 @@ def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
     if senders is not None:
         from attnviz.api.patching.paths import path_patch
 
-        return path_patch(clean, corrupt, senders=senders, receivers=receivers, to=to, model=model,
+        return path_patch(clean, corrupt, senders=senders, receivers=receivers or (), to=to, model=model,
                           tokenizer=tokenizer, answers=answers, direction=direction, align=align, truncate=truncate,
                           device=device, dtype=dtype)
     if receivers:
