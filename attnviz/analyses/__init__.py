@@ -43,6 +43,7 @@ MODULES: dict[str, str] = {
     "importance": "attnviz.analyses.importance",
     "discover": "attnviz.analyses.discover",
     "patch": "attnviz.analyses.patch",
+    "heatmap": "attnviz.analyses.heatmap",
 }
 
 

@@ -302,9 +302,9 @@ class Run:
         return analyses.get("logit-attr")(self, **options)
 
     def heatmap(self, **options: Any) -> Heatmap:
-        from attnviz.api.views import heatmap
-
-        return heatmap(self.capture, **options)
+        """attnviz.heatmap of this run's α (layer, head, rows, cols, cell, hide_special, values, scale, norm, vmax,
+        part)."""
+        return analyses.get("heatmap")(self, **options)
 
     def token(self, token: str | int, **options: Any) -> TokenAttention:
         from attnviz.api.views import token as token_view

@@ -16,6 +16,7 @@ import typer
 from attnviz.base.options import Flag, flag
 
 KEYWORD = inspect.Parameter.KEYWORD_ONLY
+ONE_INDEX = ("OneLayer", "OneHead")  # shared options of one index: the field gets the index (an int)
 
 
 def spelled(name: str) -> str:
@@ -131,8 +132,7 @@ def switch_name(field_name: str, n: int) -> str:
 
 def collect(cls: type, kwargs: dict) -> Any:
     """The options dataclass from the command's keyword arguments (removing them): an old spelling given wins
-    over the default; a one-layer or one-head selection (OneLayer, OneHead) of a field whose default is an int
-    becomes that index."""
+    over the default; a one-layer or one-head selection (OneLayer, OneHead) becomes that index."""
     from attnviz.base.selection import Selection
 
     values, selections = {}, []
@@ -140,7 +140,7 @@ def collect(cls: type, kwargs: dict) -> Any:
         value = kwargs.pop(item.name)
         if isinstance(value, Selection):
             selections.append(value)  # checked against the model's config before its weights load
-            if type(item.default) is int:  # one layer or head: its index
+            if flag(item).shared in ONE_INDEX:  # one layer or head: its index
                 value = value.one()
         for n in range(len(flag(item).hidden)):
             old = kwargs.pop(hidden_name(item.name, n), None)

@@ -469,3 +469,19 @@ AnswersOpt = Annotated[Optional[str], typer.Option(  # the parser gives the pair
     "--answers", metavar="A,B", show_default=False, parser=answer_pair,
     help="The answer and the other, two tokens of the vocabulary as text (a word's leading space is part of its "
          "token): ' Paris',' Rome'.")]
+
+
+def cell_parser(value: Any) -> tuple[int, int] | None:
+    """--cell ROW,COL as two whole numbers (checked against the grid once the capture is known)."""
+    if value is None or isinstance(value, tuple):
+        return value
+    pieces = value.replace(" ", "").split(",")
+    if len(pieces) != 2 or not all(p.isdigit() and len(p) <= 6 for p in pieces):
+        raise typer.BadParameter(f"{value!r}: give the cell as ROW,COL, e.g. 3,7", param_hint="--cell")
+    return int(pieces[0]), int(pieces[1])
+
+
+
+CellOpt = Annotated[Optional[str], typer.Option(  # the parser gives (row, col)
+    "--cell", metavar="ROW,COL", show_default=False, parser=cell_parser,
+    help="A picture's capture: draw where this cell of its grid looks (its row of α) instead of [CLS].")]

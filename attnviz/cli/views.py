@@ -8,13 +8,15 @@ from typing import Annotated, Optional
 
 import typer
 
+import attnviz.analyses.heatmap as HEATMAP
+from attnviz.base.options import as_keywords
 from attnviz.base.selection import Selection
 from attnviz.cli.errors import cli_errors
 from attnviz.cli.group import app
 from attnviz.cli.inputs import Source, takes
 from attnviz.cli.output import check_output, emit, figure_file, page_file
-from attnviz.cli.params import (CmapOpt, ColsOpt, CsvOpt, HeadSel, HideOpt, ImageOut, JsonOpt, LayerSel, ModelOptions,
-                                PartOpt, RowsOpt, ScaleOptions, SelfPartOpt, StartOpt, ValuesOpt, selection_parser)
+from attnviz.cli.params import (CmapOpt, CsvOpt, HeadSel, ImageOut, JsonOpt, LayerSel, ModelOptions,
+                                PartOpt, RowsOpt, ScaleOptions, SelfPartOpt, StartOpt, selection_parser)
 
 # Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
 # each command's --help light: a command module loads only what its own command needs, when it runs.
@@ -22,47 +24,24 @@ from attnviz.cli.params import (CmapOpt, ColsOpt, CsvOpt, HeadSel, HideOpt, Imag
 SEEN = ("text", "image", "audio", "seq2seq", "long", "saved")  # what the viewing commands look at
 
 
-def _cell(value: str | None) -> tuple[int, int] | None:
-    """--cell ROW,COL as two whole numbers (checked against the grid once the capture is known)."""
-    if value is None:
-        return None
-    pieces = value.replace(" ", "").split(",")
-    if len(pieces) != 2 or not all(p.isdigit() and len(p) <= 6 for p in pieces):
-        raise typer.BadParameter(f"{value!r}: give the cell as ROW,COL, e.g. 3,7", param_hint="--cell")
-    return int(pieces[0]), int(pieces[1])
-
-
-@app.command(help='Draw the attention weights α as a heatmap: to an image file (PNG, SVG, PDF), or in the terminal with'
-                  ' --terminal. Several layers or heads give a panel each.')
+@app.command(help=HEATMAP.SUMMARY)
 @cli_errors
-@takes(model=ModelOptions, inp=Source.taking(*SEEN), look=ScaleOptions)
+@takes(model=ModelOptions, inp=Source.taking(*SEEN), options=HEATMAP.Options)
 def heatmap(output: Annotated[Optional[str], typer.Option(
                 "--output", "-o", metavar="FILE", show_default=False,
                 help="Image file: .png, .svg or .pdf by the suffix; a folder gets the default name inside. "
                      "Default: attnviz_layer5_mean.png and the like (layer and head in the name), here.")] = None,
             terminal: Annotated[bool, typer.Option(
                 "--terminal", "-t", help="Draw in the terminal (and write an image only if -o is given).")] = False,
-            layer: LayerSel = Selection.parse("-1", "layer", field="layer"),
-            head: HeadSel = Selection.parse("mean", "head", keywords=("mean", "max"), field="head"),
-            hide_special: HideOpt = False, values: ValuesOpt = False, cmap: CmapOpt = "viridis",
-            start: StartOpt = 0, rows: RowsOpt = None, cols: ColsOpt = None, part: PartOpt = None,
-            cell: Annotated[Optional[str], typer.Option(
-                "--cell", metavar="ROW,COL", show_default=False,
-                help="A picture's capture: draw where this cell of its grid looks (its row of α) instead of "
-                     "[CLS].")] = None,
-            old_cell: Annotated[Optional[str], typer.Option("--patch", hidden=True)] = None,  # --cell's old name
-            as_json: JsonOpt = False, *, model: ModelOptions, inp: Source, look: ScaleOptions) -> None:
+            cmap: CmapOpt = "viridis", start: StartOpt = 0, as_json: JsonOpt = False, *, model: ModelOptions,
+            inp: Source, options: HEATMAP.Options) -> None:
     import attnviz
     from attnviz.render.png import FORMATS
 
     check_output(output, FORMATS)
-    if cell is not None and old_cell is not None:
-        raise typer.BadParameter("give --cell once (--patch is its old name)", param_hint="--cell")
-    chosen = _cell(cell if cell is not None else old_cell)
     given = inp.resolve()
-    result = attnviz.heatmap(given, model=model.later_for(given), layer=layer, head=head, rows=rows, cols=cols,
-                             cell=chosen, hide_special=hide_special, values=values, part=part, **look.options(),
-                             **inp.options(), truncate=model.truncate)
+    result = attnviz.heatmap(given, model=model.later_for(given), **as_keywords(options), **inp.options(),
+                             truncate=model.truncate)
     emit(result, as_json=as_json, report=terminal, style={"cmap": cmap, "start": start},
          files=[figure_file(output, result, cmap=cmap, wanted=output is not None or not (terminal or as_json))])
 

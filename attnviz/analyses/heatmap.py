@@ -1,0 +1,47 @@
+"""heatmap: α as heatmaps (attnviz.heatmap, attnviz heatmap): a view of the run's α."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from attnviz.analyses import register
+from attnviz.base.options import as_keywords, option
+
+if TYPE_CHECKING:
+    from attnviz.api.views import Heatmap
+
+SUMMARY = ("Draw the attention weights α as a heatmap: to an image file (PNG, SVG, PDF), or in the terminal with "
+           "--terminal. Several layers or heads give a panel each.")
+
+
+@dataclass(frozen=True)
+class Options:
+    layer: Any = option(-1, "Layers: an index (-1 is the last), a list 0,3,5, a range 0-2, or all.",
+                        shared="LayerSel")
+    head: Any = option("mean", "Heads: an index, a list 0,5, a range 0-3, all, or mean / max over the layer's "
+                               "heads.", shared="HeadSel")
+    rows: Any = option(None, "", shared="RowsOpt")
+    cols: Any = option(None, "", shared="ColsOpt")
+    cell: Any = option(None, "A picture's capture: draw where this cell of its grid looks (its row of α) instead of "
+                             "[CLS].", shared="CellOpt", hidden=("--patch",))
+    hide_special: bool = option(False, "Leave out [CLS], [SEP], <s> and other special tokens (rows are not "
+                                       "renormalised).")
+    values: bool = option(False, "Write each weight in its cell (when cells are big enough to read).")
+    scale: str = option("shared", "shared or per-head: one colour scale for every panel (shared), or each its own "
+                                  "(per-head).", metavar="SCALE", choices=("shared", "per-head"),
+                        aliases={"per_head": "per-head", "each": "per-head"})
+    norm: str = option("auto", "auto, linear, sqrt or log: how weights map to colours (sqrt or log show small "
+                               "weights; auto is linear up to 64 tokens, log beyond). Not --norms (value-weighted "
+                               "norms).", metavar="NORM", choices=("auto", "linear", "sqrt", "log"),
+                       aliases={"power": "sqrt"})
+    vmax: float | None = option(None, "Top of the colour scale (default: the largest weight shown).", minimum=0.0,
+                                metavar="NUMBER")
+    part: str | None = option(None, "", shared="PartOpt")
+
+
+@register("heatmap", Options, SUMMARY)
+def compute(run: Any, options: Options) -> Heatmap:
+    from attnviz.api.views import heatmap
+
+    return heatmap(run.capture, **as_keywords(options))
