@@ -29,6 +29,7 @@ __all__ = [*_PUBLIC, "__version__"]
 
 if TYPE_CHECKING:  # what a type checker sees: each public name from its home (kept equal to attnviz.api.PUBLIC
     # by tests/package/test_front_door.py); at run time they load on first use (__getattr__ below)
+    from attnviz import analyses as analyses
     from attnviz.api.capturing import (capture as capture, capture_audio as capture_audio,
                                        capture_image as capture_image, from_outputs as from_outputs, Keep as Keep,
                                        load_capture as load_capture, picture as picture, Picture as Picture,
@@ -94,6 +95,10 @@ def __getattr__(name: str):
         warnings.warn(f"attnviz.{name} is now attnviz.{new} ({why}); the old name goes in a later release",
                       DeprecationWarning, stacklevel=2)
         return _public(new)
+    if name == "analyses":  # the registry of analyses (attnviz.analyses.available()), light to import
+        import importlib
+
+        return importlib.import_module("attnviz.analyses")
     if name not in _PUBLIC:
         raise AttributeError(f"module 'attnviz' has no attribute {name!r}")
     value = _public(name)

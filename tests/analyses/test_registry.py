@@ -76,6 +76,15 @@ def test_a_run_asks_the_registry(tiny_model_dir):
         run_.heads(no_such_option=1)  # an option the analysis does not have: Python's own error
 
 
+def test_the_registry_is_attnviz_analyses_and_imports_no_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, attnviz\nprint(len(attnviz.analyses.available()), 'torch' in sys.modules)")
+    shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.split()
+    assert shown == [str(len(analyses.available())), "False"]
+
+
 def test_importing_the_registry_imports_no_analysis():
     import subprocess
     import sys

@@ -23,7 +23,7 @@ def typed_names(source: str) -> dict[str, tuple[str, ...]]:
     for node in ast.parse(source).body:
         if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
             for statement in node.body:
-                if isinstance(statement, ast.ImportFrom) and statement.module:
+                if isinstance(statement, ast.ImportFrom) and statement.module and statement.module != "attnviz":
                     assert all(alias.asname == alias.name for alias in statement.names)  # re-exported
                     found[statement.module] = tuple(alias.name for alias in statement.names)
     return found
