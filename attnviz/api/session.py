@@ -142,8 +142,6 @@ def load_model(name: str | os.PathLike | None = None, *, device: str = "auto", d
                          reporter=reporter))
 
 
-
-
 class Run:
     """One input run through one model. `capture`: its tokens and α (L, H, T, T), an attnviz.Capture; `passes`:
     how many forward passes the model has made for it so far; `kept`: the named points held beside α
