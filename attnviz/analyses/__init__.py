@@ -44,6 +44,8 @@ MODULES: dict[str, str] = {
     "discover": "attnviz.analyses.discover",
     "patch": "attnviz.analyses.patch",
     "heatmap": "attnviz.analyses.heatmap",
+    "token": "attnviz.analyses.token",
+    "explain": "attnviz.analyses.explain",
 }
 
 
@@ -56,7 +58,7 @@ class Analysis:
     options: type
     compute: Callable[[Any, Any], Any]
     summary: str
-    reads: str = "run"  # what compute's first argument is: a Run, or a Model (an analysis of the weights alone)
+    reads: str = "run"  # compute's first argument: a Run; a Model (the weights alone); "nothing" (explain: None)
 
     def __call__(self, subject: Any, *inputs: Any, **options: Any) -> Any:
         """The analysis of `subject` (a Run, or a Model where `reads` is "model") with these options (the others

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from attnviz.analyses import register
+from attnviz.analyses.looks import Look
 from attnviz.base.options import as_keywords, option
 
 if TYPE_CHECKING:
@@ -16,7 +17,7 @@ SUMMARY = ("Draw the attention weights α as a heatmap: to an image file (PNG, S
 
 
 @dataclass(frozen=True)
-class Options:
+class Options(Look):
     layer: Any = option(-1, "Layers: an index (-1 is the last), a list 0,3,5, a range 0-2, or all.",
                         shared="LayerSel")
     head: Any = option("mean", "Heads: an index, a list 0,5, a range 0-3, all, or mean / max over the layer's "
@@ -28,15 +29,6 @@ class Options:
     hide_special: bool = option(False, "Leave out [CLS], [SEP], <s> and other special tokens (rows are not "
                                        "renormalised).")
     values: bool = option(False, "Write each weight in its cell (when cells are big enough to read).")
-    scale: str = option("shared", "shared or per-head: one colour scale for every panel (shared), or each its own "
-                                  "(per-head).", metavar="SCALE", choices=("shared", "per-head"),
-                        aliases={"per_head": "per-head", "each": "per-head"})
-    norm: str = option("auto", "auto, linear, sqrt or log: how weights map to colours (sqrt or log show small "
-                               "weights; auto is linear up to 64 tokens, log beyond). Not --norms (value-weighted "
-                               "norms).", metavar="NORM", choices=("auto", "linear", "sqrt", "log"),
-                       aliases={"power": "sqrt"})
-    vmax: float | None = option(None, "Top of the colour scale (default: the largest weight shown).", minimum=0.0,
-                                metavar="NUMBER")
     part: str | None = option(None, "", shared="PartOpt")
 
 

@@ -305,9 +305,8 @@ class Run:
         return analyses.get("heatmap")(self, **options)
 
     def token(self, token: str | int, **options: Any) -> TokenAttention:
-        from attnviz.api.views import token as token_view
-
-        return token_view(self.capture, token, **options)
+        """attnviz.token of this run's α (layer, part, scale, norm, vmax)."""
+        return analyses.get("token")(self, token, **options)
 
     # --- the analyses that run the model again (interventions, other inputs) -----------------------------
 

@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 import attnviz.analyses.entropy as ENTROPY
+import attnviz.analyses.explain as EXPLAIN
 import attnviz.analyses.heads as HEADS
 import attnviz.analyses.rollout as ROLLOUT
 from attnviz.base.options import as_keywords
@@ -67,7 +68,7 @@ def rollout(output: ImageOut = None, cmap: CmapOpt = "viridis", as_json: JsonOpt
     emit(result, as_json=as_json, as_csv=as_csv, files=[figure_file(output, result, cmap=cmap)])
 
 
-@app.command(help="What every number and word in attnviz's tables means: each metric, pattern label and term.")
+@app.command(help=EXPLAIN.SUMMARY)
 @cli_errors
 def explain(term: Annotated[Optional[str], typer.Argument(
                 help="A column (entropy, prev, norm_ent, …), a label (previous-token, …) or a term (rollout, "

@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 import attnviz.analyses.heatmap as HEATMAP
+import attnviz.analyses.token as TOKEN
 from attnviz.base.options import as_keywords
 from attnviz.base.selection import Selection
 from attnviz.cli.errors import cli_errors
@@ -16,7 +17,7 @@ from attnviz.cli.group import app
 from attnviz.cli.inputs import Source, takes
 from attnviz.cli.output import check_output, emit, figure_file, page_file
 from attnviz.cli.params import (CmapOpt, CsvOpt, HeadSel, ImageOut, JsonOpt, LayerSel, ModelOptions,
-                                PartOpt, RowsOpt, ScaleOptions, SelfPartOpt, StartOpt, selection_parser)
+                                PartOpt, RowsOpt, ScaleOptions, StartOpt, selection_parser)
 
 # Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
 # each command's --help light: a command module loads only what its own command needs, when it runs.
@@ -46,16 +47,14 @@ def heatmap(output: Annotated[Optional[str], typer.Option(
          files=[figure_file(output, result, cmap=cmap, wanted=output is not None or not (terminal or as_json))])
 
 
-@app.command(help="One token in every layer and head: what it attends to (its row of α) and which tokens "
-                  "attend to it (its column), with the heads that link it most strongly to another token.")
+@app.command(help=TOKEN.SUMMARY)
 @cli_errors
-@takes(model=ModelOptions, inp=Source.taking(*SEEN), look=ScaleOptions)
+@takes(model=ModelOptions, inp=Source.taking(*SEEN), options=TOKEN.Options)
 def token(token: Annotated[Optional[str], typer.Argument(
               help="The token: its index, its text (case-insensitive) or text#n for the n-th occurrence "
                    "(after TEXT, or alone with --from).", show_default=False, metavar="TOKEN")] = None,
-          layer: LayerSel = Selection.everything("layer", "layer"),
           output: ImageOut = None, as_json: JsonOpt = False, as_csv: CsvOpt = False, cmap: CmapOpt = "viridis",
-          part: SelfPartOpt = None, *, model: ModelOptions, inp: Source, look: ScaleOptions) -> None:
+          *, model: ModelOptions, inp: Source, options: TOKEN.Options) -> None:
     import attnviz
     from attnviz.render.png import FORMATS
 
@@ -68,8 +67,8 @@ def token(token: Annotated[Optional[str], typer.Argument(
     if token is None:
         raise typer.BadParameter("give the TOKEN to look at: attnviz token \"TEXT\" TOKEN, or --from FILE TOKEN")
     given = inp.resolve()
-    result = attnviz.token(given, token, model=model.later_for(given), layer=layer, part=part, **look.options(),
-                           **inp.options(), truncate=model.truncate)
+    result = attnviz.token(given, token, model=model.later_for(given), **as_keywords(options), **inp.options(),
+                           truncate=model.truncate)
     emit(result, as_json=as_json, as_csv=as_csv, style={"cmap": cmap}, files=[figure_file(output, result, cmap=cmap)])
 
 
