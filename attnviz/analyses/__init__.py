@@ -46,6 +46,7 @@ MODULES: dict[str, str] = {
     "heatmap": "attnviz.analyses.heatmap",
     "token": "attnviz.analyses.token",
     "explain": "attnviz.analyses.explain",
+    "view": "attnviz.analyses.view",
 }
 
 

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from attnviz.api.scratch.verify import Verification
     from attnviz.api.stats import Entropy, HeadTable, Rollout
     from attnviz.api.values import Norms, Sinks
-    from attnviz.api.views import Heatmap, TokenAttention
+    from attnviz.api.views import Heatmap, TokenAttention, View
 
 KEEPS = ("auto", "alpha")
 
@@ -307,6 +307,10 @@ class Run:
     def token(self, token: str | int, **options: Any) -> TokenAttention:
         """attnviz.token of this run's α (layer, part, scale, norm, vmax)."""
         return analyses.get("token")(self, token, **options)
+
+    def view(self, **options: Any) -> View:
+        """attnviz.view of this run's α (layers, precision): the interactive page; .html() is its text."""
+        return analyses.get("view")(self, **options)
 
     # --- the analyses that run the model again (interventions, other inputs) -----------------------------
 

@@ -10,13 +10,14 @@ import typer
 
 import attnviz.analyses.heatmap as HEATMAP
 import attnviz.analyses.token as TOKEN
+import attnviz.analyses.view as VIEW
 from attnviz.base.options import as_keywords
 from attnviz.base.selection import Selection
 from attnviz.cli.errors import cli_errors
 from attnviz.cli.group import app
 from attnviz.cli.inputs import Source, takes
 from attnviz.cli.output import check_output, emit, figure_file, page_file
-from attnviz.cli.params import (CmapOpt, CsvOpt, HeadSel, ImageOut, JsonOpt, LayerSel, ModelOptions,
+from attnviz.cli.params import (CmapOpt, CsvOpt, HeadSel, ImageOut, JsonOpt, ModelOptions,
                                 PartOpt, RowsOpt, ScaleOptions, StartOpt, selection_parser)
 
 # Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
@@ -122,29 +123,20 @@ def _replace_model(options: ModelOptions, name: str) -> ModelOptions:
     return replace(options, model=name)
 
 
-@app.command(help="An interactive view in one HTML file that works offline in any browser: a head view (hover a "
-                  "token to see what it attends to), a model view (every layer × head) and a matrix view (exact α "
-                  "on hover). Script, styles and data are inside the file; nothing is fetched.")
+@app.command(help=VIEW.SUMMARY)
 @cli_errors
-@takes(model=ModelOptions, inp=Source.taking(*SEEN))
+@takes(model=ModelOptions, inp=Source.taking(*SEEN), options=VIEW.Options)
 def view(output: Annotated[Optional[str], typer.Option(
              "--output", "-o", metavar="FILE", show_default=False,
              help="The page: FILE.html; a folder gets attnviz_view.html inside. Default: attnviz_view.html here.")]
          = None,
-         layer: LayerSel = Selection.everything("layer", "layer"),
-         precision: Annotated[str, typer.Option(
-             "--precision", metavar="BITS",
-             help="Bits per stored weight: 16, 8, or auto (16 while the weights take at most 4 MB, else 8).")]
-         = "auto",
          open_page: Annotated[bool, typer.Option("--open", help="Open the page in a web browser.")] = False,
-         as_json: JsonOpt = False, *, model: ModelOptions, inp: Source) -> None:
+         as_json: JsonOpt = False, *, model: ModelOptions, inp: Source, options: VIEW.Options) -> None:
     import attnviz
 
-    if precision not in ("auto", "16", "8"):
-        raise typer.BadParameter(f"{precision!r}: choose one of auto, 16, 8", param_hint="--precision")
     check_output(output, (".html", ".htm"))
     given = inp.resolve()
-    result = attnviz.view(given, model=model.later_for(given), layers=layer, precision=precision, origin=None,
+    result = attnviz.view(given, model=model.later_for(given), **as_keywords(options), origin=None,
                           **inp.options(), truncate=model.truncate)
     page = page_file(output, result, wanted=True)
     emit(result, as_json=as_json, files=[page])
