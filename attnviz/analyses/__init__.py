@@ -47,6 +47,7 @@ MODULES: dict[str, str] = {
     "token": "attnviz.analyses.token",
     "explain": "attnviz.analyses.explain",
     "view": "attnviz.analyses.view",
+    "capture": "attnviz.analyses.capture",
 }
 
 

@@ -16,7 +16,7 @@ from attnviz.cli import COMMANDS, command_group
 from helpers import run
 
 # the commands still to become analysis modules (each keeps its own options until then); a new command is neither
-NOT_YET = {"compare", "capture", "export", "align", "generate", "corpus",
+NOT_YET = {"compare", "export", "align", "generate", "corpus",
            "serve"}
 
 
