@@ -39,7 +39,7 @@ API = [
     ("patch", (TEXT, TEXT), {"answers": ("a", "a")}, "answers"),
     ("patch", (TEXT, TEXT), {"top": 0}, "top"),
     ("circuits", (), {"tokens": 0}, "tokens"),
-    ("circuits", (), {"top": 0}, "top"),
+    ("circuits", (), {"pairs": 0}, "pairs"),
     ("retrieval", (), {"depths": [float("nan")]}, "depths"),
     ("retrieval", (), {"depths": [1.5]}, "depths"),
     ("retrieval", (), {"lengths": [10]}, "lengths"),
