@@ -132,23 +132,35 @@ def switch_name(field_name: str, n: int) -> str:
 
 def collect(cls: type, kwargs: dict) -> Any:
     """The options dataclass from the command's keyword arguments (removing them): an old spelling given wins
-    over the default; a one-layer or one-head selection (OneLayer, OneHead) becomes that index."""
+    over the default, and an option given two ways that disagree is a usage error; a one-layer or one-head
+    selection (OneLayer, OneHead) becomes that index."""
+    from typer._click import globals as click_globals  # typer ≥ 0.29 carries its own click
+
     from attnviz.base.selection import Selection
 
+    context = click_globals.get_current_context(silent=True)
     values, selections = {}, []
     for item in dataclasses.fields(cls):
         value = kwargs.pop(item.name)
+        given = {}  # spelling -> value, of the ways this option was given on the command line
+        source = context.get_parameter_source(item.name) if context is not None else None
+        if getattr(source, "name", "") == "COMMANDLINE":
+            given[flag(item).negative if value is False and flag(item).negative else spelled(item.name)] = value
         if isinstance(value, Selection):
             selections.append(value)  # checked against the model's config before its weights load
             if flag(item).shared in ONE_INDEX:  # one layer or head: its index
                 value = value.one()
-        for n in range(len(flag(item).hidden)):
+        for n, spelling in enumerate(flag(item).hidden):
             old = kwargs.pop(hidden_name(item.name, n), None)
             if old is not None:
-                value = old
-        for n, meaning in enumerate(flag(item).switches.values()):
+                named = spelling.split("/")
+                value = given[named[-1] if old is False and len(named) > 1 else named[0]] = old
+        for n, (spelling, meaning) in enumerate(flag(item).switches.items()):
             if kwargs.pop(switch_name(item.name, n), False):
-                value = meaning
+                value = given[spelling] = meaning
+        if len({repr(v) for v in given.values()}) > 1:
+            raise typer.BadParameter(f"given as {' and '.join(given)}, which disagree: give it once",
+                                     param_hint=spelled(item.name))
         values[item.name] = value
     made = cls(**values)
     object.__setattr__(made, "_selections", tuple(selections))

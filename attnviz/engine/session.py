@@ -18,7 +18,8 @@ from typing import Any
 import torch
 
 from attnviz.engine.forward import Encoded, alpha_array, attentions_of, encode, make_capture
-from attnviz.engine.memory import attention_bytes, check_memory, memory_budget
+from attnviz.engine.memory import attention_bytes, memory_budget
+from attnviz.engine.modelfiles import WIDTH_KEYS
 from attnviz.engine.models import LoadedModel, layers_and_heads
 from attnviz.engine.points import Recording, every_point, record
 from attnviz.errors import AttentionCheckError, UnsupportedArchitectureError
@@ -28,8 +29,9 @@ KEPT_LOGITS = 64 << 20  # bytes of the first pass's logits (T × V) a run keeps
 
 
 def hidden_size(config) -> int:
+    """The model's width D (of a multimodal config, its language model's), by the keys config.json spells it."""
     for part in (config, getattr(config, "text_config", None)):
-        for key in ("hidden_size", "n_embd", "d_model", "dim"):
+        for key in WIDTH_KEYS:
             value = getattr(part, key, None)
             if isinstance(value, int) and not isinstance(value, bool) and value > 0:
                 return value
@@ -54,7 +56,6 @@ def first_pass(loaded: LoadedModel, text: str, *, truncate: bool, parts: bool
         return encoded, None, None
     try:
         names = every_point(loaded.model)
-        check_memory(loaded, T, streams=True)
         recording = record(loaded.model, encoded.inputs, names)
     except UnsupportedArchitectureError:
         return encoded, None, None

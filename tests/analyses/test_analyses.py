@@ -13,7 +13,7 @@ import pytest
 import attnviz
 from attnviz import analyses
 from attnviz.cli import COMMANDS, command_group
-from helpers import run
+from helpers import one_line_error, run
 
 # the commands still to become analysis modules (each keeps its own options until then); a new command is neither
 NOT_YET = {"compare", "export", "align", "generate", "corpus",
@@ -108,3 +108,15 @@ def test_a_selection_reaches_the_function_as_the_flag_gave_it(name, flags, keywo
     from attnviz.base.records import to_json
 
     assert json.loads(printed.stdout) == json.loads(to_json(expected))
+
+
+@pytest.mark.parametrize("args, both", [
+    (["heads", "the cat", "--sort", "entropy", "--top", "2", "--desc", "--ascending"], "--ascending and --desc"),
+    (["patch", "the cat sat", "the dog sat", "--noise", "--direction", "denoise"], "--direction and --noise"),
+    (["circuits", "--top", "3", "--listed", "4"], "--listed and --top"),
+])
+def test_an_option_given_two_ways_that_disagree_is_refused(args, both):
+    """An old spelling beside the new one: the same value is taken, different ones are a usage error (exit 2)
+    before anything loads."""
+    line = one_line_error(run(*args, "-m", "no-such-model-folder"), 2)
+    assert both in line and "disagree" in line

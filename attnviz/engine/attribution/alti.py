@@ -71,8 +71,6 @@ def alti(model, inputs: dict, *, streamed: bool = False, on_layer: Callable[[int
     run = recording.run
     seen = {kind: [recording[f"blocks.{n}.{point}"] for n in range(L)]
             for kind, point in (("x", "resid.pre"), ("out", "attn.out"), ("y", "resid.mid"))}
-
-    L = len(run.layers)
     T = int(seen["x"][0].shape[1])
     scores = np.zeros((L, T, T), np.float32)
     means = np.zeros((L, 1, T, T), np.float32) if streamed else None
