@@ -48,6 +48,12 @@ MODULES: dict[str, str] = {
     "explain": "attnviz.analyses.explain",
     "view": "attnviz.analyses.view",
     "capture": "attnviz.analyses.capture",
+    "compare": "attnviz.analyses.compare",
+    "export": "attnviz.analyses.export",
+    "align": "attnviz.analyses.align",
+    "generate": "attnviz.analyses.generate",
+    "corpus": "attnviz.analyses.corpus",
+    "serve": "attnviz.analyses.serve",
 }
 
 

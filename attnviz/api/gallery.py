@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 from attnviz.api.capturing import attention_of
 from attnviz.api.result import Line, Result
 from attnviz.base.arguments import checked
+from attnviz.base.options import renamed
 from attnviz.base.files import MANIFEST, write_folder
 from attnviz.base.selection import selection
 from attnviz.base.records import to_csv, to_json
@@ -110,34 +111,38 @@ def _chosen(value: Any, count: int, name: str) -> list[int]:
     return sorted(set(selection(value, name.rstrip("s"), field=name).indices(count)))
 
 
+@renamed(folder="out_dir", layers="layer", heads="head", fmt="format")
 @checked
-def export(source: Any, folder: str | os.PathLike, *, layers: Any = None, heads: Any = None,
-           part: str | None = None, items: Sequence[ExportPart] | None = None, fmt: str = "png",
-           dpi: int = DEFAULT_DPI, cmap: str = "viridis", workers: int = 1, force: bool = False,
-           scale: ScaleChoice | str | None = None, norm: str = "auto", vmax: float | None = None,
+def export(source: Any, out_dir: str | os.PathLike = Path("attnviz_export"), *, layer: Any = "all", head: Any = "all",
+           part: str | None = None, items: Sequence[ExportPart] | None = None, format: str = "png",
+           dpi: int = DEFAULT_DPI, cmap: str = "viridis", workers: int | None = None, force: bool = False,
+           scale: ScaleChoice | str = "shared", norm: str = "auto", vmax: float | None = None,
            on_total: Callable[[int], None] | None = None, on_done: Callable[[int], None] | None = None,
            reporter: Reporter | None = None, **capture_options: Any) -> Gallery:
     """Write the export folder of `source` (a Capture, an encoder-decoder model's Parts, or an input run through
-    the model as attnviz.capture does) into `folder` atomically: every file goes into a staging folder beside it,
+    the model as attnviz.capture does) into `out_dir` atomically: every file goes into a staging folder beside it,
     which takes its place only when complete. Returns the Gallery written (a path: the folder, symbolic links
-    resolved). What is drawn is `layers` × `heads` (all; indices, -1 the last; or selections such as "0-3") of
+    resolved). What is drawn is `layer` × `head` (all; indices, -1 the last; or selections such as "0-3") of
     every part (`part`: one of them), or `items`. An encoder-decoder model's parts each get their own images
     (encoder_…, decoder_…, cross_…), grid and gallery section, and a `part` column in heads.csv/heads.json.
-    `scale` ("shared" or "per-head"), `norm`, `vmax`: the colour scale. `reporter` (or `on_total` and
-    `on_done`, the images to draw and drawn) hears the progress."""
+    `format` png, svg or pdf; `workers` the processes drawing (default: the cores there are). `scale` ("shared"
+    or "per-head"), `norm`, `vmax`: the colour scale. `reporter` (or `on_total` and `on_done`, the images to draw
+    and drawn) hears the progress. The old keywords folder, layers, heads and fmt work with a DeprecationWarning."""
+    fmt = format
+    workers = (os.cpu_count() or 1) if workers is None else workers
     if fmt not in FORMATS:
         raise OutputError(f"unknown format {fmt!r}: use {', '.join(FORMATS)}")
     if not MIN_DPI <= dpi <= MAX_DPI:
         raise UsageError(f"{arg('dpi')} takes a resolution from {MIN_DPI} to {MAX_DPI}; got {dpi}", "dpi")
     if not 1 <= workers <= MAX_WORKERS:
         raise UsageError(f"{arg('workers')} takes a whole number from 1 to {MAX_WORKERS:,}; got {workers}", "workers")
-    if isinstance(scale, str) or scale is None and (norm != "auto" or vmax is not None):
+    if isinstance(scale, str):
         from attnviz.api.views import scale_choice
 
         scale = scale_choice(scale or "shared", norm, vmax)
     from attnviz.base.files import check_target, export_folder
 
-    check_target(export_folder(Path(folder).expanduser()), force)  # before any model work
+    check_target(export_folder(Path(out_dir).expanduser()), force)  # before any model work
     whole = attention_of(source, default_part=None, **capture_options)
     if items is None:  # every part's layers and heads, or those chosen
         if isinstance(whole, Parts):
@@ -150,7 +155,7 @@ def export(source: Any, folder: str | os.PathLike, *, layers: Any = None, heads:
                 raise UsageError(f"this input has one kind of attention (self-attention); {arg('part')} is for "
                                  f"encoder-decoder models", "part")
             chosen, saved = [whole], whole
-        items = [ExportPart(c, _chosen(layers, c.n_layers, "layers"), _chosen(heads, c.n_heads, "heads"),
+        items = [ExportPart(c, _chosen(layer, c.n_layers, "layer"), _chosen(head, c.n_heads, "head"),
                             f"{c.part}_" if isinstance(whole, Parts) else "") for c in chosen]
     else:
         saved = whole
@@ -205,6 +210,6 @@ def export(source: Any, folder: str | os.PathLike, *, layers: Any = None, heads:
             fill(staging, advance)
             advance(1)
 
-    written = write_folder(folder, force, start, what="export")
+    written = write_folder(out_dir, force, start, what="export")
     return Gallery(Path(written), sum(item.images for item in items),
                    tuple(f"{item.prefix}grid.{fmt}" for item in items))

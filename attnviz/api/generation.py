@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 from attnviz.api.result import Line, Result
 from attnviz.base.arguments import checked
+from attnviz.base.options import renamed
 from attnviz.base.records import plain
 from attnviz.base.selection import selection
 from attnviz.api.capturing import capture as capture_text
@@ -125,7 +126,7 @@ class Generation(Result):
                               f"{capture.n_tokens} tokens, {n_new} generated) · see it: attnviz heatmap --from "
                               f"{self.saved} --rows generated", wrap=False))
         else:
-            items.append(Line(f"the attention of this run is not kept: {arg('save', 'gen.npz')} keeps it, for "
+            items.append(Line(f"the attention of this run is not kept: {arg('output', 'gen.npz')} keeps it, for "
                               f"heatmap, heads, export … --from gen.npz (--rows generated: the new tokens' rows)",
                               style="dim", stderr=True))
         return items
@@ -134,19 +135,24 @@ class Generation(Result):
         return f"<p>{html.escape(self.prompt)}<b>{html.escape(self.text)}</b></p>" + self.capture._repr_html_()
 
 
+@renamed(save="output")
 @borrows
 @checked
-def generate(text: str, *, model: Any = None, tokenizer: Any = None, decoding: Decoding | None = None,
-             max_new_tokens: int | None = None, part: str | None = None, layer: Any = -1, head: Any = "mean",
-             top: int = 3, save: Any = None, truncate: bool = True, device: str = "auto", dtype: str = "float32",
-             reporter: Reporter | None = None) -> Generation:
+def generate(text: str, *, model: Any = None, tokenizer: Any = None, sample: bool = False,
+             temperature: float | None = None, top_p: float | None = None, seed: int = 0,
+             max_new_tokens: int | None = None, decoding: Decoding | None = None, output: Any = None,
+             layer: Any = -1, head: Any = "mean", top: int = 3, part: str | None = None, truncate: bool = True,
+             device: str = "auto", dtype: str = "float32", reporter: Reporter | None = None) -> Generation:
     """A causal language model (or an encoder-decoder model's decoder) continues `text` with the KV cache; every
-    layer's and head's attention row of every new token is kept as it is produced. `decoding`: greedy by
-    default, or an attnviz.Decoding(sample=True, temperature=…, top_p=…, seed=…); `max_new_tokens` (default
-    20) when no decoding is given. `part`: of an encoder-decoder model, the decoder or cross attention. The
-    per-step view (`steps()`, the report) follows one `layer` and one `head` (or "mean", "max"), `top` earlier
-    tokens a step (1 to 20). `save`: a path to write the capture of prompt + written tokens to (.npz)."""
+    layer's and head's attention row of every new token is kept as it is produced: greedy by default, or
+    `sample`d (`temperature`, `top_p` and `seed` as the command line's flags; or all of them as one
+    attnviz.Decoding); `max_new_tokens` (default 20). `part`: of an encoder-decoder model, the decoder or cross
+    attention. The per-step view (`steps()`, the report) follows one `layer` and one `head` (or "mean", "max"),
+    `top` earlier tokens a step (1 to 20). `output`: a path to write the capture of prompt + written tokens to
+    (.npz; `save`, its old name, works with a DeprecationWarning)."""
     check_text(text)
+    decoding = _decoding(decoding, sample, temperature, top_p, seed, max_new_tokens)
+    save = output
     layers, heads = selection(layer, "layer", field="layer"), selection(head, "head", keywords=("mean", "max"),
                                                                          field="head")
     if not 1 <= top <= 20:
@@ -155,7 +161,6 @@ def generate(text: str, *, model: Any = None, tokenizer: Any = None, decoding: D
         from attnviz.base.files import check_suffix
 
         check_suffix(save, (".npz",))
-    decoding = decoding or Decoding(max_new_tokens=20 if max_new_tokens is None else max_new_tokens)
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype, lm_head=True)
     reporter = reporter or Reporter()
     if loaded.seq2seq:  # the decoder writes; the per-step view follows `part` (default: cross-attention)
@@ -176,6 +181,20 @@ def generate(text: str, *, model: Any = None, tokenizer: Any = None, decoding: D
     with reporter.progress("Generating", decoding.max_new_tokens, "tokens") as step:
         written = Generation(generate_capture(loaded, text, decoding, truncate=truncate, on_step=step))
     return _finish(written, layers, heads, top, save)
+
+
+def _decoding(decoding: Decoding | None, sample: bool, temperature: float | None, top_p: float | None, seed: int,
+              max_new_tokens: int | None) -> Decoding:
+    """How to decode: the Decoding given, or one made of the keywords (not both)."""
+    if decoding is not None:
+        if sample or temperature is not None or top_p is not None or seed != 0:
+            raise UsageError(f"give {arg('decoding')} or {arg('sample')} and its settings, not both", "decoding")
+        return decoding if max_new_tokens is None else replace(decoding, max_new_tokens=max_new_tokens)
+    if not sample and (temperature is not None or top_p is not None):
+        raise UsageError(f"{arg('temperature')} and {arg('top_p')} choose how to sample: add {arg('sample')}",
+                         "sample")
+    return Decoding(max_new_tokens=20 if max_new_tokens is None else max_new_tokens, sample=sample, seed=seed,
+                    temperature=1.0 if temperature is None else temperature, top_p=1.0 if top_p is None else top_p)
 
 
 def _finish(written: Generation, layers, heads, top: int, save: Any) -> Generation:

@@ -47,7 +47,11 @@ if TYPE_CHECKING:
     from attnviz.api.scratch.verify import Verification
     from attnviz.api.stats import Entropy, HeadTable, Rollout
     from attnviz.api.values import Norms, Sinks
-    from attnviz.api.views import Heatmap, TokenAttention, View
+    from attnviz.api.corpora import Corpus
+    from attnviz.api.gallery import Gallery
+    from attnviz.api.generation import Generation
+    from attnviz.api.speech import WordTimings
+    from attnviz.api.views import Comparison, Heatmap, TokenAttention, View
 
 KEEPS = ("auto", "alpha")
 
@@ -76,10 +80,10 @@ class Model(LoadedModel):
 
     # --- the analyses of the weights alone: no text, no run -----------------------------------------------
 
-    def _model_analysis(self, name: str, options: dict) -> Any:
+    def _model_analysis(self, name: str, options: dict, *inputs: Any) -> Any:
         borrowed = Borrowed(self.model)
         try:
-            return analyses.get(name)(self, **options)
+            return analyses.get(name)(self, *inputs, **options)
         finally:
             borrowed.give_back()
 
@@ -98,6 +102,27 @@ class Model(LoadedModel):
     def cost(self, **options: Any) -> Cost:
         """attnviz.cost of this model (lengths, max_length, repeats)."""
         return self._model_analysis("cost", options)
+
+    # --- the analyses of other inputs than one run: a prompt to continue, a sound, a corpus; the live app ------
+
+    def generate(self, text: str, max_new_tokens: int | None = None, **options: Any) -> Generation:
+        """attnviz.generate with this model: it continues `text` (sample, temperature, top_p, seed, output, layer,
+        head, top, part)."""
+        return self._model_analysis("generate", options, text, max_new_tokens)
+
+    def align(self, audio: Any, **options: Any) -> WordTimings:
+        """attnviz.align of `audio` with this speech model (heads, band, top, target)."""
+        return self._model_analysis("align", options, audio)
+
+    def corpus(self, texts: Any = None, *, files: Any = None, **options: Any) -> Corpus:
+        """attnviz.corpus of `texts` (or `files`) with this model (format, field, batch_size, max_length, words,
+        weight, top, out_dir, force; engine "ray" loads its own copies)."""
+        return self._model_analysis("corpus", options, texts, files)
+
+    def serve(self, **options: Any) -> None:
+        """attnviz serve on this model until Ctrl-C (host, port, max_chars, max_tokens, max_waiting, token): the live
+        app, its address printed."""
+        analyses.get("serve")(self, **options)
 
 
 @checked
@@ -311,6 +336,16 @@ class Run:
     def view(self, **options: Any) -> View:
         """attnviz.view of this run's α (layers, precision): the interactive page; .html() is its text."""
         return analyses.get("view")(self, **options)
+
+    def compare(self, *others: Any, **options: Any) -> Comparison:
+        """attnviz.compare of this run's α (layer, head, rows, part, scale, norm, vmax); with another run of the same
+        tokens (another model's) or a capture, the same layers of both side by side."""
+        return analyses.get("compare")(self, *others, **options)
+
+    def export(self, out_dir: Any = None, **options: Any) -> Gallery:
+        """attnviz.export of this run's α into `out_dir` (layer, head, format, dpi, workers, force, cmap, part,
+        scale, norm, vmax)."""
+        return analyses.get("export")(self, **options, **({} if out_dir is None else {"out_dir": out_dir}))
 
     # --- the analyses that run the model again (interventions, other inputs) -----------------------------
 

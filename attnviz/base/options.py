@@ -45,6 +45,7 @@ class Flag:
     show_default: bool = True
     click_range: bool = False
     separated: str = ""  # "int", "float" or "str": a comma-separated list (of numbers, or names)
+    envvar: str = ""  # an environment variable that gives the value when the flag is not given
     switches: dict[str, Any] = field(default_factory=dict)  # old yes-flags, hidden, each setting a value:
     # {"--noise": "noise"} for direction="noise"
 
@@ -70,3 +71,29 @@ def is_options(cls: type) -> bool:
 def as_keywords(options: Any) -> dict[str, Any]:
     """The options as the keyword arguments of the analysis's function (a shallow dict, values as they are)."""
     return {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
+
+
+def renamed(**old_to_new: str) -> Any:
+    """Decorator of an API function whose keywords took the command line's word: each old keyword still works, with a
+    DeprecationWarning naming the new one; both given is a TypeError, as Python's own for a keyword given twice."""
+    import functools
+    import warnings
+
+    def decorate(function: Any) -> Any:
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            given = [(old, new) for old, new in old_to_new.items() if old in kwargs]
+            for old, new in given:
+                if new in kwargs:
+                    raise TypeError(f"{function.__name__}() got {old}= and {new}=; {old} is the old name of {new}")
+                kwargs[new] = kwargs.pop(old)
+            if given:
+                name = function.__name__
+                warnings.warn(f"{name}({', '.join(f'{old}=…' for old, _ in given)}) is now "
+                              f"{name}({', '.join(f'{new}=…' for _, new in given)}), as the command line says it; "
+                              "the old names go in a later release", DeprecationWarning, stacklevel=2)
+            return function(*args, **kwargs)
+
+        return wrapper
+
+    return decorate

@@ -51,6 +51,8 @@ def _made(item: dataclasses.Field, hint: Any) -> tuple[Any, list[str], dict]:
     extra: dict = {"help": flag_.help, "show_default": flag_.show_default and item.default is not None}
     if flag_.metavar:
         extra["metavar"] = flag_.metavar
+    if flag_.envvar:
+        extra["envvar"] = flag_.envvar
     names = [spelled(item.name), *flag_.names]
     if kind is bool:
         if flag_.negative:

@@ -8,17 +8,17 @@ from typing import Annotated, Optional
 
 import typer
 
+import attnviz.analyses.compare as COMPARE
 import attnviz.analyses.heatmap as HEATMAP
 import attnviz.analyses.token as TOKEN
 import attnviz.analyses.view as VIEW
 from attnviz.base.options import as_keywords
-from attnviz.base.selection import Selection
 from attnviz.cli.errors import cli_errors
 from attnviz.cli.group import app
 from attnviz.cli.inputs import Source, takes
 from attnviz.cli.output import check_output, emit, figure_file, page_file
-from attnviz.cli.params import (CmapOpt, CsvOpt, HeadSel, ImageOut, JsonOpt, ModelOptions,
-                                PartOpt, RowsOpt, ScaleOptions, StartOpt, selection_parser)
+from attnviz.cli.params import (CmapOpt, CsvOpt, ImageOut, JsonOpt, ModelOptions,
+                                StartOpt)
 
 # Imports inside the commands (the API, numpy, matplotlib, Rich's heavier parts) keep `attnviz --help` and
 # each command's --help light: a command module loads only what its own command needs, when it runs.
@@ -73,25 +73,17 @@ def token(token: Annotated[Optional[str], typer.Argument(
     emit(result, as_json=as_json, as_csv=as_csv, style={"cmap": cmap}, files=[figure_file(output, result, cmap=cmap)])
 
 
-@app.command(help="Layers side by side in the terminal (the head mean or one head), on one colour scale, each "
-                  "with a stats line; or the same layers of two models (-m A,B or --models A,B) or of two "
-                  "captures (--from twice).")
+@app.command(help=COMPARE.SUMMARY)
 @cli_errors
-@takes(model=ModelOptions, inp=Source.taking("text", "image", "audio", "seq2seq", "long"), look=ScaleOptions)
-def compare(layer: Annotated[Optional[Selection], typer.Option(
-                "--layer", "--layers", "-l", parser=selection_parser("layer"), metavar="LAYERS", show_default=False,
-                help="Layers: an index (-1 is the last), a list 0,3,5, a range 0-2, or all. Default: first, "
-                     "middle and last.")] = None,
-            head: HeadSel = Selection.parse("mean", "head", keywords=("mean", "max"), field="head"),
-            models: Annotated[Optional[str], typer.Option(
+@takes(model=ModelOptions, inp=Source.taking("text", "image", "audio", "seq2seq", "long"), options=COMPARE.Options)
+def compare(models: Annotated[Optional[str], typer.Option(
                 help="Two models, comma-separated (or -m A,B), compared layer by layer on the same text.",
                 show_default=False, metavar="A,B")] = None,
             sources: Annotated[Optional[list[Path]], typer.Option(
                 "--from", help="Saved capture(s); give two to compare two captures.", dir_okay=False,
                 show_default=False, metavar="FILE")] = None,
-            start: StartOpt = 0, rows: RowsOpt = None, output: ImageOut = None, as_json: JsonOpt = False,
-            as_csv: CsvOpt = False, cmap: CmapOpt = "viridis", part: PartOpt = None, *, model: ModelOptions,
-            inp: Source, look: ScaleOptions) -> None:
+            start: StartOpt = 0, output: ImageOut = None, as_json: JsonOpt = False, as_csv: CsvOpt = False,
+            cmap: CmapOpt = "viridis", *, model: ModelOptions, inp: Source, options: COMPARE.Options) -> None:
     import attnviz
     from attnviz.render.png import FORMATS
 
@@ -111,8 +103,8 @@ def compare(layer: Annotated[Optional[Selection], typer.Option(
         given = [inp.resolve()]  # read once (standard input, a file), then given to each model
         loaded = None if names else model.load_for(given[0])
     loaded_models = None if names is None else [_replace_model(model, n).load_for(given[0]) for n in names]
-    result = attnviz.compare(given, models=loaded_models, model=loaded, layer=layer, head=head, rows=rows, part=part,
-                             **look.options(), **inp.options(), truncate=model.truncate)
+    result = attnviz.compare(given, models=loaded_models, model=loaded, **as_keywords(options), **inp.options(),
+                             truncate=model.truncate)
     emit(result, as_json=as_json, as_csv=as_csv, style={"cmap": cmap, "start": start},
          files=[figure_file(output, result, cmap=cmap)])
 

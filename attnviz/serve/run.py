@@ -51,7 +51,10 @@ def token_for(host: str, given: str | None) -> str | None:
 
 
 def serve_forever(model, sock: socket.socket, host: str, *, max_chars: int, max_tokens: int, max_waiting: int,
-                  announce: Callable[[str], None], warn: Callable[[str], None], token: str | None = None) -> None:
+                  announce: Callable[[str], None], warn: Callable[[str], None], token: str | None = None,
+                  whole_process: bool = True) -> None:
+    """Serve until Ctrl-C or SIGTERM. A request still running on the model's thread then: `whole_process` (the
+    command line) ends the process at once; else (a Python caller's process) it finishes in the background."""
     import uvicorn
 
     from attnviz.serve.app import Limits, make_app
@@ -90,9 +93,12 @@ def serve_forever(model, sock: socket.socket, host: str, *, max_chars: int, max_
         pass
     finally:
         app.state.line.close()
-    if app.state.line.busy:  # a request still runs on the model's thread, which cannot be stopped midway
+    if app.state.line.busy and whole_process:  # a request still runs on the model's thread: it cannot be stopped
         announce("stopped (the request in progress was dropped)")
         _exit_now()
+    if app.state.line.busy:
+        announce("stopped (the request in progress finishes in the background)")
+        return
     announce("stopped")
 
 

@@ -106,7 +106,8 @@ CALLS = {  # function -> (how it is called with everything right, the keyword ar
     "steps": (lambda m, c, **kw: attnviz.steps(TEXT, model=m, **kw), ["layer", "head"]),
     "verify": (lambda m, c, **kw: attnviz.verify(TEXT, model=m, **kw), ["norms", "reporter"]),
     "scaling": (lambda m, c, **kw: attnviz.scaling(TEXT, model=m, **kw), ["dk"]),
-    "generate": (lambda m, c, **kw: attnviz.generate(TEXT, model=m, **kw), ["max_new_tokens", "decoding"]),
+    "generate": (lambda m, c, **kw: attnviz.generate(TEXT, model=m, **kw),
+                 ["max_new_tokens", "decoding", "sample", "temperature", "top_p", "seed"]),
     "logit_attr": (lambda m, c, **kw: attnviz.logit_attr(TEXT, model=m, **kw),
                           ["target", "position", "top"]),
     "contributions": (lambda m, c, **kw: attnviz.contributions(TEXT, model=m, **kw), ["method", "truncate"]),
@@ -115,7 +116,7 @@ CALLS = {  # function -> (how it is called with everything right, the keyword ar
     "ablate": (lambda m, c, **kw: attnviz.ablate(TEXT, model=m, **{"heads": [(0, 0)], **kw}), ["heads", "mode"]),
     "view": (lambda m, c, **kw: attnviz.view(c, kw.pop("path"), **kw), ["layers"]),
     "export": (lambda m, c, **kw: attnviz.export(c, kw.pop("path").with_suffix(""), force=True, **kw),
-               ["layers", "heads", "fmt", "dpi", "cmap", "workers"]),
+               ["layer", "head", "format", "dpi", "cmap", "workers"]),
 }
 
 

@@ -392,7 +392,7 @@ def test_generated_text_keeps_its_lines_in_a_file_and_shows_them_in_a_terminal(t
     printed = run("generate", PROMPT, "-m", tiny_lm_dir("gpt2"), "-n", "3")
     assert printed.exit_code == 0, printed.output
     assert printed.stdout.startswith(f"{PROMPT} one\n\ttwo␛[31m\n")  # CliRunner's stdout is no terminal
-    assert "-o gen.npz keeps it" in printed.stderr and "-o gen.npz" not in printed.stdout
+    assert "--output gen.npz keeps it" in printed.stderr and "gen.npz" not in printed.stdout
     result = writes_lines(PROMPT, model=tiny_lm_dir("gpt2"), max_new_tokens=3)
     assert rendered(result, tty=True).startswith(f"{PROMPT} one␊␉two␛[31m")
     saved = run("generate", PROMPT, "-m", tiny_lm_dir("gpt2"), "-n", "3", "-o", tmp_path / "g.npz")

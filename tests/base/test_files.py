@@ -43,13 +43,13 @@ def test_out_dir_symlink_keeps_the_link_and_fills_its_folder(tmp_path):
     real.mkdir()
     link = tmp_path / "link"
     link.symlink_to(real, target_is_directory=True)
-    written = export(small_capture(), link, layers=[0], heads=[0])
+    written = export(small_capture(), link, layer=[0], head=[0])
     assert link.is_symlink() and written == real.resolve()
     assert (real / "index.html").exists() and leftovers(tmp_path) == []
     broken = tmp_path / "broken"
     broken.symlink_to(tmp_path / "nowhere")
     with pytest.raises(OutputError, match="broken symbolic link"):
-        export(small_capture(), broken, layers=[0], heads=[0])
+        export(small_capture(), broken, layer=[0], head=[0])
 
 
 def test_out_dir_dot_is_the_current_folder(tmp_path, monkeypatch):
@@ -94,12 +94,12 @@ def test_a_file_put_into_the_folder_during_the_export_is_never_deleted(tmp_path,
 
     monkeypatch.setattr(export_module, "render_panels", render_and_meddle)
     with pytest.raises(OutputError, match="changed while the export ran"):
-        export(small_capture(), target, layers=[0], heads=[0])
+        export(small_capture(), target, layer=[0], head=[0])
     assert [p.name for p in target.iterdir()] == ["notes.txt"] and leftovers(tmp_path) == []
 
 
 def test_an_earlier_export_changed_during_a_forced_export_is_kept(tmp_path, monkeypatch):
-    target = export(small_capture(), tmp_path / "out", layers=[0], heads=[0])
+    target = export(small_capture(), tmp_path / "out", layer=[0], head=[0])
     real_render = export_module.render_panels
 
     def render_and_meddle(*args, **kwargs):
@@ -108,7 +108,7 @@ def test_an_earlier_export_changed_during_a_forced_export_is_kept(tmp_path, monk
 
     monkeypatch.setattr(export_module, "render_panels", render_and_meddle)
     with pytest.raises(OutputError, match="changed while the export ran"):
-        export(small_capture(), target, layers=[1], heads=[1], force=True)
+        export(small_capture(), target, layer=[1], head=[1], force=True)
     assert (target / "index.html").read_text() == "edited meanwhile" and (target / "layer00_head00.png").exists()
     assert leftovers(tmp_path) == []
 
@@ -174,12 +174,12 @@ def test_a_manifest_naming_files_elsewhere_is_refused(tmp_path):
 
     victim = tmp_path / "victim.txt"
     victim.write_text("not attnviz's")
-    target = export(small_capture(), tmp_path / "out", layers=[0], heads=[0])
+    target = export(small_capture(), tmp_path / "out", layer=[0], head=[0])
     manifest = json.loads((target / MANIFEST).read_text())
     manifest["files"]["../victim.txt"] = {"size": 13, "sha256": "0"}
     (target / MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(OutputError, match="not there"):
-        export(small_capture(), target, layers=[0], heads=[1], force=True)
+        export(small_capture(), target, layer=[0], head=[1], force=True)
     assert victim.read_text() == "not attnviz's"
 
 

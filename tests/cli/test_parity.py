@@ -91,7 +91,7 @@ CASES = {
     "generate": ("llama", [PROMPT, "-n", "3", "--layer", "1", "--top", "2"],
                  lambda m, t: attnviz.generate(PROMPT, model=m, max_new_tokens=3, layer=1, top=2)),
     "export": ("bert", [SENTENCE, "-o", "{tmp}/export", "--layers", "0", "--heads", "0-1", "--workers", "1"],
-               lambda m, t: attnviz.export(SENTENCE, t / "export2", model=m, layers="0", heads="0-1")),
+               lambda m, t: attnviz.export(SENTENCE, t / "export2", model=m, layer="0", head="0-1")),
     "view": ("bert", [SENTENCE, "-o", "{tmp}/v.html"], lambda m, t: attnviz.view(SENTENCE, model=m)),
     "corpus": ("bert", ["{tmp}/corpus.txt"], lambda m, t: attnviz.corpus(files=[t / "corpus.txt"], model=m)),
     "cost": ("bert", ["--lengths", "8,16"], lambda m, t: attnviz.cost(model=m, lengths=[8, 16])),
@@ -239,6 +239,7 @@ def test_align_and_detect_of_a_sound_are_their_functions_to_dict(tmp_path):
     saved = parts.save(tmp_path / "s.npz")
     printed = run("align", "--from", saved, "--json", "--top", "3")
     assert json.loads(printed.stdout) == json.loads(to_json(attnviz.align(parts, top=3).to_dict()))
+    assert attnviz.load("whisper").align(parts, top=3).to_dict() == attnviz.align(parts, top=3).to_dict()
     attnviz.align(parts).figure().savefig(tmp_path / "a.png")  # the sound layout's figure saves as a Figure does
     drawn_into(attnviz.align(parts))
     assert (tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"

@@ -47,7 +47,7 @@ def test_a_registered_metric_reaches_every_output(extra_metric, tmp_path):
     ordered = runner.invoke(app, ["heads", "--from", str(path), "--sort", "lastkey", "--json"])
     values = [r["last_key_mass"] for r in json.loads(ordered.stdout)["heads"]]
     assert values == sorted(values)
-    folder = export(cap, tmp_path / "export", layers=[0, 1], heads=[0, 1, 2])
+    folder = export(cap, tmp_path / "export", layer=[0, 1], head=[0, 1, 2])
     assert json.loads((folder / "heads.json").read_text())[0]["last_key_mass"] == pytest.approx(float(expected[0, 0]))
     assert "last_key_mass" in (folder / "heads.csv").read_text().splitlines()[0]
     html = (folder / "index.html").read_text()

@@ -48,7 +48,7 @@ def test_encode_png_round_trips():
 
 def test_export_folder_contents(tmp_path):
     cap, _ = one_hot_capture()
-    target = export(cap, tmp_path / "out", layers=[0, 1], heads=[0, 1, 2])
+    target = export(cap, tmp_path / "out", layer=[0, 1], head=[0, 1, 2])
     names = sorted(p.name for p in target.iterdir())
     heads = [head_filename(layer, head, "png") for layer in (0, 1) for head in (0, 1, 2)]
     means = ["layer00_mean.png", "layer01_mean.png"]
@@ -70,7 +70,7 @@ def test_export_folder_contents(tmp_path):
 
 def test_one_hot_head_hottest_cells_land_where_they_should(tmp_path):
     cap, hot = one_hot_capture()
-    target = export(cap, tmp_path / "out", layers=[0], heads=[1])
+    target = export(cap, tmp_path / "out", layer=[0], head=[1])
     image = read_png(target / "layer00_head01.png").astype(int)
     fig = heatmap_figure(cap, 0, 1).figure
     fig.set_dpi(100)
@@ -139,26 +139,26 @@ def test_refuses_non_empty_folder_unless_forced(tmp_path):
     target.mkdir()
     (target / "keep.txt").write_text("mine")
     with pytest.raises(OutputError, match="pass force to replace") as refused:  # the library's argument
-        export(cap, target, layers=[0], heads=[0])
+        export(cap, target, layer=[0], head=[0])
     from attnviz.cli.output import flag
 
     assert "pass --force to replace" in refused.value.spelled(flag)  # the command line's flag
     assert (target / "keep.txt").exists()
     with pytest.raises(OutputError, match="not an attnviz export"):  # --force never deletes the user's folder
-        export(cap, target, layers=[0], heads=[0], force=True)
+        export(cap, target, layer=[0], head=[0], force=True)
     assert (target / "keep.txt").exists()
     (target / "keep.txt").unlink()
-    export(cap, target, layers=[0], heads=[0])  # empty folder: fine
+    export(cap, target, layer=[0], head=[0])  # empty folder: fine
     (target / "extra.txt").write_text("the user's own file, put into an earlier export")
     with pytest.raises(OutputError, match="extra.txt"):  # not in the manifest: never deleted
-        export(cap, target, layers=[1], heads=[1], force=True)
+        export(cap, target, layer=[1], head=[1], force=True)
     assert (target / "extra.txt").exists() and (target / "layer00_head00.png").exists()
     (target / "extra.txt").unlink()
-    export(cap, target, layers=[1], heads=[1], force=True)  # exactly an earlier export: replaced
+    export(cap, target, layer=[1], head=[1], force=True)  # exactly an earlier export: replaced
     assert (target / "layer01_head01.png").exists() and not (target / "layer00_head00.png").exists()
     (target / "index.html").write_text("edited by the user")
     with pytest.raises(OutputError, match="changed"):  # a file the export wrote, since edited: kept
-        export(cap, target, layers=[0], heads=[0], force=True)
+        export(cap, target, layer=[0], head=[0], force=True)
     assert (target / "index.html").read_text() == "edited by the user"
 
 
@@ -172,14 +172,14 @@ def test_error_midway_leaves_nothing(tmp_path, monkeypatch):
 
     monkeypatch.setattr(export_module, "write_manifest", broken)
     with pytest.raises(KeyboardInterrupt):
-        export(cap, tmp_path / "out", layers=[0, 1], heads=[0, 1])
+        export(cap, tmp_path / "out", layer=[0, 1], head=[0, 1])
     assert list(tmp_path.iterdir()) == []
 
 
 def test_svg_and_pdf_formats(tmp_path):
     cap, _ = one_hot_capture()
     for fmt, magic in (("svg", b"<?xml"), ("pdf", b"%PDF")):
-        target = export(cap, tmp_path / fmt, layers=[1], heads=[2], fmt=fmt)
+        target = export(cap, tmp_path / fmt, layer=[1], head=[2], format=fmt)
         assert (target / f"layer01_head02.{fmt}").read_bytes().startswith(magic)
         assert (target / f"grid.{fmt}").exists()
 
@@ -187,7 +187,7 @@ def test_svg_and_pdf_formats(tmp_path):
 def test_gallery_is_offline_and_lists_everything(tmp_path):
     cap, _ = one_hot_capture()
     cap = cap.with_meta(text="The <cat> sat & stayed")
-    target = export(cap, tmp_path / "out", layers=[0, 1], heads=[0, 2])
+    target = export(cap, tmp_path / "out", layer=[0, 1], head=[0, 2])
     html = (target / "index.html").read_text()
     assert not re.search(r"(src|href)=\"(https?:)?//", html)  # nothing fetched from elsewhere
     assert not re.search(r"<script[^>]*\bsrc\s*=", html) and "@import" not in html and "<link" not in html
@@ -205,7 +205,7 @@ def test_grid_png_is_standard_and_shows_each_head_in_place(tmp_path):
     from matplotlib import colormaps
 
     cap, hot = one_hot_capture()
-    target = export(cap, tmp_path / "out", layers=[0, 1], heads=[0, 1, 2])
+    target = export(cap, tmp_path / "out", layer=[0, 1], head=[0, 1, 2])
     from attnviz.metrics import head_records
     from attnviz.render.grid import grid_figure
 
@@ -240,7 +240,7 @@ def test_every_norm_exports_and_a_long_input_defaults_to_log(tmp_path, norm):
     T = 70  # past 64 tokens --norm auto is log
     rng = np.random.default_rng(5)
     cap = make_capture(rng.dirichlet(np.full(T, 0.3), size=(1, 2, T)).astype(np.float32))
-    target = export(cap, tmp_path / norm, layers=[0], heads=[0, 1], scale=ScaleChoice(norm=norm))
+    target = export(cap, tmp_path / norm, layer=[0], head=[0, 1], scale=ScaleChoice(norm=norm))
     assert read_png(target / "grid.png").shape[2] == 3 and read_png(target / "layer00_head01.png").shape[2] == 3
     assert export_panels(cap, [0], [0])[0].scale.norm == "log"  # the default for a long input
 

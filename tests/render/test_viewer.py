@@ -313,7 +313,7 @@ def test_export_index_has_a_content_security_policy_and_still_shows_its_images(b
 
     alpha = np.full((1, 2, len(BREAKERS), len(BREAKERS)), 1 / len(BREAKERS))
     capture = make_capture(alpha, BREAKERS).with_meta(text="<!--<script> text")
-    target = export(capture, tmp_path / "out", layers=[0], heads=[0, 1])
+    target = export(capture, tmp_path / "out", layer=[0], head=[0, 1])
     html = (target / "index.html").read_text(encoding="utf-8")
     assert "Content-Security-Policy" in html and "default-src 'none'" in html
     page = Page(browser, target / "index.html", local_files=True)
@@ -351,7 +351,7 @@ def test_a_notebook_frame_fits_its_page(browser, cat_capture, tmp_path):
 def test_export_index_has_the_interactive_view(browser, cat_capture, tmp_path):
     from attnviz.api.gallery import export
 
-    target = export(cat_capture, tmp_path / "out", layers=[0, 5], heads=[0, 1])
+    target = export(cat_capture, tmp_path / "out", layer=[0, 5], head=[0, 1])
     page = Page(browser, target / "index.html", local_files=True)  # the gallery's own images
     assert page.js("document.getElementById('attnviz-viewer').classList.contains('embedded')")
     page.page.click("#av-tab-model")
@@ -366,9 +366,9 @@ def test_export_of_a_capture_too_large_for_a_page_still_works(tmp_path, monkeypa
     from attnviz.api.gallery import export
 
     capture = make_capture(np.full((1, 2, 8, 8), 1 / 8))
-    whole = export(capture, tmp_path / "whole", layers=[0], heads=[0, 1])
+    whole = export(capture, tmp_path / "whole", layer=[0], head=[0, 1])
     monkeypatch.setattr(viewer, "MAX_PAGE_BYTES", 100)
-    target = export(capture, tmp_path / "out", layers=[0], heads=[0, 1])
+    target = export(capture, tmp_path / "out", layer=[0], head=[0, 1])
     html = (target / "index.html").read_text()
     assert "interactive view is left out" in html and "attnviz-data" not in html
     assert "attnviz-data" in (whole / "index.html").read_text()
