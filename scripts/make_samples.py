@@ -456,19 +456,24 @@ def tab_screenshot(page_path: Path, shot: Path, tab: str) -> None:
 
 
 def update_tables() -> None:
-    """The docs' generated tables, each between its markers: the metric definitions from attnviz.metrics'
-    registry (docs/commands.md), the model families from attnviz/engine/families.py (docs/models.md)."""
+    """The docs' generated tables, each between its markers: the commands from attnviz.analyses' registry and
+    the metric definitions from attnviz.metrics' registry (docs/commands.md), the model families from
+    attnviz/engine/families.py (docs/models.md)."""
     import re
 
     sys.path.insert(0, str(ROOT))
     from attnviz.engine.families import markdown_table
     from attnviz.metrics import definitions_markdown
 
+    from attnviz.cli.reference import command_table
+
     page = ROOT / "docs" / "commands.md"
     text = page.read_text(encoding="utf-8")
-    block = "<!-- metrics:start -->\n" + definitions_markdown() + "<!-- metrics:end -->"
-    page.write_text(re.sub(r"<!-- metrics:start -->\n.*?<!-- metrics:end -->", lambda _: block, text, flags=re.S),
-                    encoding="utf-8")
+    for name, made in (("metrics", definitions_markdown()), ("commands", command_table())):
+        block = f"<!-- {name}:start -->\n" + made + f"<!-- {name}:end -->"
+        text = re.sub(fr"<!-- {name}:start -->\n.*?<!-- {name}:end -->", lambda _, b=block: b, text,
+                      flags=re.S)
+    page.write_text(text, encoding="utf-8")
     page = ROOT / "docs" / "models.md"
     text = page.read_text(encoding="utf-8")
     block = "<!-- families:start -->\n" + markdown_table() + "\n<!-- families:end -->"

@@ -49,7 +49,7 @@ class Options:
 
 
 @register("corpus", Options, SUMMARY, reads="model")
-def compute(model: Any, options: Options, texts: Any = None, files: Any = None) -> Corpus:
+def compute(model: Any, options: Options, texts: Any, files: Any = None) -> Corpus:
     from attnviz.api.corpora import corpus
 
     return corpus(texts, files=files, model=model, **as_keywords(options))

@@ -20,7 +20,7 @@ class Options:
 
 
 @register("explain", Options, SUMMARY, reads="nothing")
-def compute(subject: Any, options: Options, term: str | None = None) -> Glossary:
+def compute(subject: Any, options: Options, term: str | None) -> Glossary:
     from attnviz.api.stats import explain
 
     return explain(term)

@@ -379,21 +379,35 @@ class Glossary(Result):
         return [table]
 
 
+def commands() -> list[tuple[str, str, str]]:
+    """(command, "command", what it does and its options) of every registered analysis (attnviz.analyses)."""
+    import dataclasses
+
+    from attnviz import analyses
+
+    rows = []
+    for name in analyses.available():
+        analysis = analyses.get(name)
+        flags = ", ".join("--" + f.name.replace("_", "-") for f in dataclasses.fields(analysis.options))
+        rows.append((name, "command", analysis.summary + (f" Its options: {flags}." if flags else "")))
+    return rows
+
+
 @checked
 def explain(term: str | None = None) -> Glossary:
-    """The definition of `term` (a column, a label or a term: entropy, prev, previous-token, rollout, …), or
-    of everything."""
+    """The definition of `term` (a column, a label, a term or a command: entropy, prev, previous-token, rollout,
+    heads, …), or of everything (the commands last, from attnviz.analyses)."""
     from attnviz.metrics import glossary, lookup
     from attnviz.metrics.terms import close_to
 
     if term is None:
-        return Glossary(tuple(glossary()))
-    found = lookup(term)
+        return Glossary(tuple(glossary() + commands()))
+    found = lookup(term, commands())
     if not found:
-        near = close_to(term)
+        near = close_to(term, more=commands())
         if near:
             raise SelectionError(f"nothing is called {visible(term)!r}; did you mean "
                                  f"{' or '.join(repr(n) for n in near)}?", "term")
         raise SelectionError(f"nothing is called {visible(term)!r}; the terms it knows: attnviz explain (with no "
-                             f"term) lists all {len(glossary())}", "term")
+                             f"term) lists all {len(glossary()) + len(commands())}", "term")
     return Glossary(tuple(found))

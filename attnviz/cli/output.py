@@ -57,16 +57,19 @@ def say(*parts: Any, console: Console | None = None, style: str = "", wrap: bool
     (console or out).print(text, soft_wrap=not wrap, highlight=False)
 
 
-# How the command line spells a library argument that an error names: its flag (the few arguments that are
-# not flags by their own name are listed).
-FLAG_NAMES = {"token_argument": "TOKEN", "text": "TEXT", "sources": "SOURCE", "source": "--from", "term": "TERM",
-              "cell": "--cell", "folder": "--out-dir",
-              "save": "-o"}
-
-
 def flag(name: str) -> str:
-    """The command line's spelling of the library argument `name`: max_length -> --max-length."""
-    return FLAG_NAMES.get(name) or "--" + name.replace("_", "-")
+    """The command line's spelling of the library argument `name`, as the running command declares it: an
+    option's first long spelling (source -> --from), an argument's metavar (text -> TEXT); any other argument
+    by its own name (max_length -> --max-length)."""
+    from typer._click import globals as click_globals
+
+    context = click_globals.get_current_context(silent=True)
+    for param in getattr(getattr(context, "command", None), "params", ()):
+        if param.name == name and not getattr(param, "hidden", False):
+            if param.param_type_name == "argument":
+                return param.metavar or param.name.upper()
+            return next((o for o in param.opts if o.startswith("--")), param.opts[0])
+    return "--" + name.replace("_", "-")
 
 
 def error_line(message: str, label: str = "Error", console: Console | None = None) -> None:

@@ -61,3 +61,33 @@ def markdown() -> str:
              "Made from the command line itself when the docs are built; `attnviz COMMAND --help` says the same.",
              "Every command also takes `--help`; `attnviz --version` prints the version.", ""]
     return "\n".join(intro) + "\n" + "\n".join(command_markdown(root, name) for name in group.list_commands(root))
+
+
+def _python(name: str) -> str:
+    """How Python asks the analysis `name`, from the registry: a run's method, a model's, or a function."""
+    import inspect
+
+    from attnviz import analyses
+
+    analysis = analyses.get(name)
+    method = name.replace("-", "_")
+    inputs = []
+    for param in list(inspect.signature(analysis.compute).parameters.values())[2:]:
+        if param.kind is param.VAR_POSITIONAL:
+            inputs.append(f"*{param.name}")
+        elif param.kind is param.POSITIONAL_OR_KEYWORD and param.default is param.empty:
+            inputs.append(param.name)
+    if name == "capture":  # the run's capture itself, a property
+        return "`run.capture`"
+    called = f"{method}({', '.join(inputs)})"
+    return {"run": f"`run.{called}`", "model": f"`model.{called}`"}.get(analysis.reads, f"`attnviz.{called}`")
+
+
+def command_table() -> str:
+    """The docs' table of commands (docs/commands.md, between its markers): each registered analysis in the order
+    `attnviz --help` lists them, its line there, and how Python asks it (`run = attnviz.load(…).run(text)`)."""
+    from attnviz import analyses
+
+    rows = ["| command | what it does | in Python |", "|---|---|---|"]
+    rows += [f"| `{name}` | {_cell(COMMANDS[name][1])} | {_python(name)} |" for name in analyses.available()]
+    return "\n".join(rows) + "\n"

@@ -71,8 +71,9 @@ def rollout(output: ImageOut = None, cmap: CmapOpt = "viridis", as_json: JsonOpt
 @app.command(help=EXPLAIN.SUMMARY)
 @cli_errors
 def explain(term: Annotated[Optional[str], typer.Argument(
-                help="A column (entropy, prev, norm_ent, …), a label (previous-token, …) or a term (rollout, "
-                     "alpha, scale). Default: everything.", show_default=False)] = None,
+                metavar="TERM", help="A column (entropy, prev, norm_ent, …), a label (previous-token, …), a term "
+                                     "(rollout, alpha, scale) or a command (heads, patch). Default: everything.",
+                show_default=False)] = None,
             as_json: JsonOpt = False, as_csv: CsvOpt = False) -> None:
     import attnviz
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 
 
+from collections.abc import Sequence
+
 from attnviz.metrics.labels import LABELS, label_definitions
 from attnviz.metrics.registry import METRICS
 
@@ -399,12 +401,12 @@ def glossary() -> list[tuple[str, str, str]]:
     return rows
 
 
-def lookup(term: str) -> list[tuple[str, str, str]]:
-    """The glossary rows for a term as a user types it: a column, label or term by name (exact case first,
-    then any case), its other name, an alias, or a word in a term's name."""
+def lookup(term: str, more: Sequence[tuple[str, str, str]] = ()) -> list[tuple[str, str, str]]:
+    """The glossary rows (and `more` rows: the commands) for a term as a user types it: a column, label or term by
+    name (exact case first, then any case), its other name, an alias, or a word in a term's name."""
     import re
 
-    rows = glossary()
+    rows = glossary() + list(more)
     wanted = term.strip()
     if re.fullmatch(r"a\d+\.(kv)?\d+(\.[qkv])?|m\d+", wanted):  # a node of attnviz discover: a23.kv1.v, m0
         wanted = "node names"
@@ -417,11 +419,12 @@ def lookup(term: str) -> list[tuple[str, str, str]]:
         [r for r in rows if r[1] == "" and len(low) > 2 and low in r[0].lower()]
 
 
-def close_to(term: str, limit: int = 3) -> list[str]:
+def close_to(term: str, limit: int = 3, more: Sequence[tuple[str, str, str]] = ()) -> list[str]:
     """The names closest in spelling to a term that names nothing (entropi: entropy), for "did you mean"."""
     import difflib
 
-    names = {r[0].lower(): r[0] for r in glossary()} | {r[1].lower(): r[0] for r in glossary() if r[1]}
+    rows = glossary() + list(more)
+    names = {r[0].lower(): r[0] for r in rows} | {r[1].lower(): r[0] for r in rows if r[1] and r[1] != "command"}
     names |= {alias.lower(): target for alias, target in TERM_ALIASES.items()}
     found = difflib.get_close_matches(term.strip().lower(), list(names), n=limit * 3, cutoff=0.75)
     return list(dict.fromkeys(names[f] for f in found))[:limit]

@@ -20,8 +20,8 @@ from helpers import one_line_error, run
 METHOD_ONLY = {"serve": "Model"}
 
 
-def test_every_command_is_a_registered_analysis():
-    assert set(analyses.available()) == set(COMMANDS)
+def test_every_command_is_a_registered_analysis_in_the_command_lines_order():
+    assert analyses.available() == tuple(COMMANDS)
 
 
 @pytest.mark.parametrize("name", analyses.available())
@@ -122,3 +122,36 @@ def test_an_option_given_two_ways_that_disagree_is_refused(args, both):
     before anything loads."""
     line = one_line_error(run(*args, "-m", "no-such-model-folder"), 2)
     assert both in line and "disagree" in line
+
+
+@pytest.mark.parametrize("command, argument, spelled", [
+    ("verify", "source", "--from"), ("heatmap", "text", "TEXT"), ("explain", "term", "TERM"),
+    ("export", "out_dir", "--out-dir"), ("generate", "output", "--output"), ("heatmap", "cell", "--cell"),
+    ("corpus", "batch_size", "--batch-size"), ("heads", "descending", "--descending"),
+    ("heads", "max_length", "--max-length"), (None, "max_length", "--max-length")])
+def test_an_error_names_the_argument_as_the_running_command_spells_it(command, argument, spelled):
+    """No table of renames: the spelling is the running command's own parameter of that name (its first long
+    flag, or an argument's metavar); outside a command, --the-argument-name."""
+    from typer._click import Context
+
+    from attnviz.cli.output import flag
+
+    if command is None:
+        assert flag(argument) == spelled
+        return
+    with Context(command_group().commands[command]):
+        assert flag(argument) == spelled
+
+
+def test_the_docs_command_table_is_the_registry():
+    """docs/commands.md's table of commands is made from the registry (python scripts/make_samples.py --tables)."""
+    import re
+    from pathlib import Path
+
+    from attnviz.cli.reference import command_table
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "commands.md").read_text(encoding="utf-8")
+    block = re.search(r"<!-- commands:start -->\n(.*?)<!-- commands:end -->", text, re.S)
+    assert block is not None, "docs/commands.md lost its commands markers"
+    assert block.group(1) == command_table()
+    assert all(f"| `{name}` |" in block.group(1) for name in analyses.available())

@@ -3,6 +3,7 @@ newcomer looks for are found."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -105,7 +106,26 @@ def test_a_typo_gets_a_did_you_mean(typo, meant):
 
 
 def test_a_word_that_is_nothing_like_a_term_says_how_to_see_them_all():
+    from attnviz.api.stats import commands
     from attnviz.metrics import glossary
 
     error = one_line_error(run("explain", "zzzzqq"), 2)
-    assert "did you mean" not in error and f"lists all {len(glossary())}" in error
+    assert "did you mean" not in error and f"lists all {len(glossary()) + len(commands())}" in error
+
+
+def test_explain_reads_the_registry_of_analyses():
+    """Every command is explained (its summary and its options, from attnviz.analyses); a command that is also a
+    term (rollout) gives both."""
+    import dataclasses
+
+    from attnviz import analyses
+
+    every = json.loads(run("explain", "--json").stdout)
+    explained = {e["term"]: e["definition"] for e in every if e["other"] == "command"}
+    assert list(explained) == list(analyses.available())
+    for name, definition in explained.items():
+        analysis = analyses.get(name)
+        assert definition.startswith(analysis.summary)
+        assert all("--" + f.name.replace("_", "-") in definition for f in dataclasses.fields(analysis.options))
+    assert [e["other"] for e in json.loads(run("explain", "rollout", "--json").stdout)] == ["", "command"]
+    assert "did you mean 'heatmap'" in one_line_error(run("explain", "heatmp"), 2)
