@@ -67,6 +67,17 @@ class Analysis:
     compute: Callable[[Any, Any], Any]
     summary: str
     reads: str = "run"  # compute's first argument: a Run; a Model (the weights alone); "nothing" (explain: None)
+    intervenes: bool = False  # runs the model itself (an intervention, other inputs): passes beyond the run's
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """What compute must be given beside its subject and options, in order (token; corrupt, answers; audio;
+        *others: any number)."""
+        import inspect
+
+        params = list(inspect.signature(self.compute).parameters.values())[2:]
+        return tuple(("*" if p.kind is p.VAR_POSITIONAL else "") + p.name for p in params
+                     if p.kind is p.VAR_POSITIONAL or p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty)
 
     def __call__(self, subject: Any, *inputs: Any, **options: Any) -> Any:
         """The analysis of `subject` (a Run, or a Model where `reads` is "model") with these options (the others
@@ -78,14 +89,16 @@ class Analysis:
 _REGISTRY: dict[str, Analysis] = {}
 
 
-def register(name: str, options: type, summary: str, reads: str = "run") -> Callable[[Callable], Callable]:
+def register(name: str, options: type, summary: str, reads: str = "run",
+             intervenes: bool = False) -> Callable[[Callable], Callable]:
     """Decorator of an analysis module's compute(run, options) (or compute(model, options) where `reads` is
-    "model"): registers it under the command's `name`."""
+    "model"): registers it under the command's `name`. `intervenes`: it runs the model itself (erasure, ablation,
+    patching, another input) rather than reading the run's pass."""
     if name not in MODULES:
         raise ValueError(f"{name!r} is not in attnviz.analyses.MODULES")
 
     def decorate(compute: Callable) -> Callable:
-        _REGISTRY[name] = Analysis(name, options, compute, summary, reads)
+        _REGISTRY[name] = Analysis(name, options, compute, summary, reads, intervenes)
         return compute
 
     return decorate

@@ -28,7 +28,7 @@ class Options:
                                   "-1 the last, or the token's text).", metavar="TOKEN")
 
 
-@register("ablate", Options, SUMMARY)
+@register("ablate", Options, SUMMARY, intervenes=True)
 def compute(run: Any, options: Options) -> Ablation:
     """(mean_over, the texts of mode "mean"'s average, is an input: Run.ablate takes it beside the options.)"""
     from attnviz.api.ablation.removing import ablate

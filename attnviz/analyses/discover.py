@@ -33,7 +33,7 @@ class Options:
                       maximum=1000, metavar="K")
 
 
-@register("discover", Options, SUMMARY)
+@register("discover", Options, SUMMARY, intervenes=True)
 def compute(run: Any, options: Options, corrupt: str, answers: Sequence[str]) -> Discovery:
     from attnviz.api.patching.discovery import discover
 

@@ -43,7 +43,7 @@ class Options:
                           maximum=4096, metavar="N")
 
 
-@register("faithfulness", Options, SUMMARY)
+@register("faithfulness", Options, SUMMARY, intervenes=True)
 def compute(run: Any, options: Options) -> Any:
     """A Faithfulness of the run's text."""
     from attnviz.api.attribution.faithfulness import faithfulness

@@ -28,7 +28,7 @@ class Options:
                                  "numbers).", negative="--loop")
 
 
-@register("importance", Options, SUMMARY)
+@register("importance", Options, SUMMARY, intervenes=True)
 def compute(run: Any, options: Options) -> Importance:
     from attnviz.api.ablation.ranking import importance
 

@@ -32,7 +32,7 @@ class Options:
                                     "run.")
 
 
-@register("massive", Options, SUMMARY)
+@register("massive", Options, SUMMARY, intervenes=True)
 def compute(run: Any, options: Options) -> MassiveActivations:
     from attnviz.api.mechanisms.massive import massive
 

@@ -48,7 +48,7 @@ class Options:
                                   "scatter.")
 
 
-@register("patch", Options, SUMMARY)
+@register("patch", Options, SUMMARY, intervenes=True)
 def compute(run: Any, options: Options, corrupt: str) -> Any:
     """A Patching (a PathPatching with senders)."""
     from attnviz.api.patching.activation import patch

@@ -21,7 +21,7 @@ class Options:
     layer: int = option(-1, "One layer: an index (-1 is the last).", shared="OneLayer")
 
 
-@register("positions", Options, SUMMARY)
+@register("positions", Options, SUMMARY, intervenes=True)
 def compute(run: Any, options: Options) -> Any:
     """A Positions (of a text) or GridPositions (of a picture)."""
     from attnviz.api.scratch.positions import positions

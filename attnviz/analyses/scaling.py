@@ -22,7 +22,7 @@ class Options:
                                         "4,096, at most 8), beside the model's own.", shared="DkOpt")
 
 
-@register("scaling", Options, SUMMARY)
+@register("scaling", Options, SUMMARY, intervenes=True)
 def compute(run: Any, options: Options) -> Scaling:
     from attnviz.api.scratch.scaling import scaling
 

@@ -24,7 +24,7 @@ class Options:
                                      "occurrence (the#2).", shared="TokenOpt")
 
 
-@register("steps", Options, SUMMARY)
+@register("steps", Options, SUMMARY, intervenes=True)
 def compute(run: Any, options: Options) -> Steps:
     from attnviz.api.scratch.steps import steps
 

@@ -23,7 +23,7 @@ class Options:
                                 "attention block's own output.")
 
 
-@register("verify", Options, SUMMARY)
+@register("verify", Options, SUMMARY, intervenes=True)
 def compute(run: Any, options: Options) -> Verification:
     from attnviz.api.scratch.verify import verify
 

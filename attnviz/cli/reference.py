@@ -65,18 +65,11 @@ def markdown() -> str:
 
 def _python(name: str) -> str:
     """How Python asks the analysis `name`, from the registry: a run's method, a model's, or a function."""
-    import inspect
-
     from attnviz import analyses
 
     analysis = analyses.get(name)
     method = name.replace("-", "_")
-    inputs = []
-    for param in list(inspect.signature(analysis.compute).parameters.values())[2:]:
-        if param.kind is param.VAR_POSITIONAL:
-            inputs.append(f"*{param.name}")
-        elif param.kind is param.POSITIONAL_OR_KEYWORD and param.default is param.empty:
-            inputs.append(param.name)
+    inputs = analysis.inputs
     if name == "capture":  # the run's capture itself, a property
         return "`run.capture`"
     called = f"{method}({', '.join(inputs)})"

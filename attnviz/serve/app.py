@@ -8,6 +8,8 @@ attnviz.contributions, attnviz.ablate — and the interactive page of each captu
     GET  /view/{id}         that capture's interactive page (the last few are kept)
     POST /api/steps         one head step by step (JSON); /api/steps.png: its picture
     POST /api/ablate        the text with heads removed against the clean model; /api/ablate.png: Δα drawn
+    GET  /api/analyses      the analyses of a text this server answers (from attnviz.analyses), with options
+    POST /api/analyses/{name}  one of them of a text, with its options: what run.<name>() gives, as its --json
     GET  /api/queue         where a request waits in line (its ticket), and how many wait
     GET  /openapi.json      the JSON API described (FastAPI's own; no page that loads script from elsewhere)
 
@@ -91,6 +93,32 @@ class AblateRequest(BaseModel):
     text: str = Field(description="The text.")
     heads: str = Field(description="The heads to remove: LAYER.HEAD separated by commas, e.g. \"0.3,1.5\".")
     mode: str = Field("zero", description="zero, or mean (each head's mean output over the text).")
+
+
+class AnalysisRequest(BaseModel):
+    """One registered analysis of a text: what `attnviz NAME TEXT --json` prints, the options by their Python
+    names (GET /api/analyses lists them)."""
+
+    text: str = Field(description="The text.")
+    words: bool = Field(False, description="Attention between words instead of sub-word tokens.")
+    options: dict[str, Any] = Field({}, description="The analysis's options: {\"top\": 5}.")
+
+
+def served() -> tuple[str, ...]:
+    """The registered analyses this server answers: those a text's run answers from its own pass (no intervention,
+    nothing read beside the run, no file written), each of a kept run (Runs) — so a new analysis of that kind is a
+    route without a line here."""
+    import dataclasses
+    from pathlib import Path
+
+    from attnviz import analyses
+
+    def writes(analysis: Any) -> bool:
+        return any(f.name in ("out_dir", "output") or f.type in (Path, "Path", "Path | None")
+                   for f in dataclasses.fields(analysis.options))
+
+    return tuple(name for name in analyses.available()
+                 if (a := analyses.get(name)).reads == "run" and not a.intervenes and not a.inputs and not writes(a))
 
 
 class CaptureAnswer(BaseModel):
@@ -245,7 +273,57 @@ def make_app(model: Any, *, limits: Limits | None = None, command: str = "attnvi
         result = await line.run(line.new_ticket(), _ablate_work(model, request, limits))
         return Response(result.figure()._repr_png_(), media_type="image/png")
 
+    @app.get("/api/analyses")
+    async def registered() -> dict:
+        """The analyses of a text this server answers (POST /api/analyses/NAME), each with what it does and its
+        options: name, default, help (the command line's --the-name)."""
+        return {"analyses": [_described(name) for name in served()]}
+
+    @app.post("/api/analyses/{name}")
+    async def analysis(name: str, request: AnalysisRequest) -> Response:
+        """One analysis of the text, of its kept run (every analysis of one text reads one forward pass): the
+        result's to_dict(), what `attnviz NAME TEXT --json` prints."""
+        result = await line.run(line.new_ticket(), _analysis_work(name, model, request, limits, runs))
+        return Response(attnviz_json(result.to_dict()), media_type="application/json")
+
     return app
+
+
+def _described(name: str) -> dict:
+    import dataclasses
+
+    from attnviz import analyses
+    from attnviz.base.options import flag
+    from attnviz.base.records import plain
+
+    analysis = analyses.get(name)
+    return {"name": name, "summary": analysis.summary,
+            "options": [{"name": f.name, "default": plain(f.default), "help": flag(f).help}
+                        for f in dataclasses.fields(analysis.options)]}
+
+
+def _analysis_work(name: str, model, request: AnalysisRequest, limits: Limits, runs: Runs):
+    import dataclasses
+
+    from attnviz import analyses
+
+    if name not in served():
+        raise InputError(f"no analysis {name[:40]!r} here: GET /api/analyses lists {', '.join(served())}")
+    analysis = analyses.get(name)
+    if model.vision or model.speech or model.seq2seq:
+        raise InputError(f"the analyses routes read a text's run; {model.name} reads "
+                         f"{'a picture' if model.vision else 'a sound' if model.speech else 'a source and a target'}")
+    text = _check_text(request.text, limits, model)
+    known = [f.name for f in dataclasses.fields(analysis.options)]
+    unknown = [k for k in request.options if k not in known]
+    if unknown:
+        raise InputError(f"{name} has no option {unknown[0][:40]!r}; its options: {', '.join(known) or 'none'}")
+
+    def work():
+        _count_tokens(model, text, limits)
+        return analysis(runs.of(text, request.words), **request.options)
+
+    return work
 
 
 def _ablate_work(model, request: AblateRequest, limits: Limits):

@@ -155,3 +155,27 @@ def test_the_docs_command_table_is_the_registry():
     assert block is not None, "docs/commands.md lost its commands markers"
     assert block.group(1) == command_table()
     assert all(f"| `{name}` |" in block.group(1) for name in analyses.available())
+
+
+def test_an_analysis_that_does_not_intervene_reads_the_runs_one_pass(tiny_lm_dir, tmp_path):
+    """The registry's word that an analysis reads the run (intervenes=False) is what the model's own counter says:
+    each of them, asked of a run that has made its pass, leaves it at that one pass; every one declared to
+    intervene makes more."""
+    m = attnviz.load(tiny_lm_dir("gpt2"))
+    inputs = {"token": ("cat",), "compare": ()}
+    reading = [n for n in analyses.available() if analyses.get(n).reads == "run" and not analyses.get(n).intervenes]
+    assert {"heads", "contributions", "logit-attr", "export", "token"} <= set(reading)
+    for name in reading:
+        run_ = m.run("the cat sat on the mat")
+        assert run_.capture is not None and run_.passes == 1
+        options = {"out_dir": tmp_path / name, "workers": 1} if name == "export" else {}
+        analyses.get(name)(run_, *inputs.get(name, ()), **options)
+        assert run_.passes == 1, name
+    intervening = {"steps": {}, "verify": {}, "scaling": {}, "massive": {}, "importance": {},
+                   "ablate": {"heads": "0.0"}, "faithfulness": {"methods": ["attention"], "sanity": 0}}
+    assert set(intervening) <= {n for n in analyses.available() if analyses.get(n).intervenes}
+    for name, options in intervening.items():
+        run_ = m.run("the cat sat on the mat")
+        assert run_.capture is not None and run_.passes == 1
+        analyses.get(name)(run_, **options)
+        assert run_.passes > 1, name

@@ -129,13 +129,13 @@ def test_the_guide_gives_every_request_field_with_its_type_and_default():
     type and default, and nothing else."""
     from pathlib import Path
 
-    from attnviz.serve.app import AblateRequest, CaptureRequest, StepsRequest
+    from attnviz.serve.app import AblateRequest, AnalysisRequest, CaptureRequest, StepsRequest
 
     guide = (Path(__file__).parents[2] / "docs" / "guide" / "serve.md").read_text(encoding="utf-8")
-    documented = set(re.findall(r"^\| `(/api/\w+)` \| `(\w+)` \| ([\w ]+?) \| (\S+) \|", guide, re.M))
+    documented = set(re.findall(r"^\| `(/api/[\w/{}]+)` \| `(\w+)` \| ([\w ]+?) \| (\S+) \|", guide, re.M))
     served = set()
     for route, model in {"/api/capture": CaptureRequest, "/api/steps": StepsRequest,
-                         "/api/ablate": AblateRequest}.items():
+                         "/api/ablate": AblateRequest, "/api/analyses/{name}": AnalysisRequest}.items():
         schema = model.model_json_schema()
         for name, prop in schema["properties"].items():
             default = "required" if name in schema.get("required", ()) else json.dumps(prop.get("default"))
@@ -183,6 +183,50 @@ def test_every_view_of_a_text_reads_one_run(tiny_model_dir):
         for text in ("a dog ran home", "the mat was red", SENTENCE):  # SENTENCE's run was dropped: run again
             assert client.post("/api/capture", json={"text": text}).status_code == 200
         assert calls[0] == 3
+    finally:
+        handle.remove()
+
+
+def test_the_analyses_routes_are_the_registry_of_one_run(tiny_model_dir):
+    """GET /api/analyses lists what the registry says a text's run answers from its pass (no intervention, no
+    other input, no file written), with each option's name, default and help; POST /api/analyses/NAME gives what
+    run.NAME(**options) gives, all of them of one forward pass (a hook counts the model's calls)."""
+    import dataclasses
+
+    from attnviz import analyses
+    from attnviz.base.records import to_json
+
+    model = attnviz.load_model(tiny_model_dir("gpt2"), device="cpu")
+    calls = [0]
+    handle = model.model.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    try:
+        client = client_for(model)[0]
+        listed = client.get("/api/analyses").json()["analyses"]
+        names = [a["name"] for a in listed]
+        assert {"heads", "entropy", "rollout", "norms", "sinks", "contributions", "logit-attr"} <= set(names)
+        assert not {"faithfulness", "patch", "export", "token", "corpus", "circuits"} & set(names)
+        heads = next(a for a in listed if a["name"] == "heads")
+        fields = dataclasses.fields(analyses.get("heads").options)
+        assert [o["name"] for o in heads["options"]] == [f.name for f in fields]
+        asked = {"heads": {"sort": "entropy", "top": 3}, "rollout": {}, "sinks": {"threshold": 0.2}, "norms": {},
+                 "entropy": {}, "contributions": {}, "logit-attr": {"top": 2}}
+        answers = {}
+        for name, options in asked.items():
+            answer = client.post(f"/api/analyses/{name}", json={"text": SENTENCE, "options": options})
+            assert answer.status_code == 200, (name, answer.text)
+            answers[name] = answer.json()
+        assert calls[0] == 1  # seven analyses, one forward pass
+        run = attnviz.load(model).run(SENTENCE)
+        for name, options in asked.items():
+            expected = json.loads(to_json(analyses.get(name)(run, **options).to_dict()))
+            assert answers[name] == expected, name
+        refused = client.post("/api/analyses/heads", json={"text": SENTENCE, "options": {"no_such": 1}})
+        assert refused.status_code == 422 and "no option 'no_such'" in refused.json()["error"]
+        refused = client.post("/api/analyses/faithfulness", json={"text": SENTENCE})
+        assert refused.status_code == 422 and "GET /api/analyses lists" in refused.json()["error"]
+        refused = client.post("/api/analyses/heads", json={"text": SENTENCE, "options": {"top": "many"}})
+        assert refused.status_code == 422 and "top" in refused.json()["error"]
+        still_serving(client)
     finally:
         handle.remove()
 
