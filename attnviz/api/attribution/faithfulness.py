@@ -156,14 +156,14 @@ def faithfulness(text: str | Sequence[str], *, model: Any = None, tokenizer: Any
 def _on_ray(texts: list[str], model: Any, options: dict, *, device: str, dtype: str, address: str | None,
             workers: int, reporter: Reporter) -> FaithfulnessCorpus:
     """The corpus on Ray: the texts measured by actors that load their own copies of the model."""
-    from attnviz.api.attribution.faithfulness_ray import measure_on_ray
+    from attnviz.engine.corpora.ray import measure_each
     from attnviz.api.models import ModelSpec
 
     if model is not None and not isinstance(model, (str, ModelSpec)):
         raise UsageError(f"{arg('engine', 'ray')} loads the model in each worker: give its name (or an "
                          f"attnviz.ModelSpec), not a loaded model", "model")
     spec = model if isinstance(model, ModelSpec) else ModelSpec(model, None, device, dtype)
-    measured, skipped = measure_on_ray(texts, spec.as_kwargs(), options, measure_one, address=address,
+    measured, skipped = measure_each(texts, spec.as_kwargs(), options, measure_one, address=address,
                                        workers=workers, reporter=reporter)
     if not measured:
         raise InputError(f"none of the {len(texts):,} texts could be measured (the first: "

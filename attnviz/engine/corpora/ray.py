@@ -3,6 +3,9 @@ path it reads, e.g. s3://), split into numbered lines by the same reader as the 
 `map_batches` by a pool of actors that each load the model once; every batch comes back as a partial
 CorpusState (JSON), merged on the driver with the same merge code as `attnviz corpus merge`.
 
+The same actors serve any analysis that measures a corpus text by text (`measure_each`: faithfulness --corpus
+--engine ray), each text's summary coming back as JSON to be gathered on the driver as the local run gathers it.
+
 Ray is imported only here, and only when this engine is asked for (extra: pip install "attnviz[ray]").
 """
 
@@ -10,7 +13,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from urllib.parse import urlsplit
 import contextlib
 import os
@@ -209,3 +212,59 @@ def run_ray(paths: Sequence[str], spec: ModelSpec, *, fmt: str | None, field: st
     state.partial = bool(stopped)
     return state, stopped
 
+
+# --- any analysis, text by text: the actors load the model once and measure each text they are given -----
+
+
+class TextWorker:
+    """A Ray actor: loads the model once, then measures each text of a batch with `measure(loaded, number, text,
+    options)` (a JSON-able summary, or (number, why not))."""
+
+    def __init__(self, model_options: dict, options: dict, measure: Callable) -> None:
+        self.loaded = load(**model_options, lm_head="auto")
+        self.loaded.model.eval()
+        self.options = options
+        self.measure = measure  # the analysis's own (handed in: the engine imports no analysis)
+
+    def __call__(self, batch: dict) -> dict:
+        return {"result": [json.dumps({"number": int(n), "found": self.measure(self.loaded, int(n), str(t),
+                                                                                 self.options)})
+                           for n, t in zip(batch["number"], batch["text"])]}
+
+
+def measure_each(texts: list[str], model_options: dict, options: dict, measure: Callable, *, address: str | None,
+                   workers: int, reporter: Reporter) -> tuple[list[dict], list[tuple[int, str]]]:
+    """Every text measured by `workers` actors that each load the model once (`model_options`, as
+    attnviz.engine.models.load takes them): (the summaries in the texts' order, the skipped ones). The engine of
+    every analysis that measures a corpus text by text on Ray (faithfulness --corpus --engine ray)."""
+    if address is not None:
+        check_address(address)
+    ray = _ray()
+    started_here = not ray.is_initialized()
+    found: dict[int, object] = {}
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(reporter.status(f"Measuring {len(texts):,} texts on Ray ({workers} workers)…"))
+        try:
+            start_ray(ray, address, workers)
+            data = ray.data.from_items([{"number": n, "text": t} for n, t in enumerate(texts, 1)],
+                                       override_num_blocks=max(1, min(len(texts), workers * 4)))
+            pool = ray.data.ActorPoolStrategy(size=workers, max_tasks_in_flight_per_actor=1)
+            gpus = 1 if model_options.get("device") == "cuda" else 0
+            results = data.map_batches(TextWorker, fn_constructor_kwargs=dict(model_options=model_options,
+                                                                                      options=options,
+                                                                                      measure=measure),
+                                       batch_size=1, compute=pool, num_gpus=gpus, num_cpus=0 if gpus else 1,
+                                       max_restarts=0, batch_format="numpy")
+            for row in results.iter_rows():
+                value = json.loads(row["result"])
+                found[int(value["number"])] = value["found"]
+        except InputError:
+            raise
+        except Exception as exc:  # Ray wraps a worker's error in its own exception types
+            raise ray_failure(exc) from None
+        finally:
+            if started_here and ray.is_initialized():
+                ray.shutdown()
+    measured = [found[n] for n in sorted(found) if isinstance(found[n], dict)]
+    skipped = [(n, str(found[n][1])) for n in sorted(found) if isinstance(found[n], list)]  # type: ignore[index]
+    return measured, skipped  # type: ignore[return-value]
