@@ -68,6 +68,7 @@ class Analysis:
     summary: str
     reads: str = "run"  # compute's first argument: a Run; a Model (the weights alone); "nothing" (explain: None)
     intervenes: bool = False  # runs the model itself (an intervention, other inputs): passes beyond the run's
+    shows_alpha: bool = False  # a view of α itself (its result holds the weights: L·H·T² numbers at most)
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -89,16 +90,17 @@ class Analysis:
 _REGISTRY: dict[str, Analysis] = {}
 
 
-def register(name: str, options: type, summary: str, reads: str = "run",
-             intervenes: bool = False) -> Callable[[Callable], Callable]:
+def register(name: str, options: type, summary: str, reads: str = "run", intervenes: bool = False,
+             shows_alpha: bool = False) -> Callable[[Callable], Callable]:
     """Decorator of an analysis module's compute(run, options) (or compute(model, options) where `reads` is
     "model"): registers it under the command's `name`. `intervenes`: it runs the model itself (erasure, ablation,
-    patching, another input) rather than reading the run's pass."""
+    patching, another input) rather than reading the run's pass; `shows_alpha`: its result is a view of α itself
+    (heatmap, capture, …)."""
     if name not in MODULES:
         raise ValueError(f"{name!r} is not in attnviz.analyses.MODULES")
 
     def decorate(compute: Callable) -> Callable:
-        _REGISTRY[name] = Analysis(name, options, compute, summary, reads, intervenes)
+        _REGISTRY[name] = Analysis(name, options, compute, summary, reads, intervenes, shows_alpha)
         return compute
 
     return decorate

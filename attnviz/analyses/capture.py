@@ -19,7 +19,7 @@ class Options:
     norms: bool = option(False, "Save value-weighted norms ‖α·f(x)‖ instead of α (meta quantity: norm).")
 
 
-@register("capture", Options, SUMMARY)
+@register("capture", Options, SUMMARY, shows_alpha=True)
 def compute(run: Any, options: Options) -> Any:
     """The run's Capture (of an encoder-decoder model, its Parts); with norms, the capture of ‖α·f(x)‖ shares."""
     if options.norms:

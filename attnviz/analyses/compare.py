@@ -27,7 +27,7 @@ class Options(Look):
     part: str | None = option(None, "", shared="PartOpt")
 
 
-@register("compare", Options, SUMMARY)
+@register("compare", Options, SUMMARY, shows_alpha=True)
 def compute(run: Any, options: Options, *others: Any) -> Comparison:
     """The run's layers; with another run (or capture) beside it, the same layers of both."""
     from attnviz.api.views import compare

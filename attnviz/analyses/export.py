@@ -34,7 +34,7 @@ class Options(Look):
     part: str | None = option(None, "", shared="AllPartsOpt")
 
 
-@register("export", Options, SUMMARY)
+@register("export", Options, SUMMARY, shows_alpha=True)
 def compute(run: Any, options: Options) -> Gallery:
     from attnviz.api.gallery import export
 

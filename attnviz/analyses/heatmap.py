@@ -32,7 +32,7 @@ class Options(Look):
     part: str | None = option(None, "", shared="PartOpt")
 
 
-@register("heatmap", Options, SUMMARY)
+@register("heatmap", Options, SUMMARY, shows_alpha=True)
 def compute(run: Any, options: Options) -> Heatmap:
     from attnviz.api.views import heatmap
 

@@ -24,7 +24,7 @@ class Options(Look):
     part: str | None = option(None, "", shared="SelfPartOpt")
 
 
-@register("token", Options, SUMMARY)
+@register("token", Options, SUMMARY, shows_alpha=True)
 def compute(run: Any, options: Options, token: str | int) -> TokenAttention:
     from attnviz.api.views import token as token_view
 

@@ -24,7 +24,7 @@ class Options:
                                     "else 8).", metavar="BITS", choices=("auto", "16", "8"))
 
 
-@register("view", Options, SUMMARY)
+@register("view", Options, SUMMARY, shows_alpha=True)
 def compute(run: Any, options: Options) -> View:
     from attnviz.api.views import view
 

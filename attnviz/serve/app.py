@@ -105,20 +105,19 @@ class AnalysisRequest(BaseModel):
 
 
 def served() -> tuple[str, ...]:
-    """The registered analyses this server answers: those a text's run answers from its own pass (no intervention,
-    nothing read beside the run, no file written), each of a kept run (Runs) — so a new analysis of that kind is a
-    route without a line here."""
+    """The registered analyses this server answers: those a text's run answers from its own pass and that are not
+    α itself (/api/capture and /view serve that): no intervention, nothing read beside the run, no file written —
+    so a new analysis of that kind is a route without a line here."""
     import dataclasses
-    from pathlib import Path
 
     from attnviz import analyses
 
     def writes(analysis: Any) -> bool:
-        return any(f.name in ("out_dir", "output") or f.type in (Path, "Path", "Path | None")
-                   for f in dataclasses.fields(analysis.options))
+        return any(f.name in ("out_dir", "output") for f in dataclasses.fields(analysis.options))
 
     return tuple(name for name in analyses.available()
-                 if (a := analyses.get(name)).reads == "run" and not a.intervenes and not a.inputs and not writes(a))
+                 if (a := analyses.get(name)).reads == "run" and not a.intervenes and not a.shows_alpha
+                 and not a.inputs and not writes(a))
 
 
 class CaptureAnswer(BaseModel):
@@ -320,7 +319,10 @@ def _analysis_work(name: str, model, request: AnalysisRequest, limits: Limits, r
         raise InputError(f"{name} has no option {unknown[0][:40]!r}; its options: {', '.join(known) or 'none'}")
 
     def work():
-        _count_tokens(model, text, limits)
+        n = _count_tokens(model, text, limits)
+        if n is not None and n > limits.max_alpha_tokens:  # an answer holds up to L·T² numbers, as α does
+            raise InputError(f"the text is {n:,} tokens; the analyses are answered for texts of at most "
+                             f"{limits.max_alpha_tokens:,} (as α is in /api/capture: their answers grow as T²)")
         return analysis(runs.of(text, request.words), **request.options)
 
     return work
@@ -355,16 +357,17 @@ def _check_text(text: str | None, limits: Limits, model) -> str:
     return check_text(text)
 
 
-def _count_tokens(model, text: str, limits: Limits) -> None:
+def _count_tokens(model, text: str, limits: Limits) -> int | None:
     tokenizer = model.tokenizer
     if tokenizer is None:
-        return
+        return None
     try:
         n = len(tokenizer(text)["input_ids"])
     except Exception:  # the API says what is wrong with the text, in its own words
-        return
+        return None
     if n > limits.max_tokens:
         raise InputError(f"the text is {n:,} tokens; this server takes at most {limits.max_tokens:,}")
+    return n
 
 
 def _file(data: str | None, what: str, limits: Limits) -> bytes:

@@ -204,7 +204,7 @@ def test_the_analyses_routes_are_the_registry_of_one_run(tiny_model_dir):
         listed = client.get("/api/analyses").json()["analyses"]
         names = [a["name"] for a in listed]
         assert {"heads", "entropy", "rollout", "norms", "sinks", "contributions", "logit-attr"} <= set(names)
-        assert not {"faithfulness", "patch", "export", "token", "corpus", "circuits"} & set(names)
+        assert not {"faithfulness", "patch", "export", "token", "corpus", "circuits", "capture", "heatmap"} & set(names)
         heads = next(a for a in listed if a["name"] == "heads")
         fields = dataclasses.fields(analyses.get("heads").options)
         assert [o["name"] for o in heads["options"]] == [f.name for f in fields]
@@ -226,6 +226,9 @@ def test_the_analyses_routes_are_the_registry_of_one_run(tiny_model_dir):
         assert refused.status_code == 422 and "GET /api/analyses lists" in refused.json()["error"]
         refused = client.post("/api/analyses/heads", json={"text": SENTENCE, "options": {"top": "many"}})
         assert refused.status_code == 422 and "top" in refused.json()["error"]
+        long = " ".join(["the cat sat"] * 30)  # 92 tokens: the answers' bound is α's (Limits.max_alpha_tokens)
+        refused = client_for(model, max_alpha_tokens=64)[0].post("/api/analyses/rollout", json={"text": long})
+        assert refused.status_code == 422 and "at most 64" in refused.json()["error"]
         still_serving(client)
     finally:
         handle.remove()
