@@ -32,7 +32,7 @@ class Options:
     max_length: int | None = option(None, "Cut texts longer than this many tokens (counted in the summary). Default: "
                                           "the model's maximum.", minimum=2, metavar="TOKENS")
     out_dir: Path | None = option(None, "Write stats.json (mergeable), heads.csv/json, layers.csv and grid PNGs to "
-                                        "this folder.", names=("--output", "-o"))
+                                        "this folder.", names=("--output", "-o"), folder=True)
     force: bool = option(False, "Replace an earlier attnviz folder in --out-dir (never other files).")
     words: bool = option(False, "Statistics of attention between words instead of sub-word tokens (as --words gives "
                                 "for one text: to a word, the sum over its pieces; from a word, their mean).")

@@ -20,7 +20,8 @@ SUMMARY = ("Write every layer × head as a labelled image, a head-mean image per
 
 @dataclass(frozen=True)
 class Options(Look):
-    out_dir: Path = option(Path("attnviz_export"), "Folder to create.", names=("--output", "-o", "-d"))
+    out_dir: Path = option(Path("attnviz_export"), "Folder to create.", names=("--output", "-o", "-d"),
+                           folder=True)
     layer: Any = option("all", "Layers: an index (-1 is the last), a list 0,3,5, a range 0-2, or all.",
                         shared="LayerSel")
     head: Any = option("all", "Heads: an index, a list 0,5, a range 0-3, all, or mean / max over the layer's heads.",

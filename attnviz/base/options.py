@@ -46,6 +46,7 @@ class Flag:
     click_range: bool = False
     separated: str = ""  # "int", "float" or "str": a comma-separated list (of numbers, or names)
     envvar: str = ""  # an environment variable that gives the value when the flag is not given
+    folder: bool = False  # a path that must not be a file (a folder to write into)
     switches: dict[str, Any] = field(default_factory=dict)  # old yes-flags, hidden, each setting a value:
     # {"--noise": "noise"} for direction="noise"
 

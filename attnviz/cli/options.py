@@ -53,6 +53,8 @@ def _made(item: dataclasses.Field, hint: Any) -> tuple[Any, list[str], dict]:
         extra["metavar"] = flag_.metavar
     if flag_.envvar:
         extra["envvar"] = flag_.envvar
+    if flag_.folder:
+        extra["file_okay"] = False
     names = [spelled(item.name), *flag_.names]
     if kind is bool:
         if flag_.negative:

@@ -121,3 +121,13 @@ def test_model_serve_hands_its_options_to_the_server(tiny_model_dir, monkeypatch
     with pytest.raises(UsageError, match="token"):
         m.serve(port=0, token="short")
     assert not seen
+
+
+@pytest.mark.parametrize("command", [["export", TEXT], ["corpus", "-"]])
+def test_a_file_where_a_folder_goes_is_a_usage_error(command, tmp_path):
+    """--out-dir of export and corpus: an existing file is refused by the option itself (exit 2), before anything
+    runs, and left as it was."""
+    target = tmp_path / "a-file"
+    target.write_text("mine", encoding="utf-8")
+    line = one_line_error(run(*command, "-o", str(target), input="the cat\n"), 2)
+    assert "is a file" in line and target.read_text(encoding="utf-8") == "mine"
