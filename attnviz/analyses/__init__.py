@@ -34,6 +34,7 @@ MODULES: dict[str, str] = {
     "sinks": "attnviz.analyses.sinks",
     "contributions": "attnviz.analyses.contributions",
     "logit-attr": "attnviz.analyses.logit_attr",
+    "lens": "attnviz.analyses.lens",
     "faithfulness": "attnviz.analyses.faithfulness",
     "ablate": "attnviz.analyses.ablate",
     "importance": "attnviz.analyses.importance",

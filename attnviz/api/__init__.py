@@ -38,6 +38,7 @@ PUBLIC: dict[str, tuple[str, ...]] = {
     "attnviz.api.values": ("norms", "Norms", "sinks", "Sinks", "sink_rate", "SinkRate"),
     "attnviz.api.attribution.contributions": ("contributions", "Contributions"),
     "attnviz.api.attribution.logits": ("logit_attr", "LogitAttribution", "HeadEffect", "LOGIT_TOLERANCE"),
+    "attnviz.api.attribution.lens": ("lens", "Lens", "LENS_TOLERANCE"),
     "attnviz.api.attribution.faithfulness": ("faithfulness", "Faithfulness", "FaithfulnessCorpus",
                                              "MethodFaithfulness", "RandomBaseline", "FAITHFULNESS_METHODS"),
     "attnviz.api.ablation.removing": ("ablate", "Ablation", "MAX_MEAN_TEXTS"),

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from attnviz.api.ablation.removing import Ablation
     from attnviz.api.attribution.contributions import Contributions
     from attnviz.api.attribution.faithfulness import Faithfulness
+    from attnviz.api.attribution.lens import Lens
     from attnviz.api.attribution.logits import LogitAttribution
     from attnviz.api.mechanisms.massive import MassiveActivations
     from attnviz.api.patching.discovery import Discovery
@@ -323,6 +324,11 @@ class Run:
         """attnviz.logit_attr of this run (target, position, top): the parts from the run's pass; a decoder loaded
         without its output layer gets it now, onto the same blocks."""
         return analyses.get("logit-attr")(self, **options)
+
+    def lens(self, **options: Any) -> Lens:
+        """attnviz.lens of this run (target, positions, top): every layer's stream from the run's pass, read
+        through the final norm and the unembedding."""
+        return analyses.get("lens")(self, **options)
 
     def heatmap(self, **options: Any) -> Heatmap:
         """attnviz.heatmap of this run's α (layer, head, rows, cols, cell, hide_special, values, scale, norm, vmax,

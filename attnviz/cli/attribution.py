@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 import attnviz.analyses.contributions as CONTRIBUTIONS_ANALYSIS
+import attnviz.analyses.lens as LENS
 import attnviz.analyses.logit_attr as LOGIT_ATTR
 from attnviz.base.options import as_keywords
 from attnviz.cli.errors import cli_errors
@@ -32,6 +33,21 @@ def logit_attr(output: ImageOut = None, as_json: JsonOpt = False, as_csv: CsvOpt
     given = inp.resolve()
     result = attnviz.logit_attr(given, model=model.later_for(given), **as_keywords(options), truncate=model.truncate,
                                 reporter=inp.options()["reporter"])
+    emit(result, as_json=as_json, as_csv=as_csv, files=[figure_file(output, result)])
+
+
+@app.command(help=LENS.SUMMARY)
+@cli_errors
+@takes(model=ModelOptions, inp=Source.taking("text"), options=LENS.Options)
+def lens(output: ImageOut = None, as_json: JsonOpt = False, as_csv: CsvOpt = False,
+         *, model: ModelOptions, inp: Source, options: LENS.Options) -> None:
+    import attnviz
+    from attnviz.render.png import FORMATS
+
+    check_output(output, FORMATS)
+    given = inp.resolve()
+    result = attnviz.lens(given, model=model.later_for(given), **as_keywords(options), truncate=model.truncate,
+                          reporter=inp.options()["reporter"])
     emit(result, as_json=as_json, as_csv=as_csv, files=[figure_file(output, result)])
 
 

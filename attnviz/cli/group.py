@@ -39,6 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sinks": ("values", "Attention sinks: tokens that soak up attention, and whether they move anything."),
     "contributions": ("attribution", "What each token contributes to each token's output (ALTI, value zeroing)."),
     "logit-attr": ("attribution", "Which heads write the predicted token: the logit split by head."),
+    "lens": ("attribution", "What each layer predicts: the logit lens, layer by layer."),
     "faithfulness": ("faithfulness", "Which explanation to trust: every attribution erased, compared, randomised."),
     "ablate": ("ablation", "Remove heads: what changes in predictions, embeddings, later α."),
     "importance": ("ablation", "Every head removed alone, ranked, beside its gradient estimate."),

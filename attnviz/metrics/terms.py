@@ -161,6 +161,12 @@ TERMS: dict[str, str] = {
                   "below it; a head's effect is kept whole, spread over the input tokens. In a causal model the "
                   "trace drifts toward the first tokens as layers add up (each token keeps only part of itself "
                   "per layer), so read it beside 'through', the tokens the head reads directly.",
+    "logit lens": "in attnviz lens (nostalgebraist 2020): each layer's residual stream read as if it were the last, "
+                  "through the model's own final norm and unembedding, so that every layer says what it would "
+                  "predict next. Early layers often predict the input token or filler; the answer rises in the "
+                  "last third. The last row is the model's own output. It reads the stream the model never reads "
+                  "this way, so an early row is a view, not what the layer 'thinks' (a tuned lens, trained per "
+                  "layer, reads earlier layers better).",
     "α on special": "in attnviz contributions: the mean share of attention (the mean over the layer's heads) on "
                     "special tokens ([CLS], [SEP], …).",
     "contribution on special": "in attnviz contributions: the mean share of contribution that special tokens have "
@@ -363,6 +369,7 @@ TERM_ALIASES = {"entropy tokens": "entropy_tokens", "token-weighted": "tok-w", "
                 "mean |Δ|": "|Δ|", "max |Δ|": "|Δ|", "attends most to (weight)": "attends most to",
                 "by α": "by α", "score": "sink score", "window": "sliding window", "sliding": "sliding window",
                 "local attention": "sliding window", "alti-logit": "ALTI-Logit", "alti logit": "ALTI-Logit",
+                "logit-lens": "logit lens", "logitlens": "logit lens",
                 "patching": "activation patching", "patch": "activation patching",
                 "atp": "attribution patching", "atp*": "attribution patching", "graddrop": "attribution patching",
                 "qk fix": "attribution patching", "eap": "edge attribution patching",
