@@ -22,7 +22,9 @@ def lens_figure(tokens: np.ndarray, p: np.ndarray, streams: Sequence[str], posit
         size = 8 if P <= 8 else 6
         for s in range(S):
             for i in range(P):
-                main.text(i, s, str(tokens[s, i])[:12], ha="center", va="center", fontsize=size,
+                shown = str(tokens[s, i])
+                shown = repr(shown[:12] + ("…" if len(shown) > 12 else ""))  # quoted: ' Paris' is not 'Paris'
+                main.text(i, s, shown, ha="center", va="center", fontsize=size,
                           color="black" if p[s, i] > 0.6 else "white")
     main.set_yticks(range(S), list(streams), fontsize=7)
     main.set_xticks(range(P), list(positions), rotation=45 if P > 4 else 0, ha="right" if P > 4 else "center",
