@@ -21,11 +21,14 @@ SUMMARY = ("One token in every layer and head: what it attends to (its row of α
 class Options(Look):
     layer: Any = option("all", "Layers: an index (-1 is the last), a list 0,3,5, a range 0-2, or all.",
                         shared="LayerSel")
+    tokens: Any = option(None, "Several tokens at once, instead of TOKEN: indices, ranges or texts, comma-separated "
+                               "(2,3 · 2-4 · cat,sat#2): their rows and columns summed (--json: summed and averaged).",
+                         metavar="TOKENS")
     part: str | None = option(None, "", shared="SelfPartOpt")
 
 
 @register("token", Options, SUMMARY, shows_alpha=True)
-def compute(run: Any, options: Options, token: str | int) -> TokenAttention:
+def compute(run: Any, options: Options, token: str | int | None = None) -> TokenAttention:
     from attnviz.api.views import token as token_view
 
     return token_view(run.capture, token, **as_keywords(options))

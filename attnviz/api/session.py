@@ -335,8 +335,8 @@ class Run:
         part)."""
         return analyses.get("heatmap")(self, **options)
 
-    def token(self, token: str | int, **options: Any) -> TokenAttention:
-        """attnviz.token of this run's α (layer, part, scale, norm, vmax)."""
+    def token(self, token: str | int | None = None, **options: Any) -> TokenAttention:
+        """attnviz.token of this run's α (layer, tokens, part, scale, norm, vmax)."""
         return analyses.get("token")(self, token, **options)
 
     def view(self, **options: Any) -> View:

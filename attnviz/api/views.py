@@ -17,6 +17,7 @@ from attnviz.base.text import visible
 from attnviz.data.capture import Capture
 from attnviz.data.parts import heard, Parts
 from attnviz.errors import CaptureMismatchError, InputError, SelectionError, UsageError, arg
+from attnviz.panels.one_token import group_rows
 from attnviz.panels import (Page, Panel, ScaleChoice, apply_scale, attention_panels, coarsen, heatmap_page,
                             image_page, pool_columns, short_model, text_subtitle, token_links, token_page,
                             window_page)
@@ -149,7 +150,8 @@ def heatmap(source: Any, *, layer: Any = -1, head: Any = "mean", rows: Any = Non
 @dataclass(frozen=True)
 class TokenAttention(Result):
     """One token in every layer and head: what it attends to (its row of α) and which tokens attend to it (its
-    column); `links` the heads in which it singles out another token."""
+    column); `links` the heads in which it singles out another token. Of several tokens (`group`): their rows
+    and their columns summed, and averaged (`to_dict`)."""
 
     command: ClassVar[str] = "token"
     capture: Capture
@@ -157,33 +159,47 @@ class TokenAttention(Result):
     layers: tuple[int, ...]
     links: tuple[dict, ...]
     scale: ScaleChoice | None = None
+    group: tuple[int, ...] = ()  # several tokens at once (attnviz token --tokens): their rows and columns summed
 
     @property
     def figure_name(self) -> str:
         return f"{self.page().name}.png"
 
+    @property
+    def chosen(self) -> tuple[int, ...]:
+        return self.group or (self.token,)
+
     def to_dict(self) -> dict:
         """What `attnviz token --json` prints."""
         c, i, layers = self.capture, self.token, list(self.layers)
-        return {"model": c.model, "tokens": list(c.tokens), "token": i, "layers": layers,
-                "attends_to": c.attentions[layers, :, i, :], "attended_by": c.attentions[layers, :, :, i],
-                "strongest_links": list(self.links)}
+        if not self.group:
+            return {"model": c.model, "tokens": list(c.tokens), "token": i, "layers": layers,
+                    "attends_to": c.attentions[layers, :, i, :], "attended_by": c.attentions[layers, :, :, i],
+                    "strongest_links": list(self.links)}
+        rows, columns = group_rows(c, layers, self.group)
+        n = len(self.group)
+        return {"model": c.model, "tokens": list(c.tokens), "group": list(self.group), "layers": layers,
+                "attends_to_sum": rows, "attends_to_mean": rows / n, "attended_by_sum": columns,
+                "attended_by_mean": columns / n}
 
     def to_rows(self) -> list[dict]:
-        """One row per layer, head and other token: the token's weight on it, and its weight on the token."""
-        c, i = self.capture, self.token
+        """One row per layer, head and other token: the token's weight on it, and its weight on the token (of
+        several tokens: their sums)."""
+        c = self.capture
+        rows, columns = group_rows(c, list(self.layers), self.chosen)
         return [{"layer": n, "head": h, "other": j, "other_token": c.tokens[j],
-                 "attends_to": float(c.attentions[n, h, i, j]), "attended_by": float(c.attentions[n, h, j, i])}
-                for n in self.layers for h in range(c.n_heads) for j in range(c.n_tokens)]
+                 "attends_to": float(rows[k, h, j]), "attended_by": float(columns[k, h, j])}
+                for k, n in enumerate(self.layers) for h in range(c.n_heads) for j in range(c.n_tokens)]
 
     def report(self, *, width: int = 100, color: bool = False, cmap: str = "viridis", **style: Any) -> list:
         from attnviz.render.terminal import token_renderable
 
-        return [token_renderable(self.capture, self.token, list(self.layers), list(self.links), width=width,
-                                 color=color, cmap=cmap)]
+        return [token_renderable(self.capture, list(self.chosen) if self.group else self.token, list(self.layers),
+                                 list(self.links), width=width, color=color, cmap=cmap)]
 
     def page(self) -> Page:
-        return token_page(self.capture, self.token, list(self.layers), self.scale)
+        return token_page(self.capture, list(self.chosen) if self.group else self.token, list(self.layers),
+                          self.scale)
 
     def figure(self, *, cmap: str = "viridis", ax=None):
         """Per layer, the token's row and column of α, heads × tokens."""
@@ -193,13 +209,20 @@ class TokenAttention(Result):
 
 
 @checked
-def token(source: Any, token: str | int, *, layer: Any = "all", part: str | None = None, scale: str = "shared",
-          norm: str = "auto", vmax: float | None = None, **capture_options: Any) -> TokenAttention:
+def token(source: Any, token: str | int | None = None, *, tokens: Any = None, layer: Any = "all",
+          part: str | None = None, scale: str = "shared", norm: str = "auto", vmax: float | None = None,
+          **capture_options: Any) -> TokenAttention:
     """One token of `source` (its index, its text, or text#n for the n-th occurrence) through every layer
     (`layer`) and head: what it attends to, who attends to it, and the heads that link it most strongly to
-    another token. Self-attention only (of an encoder-decoder model: the encoder's, or `part`)."""
+    another token. Or several at once, `tokens` (indices, ranges "2-4", texts, or a list of them: "2,3",
+    "cat,sat", [2, 3]): their rows and columns summed (and averaged in to_dict). Self-attention only (of an
+    encoder-decoder model: the encoder's, or `part`)."""
+    if (token is None) == (tokens is None):
+        raise UsageError(f"give one token, or several as {arg('tokens')}, one of them", "tokens")
     layers_sel = selection(layer, "layer", field="layer")
     choice = scale_choice(scale, norm, vmax)
+    if tokens is not None:
+        specs = _token_specs(tokens)
     capture = one_attention(source, part=part, default_part="encoder", **capture_options)
     if not capture.square:
         raise SelectionError(f"token follows one token through self-attention; for what a target token attends "
@@ -208,9 +231,54 @@ def token(source: Any, token: str | int, *, layer: Any = "all", part: str | None
     if capture.pooled:
         raise InputError(f"token needs each token's own row of α, and this long input was streamed and pooled; "
                          f"for one token of a long input draw its row ({arg('rows')} N:N+1)")
+    layers = tuple(layers_sel.indices(capture.n_layers))
+    if tokens is not None:
+        group = _token_group(capture.tokens, specs)
+        return TokenAttention(capture, group[0], layers, (), choice, group=group)
     i = find_token(capture.tokens, str(token), field="token_argument")
-    return TokenAttention(capture, i, tuple(layers_sel.indices(capture.n_layers)), tuple(token_links(capture, i)),
-                          choice)
+    return TokenAttention(capture, i, layers, tuple(token_links(capture, i)), choice)
+
+
+MAX_TOKEN_SPECS = 256
+
+
+def _token_specs(tokens: Any) -> list[str]:
+    """The parts of `tokens` as typed: "2,3", "2-4", "cat,sat#2", or a list of indices and texts."""
+    if isinstance(tokens, (list, tuple)):
+        parts = [str(t) for t in tokens]
+    elif isinstance(tokens, (int, str)) and not isinstance(tokens, bool):
+        parts = [p for p in str(tokens).split(",")]
+    else:
+        raise UsageError(f"{arg('tokens')} takes indices, ranges or texts (\"2,3\", \"2-4\", \"cat,sat\"), or a "
+                         f"list of them; got {type(tokens).__name__}", "tokens")
+    parts = [p.strip() for p in parts]
+    if not parts or any(not p for p in parts):
+        raise UsageError(f"{arg('tokens')} is empty or has an empty part: give indices, ranges or texts, e.g. 2,3",
+                         "tokens")
+    if len(parts) > MAX_TOKEN_SPECS:
+        raise UsageError(f"{arg('tokens')} names {len(parts):,} parts; at most {MAX_TOKEN_SPECS}", "tokens")
+    return parts
+
+
+def _token_group(tokens: Sequence[str], specs: Sequence[str]) -> tuple[int, ...]:
+    """The positions the specs name, in order, each once: a range a-b of indices, or one token as `token` takes
+    it (an index, its text, text#n)."""
+    import re
+
+    chosen: list[int] = []
+    T = len(tokens)
+    for spec in specs:
+        ranged = re.fullmatch(r"(-?\d+)-(-?\d+)", spec)
+        if ranged:
+            first, last = (find_token(tokens, part, field="tokens") for part in ranged.groups())
+            if last < first:
+                raise SelectionError(f"{arg('tokens')} {spec!r} is a reversed range: write {ranged.group(2)}-"
+                                     f"{ranged.group(1)}", "tokens")
+            chosen.extend(range(first, last + 1))
+        else:
+            chosen.append(find_token(tokens, spec, field="tokens"))
+    group = tuple(dict.fromkeys(j % T for j in chosen))
+    return group
 
 
 # --- compare ------------------------------------------------------------------------------------------------

@@ -61,12 +61,15 @@ def token(token: Annotated[Optional[str], typer.Argument(
 
     check_output(output, FORMATS)
     if token is None and (inp.source is not None or inp.audio is not None or inp.image is not None) \
-            and inp.text is not None:  # attnviz token --from F TOKEN (or --audio F, --image F)
+            and inp.text is not None and options.tokens is None:  # attnviz token --from F TOKEN (--audio F, …)
         from dataclasses import replace
 
         token, inp = inp.text, replace(inp, text=None)
-    if token is None:
-        raise typer.BadParameter("give the TOKEN to look at: attnviz token \"TEXT\" TOKEN, or --from FILE TOKEN")
+    if token is None and options.tokens is None:
+        raise typer.BadParameter("give the TOKEN to look at: attnviz token \"TEXT\" TOKEN, or --from FILE TOKEN "
+                                 "(or several: --tokens 2,3)")
+    if token is not None and options.tokens is not None:
+        raise typer.BadParameter("give one TOKEN, or several with --tokens, not both")
     given = inp.resolve()
     result = attnviz.token(given, token, model=model.later_for(given), **as_keywords(options), **inp.options(),
                            truncate=model.truncate)

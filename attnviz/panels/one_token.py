@@ -74,28 +74,62 @@ def generation_steps(capture: Capture, layer: int, head: HeadChoice = "mean", to
     return steps
 
 
-def token_page(capture: Capture, i: int, layers: Sequence[int], scale: ScaleChoice | None = None) -> Page:
-    """For each chosen layer, two panels of heads × tokens: the token's own row of α (what it attends to)
-    and its column (who attends to it)."""
-    labels = token_labels(capture)
-    name = labels[i]
-    heads = tuple(f"head {h}" for h in range(capture.n_heads))
+def group_name(labels: Sequence[str], group: Sequence[int]) -> str:
+    """How a group of tokens is named: 'cat' for one, 'cat' + 'sat' for several (the first few, then how many)."""
+    if len(group) == 1:
+        return labels[group[0]]
+    return " + ".join(repr(labels[j]) for j in group[:4]) + (f" + {len(group) - 4} more" if len(group) > 4 else "")
+
+
+def group_rows(capture: Capture, layers: Sequence[int], group: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(the group's rows of α summed (layers, H, T): what they attend to, its columns summed (layers, H, T): who
+    attends to them); one token's own row and column."""
+    at = list(group)
+    alpha = capture.attentions[list(layers)]
+    return alpha[:, :, at, :].sum(axis=2), alpha[:, :, :, at].sum(axis=3)
+
+
+def group_hidden(capture: Capture, group: Sequence[int]) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Where the group's summed row and column are masked: keys none of them may see, queries that see none."""
     future = capture.future_mask
+    if future is None:
+        return None, None
+    at = list(group)
+    return future[at].all(axis=0), future[:, at].all(axis=1)
+
+
+def token_page(capture: Capture, i: int | Sequence[int], layers: Sequence[int],
+               scale: ScaleChoice | None = None) -> Page:
+    """For each chosen layer, two panels of heads × tokens: the token's own row of α (what it attends to)
+    and its column (who attends to it); of several tokens, their rows and their columns summed."""
+    group = [i] if isinstance(i, int) else list(i)
+    labels = token_labels(capture)
+    name = group_name(labels, group)
+    quoted = repr(name) if len(group) == 1 else name  # several: each quoted already
+    heads = tuple(f"head {h}" for h in range(capture.n_heads))
+    rows, columns = group_rows(capture, layers, group)
+    hidden_row_of, hidden_column_of = group_hidden(capture, group)
+    summed = "" if len(group) == 1 else " (summed)"
     panels = []
-    for layer in layers:
-        row = capture.attentions[layer, :, i, :]  # (H, T)
-        column = capture.attentions[layer, :, :, i]  # (H, T)
-        hidden_row = None if future is None else np.broadcast_to(future[i], row.shape)
-        hidden_column = None if future is None else np.broadcast_to(future[:, i], column.shape)
+    for k, layer in enumerate(layers):
+        row, column = rows[k], columns[k]  # (H, T)
+        hidden_row = None if hidden_row_of is None else np.broadcast_to(hidden_row_of, row.shape)
+        hidden_column = None if hidden_column_of is None else np.broadcast_to(hidden_column_of, column.shape)
         common: dict[str, Any] = dict(rows=heads, cols=labels, scale=Scale(), layer=layer, row_axis="head",
                                       name="token", col_split=generated_split(capture))
         panels.append(Panel(matrix=row, hidden=hidden_row, title=(f"layer {layer}",),
-                            short=f"layer {layer}: what {name!r} attends to", col_axis="key (attended to)", **common))
+                            short=f"layer {layer}: what {quoted} attend{'s' if len(group) == 1 else ''} to{summed}",
+                            col_axis="key (attended to)", **common))
         panels.append(Panel(matrix=column, hidden=hidden_column, title=(f"layer {layer}",),
-                            short=f"layer {layer}: who attends to {name!r}", col_axis="query (attending)", **common))
+                            short=f"layer {layer}: who attends to {quoted}{summed}", col_axis="query (attending)",
+                            **common))
     panels = apply_scale(panels, scale)
-    title = f"{short_model(capture.model)} · token {i} {name!r} in every layer and head"
-    return Page(panels=tuple(panels), title=title, name=f"attnviz_token{i}", subtitle=text_subtitle(capture),
+    i = group[0]
+    what = f"token {i} {name!r}" if len(group) == 1 else f"tokens {', '.join(map(str, group[:8]))}" + \
+        (" …" if len(group) > 8 else "") + f" ({name})"
+    title = f"{short_model(capture.model)} · {what} in every layer and head"
+    stem = f"attnviz_token{i}" if len(group) == 1 else f"attnviz_tokens{group[0]}-{group[-1]}"
+    return Page(panels=tuple(panels), title=title, name=stem, subtitle=text_subtitle(capture),
                 notes=(panels[0].scale.describe(),))
 
 

@@ -347,28 +347,37 @@ def positions_renderable(result, model: str) -> Group:
     )
 
 
-def token_renderable(capture, i: int, layers: Sequence[int], links: Sequence[dict], *, width: int = 80,
-                     color: bool = True, cmap: str = DEFAULT_CMAP) -> Group:
-    """One token: per layer the mean over heads of its row and of its column, and its strongest links."""
+def token_renderable(capture, i: int | Sequence[int], layers: Sequence[int], links: Sequence[dict], *,
+                     width: int = 80, color: bool = True, cmap: str = DEFAULT_CMAP) -> Group:
+    """One token (or several, summed): per layer the mean over heads of its row and of its column, and its
+    strongest links."""
+    from attnviz.panels.one_token import group_hidden, group_name, group_rows
 
+    group = [i] if isinstance(i, int) else list(i)
     labels = token_labels(capture)
     rows = tuple(f"layer {n}" for n in layers)
-    attends = capture.attentions[layers, :, i, :].mean(axis=1)  # (layers, T)
-    attended = capture.attentions[layers, :, :, i].mean(axis=1)  # (layers, T)
-    future = capture.future_mask
+    summed_rows, summed_columns = group_rows(capture, layers, group)
+    attends, attended = summed_rows.mean(axis=1), summed_columns.mean(axis=1)  # (layers, T)
+    hidden_row, hidden_column = group_hidden(capture, group)
+    name = group_name(labels, group)
+    quoted = repr(name) if len(group) == 1 else name  # several: each quoted already
+    summed = "" if len(group) == 1 else ", summed over the tokens"
     panels = with_shared_scale([
-        Panel(attends, rows, labels, None if future is None else np.broadcast_to(future[i], attends.shape),
-              Scale(), (f"what {labels[i]!r} attends to (mean of {capture.n_heads} heads per layer)",), "token",
-              col_split=generated_split(capture)),
-        Panel(attended, rows, labels, None if future is None else np.broadcast_to(future[:, i], attended.shape),
-              Scale(), (f"who attends to {labels[i]!r} (mean of {capture.n_heads} heads per layer)",), "token",
+        Panel(attends, rows, labels, None if hidden_row is None else np.broadcast_to(hidden_row, attends.shape),
+              Scale(), (f"what {quoted} attend{'s' if len(group) == 1 else ''} to (mean of {capture.n_heads} heads "
+                        f"per layer{summed})",), "token", col_split=generated_split(capture)),
+        Panel(attended, rows, labels, None if hidden_column is None else np.broadcast_to(hidden_column,
+                                                                                           attended.shape),
+              Scale(), (f"who attends to {quoted} (mean of {capture.n_heads} heads per layer{summed})",), "token",
               col_split=generated_split(capture)),
     ])
-    parts: list = [Text(f"{short_model(capture.model)} · token {i} {labels[i]!r}", style="bold")]
+    head = f"token {group[0]} {name!r}" if len(group) == 1 else f"tokens {', '.join(map(str, group[:8]))}" + \
+        (" …" if len(group) > 8 else "")
+    parts: list = [Text(f"{short_model(capture.model)} · {head}", style="bold")]
     for panel in panels:
         parts.append(panel_renderable(panel, width=width, color=color, cmap=cmap))
     if links:
-        parts.append(Text(f"heads in which {labels[i]!r} singles out another token (its weight on it, against what "
+        parts.append(Text(f"heads in which {name!r} singles out another token (its weight on it, against what "
                           f"the other tokens put there on average):", style="cyan"))
         for link in links:
             stripe = " — a stripe: every token looks there" if link["stripe"] else ""
