@@ -260,7 +260,7 @@ def _token_specs(tokens: Any) -> list[str]:
     return parts
 
 
-def _token_group(tokens: Sequence[str], specs: Sequence[str]) -> tuple[int, ...]:
+def _token_group(tokens: tuple[str, ...] | list[str], specs: Sequence[str]) -> tuple[int, ...]:
     """The positions the specs name, in order, each once: a range a-b of indices, or one token as `token` takes
     it (an index, its text, text#n)."""
     import re

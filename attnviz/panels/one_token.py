@@ -95,7 +95,7 @@ def group_hidden(capture: Capture, group: Sequence[int]) -> tuple[np.ndarray | N
     if future is None:
         return None, None
     at = list(group)
-    return future[at].all(axis=0), future[:, at].all(axis=1)
+    return np.asarray(future[at].all(axis=0)), np.asarray(future[:, at].all(axis=1))
 
 
 def token_page(capture: Capture, i: int | Sequence[int], layers: Sequence[int],
