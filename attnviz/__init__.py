@@ -49,6 +49,7 @@ if TYPE_CHECKING:  # what a type checker sees: each public name from its home (k
                                     sink_rate as sink_rate, SinkRate as SinkRate)
     from attnviz.api.attribution.contributions import (contributions as contributions, Contributions as Contributions)
     from attnviz.api.attribution.lens import lens as lens, Lens as Lens, LENS_TOLERANCE as LENS_TOLERANCE
+    from attnviz.api.attribution.why import why as why, Why as Why, WHY_TOLERANCE as WHY_TOLERANCE
     from attnviz.api.attribution.logits import (logit_attr as logit_attr, LogitAttribution as LogitAttribution,
                                                 HeadEffect as HeadEffect, LOGIT_TOLERANCE as LOGIT_TOLERANCE)
     from attnviz.api.attribution.faithfulness import (faithfulness as faithfulness, Faithfulness as Faithfulness,

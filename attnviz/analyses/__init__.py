@@ -35,6 +35,7 @@ MODULES: dict[str, str] = {
     "contributions": "attnviz.analyses.contributions",
     "logit-attr": "attnviz.analyses.logit_attr",
     "lens": "attnviz.analyses.lens",
+    "why": "attnviz.analyses.why",
     "faithfulness": "attnviz.analyses.faithfulness",
     "ablate": "attnviz.analyses.ablate",
     "importance": "attnviz.analyses.importance",

@@ -39,6 +39,7 @@ PUBLIC: dict[str, tuple[str, ...]] = {
     "attnviz.api.attribution.contributions": ("contributions", "Contributions"),
     "attnviz.api.attribution.logits": ("logit_attr", "LogitAttribution", "HeadEffect", "LOGIT_TOLERANCE"),
     "attnviz.api.attribution.lens": ("lens", "Lens", "LENS_TOLERANCE"),
+    "attnviz.api.attribution.why": ("why", "Why", "WHY_TOLERANCE"),
     "attnviz.api.attribution.faithfulness": ("faithfulness", "Faithfulness", "FaithfulnessCorpus",
                                              "MethodFaithfulness", "RandomBaseline", "FAITHFULNESS_METHODS"),
     "attnviz.api.ablation.removing": ("ablate", "Ablation", "MAX_MEAN_TEXTS"),

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from attnviz.api.attribution.contributions import Contributions
     from attnviz.api.attribution.faithfulness import Faithfulness
     from attnviz.api.attribution.lens import Lens
+    from attnviz.api.attribution.why import Why
     from attnviz.api.attribution.logits import LogitAttribution
     from attnviz.api.mechanisms.massive import MassiveActivations
     from attnviz.api.patching.discovery import Discovery
@@ -329,6 +330,10 @@ class Run:
         """attnviz.lens of this run (target, positions, top): every layer's stream from the run's pass, read
         through the final norm and the unembedding."""
         return analyses.get("lens")(self, **options)
+
+    def why(self, **options: Any) -> Why:
+        """attnviz.why of this run (layer, head, query, key, versus, top): the score split, from the run's pass."""
+        return analyses.get("why")(self, **options)
 
     def heatmap(self, **options: Any) -> Heatmap:
         """attnviz.heatmap of this run's α (layer, head, rows, cols, cell, hide_special, values, scale, norm, vmax,

@@ -10,6 +10,7 @@ import typer
 import attnviz.analyses.contributions as CONTRIBUTIONS_ANALYSIS
 import attnviz.analyses.lens as LENS
 import attnviz.analyses.logit_attr as LOGIT_ATTR
+import attnviz.analyses.why as WHY
 from attnviz.base.options import as_keywords
 from attnviz.cli.errors import cli_errors
 from attnviz.cli.group import app
@@ -48,6 +49,21 @@ def lens(output: ImageOut = None, as_json: JsonOpt = False, as_csv: CsvOpt = Fal
     given = inp.resolve()
     result = attnviz.lens(given, model=model.later_for(given), **as_keywords(options), truncate=model.truncate,
                           reporter=inp.options()["reporter"])
+    emit(result, as_json=as_json, as_csv=as_csv, files=[figure_file(output, result)])
+
+
+@app.command(help=WHY.SUMMARY)
+@cli_errors
+@takes(model=ModelOptions, inp=Source.taking("text"), options=WHY.Options)
+def why(output: ImageOut = None, as_json: JsonOpt = False, as_csv: CsvOpt = False,
+        *, model: ModelOptions, inp: Source, options: WHY.Options) -> None:
+    import attnviz
+    from attnviz.render.png import FORMATS
+
+    check_output(output, FORMATS)
+    given = inp.resolve()
+    result = attnviz.why(given, model=model.later_for(given), **as_keywords(options), truncate=model.truncate,
+                         reporter=inp.options()["reporter"])
     emit(result, as_json=as_json, as_csv=as_csv, files=[figure_file(output, result)])
 
 

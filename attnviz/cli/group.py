@@ -40,6 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "contributions": ("attribution", "What each token contributes to each token's output (ALTI, value zeroing)."),
     "logit-attr": ("attribution", "Which heads write the predicted token: the logit split by head."),
     "lens": ("attribution", "What each layer predicts: the logit lens, layer by layer."),
+    "why": ("attribution", "Why a head attends: its score split into query-side × key-side parts."),
     "faithfulness": ("faithfulness", "Which explanation to trust: every attribution erased, compared, randomised."),
     "ablate": ("ablation", "Remove heads: what changes in predictions, embeddings, later α."),
     "importance": ("ablation", "Every head removed alone, ranked, beside its gradient estimate."),

@@ -66,6 +66,8 @@ CASES = {
     "contributions": ("bert", [SENTENCE, "--token", "sat"],
                       lambda m, t: attnviz.contributions(SENTENCE, model=m, token="sat")),
     "logit-attr": ("llama", [PROMPT, "--top", "4"], lambda m, t: attnviz.logit_attr(PROMPT, model=m, top=4)),
+    "why": ("llama", [PROMPT, "-l", "1", "-H", "1", "--top", "5"],
+            lambda m, t: attnviz.why(PROMPT, model=m, layer=1, head=1, top=5)),
     "lens": ("llama", [PROMPT, "--positions", "1-3", "--top", "2", "--target", "mat"],
              lambda m, t: attnviz.lens(PROMPT, model=m, positions="1-3", top=2, target="mat")),
     "faithfulness": ("llama", [PROMPT, "--methods", "attention,flow,loo,random", "--sanity", "1", "--seed", "3"],

@@ -1,0 +1,110 @@
+"""attnviz why: a head's score split into query-side × key-side parts — the terms add up to the score, with
+--versus to log α − log α' of the model's own α, the parts to HF's hidden states, and one term recomputed by hand
+(Llama's formula: RMSNorm frozen, W_Q and W_K, rotary positions from transformers' own functions)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+import attnviz
+from attnviz.base.records import to_json
+from helpers import one_line_error, run
+
+TEXT = "the cat sat on the mat and the cat sat"
+
+
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+def test_the_terms_add_up_to_the_score_and_versus_to_the_log_ratio(kind, tiny_lm_dir):
+    folder = tiny_lm_dir(kind)
+    m = attnviz.load_model(folder, lm_head=True)
+    encoded = m.tokenizer(TEXT, return_tensors="pt")
+    with torch.inference_mode():
+        alpha = torch.stack(m.model(**encoded, output_attentions=True).attentions)[:, 0].double().numpy()
+    L, H = m.shape
+    T = alpha.shape[-1]
+    for layer in range(L):
+        for head in range(H):
+            result = attnviz.why(TEXT, model=m, layer=layer, head=head, query=T - 1, key=2, versus=5)
+            assert result.diff <= attnviz.WHY_TOLERANCE * max(1.0, abs(result.score))
+            ratio = math.log(alpha[layer, head, T - 1, 2]) - math.log(alpha[layer, head, T - 1, 5])
+            assert abs(result.sum - ratio) <= 1e-4 * max(1.0, abs(ratio)), (layer, head)
+            assert abs(result.alphas[0] - alpha[layer, head, T - 1, 2]) <= 1e-5
+            parts = set(result.query_names)
+            assert {f"{n}.{h}" for n in range(layer) for h in range(H)} <= parts
+            assert ({"tokens", "positions"} if kind == "gpt2" else {"embed"}) <= parts
+    js = result.to_dict()
+    assert json.loads(json.dumps(js)) == js and js["versus"] == 5 and len(js["terms"]) == 10
+    values = [abs(t["value"]) for t in js["terms"]]
+    assert values == sorted(values, reverse=True)
+    assert abs(sum(js["query_side"].values()) - result.sum) <= 1e-9 * max(1.0, abs(result.sum))
+
+
+def test_one_term_recomputed_by_hand(tiny_lm_dir):
+    """Llama, layer 1: the (embed, embed) term is W_Q·(γ ⊙ e_I / rms(x_I)) rotated at I, dotted with the same at
+    J for K, over √d (the embeddings are HF's hidden_states[0], the stream HF's hidden_states[1])."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    m = attnviz.load_model(tiny_lm_dir("llama"), lm_head=True)
+    encoded = m.tokenizer(TEXT, return_tensors="pt")
+    T = encoded["input_ids"].shape[1]
+    q_at, k_at, layer, head = T - 1, 3, 1, 0
+    result = attnviz.why(TEXT, model=m, layer=layer, head=head, query=q_at, key=k_at)
+    llama = m.model.model
+    with torch.inference_mode():
+        out = m.model(**encoded, output_hidden_states=True)
+        x = out.hidden_states[layer][0].double()  # (T, D) entering `layer`
+        e = out.hidden_states[0][0].double()  # the embeddings
+        block = llama.layers[layer]
+        norm = block.input_layernorm
+        rms = torch.sqrt((x * x).mean(-1) + norm.variance_epsilon)  # (T,)
+        attn = block.self_attn
+        d = attn.head_dim
+        kv = head // (attn.config.num_attention_heads // attn.config.num_key_value_heads)
+        wq = attn.q_proj.weight.double()[head * d:(head + 1) * d]
+        wk = attn.k_proj.weight.double()[kv * d:(kv + 1) * d]
+        q = wq @ (norm.weight.double() * e[q_at] / rms[q_at])
+        k = wk @ (norm.weight.double() * e[k_at] / rms[k_at])
+        cos, sin = llama.rotary_emb(out.hidden_states[0], torch.arange(T)[None])
+        q_rot, _ = apply_rotary_pos_emb(q[None, None, None].float(), q[None, None, None].float(), cos[:, q_at:q_at + 1],
+                                        sin[:, q_at:q_at + 1])
+        _, k_rot = apply_rotary_pos_emb(k[None, None, None].float(), k[None, None, None].float(), cos[:, k_at:k_at + 1],
+                                        sin[:, k_at:k_at + 1])
+        by_hand = float(q_rot.double().flatten() @ k_rot.double().flatten()) / math.sqrt(d)
+    term = result.terms[result.query_names.index("embed"), result.key_names.index("embed")]
+    assert abs(term - by_hand) <= 1e-5 * max(1.0, abs(by_hand))
+    assert {"0.0", "0.1", "mlp 0"} <= set(result.query_names)
+    assert not any(n.startswith("bias") for n in result.query_names)  # Llama has no biases here: none listed
+
+
+def test_the_run_reads_its_pass_and_each_input_path_gives_the_json(tiny_lm_dir, tmp_path):
+    folder = tiny_lm_dir("llama")
+    m = attnviz.load(folder)
+    r = m.run(TEXT)
+    r.heads()
+    on_run = r.why(layer=1, head=1)
+    assert r.passes == 1
+    expected = json.loads(to_json(attnviz.why(TEXT, model=folder, layer=1, head=1).to_dict()))
+    assert json.loads(to_json(on_run.to_dict())) == expected
+    assert "the first token (a sink) left out" in on_run.default_key and expected["key"] != 0
+    file = tmp_path / "t.txt"
+    file.write_text(TEXT, encoding="utf-8")
+    for args, stdin in (([TEXT], None), (["-"], TEXT), (["--text-file", file], None)):
+        printed = run("why", *args, "-m", folder, "-l", "1", "-H", "1", "--json", input=stdin)
+        assert printed.exit_code == 0, printed.output
+        assert json.loads(printed.stdout) == expected
+    drawn = run("why", TEXT, "-m", folder, "-l", "1", "-H", "1", "--key", "cat#1", "-o", tmp_path / "w.png")
+    assert drawn.exit_code == 0 and "Σ terms" in drawn.stdout and (tmp_path / "w.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_refusals_are_one_line(tiny_model_dir, tiny_lm_dir):
+    folder = tiny_lm_dir("llama")
+    assert "comes after" in one_line_error(run("why", TEXT, "-m", folder, "--query", "2", "--key", "5"), 1)
+    assert "layer 9 is out of range" in one_line_error(run("why", TEXT, "-m", folder, "-l", "9"), 2)
+    assert "no token 'dog'" in one_line_error(run("why", TEXT, "-m", folder, "--key", "dog"), 2)
+    assert "--top" in one_line_error(run("why", TEXT, "-m", folder, "--top", "0"), 2)
+    line = one_line_error(run("why", TEXT, "-m", tiny_model_dir("bert")), 1)
+    assert "encoder" in line
