@@ -108,3 +108,27 @@ def test_refusals_are_one_line(tiny_model_dir, tiny_lm_dir):
     assert "--top" in one_line_error(run("why", TEXT, "-m", folder, "--top", "0"), 2)
     line = one_line_error(run("why", TEXT, "-m", tiny_model_dir("bert")), 1)
     assert "encoder" in line
+
+
+def test_a_key_side_built_by_hand_to_read_one_head_names_that_head(tiny_lm_dir):
+    """Layer 1 head 0's keys read only the first 4 dimensions of the stream, and only head 0.1 writes there (the
+    embeddings, the MLP and the other heads of layer 0 write nothing there): 0.1 is the whole key side."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = tiny_lm_dir("llama")
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    layers = model.model.layers
+    d = layers[0].self_attn.head_dim
+    with torch.no_grad():
+        model.model.embed_tokens.weight[:, :4] = 0.0
+        layers[0].mlp.down_proj.weight.zero_()
+        o = layers[0].self_attn.o_proj.weight  # (D, H·d): column block h is head h's slice of W_O
+        o[:4] = 0.0
+        o[:4, d:2 * d] = torch.randn(4, d) * 2.0  # head 0.1 alone writes into dimensions 0..3
+        layers[1].self_attn.k_proj.weight[:, 4:] = 0.0  # the keys of layer 1 read dimensions 0..3 only
+    result = attnviz.why(TEXT, model=model, tokenizer=tokenizer, layer=1, head=0, query=8, key=3)
+    key_side = result.side("key")
+    assert key_side[0][0] == "0.1" and abs(key_side[0][1] - result.sum) <= 1e-6 * max(1.0, abs(result.sum))
+    assert all(abs(v) <= 1e-9 for name, v in key_side[1:])
+    assert result.diff <= attnviz.WHY_TOLERANCE * max(1.0, abs(result.score))

@@ -142,7 +142,7 @@ def why(text: str, *, model: Any = None, tokenizer: Any = None, layer: int = 0, 
     log α'). Positions are indices or a token's text (text#n). `top`: the terms listed (1 to 200). Pre-norm
     decoders (GPT-2, Llama and the families built like it); others refused in one line. (`run`: an attnviz.Run
     of this text, whose pass is read.)"""
-    from attnviz.engine.attribution.why import split_score, why_points
+    from attnviz.engine.attribution.why import check_family, split_score, why_points
     from attnviz.engine.forward import encode
     from attnviz.engine.memory import check_memory
 
@@ -151,6 +151,7 @@ def why(text: str, *, model: Any = None, tokenizer: Any = None, layer: int = 0, 
         raise UsageError(f"{arg('top')} takes a whole number from 1 to {MAX_TOP}; got {top}", "top")
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype)
     loaded.require_single("attnviz why")
+    check_family(loaded.model)
     L, H = loaded.shape
     if not -L <= layer < L:
         raise SelectionError(f"layer {layer} is out of range: there are {L} layers (0..{L - 1}, or -{L}..-1)", "layer")

@@ -113,19 +113,26 @@ def _project(adapter, module, config, layer: int, normed: torch.Tensor, position
     return torch.cat(out)
 
 
+def check_family(model):
+    """The family's adapter, or UnsupportedArchitectureError in one line where its score is not split here."""
+    base = getattr(model, "base_model", model)
+    adapter = adapter_for(base)
+    if not getattr(adapter, "causal", False):
+        raise UnsupportedArchitectureError(f"attnviz why splits a pre-norm decoder's score (GPT-2, Llama, …); "
+                                           f"{type(base).__name__} is an encoder with its norms after each block")
+    if isinstance(adapter, LlamaAdapter) and (type(adapter).normed is not LlamaAdapter.normed
+                                              or type(adapter).__name__ == "Qwen3Adapter"):
+        raise UnsupportedArchitectureError(f"{type(base).__name__} passes Q and K through a norm of their own "
+                                           f"(QK-norm): its score is not split into parts here yet")
+    return adapter
+
+
 def split_score(model, inputs: dict, *, layer: int, head: int, query: int, key: int, versus: int | None = None,
                 recording: Recording | None = None) -> ScoreSplit:
     """s_{query,key} of (layer, head) — minus s_{query,versus} when `versus` is given — split over the query-side
     parts × key-side parts of the stream entering `layer`. One text (batch of 1)."""
     base = getattr(model, "base_model", model)
-    adapter = adapter_for(base)
-    if isinstance(adapter, LlamaAdapter) and (type(adapter).normed is not LlamaAdapter.normed
-                                              or type(adapter).__name__ == "Qwen3Adapter"):
-        raise UnsupportedArchitectureError(f"{type(base).__name__} passes Q and K through a norm of their own "
-                                           f"(QK-norm): its score is not split into parts here yet")
-    if not getattr(adapter, "causal", False):
-        raise UnsupportedArchitectureError(f"attnviz why splits a pre-norm decoder's score (GPT-2, Llama, …); "
-                                           f"{type(base).__name__} is an encoder with its norms after each block")
+    adapter = check_family(model)
     modules = adapter.modules(base)
     blocks = layer_blocks(base, modules)
     norm = pre_attention_norm(blocks[layer])
