@@ -97,9 +97,9 @@ SAMPLES: list[tuple[str, list[str], str]] = [
      "the same at every position: each layer's top next token"),
     ("smollm2_lens.png", [], "written by the lens command above: layers × positions, each cell its top token"),
     ("smollm2_why.txt", ["why", "The cat sat on the mat. The dog ran to the park. The cat sat on the", "-m", "smollm2",
-                         "-l", "22", "-H", "4", "--key", "mat", "--versus", "park",
+                         "-l", "17", "-H", "4", "--key", "mat", "--versus", "park",
                          "-o", "sample_outputs/smollm2_why.png"],
-     "why head 22.4 looks from the last 'the' to 'mat' (the token after the first 'the') rather than 'park': "
+     "why head 17.4 looks from the last 'the' to 'mat' (the token after the first 'the') rather than 'park': "
      "s − s' = log α − log α' split into query-side × key-side parts, adding up exactly"),
     ("smollm2_why.png", [], "written by the why command above: the largest terms, and each side's totals"),
     ("dinov2_heads.txt", ["heatmap", "--image", "scripts/grace_hopper.jpg", "--head", "0-5", "--cmap", "inferno",

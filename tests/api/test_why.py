@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
+
 import pytest
 import torch
 
@@ -132,3 +134,26 @@ def test_a_key_side_built_by_hand_to_read_one_head_names_that_head(tiny_lm_dir):
     assert key_side[0][0] == "0.1" and abs(key_side[0][1] - result.sum) <= 1e-6 * max(1.0, abs(result.sum))
     assert all(abs(v) <= 1e-9 for name, v in key_side[1:])
     assert result.diff <= attnviz.WHY_TOLERANCE * max(1.0, abs(result.score))
+
+
+@pytest.mark.slow
+def test_the_guides_case_on_smollm2():
+    """docs/guide/why.md: head 17.4 attends from the last 'the' to 'mat' rather than 'park'; its key side's top
+    part is 16.0, a previous-token head; and of every earlier head, 16.0 is the one whose output 17.4's keys read
+    most by the weights alone (circuits' K-composition). The lens there: ' Paris' rank 2 after block 28, the top
+    token after the last block."""
+    from attnviz.engine import offline
+    from helpers import require_real
+
+    require_real(offline.SMOLLM2)
+    m = attnviz.load("smollm2")
+    text = "The cat sat on the mat. The dog ran to the park. The cat sat on the"
+    r = m.run(text)
+    result = r.why(layer=17, head=4, key="mat", versus="park")
+    assert result.diff <= attnviz.WHY_TOLERANCE * max(1.0, abs(result.score))
+    top, value = result.side("key")[0]
+    assert top == "16.0" and result.labels.get("16.0") == "previous-token" and value > 3.0
+    composition = m.circuits(tokens=200).composition["k"][:, :, 17, 4]  # (sender layer, head) -> 17.4's keys
+    assert np.unravel_index(np.nanargmax(composition), composition.shape) == (16, 0)
+    lens = m.run("The capital of France is").lens(target=" Paris")
+    assert list(lens.target_rank[-2:, 0]) == [2, 0] and lens.target_p[-1, 0] > 0.5
