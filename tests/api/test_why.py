@@ -157,3 +157,24 @@ def test_the_guides_case_on_smollm2():
     assert np.unravel_index(np.nanargmax(composition), composition.shape) == (16, 0)
     lens = m.run("The capital of France is").lens(target=" Paris")
     assert list(lens.target_rank[-2:, 0]) == [2, 0] and lens.target_p[-1, 0] > 0.5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["gemma3", "qwen2.5-coder-0.5b"])
+def test_real_models_split_exactly(name):
+    """Gemma 3 (QK-norm frozen at its own scale, the norms after attention and MLP) and Qwen2.5-Coder 0.5B (biases
+    on Q and K): Σ terms = s − s' = log α − log α' of the model's own α, in a middle and the last layer."""
+    from attnviz.engine import offline
+    from helpers import require_real
+
+    require_real(offline.GEMMA3 if name == "gemma3" else offline.QWEN_CODER_05)
+    m = attnviz.load(name)
+    r = m.run("The cat sat on the mat. The cat sat on the")
+    alpha = r.capture.attentions.astype(np.float64)
+    T = alpha.shape[-1]
+    for layer, head in ((m.shape[0] // 2, 1), (m.shape[0] - 1, 0)):
+        result = r.why(layer=layer, head=head, key=3, versus=2)
+        expected = math.log(alpha[layer, head, T - 1, 3]) - math.log(alpha[layer, head, T - 1, 2])
+        assert abs(result.sum - expected) <= 1e-3 * max(1.0, abs(expected)), (layer, head, result.sum, expected)
+        assert result.diff <= attnviz.WHY_TOLERANCE * max(1.0, abs(result.score))
+    assert r.passes == 1

@@ -9,8 +9,10 @@ each part; its shift β a part of its own, "bias norm"); the query and key proje
 positions linear, so each part gives a query vector q(a) at I and a key vector k(b) at J — computed by the family's
 own adapter, the one the from-scratch check uses — and the projections' biases are parts too ("bias q", "bias k").
 Then s_IJ = Σ_a Σ_b q(a)·k(b) · scale, exactly (the model's own scale), checked against the score recomputed from
-the run. Pre-norm decoders (GPT-2, Llama and the families built like it); a family whose Q and K pass through a
-norm of their own (QK-norm), or whose blocks add a norm after the attention, is refused by the checks.
+the run. Pre-norm decoders (GPT-2, Llama and the families built like it). A per-head norm on Q and K (Qwen3,
+Gemma 3) is linearised at this position's own scale, as the stream's norm is, and so are the norms Gemma puts on
+the attention's and the MLP's outputs before they join the stream; what is not linear this way is refused by the
+checks (the parts against the stream, Σ q(a) against the recomputed query).
 """
 
 from __future__ import annotations
@@ -34,7 +36,16 @@ PARTS_CHUNK = 64  # parts projected at once
 def why_points(layer: int) -> list[str]:
     """What the split reads beside the recomputed Q, K, V (each earlier head's z = α·V comes from them): the
     embeddings, each earlier block's MLP output, and the stream entering `layer`."""
-    return ["blocks.0.resid.pre", f"blocks.{layer}.resid.pre"] + [f"blocks.{n}.mlp.out" for n in range(layer)]
+    return (["blocks.0.resid.pre", f"blocks.{layer}.resid.pre"]
+            + [f"blocks.{n}.{p}" for n in range(layer) for p in ("attn.out", "mlp.out")])
+
+
+def _after_norms(block) -> tuple:
+    """A block's norms on its attention's output and its MLP's output before they join the stream (Gemma 2 and 3:
+    post_attention_layernorm beside pre_feedforward_layernorm, and post_feedforward_layernorm), else None."""
+    if isinstance(getattr(block, "pre_feedforward_layernorm", None), torch.nn.Module):
+        return getattr(block, "post_attention_layernorm", None), getattr(block, "post_feedforward_layernorm", None)
+    return None, None
 
 
 def pre_attention_norm(block):
@@ -75,7 +86,9 @@ def _parts(recording: Recording, model, layer: int, position: int) -> tuple[list
     else:
         names.append("embed")
         parts.append(embed)
+    blocks = layer_blocks(base, adapter.modules(base))
     for n in range(layer):
+        after_attention, after_mlp = _after_norms(blocks[n])
         weight, bias = _out_weight(projections[n])  # (D, H·d)
         qkv = recording.run.layers[n]  # z_h = α_h·V_h at this position, from the weights (as the model's z)
         z = torch.einsum("ht,htd->hd", qkv.alpha_rows(slice(position, position + 1), torch.float64)[0, :, 0],
@@ -83,13 +96,20 @@ def _parts(recording: Recording, model, layer: int, position: int) -> tuple[list
         H, d = z.shape
         per_head = weight.double().reshape(weight.shape[0], H, d)  # (D, H, d)
         heads = torch.einsum("hd,ohd->ho", z, per_head)  # (H, D)
+        out_bias = None if bias is None else bias.double()
+        if after_attention is not None:  # a norm on the attention's output before it joins the stream: frozen
+            total = recording[f"blocks.{n}.attn.out"][0, position]
+            linear, beta, _ = _frozen_norm(after_attention, total.double(), after_attention(total))
+            heads = torch.stack([linear(v) for v in heads])
+            out_bias = beta if out_bias is None else linear(out_bias) + beta
         names += [f"{n}.{h}" for h in range(H)]
         parts += list(heads)
-        if bias is not None:
+        if out_bias is not None:
             names.append(f"bias attn {n}")
-            parts.append(bias.double())
+            parts.append(out_bias)
         names.append(f"mlp {n}")
-        parts.append(recording[f"blocks.{n}.mlp.out"][0, position].double())
+        mlp = recording[f"blocks.{n}.mlp.out"][0, position]
+        parts.append((mlp if after_mlp is None else after_mlp(mlp)).double())  # what joins the stream
     stacked = torch.stack(parts)
     target = recording[f"blocks.{layer}.resid.pre"][0, position].double()
     diff = float((stacked.sum(0) - target).abs().max()) / max(1.0, float(target.abs().max()))
@@ -103,14 +123,38 @@ def _project(adapter, module, config, layer: int, normed: torch.Tensor, position
     out = []
     T = position + 1
     cos_sin = None if seen.position_embeddings is None else tuple(t[:, :T] for t in seen.position_embeddings)
-    for start in range(0, normed.shape[0], PARTS_CHUNK):
-        chunk = normed[start:start + PARTS_CHUNK]
-        hidden = torch.zeros((chunk.shape[0], T, chunk.shape[1]), dtype=chunk.dtype, device=chunk.device)
-        hidden[:, position] = chunk
-        qkv = adapter.qkv(module, Seen(hidden, cos_sin), layer, config)  # type: ignore[arg-type]
-        vectors = qkv.q if side == "q" else qkv.k  # (P, H, T, d), K/V heads already mapped to query heads
-        out.append(vectors[:, head, position].double())
+    frozen = _frozen_qk_norm(adapter, module, config, normed[:-1].sum(0))  # the rows but the last (zero) add up
+    try:
+        if frozen is not None:  # QK-norm at this position's own scale: linear, as the stream's norm is
+            adapter.normed = lambda module, q, k, config: (q * frozen[0], k * frozen[1])
+        for start in range(0, normed.shape[0], PARTS_CHUNK):
+            chunk = normed[start:start + PARTS_CHUNK]
+            hidden = torch.zeros((chunk.shape[0], T, chunk.shape[1]), dtype=chunk.dtype, device=chunk.device)
+            hidden[:, position] = chunk
+            qkv = adapter.qkv(module, Seen(hidden, cos_sin), layer, config)  # type: ignore[arg-type]
+            vectors = qkv.q if side == "q" else qkv.k  # (P, H, T, d), K/V heads already mapped to query heads
+            out.append(vectors[:, head, position].double())
+    finally:
+        if frozen is not None:
+            del adapter.normed
     return torch.cat(out)
+
+
+def _frozen_qk_norm(adapter, module, config, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Where the family norms each head's Q and K (Qwen3, Gemma 3: RMSNorm over d), the factor each takes at the
+    scale of this position's own Q and K — (1, H, 1, d) and (1, H_kv, 1, d) — else None."""
+    if not isinstance(adapter, LlamaAdapter) or type(adapter).normed is LlamaAdapter.normed:
+        return None
+    d = adapter.head_dim(module, config)
+    q, k, _ = adapter.project(module, hidden[None, None, :], d)  # (1, H, 1, d), (1, H_kv, 1, d)
+    q_normed, k_normed = adapter.normed(module, q, k, config)
+    if torch.equal(q_normed, q) and torch.equal(k_normed, k):
+        return None  # this model of the family has no QK-norm (Gemma 2)
+    eps = float(getattr(config, "rms_norm_eps", 1e-6))
+    gain_q, gain_k = (g * (1.0 + eps) ** 0.5 for g in adapter.normed(module, torch.ones_like(q), torch.ones_like(k),
+                                                                       config))
+    return (gain_q / torch.sqrt(q.pow(2).mean(-1, keepdim=True) + eps),
+            gain_k / torch.sqrt(k.pow(2).mean(-1, keepdim=True) + eps))
 
 
 def check_family(model):
@@ -120,10 +164,9 @@ def check_family(model):
     if not getattr(adapter, "causal", False):
         raise UnsupportedArchitectureError(f"attnviz why splits a pre-norm decoder's score (GPT-2, Llama, …); "
                                            f"{type(base).__name__} is an encoder with its norms after each block")
-    if isinstance(adapter, LlamaAdapter) and (type(adapter).normed is not LlamaAdapter.normed
-                                              or type(adapter).__name__ == "Qwen3Adapter"):
-        raise UnsupportedArchitectureError(f"{type(base).__name__} passes Q and K through a norm of their own "
-                                           f"(QK-norm): its score is not split into parts here yet")
+    if getattr(base.config, "model_type", "") == "olmo2":
+        raise UnsupportedArchitectureError(f"{type(base).__name__} norms its whole Q and K projections before they "
+                                           f"are split into heads: its score is not split into parts here yet")
     return adapter
 
 
