@@ -16,7 +16,8 @@ SUMMARY = ("Why a head attends where it does: its pre-softmax score from the que
            "of the residual stream entering its layer — the embeddings, every earlier head's output, every MLP, the "
            "biases — on the query side × the key side, the norm in front linearised at this run's scale; the terms "
            "add up to the score exactly (printed). --versus: why this key rather than another (the split of "
-           "log α − log α'). Each earlier head named with its pattern label. Pre-norm decoders (e.g. -m smollm2).")
+           "log α − log α'). Each earlier head named with its pattern label. Decoders (e.g. -m smollm2) and "
+           "BERT-family encoders.")
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,10 @@ from helpers import one_line_error, run
 TEXT = "the cat sat on the mat and the cat sat"
 
 
-@pytest.mark.parametrize("kind", ["llama", "gpt2"])
-def test_the_terms_add_up_to_the_score_and_versus_to_the_log_ratio(kind, tiny_lm_dir):
-    folder = tiny_lm_dir(kind)
-    m = attnviz.load_model(folder, lm_head=True)
+@pytest.mark.parametrize("kind", ["llama", "gpt2", "bert", "roberta"])
+def test_the_terms_add_up_to_the_score_and_versus_to_the_log_ratio(kind, tiny_lm_dir, tiny_model_dir):
+    folder = tiny_lm_dir(kind) if kind in ("llama", "gpt2") else tiny_model_dir(kind)
+    m = attnviz.load_model(folder, lm_head=kind in ("llama", "gpt2"))
     encoded = m.tokenizer(TEXT, return_tensors="pt")
     with torch.inference_mode():
         alpha = torch.stack(m.model(**encoded, output_attentions=True).attentions)[:, 0].double().numpy()
@@ -37,7 +37,9 @@ def test_the_terms_add_up_to_the_score_and_versus_to_the_log_ratio(kind, tiny_lm
             assert abs(result.alphas[0] - alpha[layer, head, T - 1, 2]) <= 1e-5
             parts = set(result.query_names)
             assert {f"{n}.{h}" for n in range(layer) for h in range(H)} <= parts
-            assert ({"tokens", "positions"} if kind == "gpt2" else {"embed"}) <= parts
+            expected = {"gpt2": {"tokens", "positions"}, "llama": {"embed"}}.get(kind, {"tokens", "positions",
+                                                                                        "segments"})
+            assert expected <= parts
     js = result.to_dict()
     assert json.loads(json.dumps(js)) == js and js["versus"] == 5 and len(js["terms"]) == 10
     values = [abs(t["value"]) for t in js["terms"]]
@@ -108,8 +110,8 @@ def test_refusals_are_one_line(tiny_model_dir, tiny_lm_dir):
     assert "layer 9 is out of range" in one_line_error(run("why", TEXT, "-m", folder, "-l", "9"), 2)
     assert "no token 'dog'" in one_line_error(run("why", TEXT, "-m", folder, "--key", "dog"), 2)
     assert "--top" in one_line_error(run("why", TEXT, "-m", folder, "--top", "0"), 2)
-    line = one_line_error(run("why", TEXT, "-m", tiny_model_dir("bert")), 1)
-    assert "encoder" in line
+    line = one_line_error(run("why", TEXT, "-m", tiny_model_dir("distilbert")), 1)
+    assert "not DistilBertModel's" in line
 
 
 def test_a_key_side_built_by_hand_to_read_one_head_names_that_head(tiny_lm_dir):
@@ -159,22 +161,27 @@ def test_the_guides_case_on_smollm2():
     assert list(lens.target_rank[-2:, 0]) == [2, 0] and lens.target_p[-1, 0] > 0.5
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", ["gemma3", "qwen2.5-coder-0.5b"])
+@pytest.mark.parametrize("name", [pytest.param("gemma3", marks=pytest.mark.slow),
+                                  pytest.param("qwen2.5-coder-0.5b", marks=pytest.mark.slow), "minilm",
+                                  pytest.param("multilingual", marks=pytest.mark.slow)])
 def test_real_models_split_exactly(name):
-    """Gemma 3 (QK-norm frozen at its own scale, the norms after attention and MLP) and Qwen2.5-Coder 0.5B (biases
-    on Q and K): Σ terms = s − s' = log α − log α' of the model's own α, in a middle and the last layer."""
+    """Gemma 3 (QK-norm frozen at its own scale, the norms after attention and MLP), Qwen2.5-Coder 0.5B (biases on
+    Q and K), MiniLM and the multilingual XLM-R model (post-norm: every part carried through each block's two
+    LayerNorms; the embeddings split into tokens, positions, segments): Σ terms = s − s' = log α − log α' of the
+    model's own α, in a middle and the last layer."""
     from attnviz.engine import offline
     from helpers import require_real
 
-    require_real(offline.GEMMA3 if name == "gemma3" else offline.QWEN_CODER_05)
+    require_real({"gemma3": offline.GEMMA3, "qwen2.5-coder-0.5b": offline.QWEN_CODER_05, "minilm": offline.MINILM,
+                  "multilingual": offline.MULTILINGUAL}[name])
     m = attnviz.load(name)
     r = m.run("The cat sat on the mat. The cat sat on the")
     alpha = r.capture.attentions.astype(np.float64)
     T = alpha.shape[-1]
+    query = T - 1 if m.causal else T - 2  # an encoder's last token is [SEP]
     for layer, head in ((m.shape[0] // 2, 1), (m.shape[0] - 1, 0)):
-        result = r.why(layer=layer, head=head, key=3, versus=2)
-        expected = math.log(alpha[layer, head, T - 1, 3]) - math.log(alpha[layer, head, T - 1, 2])
+        result = r.why(layer=layer, head=head, query=query, key=3, versus=2)
+        expected = math.log(alpha[layer, head, query, 3]) - math.log(alpha[layer, head, query, 2])
         assert abs(result.sum - expected) <= 1e-3 * max(1.0, abs(expected)), (layer, head, result.sum, expected)
         assert result.diff <= attnviz.WHY_TOLERANCE * max(1.0, abs(result.score))
     assert r.passes == 1

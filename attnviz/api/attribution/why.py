@@ -140,9 +140,10 @@ def why(text: str, *, model: Any = None, tokenizer: Any = None, layer: int = 0, 
     attends to most in that row, other than the first token, a sink): its score s split over the parts of the
     residual stream entering the layer, query side × key side; with `versus`, s − s' (which equals log α −
     log α'). Positions are indices or a token's text (text#n). `top`: the terms listed (1 to 200). Pre-norm
-    decoders (GPT-2, Llama and the families built like it); others refused in one line. (`run`: an attnviz.Run
+    decoders (GPT-2, Llama, Gemma 3 and the families built like them) and BERT-family encoders; others refused in
+    one line. (`run`: an attnviz.Run
     of this text, whose pass is read.)"""
-    from attnviz.engine.attribution.why import check_family, split_score, why_points
+    from attnviz.engine.attribution.why import check_family, is_post_norm, split_score, why_points
     from attnviz.engine.forward import encode
     from attnviz.engine.memory import check_memory
 
@@ -164,11 +165,12 @@ def why(text: str, *, model: Any = None, tokenizer: Any = None, layer: int = 0, 
     i = T - 1 if query is None else _position(tokens, query, "query")
     check_memory(loaded, T, copies=2.0)
     with (reporter or Reporter()).status("Splitting the score into its parts…"):
-        recording = run.recording(why_points(layer)) if run is not None else None
+        points = why_points(layer, is_post_norm(loaded.model))
+        recording = run.recording(points) if run is not None else None
         if recording is None:
             from attnviz.engine.points import record
 
-            recording = record(loaded.model, encoded.inputs, why_points(layer))
+            recording = record(loaded.model, encoded.inputs, points)
         alpha = recording.run.layers[layer].alpha()[0, head].double()  # (T, T): recomputed from the weights
         said = ""
         if key is None:
@@ -181,7 +183,7 @@ def why(text: str, *, model: Any = None, tokenizer: Any = None, layer: int = 0, 
         else:
             j = _position(tokens, key, "key")
         j2 = None if versus is None else _position(tokens, versus, "versus")
-        causal = bool(getattr(loaded.model.config, "is_decoder", True))
+        causal = bool(loaded.causal)
         for name, where in (("key", j), ("versus", j2)):
             if where is not None and causal and where > i:
                 raise InputError(f"{arg(name)} {where} comes after {arg('query')} {i}: a causal model's query sees "

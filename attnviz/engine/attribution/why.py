@@ -18,13 +18,14 @@ checks (the parts against the stream, Σ q(a) against the recomputed query).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
 from attnviz.engine.attribution.logits import _frozen_norm
 from attnviz.engine.hooks import Seen
-from attnviz.engine.points import Recording, record
+from attnviz.engine.points import Recording, post_norm, record
 from attnviz.engine.scratch.adapters import LlamaAdapter, adapter_for, layer_blocks
 from attnviz.engine.scratch.norms import _out_weight
 from attnviz.errors import UnsupportedArchitectureError
@@ -33,11 +34,20 @@ SPLIT_TOLERANCE = 1e-4  # Σ terms against the score, of max(1, |score|): float3
 PARTS_CHUNK = 64  # parts projected at once
 
 
-def why_points(layer: int) -> list[str]:
+def why_points(layer: int, post_norm: bool = False) -> list[str]:
     """What the split reads beside the recomputed Q, K, V (each earlier head's z = α·V comes from them): the
     embeddings, each earlier block's MLP output, and the stream entering `layer`."""
+    kinds = ("attn.out", "resid.mid") if post_norm else ("attn.out", "mlp.out")
     return (["blocks.0.resid.pre", f"blocks.{layer}.resid.pre"]
-            + [f"blocks.{n}.{p}" for n in range(layer) for p in ("attn.out", "mlp.out")])
+            + [f"blocks.{n}.{p}" for n in range(layer) for p in kinds])
+
+
+def is_post_norm(model) -> bool:
+    """A BERT-family encoder: a norm after the attention and after the MLP of each block, none before."""
+    base = getattr(model, "base_model", model)
+    adapter = adapter_for(base)
+    blocks = layer_blocks(base, adapter.modules(base))
+    return type(adapter).__name__ == "BertAdapter" and post_norm(blocks[0]) is not None
 
 
 def _after_norms(block) -> tuple:
@@ -116,6 +126,74 @@ def _parts(recording: Recording, model, layer: int, position: int) -> tuple[list
     return names, stacked, diff
 
 
+def _frozen_layer_norm(norm, x: torch.Tensor):
+    """A LayerNorm frozen at its input x's scale: (the linear part, applied to a part (D,), β)."""
+    x = x.double()
+    sigma = torch.sqrt(x.var(-1, unbiased=False) + float(norm.eps))
+    gamma, beta = norm.weight.double(), norm.bias.double()
+    return (lambda p: gamma * (p - p.mean(-1, keepdim=True)) / sigma), beta
+
+
+def _embedding_parts(base, inputs: dict, position: int, embedded: torch.Tensor) -> tuple[list[str], list]:
+    """A BERT-family embedding split into tokens, positions and segments through its LayerNorm frozen at their
+    sum's scale (its β a part); one part, `embed`, where the split does not give the embeddings' own output."""
+    emb = base.embeddings
+    try:
+        token = int(inputs["input_ids"][0, position])
+        segment = int(inputs["token_type_ids"][0, position]) if inputs.get("token_type_ids") is not None else 0
+        pad = getattr(emb, "padding_idx", None)
+        at = position if pad is None else pad + 1 + position  # RoBERTa and XLM-R count positions after padding
+        pieces = [emb.word_embeddings.weight[token].double(), emb.position_embeddings.weight[at].double(),
+                  emb.token_type_embeddings.weight[segment].double()]
+        linear, beta = _frozen_layer_norm(emb.LayerNorm, sum(pieces))
+        parts = [linear(v) for v in pieces] + [beta]
+        if float((sum(parts) - embedded).abs().max()) <= SPLIT_TOLERANCE * max(1.0, float(embedded.abs().max())):
+            return ["tokens", "positions", "segments", "bias embed norm"], parts
+    except (AttributeError, IndexError, KeyError, TypeError):
+        pass
+    return ["embed"], [embedded]
+
+
+def _parts_post_norm(recording: Recording, model, inputs: dict, layer: int, position: int
+                     ) -> tuple[list[str], torch.Tensor, float]:
+    """The same parts in a BERT-family encoder: each block's LayerNorms (after the attention, after the MLP) carry
+    every earlier part, frozen at their own inputs' scale, each adding its β as a part."""
+    base = getattr(model, "base_model", model)
+    adapter = adapter_for(base)
+    projections = adapter.out_projections(base)
+    blocks = layer_blocks(base, adapter.modules(base))
+    names, parts = _embedding_parts(base, inputs, position, recording["blocks.0.resid.pre"][0, position].double())
+    worst = 0.0
+    for n in range(layer):
+        weight, bias = _out_weight(projections[n])
+        qkv = recording.run.layers[n]
+        z = torch.einsum("ht,htd->hd", qkv.alpha_rows(slice(position, position + 1), torch.float64)[0, :, 0],
+                         qkv.v[0].double())
+        H, d = z.shape
+        heads = torch.einsum("hd,ohd->ho", z, weight.double().reshape(weight.shape[0], H, d))
+        names += [f"{n}.{h}" for h in range(H)] + ([f"bias attn {n}"] if bias is not None else [])
+        parts += list(heads) + ([bias.double()] if bias is not None else [])
+        block: Any = blocks[n]
+        after_attention, after_mlp = post_norm(block), block.output.LayerNorm
+        linear, beta = _frozen_layer_norm(after_attention, sum(parts))
+        parts = [linear(v) for v in parts] + [beta]
+        names.append(f"bias norm {n}")
+        middle = recording[f"blocks.{n}.resid.mid"][0, position].double()
+        worst = max(worst, float((sum(parts) - middle).abs().max()) / max(1.0, float(middle.abs().max())))
+        with torch.inference_mode():
+            mid = recording[f"blocks.{n}.resid.mid"][0, position]
+            mlp = block.output.dense(block.intermediate(mid[None]))[0].double()  # what the MLP adds
+        parts.append(mlp)
+        names.append(f"mlp {n}")
+        linear, beta = _frozen_layer_norm(after_mlp, sum(parts))
+        parts = [linear(v) for v in parts] + [beta]
+        names.append(f"bias mlp norm {n}")
+    stacked = torch.stack(parts)
+    target = recording[f"blocks.{layer}.resid.pre"][0, position].double()
+    diff = float((stacked.sum(0) - target).abs().max()) / max(1.0, float(target.abs().max()))
+    return names, stacked, max(diff, worst)
+
+
 def _project(adapter, module, config, layer: int, normed: torch.Tensor, position: int, seen: Seen,
              head: int, side: str) -> torch.Tensor:
     """The query (side "q") or key ("k") vector of `head` that each row of `normed` (P, D) gives at `position`,
@@ -161,9 +239,9 @@ def check_family(model):
     """The family's adapter, or UnsupportedArchitectureError in one line where its score is not split here."""
     base = getattr(model, "base_model", model)
     adapter = adapter_for(base)
-    if not getattr(adapter, "causal", False):
-        raise UnsupportedArchitectureError(f"attnviz why splits a pre-norm decoder's score (GPT-2, Llama, …); "
-                                           f"{type(base).__name__} is an encoder with its norms after each block")
+    if not getattr(adapter, "causal", False) and not is_post_norm(model):
+        raise UnsupportedArchitectureError(f"attnviz why splits the score of a pre-norm decoder (GPT-2, Llama, …) or "
+                                           f"a BERT-family encoder; not {type(base).__name__}'s")
     if getattr(base.config, "model_type", "") == "olmo2":
         raise UnsupportedArchitectureError(f"{type(base).__name__} norms its whole Q and K projections before they "
                                            f"are split into heads: its score is not split into parts here yet")
@@ -178,12 +256,13 @@ def split_score(model, inputs: dict, *, layer: int, head: int, query: int, key: 
     adapter = check_family(model)
     modules = adapter.modules(base)
     blocks = layer_blocks(base, modules)
-    norm = pre_attention_norm(blocks[layer])
-    if norm is None:
+    post = is_post_norm(model)
+    norm = None if post else pre_attention_norm(blocks[layer])
+    if norm is None and not post:
         raise UnsupportedArchitectureError(f"attnviz why does not find the norm in front of "
                                            f"{type(base).__name__}'s attention")
     if recording is None:
-        recording = record(model, inputs, why_points(layer))
+        recording = record(model, inputs, why_points(layer, post))
     config = base.config
     qkv_true = recording.run.layers[layer]
     scale = qkv_true.scale if qkv_true.scale is not None else 1.0 / float(qkv_true.q.shape[-1]) ** 0.5
@@ -193,20 +272,28 @@ def split_score(model, inputs: dict, *, layer: int, head: int, query: int, key: 
     seen = Seen(recording[f"blocks.{layer}.resid.pre"][:, :0].float(), None)  # rotary from the config
     with torch.inference_mode():
         def side(position: int, which: str) -> tuple[list[str], torch.Tensor, float]:
-            names, parts, stream_diff = _parts(recording, model, layer, position)
-            x = recording[f"blocks.{layer}.resid.pre"][0, position].double()
-            linear, beta, norm_diff = _frozen_norm(norm, x, norm(recording[f"blocks.{layer}.resid.pre"][0, position]))
-            if norm_diff > SPLIT_TOLERANCE * max(1.0, float(x.abs().max())):
-                raise UnsupportedArchitectureError(f"{type(norm).__name__} in front of the attention is neither a "
-                                                   f"LayerNorm nor an RMSNorm: it is not linearised here")
-            normed = torch.stack([linear(p) for p in parts] + [beta])  # (P + 1, D): the parts, then β
+            if post:  # the attention reads the stream itself
+                names, parts, stream_diff = _parts_post_norm(recording, model, inputs, layer, position)
+                normed = parts
+                extra: list[str] = []
+            else:
+                names, parts, stream_diff = _parts(recording, model, layer, position)
+                assert norm is not None
+                x = recording[f"blocks.{layer}.resid.pre"][0, position].double()
+                linear, beta, norm_diff = _frozen_norm(norm, x, norm(recording[f"blocks.{layer}.resid.pre"][0,
+                                                                                                       position]))
+                if norm_diff > SPLIT_TOLERANCE * max(1.0, float(x.abs().max())):
+                    raise UnsupportedArchitectureError(f"{type(norm).__name__} in front of the attention is neither "
+                                                       f"a LayerNorm nor an RMSNorm: it is not linearised here")
+                normed = torch.stack([linear(p) for p in parts] + [beta])  # (P + 1, D): the parts, then β
+                extra = ["bias norm"]
             dtype = next(modules[layer].parameters()).dtype
             zero = torch.zeros((1, normed.shape[1]), dtype=torch.float64)
             projected = _project(adapter, modules[layer], config, layer, torch.cat([normed, zero]).to(dtype),
                                  position, seen, head, which)
             bias = projected[-1]  # the projection's bias, rotated: what a zero stream gives
             vectors = torch.cat([projected[:-1] - bias, bias[None]])
-            named = names + ["bias norm", f"bias {which}"]
+            named = names + extra + [f"bias {which}"]
             kept = [n for n, name in enumerate(named)  # a bias the model does not have is left out
                     if not (name.startswith("bias") and not bool(vectors[n].abs().max() > 0))]
             return [named[n] for n in kept], vectors[kept], stream_diff
