@@ -38,7 +38,8 @@
     delete s.alpha;
   });
 
-  var state = { section: 0, layer: 0, heads: null, focus: null, view: "head", matrixHead: "mean", cursor: [0, 0],
+  var state = { section: 0, layer: 0, heads: null, focus: null, picked: { side: null, indices: [] }, view: "head",
+    matrixHead: "mean", cursor: [0, 0],
     drawn: 0 };
   function sec() { return data.sections[state.section]; }
   function weight(s, li, h, i, j) { return s.q[((li * s.heads + h) * s.R + i) * s.C + j] / s.top * s.scale[li][h]; }
@@ -167,8 +168,16 @@
     ctx.lineWidth = 2;
     var f = state.focus, li = state.layer, lines = [];
     var rows = [], cols = [], i, j;
-    for (i = 0; i < s.R; i++) if (!f || f.side !== "left" || f.index === i) rows.push(i);
-    for (j = 0; j < s.C; j++) if (!f || f.side !== "right" || f.index === j) cols.push(j);
+    var picked = state.picked;
+    if (picked.indices.length) f = null;  // a selection holds the lines while it lasts
+    for (i = 0; i < s.R; i++) {
+      if (picked.indices.length ? picked.side !== "left" || picked.indices.indexOf(i) >= 0 :
+          !f || f.side !== "left" || f.index === i) rows.push(i);
+    }
+    for (j = 0; j < s.C; j++) {
+      if (picked.indices.length ? picked.side !== "right" || picked.indices.indexOf(j) >= 0 :
+          !f || f.side !== "right" || f.index === j) cols.push(j);
+    }
     state.heads.forEach(function (h) {
       rows.forEach(function (qi) {
         cols.forEach(function (kj) {
@@ -210,6 +219,50 @@
       var list = $(f.side === "left" ? "av-left" : "av-right");
       if (list.children[f.index]) list.children[f.index].classList.add("active");
     }
+    document.querySelectorAll(".av-tokens li.picked").forEach(function (e) { e.classList.remove("picked"); });
+    picked.indices.forEach(function (n) {
+      var item = $(picked.side === "left" ? "av-left" : "av-right").children[n];
+      if (item) item.classList.add("picked");
+    });
+    selectionReadout();
+  }
+  function summed() {
+    // the selection's attention summed over its tokens, each the mean over the heads shown: per other token
+    var s = sec(), picked = state.picked, heads = Array.from(state.heads), li = state.layer, out = [];
+    var others = picked.side === "left" ? s.C : s.R;
+    for (var o = 0; o < others; o++) {
+      var total = 0;
+      picked.indices.forEach(function (n) {
+        var i = picked.side === "left" ? n : o, j = picked.side === "left" ? o : n;
+        if (!shown(s, i, j)) return;
+        heads.forEach(function (h) { total += weight(s, li, h, i, j) / heads.length; });
+      });
+      out.push(total);
+    }
+    return out;
+  }
+  function selectionReadout() {
+    var picked = state.picked, s = sec(), line = $("av-selection");
+    if (!picked.indices.length || !state.heads.size) { line.textContent = "\u00a0"; return; }
+    var labels = picked.side === "left" ? s.rows : s.cols, others = picked.side === "left" ? s.cols : s.rows;
+    var sums = summed(), order = sums.map(function (v, n) { return n; });
+    order.sort(function (a, b) { return sums[b] - sums[a]; });
+    var named = picked.indices.map(function (n) { return "'" + labels[n] + "'"; }).join(" + ");
+    line.textContent = (picked.side === "left" ? "what " + named + " attend to" : "who attends to " + named) +
+      " (summed over " + picked.indices.length + " token" + (picked.indices.length > 1 ? "s" : "") +
+      ", each the mean of the " + state.heads.size + " head" + (state.heads.size > 1 ? "s" : "") + " shown): " +
+      order.slice(0, 5).map(function (n) { return "'" + others[n] + "' " + fmt(sums[n]); }).join(" · ");
+    line.dataset.sums = JSON.stringify(sums);
+  }
+  function pick(target, add) {
+    var item = target && target.closest ? target.closest("li") : null;
+    if (!add || !item) { state.picked = { side: null, indices: [] }; drawLines(); return; }
+    var side = item.dataset.side, n = Number(item.dataset.index), picked = state.picked;
+    if (picked.side !== side) picked = state.picked = { side: side, indices: [] };
+    var at = picked.indices.indexOf(n);
+    if (at >= 0) picked.indices.splice(at, 1); else picked.indices.push(n);
+    picked.indices.sort(function (a, b) { return a - b; });
+    drawLines();
   }
   function setFocus(target) {
     var next = target && target.dataset && target.dataset.side ?
@@ -822,6 +875,7 @@
       state.layer = 0;
       state.heads = firstHeads();
       state.focus = null;
+      state.picked = { side: null, indices: [] };
       state.matrixHead = "mean";
       controls();
       render();
@@ -844,8 +898,11 @@
       list.addEventListener("focusin", function (e) { setFocus(e.target.closest("li")); });
       list.addEventListener("mouseleave", function () { if (!list.contains(document.activeElement)) setFocus(null); });
       list.addEventListener("focusout", function (e) { if (!list.contains(e.relatedTarget)) setFocus(null); });
+      list.addEventListener("click", function (e) { pick(e.target, e.shiftKey); });
       list.addEventListener("keydown", function (e) {
         var li = e.target.closest("li");
+        if (li && e.key === "Enter") { pick(li, e.shiftKey); e.preventDefault(); return; }
+        if (e.key === "Escape") { pick(null, false); e.preventDefault(); return; }
         if (!li || (e.key !== "ArrowDown" && e.key !== "ArrowUp")) return;
         var next = e.key === "ArrowDown" ? li.nextElementSibling : li.previousElementSibling;
         if (next) next.focus();

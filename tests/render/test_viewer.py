@@ -111,6 +111,38 @@ def test_loads_offline_with_no_errors_and_no_requests(browser, cat_capture, tmp_
 
 
 @pytest.mark.browser
+def test_shift_click_selects_several_tokens_and_sums_their_attention(browser, cat_capture, tmp_path):
+    """Shift-click adds tokens to a selection: only their lines stay (hovering elsewhere changes nothing), and the
+    readout sums their rows (or columns), each the mean of the heads shown — as numpy sums α; a plain click and
+    Escape clear it."""
+    page = Page(browser, write_page(tmp_path, cat_capture))
+    alpha = cat_capture.attentions[0].astype(np.float64)
+    page.page.click("#av-all-heads")
+    heads = range(cat_capture.n_heads)
+    page.page.click("#av-left li:nth-child(3)", modifiers=["Shift"])
+    page.page.click("#av-left li:nth-child(4)", modifiers=["Shift"])
+    page.page.hover("#av-right li:nth-child(1)")  # a hover does not move a selection
+    low, high = expected_lines(alpha, heads, rows=[2, 3])
+    assert low <= page.lines() <= high
+    sums = json.loads(page.js("document.getElementById('av-selection').dataset.sums"))
+    np.testing.assert_allclose(sums, alpha[:, [2, 3], :].mean(axis=0).sum(axis=0), atol=2e-4)  # 16-bit weights
+    shown = page.js("document.getElementById('av-selection').textContent")
+    assert shown.startswith(f"what '{cat_capture.tokens[2]}' + '{cat_capture.tokens[3]}' attend to (summed over 2")
+    page.page.click("#av-left li:nth-child(4)", modifiers=["Shift"])  # shift-click again: out of the selection
+    assert page.js("window.attnvizViewer.state.picked.indices") == [2]
+    page.page.click("#av-right li:nth-child(2)", modifiers=["Shift"])  # the other side: a new selection
+    assert page.js("window.attnvizViewer.state.picked.side") == "right"
+    sums = json.loads(page.js("document.getElementById('av-selection').dataset.sums"))
+    np.testing.assert_allclose(sums, alpha[:, :, 1].mean(axis=0), atol=2e-4)
+    page.page.keyboard.press("Escape")
+    assert page.js("window.attnvizViewer.state.picked.indices") == []
+    page.page.click("#av-left li:nth-child(2)", modifiers=["Shift"])
+    page.page.click("#av-left li:nth-child(5)")  # a plain click clears
+    assert page.js("window.attnvizViewer.state.picked.indices") == []
+    page.close()
+
+
+@pytest.mark.browser
 def test_hover_keeps_only_that_tokens_lines(browser, cat_capture, tmp_path):
     page = Page(browser, write_page(tmp_path, cat_capture))
     alpha = cat_capture.attentions[0]  # layer 0 is shown first, its sharpest head alone (all heads: a tangle)
