@@ -141,10 +141,19 @@ def lens(text: str, *, model: Any = None, tokenizer: Any = None, target: str | i
         raise InputError(f"{arg('positions')} chose no position of the {T} tokens", "positions")
     target_index = target_id(loaded, target)
     check_memory(loaded, T, copies=2.0)
-    with (reporter or Reporter()).status("Reading every layer through the unembedding…"):
-        recording = None if run is None else run.recording(lens_points(loaded.shape[0]))
+    from attnviz.engine.attribution.lens import CHUNK
+
+    reporter = reporter or Reporter()
+    with reporter.status("Running the model…"):
+        recording = run.recording(lens_points(loaded.shape[0])) if run is not None else None
+        if recording is None:
+            from attnviz.engine.points import record
+
+            recording = record(loaded.model, encoded.inputs, lens_points(loaded.shape[0]), attentions=False)
+    steps = (loaded.shape[0] + 1) * -(-len(at) // CHUNK)
+    with reporter.progress("Reading each layer through the unembedding", steps, "streams") as step:
         reading = logit_lens(loaded.model, encoded.inputs, list(at), target=target_index, k=top,
-                             recording=recording)
+                             recording=recording, on_step=step)
     labels = np.vectorize(lambda i: vocabulary_label(loaded.tokenizer, int(i)), otypes=[object])(reading.top_ids)
     if target_index is not None and isinstance(target, str):
         check_spelling(loaded, target, target_index, reading.last_logits, "target")

@@ -61,9 +61,10 @@ def _head(model, normed: bool = False):
 
 
 def logit_lens(model, inputs: dict, positions: list[int], *, target: int | None = None, k: int = 5,
-               recording: Recording | None = None) -> LensReading:
+               recording: Recording | None = None, on_step=None) -> LensReading:
     """Each stream of one text (batch of 1) at `positions` read through the final norm and the unembedding: the
-    `k` most likely next tokens, and `target`'s probability and rank. A causal language model with its head."""
+    `k` most likely next tokens, and `target`'s probability and rank. A causal language model with its head.
+    `on_step(1)` is called as each stream of each block of CHUNK positions is read."""
     base = getattr(model, "base_model", model)
     adapter = adapter_for(base)
     if not getattr(adapter, "causal", False):
@@ -96,6 +97,8 @@ def logit_lens(model, inputs: dict, positions: list[int], *, target: int | None 
                     got = slice(start, start + len(chunk))
                     target_p[n, got] = p[:, target].cpu().numpy()
                     target_rank[n, got] = (logits > logits[:, target:target + 1]).sum(-1).cpu().numpy()
+                if on_step is not None:
+                    on_step(1)
             model_logits = (own[0, chunk.to(own.device)].double() if own is not None
                             else _head(model, normed=True)(normed[0, chunk.to(normed.device)]))
             diff = max(diff, float((torch.softmax(model_logits, dim=-1) - p).abs().max()))

@@ -26,7 +26,7 @@ import torch
 from attnviz.engine.attribution.logits import _frozen_norm
 from attnviz.engine.hooks import Seen
 from attnviz.engine.points import Recording, post_norm, record
-from attnviz.engine.scratch.adapters import LlamaAdapter, adapter_for, layer_blocks
+from attnviz.engine.scratch.adapters import LlamaAdapter, adapter_for, layer_blocks, rotate_half
 from attnviz.engine.scratch.norms import _out_weight
 from attnviz.errors import UnsupportedArchitectureError
 
@@ -197,25 +197,57 @@ def _parts_post_norm(recording: Recording, model, inputs: dict, layer: int, posi
 def _project(adapter, module, config, layer: int, normed: torch.Tensor, position: int, seen: Seen,
              head: int, side: str) -> torch.Tensor:
     """The query (side "q") or key ("k") vector of `head` that each row of `normed` (P, D) gives at `position`,
-    with rotary positions as the family applies them, bias included. (P, d) float64"""
-    out = []
-    T = position + 1
-    cos_sin = None if seen.position_embeddings is None else tuple(t[:, :T] for t in seen.position_embeddings)
+    with rotary positions as the family applies them, bias included. (P, d) float64
+
+    Each row is projected alone: a family without rotary positions (GPT-2, BERT) as a one-token input; a Llama-like
+    family's Q and K by its own projection and norm, then turned by the rotation its own code gives `position`
+    (the same cos and sin); any other rotary family inside an input as long as the position."""
     frozen = _frozen_qk_norm(adapter, module, config, normed[:-1].sum(0))  # the rows but the last (zero) add up
+    rotary = isinstance(adapter, LlamaAdapter)
+    own_rotation = rotary and type(adapter).rotated is LlamaAdapter.rotated
+    T = position + 1 if rotary and not own_rotation else 1
+    at = T - 1
+    cos_sin = None if seen.position_embeddings is None else tuple(t[:, :position + 1] for t in
+                                                                  seen.position_embeddings)
+    out = []
     try:
         if frozen is not None:  # QK-norm at this position's own scale: linear, as the stream's norm is
             adapter.normed = lambda module, q, k, config: (q * frozen[0], k * frozen[1])
         for start in range(0, normed.shape[0], PARTS_CHUNK):
             chunk = normed[start:start + PARTS_CHUNK]
             hidden = torch.zeros((chunk.shape[0], T, chunk.shape[1]), dtype=chunk.dtype, device=chunk.device)
-            hidden[:, position] = chunk
+            hidden[:, at] = chunk
+            if own_rotation:
+                vectors = _rotated_at(adapter, module, config, layer, hidden, position, cos_sin, side)
+                out.append(vectors[:, head].double())
+                continue
             qkv = adapter.qkv(module, Seen(hidden, cos_sin), layer, config)  # type: ignore[arg-type]
             vectors = qkv.q if side == "q" else qkv.k  # (P, H, T, d), K/V heads already mapped to query heads
-            out.append(vectors[:, head, position].double())
+            out.append(vectors[:, head, at].double())
     finally:
         if frozen is not None:
             del adapter.normed
     return torch.cat(out)
+
+
+def _rotated_at(adapter, module, config, layer: int, hidden: torch.Tensor, position: int, cos_sin, side: str):
+    """A Llama-like family's Q (or K, mapped to the query heads) of one-token inputs (P, 1, D) at `position`: its
+    projection and norm, then its rotation there (rotate_half with the cos and sin its own code gives). (P, H, d)"""
+    d = adapter.head_dim(module, config)
+    q, k, _ = adapter.project(module, hidden, d)  # (P, H, 1, d), (P, H_kv, 1, d)
+    q, k = adapter.normed(module, q, k, config)
+    x = q if side == "q" else k
+    if adapter.rotates(config, layer):
+        cos, sin = adapter._cos_sin(config, x.shape[-1], position + 1, Seen(hidden[:, :0], cos_sin), layer)
+        cos, sin = (t[..., position, :].to(device=x.device, dtype=x.dtype) for t in (cos, sin))  # (d,) or (B, d)
+        if cos.shape[-1] == x.shape[-1] // 2:
+            cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
+        if cos.ndim == 2:  # one per batch row of the run (batch 1)
+            cos, sin = cos[0], sin[0]
+        x = x * cos + rotate_half(x) * sin
+    if side == "k":
+        x = x.repeat_interleave(q.size(1) // k.size(1), dim=1)  # each K head serves its group of query heads
+    return x[:, :, 0]
 
 
 def _frozen_qk_norm(adapter, module, config, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
