@@ -42,6 +42,7 @@ def test_the_terms_add_up_to_the_score_and_versus_to_the_log_ratio(kind, tiny_lm
             assert expected <= parts
     js = result.to_dict()
     assert json.loads(json.dumps(js)) == js and js["versus"] == 5 and len(js["terms"]) == 10
+    assert attnviz.why(TEXT, model=m).query == (T - 1 if kind in ("llama", "gpt2") else T - 2)  # [SEP] left out
     values = [abs(t["value"]) for t in js["terms"]]
     assert values == sorted(values, reverse=True)
     assert abs(sum(js["query_side"].values()) - result.sum) <= 1e-9 * max(1.0, abs(result.sum))

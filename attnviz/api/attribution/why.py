@@ -136,13 +136,12 @@ def why(text: str, *, model: Any = None, tokenizer: Any = None, layer: int = 0, 
         query: str | int | None = None, key: str | int | None = None, versus: str | int | None = None,
         top: int = 10, truncate: bool = True, device: str = "auto", dtype: str = "float32",
         reporter: Reporter | None = None, run: Any = None) -> Why:
-    """Why head (`layer`, `head`) attends from `query` (default: the last position) to `key` (default: the key it
-    attends to most in that row, other than the first token, a sink): its score s split over the parts of the
-    residual stream entering the layer, query side × key side; with `versus`, s − s' (which equals log α −
-    log α'). Positions are indices or a token's text (text#n). `top`: the terms listed (1 to 200). Pre-norm
-    decoders (GPT-2, Llama, Gemma 3 and the families built like them) and BERT-family encoders; others refused in
-    one line. (`run`: an attnviz.Run
-    of this text, whose pass is read.)"""
+    """Why head (`layer`, `head`) attends from `query` (default: the last token, special ones left out) to `key`
+    (default: the key it attends to most in that row, other than the first token, a sink): its score s split over
+    the parts of the residual stream entering the layer, query side × key side; with `versus`, s − s' (which
+    equals log α − log α'). Positions are indices or a token's text (text#n). `top`: the terms listed (1 to
+    200). Pre-norm decoders (GPT-2, Llama, Gemma 3 and the families built like them) and BERT-family encoders;
+    others refused in one line. (`run`: an attnviz.Run of this text, whose pass is read.)"""
     from attnviz.engine.attribution.why import check_family, is_post_norm, split_score, why_points
     from attnviz.engine.forward import encode
     from attnviz.engine.memory import check_memory
@@ -162,7 +161,11 @@ def why(text: str, *, model: Any = None, tokenizer: Any = None, layer: int = 0, 
     encoded = encode(loaded, text, truncate=truncate) if run is None else run.encoded
     tokens = tuple(encoded.tokens)
     T = len(tokens)
-    i = T - 1 if query is None else _position(tokens, query, "query")
+    if query is None:  # the last token that is not a special one ([SEP] ends an encoder's input)
+        specials = set(getattr(loaded.tokenizer, "all_special_tokens", ()) or ())
+        i = next((n for n in range(T - 1, -1, -1) if tokens[n] not in specials), T - 1)
+    else:
+        i = _position(tokens, query, "query")
     check_memory(loaded, T, copies=2.0)
     with (reporter or Reporter()).status("Splitting the score into its parts…"):
         points = why_points(layer, is_post_norm(loaded.model))
