@@ -166,6 +166,12 @@ def why(text: str, *, model: Any = None, tokenizer: Any = None, layer: int = 0, 
         i = next((n for n in range(T - 1, -1, -1) if tokens[n] not in specials), T - 1)
     else:
         i = _position(tokens, query, "query")
+    j = None if key is None else _position(tokens, key, "key")
+    j2 = None if versus is None else _position(tokens, versus, "versus")
+    for name, where in (("key", j), ("versus", j2)):  # before the model runs
+        if where is not None and loaded.causal and where > i:
+            raise InputError(f"{arg(name)} {where} comes after {arg('query')} {i}: a causal model's query sees "
+                             f"only the keys before it", name)
     check_memory(loaded, T, copies=2.0)
     with (reporter or Reporter()).status("Splitting the score into its parts…"):
         points = why_points(layer, is_post_norm(loaded.model))
@@ -174,23 +180,16 @@ def why(text: str, *, model: Any = None, tokenizer: Any = None, layer: int = 0, 
             from attnviz.engine.points import record
 
             recording = record(loaded.model, encoded.inputs, points)
-        alpha = recording.run.layers[layer].alpha()[0, head].double()  # (T, T): recomputed from the weights
+        # the query's row of α, recomputed from the weights: (T,)
+        row_of_alpha = recording.run.layers[layer].alpha_rows(slice(i, i + 1))[0, head, 0].double()
         said = ""
-        if key is None:
-            row = alpha[i].clone()
+        if j is None:
+            row = row_of_alpha.clone()
             if T > 1 and i > 0:
                 row[0] = -1.0  # the first token: a sink in most decoders
             j = int(row.argmax())
             said = (f"key: the one head {layer}.{head} attends to most from this query, the first token (a sink) left "
-                    f"out (α = {float(alpha[i, j]):.3f}); --key chooses another")
-        else:
-            j = _position(tokens, key, "key")
-        j2 = None if versus is None else _position(tokens, versus, "versus")
-        causal = bool(loaded.causal)
-        for name, where in (("key", j), ("versus", j2)):
-            if where is not None and causal and where > i:
-                raise InputError(f"{arg(name)} {where} comes after {arg('query')} {i}: a causal model's query sees "
-                                 f"only the keys before it", name)
+                    f"out (α = {float(row_of_alpha[j]):.3f}); --key chooses another")
         split = split_score(loaded.model, encoded.inputs, layer=layer, head=head, query=i, key=j, versus=j2,
                             recording=recording)
     if split.stream_diff > WHY_TOLERANCE or split.query_diff > WHY_TOLERANCE:
@@ -199,7 +198,7 @@ def why(text: str, *, model: Any = None, tokenizer: Any = None, layer: int = 0, 
         raise UnsupportedArchitectureError(f"{loaded.name}'s blocks are not built as this split reads them: the parts "
                                            f"miss the stream by {max(split.stream_diff, split.query_diff):.1e}")
     labels = _labels(recording, loaded, encoded, text, layer)
-    alphas = (float(alpha[i, j]),) + (() if j2 is None else (float(alpha[i, j2]),))
+    alphas = (float(row_of_alpha[j]),) + (() if j2 is None else (float(row_of_alpha[j2]),))
     return Why(model=loaded.name, tokens=tokens, layer=layer, head=head, query=i, key=j, versus=j2,
                score=split.score, alphas=alphas, query_names=split.query_names, key_names=split.key_names,
                terms=split.terms, labels=labels, top=top, default_key=said)
