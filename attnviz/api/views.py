@@ -268,13 +268,8 @@ def _token_group(tokens: tuple[str, ...] | list[str], specs: Sequence[str]) -> t
     chosen: list[int] = []
     T = len(tokens)
     for spec in specs:
-        ranged = re.fullmatch(r"(-?\d+)-(-?\d+)", spec)
-        if ranged:
-            first, last = (find_token(tokens, part, field="tokens") for part in ranged.groups())
-            if last < first:
-                raise SelectionError(f"{arg('tokens')} {spec!r} is a reversed range: write {ranged.group(2)}-"
-                                     f"{ranged.group(1)}", "tokens")
-            chosen.extend(range(first, last + 1))
+        if re.fullmatch(r"-?\d+--?\d+", spec):  # a range of indices, as every selection reads one
+            chosen.extend(Selection.parse(spec, "token", field="tokens").indices(T))
         else:
             chosen.append(find_token(tokens, spec, field="tokens"))
     group = tuple(dict.fromkeys(j % T for j in chosen))

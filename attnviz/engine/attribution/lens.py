@@ -82,6 +82,7 @@ def logit_lens(model, inputs: dict, positions: list[int], *, target: int | None 
     target_p = np.zeros((rows, len(positions))) if target is not None else None
     target_rank = np.zeros((rows, len(positions)), np.int64) if target is not None else None
     diff = 0.0
+    from_normed = _head(model, normed=True)
     own = getattr(recording.run.output, "logits", None)  # the model's own; a pass made without the head: its
     normed = recording["ln_final.out"]  # head applied to the final norm's own output, as the model applies it
     with torch.inference_mode():
@@ -100,7 +101,7 @@ def logit_lens(model, inputs: dict, positions: list[int], *, target: int | None 
                 if on_step is not None:
                     on_step(1)
             model_logits = (own[0, chunk.to(own.device)].double() if own is not None
-                            else _head(model, normed=True)(normed[0, chunk.to(normed.device)]))
+                            else from_normed(normed[0, chunk.to(normed.device)]))
             diff = max(diff, float((torch.softmax(model_logits, dim=-1) - p).abs().max()))
             last_logits = model_logits[-1].cpu().numpy()
     return LensReading(top_ids, top_p, target_p, target_rank, diff, last_logits)

@@ -126,12 +126,12 @@ def _parts(recording: Recording, model, layer: int, position: int) -> tuple[list
     return names, stacked, diff
 
 
-def _frozen_layer_norm(norm, x: torch.Tensor):
-    """A LayerNorm frozen at its input x's scale: (the linear part, applied to a part (D,), β)."""
-    x = x.double()
-    sigma = torch.sqrt(x.var(-1, unbiased=False) + float(norm.eps))
-    gamma, beta = norm.weight.double(), norm.bias.double()
-    return (lambda p: gamma * (p - p.mean(-1, keepdim=True)) / sigma), beta
+def _frozen(norm, x: torch.Tensor):
+    """`norm` frozen at its input x's scale: (its linear part, applied to a part (D,), β); logits' _frozen_norm
+    chooses the kind (LayerNorm here) by the norm's own output."""
+    with torch.inference_mode():
+        linear, beta, _ = _frozen_norm(norm, x, norm(x.to(norm.weight.dtype)))
+    return linear, beta
 
 
 def _embedding_parts(base, inputs: dict, position: int, embedded: torch.Tensor) -> tuple[list[str], list]:
@@ -145,7 +145,7 @@ def _embedding_parts(base, inputs: dict, position: int, embedded: torch.Tensor) 
         at = position if pad is None else pad + 1 + position  # RoBERTa and XLM-R count positions after padding
         pieces = [emb.word_embeddings.weight[token].double(), emb.position_embeddings.weight[at].double(),
                   emb.token_type_embeddings.weight[segment].double()]
-        linear, beta = _frozen_layer_norm(emb.LayerNorm, sum(pieces))
+        linear, beta = _frozen(emb.LayerNorm, sum(pieces))
         parts = [linear(v) for v in pieces] + [beta]
         if float((sum(parts) - embedded).abs().max()) <= SPLIT_TOLERANCE * max(1.0, float(embedded.abs().max())):
             return ["tokens", "positions", "segments", "bias embed norm"], parts
@@ -175,7 +175,7 @@ def _parts_post_norm(recording: Recording, model, inputs: dict, layer: int, posi
         parts += list(heads) + ([bias.double()] if bias is not None else [])
         block: Any = blocks[n]
         after_attention, after_mlp = post_norm(block), block.output.LayerNorm
-        linear, beta = _frozen_layer_norm(after_attention, sum(parts))
+        linear, beta = _frozen(after_attention, sum(parts))
         parts = [linear(v) for v in parts] + [beta]
         names.append(f"bias norm {n}")
         middle = recording[f"blocks.{n}.resid.mid"][0, position].double()
@@ -185,7 +185,7 @@ def _parts_post_norm(recording: Recording, model, inputs: dict, layer: int, posi
             mlp = block.output.dense(block.intermediate(mid[None]))[0].double()  # what the MLP adds
         parts.append(mlp)
         names.append(f"mlp {n}")
-        linear, beta = _frozen_layer_norm(after_mlp, sum(parts))
+        linear, beta = _frozen(after_mlp, sum(parts))
         parts = [linear(v) for v in parts] + [beta]
         names.append(f"bias mlp norm {n}")
     stacked = torch.stack(parts)
