@@ -23,7 +23,7 @@ def lens_figure(tokens: np.ndarray, p: np.ndarray, streams: Sequence[str], posit
         for s in range(S):
             for i in range(P):
                 shown = str(tokens[s, i])
-                shown = repr(shown[:12] + ("…" if len(shown) > 12 else ""))  # quoted: ' Paris' is not 'Paris'
+                shown = "'" + shown[:12] + ("…" if len(shown) > 12 else "") + "'"  # quoted: ' Paris' is not 'Paris'
                 main.text(i, s, shown, ha="center", va="center", fontsize=size,
                           color="black" if p[s, i] > 0.6 else "white")
     main.set_yticks(range(S), list(streams), fontsize=7)

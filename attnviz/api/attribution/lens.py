@@ -74,30 +74,34 @@ class Lens(Result):
                                 if "target_p" in entry else {})})
         return rows
 
-    def report(self, **style: Any) -> list:
+    def report(self, *, width: int = 100, **style: Any) -> list:
         from attnviz.render.tables import records_table
 
         one = len(self.positions) == 1
+        fits = max(1, (width - 14) // 12)  # the columns a terminal this wide shows whole: the last positions
         rows, columns = [], [("stream", "stream", "")]
         for n in range(len(self.streams)):
             row: dict[str, Any] = {"stream": "embeddings" if n == 0 else str(n - 1)}
             if one:
                 for k in range(min(3, self.top.shape[2])):
-                    row[f"t{k}"] = f"{visible(self.top[n, 0, k])!r} {self.top_p[n, 0, k]:.2f}"
+                    row[f"t{k}"] = f"'{visible(self.top[n, 0, k])}' {self.top_p[n, 0, k]:.2f}"
                 if self.target_p is not None and self.target_rank is not None:
                     row["target_p"], row["target_rank"] = float(self.target_p[n, 0]), int(self.target_rank[n, 0])
             else:
-                for i in range(len(self.positions)):
-                    row[f"p{i}"] = f"{visible(self.top[n, i, 0])!r} {self.top_p[n, i, 0]:.2f}"
+                for i in range(max(0, len(self.positions) - fits), len(self.positions)):
+                    row[f"p{i}"] = f"'{visible(self.top[n, i, 0])}' {self.top_p[n, i, 0]:.2f}"
             rows.append(row)
         if one:
             columns += [(f"t{k}", f"top {k + 1}", "") for k in range(min(3, self.top.shape[2]))]
             if self.target_p is not None:
-                columns += [("target_p", f"p({visible(self.target or '')!r})", ".3f"), ("target_rank", "rank", "d")]
+                columns += [("target_p", f"p('{visible(self.target or '')}')", ".3f"), ("target_rank", "rank", "d")]
             where = f"position {self.positions[0]} ({visible(self.tokens[self.positions[0]])!r})"
         else:
-            columns += [(f"p{i}", f"{p}: {visible(self.tokens[p])}", "") for i, p in enumerate(self.positions)]
-            where = f"{len(self.positions)} positions, the top token of each"
+            shown = list(enumerate(self.positions))[-fits:]
+            columns += [(f"p{i}", f"{p}: {visible(self.tokens[p])}", "") for i, p in shown]
+            where = (f"{len(self.positions)} positions, the top token of each" if len(shown) == len(self.positions)
+                     else f"the last {len(shown)} of {len(self.positions)} positions (the figure and --json have "
+                          f"all), the top token of each")
         title = f"{short_model(self.model)}: what each layer predicts next (the logit lens), {where}"
         return [records_table(rows, columns, title, caption="stream n: the residual stream after block n"),
                 Line(f"Each row is the residual stream read through the final norm and the unembedding; the last "
