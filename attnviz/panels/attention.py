@@ -210,3 +210,31 @@ def heatmap_page(capture: Capture, layers: Sequence[int], heads: Sequence[HeadCh
     return Page(panels=tuple(panels), title=title, name=name, subtitle=text_subtitle(capture))
 
 
+
+
+SELECTED = "▸"  # marks a selected token's row and column label
+
+
+def with_selection(page: Page, local: Sequence[int], name: str) -> Page:
+    """The page with tokens selected (heatmap --tokens): their labels marked, and each panel one row and one
+    column more, set apart — the mean of their rows (what they attend to, on α's scale) and the sum of their
+    columns (the share of each query's attention that goes to them). `local`: their rows' indices in the
+    panels (the panels are square: self-attention); `name` how the new row and column are labelled."""
+    chosen = np.asarray(local, dtype=np.intp)
+    panels = []
+    for p in page.panels:
+        rows_mean = p.matrix[chosen].mean(axis=0)  # (C,)
+        cols_sum = p.matrix[:, chosen].sum(axis=1)  # (R,)
+        corner = cols_sum[chosen].mean()
+        matrix = np.block([[p.matrix, cols_sum[:, None]], [rows_mean[None, :], np.array([[corner]])]])
+        hidden = None
+        if p.hidden is not None:  # a key is hidden in the mean row where every selected row hides it
+            hidden = np.zeros(matrix.shape, dtype=bool)
+            hidden[:-1, :-1] = p.hidden
+            hidden[-1, :-1] = p.hidden[chosen].all(axis=0)
+        mark = set(chosen.tolist())
+        rows = tuple(SELECTED + r if i in mark else r for i, r in enumerate(p.rows)) + (f"mean {name}",)
+        cols = tuple(SELECTED + c if j in mark else c for j, c in enumerate(p.cols)) + (f"Σ {name}",)
+        panels.append(replace(p, matrix=matrix.astype(np.float32), rows=rows, cols=cols, hidden=hidden,
+                              summary=True))
+    return replace(page, panels=tuple(panels))

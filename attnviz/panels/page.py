@@ -111,6 +111,7 @@ class Panel:
     picture: np.ndarray | None = None  # (h, w, 3) uint8 drawn under the matrix (a vision capture's patch grid)
     mark: tuple[int, int] | None = None  # a cell outlined (the patch whose row is drawn)
     path: tuple[np.ndarray, np.ndarray] | None = None  # (rows, columns) of a path drawn over the matrix (DTW)
+    summary: bool = False  # the last row and column summarise selected tokens (heatmap --tokens), set apart
 
     @property
     def title_text(self) -> str:

@@ -125,6 +125,10 @@ def draw_splits(ax, panel: Panel) -> None:
         ax.axhline(panel.row_split - 0.5, color=SPLIT_COLOR, linewidth=1.4, path_effects=outline)
     if panel.col_split is not None:
         ax.axvline(panel.col_split - 0.5, color=SPLIT_COLOR, linewidth=1.4, path_effects=outline)
+    if panel.summary:  # the selection's row and column, set apart from α's
+        rows, cols = panel.matrix.shape
+        ax.axhline(rows - 1.5, color=SPLIT_COLOR, linewidth=2.4, path_effects=outline)
+        ax.axvline(cols - 1.5, color=SPLIT_COLOR, linewidth=2.4, path_effects=outline)
 
 
 def _write_values(ax, matrix: np.ndarray, hidden, cmap: str, scale: Scale, fontsize: float) -> None:

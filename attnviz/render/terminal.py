@@ -67,7 +67,8 @@ def panel_renderable(panel: Panel, *, width: int = 80, color: bool = True, cmap:
     matrix = np.asarray(panel.matrix, dtype=np.float32)
     n_rows, T = matrix.shape
     scaled = panel.scale.unit(matrix)  # (R, C) in [0, 1], as the colours show it
-    bar = panel.col_split is not None  # a "│" before the first generated key column: one cell more
+    # a "│" before the first generated key column, and before the selection's column: one cell more each
+    bar = int(panel.col_split is not None) + int(panel.summary)
     lay = TermLayout.fit(T, panel.rows, width - bar, start, n_rows, cell_widths)
     cols = list(lay.columns)
     colours = rgb(cmap, scaled)  # (R, C, 3)
@@ -81,7 +82,7 @@ def panel_renderable(panel: Panel, *, width: int = 80, color: bool = True, cmap:
     for k in range(depth):
         line = Text(" " * lay.label_width)
         for j, header in zip(cols, headers):
-            if j == panel.col_split:
+            if j == panel.col_split or (panel.summary and j == T - 1):
                 line.append(SPLIT_BAR, style=SPLIT_STYLE)
             piece = header[k] if k < len(header) else ""
             line.append(pad(piece if cells(piece) <= lay.cell else "…", lay.cell, "center"), style="dim" if k else "")
@@ -90,14 +91,19 @@ def panel_renderable(panel: Panel, *, width: int = 80, color: bool = True, cmap:
     hidden = panel.hidden
     for i in (range(n_rows) if rows is None else rows):
         if i == panel.row_split:  # where the prompt ends: a rule across, labelled
-            across = lay.cell * len(cols) + int(panel.col_split in cols)
+            across = lay.cell * len(cols) + int(panel.col_split in cols) + int(panel.summary and T - 1 in cols)
             named = fit("─ generated below ", across)
             rule = Text("─" * lay.label_width + named + "─" * (across - cells(named)), style=SPLIT_STYLE)
             lines.append(rule)
-        label = f"{i:>{index_width}} {fit(panel.rows[i], lay.label_width - index_width - 2)}"
+        summary = panel.summary and i == n_rows - 1
+        if summary:  # the selection's row: a rule above it, no index
+            bars = int(panel.col_split in cols) + int(T - 1 in cols)
+            lines.append(Text("─" * (lay.label_width + lay.cell * len(cols) + bars), style=SPLIT_STYLE))
+        index = " " * index_width if summary else f"{i:>{index_width}}"
+        label = f"{index} {fit(panel.rows[i], lay.label_width - index_width - 2)}"
         line = Text(pad(label, lay.label_width))
         for j in cols:
-            if j == panel.col_split:
+            if j == panel.col_split or (panel.summary and j == T - 1):
                 line.append(SPLIT_BAR, style=SPLIT_STYLE)
             if hidden is not None and hidden[i, j]:
                 line.append(pad("·", lay.cell, "center"), style="dim")

@@ -617,6 +617,10 @@ def test_typing_a_sentence_redraws_the_views(server, tmp_path):
         until(page, "() => window.attnvizLive.state.answer.tokens.length === 12 && !window.attnvizLive.state.busy")
         frame.locator("#av-left li").nth(11).wait_for()
         assert frame.locator("#av-left li").count() == 12
+        frame.locator("#av-tab-head").click()  # shift-click in the frame: two tokens selected, their rows summed
+        frame.locator("#av-left li").nth(2).click(modifiers=["Shift"])
+        frame.locator("#av-left li").nth(3).click(modifiers=["Shift"])
+        assert "what 'dog' + 'ran' attend to" in frame.locator("#av-selection").text_content()
         page.click("#lv-tab-heads")
         assert page.locator("#lv-heads tbody tr").count() == 72
         page.click("#lv-tab-steps")
