@@ -48,6 +48,48 @@ def test_the_terms_add_up_to_the_score_and_versus_to_the_log_ratio(kind, tiny_lm
     assert abs(sum(js["query_side"].values()) - result.sum) <= 1e-9 * max(1.0, abs(result.sum))
 
 
+@pytest.fixture(scope="module")
+def todays(tmp_path_factory):
+    from helpers import build_tiny_model
+
+    made: dict[str, str] = {}
+
+    def get(kind: str) -> str:
+        if kind not in made:
+            made[kind] = str(build_tiny_model(kind, tmp_path_factory.mktemp(kind) / kind))
+        return made[kind]
+    return get
+
+
+@pytest.mark.parametrize("kind", ["gemma2", "gemma3", "qwen3", "phi3", "mistral-window", "cohere2", "smollm3"])
+def test_todays_families_split_exactly_and_gemma2_before_its_cap(kind, todays):
+    """Every head of today's families (sliding windows, QK-norm, grouped heads, Gemma 2's soft-cap): the terms add
+    up to the score; with --versus, the score after the cap (the score itself without one) is log α − log α' of
+    the model's own α, the two keys inside every window."""
+    m = attnviz.load_model(todays(kind))
+    encoded = m.tokenizer(TEXT, return_tensors="pt")
+    with torch.inference_mode():
+        alpha = torch.stack(m.model(**encoded, output_attentions=True).attentions)[:, 0].double().numpy()
+    L, H = m.shape
+    T = alpha.shape[-1]
+    for layer in range(L):
+        for head in range(H):
+            result = attnviz.why(TEXT, model=m, layer=layer, head=head, query=T - 1, key=T - 2, versus=T - 3)
+            assert result.diff <= attnviz.WHY_TOLERANCE * max(1.0, abs(result.score)), (layer, head)
+            ratio = math.log(alpha[layer, head, T - 1, T - 2]) - math.log(alpha[layer, head, T - 1, T - 3])
+            assert abs(result.capped - ratio) <= 1e-4 * max(1.0, abs(ratio)), (layer, head)
+    assert (result.softcap is not None) == (kind == "gemma2")
+    said = " ".join(str(line) for line in result.report())
+    assert ("split before the soft-cap" in said) == (kind == "gemma2")
+    if kind == "gemma2":
+        assert abs(result.capped - result.sum) > 1e-3  # the cap changes the difference: it is not the sum
+
+
+def test_families_not_split_are_refused_in_one_line(todays):
+    for kind, words in (("olmo2", "norms its whole Q and K"), ("gpt_oss", "yarn")):
+        assert words in one_line_error(run("why", TEXT, "-m", todays(kind)), 1)
+
+
 def test_one_term_recomputed_by_hand(tiny_lm_dir):
     """Llama, layer 1: the (embed, embed) term is W_Q·(γ ⊙ e_I / rms(x_I)) rotated at I, dotted with the same at
     J for K, over √d (the embeddings are HF's hidden_states[0], the stream HF's hidden_states[1])."""

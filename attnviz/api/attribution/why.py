@@ -4,6 +4,7 @@ the parts adding up to the score exactly."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -39,12 +40,23 @@ class Why(Result):
     versus: int | None
     score: float
     alphas: tuple[float, ...]
+    scores: tuple[float, ...]  # s_IJ, and s_IJ2 with versus (before a soft-cap)
     query_names: tuple[str, ...]
     key_names: tuple[str, ...]
     terms: np.ndarray  # (A, B)
     labels: dict[str, str]
     top: int
     default_key: str = ""  # how the key was chosen when not given
+    softcap: float | None = None  # Gemma 2's cap c: `score` and the terms are before s ↦ c·tanh(s/c)
+
+    @property
+    def capped(self) -> float:
+        """The score after the soft-cap, as the softmax takes it (minus the versus key's, so log α − log α');
+        the score itself without a cap."""
+        if self.softcap is None:
+            return self.score
+        c = self.softcap
+        return c * (math.tanh(self.scores[0] / c) - (math.tanh(self.scores[1] / c) if self.versus is not None else 0))
 
     @property
     def sum(self) -> float:
@@ -73,7 +85,7 @@ class Why(Result):
         return {"model": self.model, "layer": self.layer, "head": self.head, "query": self.query, "key": self.key,
                 "versus": self.versus, "tokens": list(self.tokens), "score": self.score,
                 "alpha": self.alphas[0], "alpha_versus": self.alphas[1] if self.versus is not None else None,
-                "sum": self.sum, "diff": self.diff,
+                "sum": self.sum, "diff": self.diff, "softcap": self.softcap, "capped": self.capped,
                 "terms": [{"query_side": q, "key_side": k, "value": v} for q, k, v in self.ranked_terms()],
                 "query_side": dict(self.side("query")), "key_side": dict(self.side("key")),
                 "labels": dict(self.labels)}
@@ -94,9 +106,14 @@ class Why(Result):
             said = (f"score s = {self.score:.4f} (α = {self.alphas[0]:.3f}); Σ terms = {self.sum:.4f}, difference "
                     f"{self.diff:.1e}")
         else:
-            said = (f"s − s' = {self.score:.4f} = log α − log α' (α = {self.alphas[0]:.3f}, α' = {self.alphas[1]:.3f});"
+            ratio = "" if self.softcap else " = log α − log α'"
+            said = (f"s − s' = {self.score:.4f}{ratio} (α = {self.alphas[0]:.3f}, α' = {self.alphas[1]:.3f});"
                     f" Σ terms = {self.sum:.4f}, difference {self.diff:.1e}")
         items: list = [Line(f"{short_model(self.model)} · {self._what()}", style="bold"), Line(said)]
+        if self.softcap:
+            after = "log α − log α' = " if self.versus is not None else ""
+            items.append(Line(f"split before the soft-cap s ↦ c·tanh(s/c), c = {self.softcap:g}: after it "
+                              f"{after}{self.capped:.4f}", style="yellow"))
         if self.default_key:
             items.append(Line(self.default_key, style="dim"))
         rows = [{"query": self.named(q), "key": self.named(k), "value": v} for q, k, v in self.ranked_terms()]
@@ -200,8 +217,9 @@ def why(text: str, *, model: Any = None, tokenizer: Any = None, layer: int = 0, 
     labels = _labels(recording, loaded, encoded, text, layer)
     alphas = (float(row_of_alpha[j]),) + (() if j2 is None else (float(row_of_alpha[j2]),))
     return Why(model=loaded.name, tokens=tokens, layer=layer, head=head, query=i, key=j, versus=j2,
-               score=split.score, alphas=alphas, query_names=split.query_names, key_names=split.key_names,
-               terms=split.terms, labels=labels, top=top, default_key=said)
+               score=split.score, alphas=alphas, scores=split.scores, query_names=split.query_names,
+               key_names=split.key_names, terms=split.terms, labels=labels, top=top, default_key=said,
+               softcap=split.softcap)
 
 
 def _labels(recording, loaded, encoded, text: str, layer: int) -> dict[str, str]:

@@ -78,6 +78,7 @@ class ScoreSplit:
     scores: tuple[float, ...]  # s_IJ, and s_IJ2
     stream_diff: float  # the parts against the stream they add up to, of max(1, its largest |value|)
     query_diff: float  # Σ_a q(a) against the recomputed query, relative
+    softcap: float | None = None  # Gemma 2: the scores split are before its cap c·tanh(s/c)
 
 
 def _parts(recording: Recording, model, layer: int, position: int) -> tuple[list[str], torch.Tensor, float]:
@@ -298,9 +299,9 @@ def split_score(model, inputs: dict, *, layer: int, head: int, query: int, key: 
     config = base.config
     qkv_true = recording.run.layers[layer]
     scale = qkv_true.scale if qkv_true.scale is not None else 1.0 / float(qkv_true.q.shape[-1]) ** 0.5
-    if qkv_true.softcap or qkv_true.bias is not None:
-        raise UnsupportedArchitectureError("this model's scores are soft-capped or carry a positional bias: the "
-                                           "split is of the score before them, not written yet")
+    if qkv_true.bias is not None:
+        raise UnsupportedArchitectureError("this model's scores carry a positional bias (ALiBi or T5's buckets), "
+                                           "which no part of the stream makes: they are not split here")
     seen = Seen(recording[f"blocks.{layer}.resid.pre"][:, :0].float(), None)  # rotary from the config
     with torch.inference_mode():
         def side(position: int, which: str) -> tuple[list[str], torch.Tensor, float]:
@@ -343,4 +344,4 @@ def split_score(model, inputs: dict, *, layer: int, head: int, query: int, key: 
             k_stream = max(k_stream, v_stream)
     score = scores[0] - (scores[1] if versus is not None else 0.0)
     return ScoreSplit(tuple(q_names), tuple(k_names), terms.cpu().numpy(), score, tuple(scores),
-                      max(q_stream, k_stream), query_diff)
+                      max(q_stream, k_stream), query_diff, qkv_true.softcap)
