@@ -95,9 +95,10 @@ def bert_tokenizer():
     return AutoTokenizer.from_pretrained(str(bundled_model_dir()))
 
 
-def build_tiny_model(kind: str, folder, *, lm: bool = False, init: float = 0.5):
+def build_tiny_model(kind: str, folder, *, lm: bool = False, init: float = 0.5, positions: int | None = None):
     """Save a tiny random model of `kind` with a tokenizer into `folder`; return the folder. `lm`: a causal
-    language model with its head (GPT-2, Llama), for generation."""
+    language model with its head (GPT-2, Llama), for generation. `positions`: the longest input it takes (64
+    for GPT-2, 128 for the others), for the long path's tests."""
     import torch
     import transformers as tf
 
@@ -121,12 +122,12 @@ def build_tiny_model(kind: str, folder, *, lm: bool = False, init: float = 0.5):
         tokenizer = bpe_tokenizer("bytelevel")
         eot = tokenizer.convert_tokens_to_ids("<|endoftext|>")
         model = (tf.GPT2LMHeadModel if lm else tf.GPT2Model)(tf.GPT2Config(
-            vocab_size=len(tokenizer), n_layer=2, n_head=4, n_embd=32, n_positions=64, bos_token_id=eot,
+            vocab_size=len(tokenizer), n_layer=2, n_head=4, n_embd=32, n_positions=positions or 64, bos_token_id=eot,
             eos_token_id=eot, initializer_range=init))
     elif kind in ("llama", "mistral", "qwen2"):
         tokenizer = bpe_tokenizer("metaspace")
         cfg = dict(vocab_size=len(tokenizer), num_key_value_heads=2, bos_token_id=tokenizer.bos_token_id,
-                   eos_token_id=tokenizer.eos_token_id, pad_token_id=None, max_position_embeddings=128,
+                   eos_token_id=tokenizer.eos_token_id, pad_token_id=None, max_position_embeddings=positions or 128,
                    rope_theta=10000.0, **small)
         if kind == "llama":
             model = (tf.LlamaForCausalLM if lm else tf.LlamaModel)(tf.LlamaConfig(**cfg))
@@ -136,7 +137,7 @@ def build_tiny_model(kind: str, folder, *, lm: bool = False, init: float = 0.5):
             model = tf.Qwen2Model(tf.Qwen2Config(**cfg))
     elif kind in TODAYS:
         tokenizer = bpe_tokenizer("metaspace")
-        model = todays_model(kind, tokenizer, small)
+        model = todays_model(kind, tokenizer, small, positions or 128)
     else:
         raise ValueError(kind)
     model.save_pretrained(folder)
@@ -151,13 +152,13 @@ TODAYS = ("mistral-window", "qwen3", "phi3", "gemma2", "gemma3", "smollm3", "olm
 WINDOW = 4
 
 
-def todays_model(kind: str, tokenizer, small: dict):
+def todays_model(kind: str, tokenizer, small: dict, positions: int = 128):
     import torch
     import transformers as tf
 
     alternating = ["sliding_attention", "full_attention"]
     cfg = dict(vocab_size=len(tokenizer), num_key_value_heads=2, bos_token_id=tokenizer.bos_token_id,
-               eos_token_id=tokenizer.eos_token_id, pad_token_id=None, max_position_embeddings=128, **small)
+               eos_token_id=tokenizer.eos_token_id, pad_token_id=None, max_position_embeddings=positions, **small)
     if kind == "mistral-window":
         return tf.MistralModel(tf.MistralConfig(sliding_window=WINDOW, **cfg))
     if kind == "qwen3":

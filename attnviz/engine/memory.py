@@ -43,14 +43,21 @@ def attention_bytes(loaded: LoadedModel, T: int, copies: float = 1.0) -> int:
     return int((copies * L + 4) * H * T * T * 4)
 
 
+def fits(loaded: LoadedModel, T: int, copies: float = 1.0) -> bool:
+    """Whether holding α for T tokens (`copies` times, as check_memory counts it) fits the memory budget: where it
+    does not, an analysis that needs no α takes the long path (engine/lean.py)."""
+    return attention_bytes(loaded, T, copies) <= (loaded.memory_budget or memory_budget())
+
+
 def check_memory(loaded: LoadedModel, T: int, copies: float = 1.0, streams: bool = False, beside: int = 0,
-                 beside_text: str = "") -> None:
+                 beside_text: str = "", instead: str = "") -> None:
     """Refuse, before running anything, an input whose attention would not fit the memory budget (with `beside`
-    bytes the analysis holds besides, named by `beside_text`)."""
+    bytes the analysis holds besides, named by `beside_text`; `instead`: what runs without α, said first)."""
     need, budget = attention_bytes(loaded, T, copies) + beside, loaded.memory_budget or memory_budget()
     if need > budget:
         L, H = layers_and_heads(loaded.model.config)
-        hint = (f"pass {arg('stream')} to compute it a block of rows at a time" if streams else "shorten the text")
+        hint = (f"pass {arg('stream')} to compute it a block of rows at a time" if streams else
+                f"{instead}, or shorten the text" if instead else "shorten the text")
         copies_text = f"{copies:g} × {L}" if copies != 1 else f"{L}"
         total = f"{size_text(need)}: {size_text(need - beside)}" if beside else size_text(need)
         besides = f", and {size_text(beside)} for {beside_text}" if beside else ""

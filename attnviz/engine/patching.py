@@ -25,7 +25,8 @@ import torch
 
 from attnviz.engine.hooks import Hook, hooked
 from attnviz.engine.ablation.seam import Site, copies_that_fit, editing, recording
-from attnviz.engine.ablation.runs import embedding, is_causal_lm, outputs_of, run_model
+from attnviz.engine.ablation.runs import embedding, is_causal_lm, last_logits, outputs_of, run_model
+from attnviz.engine.lean import lean
 from attnviz.errors import UnsupportedArchitectureError
 from attnviz.engine.memory import EXACT_ALPHA_BYTES
 from attnviz.engine.stream import give_back_memory
@@ -85,6 +86,20 @@ def _hidden_of(args, kwargs) -> tuple[torch.Tensor, str | None]:
     return kwargs[name], name
 
 
+def passing(where: Site, *, grad: bool = False) -> contextlib.AbstractContextManager:
+    """How the model runs: as loaded, or on the long path (its own SDPA; with `grad`, each block recomputed in
+    the backward pass) where the site says so."""
+    return lean(where.model, where.blocks, grad=grad) if where.lean else contextlib.nullcontext()
+
+
+def run(where: Site, inputs: dict):
+    """The model's forward pass on `inputs`; on the long path a causal LM's logits at the last position only
+    (what read() reads: every position's would be T·V numbers)."""
+    if where.lean and is_causal_lm(where.model):
+        inputs = {**inputs, **last_logits(where.model)}
+    return run_model(where.model, inputs)
+
+
 def donor_run(where: Site, inputs: dict) -> Donor:
     """One run recording what every patch takes: each W_O input and each block input."""
     hidden: list = [None] * where.layers
@@ -93,9 +108,9 @@ def donor_run(where: Site, inputs: dict) -> Donor:
         value, _ = _hidden_of(args, kwargs)
         hidden[where.blocks.index(module)] = value.detach()
 
-    with hooked([Hook(b, "pre_kwargs", keep) for b in where.blocks]):
+    with hooked([Hook(b, "pre_kwargs", keep) for b in where.blocks]), passing(where):
         with recording(where) as z, torch.inference_mode():
-            output = run_model(where.model, inputs)
+            output = run(where, inputs)
     if any(v is None for v in z) or any(v is None for v in hidden):
         raise UnsupportedArchitectureError(f"{type(where.model).__name__}: a layer was not called")
     return Donor(list(z), hidden, read(where.model, output)[0], inputs)
@@ -153,9 +168,9 @@ def patched_logits(where: Site, inputs: dict, donor: Donor, patches: Sequence[Pa
                 z[row, patch.position] = source[patch.position]
         return z
 
-    with hooked([Hook(b, "pre_kwargs", grow) for b in where.blocks]):
+    with hooked([Hook(b, "pre_kwargs", grow) for b in where.blocks]), passing(where):
         with editing(where, edit), torch.inference_mode():
-            output = run_model(where.model, inputs)
+            output = run(where, inputs)
     logits = read(where.model, output)
     if logits.shape[0] != 1 + len(patches):
         raise UnsupportedArchitectureError(f"{type(where.model).__name__} did not keep the batch it was given "
@@ -197,7 +212,8 @@ def _differentiable(where: Site) -> Iterator[tuple[list, list]]:
     hiddens: list = [None] * L
 
     def keep_z(layer: int, z: torch.Tensor) -> torch.Tensor:
-        zs[layer] = z
+        if zs[layer] is None:  # the pass's own z (a block recomputed in the backward pass calls this again)
+            zs[layer] = z
         return z
 
     def keep_hidden(module, args, kwargs):
@@ -242,18 +258,45 @@ def attributed(where: Site, inputs: dict, donor: Donor, at: Sequence[int],
 
     Returns (heads (L, A, H): each head at each position; residual (L, A): each block's input at each position;
     M of the receiver run), float64. A head patched at every position is the sum over positions, a layer's
-    attention output at a position the sum over heads: the estimate is linear in what is patched. The
-    gradients are taken with torch.autograd.grad, so no parameter's .grad is touched."""
+    attention output at a position the sum over heads: the estimate is linear in what is patched. Each
+    gradient is folded into its estimate as the backward pass makes it (a hook on the tensor), so no layer's
+    gradient outlives its block; the backward pass is asked for the first block's input only
+    (torch.autograd.grad), so no parameter's .grad is touched."""
     L = where.layers
-    with _differentiable(where) as (zs, hiddens):
-        value = metric(read(where.model, run_model(where.model, inputs))[0])
-        _all_called(where, zs, hiddens)
-        grads = torch.autograd.grad(value, [*zs, *hiddens], allow_unused=True)
     places = torch.tensor(list(at), dtype=torch.long)
-    heads = torch.stack([_linearised(places, zs[n], donor.z[n], grads[n]) for n in range(L)])  # (L, A, H)
-    residual = torch.stack([_linearised(places, hiddens[n], donor.hidden[n], grads[L + n])
-                            for n in range(L)])  # (L, A)
+    heads = torch.zeros(L, len(places), where.heads, dtype=torch.float64)
+    residual = torch.zeros(L, len(places), dtype=torch.float64)
+
+    def fold(into: torch.Tensor, n: int, mine: torch.Tensor, theirs: torch.Tensor):
+        def hook(grad: torch.Tensor) -> None:
+            into[n] = _linearised(places, mine, theirs, grad)
+        return hook
+
+    with passing(where, grad=True), _differentiable(where) as (zs, hiddens):
+        value = metric(read(where.model, run(where, inputs))[0])
+        _all_called(where, zs, hiddens)
+        for n in range(L):
+            zs[n].register_hook(fold(heads, n, zs[n], donor.z[n]))
+            hiddens[n].register_hook(fold(residual, n, hiddens[n], donor.hidden[n]))
+        if value.requires_grad:  # a metric that reads nothing of the run has no gradient: every estimate 0
+            torch.autograd.grad(value, [hiddens[0]], allow_unused=True)
     return heads, residual, float(value.detach())
+
+
+def check_lean(loaded: Any, where: Site, T: int) -> None:
+    """Refuse, before running, patching on the long path whose recordings would not fit the memory budget:
+    each run's z and stream at every layer (L·T·(H·d + D) float32 each, two runs) and one block's activations,
+    linear in T."""
+    from attnviz.engine.lean import block_activation_bytes
+    from attnviz.engine.memory import check_parts
+
+    config = where.model.config
+    D = int(getattr(config, "hidden_size", 0) or getattr(config, "n_embd", 0) or 1024)
+    run_bytes = 4 * T * sum(where.heads * d + D for d in where.dims)
+    check_parts(loaded, {"the two runs' z and stream at every layer": 2 * run_bytes,
+                         "one block recomputed for the backward pass": block_activation_bytes(config, T)},
+                f"patching {T} tokens without α (the model's own SDPA attention; {where.layers} layers)",
+                "shorten the prompts (on this path the memory grows linearly in the tokens)")
 
 
 @dataclass
@@ -459,9 +502,9 @@ def all_patched_logits(where: Site, inputs: dict, donor: Donor) -> torch.Tensor:
             recorded[n] = (output[0] if isinstance(output, tuple) else output).detach()
         return hook
 
-    with hooked([Hook(m, "forward", keep(n)) for n, m in enumerate(mlps)]):
+    with hooked([Hook(m, "forward", keep(n)) for n, m in enumerate(mlps)]), passing(where):
         with torch.inference_mode():
-            run_model(where.model, donor.inputs)
+            run(where, donor.inputs)
 
     def moved(n: int, live: torch.Tensor) -> torch.Tensor:
         if donor.pairs is None:
@@ -477,9 +520,9 @@ def all_patched_logits(where: Site, inputs: dict, donor: Donor) -> torch.Tensor:
             return moved(n, output)
         return hook
 
-    with hooked([Hook(m, "forward", replace(n)) for n, m in enumerate(mlps)]):
+    with hooked([Hook(m, "forward", replace(n)) for n, m in enumerate(mlps)]), passing(where):
         with editing(where, lambda layer, z: donor.z[layer].to(z.dtype).expand_as(z)), torch.inference_mode():
-            output = run_model(where.model, inputs)
+            output = run(where, inputs)
     return read(where.model, output)[0]
 
 

@@ -399,7 +399,9 @@ def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
     if not 1 <= top <= 100:
         raise UsageError(f"{arg('top')} takes a whole number from 1 to 100; got {top}", "top")
     loaded, where, first, second, clean_run, corrupt_run, measure, clean_diff, corrupt_diff, names, pairs = prepare(
-        clean, corrupt, model, tokenizer, answers, direction, truncate, device, dtype, align)
+        clean, corrupt, model, tokenizer, answers, direction, truncate, device, dtype, align,
+        lean=not patcher.needs_alpha,
+        instead=f"{arg('method')} atp or exact run without α (the model's own SDPA attention)")
     from attnviz.engine.patching import aligned, every_patch, run_patches
 
     L, H, A = where.layers, where.heads, len(pairs)
@@ -412,6 +414,10 @@ def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
     else:
         receiver, donor = first, aligned(corrupt_run, clean_run, list(pairs))
         at = [i for i, _ in pairs]
+    if where.lean:  # the receiver run's own recordings are in its donor now where they are needed: let them go
+        own = corrupt_run if direction == "denoise" else clean_run
+        if own is not donor:
+            own.z, own.hidden = [], []
 
     def score(readings) -> np.ndarray:
         return (measure(readings) - corrupt_diff) / gap
@@ -455,9 +461,13 @@ def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
     base = 0.0 if direction == "denoise" else 1.0
     heads = results["heads"].reshape(L, H)
     strongest = np.argsort(-np.abs(heads - base), axis=None, kind="stable")[:PATTERN_HEADS]
-    on_clean, on_corrupt = model_attentions(loaded, first), model_attentions(loaded, second)  # (L, H, T, T)
-    patterns = tuple((int(i // H), int(i % H), on_clean[i // H, i % H], on_corrupt[i // H, i % H]) for i in strongest)
-    captures = (make_capture(loaded, first, on_clean, clean), make_capture(loaded, second, on_corrupt, corrupt))
+    patterns: tuple = ()
+    captures: tuple = ()
+    if not where.lean:  # the strongest heads' α, and every head's for the page: not on the long path
+        on_clean, on_corrupt = model_attentions(loaded, first), model_attentions(loaded, second)  # (L, H, T, T)
+        patterns = tuple((int(i // H), int(i % H), on_clean[i // H, i % H], on_corrupt[i // H, i % H])
+                         for i in strongest)
+        captures = (make_capture(loaded, first, on_clean, clean), make_capture(loaded, second, on_corrupt, corrupt))
     return Patching(
         model=loaded.name, clean=clean, corrupt=corrupt, tokens=tuple(first.tokens),
         corrupt_tokens=tuple(second.tokens), answer=names[0], other=names[1], direction=direction,

@@ -18,6 +18,7 @@ class Patcher(Method):
     refuses before running what would not fit."""
 
     estimates: ClassVar[bool] = False
+    needs_alpha: ClassVar[bool] = False  # reads α (AtP*'s QK fix): no long path, refused where α does not fit
 
     def check(self, loaded: Any, where: Any, T: int, A: int) -> None:
         return None
@@ -55,6 +56,7 @@ class AtPStar(Patcher):
                                          "patterns computed exactly (QK fix) and GradDrop against cancelling paths "
                                          "(L + 1 passes)")
     estimates = True
+    needs_alpha = True
 
     def check(self, loaded, where, T, A):
         from attnviz.engine.memory import check_parts, starred_bytes

@@ -97,11 +97,13 @@ class Metric:
         return self.tensor(reading).detach().cpu().numpy()
 
 
-def prepare(clean, corrupt, model, tokenizer, answers, direction, truncate, device, dtype, align=None):
+def prepare(clean, corrupt, model, tokenizer, answers, direction, truncate, device, dtype, align=None, lean=False,
+            instead=""):
     """What patching and path patching share: the prompts checked and encoded (as many tokens, or aligned), the
     model (a causal LM), both runs recorded, the two answers (their logit difference must differ between the
     runs). (loaded, site, clean Encoded, corrupt Encoded, clean run, corrupted run, measure, clean value,
-    corrupted value, answer names, aligned pairs)"""
+    corrupted value, answer names, aligned pairs). `lean`: where α would not fit the memory budget, run on the long
+    path (the site's `lean`: the model's own SDPA, no α) instead of refusing; else the refusal says `instead`."""
     check_text(clean)
     check_text(corrupt)
     if direction not in DIRECTIONS:
@@ -114,8 +116,8 @@ def prepare(clean, corrupt, model, tokenizer, answers, direction, truncate, devi
     from attnviz.api.attribution.logits import check_spelling, target_id
     from attnviz.engine.ablation import is_causal_lm, site
     from attnviz.engine.forward import encode
-    from attnviz.engine.memory import check_memory
-    from attnviz.engine.patching import donor_run
+    from attnviz.engine.memory import check_memory, fits
+    from attnviz.engine.patching import check_lean, donor_run
 
     causal = is_causal_lm(loaded.model)
     if not causal and answers is not None:
@@ -130,8 +132,13 @@ def prepare(clean, corrupt, model, tokenizer, answers, direction, truncate, devi
                          f"{len(second.tokens)} ({starts[1]})", "corrupt")
     pairs = (tuple((i, i) for i in range(T)) if align is None
              else align_tokens(list(first.tokens), list(second.tokens), align))
-    check_memory(loaded, max(T, len(second.tokens)), copies=4.0)
+    longest = max(T, len(second.tokens))
     where = site(loaded.model)
+    if lean and not fits(loaded, longest, copies=4.0):  # α would not fit: the long path, which holds none
+        where.lean = True
+        check_lean(loaded, where, longest)
+    else:
+        check_memory(loaded, longest, copies=4.0, instead=instead)
     clean_run, corrupt_run = donor_run(where, first.inputs), donor_run(where, second.inputs)
     if not causal:  # an encoder: the cosine of the sentence embedding with the clean run's
         D = int(clean_run.reading.shape[0]) // (T + 1)

@@ -26,6 +26,11 @@ def copies_that_fit(where: Site, T: int, width: int, *, backward: bool = False) 
     """How many copies of a T-token input one batched pass may hold: their outputs (T × width float32) within
     OUTPUT_BYTES and their attention (3 · H · T² float32 per layer at a time, every layer when a backward pass
     keeps them) within ATTENTION_BYTES; at least 1."""
+    if where.lean:  # the long path: no α; each copy's logits at the last position, and one block's activations
+        from attnviz.engine.lean import block_activation_bytes
+
+        return max(1, min(OUTPUT_BYTES // max(width * 4, 1),
+                          ATTENTION_BYTES // max(block_activation_bytes(where.model.config, T), 1)))
     attention = 3 * where.heads * T * T * 4 * (where.layers if backward else 1)
     return max(1, min(OUTPUT_BYTES // max(T * width * 4, 1), ATTENTION_BYTES // max(attention, 1)))
 
@@ -43,6 +48,7 @@ class Site:
     blocks: list
     heads: int
     dims: list[int]  # per layer, d: the projection's input is H·d wide
+    lean: bool = False  # run on the long path (engine/lean.py): the model's own SDPA, blocks recomputed backward
 
     @property
     def layers(self) -> int:

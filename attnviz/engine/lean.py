@@ -1,0 +1,87 @@
+"""The long path: analyses that need no α run on the model's own memory-efficient attention, forward and backward.
+
+The full path asks the model for α (eager attention), and a backward pass through eager attention keeps every
+layer's softmax: L·H·T² numbers, 72 GB for SmolLM2 at 8,192 tokens. What patching, AtP and the gradient methods
+read is not α but what the heads write (z, the output projection's input), the stream, and their gradients —
+L·T·D numbers. `lean(model, blocks)` runs the model for the length of a `with` block:
+
+- through its own scaled-dot-product attention (transformers' "sdpa": PyTorch's fused kernels, flash attention
+  on CPU and GPU, which never hold a T × T matrix per head, forward or backward), put back as it was after;
+- with each block recomputed in the backward pass instead of keeping its activations (activation
+  checkpointing, PyTorch's non-reentrant `checkpoint`: the graph stays whole, so a gradient can still be asked
+  of any tensor inside a block, a head's z included; only what a block saved for its backward pass is dropped
+  and made again when the backward pass reaches it), where `grad` is asked.
+
+What it holds: the weights, each block's input (T·D) and what the analysis keeps (each layer's z and its
+gradient: T·D each), and one block's activations at a time: `lean_bytes`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+
+from attnviz.errors import UnsupportedArchitectureError
+
+IMPLEMENTATION = "sdpa"  # transformers' name for the model's own memory-efficient attention
+
+
+def block_activation_bytes(config: Any, T: int) -> int:
+    """What one block holds while its backward pass runs, float32: its input and output, the norms' outputs,
+    Q, K, V and the attention output (about 8·T·D), and the MLP's hidden layer (about 4·T·I: gate, up, their
+    product, the activation)."""
+    D = int(getattr(config, "hidden_size", 0) or getattr(config, "n_embd", 0) or 1024)
+    inner = int(getattr(config, "intermediate_size", 0) or getattr(config, "n_inner", 0) or 4 * D)
+    return 4 * T * (8 * D + 4 * inner)
+
+
+def lean_bytes(config: Any, layers: int, T: int, kept_per_layer: int, logits: int = 0) -> int:
+    """What an analysis on the long path holds besides the weights, float32: `kept_per_layer` vectors of the
+    model's width per token and layer (the stream entering each block; each layer's z, its gradient, a donor
+    run's), one block's activations, and `logits` numbers (the metric's read). Linear in T."""
+    D = int(getattr(config, "hidden_size", 0) or getattr(config, "n_embd", 0) or 1024)
+    return 4 * (layers * T * D * kept_per_layer + logits) + block_activation_bytes(config, T)
+
+
+def _switch(model, implementation: str) -> None:
+    try:
+        model.set_attn_implementation(implementation)
+    except (ValueError, ImportError, AttributeError, KeyError, NotImplementedError) as exc:
+        kind = getattr(model.config, "model_type", None) or type(model).__name__
+        raise UnsupportedArchitectureError(f"{kind} models do not run their attention through PyTorch's "
+                                           f"memory-efficient kernels here ({str(exc).splitlines()[0][:160]}), so "
+                                           f"a long input cannot run without α; shorten it") from None
+
+
+@contextlib.contextmanager
+def lean(model, blocks: Sequence[Any] = (), *, grad: bool = False) -> Iterator[None]:
+    """`model` on its own memory-efficient attention for the block, and with `grad`, each of `blocks` recomputed
+    in the backward pass; the attention implementation and the blocks' forward methods put back as they were,
+    however the block ends."""
+    before = getattr(model.config, "_attn_implementation", None) or "eager"
+    _switch(model, IMPLEMENTATION)
+    swapped: list[tuple[Any, Any]] = []
+    try:
+        if grad:
+            for block in blocks:
+                own = block.__dict__.get("forward")  # a forward set on the instance (rare), else the class's
+                swapped.append((block, own))
+                block.forward = functools.partial(torch.utils.checkpoint.checkpoint, own or block.forward,
+                                                  use_reentrant=False)
+        yield
+    finally:
+        for block, own in reversed(swapped):
+            if own is None:
+                del block.__dict__["forward"]
+            else:
+                block.forward = own
+        _switch(model, before)
+
+
+def attention_implementation(model) -> str:
+    """The implementation the model's attention runs now (what the tests check during a long run)."""
+    return str(getattr(model.config, "_attn_implementation", None) or "eager")
