@@ -97,20 +97,26 @@ def locate(model, name: str) -> tuple[Any, str]:
 
 
 def keeping(model, names: Iterable[str], kept: dict[str, torch.Tensor],
-            change: Callable[[str, torch.Tensor], torch.Tensor | None] | None = None) -> list[Hook]:
-    """Hooks that store each point's tensor (detached) in `kept[name]` as the forward pass reaches it."""
+            change: Callable[[str, torch.Tensor], torch.Tensor | None] | None = None,
+            at: int | None = None) -> list[Hook]:
+    """Hooks that store each point's tensor (detached) in `kept[name]` as the forward pass reaches it; `at`: only
+    that position's (B, 1, D), a copy (the long path keeps no T × D tensor it does not read)."""
     hooks = []
+
+    def kept_of(value: torch.Tensor) -> torch.Tensor:
+        return value.detach() if at is None else value.detach()[:, at:at + 1].clone()
+
     for name in names:
         module, where = locate(model, name)
 
         def read(module, args, *rest, name=name, where=where):
             if where == "output":
-                kept[name] = _first(rest[-1]).detach()
+                kept[name] = kept_of(_first(rest[-1]))
             else:
                 kwargs = rest[0] if rest and isinstance(rest[0], dict) else {}
                 value = args[0] if args else kwargs.get("hidden_states")
                 if value is not None:
-                    kept[name] = _first(value).detach()
+                    kept[name] = kept_of(_first(value))
 
         hooks.append(Hook(module, "forward" if where == "output" else "pre_kwargs", read))
     return hooks

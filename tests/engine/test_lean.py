@@ -169,3 +169,27 @@ def test_peak_memory_grows_linearly_on_the_long_path(long_models, tmp_path):
     square = 2 * 4 * 2400 ** 2 * 4  # L·H·T² float32
     assert full > square / 2, full  # the probe sees a T² term where there is one
     assert lean < square / 4, lean
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama", "qwen2", "mistral-window"])
+def test_logit_attribution_at_1024_tokens_without_alpha_equals_the_full_path(kind, long_models, monkeypatch):
+    """Direct logit attribution at T ≈ 1,030 at a position inside the text: each head's effect, by source token,
+    and the model's own logit on the long path (the row of α at the position recomputed, the model on its SDPA)
+    equal the full path's within 1e-5 of their size; no head's T × T made; ALTI-Logit said to be left out."""
+    loaded = attnviz.load_model(long_models(kind), lm_head=True)
+    text = prompts(560)[0]
+    monkeypatch.delenv("ATTNVIZ_MEMORY_BUDGET", raising=False)
+    full = attnviz.logit_attr(text, model=loaded, position=-5)
+    T, H = len(full.tokens), loaded.shape[1]
+    assert T >= 1024 and full.by_input is not None
+    monkeypatch.setenv("ATTNVIZ_MEMORY_BUDGET", "24M")
+    with Largest() as seen:
+        lean = attnviz.logit_attr(text, model=loaded, position=-5)
+    assert seen.most < H * T * T, (seen.most, seen.shape)
+    for name in ("heads", "by_source", "mlps", "attention_bias"):
+        a, b = np.asarray(getattr(full, name)), np.asarray(getattr(lean, name))
+        assert np.abs(a - b).max() <= 1e-5 * max(1.0, np.abs(a).max()), name
+    assert lean.logit == pytest.approx(full.logit, abs=1e-5 * max(1.0, abs(full.logit)))
+    assert lean.position == full.position == T - 5 and lean.target == full.target
+    assert lean.by_input is None and "every layer's α" in lean.alti_note
+    assert loaded.model.config._attn_implementation == "eager"

@@ -266,7 +266,7 @@ def logit_attr(text: str, *, model: Any = None, tokenizer: Any = None, target: s
     from attnviz.engine.forward import encode
     from attnviz.engine.attribution.alti import alti_logit, alti_points
     from attnviz.engine.attribution.logits import logit_parts, logit_points, raised_and_lowered
-    from attnviz.engine.memory import check_memory
+    from attnviz.engine.memory import fits
 
     encoded = encode(loaded, text, truncate=truncate) if run is None else run.encoded
     T = len(encoded.tokens)
@@ -274,13 +274,19 @@ def logit_attr(text: str, *, model: Any = None, tokenizer: Any = None, target: s
         raise InputError(f"{arg('position')} {position} is out of range: the text is {T} tokens (0..{T - 1}, or -1 "
                          f"for the last)", "position")
     target_index = target_id(loaded, target)
-    check_memory(loaded, T, copies=4.0)
+    lean = not fits(loaded, T, copies=4.0)  # α would not fit: the long path, which holds the position's row only
+    if lean:
+        check_lean_logits(loaded, T)
     with (reporter or Reporter()).status("Running the model and splitting the logit into its parts…"):
         L = loaded.shape[0]
-        recording = None if run is None else run.recording(logit_points(L))
+        recording = None if run is None or lean else run.recording(logit_points(L))
         parts, logits = logit_parts(loaded.model, encoded.inputs, position=position, target=target_index,
-                                    recording=recording)
-        if run is not None and recording is not None and all(name in recording for name in alti_points(L)):
+                                    recording=recording, lean=lean)
+        if lean:
+            by_input, alti_note = None, (f"it traces the heads back through every layer's α ({L} layers × "
+                                         f"{loaded.shape[1]} heads × {T}² weights), which this long input runs "
+                                         f"without; the heads' effects by source token are exact")
+        elif run is not None and recording is not None and all(name in recording for name in alti_points(L)):
             by_input, alti_note = _traced(run, loaded, encoded, parts.by_source)
         else:  # alone, or a family whose blocks ALTI does not follow (alti_logit says so in its note)
             by_input, alti_note = alti_logit(loaded.model, encoded.inputs, parts.by_source)
@@ -309,6 +315,21 @@ def logit_attr(text: str, *, model: Any = None, tokenizer: Any = None, target: s
         embeddings=parts.embeddings, final_bias=parts.final_bias, top=tuple(effects),
         output_diff=parts.output_diff, stream_diff=parts.stream_diff, norm_diff=parts.norm_diff,
         by_input=by_input, alti_note=alti_note)
+
+
+def check_lean_logits(loaded: Any, T: int) -> None:
+    """Refuse, before running, logit attribution on the long path whose holdings would not fit the budget: each
+    layer's values (L·T·D float32), one layer's head outputs in float64 (H·T·D) and one block's activations."""
+    from attnviz.engine.lean import block_activation_bytes
+    from attnviz.engine.memory import check_parts
+
+    config = loaded.model.config
+    L, H = loaded.shape
+    D = int(getattr(config, "hidden_size", 0) or getattr(config, "n_embd", 0) or 1024)
+    check_parts(loaded, {"each layer's values": 4 * L * T * D, "one layer's head outputs in float64": 8 * H * T * D,
+                         "one block's activations": block_activation_bytes(config, T)},
+                f"logit attribution of {T} tokens without α (the model's own SDPA attention)",
+                "shorten the text (on this path the memory grows linearly in the tokens)")
 
 
 def _traced(run: Any, loaded: Any, encoded: Any, by_source: np.ndarray) -> tuple[np.ndarray | None, str]:

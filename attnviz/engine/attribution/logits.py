@@ -82,12 +82,13 @@ def logit_points(n_layers: int) -> list[str]:
             "blocks.0.resid.pre", "ln_final.in", "ln_final.out"]
 
 
-def logit_parts(model, inputs: dict, *, position: int, target: int | None,
-                recording: Recording | None = None) -> tuple[LogitParts, np.ndarray]:
+def logit_parts(model, inputs: dict, *, position: int, target: int | None, recording: Recording | None = None,
+                lean: bool = False) -> tuple[LogitParts, np.ndarray]:
     """(the split of one logit, the model's logits at `position` (V,) float64). `target` None: the model's top
     token.
     `model` has its language-model head; one text (batch of 1). `recording`: a pass that kept logit_points
-    (made before the head was attached, it has no logits: the head is applied to the final norm's output)."""
+    (made before the head was attached, it has no logits: the head is applied to the final norm's output).
+    `lean`: the long path (_lean_pass), which holds no α but the position's row."""
     base = getattr(model, "base_model", model)
     adapter = adapter_for(base)
     if not getattr(adapter, "causal", False):
@@ -107,29 +108,35 @@ def logit_parts(model, inputs: dict, *, position: int, target: int | None,
                                            "parts that add up")
 
     L = len(layers)
-    if recording is None:
-        recording = record(model, inputs, logit_points(L))
-    run = recording.run
-    seen: dict[str, Any] = {"outputs": [recording[f"blocks.{n}.attn.out"] for n in range(L)],
-            "mlps": [recording[f"blocks.{n}.mlp.out"] for n in range(L)],
-            "x0": recording["blocks.0.resid.pre"], "xL": recording["ln_final.in"], "y": recording["ln_final.out"]}
-    output: Any = run.output
-    T = int(seen["y"].shape[1])
-    p = position % T
+    if lean:  # the long path: the model's own SDPA, only the row of α at the position recomputed
+        rows, seen, output = _lean_pass(model, inputs, position, L)
+        T = int(inputs["input_ids"].shape[1])
+        p = position % T
+    else:
+        if recording is None:
+            recording = record(model, inputs, logit_points(L))
+        T = int(recording["ln_final.out"].shape[1])
+        p = position % T
+        rows = [(qkv.alpha(torch.float64)[0, :, p], qkv.v) for qkv in recording.run.layers]  # (H, T) each
+        seen = {"outputs": [recording[f"blocks.{n}.attn.out"][0, p] for n in range(L)],
+                "mlps": [recording[f"blocks.{n}.mlp.out"][0, p] for n in range(L)],
+                "x0": recording["blocks.0.resid.pre"][0, p], "xL": recording["ln_final.in"][0, p],
+                "y": recording["ln_final.out"][0, p]}
+        output = recording.run.output
     if getattr(output, "logits", None) is not None:
-        logits = output.logits[0, position].double()  # (V,)
+        logits = output.logits[0, -1 if lean else position].double()  # (V,)
     else:  # the head applied as the model applies it: to the final norm's output
         with torch.inference_mode():
-            logits = model.get_output_embeddings()(seen["y"])[0, p].double()  # all positions, as the model does
+            logits = model.get_output_embeddings()(seen["y"]).double()
             factor = getattr(model, "logit_scale", None)
             if isinstance(factor, (int, float)) and not isinstance(factor, bool):
                 logits = logits * float(factor)
     t = int(logits.argmax()) if target is None else int(target)
 
     with torch.inference_mode():
-        x_last = seen["xL"][0, p].double()  # (D,)
-        linear, beta, norm_diff = _frozen_norm(norm, x_last, seen["y"][0, p])
-        if norm_diff > STREAM_TOLERANCE * max(1.0, float(seen["y"][0, p].abs().max())):
+        x_last = seen["xL"].double()  # (D,)
+        linear, beta, norm_diff = _frozen_norm(norm, x_last, seen["y"])
+        if norm_diff > STREAM_TOLERANCE * max(1.0, float(seen["y"].abs().max())):
             raise UnsupportedArchitectureError(f"{type(norm).__name__}, {type(base).__name__}'s final norm, is "
                                                f"neither a LayerNorm nor an RMSNorm: its logit cannot be split here")
         factor = getattr(model, "logit_scale", None)  # Cohere multiplies its logits by a constant
@@ -141,20 +148,19 @@ def logit_parts(model, inputs: dict, *, position: int, target: int | None,
             return (linear(c) * u).sum(-1)
 
         heads, sources, directions, biases, mlp_effects, output_diff = [], [], [], [], [], 0.0
-        stream = seen["x0"][0, p].double().clone()
-        for n, qkv in enumerate(run.layers):
-            alpha = qkv.alpha(torch.float64)[0, :, p]  # (H, T): the row of position p
+        stream = seen["x0"].double().clone()
+        for n, (alpha, v) in enumerate(rows):  # alpha (H, T): the row of position p
             weight, bias = _out_weight(projections[n])
-            f = head_outputs(qkv.v.double(), weight.double())[0]  # (H, T, D)
+            f = head_outputs(v.double(), weight.double())[0]  # (H, T, D)
             c = torch.einsum("hj,hjo->ho", alpha, f)  # (H, D)
             b_o = bias.double() if bias is not None else torch.zeros_like(c[0])
             output = c.sum(0) + b_o
-            output_diff = max(output_diff, float((output - seen["outputs"][n][0, p].double()).abs().max()))
+            output_diff = max(output_diff, float((output - seen["outputs"][n].double()).abs().max()))
             heads.append(effect(c))
             sources.append(alpha * effect(f))  # (H, T)
             directions.append(linear(c))
             biases.append(float(effect(b_o)))
-            mlp = seen["mlps"][n][0, p].double()
+            mlp = seen["mlps"][n].double()
             mlp_effects.append(float(effect(mlp)))
             stream += output + mlp
         stream_diff = float((stream - x_last).abs().max()) / max(1.0, float(x_last.abs().max()))
@@ -166,11 +172,63 @@ def logit_parts(model, inputs: dict, *, position: int, target: int | None,
         parts = LogitParts(
             target=t, position=p, logit=float(logits[t]), heads=torch.stack(heads).cpu().numpy(),
             by_source=torch.stack(sources).cpu().numpy(), attention_bias=np.array(biases),
-            mlps=np.array(mlp_effects), embeddings=float(effect(seen["x0"][0, p].double())),
+            mlps=np.array(mlp_effects), embeddings=float(effect(seen["x0"].double())),
             final_bias=float((u * beta).sum()) + b_u,
             head_directions=torch.stack(directions).cpu().numpy(), output_diff=output_diff,
             stream_diff=stream_diff, norm_diff=norm_diff)
     return parts, logits.cpu().numpy()
+
+
+def _lean_pass(model, inputs: dict, position: int, L: int) -> tuple[list, dict, Any]:
+    """One pass on the model's own SDPA attention (engine/lean.py) that keeps what logit_parts reads at
+    `position` only: per layer the row of α there (H, T) float64, recomputed from the layer's Q and K as the
+    forward pass reaches it, and its values V (B, H_kv, T, d); each point at the position (D,); the output, its
+    logits at the position only. What it holds grows linearly in T: no T × T matrix, no mask but the row's."""
+    from attnviz.engine.ablation.runs import last_logits
+    from attnviz.engine.hooks import hooked, recording_inputs
+    from attnviz.engine.lean import lean
+    from attnviz.engine.points import keeping
+    from attnviz.engine.scratch.adapters import layer_qkv
+    from attnviz.engine.scratch.formula import attention_weights
+
+    base = getattr(model, "base_model", model)
+    adapter = adapter_for(base)
+    modules = adapter.modules(base)
+    T = int(inputs["input_ids"].shape[1])
+    p = position % T
+    key_mask = inputs.get("attention_mask")
+    allowed = torch.ones(T, dtype=torch.bool) if key_mask is None else key_mask[0].bool().cpu()
+    j = torch.arange(T)
+    rows: list = [None] * L
+
+    def on_seen(n: int, seen) -> None:
+        qkv = layer_qkv(adapter, modules[n], seen, n, base.config)
+        if qkv.bias is not None:
+            raise UnsupportedArchitectureError(f"{type(base).__name__} adds a positional bias to its scores: its "
+                                               f"long inputs are not split here")
+        row = allowed & (j <= p) if adapter.causal else allowed.clone()
+        if qkv.window is not None:
+            row &= p - j < qkv.window
+        if qkv.reach is not None:
+            row &= (p - j).abs() <= qkv.reach
+        mask = row.to(qkv.q.device)[None, None, None, :]  # (1, 1, 1, T)
+        alpha = attention_weights(qkv.q[:, :, p:p + 1].double(), qkv.k.double(), mask, scale=qkv.scale,
+                                  softcap=qkv.softcap, sinks=None if qkv.sinks is None else qkv.sinks.double())
+        rows[n] = (alpha[0, :, 0], qkv.v)
+
+    kept: dict[str, torch.Tensor] = {}
+    keep = [f"blocks.{n}.{point}" for n in range(L) for point in ("attn.out", "mlp.out")]
+    keep += ["blocks.0.resid.pre", "ln_final.in", "ln_final.out"]
+    at = torch.tensor([p])
+    with lean(model), recording_inputs(modules, on_seen), hooked(keeping(model, keep, kept, at=p)):
+        with torch.inference_mode():
+            output = model(**inputs, **last_logits(model, at if p != T - 1 else 1), use_cache=False)
+    if any(r is None for r in rows) or any(name not in kept for name in keep):
+        raise UnsupportedArchitectureError(f"{type(base).__name__}: a layer was not called")
+    seen = {"outputs": [kept[f"blocks.{n}.attn.out"][0, 0] for n in range(L)],
+            "mlps": [kept[f"blocks.{n}.mlp.out"][0, 0] for n in range(L)],
+            "x0": kept["blocks.0.resid.pre"][0, 0], "xL": kept["ln_final.in"][0, 0], "y": kept["ln_final.out"][0, 0]}
+    return rows, seen, output
 
 
 def raised_and_lowered(model, directions: np.ndarray, k: int = 5) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,203 @@
+"""Gradient analyses at long inputs on real weights: `patch --method atp` over every head (the long path where α
+would not fit: the model's own SDPA forward and backward, each block recomputed) against the floor — the
+model's own SDPA forward and forward + backward at that length, in its own process — and against the peers
+where they run, every contender a fresh process, side by side in one run: wall time and peak resident memory.
+
+    python benchmarks/bench_long_gradients.py                     # SmolLM2, T = 512, 2048, 8192
+    python benchmarks/bench_long_gradients.py --tokens 512,2048 --peers-python /path/to/python
+
+The prompts are a retrieval task: a long story of common words with a fact near its start ("The secret colour is
+red." / "... is blue."), asked at the end; the two differ in that one token, so they have the same length. The
+metric is the logit difference of " red" and " blue" at the last position. attnviz's row is the whole command in Python
+(`attnviz.patch(clean, corrupt, method="atp")`: the model's load, both runs recorded, the backward pass, the
+every-piece-patched check); the floor's row is the model's load and its passes alone. The memory budget is
+raised to 6G (`memory_budget`, --max-memory on the command line) so that 8,192 tokens run: their recordings are
+about 2.3 GB, and the default 2 GiB refuses in one line naming them. Peers (TransformerLens `run_with_cache` +
+backward; nnsight saving z and its gradient) run in --peers-python, where they are installed; a peer that fails
+(out of memory, an error) is a row that says so. No test runs this; tests never assert on wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+FILLER = ("The old man walked to the market and bought some bread and milk . The sun was warm and the birds sang in "
+          "the trees . ")
+
+MAKE = """
+import json, sys
+import attnviz
+T = int(sys.argv[1])
+loaded = attnviz.load_model("smollm2", lm_head=True)
+tok = loaded.tokenizer
+filler = sys.argv[2]
+def prompt(number):  # the colour: one token, as the answer is
+    head = f"The secret colour is{number}. "
+    tail = " What is the secret colour? The secret colour is"
+    n_fill = T - len(tok(head + tail)["input_ids"])
+    unit = tok(filler)["input_ids"]
+    ids = (unit * (n_fill // len(unit) + 1))[:n_fill]
+    return head + tok.decode(ids) + tail
+clean, corrupt = prompt(" red"), prompt(" blue")
+print(json.dumps({"clean": clean, "corrupt": corrupt, "T": [len(tok(p)["input_ids"]) for p in (clean, corrupt)]}))
+"""
+
+ATTNVIZ = """
+import json, sys, time
+import attnviz
+clean, corrupt = json.load(open(sys.argv[1]))["pair"]
+start = time.perf_counter()
+model = attnviz.load_model("smollm2", lm_head=True, memory_budget=6 << 30)
+result = attnviz.patch(clean, corrupt, model=model, method="atp", answers=(" red", " blue"))
+top = sorted(((abs(float(v)), n, h) for (n, h), v in __import__("numpy").ndenumerate(result.heads)), reverse=True)[:3]
+print(json.dumps({"seconds": time.perf_counter() - start, "T": len(result.tokens), "lean": not result.patterns,
+                  "top": [f"{n}.{h}" for _, n, h in top]}))
+"""
+
+FLOOR = """
+import json, sys, time
+import torch
+import attnviz
+clean, corrupt = json.load(open(sys.argv[1]))["pair"]
+backward = sys.argv[2] == "backward"
+loaded = attnviz.load_model("smollm2", lm_head=True)
+model = loaded.model
+model.set_attn_implementation("sdpa")
+ids = loaded.tokenizer(clean, return_tensors="pt")["input_ids"]
+start = time.perf_counter()
+if backward:  # the gradient of the logit difference with respect to the embeddings: every block's backward pass
+    embeds = model.get_input_embeddings()(ids).detach().requires_grad_(True)
+    logits = model(inputs_embeds=embeds, use_cache=False, logits_to_keep=1).logits[0, -1]
+    torch.autograd.grad(logits[2382] - logits[4461], [embeds])  # " red" − " blue"
+else:
+    with torch.inference_mode():
+        model(input_ids=ids, use_cache=False, logits_to_keep=1)
+print(json.dumps({"seconds": time.perf_counter() - start, "T": int(ids.shape[1])}))
+"""
+
+LENS = """
+import json, sys, time
+import torch
+from transformer_lens.model_bridge import TransformerBridge
+clean, corrupt = json.load(open(sys.argv[1]))["pair"]
+folder = sys.argv[2]
+start = time.perf_counter()
+bridge = TransformerBridge.boot_transformers(folder, device="cpu")
+tokens = bridge.to_tokens(clean)
+names = [f"blocks.{n}.attn.hook_z" for n in range(bridge.cfg.n_layers)]
+logits, cache = bridge.run_with_cache(tokens, names_filter=lambda name: name in names)
+(logits[0, -1, 2382] - logits[0, -1, 4461]).backward()  # " red" − " blue"
+print(json.dumps({"seconds": time.perf_counter() - start, "T": int(tokens.shape[1])}))
+"""
+
+NNSIGHT = """
+import json, sys, time
+import torch
+from nnsight import LanguageModel
+clean, corrupt = json.load(open(sys.argv[1]))["pair"]
+folder = sys.argv[2]
+start = time.perf_counter()
+model = LanguageModel(folder, attn_implementation="eager", device_map="cpu", dispatch=True)
+zs, grads = [], []
+with model.trace(clean):
+    for layer in model.model.layers:
+        z = layer.self_attn.o_proj.input
+        zs.append(z.save())
+        grads.append(z.grad.save())
+    logits = model.lm_head.output
+    (logits[0, -1, 2382] - logits[0, -1, 4461]).backward()  # " red" − " blue"
+print(json.dumps({"seconds": time.perf_counter() - start, "T": -1}))
+"""
+
+
+def run(python: str, script: str, *args: str, timeout: float) -> tuple[float, int, dict | str]:
+    """(wall seconds, peak RSS bytes, the printed JSON or the error's last line) of one fresh process."""
+    out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+    start = time.perf_counter()
+    process = subprocess.Popen([python, "-c", script, *args], stdout=out, stderr=err,
+                               env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)})
+    try:
+        _, status, usage = os.wait4(process.pid, 0) if timeout <= 0 else _wait(process, timeout)
+    except TimeoutError:
+        return time.perf_counter() - start, 0, f"stopped after {timeout:.0f} s"
+    seconds = time.perf_counter() - start
+    out.seek(0)
+    err.seek(0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        lines = [line for line in err.read().decode(errors="replace").splitlines() if line.strip()]
+        code = os.waitstatus_to_exitcode(status)
+        return seconds, usage.ru_maxrss * 1024, (lines[-1][:120] if lines else f"exit {code}")
+    return seconds, usage.ru_maxrss * 1024, json.loads(out.read().decode().strip().splitlines()[-1])
+
+
+def _wait(process, timeout: float):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+        if pid:
+            return pid, status, usage
+        time.sleep(0.5)
+    process.kill()
+    os.wait4(process.pid, 0)
+    raise TimeoutError
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokens", default="512,2048,8192")
+    parser.add_argument("--peers-python", default=None, help="a Python with transformer-lens and nnsight")
+    parser.add_argument("--peer-timeout", type=float, default=1800.0)
+    args = parser.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="bench_long_gradients_"))
+    smollm2 = None
+    if args.peers_python:
+        from attnviz.engine.offline import SMOLLM2
+        from attnviz.engine.offline.build import folder_for
+
+        smollm2 = str(folder_for(SMOLLM2))  # the converted folder (transformers' own files) the peers load
+    print(f"patch --method atp over every head, SmolLM2-135M (30 layers × 9 heads), {os.cpu_count()} cores; "
+          f"wall seconds and peak resident memory of each process (the model's load included)\n")
+    header = f"{'T':>6}  {'contender':<44} {'s':>8} {'GiB':>6}  {'÷ floor fwd+bwd':>15}  note"
+    print(header)
+    print("-" * len(header))
+    for T in [int(t) for t in args.tokens.split(",") if t]:
+        seconds, _, made = run(sys.executable, MAKE, str(T), FILLER, timeout=0)
+        if isinstance(made, str):
+            sys.exit(f"making the prompts failed: {made}")
+        pair = folder / f"pair{T}.json"
+        pair.write_text(json.dumps({"pair": [made["clean"], made["corrupt"]]}), encoding="utf-8")
+        rows = [("floor: the model's SDPA forward", run(sys.executable, FLOOR, str(pair), "forward", timeout=0)),
+                ("floor: the model's SDPA forward + backward", run(sys.executable, FLOOR, str(pair), "backward",
+                                                                    timeout=0)),
+                ("attnviz.patch(method='atp')", run(sys.executable, ATTNVIZ, str(pair), timeout=0))]
+        if args.peers_python and smollm2:
+            rows += [("TransformerLens run_with_cache(hook_z) + backward",
+                      run(args.peers_python, LENS, str(pair), smollm2, timeout=args.peer_timeout)),
+                     ("nnsight trace: z and its gradient saved",
+                      run(args.peers_python, NNSIGHT, str(pair), smollm2, timeout=args.peer_timeout))]
+        floor = rows[1][1][2]
+        floor_s = floor["seconds"] if isinstance(floor, dict) else None
+        for name, (wall, peak, said) in rows:
+            if isinstance(said, str):
+                print(f"{T:>6}  {name:<44} {wall:>8.1f} {peak / 2**30:>6.2f}  {'':>15}  failed: {said}")
+                continue
+            inner = said["seconds"]
+            ratio = f"{inner / floor_s:.2f}×" if floor_s and "floor" not in name else ""
+            note = ("long path (no α)" if said.get("lean") else "full path (α)") if "lean" in said else ""
+            note += f" top heads {', '.join(said['top'])}" if "top" in said else ""
+            print(f"{T:>6}  {name:<44} {wall:>8.1f} {peak / 2**30:>6.2f}  {ratio:>15}  {note} "
+                  f"(inside: {inner:.1f} s)")
+        print()
+
+
+if __name__ == "__main__":
+    main()
