@@ -267,17 +267,25 @@ def attributed(where: Site, inputs: dict, donor: Donor, at: Sequence[int],
     heads = torch.zeros(L, len(places), where.heads, dtype=torch.float64)
     residual = torch.zeros(L, len(places), dtype=torch.float64)
 
-    def fold(into: torch.Tensor, n: int, mine: torch.Tensor, theirs: torch.Tensor):
+    def fold(into: torch.Tensor, n: int, mine: torch.Tensor, theirs: torch.Tensor, done=None):
         def hook(grad: torch.Tensor) -> None:
             into[n] = _linearised(places, mine, theirs, grad)
+            if done is not None:  # the backward pass is through block n
+                done(1)
         return hook
 
-    with passing(where, grad=True), _differentiable(where) as (zs, hiddens):
+    tick = where.on_block or (lambda n: None)
+
+    def forward_tick(module, args):
+        tick(1)
+
+    with passing(where, grad=True), _differentiable(where) as (zs, hiddens), \
+            hooked([Hook(b, "pre", forward_tick) for b in where.blocks] if where.on_block else []):
         value = metric(read(where.model, run(where, inputs))[0])
         _all_called(where, zs, hiddens)
         for n in range(L):
             zs[n].register_hook(fold(heads, n, zs[n], donor.z[n]))
-            hiddens[n].register_hook(fold(residual, n, hiddens[n], donor.hidden[n]))
+            hiddens[n].register_hook(fold(residual, n, hiddens[n], donor.hidden[n], tick))
         if value.requires_grad:  # a metric that reads nothing of the run has no gradient: every estimate 0
             torch.autograd.grad(value, [hiddens[0]], allow_unused=True)
     return heads, residual, float(value.detach())

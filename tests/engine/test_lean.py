@@ -84,7 +84,9 @@ def test_atp_at_1024_tokens_without_alpha_equals_the_full_path(kind, long_models
     for name in ("heads", "attention", "residual"):
         a, b = np.asarray(getattr(full, name)), np.asarray(getattr(lean, name))
         assert np.abs(a - b).max() <= 1e-4 * max(1.0, np.abs(a).max()), name
-    assert full.patterns and not lean.patterns  # the long path draws no α
+    assert full.patterns and not lean.patterns and lean.lean and not full.lean  # the long path draws no α
+    said = " ".join(str(line) for line in lean.report())
+    assert "Ran without α" in said and lean.to_dict()["without_alpha"] is True
 
 
 def test_the_full_path_would_make_the_square(long_models, monkeypatch):
@@ -193,3 +195,28 @@ def test_logit_attribution_at_1024_tokens_without_alpha_equals_the_full_path(kin
     assert lean.position == full.position == T - 5 and lean.target == full.target
     assert lean.by_input is None and "every layer's α" in lean.alti_note
     assert loaded.model.config._attn_implementation == "eager"
+
+
+def test_the_long_gradient_pass_reports_each_block_forward_and_backward(long_models):
+    """The long path's progress: one step per block in the forward pass and one per block in the backward
+    pass (2·L), the estimate the same as without the count."""
+    from attnviz.engine.ablation import site
+    from attnviz.engine.patching import attributed, donor_run
+
+    loaded = attnviz.load_model(long_models("llama"), lm_head=True)
+    clean, corrupt = prompts(50)
+    ids = [loaded.tokenizer(t, return_tensors="pt") for t in (clean, corrupt)]
+    where = site(loaded.model)
+    where.lean = True
+    donor = donor_run(where, dict(ids[0]))
+    steps: list[int] = []
+    T = int(ids[1]["input_ids"].shape[1])
+
+    def metric(read):
+        return read[5] - read[6]
+
+    quiet = attributed(where, dict(ids[1]), donor, list(range(T)), metric)
+    where.on_block = steps.append
+    counted = attributed(where, dict(ids[1]), donor, list(range(T)), metric)
+    assert sum(steps) == 2 * where.layers
+    assert torch.equal(quiet[0], counted[0]) and torch.equal(quiet[1], counted[1])

@@ -108,6 +108,7 @@ class Patching(Result):
     listed: int = 10  # heads the report lists
     method: str = "exact"  # how heads, attention, residual and head_positions were found (METHODS)
     comparison: Comparison | None = None  # --compare: exact patching against AtP, head by head
+    lean: bool = False  # ran without α (a long input: the model's own SDPA attention; no patterns drawn)
 
     figure_name: ClassVar[str] = "attnviz_patch.png"
     page_name: ClassVar[str] = "attnviz_patch.html"
@@ -158,6 +159,10 @@ class Patching(Result):
             items.append(verdict(self.passed, f"every head and MLP patched gives the donor's run: "
                                               f"{self.all_patched:.6f} (tolerance {PATCH_TOLERANCE:.0e} of the "
                                               f"metric)"))
+        if self.lean:
+            items.append(Line(f"Ran without α: {len(self.tokens):,} tokens' attention weights would not fit the memory "
+                              f"budget, so the model ran on its own SDPA attention, each block recomputed in the "
+                              f"backward pass; the heads' patterns are not drawn.", style="dim"))
         if self.comparison is not None:
             r = self.comparison.r
             items.append(Line(f"{METHOD_NAMES[self.comparison.method]} against exact patching over the "
@@ -234,7 +239,8 @@ class Patching(Result):
                 "clean_logit_diff": self.clean_diff,
                 "corrupt_logit_diff": self.corrupt_diff, "heads": self.heads.tolist(),
                 "attention": self.attention.tolist(), "residual": self.residual.tolist(), "top": self.top(),
-                "alignment": [list(p) for p in self.pairs], "all_patched": self.all_patched, "passed": self.passed}
+                "alignment": [list(p) for p in self.pairs], "all_patched": self.all_patched, "passed": self.passed,
+                "without_alpha": self.lean}
         if self.head_positions is not None:
             data["head_positions"] = self.head_positions.tolist()
         if self.comparison is not None:
@@ -432,7 +438,11 @@ def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
     estimated = None
     results: dict = {}
     estimating = patcher.estimates or compare
-    with reporter.progress("Patching", sum(len(p) for p in patches.values()) + estimating, "runs") as step:
+    blocks = 2 * L if where.lean and estimating else 0  # the long path: each block, forward and backward
+    with reporter.progress("Patching" + (" (long: each block forward and backward)" if blocks else ""),
+                           sum(len(p) for p in patches.values()) + (blocks or estimating),
+                           "blocks" if blocks and not patches else "runs") as step:
+        where.on_block = step if blocks else None
         for name, chosen in patches.items():
             results[name] = score(run_patches(where, receiver.inputs, donor, chosen, on_done=step))
         if estimating:
@@ -444,7 +454,8 @@ def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
             estimator = patcher if patcher.estimates else PATCHING.get("atp")()  # --compare: exact against AtP
             estimated = {name: normal(value) for name, value in
                          estimator.estimate(where, receiver.inputs, donor, at, measure.tensor, L).items()}
-            step(1)
+            if not blocks:
+                step(1)
     comparison = None
     if compare:
         assert estimated is not None
@@ -477,7 +488,7 @@ def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
         head_positions=results["head_positions"].reshape(L, H, A) if positions else None, all_patched=everything,
         patterns=patterns, causal=bool(loaded.causal), captures=captures,
         alignment=() if identity(pairs, len(first.tokens), len(second.tokens)) else tuple(pairs), listed=top,
-        method=method, comparison=comparison)
+        method=method, comparison=comparison, lean=where.lean)
 
 
 def _all_patched(where, receiver, donor, first, second, score, direction, pairs) -> float | None:

@@ -49,6 +49,7 @@ class Site:
     heads: int
     dims: list[int]  # per layer, d: the projection's input is H·d wide
     lean: bool = False  # run on the long path (engine/lean.py): the model's own SDPA, blocks recomputed backward
+    on_block: Callable[[int], None] | None = None  # a long gradient pass reports each block, forward and backward
 
     @property
     def layers(self) -> int:
