@@ -152,7 +152,10 @@ class Patching(Result):
                      else "")
             items.append(Line(f"The residual stream at {labels[n]!r} (position {pairs[n][0]}) carries the difference "
                               f"up to layer {_last_above(self.residual[:, n])}{later}."))
-        if self.all_patched is None:
+        if self.all_patched is None and self.lean and self.estimated and self.comparison is None:
+            items.append(Line("The check (every head and MLP patched gives the donor's run) takes two more passes: on "
+                              "a long input it is left to exact patching (--method exact).", style="dim"))
+        elif self.all_patched is None:
             items.append(Line("The check (every head and MLP patched) does not apply: the prompts' last tokens differ"
                               + (" or sit at different indices" if self.alignment else "") + ".", style="dim"))
         else:
@@ -466,7 +469,9 @@ def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
         results = {name: estimated[name] for name in ("heads", "attention", "residual")}
         if positions:
             results["head_positions"] = estimated["head_positions"]
-    everything = _all_patched(where, receiver, donor, first, second, score, direction, pairs)
+    # the check runs two more passes: an estimate on the long path leaves it to exact patching
+    skip_check = where.lean and patcher.estimates and not compare
+    everything = None if skip_check else _all_patched(where, receiver, donor, first, second, score, direction, pairs)
     from attnviz.engine.forward import make_capture, model_attentions
 
     base = 0.0 if direction == "denoise" else 1.0
