@@ -9,8 +9,9 @@ where they run, every contender a fresh process, side by side in one run: wall t
 The prompts are a retrieval task: a long story of common words with a fact near its start ("The secret colour is
 red." / "... is blue."), asked at the end; the two differ in that one token, so they have the same length. The
 metric is the logit difference of " red" and " blue" at the last position. attnviz's row is the whole command in Python
-(`attnviz.patch(clean, corrupt, method="atp")`: the model's load, both runs recorded, the backward pass, the
-every-piece-patched check); the floor's row is the model's load and its passes alone. The memory budget is
+(`attnviz.patch(clean, corrupt, method="atp")`: tokenising, both runs, the backward pass, the result), timed
+inside the process from after the model's load, as the floor's passes and the peers' are; the wall seconds
+and the peak memory are of the whole process. The memory budget is
 raised to 6G (`memory_budget`, --max-memory on the command line) so that 8,192 tokens run: their recordings are
 about 2.3 GB, and the default 2 GiB refuses in one line naming them. Peers (TransformerLens `run_with_cache` +
 backward; nnsight saving z and its gradient) run in --peers-python, where they are installed; a peer that fails
@@ -55,12 +56,23 @@ ATTNVIZ = """
 import json, sys, time
 import attnviz
 clean, corrupt = json.load(open(sys.argv[1]))["pair"]
-start = time.perf_counter()
 model = attnviz.load_model("smollm2", lm_head=True, memory_budget=6 << 30)
+start = time.perf_counter()
 result = attnviz.patch(clean, corrupt, model=model, method="atp", answers=(" red", " blue"))
 top = sorted(((abs(float(v)), n, h) for (n, h), v in __import__("numpy").ndenumerate(result.heads)), reverse=True)[:3]
 print(json.dumps({"seconds": time.perf_counter() - start, "T": len(result.tokens), "lean": not result.patterns,
                   "top": [f"{n}.{h}" for _, n, h in top]}))
+"""
+
+LOGITS = """
+import json, sys, time
+import attnviz
+clean, corrupt = json.load(open(sys.argv[1]))["pair"]
+model = attnviz.load_model("smollm2", lm_head=True, memory_budget=6 << 30)
+start = time.perf_counter()
+result = attnviz.logit_attr(clean, model=model, target=" red")
+print(json.dumps({"seconds": time.perf_counter() - start, "T": len(result.tokens), "lean": result.by_input is None,
+                  "top": [f"{e.layer}.{e.head}" for e in result.top[:3]]}))
 """
 
 FLOOR = """
@@ -90,9 +102,9 @@ import torch
 from transformer_lens.model_bridge import TransformerBridge
 clean, corrupt = json.load(open(sys.argv[1]))["pair"]
 folder = sys.argv[2]
-start = time.perf_counter()
 bridge = TransformerBridge.boot_transformers(folder, device="cpu")
 tokens = bridge.to_tokens(clean)
+start = time.perf_counter()
 names = [f"blocks.{n}.attn.hook_z" for n in range(bridge.cfg.n_layers)]
 logits, cache = bridge.run_with_cache(tokens, names_filter=lambda name: name in names)
 (logits[0, -1, 2382] - logits[0, -1, 4461]).backward()  # " red" − " blue"
@@ -105,9 +117,9 @@ import torch
 from nnsight import LanguageModel
 clean, corrupt = json.load(open(sys.argv[1]))["pair"]
 folder = sys.argv[2]
-start = time.perf_counter()
 model = LanguageModel(folder, attn_implementation="eager", device_map="cpu", dispatch=True)
 zs, grads = [], []
+start = time.perf_counter()
 with model.trace(clean):
     for layer in model.model.layers:
         z = layer.self_attn.o_proj.input
@@ -165,10 +177,11 @@ def main() -> None:
 
         smollm2 = str(folder_for(SMOLLM2))  # the converted folder (transformers' own files) the peers load
     print(f"patch --method atp over every head, SmolLM2-135M (30 layers × 9 heads), {os.cpu_count()} cores; "
-          f"wall seconds and peak resident memory of each process (the model's load included)\n")
-    header = f"{'T':>6}  {'contender':<44} {'s':>8} {'GiB':>6}  {'÷ floor fwd+bwd':>15}  note"
-    print(header)
-    print("-" * len(header))
+          f"wall seconds and peak resident memory of each process (the model's load included); the ratio is of the "
+          f"time inside, after the model's load\n", flush=True)
+    header = f"{'T':>6}  {'contender':<50} {'s':>8} {'GiB':>6}  {'÷ floor fwd+bwd':>15}  note"
+    print(header, flush=True)
+    print("-" * len(header), flush=True)
     for T in [int(t) for t in args.tokens.split(",") if t]:
         seconds, _, made = run(sys.executable, MAKE, str(T), FILLER, timeout=0)
         if isinstance(made, str):
@@ -178,24 +191,25 @@ def main() -> None:
         rows = [("floor: the model's SDPA forward", run(sys.executable, FLOOR, str(pair), "forward", timeout=0)),
                 ("floor: the model's SDPA forward + backward", run(sys.executable, FLOOR, str(pair), "backward",
                                                                     timeout=0)),
-                ("attnviz.patch(method='atp')", run(sys.executable, ATTNVIZ, str(pair), timeout=0))]
+                ("attnviz.patch(method='atp')", run(sys.executable, ATTNVIZ, str(pair), timeout=0)),
+                ("attnviz.logit_attr (÷ the forward floor)", run(sys.executable, LOGITS, str(pair), timeout=0))]
         if args.peers_python and smollm2:
             rows += [("TransformerLens run_with_cache(hook_z) + backward",
                       run(args.peers_python, LENS, str(pair), smollm2, timeout=args.peer_timeout)),
                      ("nnsight trace: z and its gradient saved",
                       run(args.peers_python, NNSIGHT, str(pair), smollm2, timeout=args.peer_timeout))]
-        floor = rows[1][1][2]
-        floor_s = floor["seconds"] if isinstance(floor, dict) else None
+        floors = [row[1][2]["seconds"] if isinstance(row[1][2], dict) else None for row in rows[:2]]
         for name, (wall, peak, said) in rows:
             if isinstance(said, str):
-                print(f"{T:>6}  {name:<44} {wall:>8.1f} {peak / 2**30:>6.2f}  {'':>15}  failed: {said}")
+                print(f"{T:>6}  {name:<50} {wall:>8.1f} {peak / 2**30:>6.2f}  {'':>15}  failed: {said}")
                 continue
             inner = said["seconds"]
-            ratio = f"{inner / floor_s:.2f}×" if floor_s and "floor" not in name else ""
+            floor_s = floors[0] if "forward floor" in name else floors[1]
+            ratio = f"{inner / floor_s:.2f}×" if floor_s and "floor:" not in name else ""
             note = ("long path (no α)" if said.get("lean") else "full path (α)") if "lean" in said else ""
             note += f" top heads {', '.join(said['top'])}" if "top" in said else ""
-            print(f"{T:>6}  {name:<44} {wall:>8.1f} {peak / 2**30:>6.2f}  {ratio:>15}  {note} "
-                  f"(inside: {inner:.1f} s)")
+            print(f"{T:>6}  {name:<50} {wall:>8.1f} {peak / 2**30:>6.2f}  {ratio:>15}  {note} "
+                  f"(inside: {inner:.1f} s)", flush=True)
         print()
 
 

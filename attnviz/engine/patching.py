@@ -56,6 +56,42 @@ class Donor:
     reading: torch.Tensor  # (R,): what the metric reads (read())
     inputs: dict  # the donor run's own inputs
     pairs: tuple | None = None  # aligned(): ((receiver position, donor position), …); None: position for position
+    pending: Pending | None = None  # a receiver run made as AtP's forward pass (receiving_run): z, hidden empty
+
+
+@dataclass
+class Pending:
+    """The receiver run's forward pass for AtP made ahead of its backward pass (the long path: one forward pass
+    serves both the metric's value the prompts are checked with and the gradients): what read() reads, with
+    its graph; each layer's z and block input in the graph; and the long path's context, open until the
+    backward pass (a block recomputed then must run as it ran: on SDPA). close() ends it; attributed() does."""
+
+    output: torch.Tensor  # (R,) with its graph
+    zs: list
+    hiddens: list
+    stack: contextlib.ExitStack
+
+    def close(self) -> None:
+        self.stack.close()
+
+
+def receiving_run(where: Site, inputs: dict) -> Donor:
+    """The receiver's run for AtP on the long path: AtP's own forward pass (Pending), whose reading the prompts
+    are checked with; no z or block input recorded apart from the graph's. Close its `pending` if it is not
+    used."""
+    stack = contextlib.ExitStack()
+    try:
+        stack.enter_context(passing(where, grad=True))
+        tick = where.on_block or (lambda n: None)
+        with _differentiable(where) as (zs, hiddens), hooked([Hook(b, "pre", lambda m, a: tick(1))
+                                                              for b in where.blocks] if where.on_block else []):
+            output = read(where.model, run(where, inputs))[0]
+        _all_called(where, zs, hiddens)
+    except BaseException:
+        stack.close()
+        raise
+    pending = Pending(output, zs, hiddens, stack)
+    return Donor([], [], output.detach(), inputs, pending=pending)
 
 
 def aligned(donor: Donor, receiver: Donor, pairs: Sequence[tuple[int, int]]) -> Donor:
@@ -63,8 +99,8 @@ def aligned(donor: Donor, receiver: Donor, pairs: Sequence[tuple[int, int]]) -> 
     receiver position r of `pairs` ((r, d), …) the donor's position d, elsewhere the receiver's own (a patch
     there changes nothing). z and the block inputs take the receiver's length; `pairs` is kept for the MLP
     outputs all_patched_logits moves."""
-    T = int(receiver.z[0].shape[1])
-    if len(pairs) == T == int(donor.z[0].shape[1]) and all(r == d for r, d in pairs):
+    T = int(receiver.inputs["input_ids"].shape[1])
+    if len(pairs) == T == int(donor.inputs["input_ids"].shape[1]) and all(r == d for r, d in pairs):
         return donor
     at = torch.tensor([r for r, _ in pairs], dtype=torch.long)
     source = torch.tensor([d for _, d in pairs], dtype=torch.long)
@@ -87,9 +123,12 @@ def _hidden_of(args, kwargs) -> tuple[torch.Tensor, str | None]:
 
 
 def passing(where: Site, *, grad: bool = False) -> contextlib.AbstractContextManager:
-    """How the model runs: as loaded, or on the long path (its own SDPA; with `grad`, each block recomputed in
-    the backward pass) where the site says so."""
-    return lean(where.model, where.blocks, grad=grad) if where.lean else contextlib.nullcontext()
+    """How the model runs: as loaded, or on the long path (its own SDPA; with `grad`, the first
+    `where.recomputed` blocks recomputed in the backward pass, the others keeping their activations as the
+    budget allows) where the site says so."""
+    if not where.lean:
+        return contextlib.nullcontext()
+    return lean(where.model, where.blocks[:where.recomputed], grad=grad)
 
 
 def run(where: Site, inputs: dict):
@@ -274,20 +313,23 @@ def attributed(where: Site, inputs: dict, donor: Donor, at: Sequence[int],
                 done(1)
         return hook
 
+    pending = where.pending
+    where.pending = None
+    if pending is None:
+        pending = receiving_run(where, inputs).pending
+    assert pending is not None
     tick = where.on_block or (lambda n: None)
-
-    def forward_tick(module, args):
-        tick(1)
-
-    with passing(where, grad=True), _differentiable(where) as (zs, hiddens), \
-            hooked([Hook(b, "pre", forward_tick) for b in where.blocks] if where.on_block else []):
-        value = metric(read(where.model, run(where, inputs))[0])
-        _all_called(where, zs, hiddens)
+    try:
+        with torch.enable_grad():
+            value = metric(pending.output)
+        zs, hiddens = pending.zs, pending.hiddens
         for n in range(L):
             zs[n].register_hook(fold(heads, n, zs[n], donor.z[n]))
             hiddens[n].register_hook(fold(residual, n, hiddens[n], donor.hidden[n], tick))
         if value.requires_grad:  # a metric that reads nothing of the run has no gradient: every estimate 0
             torch.autograd.grad(value, [hiddens[0]], allow_unused=True)
+    finally:
+        pending.close()
     return heads, residual, float(value.detach())
 
 
@@ -298,13 +340,19 @@ def check_lean(loaded: Any, where: Site, T: int) -> None:
     from attnviz.engine.lean import block_activation_bytes
     from attnviz.engine.memory import check_parts
 
+    from attnviz.engine.memory import memory_budget
+
     config = where.model.config
     D = int(getattr(config, "hidden_size", 0) or getattr(config, "n_embd", 0) or 1024)
     run_bytes = 4 * T * sum(where.heads * d + D for d in where.dims)
+    block = block_activation_bytes(config, T)
     check_parts(loaded, {"the two runs' z and stream at every layer": 2 * run_bytes,
-                         "one block recomputed for the backward pass": block_activation_bytes(config, T)},
+                         "one block recomputed for the backward pass": block},
                 f"patching {T} tokens without α (the model's own SDPA attention; {where.layers} layers)",
                 "shorten the prompts (on this path the memory grows linearly in the tokens)")
+    # blocks whose activations the rest of the budget holds are not recomputed (a forward pass saved each)
+    spare = (loaded.memory_budget or memory_budget()) - 2 * run_bytes - block
+    where.recomputed = max(0, where.layers - max(0, spare) // block)
 
 
 @dataclass

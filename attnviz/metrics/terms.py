@@ -361,6 +361,10 @@ TERMS: dict[str, str] = {
     "composition": "how much a later head reads what an earlier head writes (Elhage et al. 2021): ‖OV_1·R_2‖ / "
                    "(‖OV_1‖ ‖R_2‖), R_2 the later head's QK (Q-composition), QKᵀ (K-) or OV (V-composition); "
                    "0 to 1 (attnviz circuits).",
+    "without α": "the long path of patch (exact, atp) and logit-attr: where L·H·T² weights would not fit "
+                 "--max-memory, the model runs on its own memory-efficient attention (PyTorch's SDPA, as "
+                 "FlashAttention tiles) and blocks are recomputed in the backward pass as the budget needs "
+                 "(activation checkpointing), so memory grows with T; the numbers equal the full path's.",
 }
 TERM_ALIASES = {"entropy tokens": "entropy_tokens", "token-weighted": "tok-w", "q": "Q", "k": "K", "v": "V",
                 "out": "α·V", "qk": "Q·Kᵀ", "sqrt(d_k)": "√d_k", "dk": "d_k", "streamed": "stream",
@@ -369,7 +373,8 @@ TERM_ALIASES = {"entropy tokens": "entropy_tokens", "token-weighted": "tok-w", "
                 "mean |Δ|": "|Δ|", "max |Δ|": "|Δ|", "attends most to (weight)": "attends most to",
                 "by α": "by α", "score": "sink score", "window": "sliding window", "sliding": "sliding window",
                 "local attention": "sliding window", "alti-logit": "ALTI-Logit", "alti logit": "ALTI-Logit",
-                "logit-lens": "logit lens", "logitlens": "logit lens",
+                "logit-lens": "logit lens", "logitlens": "logit lens", "long path": "without α",
+                "without alpha": "without α", "checkpointing": "without α",
                 "patching": "activation patching", "patch": "activation patching",
                 "atp": "attribution patching", "atp*": "attribution patching", "graddrop": "attribution patching",
                 "qk fix": "attribution patching", "eap": "edge attribution patching",

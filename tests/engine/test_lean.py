@@ -18,6 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 import attnviz
+from attnviz.errors import InputError
 from helpers import build_tiny_model, one_line_error, run
 
 WORDS = "the cat sat on the mat and the dog ran to the park while a bird sang in the old tree".split()
@@ -69,12 +70,21 @@ def _patch(folder: str, n: int, method: str, budget: str | None, monkeypatch, **
 @pytest.mark.parametrize("kind", ["gpt2", "llama", "qwen2", "gemma3", "mistral-window", "qwen3"])
 def test_atp_at_1024_tokens_without_alpha_equals_the_full_path(kind, long_models, monkeypatch):
     """AtP at T = 1,024 over every head, every layer's attention and residual stream: the long path (budget too
-    small for α) equals the full path within 1e-4 of the largest estimate; no tensor of T² elements is made on
-    the long path (the full path's eager attention makes H·T² at every layer)."""
+    small for α; every block recomputed in the backward pass) equals the full path within 1e-4 of the largest
+    estimate; no head's T × T is made on the long path (the full path's eager attention makes H·T² per layer)."""
     loaded = attnviz.load_model(long_models(kind), lm_head=True)  # once: a decoder saved without its head gets a
     full = _patch(loaded, 560, "atp", None, monkeypatch)          # random one at each load
     T, H = len(full.tokens), loaded.shape[1]
     assert T >= 1024
+    import attnviz.engine.patching as patching
+
+    checked = patching.check_lean
+
+    def every_block_recomputed(loaded, where, T):  # as a budget too small to keep any block's activations says
+        checked(loaded, where, T)
+        where.recomputed = where.layers
+
+    monkeypatch.setattr(patching, "check_lean", every_block_recomputed)
     with Largest() as seen:
         lean = _patch(loaded, 560, "atp", "24M", monkeypatch)
     # no head's T × T: a sliding window's mask, (1, 1, T, T), shared by the heads, is the largest there is
@@ -138,6 +148,7 @@ def test_refusals_name_the_linear_estimate_and_what_runs_without_alpha(long_mode
 MEASURE = """
 import json, resource, sys
 import attnviz
+from attnviz.errors import InputError
 folder = sys.argv[1]
 loaded = attnviz.load_model(folder, lm_head=True)
 peaks = []
@@ -220,3 +231,64 @@ def test_the_long_gradient_pass_reports_each_block_forward_and_backward(long_mod
     counted = attributed(where, dict(ids[1]), donor, list(range(T)), metric)
     assert sum(steps) == 2 * where.layers
     assert torch.equal(quiet[0], counted[0]) and torch.equal(quiet[1], counted[1])
+
+
+def test_blocks_are_recomputed_as_the_budget_says(long_models, monkeypatch):
+    """The backward pass recomputes the first `recomputed` blocks (their MLP runs twice) and keeps the others'
+    activations (once); the estimates are the same either way. The budget decides: a tight one recomputes
+    every block, a roomy one none."""
+    from attnviz.engine.ablation import site
+    from attnviz.engine.hooks import Hook, hooked
+    from attnviz.engine.patching import attributed, check_lean, donor_run
+
+    loaded = attnviz.load_model(long_models("llama"), lm_head=True)
+    clean, corrupt = prompts(300)
+    ids = [loaded.tokenizer(t, return_tensors="pt") for t in (clean, corrupt)]
+    where = site(loaded.model)
+    where.lean = True
+    donor = donor_run(where, dict(ids[0]))
+    T = int(ids[1]["input_ids"].shape[1])
+    results, calls = {}, {}
+    for recomputed in (0, 1, where.layers):
+        where.recomputed = recomputed
+        count = [0]
+
+        def seen(module, args, count=count):
+            count[0] += 1
+
+        with hooked([Hook(b.mlp, "pre", seen) for b in where.blocks]):
+            results[recomputed] = attributed(where, dict(ids[1]), donor, list(range(T)),
+                                             lambda read: read[5] - read[6])
+        calls[recomputed] = count[0]
+    assert calls == {0: where.layers, 1: where.layers + 1, where.layers: 2 * where.layers}
+    for n in (1, where.layers):
+        assert torch.allclose(results[0][0], results[n][0], atol=1e-6) and \
+            torch.allclose(results[0][1], results[n][1], atol=1e-6)
+    for budget, expected in (("2M", where.layers), ("64M", 0)):
+        monkeypatch.setenv("ATTNVIZ_MEMORY_BUDGET", budget)
+        check_lean(loaded, where, T)
+        assert where.recomputed == expected, budget
+
+
+def test_atp_on_the_long_path_runs_the_model_twice_and_gives_it_back_on_a_refusal(long_models, monkeypatch):
+    """The receiver's run is AtP's own forward pass: two passes in all (the donor's and the receiver's, its
+    backward pass from the same graph), counted at the embeddings. A refusal after the receiver's pass (the
+    prompts give the same logit difference) ends its context: the model is back on eager attention with its
+    own forward methods."""
+    from attnviz.engine.hooks import Hook, hooked
+
+    loaded = attnviz.load_model(long_models("llama"), lm_head=True)
+    model = loaded.model
+    calls = [0]
+
+    def count(module, args):
+        calls[0] += 1
+
+    with hooked([Hook(model.get_input_embeddings(), "pre", count)]):
+        _patch(loaded, 300, "atp", "3M", monkeypatch)
+    assert calls[0] == 2
+    clean, _ = prompts(300)
+    with pytest.raises(InputError, match="same logit difference"):
+        attnviz.patch(clean, clean, model=loaded, method="atp", answers=(5, 6))
+    assert model.config._attn_implementation == "eager"
+    assert all("forward" not in b.__dict__ for b in model.model.layers)

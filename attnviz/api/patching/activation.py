@@ -409,8 +409,21 @@ def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
         raise UsageError(f"{arg('top')} takes a whole number from 1 to 100; got {top}", "top")
     loaded, where, first, second, clean_run, corrupt_run, measure, clean_diff, corrupt_diff, names, pairs = prepare(
         clean, corrupt, model, tokenizer, answers, direction, truncate, device, dtype, align,
-        lean=not patcher.needs_alpha,
+        lean=not patcher.needs_alpha, fold=patcher.estimates and not compare and not patcher.needs_alpha,
         instead=f"{arg('method')} atp or exact run without α (the model's own SDPA attention)")
+    try:
+        return _patched(loaded, where, first, second, clean_run, corrupt_run, measure, clean_diff, corrupt_diff,
+                        names, pairs, patcher=patcher, method=method, direction=direction, positions=positions,
+                        compare=compare, top=top, reporter=reporter, clean=clean, corrupt=corrupt)
+    finally:
+        if where.pending is not None:  # the receiver's forward pass, made ahead, not used: its context ends
+            where.pending.close()
+            where.pending = None
+
+
+def _patched(loaded, where, first, second, clean_run, corrupt_run, measure, clean_diff, corrupt_diff, names, pairs,
+             *, patcher, method, direction, positions, compare, top, reporter, clean, corrupt) -> Patching:
+    """patch's work after the two runs: the patches, or the estimate, and the result."""
     from attnviz.engine.patching import aligned, every_patch, run_patches
 
     L, H, A = where.layers, where.heads, len(pairs)
@@ -441,7 +454,8 @@ def patch(clean: str, corrupt: str, *, model: Any = None, tokenizer: Any = None,
     estimated = None
     results: dict = {}
     estimating = patcher.estimates or compare
-    blocks = 2 * L if where.lean and estimating else 0  # the long path: each block, forward and backward
+    # the long path: each block, forward (unless the receiver's run was it) and backward
+    blocks = (L if where.pending is not None else 2 * L) if where.lean and estimating else 0
     with reporter.progress("Patching" + (" (long: each block forward and backward)" if blocks else ""),
                            sum(len(p) for p in patches.values()) + (blocks or estimating),
                            "blocks" if blocks and not patches else "runs") as step:

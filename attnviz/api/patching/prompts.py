@@ -98,12 +98,14 @@ class Metric:
 
 
 def prepare(clean, corrupt, model, tokenizer, answers, direction, truncate, device, dtype, align=None, lean=False,
-            instead=""):
+            instead="", fold=False):
     """What patching and path patching share: the prompts checked and encoded (as many tokens, or aligned), the
     model (a causal LM), both runs recorded, the two answers (their logit difference must differ between the
     runs). (loaded, site, clean Encoded, corrupt Encoded, clean run, corrupted run, measure, clean value,
     corrupted value, answer names, aligned pairs). `lean`: where α would not fit the memory budget, run on the long
-    path (the site's `lean`: the model's own SDPA, no α) instead of refusing; else the refusal says `instead`."""
+    path (the site's `lean`: the model's own SDPA, no α) instead of refusing; else the refusal says `instead`.
+    `fold` (AtP alone): on the long path the receiver's run is AtP's own forward pass (where.pending), kept
+    open for its backward pass."""
     check_text(clean)
     check_text(corrupt)
     if direction not in DIRECTIONS:
@@ -113,7 +115,6 @@ def prepare(clean, corrupt, model, tokenizer, answers, direction, truncate, devi
                          f"' Paris',' Rome'", "answers")
     loaded = resolve_model(model, tokenizer, device=device, dtype=dtype, lm_head="auto")
     loaded.require_single("patch")
-    from attnviz.api.attribution.logits import check_spelling, target_id
     from attnviz.engine.ablation import is_causal_lm, site
     from attnviz.engine.forward import encode
     from attnviz.engine.memory import check_memory, fits
@@ -139,7 +140,30 @@ def prepare(clean, corrupt, model, tokenizer, answers, direction, truncate, devi
         check_lean(loaded, where, longest)
     else:
         check_memory(loaded, longest, copies=4.0, instead=instead)
-    clean_run, corrupt_run = donor_run(where, first.inputs), donor_run(where, second.inputs)
+    if where.lean and fold and identity(pairs, T, len(second.tokens)):  # AtP's forward pass is the receiver's run
+        from attnviz.engine.patching import receiving_run
+
+        if direction == "denoise":
+            clean_run = donor_run(where, first.inputs)
+            corrupt_run = receiving_run(where, second.inputs)
+        else:
+            clean_run, corrupt_run = receiving_run(where, first.inputs), donor_run(where, second.inputs)
+        where.pending = (corrupt_run if direction == "denoise" else clean_run).pending
+    else:
+        clean_run, corrupt_run = donor_run(where, first.inputs), donor_run(where, second.inputs)
+    try:
+        return _measured(loaded, where, first, second, clean_run, corrupt_run, causal, answers, pairs, T)
+    except BaseException:
+        if where.pending is not None:  # the receiver's pass waits for a backward pass that will not come
+            where.pending.close()
+            where.pending = None
+        raise
+
+
+def _measured(loaded, where, first, second, clean_run, corrupt_run, causal, answers, pairs, T):
+    """prepare's second half: the metric from the two runs' readings (the answers, or the sentence embedding)."""
+    from attnviz.api.attribution.logits import check_spelling, target_id
+
     if not causal:  # an encoder: the cosine of the sentence embedding with the clean run's
         D = int(clean_run.reading.shape[0]) // (T + 1)
         if len(second.tokens) != T:

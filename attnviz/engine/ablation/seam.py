@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -50,6 +51,8 @@ class Site:
     dims: list[int]  # per layer, d: the projection's input is H·d wide
     lean: bool = False  # run on the long path (engine/lean.py): the model's own SDPA, blocks recomputed backward
     on_block: Callable[[int], None] | None = None  # a long gradient pass reports each block, forward and backward
+    recomputed: int = 0  # on the long path, the first blocks recomputed in the backward pass (the rest do not fit)
+    pending: Any = None  # the receiver run's forward pass made ahead for AtP (engine/patching.py Pending)
 
     @property
     def layers(self) -> int:
