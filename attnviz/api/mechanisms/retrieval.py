@@ -112,6 +112,20 @@ class RetrievalHeads(Result):
                                             "attnviz_retrieval"), ax=ax)
 
 
+def check_lean_retrieval(loaded: Any, T: int) -> None:
+    """Refuse, before running, a needle prompt whose long path would not fit the budget: the KV cache (at most
+    2·L·T·D float32) and one block's activations while the prompt fills it, linear in T."""
+    from attnviz.engine.lean import block_activation_bytes
+    from attnviz.engine.memory import check_parts
+
+    config = loaded.model.config
+    D = int(getattr(config, "hidden_size", 0) or getattr(config, "n_embd", 0) or 1024)
+    check_parts(loaded, {"the KV cache": 8 * loaded.shape[0] * T * D,
+                         "one block's activations": block_activation_bytes(config, T)},
+                f"a needle prompt of {T} tokens without α (the model's own SDPA attention)",
+                "shorten the haystacks (--lengths)")
+
+
 @borrows
 @checked
 def retrieval(*, model: Any = None, tokenizer: Any = None, lengths: Sequence[int] = RETRIEVAL_LENGTHS,
@@ -138,7 +152,7 @@ def retrieval(*, model: Any = None, tokenizer: Any = None, lengths: Sequence[int
     from attnviz.engine.ablation import is_causal_lm
     from attnviz.engine.ablation.seam import every_head, site
     from attnviz.engine.forward import encode
-    from attnviz.engine.memory import check_memory
+    from attnviz.engine.memory import fits
     from attnviz.engine.mechanisms.retrieval import answer_accuracy, haystacks, needle_span, retrieval_hits
 
     if not is_causal_lm(loaded.model):
@@ -154,14 +168,17 @@ def retrieval(*, model: Any = None, tokenizer: Any = None, lengths: Sequence[int
         for stack in made:
             encoded = encode(loaded, stack.prompt, truncate=False)
             T = len(encoded.tokens)
-            check_memory(loaded, T, copies=0.0)  # no α kept: each layer's weights for as long as the layer runs
+            if not fits(loaded, T, copies=0.0):  # the prompt's attention would not fit: it runs without α
+                where.lean = True
+                check_lean_retrieval(loaded, T)
             ids = encoded.inputs["input_ids"]
             full = encode(loaded, stack.prompt + stack.answer, truncate=False).token_ids
             answer = list(full[T:]) if list(full[:T]) == list(encoded.token_ids) else []
             if not answer:
                 raise InputError("the tokenizer splits the prompt differently once the answer follows it")
             span = needle_span(encoded.offsets or [], stack.needle_at, stack.needle_at + len(stack.needle))
-            written, hits, _ = retrieval_hits(loaded.model, ids, span, max_new=len(answer) + 2)
+            written, hits, _ = retrieval_hits(loaded.model, ids, span, max_new=len(answer) + 2,
+                                              lean=not fits(loaded, T, copies=0.0))
             response = tok.decode(written)
             retrieved = stack.answer.strip() in response
             runs.append((ids, answer, hits / (span[1] - span[0]), retrieved))

@@ -12,6 +12,8 @@ predicts (teacher-forced).
 
 from __future__ import annotations
 
+import contextlib
+
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -90,17 +92,21 @@ def needle_span(offsets: Sequence, start: int, stop: int) -> tuple[int, int]:
 
 
 def retrieval_hits(model, ids: torch.Tensor, span: tuple[int, int], *, max_new: int = 12,
-                   stop: Sequence[int] = ()) -> tuple[list[int], np.ndarray, list[np.ndarray]]:
+                   stop: Sequence[int] = (), lean: bool = False) -> tuple[list[int], np.ndarray, list[np.ndarray]]:
     """Greedy decoding of the prompt `ids` (1, T) with the KV cache; at each step every head's most-attended key
     (of the step's query) is checked: in the needle span and the same token as the one just written is a hit.
-    (the tokens written, hits (L, H), each step's most-attended keys (L, H))."""
+    (the tokens written, hits (L, H), each step's most-attended keys (L, H)). `lean`: the prompt fills the cache
+    on the model's own SDPA attention (a long prompt: no layer's T × T), the steps' one row each on eager."""
+    from attnviz.engine.lean import lean as on_sdpa
+
     prompt = ids[0].tolist()
     written: list[int] = []
     hits = None
     tops = []
     with torch.inference_mode():
         # the prompt fills the KV cache; no weights kept, and no logits but the last (none of them is read)
-        out = model(input_ids=ids[:, :-1], use_cache=True, **last_logits(model))
+        with on_sdpa(model) if lean else contextlib.nullcontext():
+            out = model(input_ids=ids[:, :-1], use_cache=True, **last_logits(model))
         step = ids[:, -1:]
         for _ in range(max_new):
             out = model(input_ids=step, use_cache=True, output_attentions=True, **cache_argument(out))
@@ -125,10 +131,14 @@ def retrieval_hits(model, ids: torch.Tensor, span: tuple[int, int], *, max_new: 
 def answer_accuracy(where: Site, ids: torch.Tensor, answer: Sequence[int],
                     removed: Sequence[tuple[int, int]]) -> tuple[float, float]:
     """The prompt followed by its answer's tokens, teacher-forced, with the heads `removed` zeroed: (the share of
-    answer tokens the model predicts as its top token, their mean log-probability)."""
+    answer tokens the model predicts as its top token, their mean log-probability). On the long path
+    (`where.lean`) on the model's own SDPA attention."""
+    from attnviz.engine.lean import lean as on_sdpa
+
     full = torch.cat([ids, torch.tensor([list(answer)], device=ids.device)], dim=1)
     n = len(answer)
-    with editing(where, removal(list(removed), None)), torch.inference_mode():
+    with editing(where, removal(list(removed), None)), torch.inference_mode(), \
+            (on_sdpa(where.model) if where.lean else contextlib.nullcontext()):
         # the logits of the last n + 1 positions only: those before each answer token, and the last (not read)
         logits = run_model(where.model, {"input_ids": full, **last_logits(where.model, n + 1)}).logits[0]
     logits = logits[-(n + 1):-1].double()  # (n, V): each predicts the next token, the answer's
