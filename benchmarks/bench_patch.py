@@ -37,7 +37,8 @@ def main() -> None:
 
     from attnviz.api.patching.prompts import Metric
     from attnviz.api.patching.activation import _star
-    from attnviz.engine.patching import attributed, donor_run, every_patch, run_patches, starred
+    from attnviz.engine.patching import attributed, donor_run, every_patch, run_patches
+    from attnviz.engine.starred import starred
 
     loaded = attnviz.load_model("smollm2", device=args.device, lm_head=True)
     where = site(loaded.model)

@@ -62,6 +62,13 @@ def hooked(hooks: Iterable[Hook]) -> Iterator[None]:
             handle.remove()
 
 
+def on_gradient(tensor: torch.Tensor, fn: Callable[[torch.Tensor], None]) -> None:
+    """`fn(gradient)` when a backward pass makes `tensor`'s gradient: the long path folds each layer's gradient
+    into its estimate as it is made. The hook lives as long as the tensor (the run's graph), so nothing is left
+    on a model."""
+    tensor.register_hook(fn)
+
+
 def on_each(modules: Iterable[Any], when: When, make: Callable[[int], Callable[..., Any]]) -> list[Hook]:
     """One hook per module, `make(n)` giving module n's function."""
     return [Hook(module, when, make(n)) for n, module in enumerate(modules)]

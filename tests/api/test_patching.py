@@ -688,7 +688,8 @@ def test_atp_finds_the_heads_exact_patching_finds_on_smollm2():
 
 
 def _starred(kind, folders, double=False):
-    from attnviz.engine.patching import donor_run, starred
+    from attnviz.engine.patching import donor_run
+    from attnviz.engine.starred import starred
 
     loaded, where, clean, corrupt = _double(folders(kind)) if double else prepared(folders(kind))
     clean_run = donor_run(where, clean.inputs)

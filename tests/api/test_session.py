@@ -204,7 +204,8 @@ def test_no_hook_is_registered_outside_engine_hooks():
     root = Path(attnviz.__file__).parent
     outside = [where for where in raw_registrations(root) if not where.startswith("attnviz/engine/hooks.py")]
     assert outside == []
-    assert len(raw_registrations(root)) == 4  # the four kinds, in engine/hooks._register
+    # the four kinds of module hook, in engine/hooks._register, and a tensor's gradient hook, in on_gradient
+    assert len(raw_registrations(root)) == 5
 
 
 def test_the_check_finds_a_raw_hook(tmp_path):

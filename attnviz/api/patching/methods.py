@@ -66,7 +66,7 @@ class AtPStar(Patcher):
                     f"shorten the prompts, or use {arg('method')} atp (one forward and backward pass)")
 
     def estimate(self, where, inputs, donor, at, metric, L):
-        from attnviz.engine.patching import starred
+        from attnviz.engine.starred import starred
 
         return _star(starred(where, inputs, donor, at, metric), L)
 

@@ -123,11 +123,13 @@ def logit_parts(model, inputs: dict, *, position: int, target: int | None, recor
                 "x0": recording["blocks.0.resid.pre"][0, p], "xL": recording["ln_final.in"][0, p],
                 "y": recording["ln_final.out"][0, p]}
         output = recording.run.output
+        every_y = recording["ln_final.out"]  # (1, T, D): the head applied to every position, as the model does
     if getattr(output, "logits", None) is not None:
         logits = output.logits[0, -1 if lean else position].double()  # (V,)
     else:  # the head applied as the model applies it: to the final norm's output
         with torch.inference_mode():
-            logits = model.get_output_embeddings()(seen["y"]).double()
+            logits = model.get_output_embeddings()(seen["y"] if lean else every_y)
+            logits = (logits if lean else logits[0, p]).double()
             factor = getattr(model, "logit_scale", None)
             if isinstance(factor, (int, float)) and not isinstance(factor, bool):
                 logits = logits * float(factor)
