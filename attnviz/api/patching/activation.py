@@ -164,8 +164,9 @@ class Patching(Result):
                                               f"metric)"))
         if self.lean:
             items.append(Line(f"Ran without α: {len(self.tokens):,} tokens' attention weights would not fit the memory "
-                              f"budget, so the model ran on its own SDPA attention, each block recomputed in the "
-                              f"backward pass; the heads' patterns are not drawn.", style="dim"))
+                              f"budget, so the model ran on its own SDPA attention"
+                              + (", blocks recomputed in the backward pass as the budget needs" if self.estimated
+                                 else "") + "; the heads' patterns are not drawn.", style="dim"))
         if self.comparison is not None:
             r = self.comparison.r
             items.append(Line(f"{METHOD_NAMES[self.comparison.method]} against exact patching over the "
