@@ -22,19 +22,25 @@ from attnviz.cli.params import (CsvOpt, ImageOut, JsonOpt, ModelOptions)
 # each command's --help light: a command module loads only what its own command needs, when it runs.
 
 
-@app.command(name="logit-attr", help=LOGIT_ATTR.SUMMARY)
-@cli_errors
-@takes(model=ModelOptions, inp=Source.taking("text"), options=LOGIT_ATTR.Options)
-def logit_attr(output: ImageOut = None, as_json: JsonOpt = False, as_csv: CsvOpt = False,
-               *, model: ModelOptions, inp: Source, options: LOGIT_ATTR.Options) -> None:
+def _one_text(function: str, output, as_json: bool, as_csv: bool, model: ModelOptions, inp: Source,
+              options) -> None:
+    """logit-attr, lens, why: attnviz.FUNCTION on the one text given, printed (or --json, --csv) and drawn (-o)."""
     import attnviz
     from attnviz.render.png import FORMATS
 
     check_output(output, FORMATS)
     given = inp.resolve()
-    result = attnviz.logit_attr(given, model=model.later_for(given), **as_keywords(options), truncate=model.truncate,
-                                reporter=inp.options()["reporter"])
+    result = getattr(attnviz, function)(given, model=model.later_for(given), **as_keywords(options),
+                                        truncate=model.truncate, reporter=inp.options()["reporter"])
     emit(result, as_json=as_json, as_csv=as_csv, files=[figure_file(output, result)])
+
+
+@app.command(name="logit-attr", help=LOGIT_ATTR.SUMMARY)
+@cli_errors
+@takes(model=ModelOptions, inp=Source.taking("text"), options=LOGIT_ATTR.Options)
+def logit_attr(output: ImageOut = None, as_json: JsonOpt = False, as_csv: CsvOpt = False,
+               *, model: ModelOptions, inp: Source, options: LOGIT_ATTR.Options) -> None:
+    _one_text("logit_attr", output, as_json, as_csv, model, inp, options)
 
 
 @app.command(help=LENS.SUMMARY)
@@ -42,14 +48,7 @@ def logit_attr(output: ImageOut = None, as_json: JsonOpt = False, as_csv: CsvOpt
 @takes(model=ModelOptions, inp=Source.taking("text"), options=LENS.Options)
 def lens(output: ImageOut = None, as_json: JsonOpt = False, as_csv: CsvOpt = False,
          *, model: ModelOptions, inp: Source, options: LENS.Options) -> None:
-    import attnviz
-    from attnviz.render.png import FORMATS
-
-    check_output(output, FORMATS)
-    given = inp.resolve()
-    result = attnviz.lens(given, model=model.later_for(given), **as_keywords(options), truncate=model.truncate,
-                          reporter=inp.options()["reporter"])
-    emit(result, as_json=as_json, as_csv=as_csv, files=[figure_file(output, result)])
+    _one_text("lens", output, as_json, as_csv, model, inp, options)
 
 
 @app.command(help=WHY.SUMMARY)
@@ -57,14 +56,7 @@ def lens(output: ImageOut = None, as_json: JsonOpt = False, as_csv: CsvOpt = Fal
 @takes(model=ModelOptions, inp=Source.taking("text"), options=WHY.Options)
 def why(output: ImageOut = None, as_json: JsonOpt = False, as_csv: CsvOpt = False,
         *, model: ModelOptions, inp: Source, options: WHY.Options) -> None:
-    import attnviz
-    from attnviz.render.png import FORMATS
-
-    check_output(output, FORMATS)
-    given = inp.resolve()
-    result = attnviz.why(given, model=model.later_for(given), **as_keywords(options), truncate=model.truncate,
-                         reporter=inp.options()["reporter"])
-    emit(result, as_json=as_json, as_csv=as_csv, files=[figure_file(output, result)])
+    _one_text("why", output, as_json, as_csv, model, inp, options)
 
 
 @app.command(help=CONTRIBUTIONS_ANALYSIS.SUMMARY)

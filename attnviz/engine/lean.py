@@ -13,7 +13,8 @@ L·T·D numbers. `lean(model, blocks)` runs the model for the length of a `with`
   and made again when the backward pass reaches it), where `grad` is asked.
 
 What it holds: the weights, each block's input (T·D) and what the analysis keeps (each layer's z and its
-gradient: T·D each), and one block's activations at a time: `lean_bytes`.
+gradient: T·D each), and one block's activations at a time (`block_activation_bytes`); each analysis's
+check names its own parts.
 
 On glibc the long path also fixes malloc's mmap threshold at 1 MiB for the process (`mallopt`): by default
 glibc raises the threshold as large blocks are freed, so that later tensors of a few MB come from the heap,
@@ -45,14 +46,6 @@ def block_activation_bytes(config: Any, T: int) -> int:
     D = int(getattr(config, "hidden_size", 0) or getattr(config, "n_embd", 0) or 1024)
     inner = int(getattr(config, "intermediate_size", 0) or getattr(config, "n_inner", 0) or 4 * D)
     return 4 * T * (8 * D + 4 * inner)
-
-
-def lean_bytes(config: Any, layers: int, T: int, kept_per_layer: int, logits: int = 0) -> int:
-    """What an analysis on the long path holds besides the weights, float32: `kept_per_layer` vectors of the
-    model's width per token and layer (the stream entering each block; each layer's z, its gradient, a donor
-    run's), one block's activations, and `logits` numbers (the metric's read). Linear in T."""
-    D = int(getattr(config, "hidden_size", 0) or getattr(config, "n_embd", 0) or 1024)
-    return 4 * (layers * T * D * kept_per_layer + logits) + block_activation_bytes(config, T)
 
 
 MMAP_THRESHOLD = 1 << 20  # bytes: tensors this large are mapped on their own (see above)
@@ -107,8 +100,3 @@ def lean(model, blocks: Sequence[Any] = (), *, grad: bool = False) -> Iterator[N
             else:
                 block.forward = own
         _switch(model, before)
-
-
-def attention_implementation(model) -> str:
-    """The implementation the model's attention runs now (what the tests check during a long run)."""
-    return str(getattr(model.config, "_attn_implementation", None) or "eager")

@@ -19,13 +19,18 @@ from helpers import one_line_error, run
 TEXT = "the cat sat on the mat and the cat sat"
 
 
+def model_alpha(m) -> np.ndarray:
+    """The model's own α of TEXT, (L, H, T, T) float64: what the log ratios are checked against."""
+    encoded = m.tokenizer(TEXT, return_tensors="pt")
+    with torch.inference_mode():
+        return torch.stack(m.model(**encoded, output_attentions=True).attentions)[:, 0].double().numpy()
+
+
 @pytest.mark.parametrize("kind", ["llama", "gpt2", "bert", "roberta"])
 def test_the_terms_add_up_to_the_score_and_versus_to_the_log_ratio(kind, tiny_lm_dir, tiny_model_dir):
     folder = tiny_lm_dir(kind) if kind in ("llama", "gpt2") else tiny_model_dir(kind)
     m = attnviz.load_model(folder, lm_head=kind in ("llama", "gpt2"))
-    encoded = m.tokenizer(TEXT, return_tensors="pt")
-    with torch.inference_mode():
-        alpha = torch.stack(m.model(**encoded, output_attentions=True).attentions)[:, 0].double().numpy()
+    alpha = model_alpha(m)
     L, H = m.shape
     T = alpha.shape[-1]
     for layer in range(L):
@@ -67,9 +72,7 @@ def test_todays_families_split_exactly_and_gemma2_before_its_cap(kind, todays):
     up to the score; with --versus, the score after the cap (the score itself without one) is log α − log α' of
     the model's own α, the two keys inside every window."""
     m = attnviz.load_model(todays(kind))
-    encoded = m.tokenizer(TEXT, return_tensors="pt")
-    with torch.inference_mode():
-        alpha = torch.stack(m.model(**encoded, output_attentions=True).attentions)[:, 0].double().numpy()
+    alpha = model_alpha(m)
     L, H = m.shape
     T = alpha.shape[-1]
     for layer in range(L):

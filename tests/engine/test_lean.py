@@ -213,27 +213,33 @@ def test_logit_attribution_at_1024_tokens_without_alpha_equals_the_full_path(kin
     assert loaded.model.config._attn_implementation == "eager"
 
 
+def _long_site(long_models, n: int):
+    """(the tiny Llama, its site on the long path, the clean prompt's donor run, the corrupted prompt's inputs,
+    their length) for the engine's AtP directly."""
+    from attnviz.engine.ablation import site
+    from attnviz.engine.patching import donor_run
+
+    loaded = attnviz.load_model(long_models("llama"), lm_head=True)
+    ids = [dict(loaded.tokenizer(t, return_tensors="pt")) for t in prompts(n)]
+    where = site(loaded.model)
+    where.lean = True
+    return loaded, where, donor_run(where, ids[0]), ids[1], int(ids[1]["input_ids"].shape[1])
+
+
 def test_the_long_gradient_pass_reports_each_block_forward_and_backward(long_models):
     """The long path's progress: one step per block in the forward pass and one per block in the backward
     pass (2·L), the estimate the same as without the count."""
-    from attnviz.engine.ablation import site
-    from attnviz.engine.patching import attributed, donor_run
+    from attnviz.engine.patching import attributed
 
-    loaded = attnviz.load_model(long_models("llama"), lm_head=True)
-    clean, corrupt = prompts(50)
-    ids = [loaded.tokenizer(t, return_tensors="pt") for t in (clean, corrupt)]
-    where = site(loaded.model)
-    where.lean = True
-    donor = donor_run(where, dict(ids[0]))
+    loaded, where, donor, receiver, T = _long_site(long_models, 50)
     steps: list[int] = []
-    T = int(ids[1]["input_ids"].shape[1])
 
     def metric(read):
         return read[5] - read[6]
 
-    quiet = attributed(where, dict(ids[1]), donor, list(range(T)), metric)
+    quiet = attributed(where, receiver, donor, list(range(T)), metric)
     where.on_block = steps.append
-    counted = attributed(where, dict(ids[1]), donor, list(range(T)), metric)
+    counted = attributed(where, receiver, donor, list(range(T)), metric)
     assert sum(steps) == 2 * where.layers
     assert torch.equal(quiet[0], counted[0]) and torch.equal(quiet[1], counted[1])
 
@@ -242,17 +248,10 @@ def test_blocks_are_recomputed_as_the_budget_says(long_models, monkeypatch):
     """The backward pass recomputes the first `recomputed` blocks (their MLP runs twice) and keeps the others'
     activations (once); the estimates are the same either way. The budget decides: a tight one recomputes
     every block, a roomy one none."""
-    from attnviz.engine.ablation import site
     from attnviz.engine.hooks import Hook, hooked
-    from attnviz.engine.patching import attributed, check_lean, donor_run
+    from attnviz.engine.patching import attributed, check_lean
 
-    loaded = attnviz.load_model(long_models("llama"), lm_head=True)
-    clean, corrupt = prompts(300)
-    ids = [loaded.tokenizer(t, return_tensors="pt") for t in (clean, corrupt)]
-    where = site(loaded.model)
-    where.lean = True
-    donor = donor_run(where, dict(ids[0]))
-    T = int(ids[1]["input_ids"].shape[1])
+    loaded, where, donor, receiver, T = _long_site(long_models, 300)
     results, calls = {}, {}
     for recomputed in (0, 1, where.layers):
         where.recomputed = recomputed
@@ -262,7 +261,7 @@ def test_blocks_are_recomputed_as_the_budget_says(long_models, monkeypatch):
             count[0] += 1
 
         with hooked([Hook(b.mlp, "pre", seen) for b in where.blocks]):
-            results[recomputed] = attributed(where, dict(ids[1]), donor, list(range(T)),
+            results[recomputed] = attributed(where, receiver, donor, list(range(T)),
                                              lambda read: read[5] - read[6])
         calls[recomputed] = count[0]
     assert calls == {0: where.layers, 1: where.layers + 1, where.layers: 2 * where.layers}

@@ -191,7 +191,7 @@ def _lean_pass(model, inputs: dict, position: int, L: int) -> tuple[list, dict, 
     from attnviz.engine.lean import lean
     from attnviz.engine.points import keeping
     from attnviz.engine.scratch.adapters import layer_qkv
-    from attnviz.engine.scratch.formula import attention_weights
+    from attnviz.engine.scratch.formula import attention_mask, attention_weights
 
     base = getattr(model, "base_model", model)
     adapter = adapter_for(base)
@@ -199,8 +199,7 @@ def _lean_pass(model, inputs: dict, position: int, L: int) -> tuple[list, dict, 
     T = int(inputs["input_ids"].shape[1])
     p = position % T
     key_mask = inputs.get("attention_mask")
-    allowed = torch.ones(T, dtype=torch.bool) if key_mask is None else key_mask[0].bool().cpu()
-    j = torch.arange(T)
+    key_mask = torch.ones(1, T, dtype=torch.long) if key_mask is None else key_mask[:1].cpu()
     rows: list = [None] * L
 
     def on_seen(n: int, seen) -> None:
@@ -208,12 +207,8 @@ def _lean_pass(model, inputs: dict, position: int, L: int) -> tuple[list, dict, 
         if qkv.bias is not None:
             raise UnsupportedArchitectureError(f"{type(base).__name__} adds a positional bias to its scores: its "
                                                f"long inputs are not split here")
-        row = allowed & (j <= p) if adapter.causal else allowed.clone()
-        if qkv.window is not None:
-            row &= p - j < qkv.window
-        if qkv.reach is not None:
-            row &= (p - j).abs() <= qkv.reach
-        mask = row.to(qkv.q.device)[None, None, None, :]  # (1, 1, 1, T)
+        mask = attention_mask(key_mask, causal=adapter.causal, window=qkv.window, reach=qkv.reach,
+                              rows=torch.tensor([p])).to(qkv.q.device)  # (1, 1, 1, T): the position's row
         alpha = attention_weights(qkv.q[:, :, p:p + 1].double(), qkv.k.double(), mask, scale=qkv.scale,
                                   softcap=qkv.softcap, sinks=None if qkv.sinks is None else qkv.sinks.double())
         rows[n] = (alpha[0, :, 0], qkv.v)

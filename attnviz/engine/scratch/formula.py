@@ -67,14 +67,15 @@ def attention_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | Non
 
 
 def attention_mask(key_mask: torch.Tensor, *, causal: bool, window: int | None = None,
-                   reach: int | None = None) -> torch.Tensor:
+                   reach: int | None = None, rows: torch.Tensor | None = None) -> torch.Tensor:
     """Which keys each query may see. key_mask: (B, T) 1 for real tokens, 0 for padding.
     Returns bool (B, 1, T, T): padding keys hidden; for causal models also j > i (and, with a sliding
-    window, j ≤ i − window); with a bidirectional `reach`, keys further than it either way (|i − j| > reach)."""
+    window, j ≤ i − window); with a bidirectional `reach`, keys further than it either way (|i − j| > reach).
+    `rows` (R,): only those query rows, (B, 1, R, T) (a long input's explained position)."""
     B, T = key_mask.shape
-    allowed = key_mask.bool()[:, None, None, :].expand(B, 1, T, T)  # (B, 1, T, T)
-    i = torch.arange(T, device=key_mask.device)[:, None]
+    i = (torch.arange(T, device=key_mask.device) if rows is None else rows.to(key_mask.device))[:, None]
     j = torch.arange(T, device=key_mask.device)[None, :]
+    allowed = key_mask.bool()[:, None, None, :].expand(B, 1, i.shape[0], T)  # (B, 1, R, T)
     if causal:
         keep = j <= i  # (T, T)
         if window is not None:
