@@ -1,4 +1,5 @@
-"""Gradient analyses at long inputs on real weights: `patch --method atp` over every head (the long path where α
+"""Gradient analyses at long inputs on real weights: `patch --method atp` over every head, `logit-attr` and
+`faithfulness --methods grad-x-input` (the long path where α
 would not fit: the model's own SDPA forward and backward, each block recomputed) against the floor — the
 model's own SDPA forward and forward + backward at that length, in its own process — and against the peers
 where they run, every contender a fresh process, side by side in one run: wall time and peak resident memory.
@@ -74,6 +75,29 @@ start = time.perf_counter()
 result = attnviz.logit_attr(clean, model=model, target=" red")
 print(json.dumps({"seconds": time.perf_counter() - start, "T": len(result.tokens), "lean": result.by_input is None,
                   "top": [f"{e.layer}.{e.head}" for e in result.top[:3]]}))
+"""
+
+FAITH = """
+import json, sys, time
+import attnviz
+import attnviz.engine.attribution.faithfulness as engine
+clean, corrupt = json.load(open(sys.argv[1]))["pair"]
+model = attnviz.load_model("smollm2", lm_head=True, memory_budget=int(float(sys.argv[2]) * 2**30))
+spent = []
+own = engine.gradient_scores
+def timed(*args, **kwargs):  # the gradient step alone (the model's, then the randomised model's)
+    start = time.perf_counter()
+    try:
+        return own(*args, **kwargs)
+    finally:
+        spent.append(time.perf_counter() - start)
+engine.gradient_scores = timed
+start = time.perf_counter()
+result = attnviz.faithfulness(clean, model=model, methods=["grad-x-input"], target=" red")
+m = result.methods[0]
+print(json.dumps({"seconds": time.perf_counter() - start, "T": len(result.tokens), "lean": result.lean,
+                  "gradient": spent[0], "sanity": m.sanity[-1][1], "aopc": [m.comprehensiveness_aopc,
+                                                                          m.sufficiency_aopc]}))
 """
 
 FLOOR = """
@@ -175,7 +199,11 @@ def main() -> None:
     parser.add_argument("--peer-timeout", type=float, default=1800.0)
     parser.add_argument("--budgets", default="6,3", help="memory budgets for attnviz.patch, GiB: what the long path "
                                                          "may hold beside the weights (blocks beyond it recomputed)")
+    parser.add_argument("--only", default="", help="run only the contenders whose names hold one of these words "
+                                                   "(comma-separated: patch, logit_attr, faithfulness); the floors "
+                                                   "always run")
     args = parser.parse_args()
+    wanted = [w for w in args.only.split(",") if w]
     folder = Path(tempfile.mkdtemp(prefix="bench_long_gradients_"))
     smollm2 = None
     if args.peers_python:
@@ -195,12 +223,15 @@ def main() -> None:
             sys.exit(f"making the prompts failed: {made}")
         pair = folder / f"pair{T}.json"
         pair.write_text(json.dumps({"pair": [made["clean"], made["corrupt"]]}), encoding="utf-8")
+        planned = [*((f"attnviz.patch(method='atp'), budget {b}G", (ATTNVIZ, str(pair), b))
+                     for b in args.budgets.split(",")),
+                   ("attnviz.logit_attr (÷ the forward floor)", (LOGITS, str(pair))),
+                   ("attnviz.faithfulness(grad-x-input), budget 3G", (FAITH, str(pair), "3"))]
         rows = [("floor: the model's SDPA forward", run(sys.executable, FLOOR, str(pair), "forward", timeout=0)),
                 ("floor: the model's SDPA forward + backward", run(sys.executable, FLOOR, str(pair), "backward",
                                                                     timeout=0)),
-                *((f"attnviz.patch(method='atp'), budget {b}G", run(sys.executable, ATTNVIZ, str(pair), b, timeout=0))
-                  for b in args.budgets.split(",")),
-                ("attnviz.logit_attr (÷ the forward floor)", run(sys.executable, LOGITS, str(pair), timeout=0))]
+                *((name, run(sys.executable, *call, timeout=0)) for name, call in planned
+                  if not wanted or any(w in name for w in wanted))]
         if args.peers_python and smollm2:
             rows += [("TransformerLens run_with_cache(hook_z) + backward",
                       run(args.peers_python, LENS, str(pair), smollm2, timeout=args.peer_timeout)),
@@ -216,6 +247,10 @@ def main() -> None:
             ratio = f"{inner / floor_s:.2f}×" if floor_s and "floor:" not in name else ""
             note = ("long path (no α)" if said.get("lean") else "full path (α)") if "lean" in said else ""
             note += f" top heads {', '.join(said['top'])}" if "top" in said else ""
+            if "gradient" in said and floors[1]:  # faithfulness: its gradient step beside the floor's
+                note += (f" gradient step {said['gradient']:.1f} s = {said['gradient'] / floors[1]:.2f}× the floor; "
+                         f"AOPC compr. {said['aopc'][0]:.3f} suff. {said['aopc'][1]:.3f}, sanity ρ "
+                         f"{said['sanity']:.2f}")
             print(f"{T:>6}  {name:<50} {wall:>8.1f} {peak / 2**30:>6.2f}  {ratio:>15}  {note} "
                   f"(inside: {inner:.1f} s)", flush=True)
         print()

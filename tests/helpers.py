@@ -564,3 +564,27 @@ def equals_transformers_gguf(path, loaded, text: str, shape: tuple[int, int]) ->
     assert alpha.shape == capture.attentions.shape == (*shape, len(ids[0]), len(ids[0]))
     assert np.abs(alpha - capture.attentions).max() <= 1e-5
     assert float((theirs.logits - ours.logits).abs().max()) <= 1e-4 * max(1.0, float(theirs.logits.abs().max()))
+
+
+def largest():
+    """A dispatch mode recording every tensor the ops make, forward and backward: the most elements one had
+    (`most`, its `shape`) and the ops' names (`ops`). `with largest() as probe: …`."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    class Largest(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.most, self.shape = 0, ()
+            self.ops: set[str] = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            self.ops.add(str(func.overloadpacket.__name__))
+            for t in tree_leaves(out):  # numbers (a boolean mask of T × T, shared by the layers, is not α)
+                if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > self.most:
+                    self.most, self.shape = t.numel(), tuple(t.shape)
+            return out
+
+    return Largest()

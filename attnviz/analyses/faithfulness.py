@@ -26,8 +26,9 @@ class Options:
                                              metavar="NAMES", separated="str")
     target: str | None = option(None, "A causal LM's token whose probability f is, as text (' Paris'). Default: the "
                                       "model's own prediction.", metavar="TOKEN")
-    orders: int = option(20, "Random orders for the baseline (20 to 10,000).", minimum=20, maximum=10_000,
-                         metavar="N")
+    orders: int | None = option(None, "Random orders for the baseline (2 to 10,000). Default: 20, or 4 on a text of "
+                                      "more than 256 tokens (each order erases ten long texts).", minimum=2,
+                                maximum=10_000, metavar="N")
     steps: int = option(20, "Integrated gradients' points (1 to 1,000); the completeness line says when more are "
                             "needed.", minimum=1, maximum=1000, metavar="N")
     sanity: int = option(1, "Depths of the randomisation check, spread from the top block to the first (1: the whole "

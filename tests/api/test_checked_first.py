@@ -98,7 +98,7 @@ CLI = [
     (["faithfulness", TEXT, "--methods", "attention,bogus"], "--methods"),
     (["faithfulness", TEXT, "--engine", "ray"], "--engine"),
     (["faithfulness", TEXT, "--engine", "spark"], "--engine"),
-    (["faithfulness", TEXT, "--orders", "19"], "--orders"),
+    (["faithfulness", TEXT, "--orders", "1"], "--orders"),
     (["faithfulness", TEXT, "--steps", "0"], "--steps"),
     (["align", "--audio", "x.wav", "--heads", "x.y"], "--heads"),
     (["align", "--audio", "x.wav", "--heads", ""], "--heads"),

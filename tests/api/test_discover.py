@@ -340,13 +340,14 @@ def test_every_shape_of_pairs_the_docs_show_is_taken_and_every_other_refused(fol
 
 
 @pytest.mark.parametrize("method, steps", [("eap", 1), ("eap-ig", 3)])
-def test_the_memory_check_counts_every_receivers_copy_of_its_input(method, steps, folders):
-    """The check before the run counts what scoring holds (the per-receiver copies of the inputs in the run that
-    takes gradients, the model's activations for the backward pass, the gradients in float64), not α alone:
-    a budget a byte under that estimate is refused before any pair runs, naming the receivers; the estimate
-    itself runs. (The old check counted α alone: SmolLM2 on two 213-token prompts passed at 1.82 GB and grew
-    to 4.6 GB.)"""
+def test_over_the_full_paths_estimate_discover_runs_without_alpha(method, steps, folders):
+    """The check before the run counts what the full path's scoring holds (the per-receiver copies of the inputs
+    in the run that takes gradients, the model's activations for the backward pass, the gradients in float64),
+    not α alone: within that estimate the full path runs; a byte under it, the long path (engine/discovery_lean:
+    no copy per receiver, no α), with the same scores; under the long path's own parts, one line naming them.
+    (The old check counted α alone: SmolLM2 on two 213-token prompts passed at 1.82 GB and grew to 4.6 GB.)"""
     from attnviz.engine.discovery import graph, scoring_bytes
+    from attnviz.engine.discovery_lean import lean_parts
     from attnviz.engine.memory import attention_bytes
 
     loaded = loaded_of(folders("llama"))
@@ -355,29 +356,50 @@ def test_the_memory_check_counts_every_receivers_copy_of_its_input(method, steps
     T = len(loaded.tokenizer(CLEAN)["input_ids"])
     need = sum(scoring_bytes(g, T, steps).values())
     assert need > 4 * attention_bytes(loaded, T, 2.0 * (g.per_layer + 1) + steps)  # more than α's copies
-    loaded.memory_budget = need - 1
-    with pytest.raises(InputError, match=rf"{T}-token prompts would need about .*receivers each with its own"):
-        attnviz.discover(CLEAN, corrupt, answers=answers_of(loaded), model=loaded, method=method, steps=steps)
     loaded.memory_budget = need
-    assert attnviz.discover(CLEAN, corrupt, answers=answers_of(loaded), model=loaded, method=method,
-                            steps=steps).total == g.edges()
+    full = attnviz.discover(CLEAN, corrupt, answers=answers_of(loaded), model=loaded, method=method, steps=steps)
+    loaded.memory_budget = need - 1
+    long = attnviz.discover(CLEAN, corrupt, answers=answers_of(loaded), model=loaded, method=method, steps=steps)
+    assert not full.lean and long.lean and full.total == long.total == g.edges()
+    assert np.abs(full.scores - long.scores).max() <= 1e-4 * np.abs(full.scores).max()
+    loaded.memory_budget = sum(lean_parts(g, T)[0].values()) - 1
+    with pytest.raises(InputError, match=rf"{T}-token prompts without α .*changes at every node"):
+        attnviz.discover(CLEAN, corrupt, answers=answers_of(loaded), model=loaded, method=method, steps=steps)
 
 
-def test_smollm2_s_long_pair_is_refused_by_the_estimate_that_holds():
-    """The case that was killed at 4.6 GB: two 213-token prompts, SmolLM2, the 2 GiB budget. The estimate (EAP
-    about 2.3 GiB, measured about 2.1 GB by benchmarks/bench_discover_memory.py; EAP-IG's 5 steps about 8.6 GiB)
-    refuses it in one line, before a pair runs."""
+def test_smollm2_s_long_pair_runs_without_alpha_within_the_budget():
+    """The case that was killed at 4.6 GB: two 213-token prompts, SmolLM2. The full path's estimate (EAP about
+    2.3 GiB, measured about 2.1 GB by benchmarks/bench_discover_memory.py) is over the 2 GiB budget, so discover
+    takes the long path, whose check passes (every edge kept gives the clean run, none the corrupted one). On
+    real weights the long path's scores equal the full path's (a shorter pair, the budget a byte under the full
+    path's estimate): within 2e-4 of the largest (float32, eager and SDPA summing in different orders)."""
+    from attnviz.engine.discovery import graph, scoring_bytes
+
     require_real(offline.SMOLLM2)
     sentence = "The quick brown fox jumps over the lazy dog and then "
     loaded = attnviz.load_model("smollm2", lm_head=True)
-    words, ask = (sentence * 40).split(), " When John and Mary went to the store, John gave a drink to"
-    clean = " ".join(words[:1])
-    while len(loaded.tokenizer(clean + ask)["input_ids"]) < 213:
-        clean = " ".join(words[:len(clean.split()) + 1])
-    clean += ask
-    corrupt = clean.replace("When John", "When Anna")
-    assert len(loaded.tokenizer(clean)["input_ids"]) == len(loaded.tokenizer(corrupt)["input_ids"]) >= 213
-    with pytest.raises(InputError, match=r"213-token prompts would need about 2\.\d GiB .*over the budget of 2\.0"):
-        attnviz.discover(clean, corrupt, answers=(" Mary", " John"), model=loaded, method="eap")
-    with pytest.raises(InputError, match=r"would need about 8\.\d GiB .* lower steps \(its 5 runs go at once\)"):
-        attnviz.discover(clean, corrupt, answers=(" Mary", " John"), model=loaded)  # EAP-IG, 5 steps
+
+    def pair_of(T: int) -> tuple[str, str]:
+        words, ask = (sentence * 40).split(), " When John and Mary went to the store, John gave a drink to"
+        clean = " ".join(words[:1])
+        while len(loaded.tokenizer(clean + ask)["input_ids"]) < T:
+            clean = " ".join(words[:len(clean.split()) + 1])
+        clean += ask
+        corrupt = clean.replace("When John", "When Anna")
+        assert len(loaded.tokenizer(clean)["input_ids"]) == len(loaded.tokenizer(corrupt)["input_ids"]) >= T
+        return clean, corrupt
+
+    long = attnviz.discover(*pair_of(213), answers=(" Mary", " John"), model=loaded, method="eap")
+    assert long.lean and long.passed
+    clean, corrupt = pair_of(40)
+    T = len(loaded.tokenizer(clean)["input_ids"])
+    need = sum(scoring_bytes(graph(loaded.model), T).values())
+    loaded.memory_budget = need
+    full = attnviz.discover(clean, corrupt, answers=(" Mary", " John"), model=loaded, method="eap")
+    loaded.memory_budget = need - 1
+    short = attnviz.discover(clean, corrupt, answers=(" Mary", " John"), model=loaded, method="eap")
+    assert short.lean and not full.lean
+    assert np.abs(full.scores - short.scores).max() <= 2e-4 * np.abs(full.scores).max()
+    gap = full.clean_diff - full.corrupt_diff
+    for (_, f), (_, g) in zip(full.curve, short.curve):  # the circuits' logit differences
+        assert abs(f - g) * abs(gap) <= 1e-3 * max(1.0, abs(full.clean_diff))

@@ -14,12 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 import attnviz
 from attnviz.errors import InputError
-from helpers import build_tiny_model, one_line_error, run
+from helpers import build_tiny_model, largest, one_line_error, run
 
 WORDS = "the cat sat on the mat and the dog ran to the park while a bird sang in the old tree".split()
 
@@ -39,23 +37,6 @@ def long_models(tmp_path_factory):
                                               lm=kind in ("gpt2", "llama")))
         return made[kind]
     return get
-
-
-class Largest(TorchDispatchMode):
-    """Every tensor the ops make, forward and backward: the most elements one had, and its shape."""
-
-    def __init__(self):
-        super().__init__()
-        self.most, self.shape = 0, ()
-        self.ops: set[str] = set()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        self.ops.add(str(func.overloadpacket.__name__))
-        for t in tree_leaves(out):  # numbers (a boolean mask of T × T, shared by the layers, is not α)
-            if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > self.most:
-                self.most, self.shape = t.numel(), tuple(t.shape)
-        return out
 
 
 def _patch(folder: str, n: int, method: str, budget: str | None, monkeypatch, **options):
@@ -85,7 +66,7 @@ def test_atp_at_1024_tokens_without_alpha_equals_the_full_path(kind, long_models
         where.recomputed = where.layers
 
     monkeypatch.setattr(patching, "check_lean", every_block_recomputed)
-    with Largest() as seen:
+    with largest() as seen:
         lean = _patch(loaded, 560, "atp", "24M", monkeypatch)
     # no head's T × T: a sliding window's mask, (1, 1, T, T), shared by the heads, is the largest there is
     assert seen.most < H * T * T // 2, (seen.most, seen.shape)
@@ -101,7 +82,7 @@ def test_atp_at_1024_tokens_without_alpha_equals_the_full_path(kind, long_models
 
 def test_the_full_path_would_make_the_square(long_models, monkeypatch):
     """The same probe on the full path sees eager attention's (1, H, T, T): the check above can fail."""
-    with Largest() as seen:
+    with largest() as seen:
         full = _patch(long_models("llama"), 300, "atp", None, monkeypatch)
     T = len(full.tokens)
     assert seen.most >= 4 * T * T  # (1, H, T, T), H = 4
@@ -201,7 +182,7 @@ def test_logit_attribution_at_1024_tokens_without_alpha_equals_the_full_path(kin
     T, H = len(full.tokens), loaded.shape[1]
     assert T >= 1024 and full.by_input is not None
     monkeypatch.setenv("ATTNVIZ_MEMORY_BUDGET", "24M")
-    with Largest() as seen:
+    with largest() as seen:
         lean = attnviz.logit_attr(text, model=loaded, position=-5)
     assert seen.most < H * T * T // 2, (seen.most, seen.shape)
     for name in ("heads", "by_source", "mlps", "attention_bias"):
@@ -308,7 +289,7 @@ def test_retrieval_heads_without_alpha_equal_the_full_path(long_models, monkeypa
     full = attnviz.retrieval(model=loaded, **options)
     T, H = full.prompts[0]["tokens"], loaded.shape[1]
     monkeypatch.setenv("ATTNVIZ_MEMORY_BUDGET", "8M")
-    with Largest() as seen:
+    with largest() as seen:
         lean = attnviz.retrieval(model=loaded, **options)
     assert seen.most < H * T * T // 2, (seen.most, seen.shape)
     assert 4 * H * T * T * 4 > 8 << 20  # the full path's prompt would not have fitted

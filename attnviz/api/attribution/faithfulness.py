@@ -31,7 +31,10 @@ __all__ = ["faithfulness", "Faithfulness", "FaithfulnessCorpus", "MethodFaithful
 
 FAITHFULNESS_METHODS = FAITHFULNESS.names()  # the registry's, in its order
 CAUSAL_ONLY = tuple(m.name for m in FAITHFULNESS if m.causal_only)
-MAX_FAITHFULNESS_TOKENS = 256  # leave-one-out runs the text once per token, flow a max-flow per token pair
+MAX_FAITHFULNESS_TOKENS = 256  # leave-one-out runs the text once per token, flow a max-flow per token pair: a
+                               # longer text runs without α (the long path), with the methods that need neither
+DEFAULT_ORDERS = 20  # random orders, each erasing 2 × 5 texts
+LONG_ORDERS = 4  # the same on a long text, where each erased text is a long forward pass
 MAX_ORDERS = 10_000
 MAX_SEED = 2**32 - 1  # the command line's range: a seed numpy and torch both take
 MAX_CORPUS_TEXTS = 10_000  # texts measured in one call (each runs every method and every erasure)
@@ -39,7 +42,7 @@ COMPLETENESS_TOLERANCE = 0.02  # |Σ IG − (f(x) − f(baseline))| / max(|f(x) 
 DEFAULT_SANITY = 1  # one depth: the whole model randomised (what the verdict reads); more draw the cascade
 @overload
 def faithfulness(text: str, *, model: Any = None, tokenizer: Any = None,
-                 methods: Sequence[str] | None = None, target: str | int | None = None, orders: int = 20,
+                 methods: Sequence[str] | None = None, target: str | int | None = None, orders: int | None = None,
                  steps: int = DEFAULT_STEPS, sanity: int = DEFAULT_SANITY, seed: int = 0, truncate: bool = True,
                  device: str = "auto", dtype: str = "float32", engine: str = "local", address: str | None = None,
                  workers: int = 2, reporter: Reporter | None = None) -> Faithfulness: ...
@@ -47,7 +50,7 @@ def faithfulness(text: str, *, model: Any = None, tokenizer: Any = None,
 
 @overload
 def faithfulness(text: list[str] | tuple[str, ...], *, model: Any = None, tokenizer: Any = None,
-                 methods: Sequence[str] | None = None, target: str | int | None = None, orders: int = 20,
+                 methods: Sequence[str] | None = None, target: str | int | None = None, orders: int | None = None,
                  steps: int = DEFAULT_STEPS, sanity: int = DEFAULT_SANITY, seed: int = 0, truncate: bool = True,
                  device: str = "auto", dtype: str = "float32", engine: str = "local", address: str | None = None,
                  workers: int = 2, reporter: Reporter | None = None) -> FaithfulnessCorpus: ...
@@ -56,14 +59,15 @@ def faithfulness(text: list[str] | tuple[str, ...], *, model: Any = None, tokeni
 @borrows
 @checked
 def faithfulness(text: str | Sequence[str], *, model: Any = None, tokenizer: Any = None,
-                 methods: Sequence[str] | None = None, target: str | int | None = None, orders: int = 20,
+                 methods: Sequence[str] | None = None, target: str | int | None = None, orders: int | None = None,
                  steps: int = DEFAULT_STEPS, sanity: int = DEFAULT_SANITY, seed: int = 0, truncate: bool = True,
                  device: str = "auto", dtype: str = "float32", engine: str = "local", address: str | None = None,
                  workers: int = 2, reporter: Reporter | None = None) -> Faithfulness | FaithfulnessCorpus:
     """How faithful each attribution of one prediction is (see the module). `methods`: names from
     FAITHFULNESS_METHODS (default: all that apply; alti-logit needs a causal LM); `target` (causal LM) the token
     whose probability f is, as text (" Paris") or an id, default the model's top token; `orders` random
-    orders (20 to 10,000); `steps` integrated gradients' points (1 to 1,000); `sanity` how many depths of
+    orders (2 to 10,000; default 20, 4 on a text of more than MAX_FAITHFULNESS_TOKENS tokens, which runs without α:
+    the methods that need no α, on the model's own SDPA attention, no τ with leave-one-out); `steps` integrated gradients' points (1 to 1,000); `sanity` how many depths of
     cascading randomisation (0: none; at most the model's layers); `seed` for the random orders and weights.
 
     `text` a list of texts (a corpus, at most MAX_CORPUS_TEXTS): every text measured alike (a text that cannot
@@ -89,8 +93,8 @@ def faithfulness(text: str | Sequence[str], *, model: Any = None, tokenizer: Any
         raise UsageError(f"{arg('engine', 'ray')} spreads a corpus over Ray: give a list of texts", "engine")
     if not 1 <= workers <= 4096:
         raise UsageError(f"{arg('workers')} takes 1 to 4,096 actors; got {workers}", "workers")
-    if not 20 <= orders <= MAX_ORDERS:
-        raise UsageError(f"{arg('orders')} takes 20 to {MAX_ORDERS:,} random orders; got {orders}", "orders")
+    if orders is not None and not 2 <= orders <= MAX_ORDERS:
+        raise UsageError(f"{arg('orders')} takes 2 to {MAX_ORDERS:,} random orders; got {orders}", "orders")
     if not 1 <= steps <= 1000:
         raise UsageError(f"{arg('steps')} takes 1 to 1,000 points; got {steps}", "steps")
     if not 0 <= sanity <= 1000:
@@ -190,22 +194,25 @@ def measure_one(loaded, number: int, text: str, options: dict) -> dict | tuple[i
 
 
 def _one(loaded, text: str, *, asked: list[str], explicit: bool, causal: bool, target: str | int | None,
-         orders: int, steps: int, sanity: int, seed: int, truncate: bool, reporter: Reporter,
+         orders: int | None, steps: int, sanity: int, seed: int, truncate: bool, reporter: Reporter,
          tick: Callable[[int], None] | None = None) -> Faithfulness:
     """One text through every method asked, measured. `tick(n)`: n more steps of work_per_text done (a corpus's
-    progress bar)."""
+    progress bar). A text of more than MAX_FAITHFULNESS_TOKENS tokens runs without α (long_methods())."""
     tick = tick or (lambda n: None)
     from attnviz.api.attribution.logits import check_spelling, target_id
     from attnviz.engine.attribution.faithfulness import drawn_bytes, Explained, Randomised
     from attnviz.engine.forward import encode
     from attnviz.engine.memory import check_memory
 
-    methods = asked if explicit else None
     encoded = encode(loaded, text, truncate=truncate)
     T = len(encoded.tokens)
-    if T > MAX_FAITHFULNESS_TOKENS:
-        raise InputError(f"faithfulness runs the text once per token and erasure: {T} tokens is more than "
-                         f"{MAX_FAITHFULNESS_TOKENS}; shorten the text")
+    long = T > MAX_FAITHFULNESS_TOKENS
+    skipped: list[str] = []
+    if long:
+        asked, skipped = long_methods(asked, explicit, T)
+    methods = asked if explicit else None
+    if orders is None:
+        orders = LONG_ORDERS if long else DEFAULT_ORDERS
     ranked_ok = ~np.asarray(encoded.special, bool)
     if causal:
         ranked_ok[T - 1] = False
@@ -213,13 +220,18 @@ def _one(loaded, text: str, *, asked: list[str], explicit: bool, causal: bool, t
     if len(erasable) < 2:
         raise InputError(f"faithfulness ranks and erases tokens: this text has {len(erasable)} that can be erased "
                          f"(not special{', not the last' if causal else ''}); give a longer text")
-    check_memory(loaded, T, copies=4.0, beside=drawn_bytes(loaded.model) if sanity else 0,
-                 beside_text="the sanity check's randomised blocks")
+    drawn = drawn_bytes(loaded.model) if sanity else 0
+    recomputed = 0
+    if long:
+        recomputed = check_lean_faithfulness(loaded, T, drawn, batch=_ig_batch(T) if "integrated-gradients" in asked
+                                             else 1)
+    else:
+        check_memory(loaded, T, copies=4.0, beside=drawn, beside_text="the sanity check's randomised blocks")
     wanted = target_id(loaded, target)
     reporter = reporter or Reporter()
-    skipped: list[str] = []
     with reporter.status("Running the model…"):
-        explained = Explained(loaded.model, encoded.inputs, causal=causal, target=wanted)
+        explained = Explained(loaded.model, encoded.inputs, causal=causal, target=wanted, lean=long,
+                              recomputed=recomputed)
     explained.baseline_id = baseline_token(loaded.tokenizer)
     if causal and target is not None and explained.target is not None:
         check_spelling(loaded, target, explained.target, explained.logits)
@@ -251,7 +263,7 @@ def _one(loaded, text: str, *, asked: list[str], explicit: bool, causal: bool, t
         plans[name] = [order[:k] for k in sizes]
     rng = np.random.default_rng(seed)
     random_orders = [rng.permutation(erasable) for _ in range(orders)] if "random" in asked else []
-    loo_needed = bool(scores)  # τ with leave-one-out: every method is compared to it
+    loo_needed = bool(scores) and not long  # τ with leave-one-out: every method is compared to it
     for tops in plans.values():
         subsets += [without(T, top) for top in tops] + [only(T, erasable, top) for top in tops]
     for order in random_orders:
@@ -289,7 +301,8 @@ def _one(loaded, text: str, *, asked: list[str], explicit: bool, causal: bool, t
                 "methods") as step:
             for layer in depths:
                 copy.down_to(layer)
-                shaken = Explained(copy.model, encoded.inputs, causal=causal, target=explained.target)
+                shaken = Explained(copy.model, encoded.inputs, causal=causal, target=explained.target, lean=long,
+                                   recomputed=recomputed)
                 shaken.baseline_id = explained.baseline_id
                 for name in scores:
                     try:
@@ -321,7 +334,60 @@ def _one(loaded, text: str, *, asked: list[str], explicit: bool, causal: bool, t
                         ids=tuple(int(i) for i in encoded.inputs["input_ids"][0].tolist()), causal=causal,
                         quantity=quantity, target=target_text, target_id=explained.target, f_full=explained.f_full,
                         erasable=tuple(int(p) for p in erasable), bins=BINS, methods=tuple(built), random=random,
-                        completeness=completeness, steps=steps, seed=seed, skipped=tuple(skipped))
+                        completeness=completeness, steps=steps, seed=seed, skipped=tuple(skipped), lean=long)
+
+
+def long_methods(asked: list[str], explicit: bool, T: int) -> tuple[list[str], list[str]]:
+    """The methods a long text (over MAX_FAITHFULNESS_TOKENS) runs, without α, and what is left out and why. Named
+    methods that cannot run are refused in one line; unnamed, integrated gradients (--steps passes forward and
+    backward) runs only when named."""
+    cannot = [(m, FAITHFULNESS.get(m).long) for m in asked if FAITHFULNESS.get(m).long]
+    runs = [m.name for m in FAITHFULNESS if not m.long]
+    if explicit and cannot:
+        name, why = cannot[0]
+        raise InputError(f"{T:,} tokens is more than {MAX_FAITHFULNESS_TOKENS}: faithfulness runs without α, and "
+                         f"{name} {why}; on a long text these run: {', '.join(runs)} (or shorten the text)",
+                         "methods")
+    kept = [m for m in asked if not FAITHFULNESS.get(m).long and (explicit or FAITHFULNESS.get(m).long_default)]
+    skipped = []
+    alpha = [m for m, why in cannot if m != "loo"]
+    if alpha:
+        skipped.append(f"{', '.join(alpha)} (they read α, which a text of {T:,} tokens runs without)")
+    skipped.append(f"τ with leave-one-out (it runs the text once per token: a text of at most "
+                   f"{MAX_FAITHFULNESS_TOKENS} tokens)")
+    skipped += [f"{m} ({T:,} tokens forward and backward at each of --steps points: name it in --methods)"
+                for m in asked if m not in kept and not FAITHFULNESS.get(m).long]
+    return kept, skipped
+
+
+def _ig_batch(T: int) -> int:
+    from attnviz.engine.attribution.faithfulness import IG_BATCH, LEAN_TOKENS
+
+    return max(1, min(IG_BATCH, LEAN_TOKENS // T))
+
+
+def check_lean_faithfulness(loaded, T: int, drawn: int, batch: int) -> int:
+    """Refuse, before running, faithfulness on the long path whose holdings would not fit the budget: the stream
+    entering every block, kept for the backward pass (L·T·D float32 for each of `batch` texts, with the
+    embeddings and their gradient), one block's activations, and the sanity check's randomised blocks (`drawn`
+    bytes). How many blocks to recompute in the backward pass: as few as the rest of the budget allows."""
+    from attnviz.engine.attribution.faithfulness import LEAN_TOKENS
+    from attnviz.engine.lean import block_activation_bytes
+    from attnviz.engine.memory import check_parts, memory_budget
+
+    config = loaded.model.config
+    L = loaded.shape[0]
+    D = int(getattr(config, "hidden_size", 0) or getattr(config, "n_embd", 0) or getattr(config, "dim", 0) or 1024)
+    stream = 4 * T * D * (L + 2) * batch
+    block = max(block_activation_bytes(config, T) * batch, block_activation_bytes(config, min(T, LEAN_TOKENS)))
+    parts = {"the stream entering every block, kept for the backward pass": stream,
+             "one block's activations": block}
+    if drawn:
+        parts["the sanity check's randomised blocks"] = drawn
+    check_parts(loaded, parts, f"faithfulness on {T:,} tokens without α (the model's own SDPA attention)",
+                "shorten the text (on this path the memory grows linearly in the tokens), or --sanity 0")
+    spare = (loaded.memory_budget or memory_budget()) - sum(parts.values())
+    return max(0, L - max(0, spare) // block)
 
 
 def _methods(methods: Sequence[str] | None) -> list[str]:

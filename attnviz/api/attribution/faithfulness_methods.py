@@ -43,6 +43,8 @@ class Attribution(Method):
 
     causal_only: ClassVar[bool] = False
     scored: ClassVar[bool] = True
+    long: ClassVar[str] = ""  # why it does not run on a long text (the long path, without α); "" where it does
+    long_default: ClassVar[bool] = True  # on a long text, run when no methods are named
 
     def scores(self, explained: Any, inputs: dict, erasable: Any, steps: int) -> tuple[Any, tuple[float, float] | None]:
         raise NotImplementedError
@@ -54,6 +56,7 @@ FAITHFULNESS: Family[type[Attribution]] = Family("methods")
 @FAITHFULNESS.register
 class Attention(Attribution):
     name, title, help = "attention", "attention", "α of the last layer, the mean over heads, of the explained rows"
+    long = "reads α"
 
     def scores(self, explained, inputs, erasable, steps):
         return explained.alpha[-1].astype("float64").mean(0)[explained.rows()].mean(0), None
@@ -71,6 +74,7 @@ def _rolled(layers, T: int):
 @FAITHFULNESS.register
 class Rollout(Attribution):
     name, title, help = "rollout", "attention rollout", "α with the residual, multiplied through the layers"
+    long = "multiplies every layer's α"
 
     def scores(self, explained, inputs, erasable, steps):
         from attnviz.metrics.faithfulness import residual_attention
@@ -81,6 +85,7 @@ class Rollout(Attribution):
 @FAITHFULNESS.register
 class Flow(Attribution):
     name, title, help = "flow", "attention flow", "the max-flow through the layers' α with the residual"
+    long = "runs a max-flow through every layer's α"
 
     def scores(self, explained, inputs, erasable, steps):
         import numpy as np
@@ -107,12 +112,14 @@ class _Contributions(Attribution):
 @FAITHFULNESS.register
 class Alti(_Contributions):
     name, title, help = "alti", "ALTI", "each block's output split into one part per token, rolled out"
+    long = "splits every block's output by token, through α"
     layers = "alti_layers"
 
 
 @FAITHFULNESS.register
 class AltiLogit(Attribution):
     name, title, help = "alti-logit", "ALTI-Logit", "the heads' direct effects on the logit, traced back by ALTI"
+    long = "traces the heads back through every layer's α"
     causal_only = True
 
     def scores(self, explained, inputs, erasable, steps):
@@ -127,6 +134,7 @@ class AltiLogit(Attribution):
 @FAITHFULNESS.register
 class ValueZeroing(_Contributions):
     name, title, help = "value-zeroing", "value zeroing", "each token's value vectors zeroed, the change measured"
+    long = "reruns every layer's attention once per token, with α"
     layers = "zeroing_layers"
 
 
@@ -152,11 +160,13 @@ class GradXInput(_Gradients):
 class IntegratedGradients(_Gradients):
     name, title, help = ("integrated-gradients", "integrated gradients",
                          "gradients along the path from a baseline token (--steps points)")
+    long_default = False  # --steps passes forward and backward: on a long text, asked for by name
 
 
 @FAITHFULNESS.register
 class LeaveOneOut(Attribution):
     name, title, help = "loo", "leave-one-out", "f without each token, one run per token"
+    long = "runs the text once per token"
 
     def scores(self, explained, inputs, erasable, steps):
         import numpy as np

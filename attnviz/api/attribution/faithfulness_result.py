@@ -108,6 +108,7 @@ class Faithfulness(Result):
     steps: int = DEFAULT_STEPS
     seed: int = 0
     skipped: tuple[str, ...] = ()
+    lean: bool = False  # ran without α (a text of more than 256 tokens: the model's own SDPA attention)
 
     figure_name: ClassVar[str] = "attnviz_faithfulness.png"
 
@@ -225,7 +226,8 @@ class Faithfulness(Result):
                                   for m in self.methods},
                       "ranking": [m.name for m in self.ranking()], "ties": self.ties(),
                       "trusted": self.trusted(), "verdict": self.verdict(),
-                      "sanity_max_rho": SANITY_MAX_RHO, "skipped": list(self.skipped)}
+                      "sanity_max_rho": SANITY_MAX_RHO, "skipped": list(self.skipped),
+                      "without_alpha": self.lean}
         if self.random is not None:
             data["methods"]["random"] = self.random.to_dict()
         if self.completeness is not None:
@@ -275,6 +277,10 @@ class Faithfulness(Result):
                                   f"{COMPLETE_WITHIN:.0%} of |f(x) − f(baseline)|: f varies along the path faster "
                                   f"than {self.steps} points see; raise --steps, and read its ranking with care",
                                   style="yellow"))
+        if self.lean:
+            items.append(Line(f"Ran without α: {len(self.tokens):,} tokens, the model's own SDPA attention forward and "
+                              f"backward (blocks recomputed for the backward pass as the memory budget needs); "
+                              f"the methods that read α and leave-one-out are short-text methods", style="dim"))
         for name in self.skipped:
             items.append(Line(f"skipped: {name}", style="dim"))
         top = "the top block" if deepest is None else "the top block down to block " + str(deepest)

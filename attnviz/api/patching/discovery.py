@@ -58,6 +58,7 @@ class Discovery(Result):
     clean_diff: float  # Σ over the pairs of M on the clean run
     corrupt_diff: float
     listed: int = 20
+    lean: bool = False  # ran without α (engine/discovery_lean.py: the scoring would not fit the memory budget)
 
     figure_name: ClassVar[str] = "attnviz_discover.png"
     page_name: ClassVar[str] = "attnviz_discover.html"
@@ -107,7 +108,7 @@ class Discovery(Result):
                 "metric": "logit difference", "clean_logit_diff": self.clean_diff,
                 "corrupt_logit_diff": self.corrupt_diff, "nodes": list(self.nodes), "edge_count": self.total,
                 "edges": self.edges(), "curve": [{"edges": n, "faithfulness": f} for n, f in self.curve],
-                "area": self.area, "passed": self.passed}
+                "area": self.area, "passed": self.passed, "without_alpha": self.lean}
 
     def to_rows(self) -> list[dict]:
         return self.edges()
@@ -137,6 +138,11 @@ class Discovery(Result):
         items.append(verdict(self.passed, f"every edge kept gives the clean run ({ends[self.total]:.6f}) and none the "
                                           f"corrupted run ({ends[0]:.6f}), tolerance {CURVE_TOLERANCE:.0e} of the "
                                           f"metric"))
+        if self.lean:
+            items.append(Line("Ran without α: the prompts' scoring would not fit the memory budget on the full path; "
+                              "the model's own SDPA attention, each receiver's gradient made from the backward pass's "
+                              "own (no copy of the stream per receiver), blocks recomputed as the budget needs",
+                              style="dim"))
         over = "summed over the pairs" if len(self.pairs) > 1 else "of the pair"
         items.append(Line(f"logit difference {over}: clean {self.clean_diff:+.3f}, corrupted "
                           f"{self.corrupt_diff:+.3f}. score: (a clean − a corrupted) · ∂M/∂(the receiver's input), "
@@ -308,35 +314,56 @@ def discover(clean: str | None = None, corrupt: str | None = None, *, answers: S
         ids = (target_id(loaded, a, "answers"), target_id(loaded, b, "answers"))
         prepared.append((first, second, (int(ids[0] or 0), int(ids[1] or 0))))
     longest = max(len(p[0].tokens) for p in prepared)
-    check_scoring_memory(loaded, g, longest, chosen.points(steps))
+    recomputed, cached = lean_path(loaded, g, longest, chosen.points(steps))
     reporter = reporter or Reporter()
     runs = [(first.inputs, second.inputs, ids) for first, second, ids in prepared]
+    from attnviz.engine import discovery_lean
+
     with reporter.progress("Scoring edges", len(runs), "pairs") as step:
-        scores, clean_sum, corrupt_sum = score_edges(g, runs, chosen.gradients(steps), step)
+        if recomputed is None:
+            scores, clean_sum, corrupt_sum = score_edges(g, runs, chosen.gradients(steps), step)
+        else:
+            scores, clean_sum, corrupt_sum = discovery_lean.score_edges(g, runs, steps if chosen.uses_steps else 0,
+                                                                        recomputed, step, cached)
     if abs(clean_sum - corrupt_sum) < 1e-6:
         raise InputError("the clean and corrupted prompts give the same logit difference: there is nothing to find; "
                          f"choose prompts that differ in what they predict, or other {arg('answers')}", "answers")
     total = g.edges()
     counts = sorted({int(round(share * total)) for share in SHARES})
     with reporter.progress("Faithfulness curve", len(runs) * len(counts), "runs") as step:
-        sums = circuit_sums(g, runs, scores, counts, step)
+        if recomputed is None:
+            sums = circuit_sums(g, runs, scores, counts, step)
+        else:
+            sums = discovery_lean.circuit_sums(g, runs, scores, counts, step, cached)
     gap = clean_sum - corrupt_sum
     curve = tuple((n, (sums[n] - corrupt_sum) / gap) for n in counts)
     shown = tuple((c, k, loaded.tokenizer.decode([right]), loaded.tokenizer.decode([wrong]))
                   for (c, k, _), (_, _, (right, wrong)) in zip(given, prepared))
     return Discovery(model=loaded.name, pairs=shown, method=method, steps=steps if chosen.uses_steps else 0,
                      nodes=tuple(g.nodes), receivers=tuple(g.receivers), reach=tuple(g.reach),
-                     scores=scores, curve=curve, clean_diff=clean_sum, corrupt_diff=corrupt_sum, listed=top)
+                     scores=scores, curve=curve, clean_diff=clean_sum, corrupt_diff=corrupt_sum, listed=top,
+                     lean=recomputed is not None)
 
 
-def check_scoring_memory(loaded: Any, g: Any, T: int, batch: int) -> None:
-    """Refuse, before any pair runs, a longest pair whose edge scoring would pass the memory budget: what it
-    holds is counted part by part (engine.discovery.scoring_bytes), the per-receiver copies of the inputs in
-    the run that takes gradients most of all."""
+def lean_path(loaded: Any, g: Any, T: int, batch: int) -> tuple[int | None, int]:
+    """(None, 0) where scoring the edges of T-token prompts fits the memory budget on the full path
+    (engine.discovery); else the long path's (engine.discovery_lean: without α, no copy of the stream per
+    receiver), checked part by part before anything runs: how many blocks its backward pass recomputes and how
+    many layers' heads' writes it keeps once made (as the budget's spare allows: writes first, then blocks)."""
     from attnviz.engine.discovery import scoring_bytes
-    from attnviz.engine.memory import check_parts
+    from attnviz.engine.discovery_lean import lean_parts, write_bytes
+    from attnviz.engine.memory import check_parts, memory_budget
 
-    steps = f", lower {arg('steps')} (its {batch} runs go at once)" if batch > 1 else ""
-    check_parts(loaded, scoring_bytes(g, T, batch), f"scoring the edges of {T}-token prompts",
-                f"{len(g.receivers):,} receivers each with its own copy of its {T} × {g.D} input: shorten the "
-                f"prompts{steps}")
+    budget = loaded.memory_budget or memory_budget()
+    if sum(scoring_bytes(g, T, batch).values()) <= budget:
+        return None, 0
+    parts, stream = lean_parts(g, T)
+    check_parts(loaded, parts, f"scoring the edges of {T:,}-token prompts without α (the model's own SDPA "
+                               f"attention; {len(g.layers)} layers)",
+                "shorten the prompts (on this path the memory grows linearly in the tokens)")
+    block, writes = parts["one block's activations"], write_bytes(g, T)
+    cached = min(len(g.layers), max(0, budget - sum(parts.values())) // writes)
+    scoring = sum(parts.values()) - parts[next(iter(parts))] // 2 + stream + cached * writes  # one record, not two
+    return max(0, len(g.layers) - max(0, budget - scoring) // block), cached
+
+

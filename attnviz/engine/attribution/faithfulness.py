@@ -11,7 +11,8 @@ matrices swapped for drawn ones and back, for the sanity check.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -22,15 +23,24 @@ from attnviz.engine.scratch.adapters import adapter_for, layer_blocks
 ERASE_BATCH = 16  # erased texts per forward pass
 IG_BATCH = 16  # integrated gradients' interpolation steps per forward pass
 FLOW_ROWS = 16  # an encoder's flow is the mean over at most this many query rows, spread evenly
+LEAN_TOKENS = 8192  # the long path: tokens per forward pass (erased texts of one length batched, or IG's points)
 
 
 class Explained:
     """One text and one model: f on any kept subset of positions, batched. `ids` (T,) the text's ids, `extra`
-    the other inputs the model takes per token (token_type_ids), `target` the token explained (causal)."""
+    the other inputs the model takes per token (token_type_ids), `target` the token explained (causal).
 
-    def __init__(self, model, inputs: dict, *, causal: bool, target: int | None) -> None:
+    `lean`: the long path (engine/lean.py): no α is asked for (`alpha` None), every pass runs on the model's own
+    SDPA attention, erased texts are batched only with texts of their own length (no padding, so no mask of
+    T² is made) and at most LEAN_TOKENS tokens at once, and the gradient methods' backward pass recomputes the
+    first `recomputed` blocks."""
+
+    def __init__(self, model, inputs: dict, *, causal: bool, target: int | None, lean: bool = False,
+                 recomputed: int = 0) -> None:
         self.model = model
         self.causal = causal
+        self.lean = lean
+        self.recomputed = recomputed
         self.ids = inputs["input_ids"][0]
         self.device = self.ids.device
         self.types = inputs.get("token_type_ids")
@@ -38,10 +48,12 @@ class Explained:
         self.T = int(self.ids.shape[0])
         self.target: int | None
         self.reference: torch.Tensor | None
-        with torch.inference_mode():
+        read = last_logits(model) if lean and causal else {}
+        with self.passing(), torch.inference_mode():
             out = run_model(model, {"input_ids": self.ids[None], "attention_mask": torch.ones_like(self.ids)[None],
-                                    **self._types(1, self.T)}, attentions=True)
-        self.alpha = np.stack([a[0].float().cpu().numpy() for a in out.attentions])  # (L, H, T, T)
+                                    **self._types(1, self.T), **read}, attentions=not lean)
+        self.alpha: np.ndarray | None = None if lean else \
+            np.stack([a[0].float().cpu().numpy() for a in out.attentions])  # (L, H, T, T)
         if causal:
             logits = out.logits[0, -1].double()
             self.logits = logits.cpu().numpy()
@@ -55,6 +67,32 @@ class Explained:
             self.target = None
             self.f_full = 1.0
 
+    def passing(self, grad: bool = False) -> contextlib.AbstractContextManager:
+        """How the model runs: as loaded, or on the long path (with `grad`, its first `recomputed` blocks
+        recomputed in the backward pass)."""
+        if not self.lean:
+            return contextlib.nullcontext()
+        from attnviz.engine.lean import lean
+
+        blocks = model_blocks(self.model)[:self.recomputed] if grad else ()
+        return lean(self.model, blocks, grad=grad)
+
+    def _batches(self, kept: Sequence[np.ndarray]) -> Iterator[list[int]]:
+        """Which subsets run together: ERASE_BATCH at a time; on the long path only subsets of one length (no
+        padding), at most LEAN_TOKENS tokens in all (one subset alone where it is longer)."""
+        start = 0
+        while start < len(kept):
+            if not self.lean:
+                yield list(range(start, min(len(kept), start + ERASE_BATCH)))
+                start += ERASE_BATCH
+                continue
+            width = len(kept[start])
+            end = start + 1
+            while end < len(kept) and len(kept[end]) == width and (end - start + 1) * width <= LEAN_TOKENS:
+                end += 1
+            yield list(range(start, end))
+            start = end
+
     def _types(self, B: int, T: int) -> dict:
         return {} if self.types is None else {"token_type_ids": torch.zeros(B, T, dtype=torch.long,
                                                                             device=self.device)}
@@ -63,34 +101,37 @@ class Explained:
         """f of the text with only the positions `kept` (each sorted ascending), one value per subset, in
         batches of ERASE_BATCH padded on the right (the attention mask hides the padding)."""
         values = np.empty(len(kept))
-        for start in range(0, len(kept), ERASE_BATCH):
-            chunk = [np.asarray(k, np.int64) for k in kept[start:start + ERASE_BATCH]]
-            lengths = [len(k) for k in chunk]
-            width = max(lengths)
-            ids = torch.zeros(len(chunk), width, dtype=torch.long, device=self.device)
-            mask = torch.zeros(len(chunk), width, dtype=torch.long, device=self.device)
-            for b, k in enumerate(chunk):
-                ids[b, :len(k)] = self.ids[torch.as_tensor(k, device=self.device)]
-                mask[b, :len(k)] = 1
-            last = torch.as_tensor(lengths, device=self.device) - 1
-            keep = torch.unique(last)  # the rows f reads: the logits of no other position are made (a large vocabulary)
-            read = last_logits(self.model, keep) if self.causal else {}
-            with torch.inference_mode():
-                out = run_model(self.model, {"input_ids": ids, "attention_mask": mask,
-                                             **self._types(len(chunk), width), **read})
-            if self.causal:
-                where = torch.searchsorted(keep, last) if read else last
-                logits = out.logits[torch.arange(len(chunk), device=self.device), where].double()  # (B, V)
-                values[start:start + len(chunk)] = torch.softmax(logits, -1)[:, self.target].cpu().numpy()
-            else:
-                hidden = _hidden(out).double() * mask[..., None]  # (B, T', D), padding zeroed
-                pooled = hidden.sum(1) / mask.sum(1, keepdim=True)
-                pooled = pooled / pooled.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-                assert self.reference is not None
-                values[start:start + len(chunk)] = (pooled @ self.reference).cpu().numpy()
-            if on_batch is not None:
-                on_batch(len(chunk))
+        with self.passing():
+            for batch in self._batches(kept):
+                values[batch] = self._f([np.asarray(kept[i], np.int64) for i in batch])
+                if on_batch is not None:
+                    on_batch(len(batch))
         return values
+
+    def _f(self, chunk: list[np.ndarray]) -> np.ndarray:
+        """f of one batch of kept subsets."""
+        lengths = [len(k) for k in chunk]
+        width = max(lengths)
+        ids = torch.zeros(len(chunk), width, dtype=torch.long, device=self.device)
+        mask = torch.zeros(len(chunk), width, dtype=torch.long, device=self.device)
+        for b, k in enumerate(chunk):
+            ids[b, :len(k)] = self.ids[torch.as_tensor(k, device=self.device)]
+            mask[b, :len(k)] = 1
+        last = torch.as_tensor(lengths, device=self.device) - 1
+        keep = torch.unique(last)  # the rows f reads: the logits of no other position are made (a large vocabulary)
+        read = last_logits(self.model, keep) if self.causal else {}
+        with torch.inference_mode():
+            out = run_model(self.model, {"input_ids": ids, "attention_mask": mask,
+                                         **self._types(len(chunk), width), **read})
+        if self.causal:
+            where = torch.searchsorted(keep, last) if read else last
+            logits = out.logits[torch.arange(len(chunk), device=self.device), where].double()  # (B, V)
+            return torch.softmax(logits, -1)[:, self.target].cpu().numpy()
+        hidden = _hidden(out).double() * mask[..., None]  # (B, T', D), padding zeroed
+        pooled = hidden.sum(1) / mask.sum(1, keepdim=True)
+        pooled = pooled / pooled.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+        assert self.reference is not None
+        return (pooled @ self.reference).cpu().numpy()
 
     def rows(self) -> np.ndarray:
         """The query rows whose attention explains f: the explained position (causal), else every row."""
@@ -136,7 +177,8 @@ def gradient_scores(explained: Explained, method: str, erasable: np.ndarray, *, 
     model = explained.model
     embeds = model.get_input_embeddings()(explained.ids[None]).detach()  # (1, T, D)
     forward = explained.embedding_f()
-    with torch.enable_grad():
+    batch = max(1, min(IG_BATCH, LEAN_TOKENS // explained.T)) if explained.lean else IG_BATCH
+    with torch.enable_grad(), explained.passing(grad=True):
         if method == "grad-x-input":
             attributions = InputXGradient(forward).attribute(embeds.clone().requires_grad_(True))
             total = gap = None
@@ -149,11 +191,17 @@ def gradient_scores(explained: Explained, method: str, erasable: np.ndarray, *, 
                 filler = model.get_input_embeddings()(torch.tensor([baseline_id], device=embeds.device))
                 baseline[:, at] = filler.detach().to(baseline.dtype)
             attributions = IntegratedGradients(forward).attribute(
-                embeds, baselines=baseline, n_steps=steps, method="gausslegendre", internal_batch_size=IG_BATCH)
+                embeds, baselines=baseline, n_steps=steps, method="gausslegendre", internal_batch_size=batch)
             with torch.no_grad():
                 gap = float(forward(embeds)[0] - forward(baseline)[0])
             total = float(attributions.double().sum())
     return attributions[0].double().sum(-1).detach().cpu().numpy(), total, gap
+
+
+def model_blocks(model) -> torch.nn.ModuleList:
+    """The model's blocks, in layer order."""
+    base = getattr(model, "base_model", model)
+    return layer_blocks(base, adapter_for(base).modules(base))
 
 
 def alti_layers(model, inputs: dict) -> np.ndarray:
@@ -193,8 +241,7 @@ class Randomised:
 
     def __init__(self, model, seed: int = 0) -> None:
         self.model = model
-        base = getattr(self.model, "base_model", self.model)
-        self.blocks = layer_blocks(base, adapter_for(base).modules(base))
+        self.blocks = model_blocks(model)
         self.sigma = float(getattr(self.model.config, "initializer_range", 0.02) or 0.02)
         self.generator = torch.Generator().manual_seed(seed)
         self.lowest = len(self.blocks)
@@ -226,8 +273,7 @@ class Randomised:
 
 def drawn_bytes(model, layer: int = 0) -> int:
     """What randomising the blocks from `layer` up adds: their weight matrices, drawn afresh."""
-    base = getattr(model, "base_model", model)
-    blocks = layer_blocks(base, adapter_for(base).modules(base))
+    blocks = model_blocks(model)
     seen: set[int] = set()
     total = 0
     for block in blocks[layer:]:

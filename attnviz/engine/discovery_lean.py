@@ -1,0 +1,378 @@
+"""discover's long path: the residual graph's edges scored, and its circuits run, without α and without a copy of
+the stream per receiver (engine/discovery.py holds (receivers)·T·D for the gradients, and every node's output,
+N·T·D, for the circuits: at 8,192 tokens on SmolLM2, 18 GB and 5.7 GB).
+
+What it holds instead, linear in T:
+
+    changes      what each node writes, this run's minus the corrupted run's, kept compact: each layer's
+                 W_O input z (T·H·d: a head's write is z_h·W_O^h, made again a block of positions at a time
+                 where it is read), each MLP's output and the first block's input (T·D each)
+    gradients    ∂M/∂x_r for a receiver r reading its own copy of the stream, from the gradients the backward
+                 pass makes anyway: a head's q, k or v receiver is the vector-Jacobian product of its norm and
+                 its slice of the projection with ∂M/∂(that slice of the projection's output); an MLP's
+                 receiver is its norm's input made a node of its own (a view) in the graph; the logits' is the
+                 final norm's input. One layer's at a time, scored as the backward pass makes them and let go.
+    circuits     a receiver's input is the live stream minus the changes of the nodes outside the circuit that
+                 write before it reads (x_live − Σ_{u not kept} Δa_u = x_r^corrupt + Σ_{u kept} Δa_u), one
+                 layer's receivers at a time
+
+Scores equal engine/discovery.py's: (a_u^clean − a_u^corrupt) · ∂M/∂x_r summed over positions and width.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from attnviz.engine.ablation.runs import last_logits, run_model
+from attnviz.engine.discovery import _columns, _logit_difference, Graph, kept
+from attnviz.engine.hooks import Hook, hooked, on_gradient
+from attnviz.engine.lean import lean
+from attnviz.errors import UnsupportedArchitectureError
+
+CHUNK = 512  # positions whose heads' writes (H·CHUNK·D) are made at once
+
+
+@dataclass
+class Changes:
+    """Per layer z (T, H·d) and MLP output (T, D) and the first block's input (T, D): a run's own (record), or
+    its minus the corrupted run's (`against`)."""
+
+    first: Any = None
+    z: list = field(default_factory=list)
+    mlp: list = field(default_factory=list)
+    logits: Any = None  # (V,) the last position's
+    cached: int = 0  # how many layers' heads' writes (H·T·D each) may be kept once made (the budget's spare)
+    writes: dict = field(default_factory=dict)  # layer -> (H, T, D)
+
+    def node_terms(self, g: Graph, G: torch.Tensor, at: slice, upto: int) -> torch.Tensor:
+        """Σ over positions `at` and width of G (R, c, D) times each node's change, for the first `upto` nodes:
+        (R, upto) float64."""
+        R = G.shape[0]
+        flat = G.reshape(R, -1)  # (R, c·D)
+        out = torch.zeros(R, upto, dtype=torch.float64)
+        out[:, 0] = (flat @ self.first[at].reshape(-1).to(G.dtype)).double()
+        for n, heads in self._heads(g, at, upto):
+            start = g.head_node(n, 0)
+            count = min(g.H, upto - start)
+            out[:, start:start + count] = (flat @ heads[:count].reshape(count, -1).T).double()
+            if g.mlp_node(n) < upto:
+                out[:, g.mlp_node(n)] = (flat @ self.mlp[n][at].reshape(-1).to(G.dtype)).double()
+        return out
+
+    def node_sums(self, g: Graph, weights: torch.Tensor, at: slice) -> torch.Tensor:
+        """Σ_u weights[r, u] · (node u's change) at positions `at`, weights (R, upto): (R, c, D), summed in place
+        (one (R, c·D) buffer)."""
+        upto, R = weights.shape[1], weights.shape[0]
+        w = weights.to(self.first.dtype)
+        first = self.first[at]
+        out = torch.outer(w[:, 0], first.reshape(-1))  # (R, c·D)
+        for n, heads in self._heads(g, at, upto):
+            start = g.head_node(n, 0)
+            count = min(g.H, upto - start)
+            out.addmm_(w[:, start:start + count], heads[:count].reshape(count, -1))
+            if g.mlp_node(n) < upto:
+                out.addr_(w[:, g.mlp_node(n)], self.mlp[n][at].reshape(-1))
+        return out.view(R, *first.shape)
+
+    def _heads(self, g: Graph, at: slice, upto: int):
+        """(layer, each head's write at positions `at`, (H, c, D)) for the layers whose heads are among the first
+        `upto` nodes."""
+        for n in range(len(g.layers)):
+            if g.head_node(n, 0) >= upto:
+                return
+            if n not in self.writes and len(self.writes) < self.cached:
+                self.writes[n] = _writes(g, n, self.z[n])
+            yield n, self.writes[n][:, at] if n in self.writes else _writes(g, n, self.z[n][at])
+
+
+def _writes(g: Graph, n: int, z: torch.Tensor) -> torch.Tensor:
+    """Each head's write to the stream, z_h·W_O^h: z (T, H·d) -> (H, T, D)."""
+    return torch.einsum("the,heD->htD", z.view(z.shape[0], g.H, g.d), _per_head(g, n, z.dtype))
+
+
+def _per_head(g: Graph, n: int, dtype) -> torch.Tensor:
+    layer = g.layers[n]
+    weight = layer.out.weight  # Linear (D, H·d); Conv1D (H·d, D)
+    return (weight.T if not layer.fused else weight).reshape(g.H, g.d, g.D).to(dtype)
+
+
+def record(g: Graph, inputs: dict, *, against: Changes | None = None,
+           embeddings: torch.Tensor | None = None) -> Changes:
+    """A run (inference, on SDPA) recording each node's write compactly; with `against`, minus that run's (the
+    changes). `embeddings` (T, D): the first block's input instead of the tokens' own."""
+    found = _empty(g)
+    with lean(g.model), torch.inference_mode(), hooked(_recording(g, found, against, embeddings)):
+        found.logits = run_model(g.model, {**inputs, **last_logits(g.model)}).logits[0, -1]
+    _check(found)
+    return found
+
+
+def _empty(g: Graph) -> Changes:
+    return Changes(z=[None] * len(g.layers), mlp=[None] * len(g.layers))
+
+
+def _check(found: Changes) -> None:
+    if found.first is None or any(z is None for z in found.z) or any(m is None for m in found.mlp):
+        raise UnsupportedArchitectureError("a piece of the residual graph was not called")
+
+
+def _recording(g: Graph, found: Changes | None, against: Changes | None, embeddings: torch.Tensor | None,
+               leaf: list | None = None, consume: bool = False) -> list[Hook]:
+    """Hooks recording `found` (None: nothing) on the first call per layer only (a block recomputed in the
+    backward pass calls them again). `leaf`: the first block's input made the leaf the gradients start from,
+    appended to it. `consume`: each of `against`'s layers let go once subtracted (one copy held, not two)."""
+    def minus(mine: torch.Tensor, theirs: Any) -> torch.Tensor:
+        mine = mine.detach()
+        return mine.clone() if theirs is None else mine - theirs.to(mine.dtype)
+
+    def first_input(module, args, kwargs):
+        hidden = args[0] if args else kwargs["hidden_states"]
+        if embeddings is not None:
+            hidden = embeddings[None].to(hidden.dtype)
+        if leaf is not None and not leaf:
+            hidden = hidden.detach().requires_grad_(True)
+            leaf.append(hidden)
+        if found is not None and found.first is None:
+            found.first = minus(hidden[0], against.first if against else None)
+        return ((hidden, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": hidden})
+
+    def z_of(n: int):
+        def hook(module, args):
+            if found is not None and found.z[n] is None:
+                found.z[n] = minus(args[0][0], against.z[n] if against else None)
+                if consume and against is not None:
+                    against.z[n] = None
+        return hook
+
+    def mlp_of(n: int):
+        def hook(module, args, output):
+            if found is not None and found.mlp[n] is None:
+                out = output[0] if isinstance(output, tuple) else output
+                found.mlp[n] = minus(out[0], against.mlp[n] if against else None)
+                if consume and against is not None:
+                    against.mlp[n] = None
+        return hook
+
+    hooks = [Hook(g.layers[0].block, "pre_kwargs", first_input)]
+    if found is not None:
+        for n, layer in enumerate(g.layers):
+            hooks += [Hook(layer.out, "pre", z_of(n)), Hook(layer.mlp, "forward", mlp_of(n))]
+    return hooks
+
+
+def scores(g: Graph, inputs: dict, metric: Any, *, recomputed: int, changes: Changes | None = None,
+           corrupt: Changes | None = None, embeddings: torch.Tensor | None = None,
+           cached: int = 0) -> tuple[torch.Tensor, Changes]:
+    """Every edge's score (receivers, nodes) float64 from one backward pass of M at this run: the clean run
+    (EAP), its changes from the `corrupt` run's record made by its own forward pass (which lets go of that record
+    a layer at a time); or one of EAP-IG's inputs
+    (`embeddings`), with the clean run's `changes` given. Returns (scores, the changes, with this run's logits at
+    the last position)."""
+    R, N, L = len(g.receivers), len(g.nodes), len(g.layers)
+    table = torch.zeros(R, N, dtype=torch.float64)
+    found = _empty(g) if changes is None else changes
+    found.cached = cached
+    projected: list[dict] = [{} for _ in range(L)]
+    attention_in: list = [None] * L
+    seen: set = set()  # (layer, what): the pieces whose gradient is asked (a recomputed block calls again)
+    wanted = [1 if layer.fused else 3 for layer in g.layers]
+
+    def score(rows: list[int], G: torch.Tensor, upto: int) -> None:
+        for start in range(0, G.shape[1], CHUNK):
+            at = slice(start, start + CHUNK)
+            table[rows, :upto] += found.node_terms(g, G[:, at], at, upto)
+
+    def keep_input(n: int):
+        def hook(module, args):
+            if attention_in[n] is None:  # the block's input: a recomputed block keeps it anyway
+                attention_in[n] = args[0]
+        return hook
+
+    def on_projection(n: int):
+        def hook(module, args, output):
+            if (n, id(module)) in seen:
+                return
+            seen.add((n, id(module)))
+
+            def arrived(grad: torch.Tensor) -> None:
+                projected[n][id(module)] = grad[0].detach()
+                if len(projected[n]) == wanted[n]:
+                    attention_receivers(n)
+            on_gradient(output, arrived)
+        return hook
+
+    def attention_receivers(n: int) -> None:
+        """Each head's q, k and v receiver: ∂M/∂x through its norm and its slice of the projection alone."""
+        layer = g.layers[n]
+        x = attention_in[n].detach()[0].requires_grad_(True)
+        with torch.enable_grad():
+            normed = layer.attention_norm.forward(x)
+            gradients = []
+            for which in "qkv":
+                module = layer.projections[which]
+                grad, weight = projected[n][id(module)], module.weight
+                for cols in _columns(g, which, g.H if which == "q" else g.G):
+                    w = weight[:, cols] if layer.fused else weight[cols].T  # (D, d)
+                    through = grad[:, cols] @ w.T.to(grad.dtype)  # ∂M/∂normed through this head's slice
+                    gradients.append(torch.autograd.grad(normed, x, through.to(normed.dtype), retain_graph=True)[0])
+        rows = list(g.attention_receivers(n))
+        projected[n], attention_in[n] = {}, None
+        score(rows, torch.stack(gradients), g.reach[rows[0]])
+
+    def own_input(key: Any, row: int):
+        """A pre-hook giving a norm its own view of the stream (a node of the graph whose gradient is this
+        receiver's alone: the residual connection reads the stream itself), scored when its gradient comes."""
+        def hook(module, args):
+            x = args[0].view_as(args[0])
+            if key not in seen:
+                seen.add(key)
+                on_gradient(x, lambda grad: score([row], grad[0].detach()[None], g.reach[row]))
+            return (x, *args[1:])
+        return hook
+
+    hooks = [Hook(g.final_norm, "pre", own_input("final", R - 1))]
+    for n, layer in enumerate(g.layers):
+        hooks.append(Hook(layer.attention_norm, "pre", keep_input(n)))
+        for module in {id(m): m for m in layer.projections.values()}.values():
+            hooks.append(Hook(module, "forward", on_projection(n)))
+        hooks.append(Hook(layer.mlp_norm, "pre", own_input(("mlp", n), g.mlp_receiver(n))))
+    leaf: list = []
+    hooks += _recording(g, found if changes is None else None, corrupt, embeddings, leaf, consume=True)
+    blocks = [layer.block for layer in g.layers][:recomputed]
+    with lean(g.model, blocks, grad=True), torch.enable_grad(), hooked(hooks):
+        logits = run_model(g.model, {**inputs, **last_logits(g.model)}).logits[:, -1]
+        if changes is None:
+            _check(found)
+        value = metric(logits).sum()
+        torch.autograd.grad(value, leaf)  # the hooks above score each receiver as its gradient is made
+    found.logits = logits[0].detach()
+    return table, found
+
+
+def circuit_logits(g: Graph, inputs: dict, corrupt: Changes, keep: torch.Tensor, cached: int = 0) -> torch.Tensor:
+    """The logits at the last position (V,) of the run where each receiver r reads the corrupted run's input plus
+    the changes of the nodes kept for it (`keep` (receivers, nodes) 0/1): the live stream minus the changes of
+    the nodes not kept, one layer's receivers at a time. `cached`: layers whose heads' writes may be kept."""
+    found = _empty(g)
+    found.cached = cached
+    outside = torch.zeros_like(keep)
+    for r, upto in enumerate(g.reach):
+        outside[r, :upto] = 1 - keep[r, :upto]
+    made: dict = {}
+
+    def own(rows: list[int], x: torch.Tensor) -> torch.Tensor:
+        """(R, T, D): each receiver's input."""
+        upto = g.reach[rows[0]]
+        weights = outside[rows, :upto]
+        parts = [x[at][None] - found.node_sums(g, weights, at) for at in
+                 (slice(s, s + CHUNK) for s in range(0, x.shape[0], CHUNK))]
+        return torch.cat(parts, dim=1)
+
+    def attention_norm(n: int):
+        layer = g.layers[n]
+
+        def hook(module, args):
+            X = own(list(g.attention_receivers(n)), args[0][0])  # (R, T, D)
+            normed = layer.attention_norm.forward(X)
+            r = 0
+            for which in "qkv":
+                module = layer.projections[which]
+                weight, bias = module.weight, module.bias
+                outs = []
+                for cols in _columns(g, which, g.H if which == "q" else g.G):
+                    w = weight[:, cols] if layer.fused else weight[cols].T
+                    out = normed[r] @ w.to(normed.dtype)
+                    outs.append(out if bias is None else out + bias[cols].to(normed.dtype))
+                    r += 1
+                made.setdefault(id(module), []).append(torch.cat(outs, dim=-1))
+        return hook
+
+    def projection(module, args, output):
+        return torch.cat(made.pop(id(module)), dim=-1)[None].to(output.dtype)
+
+    def replaced(row: int):
+        def hook(module, args):
+            return (own([row], args[0][0])[0][None].to(args[0].dtype), *args[1:])
+        return hook
+
+    hooks = _recording(g, found, corrupt, None)
+    for n, layer in enumerate(g.layers):
+        hooks.append(Hook(layer.attention_norm, "pre", attention_norm(n)))
+        for module in {id(m): m for m in layer.projections.values()}.values():
+            hooks.append(Hook(module, "forward", projection))
+        hooks.append(Hook(layer.mlp_norm, "pre", replaced(g.mlp_receiver(n))))
+    hooks.append(Hook(g.final_norm, "pre", replaced(len(g.receivers) - 1)))
+    with lean(g.model), torch.inference_mode(), hooked(hooks):
+        logits = run_model(g.model, {**inputs, **last_logits(g.model)}).logits[0, -1]
+    return logits
+
+
+def score_edges(g: Graph, prepared: list, steps: int, recomputed: int, step: Any,
+                cached: int = 0) -> tuple[Any, float, float]:
+    """engine.discovery.score_edges on the long path: `steps` 0 for EAP (the gradient at the clean run), else
+    EAP-IG's inputs between the corrupted and the clean first-block input, each its own backward pass.
+    `cached`: layers whose heads' writes may be kept once made."""
+    table = torch.zeros(len(g.receivers), len(g.nodes), dtype=torch.float64)
+    clean_sum = corrupt_sum = 0.0
+    for first, second, (right, wrong) in prepared:
+        def metric(logits, right=right, wrong=wrong):
+            return _logit_difference(logits, right, wrong)
+
+        corrupt = record(g, second)
+        corrupt_sum += float(metric(corrupt.logits[None])[0])
+        if not steps:
+            found, changes = scores(g, first, metric, recomputed=recomputed, corrupt=corrupt, cached=cached)
+            table += found
+        else:
+            changes = record(g, first, against=corrupt)
+            start = corrupt.first
+            del corrupt
+            for t in torch.arange(1, steps + 1, dtype=torch.float64) / steps:
+                embeddings = (start.double() + float(t) * changes.first.double()).to(start.dtype)
+                found, _ = scores(g, first, metric, recomputed=recomputed, changes=changes, embeddings=embeddings,
+                                  cached=cached)
+                table += found / steps
+        clean_sum += float(metric(changes.logits[None])[0])
+        del changes
+        step(1)
+    return table.numpy(), clean_sum, corrupt_sum
+
+
+def circuit_sums(g: Graph, prepared: list, table: Any, counts: list[int], step: Any,
+                 cached: int = 0) -> dict[int, float]:
+    """engine.discovery.circuit_sums on the long path (`cached` as score_edges)."""
+    import numpy as np
+
+    scored = torch.from_numpy(np.asarray(table, dtype=np.float64))
+    masks = {n: kept(g, scored, n) for n in counts}
+    sums = {n: 0.0 for n in counts}
+    for first, second, (right, wrong) in prepared:
+        corrupt = record(g, second)
+        for n in counts:
+            logits = circuit_logits(g, first, corrupt, masks[n], cached)
+            sums[n] += float(_logit_difference(logits[None], right, wrong)[0])
+            step(1)
+    return sums
+
+
+def lean_parts(g: Graph, T: int) -> tuple[dict[str, int], int]:
+    """What the long path holds at its peak for T tokens, by part (the curve: the corrupted run's record and a
+    circuit's changes; scoring holds one of them), and besides, while scoring, the stream entering every block
+    that the backward pass keeps (its second value). Beyond these, the budget's spare keeps layers' heads' writes
+    once made (H·T·D each, `write_bytes`) and then blocks' activations."""
+    from attnviz.engine.lean import block_activation_bytes
+
+    L = len(g.layers)
+    record_bytes = 4 * T * (L * (g.H * g.d + g.D) + g.D)
+    return ({"the corrupted run's and this run's changes at every node (z and the MLPs' outputs)": 2 * record_bytes,
+             "one layer's receivers' inputs or gradients": 2 * (g.per_layer + 1) * T * g.D * 4,
+             "one block's activations": block_activation_bytes(g.model.config, T)},
+            4 * T * L * g.D)
+
+
+def write_bytes(g: Graph, T: int) -> int:
+    """One layer's heads' writes to the stream, (H, T, D) float32."""
+    return 4 * g.H * T * g.D

@@ -1,0 +1,99 @@
+"""discover on the long path (engine/discovery_lean.py): where the full path's scoring would not fit the memory
+budget, every edge scored without α and without a copy of the stream per receiver, and the circuits run one
+layer's receivers at a time — equal to the full path at about 1,030 tokens on tiny models of each family it
+reads; no T × T tensor made; the budget's refusal names the long path's parts."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import attnviz
+from attnviz.errors import InputError
+from helpers import build_tiny_model, largest, one_line_error, run
+
+WORDS = "the cat sat on the mat and the dog ran to the park while a bird sang in the old tree".split()
+
+
+def pair(n: int) -> tuple[str, str]:
+    body = " ".join(WORDS[i % len(WORDS)] for i in range(n))
+    return body + " so the cat", body + " so the dog"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    made: dict[str, object] = {}
+
+    def get(kind: str):
+        if kind not in made:
+            folder = build_tiny_model(kind, tmp_path_factory.mktemp(kind) / kind, positions=1200,
+                                      lm=kind in ("gpt2", "llama"))
+            made[kind] = attnviz.load_model(str(folder), lm_head=True)  # once: a head drawn at random per load
+        return made[kind]
+    return get
+
+
+def _both(loaded, n: int, method: str, monkeypatch, budget: str = "16M"):
+    clean, corrupt = pair(n)
+    monkeypatch.delenv("ATTNVIZ_MEMORY_BUDGET", raising=False)
+    full = attnviz.discover(clean, corrupt, answers=(" cat", " dog"), model=loaded, method=method, steps=3)
+    monkeypatch.setenv("ATTNVIZ_MEMORY_BUDGET", budget)
+    with largest() as seen:
+        long = attnviz.discover(clean, corrupt, answers=(" cat", " dog"), model=loaded, method=method, steps=3)
+    monkeypatch.delenv("ATTNVIZ_MEMORY_BUDGET")
+    return full, long, seen
+
+
+@pytest.mark.parametrize("kind, method", [("gpt2", "eap"), ("llama", "eap"), ("llama", "eap-ig"),
+                                          ("qwen3", "eap"), ("mistral-window", "eap")])
+def test_the_long_path_equals_the_full_path_at_1000_tokens(kind, method, tiny, monkeypatch):
+    """About 1,030 tokens, the budget under the full path's estimate: every edge's score within 2e-4 of the
+    largest, the clean and corrupted logit differences and every circuit's (the curve un-normalised: a random
+    model's small gap between the runs would magnify it) within 1e-4 of max(1, |LD|) — float32, eager and SDPA
+    summing over 1,000 keys in different orders, through weights drawn at 0.5 (peaked α): relative differences
+    of about 2e-5 on the logits, and the scores are their gradients times the changes; no tensor the ops make, forward or backward, holds H·T²/2 numbers (the full
+    path's eager attention keeps H·T² per layer)."""
+    loaded = tiny(kind)
+    full, long, seen = _both(loaded, 540, method, monkeypatch)
+    T, H = len(loaded.tokenizer(pair(540)[0])["input_ids"]), loaded.shape[1]
+    assert T >= 1024 and not full.lean and long.lean
+    assert np.abs(full.scores - long.scores).max() <= 2e-4 * np.abs(full.scores).max()
+    scale = 1e-4 * max(1.0, abs(full.clean_diff), abs(full.corrupt_diff))
+    assert abs(full.clean_diff - long.clean_diff) <= scale and abs(full.corrupt_diff - long.corrupt_diff) <= scale
+    assert [n for n, _ in full.curve] == [n for n, _ in long.curve]
+    for (_, f), (_, g) in zip(full.curve, long.curve):  # the circuits' logit differences
+        assert abs(f * (full.clean_diff - full.corrupt_diff) - g * (long.clean_diff - long.corrupt_diff)) <= scale
+    assert long.passed and long.to_dict()["without_alpha"] is True
+    assert seen.most < H * T * T // 2, seen.shape
+    assert loaded.model.config._attn_implementation == "eager"
+    assert not any(p.grad is not None for p in loaded.model.parameters())
+    assert all("forward" not in b.__dict__ for b in loaded.model.model.layers) if kind != "gpt2" else \
+        all("forward" not in b.__dict__ for b in loaded.model.transformer.h)
+
+
+def test_the_budget_refuses_the_long_path_in_one_line(tiny, monkeypatch):
+    """Below even the long path's parts: one line naming them and what grows linearly."""
+    loaded = tiny("llama")
+    clean, corrupt = pair(515)
+    monkeypatch.setenv("ATTNVIZ_MEMORY_BUDGET", "1M")
+    with pytest.raises(InputError, match=r"without α .*the corrupted run's and this run's changes at every node .*"
+                                         r"grows linearly"):
+        attnviz.discover(clean, corrupt, answers=(" cat", " dog"), model=loaded, method="eap")
+
+
+def test_the_command_says_it_ran_without_alpha(tmp_path):
+    folder = build_tiny_model("llama", tmp_path / "llama", positions=1200, lm=True)
+    clean, corrupt = pair(300)
+    result = run("discover", clean, corrupt, "--answers", "' cat',' dog'", "-m", folder, "--method", "eap",
+                 "--max-memory", "16M", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["without_alpha"] is True and data["passed"] is True
+    shown = run("discover", clean, corrupt, "--answers", "' cat',' dog'", "-m", folder, "--method", "eap",
+                "--max-memory", "16M")
+    assert shown.exit_code == 0 and "Ran without α" in shown.stdout
+    line = one_line_error(run("discover", clean, corrupt, "--answers", "' cat',' dog'", "-m", folder, "--method", "eap",
+                              "--max-memory", "100K"))
+    assert "without α" in line and "--max-memory" in line
