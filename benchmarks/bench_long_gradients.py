@@ -1,6 +1,6 @@
-"""Gradient analyses at long inputs on real weights: `patch --method atp` over every head, `logit-attr` and
-`faithfulness --methods grad-x-input` (the long path where α
-would not fit: the model's own SDPA forward and backward, each block recomputed) against the floor — the
+"""Gradient analyses at long inputs on real weights: `patch --method atp` over every head, `logit-attr`,
+`faithfulness --methods grad-x-input` and `discover --method eap` (the long path where α would not fit: the
+model's own SDPA forward and backward, each block recomputed) against the floor — the
 model's own SDPA forward and forward + backward at that length, in its own process — and against the peers
 where they run, every contender a fresh process, side by side in one run: wall time and peak resident memory.
 
@@ -98,6 +98,27 @@ m = result.methods[0]
 print(json.dumps({"seconds": time.perf_counter() - start, "T": len(result.tokens), "lean": result.lean,
                   "gradient": spent[0], "sanity": m.sanity[-1][1], "aopc": [m.comprehensiveness_aopc,
                                                                           m.sufficiency_aopc]}))
+"""
+
+DISCOVER = """
+import json, sys, time
+import attnviz
+import attnviz.engine.discovery_lean as engine
+clean, corrupt = json.load(open(sys.argv[1]))["pair"]
+model = attnviz.load_model("smollm2", lm_head=True, memory_budget=int(float(sys.argv[2]) * 2**30))
+spent = []
+own = engine.score_edges
+def timed(*args, **kwargs):  # scoring the edges alone (the corrupted run's forward, the clean run's and its backward)
+    start = time.perf_counter()
+    try:
+        return own(*args, **kwargs)
+    finally:
+        spent.append(time.perf_counter() - start)
+engine.score_edges = timed
+start = time.perf_counter()
+result = attnviz.discover(clean, corrupt, answers=(" red", " blue"), model=model, method="eap")
+print(json.dumps({"seconds": time.perf_counter() - start, "T": -1, "lean": result.lean, "scoring": spent[0] if spent
+                  else None, "passed": result.passed, "top": [f"{e['from']}>{e['to']}" for e in result.edges(3)]}))
 """
 
 FLOOR = """
@@ -200,7 +221,8 @@ def main() -> None:
     parser.add_argument("--budgets", default="6,3", help="memory budgets for attnviz.patch, GiB: what the long path "
                                                          "may hold beside the weights (blocks beyond it recomputed)")
     parser.add_argument("--only", default="", help="run only the contenders whose names hold one of these words "
-                                                   "(comma-separated: patch, logit_attr, faithfulness); the floors "
+                                                   "(comma-separated: patch, logit_attr, faithfulness, discover); the "
+                                                   "floors "
                                                    "always run")
     args = parser.parse_args()
     wanted = [w for w in args.only.split(",") if w]
@@ -226,7 +248,8 @@ def main() -> None:
         planned = [*((f"attnviz.patch(method='atp'), budget {b}G", (ATTNVIZ, str(pair), b))
                      for b in args.budgets.split(",")),
                    ("attnviz.logit_attr (÷ the forward floor)", (LOGITS, str(pair))),
-                   ("attnviz.faithfulness(grad-x-input), budget 3G", (FAITH, str(pair), "3"))]
+                   ("attnviz.faithfulness(grad-x-input), budget 3G", (FAITH, str(pair), "3")),
+                   ("attnviz.discover(method='eap'), budget 4G", (DISCOVER, str(pair), "4"))]
         rows = [("floor: the model's SDPA forward", run(sys.executable, FLOOR, str(pair), "forward", timeout=0)),
                 ("floor: the model's SDPA forward + backward", run(sys.executable, FLOOR, str(pair), "backward",
                                                                     timeout=0)),
@@ -247,6 +270,10 @@ def main() -> None:
             ratio = f"{inner / floor_s:.2f}×" if floor_s and "floor:" not in name else ""
             note = ("long path (no α)" if said.get("lean") else "full path (α)") if "lean" in said else ""
             note += f" top heads {', '.join(said['top'])}" if "top" in said else ""
+            if said.get("scoring") and floors[1]:  # discover: scoring the edges beside the floor, then the curve
+                note += (f" scoring {said['scoring']:.1f} s = {said['scoring'] / floors[1]:.2f}× the floor (a forward "
+                         f"pass of the corrupted prompt included), the curve's 11 circuits the rest; check "
+                         f"{'passed' if said['passed'] else 'FAILED'}")
             if "gradient" in said and floors[1]:  # faithfulness: its gradient step beside the floor's
                 note += (f" gradient step {said['gradient']:.1f} s = {said['gradient'] / floors[1]:.2f}× the floor; "
                          f"AOPC compr. {said['aopc'][0]:.3f} suff. {said['aopc'][1]:.3f}, sanity ρ "

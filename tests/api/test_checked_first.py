@@ -48,7 +48,7 @@ API = [
     ("faithfulness", (TEXT,), {"engine": "ray"}, "engine"),
     ("faithfulness", ([TEXT],), {"workers": 0}, "workers"),
     ("faithfulness", ([],), {}, "text"),
-    ("faithfulness", (TEXT,), {"orders": 5}, "orders"),
+    ("faithfulness", (TEXT,), {"orders": 1}, "orders"),
     ("faithfulness", (TEXT,), {"steps": 0}, "steps"),
     ("faithfulness", (TEXT,), {"sanity": -1}, "sanity"),
     ("faithfulness", (TEXT,), {"seed": -1}, "seed"),
