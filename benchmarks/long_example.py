@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_long_gradients import FILLER, MAKE, run  # noqa: E402
+from bench_long_gradients import FILLER, MAKE, run
 
 PATCH = """
 import json, sys, time

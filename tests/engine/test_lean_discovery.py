@@ -53,8 +53,8 @@ def test_the_long_path_equals_the_full_path_at_1000_tokens(kind, method, tiny, m
     largest, the clean and corrupted logit differences and every circuit's (the curve un-normalised: a random
     model's small gap between the runs would magnify it) within 1e-4 of max(1, |LD|) — float32, eager and SDPA
     summing over 1,000 keys in different orders, through weights drawn at 0.5 (peaked α): relative differences
-    of about 2e-5 on the logits, and the scores are their gradients times the changes; no tensor the ops make, forward or backward, holds H·T²/2 numbers (the full
-    path's eager attention keeps H·T² per layer)."""
+    of about 2e-5 on the logits, and the scores are their gradients times the changes; no tensor the ops make,
+    forward or backward, holds H·T²/2 numbers (the full path's eager attention keeps H·T² per layer)."""
     loaded = tiny(kind)
     full, long, seen = _both(loaded, 540, method, monkeypatch)
     T, H = len(loaded.tokenizer(pair(540)[0])["input_ids"]), loaded.shape[1]

@@ -67,8 +67,9 @@ def faithfulness(text: str | Sequence[str], *, model: Any = None, tokenizer: Any
     FAITHFULNESS_METHODS (default: all that apply; alti-logit needs a causal LM); `target` (causal LM) the token
     whose probability f is, as text (" Paris") or an id, default the model's top token; `orders` random
     orders (2 to 10,000; default 20, 4 on a text of more than MAX_FAITHFULNESS_TOKENS tokens, which runs without α:
-    the methods that need no α, on the model's own SDPA attention, no τ with leave-one-out); `steps` integrated gradients' points (1 to 1,000); `sanity` how many depths of
-    cascading randomisation (0: none; at most the model's layers); `seed` for the random orders and weights.
+    the methods that need no α, on the model's own SDPA attention, no τ with leave-one-out); `steps` integrated
+    gradients' points (1 to 1,000); `sanity` how many depths of cascading randomisation (0: none; at most the
+    model's layers); `seed` for the random orders and weights.
 
     `text` a list of texts (a corpus, at most MAX_CORPUS_TEXTS): every text measured alike (a text that cannot
     be is skipped, with why), then per method the mean AOPC with a 95 % bootstrap interval and whether its lead

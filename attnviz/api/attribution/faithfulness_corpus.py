@@ -284,8 +284,8 @@ def corpus_plan(counts: Sequence[int], methods: Sequence[str], depths: int, opti
     """What a corpus run will do, said before it starts: the texts, their lengths, the methods and depths."""
     return (f"faithfulness over {len(counts):,} texts ({min(counts)}–{max(counts)} tokens, {sum(counts):,} in all): "
             f"{len(methods)} methods, each again at {depths} sanity depth{'s' if depths != 1 else ''}, "
-            f"{options['orders'] or 20} random orders, integrated gradients at {options['steps']} points; an estimate of "
-            f"the time follows the first {ESTIMATE_AFTER} texts")
+            f"{options['orders'] or 20} random orders, integrated gradients at {options['steps']} points; an estimate "
+            f"of the time follows the first {ESTIMATE_AFTER} texts")
 
 
 def corpus_estimate(counts: Sequence[int], done: int, elapsed: float, since_first: float) -> str:

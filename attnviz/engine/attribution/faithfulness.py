@@ -74,7 +74,7 @@ class Explained:
             return contextlib.nullcontext()
         from attnviz.engine.lean import lean
 
-        blocks = model_blocks(self.model)[:self.recomputed] if grad else ()
+        blocks = list(model_blocks(self.model))[:self.recomputed] if grad else []
         return lean(self.model, blocks, grad=grad)
 
     def _batches(self, kept: Sequence[np.ndarray]) -> Iterator[list[int]]:
