@@ -231,6 +231,9 @@ SAMPLES: list[tuple[str, list[str], str]] = [
      "random orders, leave-one-out and the model randomised from the top block down"),
     ("faithfulness_smollm2.png", [], "written by the faithfulness command above: the perturbation curves and every "
                                      "method's scores"),
+    ("faithfulness_smollm2_long.txt", ["faithfulness", "--text-file", "scripts/long_story.txt", "-m", "smollm2"],
+     "a text of 282 tokens (over 256) runs without α: gradient × input, four random orders and the sanity check; "
+     "what reads α and leave-one-out left out, and said"),
     ("faithfulness_minilm_corpus.txt", ["faithfulness", "--corpus", "scripts/faithfulness_corpus.txt",
                                         "-o", "sample_outputs/faithfulness_minilm_corpus.png"],
      "the same over the 102 sentences of scripts/faithfulness_corpus.txt on MiniLM: mean AOPC with 95 % intervals, "

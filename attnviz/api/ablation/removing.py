@@ -92,7 +92,14 @@ class Ablation(AblationRun, Result):
     n_heads: int = 0
 
     @property
+    def lean(self) -> bool:
+        """Ran without α (a long input: the model's own SDPA attention; no Δα)."""
+        return self.alpha_clean is None or self.alpha_removed is None
+
+    @property
     def later_layers(self) -> list[dict]:
+        if self.alpha_clean is None or self.alpha_removed is None:
+            return []
         return delta_layers(self.alpha_removed - self.alpha_clean, self.first_layer)
 
     @property
@@ -109,7 +116,8 @@ class Ablation(AblationRun, Result):
                       "mode": self.mode, "means_from": self.means_from or None, "kind": self.kind,
                       "positions" if self.kind == "causal" else "token_states": self.records,
                       "later_layers": self.later_layers,
-                      "check": {"max_abs_diff": self.check, "relative": self.relative_check}}
+                      "check": {"max_abs_diff": self.check, "relative": self.relative_check},
+                      "without_alpha": self.lean}
         if self.kind == "causal":
             assert self.loss is not None
             data["loss"] = {"before": self.loss[0], "after": self.loss[1]}
@@ -120,7 +128,9 @@ class Ablation(AblationRun, Result):
         return data
 
     def page(self):
-        """Δα of every later layer (None when no layer follows the heads removed)."""
+        """Δα of every later layer (None when no layer follows the heads removed, or it ran without α)."""
+        if self.alpha_clean is None or self.alpha_removed is None:
+            return None
         return delta_page(self.alpha_removed - self.alpha_clean, self.tokens, self.kind == "causal",
                           after=self.first_layer,
                           title=f"{short_model(self.model)} · Δα after removing "
@@ -137,7 +147,8 @@ class Ablation(AblationRun, Result):
 
         page = self.page()
         if page is None:
-            raise UsageError("no layer follows the heads removed: there is no Δα to draw", "output")
+            raise UsageError(f"{len(self.tokens):,} tokens ran without α: there is no Δα to draw" if self.lean else
+                             "no layer follows the heads removed: there is no Δα to draw", "output")
         return mixed_figure(page, cmap="RdBu_r", ax=ax)
 
     def report(self, *, width: int = 100, color: bool = False, terminal: bool = False, **style: Any) -> list:
@@ -168,7 +179,12 @@ class Ablation(AblationRun, Result):
                                                       ("cosine", "cosine", ".4f"), ("change", "‖Δh‖/‖h‖", ".3f")],
                                        "each token's final hidden state, before and after"))
         later = self.later_layers
-        if later:
+        if self.lean:
+            items.append(Line(f"Ran without α: {len(self.tokens):,} tokens' attention weights would not fit the memory "
+                              f"budget, so the runs used the model's own SDPA attention and how the later layers' "
+                              f"attention changed (Δα) is not measured; shorten the text or raise --max-memory "
+                              f"for it", style="dim"))
+        elif later:
             items.append(records_table(later, [("layer", "layer", "d"), ("max_abs_delta", "max |Δα|", ".3f"),
                                                ("mean_abs_delta", "mean |Δα|", ".4f"),
                                                ("most_changed_head", "most changed head", "d")],
@@ -238,8 +254,9 @@ def ablate(text: str, *args: Any, heads: Any = None, layer: Any = None, model: A
     (each head's mean output over the text's tokens, or over the texts `mean_over`). `at` (a causal LM): the
     position (an index, -1 the last, or a token's text) whose 5 most likely next tokens are listed."""
     from attnviz.engine.ablation import MODES, ablate as run_ablation, head_means
+    from attnviz.engine.ablation.removing import ablate_lean
     from attnviz.engine.forward import encode
-    from attnviz.engine.memory import check_memory
+    from attnviz.engine.memory import check_memory, fits
 
     if args:  # ablate(text, heads): the spelling before heads became keyword-only
         if len(args) > 1 or heads is not None:
@@ -259,7 +276,12 @@ def ablate(text: str, *args: Any, heads: Any = None, layer: Any = None, model: A
     removal_form(heads, layer)  # their form, before the model loads (their range needs it)
     loaded, where = ablation_model(model, tokenizer, device=device, dtype=dtype)
     encoded = encode(loaded, text, truncate=truncate)
-    check_memory(loaded, len(encoded.tokens), copies=2.0)
+    T = len(encoded.tokens)
+    lean = not fits(loaded, T, copies=2.0)  # α would not fit: the long path, without Δα
+    if lean:
+        check_lean_ablation(loaded, T, where)
+    else:
+        check_memory(loaded, T, copies=2.0)
     removed = removed_heads(heads, layer, where.layers, where.heads)
     fills, source = None, "the text"
     if mode == "mean" and mean_over is not None:
@@ -268,7 +290,8 @@ def ablate(text: str, *args: Any, heads: Any = None, layer: Any = None, model: A
             raise InputError("the texts to average each head's output over are all empty")
         fills, source = head_means(where, encoded_inputs(loaded, texts, truncate)), f"{len(texts)} texts"
     with reporter.status(f"Running the model with {len(removed)} head{'s' if len(removed) != 1 else ''} removed…"):
-        run = run_ablation(where, encoded.inputs, removed, mode=mode, fills=fills, means_from=source)
+        run = (ablate_lean if lean else run_ablation)(where, encoded.inputs, removed, mode=mode, fills=fills,
+                                                      means_from=source)
     run.tokens, run.token_ids = list(encoded.tokens), list(encoded.token_ids)
     run.model, run.text = loaded.name, text
     position = None
@@ -283,3 +306,24 @@ def ablate(text: str, *args: Any, heads: Any = None, layer: Any = None, model: A
 
     return Ablation(**{f.name: getattr(run, f.name) for f in fields(run)}, records=_position_records(run, decode),
                     at=None if position is None else _at_record(run, decode, position), n_heads=where.heads)
+
+
+def check_lean_ablation(loaded: Any, T: int, where: Any) -> None:
+    """Refuse, before running, an ablation on the long path whose holdings would not fit the budget: the three
+    runs' final states (3·T·D float32), a causal LM's next-token distributions of a block of positions (eight
+    (positions, V) float64 tensors at once), one block's activations."""
+    from attnviz.engine.ablation.removing import distribution_positions
+    from attnviz.engine.ablation.runs import is_causal_lm
+    from attnviz.engine.lean import block_activation_bytes
+    from attnviz.engine.memory import check_parts
+
+    config = loaded.model.config
+    D = int(getattr(config, "hidden_size", 0) or getattr(config, "n_embd", 0) or getattr(config, "dim", 0) or 1024)
+    parts = {"the three runs' final states": 3 * 4 * T * D}
+    if is_causal_lm(where.model):
+        V = int(loaded.model.get_output_embeddings().weight.shape[0])
+        parts["a block of positions' next-token distributions"] = 8 * 8 * V * min(T, distribution_positions(V))
+    parts["one block's activations"] = block_activation_bytes(config, T)
+    check_parts(loaded, parts,
+                f"removing heads on {T:,} tokens without α (the model's own SDPA attention)",
+                "shorten the text (on this path the memory grows linearly in the tokens)")

@@ -13,7 +13,8 @@ import torch
 from attnviz.errors import InputError, arg, UsageError
 
 from attnviz.engine.ablation.seam import MODES, Site, editing, removal, weights_removed
-from attnviz.engine.ablation.runs import alpha_of, embedding, head_means, is_causal_lm, outputs_of, run_model
+from attnviz.engine.ablation.runs import (alpha_of, embedding, head_means, is_causal_lm, last_logits, outputs_of,
+                                        run_model)
 
 
 @dataclass
@@ -32,8 +33,8 @@ class AblationRun:
     removed: list[tuple[int, int]]
     mode: str
     kind: str
-    alpha_clean: np.ndarray
-    alpha_removed: np.ndarray
+    alpha_clean: np.ndarray | None  # None: ran without α (ablate_lean)
+    alpha_removed: np.ndarray | None
     check: float
     scale: float  # the outputs' largest |value| (what check is relative to)
     kl: np.ndarray | None = None
@@ -117,3 +118,95 @@ def ablate(where: Site, inputs: dict, removed: Sequence[tuple[int, int]], *, mod
     return result
 
 
+
+
+DISTRIBUTION_BYTES = 16 << 20  # the long path: each (positions, V) float64 tensor of next-token distributions made
+                               # at once holds about this much
+
+
+def distribution_positions(V: int) -> int:
+    """How many positions' next-token distributions the long path makes at once."""
+    return max(1, DISTRIBUTION_BYTES // (8 * V))
+
+
+def ablate_lean(where: Site, inputs: dict, removed: Sequence[tuple[int, int]], *, mode: str = "zero",
+                fills: list[torch.Tensor] | None = None, means_from: str = "the text") -> AblationRun:
+    """ablate() on the long path (engine/lean.py): the three runs (clean, heads removed, weights edited) on the
+    model's own SDPA attention, each keeping only its final states (a causal LM's final norm output, (T, D),
+    its logits made at the last position only; an encoder's last hidden state), the next-token distributions
+    then made a block of positions at a time. No α: `alpha_clean` and `alpha_removed` are None (no Δα)."""
+    import contextlib
+
+    from attnviz.engine.attribution.lens import _head
+    from attnviz.engine.hooks import Hook, hooked
+    from attnviz.engine.lean import lean
+    from attnviz.engine.points import final_norm
+
+    if not removed:
+        raise InputError(f"no heads to remove: name them with {arg('heads')} 5.11,3.0, or {arg('layer')} and "
+                         f"{arg('head')}", "heads")
+    model = where.model
+    causal = is_causal_lm(model)
+    states: list[torch.Tensor] = []
+    kept: dict = {}
+    norm = final_norm(getattr(model, "base_model", model)) if causal else None
+
+    def keep(module, args, output):
+        kept["x"] = (output[0] if isinstance(output, tuple) else output)[0]
+
+    with lean(model), torch.inference_mode():
+        if mode == "mean" and fills is None:
+            fills = head_means(where, [inputs])
+        edit_fills = fills if mode == "mean" else None
+        for intervention in (contextlib.nullcontext(), editing(where, removal(removed, edit_fills)),
+                             weights_removed(where, removed, edit_fills)):
+            with intervention, hooked([Hook(norm, "forward", keep)] if causal else []):
+                out = run_model(model, {**inputs, **(last_logits(model) if causal else {})})
+            states.append(kept.pop("x") if causal else outputs_of(out, False)[0])
+    clean, after, edited = states
+    result = AblationRun(list(removed), mode, "causal" if causal else "encoder", None, None,  # type: ignore[arg-type]
+                         check=0.0, scale=0.0, means_from=means_from if mode == "mean" else "")
+    if not causal:
+        result.check, result.scale = float((after - edited).abs().max()), float(after.abs().max())
+        e0, e1 = embedding(clean[None]), embedding(after[None])
+        result.cosine = float((e0 * e1).sum())
+        h0, h1 = clean.double(), after.double()
+        result.token_cosine = torch.nn.functional.cosine_similarity(h0, h1, dim=-1).cpu().numpy()
+        result.token_change = ((h1 - h0).norm(dim=-1) / h0.norm(dim=-1).clamp_min(1e-12)).cpu().numpy()
+        return result
+    head = _head(model, normed=True)
+    ids = inputs["input_ids"][0]
+    T = int(ids.shape[0])
+    V = int(model.get_output_embeddings().weight.shape[0])
+    step = distribution_positions(V)
+    kl, top, top_after = np.zeros(T), np.zeros(T, np.int64), np.zeros(T, np.int64)
+    p_top, top5, probs5 = np.zeros((T, 2)), np.zeros((T, 2, 5), np.int64), np.zeros((T, 2, 5))
+    losses = [0.0, 0.0]
+    check = scale = 0.0
+    with torch.inference_mode():
+        for start in range(0, T, step):
+            at = slice(start, min(T, start + step))
+            a, b = head(clean[at]), head(after[at])  # (c, V) float64
+            check = max(check, float((b - head(edited[at])).abs().max()))
+            scale = max(scale, float(b.abs().max()))
+            lp, lq = torch.log_softmax(a, -1), torch.log_softmax(b, -1)
+            p, q = lp.exp(), lq.exp()
+            kl[at] = (p * (lp - lq)).sum(-1).cpu().numpy()
+            best = p.argmax(-1)
+            top[at], top_after[at] = best.cpu().numpy(), q.argmax(-1).cpu().numpy()
+            p_top[at] = torch.stack([p.gather(-1, best[:, None])[:, 0], q.gather(-1, best[:, None])[:, 0]],
+                                    -1).cpu().numpy()
+            for k, dist in enumerate((p, q)):
+                values, which = dist.topk(5, dim=-1)
+                top5[at, k], probs5[at, k] = which.cpu().numpy(), values.cpu().numpy()
+            rows = torch.arange(at.start, at.stop, device=ids.device)
+            rows = rows[rows < T - 1]  # the positions whose next token the text has
+            if len(rows):
+                nxt = ids[rows + 1].to(lp.device)
+                for k, logp in enumerate((lp, lq)):
+                    losses[k] -= float(logp[rows - at.start, nxt].sum())
+    result.kl, result.top_before, result.top_after, result.p_top = kl, top, top_after, p_top
+    result.loss = (losses[0] / (T - 1), losses[1] / (T - 1)) if T > 1 else (0.0, 0.0)
+    result.top5, result.probs5 = top5, probs5
+    result.check, result.scale = check, scale
+    return result
