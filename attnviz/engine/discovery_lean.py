@@ -77,6 +77,18 @@ class Changes:
                 out.addr_(w[:, g.mlp_node(n)], self.mlp[n][at].reshape(-1))
         return out.view(R, *first.shape)
 
+    def layer_terms(self, g: Graph, G: torch.Tensor, at: slice, n: int) -> torch.Tensor:
+        """node_terms for layer n's heads alone: (R, H) float64."""
+        return (G.reshape(G.shape[0], -1) @ self._layer(g, at, n).reshape(g.H, -1).T).double()
+
+    def layer_sums(self, g: Graph, weights: torch.Tensor, at: slice, n: int) -> torch.Tensor:
+        """node_sums for layer n's heads alone, weights (R, H): (R, c, D)."""
+        heads = self._layer(g, at, n)
+        return torch.einsum("rh,htD->rtD", weights.to(heads.dtype), heads)
+
+    def _layer(self, g: Graph, at: slice, n: int) -> torch.Tensor:
+        return self.writes[n][:, at] if n in self.writes else _writes(g, n, self.z[n][at])
+
     def _heads(self, g: Graph, at: slice, upto: int):
         """(layer, each head's write at positions `at`, (H, c, D)) for the layers whose heads are among the first
         `upto` nodes."""
@@ -220,25 +232,40 @@ def scores(g: Graph, inputs: dict, metric: Any, *, recomputed: int, changes: Cha
                     gradients.append(torch.autograd.grad(normed, x, through.to(normed.dtype), retain_graph=True)[0])
         rows = list(g.attention_receivers(n))
         projected[n], attention_in[n] = {}, None
+        if n in waiting:  # the MLP's receiver, whose gradient came first: its nodes before this layer's heads here
+            rows.append(g.mlp_receiver(n))
+            gradients.append(waiting.pop(n))
         score(rows, torch.stack(gradients), g.reach[rows[0]])
 
-    def own_input(key: Any, row: int):
+    def mlp_arrived(n: int, grad: torch.Tensor) -> None:
+        """The MLP's receiver of layer n: scored against this layer's heads now, against the nodes before them with
+        the layer's attention receivers (their writes made once for both)."""
+        row = g.mlp_receiver(n)
+        start = g.head_node(n, 0)
+        for first in range(0, grad.shape[0], CHUNK):
+            at = slice(first, first + CHUNK)
+            table[row, start:start + g.H] += found.layer_terms(g, grad[None, at], at, n)[0]
+        waiting[n] = grad
+
+    def own_input(key: Any, arrived: Any):
         """A pre-hook giving a norm its own view of the stream (a node of the graph whose gradient is this
-        receiver's alone: the residual connection reads the stream itself), scored when its gradient comes."""
+        receiver's alone: the residual connection reads the stream itself), `arrived(gradient (T, D))` when its
+        gradient comes."""
         def hook(module, args):
             x = args[0].view_as(args[0])
             if key not in seen:
                 seen.add(key)
-                on_gradient(x, lambda grad: score([row], grad[0].detach()[None], g.reach[row]))
+                on_gradient(x, lambda grad: arrived(grad[0].detach()))
             return (x, *args[1:])
         return hook
 
-    hooks = [Hook(g.final_norm, "pre", own_input("final", R - 1))]
+    waiting: dict = {}
+    hooks = [Hook(g.final_norm, "pre", own_input("final", lambda grad: score([R - 1], grad[None], N)))]
     for n, layer in enumerate(g.layers):
         hooks.append(Hook(layer.attention_norm, "pre", keep_input(n)))
         for module in {id(m): m for m in layer.projections.values()}.values():
             hooks.append(Hook(module, "forward", on_projection(n)))
-        hooks.append(Hook(layer.mlp_norm, "pre", own_input(("mlp", n), g.mlp_receiver(n))))
+        hooks.append(Hook(layer.mlp_norm, "pre", own_input(("mlp", n), lambda grad, n=n: mlp_arrived(n, grad))))
     leaf: list = []
     hooks += _recording(g, found if changes is None else None, corrupt, embeddings, leaf, consume=True)
     blocks = [layer.block for layer in g.layers][:recomputed]
@@ -248,6 +275,8 @@ def scores(g: Graph, inputs: dict, metric: Any, *, recomputed: int, changes: Cha
             _check(found)
         value = metric(logits).sum()
         torch.autograd.grad(value, leaf)  # the hooks above score each receiver as its gradient is made
+    if waiting:
+        raise UnsupportedArchitectureError("a layer's attention receivers got no gradient")
     found.logits = logits[0].detach()
     return table, found
 
@@ -263,20 +292,23 @@ def circuit_logits(g: Graph, inputs: dict, corrupt: Changes, keep: torch.Tensor,
         outside[r, :upto] = 1 - keep[r, :upto]
     made: dict = {}
 
-    def own(rows: list[int], x: torch.Tensor) -> torch.Tensor:
-        """(R, T, D): each receiver's input."""
-        upto = g.reach[rows[0]]
+    def changes_outside(rows: list[int], T: int, upto: int) -> torch.Tensor:
+        """(R, T, D): for each receiver, the changes of the first `upto` nodes outside its circuit, summed."""
         weights = outside[rows, :upto]
-        parts = [x[at][None] - found.node_sums(g, weights, at) for at in
-                 (slice(s, s + CHUNK) for s in range(0, x.shape[0], CHUNK))]
-        return torch.cat(parts, dim=1)
+        return torch.cat([found.node_sums(g, weights, at) for at in (slice(s, s + CHUNK) for s in range(0, T, CHUNK))],
+                         dim=1)
+
+    later: dict = {}  # layer -> the MLP receiver's changes from the nodes before the layer's heads, (T, D)
 
     def attention_norm(n: int):
         layer = g.layers[n]
 
         def hook(module, args):
-            X = own(list(g.attention_receivers(n)), args[0][0])  # (R, T, D)
-            normed = layer.attention_norm.forward(X)
+            rows = [*g.attention_receivers(n), g.mlp_receiver(n)]  # the MLP's: its part before this layer's heads
+            x = args[0][0]
+            outside_sums = changes_outside(rows, x.shape[0], g.reach[rows[0]])  # (R + 1, T, D)
+            later[n] = outside_sums[-1]
+            normed = layer.attention_norm.forward(x[None] - outside_sums[:-1])  # each receiver's input, normed
             r = 0
             for which in "qkv":
                 module = layer.projections[which]
@@ -293,9 +325,21 @@ def circuit_logits(g: Graph, inputs: dict, corrupt: Changes, keep: torch.Tensor,
     def projection(module, args, output):
         return torch.cat(made.pop(id(module)), dim=-1)[None].to(output.dtype)
 
-    def replaced(row: int):
+    def final_input(module, args):
+        x = args[0][0]
+        return ((x - changes_outside([len(g.receivers) - 1], x.shape[0], len(g.nodes))[0])[None].to(args[0].dtype),
+                *args[1:])
+
+    def mlp_input(n: int):
+        row, start = g.mlp_receiver(n), g.head_node(n, 0)
+
         def hook(module, args):
-            return (own([row], args[0][0])[0][None].to(args[0].dtype), *args[1:])
+            x = args[0][0]
+            weights = outside[row, start:start + g.H][None]
+            parts = [x[at] - later[n][at] - found.layer_sums(g, weights, at, n)[0]
+                     for at in (slice(s, s + CHUNK) for s in range(0, x.shape[0], CHUNK))]
+            del later[n]
+            return (torch.cat(parts)[None].to(args[0].dtype), *args[1:])
         return hook
 
     hooks = _recording(g, found, corrupt, None)
@@ -303,8 +347,8 @@ def circuit_logits(g: Graph, inputs: dict, corrupt: Changes, keep: torch.Tensor,
         hooks.append(Hook(layer.attention_norm, "pre", attention_norm(n)))
         for module in {id(m): m for m in layer.projections.values()}.values():
             hooks.append(Hook(module, "forward", projection))
-        hooks.append(Hook(layer.mlp_norm, "pre", replaced(g.mlp_receiver(n))))
-    hooks.append(Hook(g.final_norm, "pre", replaced(len(g.receivers) - 1)))
+        hooks.append(Hook(layer.mlp_norm, "pre", mlp_input(n)))
+    hooks.append(Hook(g.final_norm, "pre", final_input))
     with lean(g.model), torch.inference_mode(), hooked(hooks):
         logits = run_model(g.model, {**inputs, **last_logits(g.model)}).logits[0, -1]
     return logits
