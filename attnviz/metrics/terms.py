@@ -361,8 +361,8 @@ TERMS: dict[str, str] = {
     "composition": "how much a later head reads what an earlier head writes (Elhage et al. 2021): ‖OV_1·R_2‖ / "
                    "(‖OV_1‖ ‖R_2‖), R_2 the later head's QK (Q-composition), QKᵀ (K-) or OV (V-composition); "
                    "0 to 1 (attnviz circuits).",
-    "without α": "the long path of patch (exact, atp), logit-attr, retrieval, discover and faithfulness (a text of "
-                 "more than 256 tokens): where L·H·T² weights would not fit "
+    "without α": "the long path of patch (exact, atp), logit-attr, retrieval, ablate, discover and faithfulness (a "
+                 "text of more than 256 tokens): where L·H·T² weights would not fit "
                  "--max-memory, the model runs on its own memory-efficient attention (PyTorch's SDPA, as "
                  "FlashAttention tiles) and blocks are recomputed in the backward pass as the budget needs "
                  "(activation checkpointing), so memory grows with T; the numbers equal the full path's.",
