@@ -89,7 +89,8 @@ def test_the_long_path_refuses_in_one_line(tiny, monkeypatch, tmp_path):
     done = run("ablate", "--text-file", file, "-m", folder, "--heads", "0.1", "--max-memory", "40M", "--json")
     assert done.exit_code == 0, done.output
     data = json.loads(done.stdout)
-    assert data["without_alpha"] is True and data["later_layers"] == [] and len(data["positions"]) == len(data["tokens"])
+    assert data["without_alpha"] is True and data["later_layers"] == []
+    assert len(data["positions"]) == len(data["tokens"]) > 1000
     line = one_line_error(run("ablate", "--text-file", file, "-m", folder, "--heads", "0.1", "--max-memory", "40M",
                               "-o", tmp_path / "a.png"), 2)
     assert "without α" in line and "Δα" in line

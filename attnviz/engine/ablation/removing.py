@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -164,7 +165,7 @@ def ablate_lean(where: Site, inputs: dict, removed: Sequence[tuple[int, int]], *
                 out = run_model(model, {**inputs, **(last_logits(model) if causal else {})})
             states.append(kept.pop("x") if causal else outputs_of(out, False)[0])
     clean, after, edited = states
-    result = AblationRun(list(removed), mode, "causal" if causal else "encoder", None, None,  # type: ignore[arg-type]
+    result = AblationRun(list(removed), mode, "causal" if causal else "encoder", None, None,
                          check=0.0, scale=0.0, means_from=means_from if mode == "mean" else "")
     if not causal:
         result.check, result.scale = float((after - edited).abs().max()), float(after.abs().max())
@@ -177,7 +178,8 @@ def ablate_lean(where: Site, inputs: dict, removed: Sequence[tuple[int, int]], *
     head = _head(model, normed=True)
     ids = inputs["input_ids"][0]
     T = int(ids.shape[0])
-    V = int(model.get_output_embeddings().weight.shape[0])
+    lm: Any = model
+    V = int(lm.get_output_embeddings().weight.shape[0])
     step = distribution_positions(V)
     kl, top, top_after = np.zeros(T), np.zeros(T, np.int64), np.zeros(T, np.int64)
     p_top, top5, probs5 = np.zeros((T, 2)), np.zeros((T, 2, 5), np.int64), np.zeros((T, 2, 5))
