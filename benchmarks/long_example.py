@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -59,8 +60,7 @@ def main() -> None:
     _, _, made = run(sys.executable, MAKE, str(args.tokens), FILLER, timeout=0)
     if isinstance(made, str):
         sys.exit(f"making the prompts failed: {made}")
-    folder = Path(__file__).resolve().parent / ".long_example"
-    folder.mkdir(exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="long_example_"))
     pair = folder / "pair.json"
     pair.write_text(json.dumps({"pair": [made["clean"], made["corrupt"]]}), encoding="utf-8")
     wall, peak, patched = run(sys.executable, PATCH, str(pair), timeout=0)
