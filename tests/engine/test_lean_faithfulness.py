@@ -36,13 +36,15 @@ def tiny(tmp_path_factory):
     return get
 
 
-@pytest.mark.parametrize("kind", ["gpt2", "llama", "bert"])
+@pytest.mark.parametrize("kind", ["gpt2", "llama", "qwen2", "bert"])
 def test_the_long_path_equals_the_full_path(kind, tiny, monkeypatch):
     """The same text (under 256 tokens) on the full path and, with the long path's threshold lowered, without α:
-    every method's scores within 1e-5 of the largest, every AOPC and the random orders' within 1e-5 (f is a
+    every method's scores within 1e-4 of the largest (gradients in float32 through eager and SDPA attention,
+    which sum the keys in different orders: as AtP's), every AOPC and the random orders' within 1e-5 (f is a
     probability or a cosine), integrated gradients' completeness too; the sanity check's ρ within 0.05 (a rank
     correlation: near-equal scores of the randomised model may swap). τ with leave-one-out is the full path's
-    alone, said. An encoder's gradient × input is left out here: its f (the cosine with the full text's
+    alone, said. (Qwen2's tiny tokenizer knows more tokens than its embedding has rows: integrated gradients'
+    baseline is one it has.) An encoder's gradient × input is left out here: its f (the cosine with the full text's
     embedding) is at its maximum, so that gradient is rounding noise on both paths."""
     loaded = tiny(kind)
     causal = kind != "bert"
@@ -54,7 +56,7 @@ def test_the_long_path_equals_the_full_path(kind, tiny, monkeypatch):
     assert not full.lean and long.lean and len(full.tokens) > 60
     assert [m.name for m in long.methods] == [m.name for m in full.methods] == methods[:-1]
     for a, b in zip(full.methods, long.methods):
-        assert np.abs(a.scores - b.scores).max() <= 1e-5 * np.abs(a.scores).max(), a.name
+        assert np.abs(a.scores - b.scores).max() <= 1e-4 * np.abs(a.scores).max(), a.name
         assert abs(a.comprehensiveness_aopc - b.comprehensiveness_aopc) <= 1e-5, a.name
         assert abs(a.sufficiency_aopc - b.sufficiency_aopc) <= 1e-5, a.name
         assert [layer for layer, _ in a.sanity] == [layer for layer, _ in b.sanity]

@@ -233,7 +233,7 @@ def _one(loaded, text: str, *, asked: list[str], explicit: bool, causal: bool, t
     with reporter.status("Running the model…"):
         explained = Explained(loaded.model, encoded.inputs, causal=causal, target=wanted, lean=long,
                               recomputed=recomputed)
-    explained.baseline_id = baseline_token(loaded.tokenizer)
+    explained.baseline_id = baseline_token(loaded.tokenizer, int(loaded.model.get_input_embeddings().weight.shape[0]))
     if causal and target is not None and explained.target is not None:
         check_spelling(loaded, target, explained.target, explained.logits)
     scores: dict[str, np.ndarray] = {}

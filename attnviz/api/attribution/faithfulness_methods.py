@@ -13,12 +13,13 @@ from attnviz.progress import Reporter
 __all__ = ["FAITHFULNESS", "Attribution", "baseline_token", "distinct_f", "method_scores"]
 
 
-def baseline_token(tokenizer) -> int | None:
+def baseline_token(tokenizer, rows: int | None = None) -> int | None:
     """Integrated gradients' baseline token: the padding token, else the unknown-word one, else the end of
-    text (None: no such token; the zero vector then)."""
+    text (None: no such token; the zero vector then) — one the model's embedding has a row for (`rows`: how
+    many it has; a tokenizer may know more tokens than the model)."""
     for name in ("pad_token_id", "unk_token_id", "eos_token_id"):
         found = getattr(tokenizer, name, None)
-        if isinstance(found, int) and 0 <= found < len(tokenizer):
+        if isinstance(found, int) and 0 <= found < min(len(tokenizer), rows if rows is not None else len(tokenizer)):
             return found
     return None
 
