@@ -588,3 +588,17 @@ def largest():
             return out
 
     return Largest()
+
+
+STORY_WORDS = "the cat sat on the mat and the dog ran to the park while a bird sang in the old tree".split()
+
+
+def story(n: int) -> str:
+    """n words of a plain story, for long inputs."""
+    return " ".join(STORY_WORDS[i % len(STORY_WORDS)] for i in range(n))
+
+
+def story_pair(n: int) -> tuple[str, str]:
+    """A clean and a corrupted prompt of as many tokens: the story, then " so the cat" / " so the dog"."""
+    body = story(n)
+    return body + " so the cat", body + " so the dog"

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from attnviz.engine.ablation.runs import last_logits, run_model
-from attnviz.engine.discovery import _columns, _logit_difference, Graph, kept
+from attnviz.engine.discovery import _columns, _logit_difference, _projected, Graph, kept
 from attnviz.engine.hooks import Hook, hooked, on_gradient
 from attnviz.engine.lean import lean
 from attnviz.errors import UnsupportedArchitectureError
@@ -309,17 +309,12 @@ def circuit_logits(g: Graph, inputs: dict, corrupt: Changes, keep: torch.Tensor,
             outside_sums = changes_outside(rows, x.shape[0], g.reach[rows[0]])  # (R + 1, T, D)
             later[n] = outside_sums[-1]
             normed = layer.attention_norm.forward(x[None] - outside_sums[:-1])  # each receiver's input, normed
-            r = 0
+            start = 0
             for which in "qkv":
-                module = layer.projections[which]
-                weight, bias = module.weight, module.bias
-                outs = []
-                for cols in _columns(g, which, g.H if which == "q" else g.G):
-                    w = weight[:, cols] if layer.fused else weight[cols].T
-                    out = normed[r] @ w.to(normed.dtype)
-                    outs.append(out if bias is None else out + bias[cols].to(normed.dtype))
-                    r += 1
-                made.setdefault(id(module), []).append(torch.cat(outs, dim=-1))
+                columns = _columns(g, which, g.H if which == "q" else g.G)
+                own = _projected(layer, which, columns, normed[None, start:start + len(columns)])[0]  # (T, n·d)
+                made.setdefault(id(layer.projections[which]), []).append(own)
+                start += len(columns)
         return hook
 
     def projection(module, args, output):

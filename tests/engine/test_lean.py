@@ -17,15 +17,7 @@ import torch
 
 import attnviz
 from attnviz.errors import InputError
-from helpers import build_tiny_model, largest, one_line_error, run
-
-WORDS = "the cat sat on the mat and the dog ran to the park while a bird sang in the old tree".split()
-
-
-def prompts(n: int) -> tuple[str, str]:
-    body = " ".join(WORDS[i % len(WORDS)] for i in range(n))
-    return body + " so the cat", body + " so the dog"
-
+from helpers import build_tiny_model, largest, one_line_error, run, story_pair as prompts
 
 @pytest.fixture(scope="module")
 def long_models(tmp_path_factory):

@@ -12,27 +12,7 @@ import pytest
 
 import attnviz
 from attnviz.errors import InputError
-from helpers import build_tiny_model, largest, one_line_error, run
-
-WORDS = "the cat sat on the mat and the dog ran to the park while a bird sang in the old tree".split()
-
-
-def story(n: int) -> str:
-    return " ".join(WORDS[i % len(WORDS)] for i in range(n))
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    made: dict[str, object] = {}
-
-    def get(kind: str):
-        if kind not in made:
-            folder = build_tiny_model(kind, tmp_path_factory.mktemp(kind) / kind, positions=1200,
-                                      lm=kind in ("gpt2", "llama"))
-            made[kind] = attnviz.load_model(str(folder), lm_head=kind != "bert")  # once: a head drawn per load
-        return made[kind]
-    return get
-
+from helpers import build_tiny_model, largest, one_line_error, run, story
 
 @pytest.mark.parametrize("kind, mode", [("gpt2", "zero"), ("llama", "zero"), ("llama", "mean"), ("qwen3", "zero")])
 def test_the_long_path_equals_the_full_path_at_1000_tokens(kind, mode, tiny, monkeypatch):

@@ -12,31 +12,10 @@ import pytest
 
 import attnviz
 from attnviz.errors import InputError
-from helpers import build_tiny_model, largest, one_line_error, run
-
-WORDS = "the cat sat on the mat and the dog ran to the park while a bird sang in the old tree".split()
-
-
-def pair(n: int) -> tuple[str, str]:
-    body = " ".join(WORDS[i % len(WORDS)] for i in range(n))
-    return body + " so the cat", body + " so the dog"
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    made: dict[str, object] = {}
-
-    def get(kind: str):
-        if kind not in made:
-            folder = build_tiny_model(kind, tmp_path_factory.mktemp(kind) / kind, positions=1200,
-                                      lm=kind in ("gpt2", "llama"))
-            made[kind] = attnviz.load_model(str(folder), lm_head=True)  # once: a head drawn at random per load
-        return made[kind]
-    return get
-
+from helpers import build_tiny_model, largest, one_line_error, run, story_pair
 
 def _both(loaded, n: int, method: str, monkeypatch, budget: str = "16M"):
-    clean, corrupt = pair(n)
+    clean, corrupt = story_pair(n)
     monkeypatch.delenv("ATTNVIZ_MEMORY_BUDGET", raising=False)
     full = attnviz.discover(clean, corrupt, answers=(" cat", " dog"), model=loaded, method=method, steps=3)
     monkeypatch.setenv("ATTNVIZ_MEMORY_BUDGET", budget)
@@ -57,7 +36,7 @@ def test_the_long_path_equals_the_full_path_at_1000_tokens(kind, method, tiny, m
     forward or backward, holds H·T²/2 numbers (the full path's eager attention keeps H·T² per layer)."""
     loaded = tiny(kind)
     full, long, seen = _both(loaded, 540, method, monkeypatch)
-    T, H = len(loaded.tokenizer(pair(540)[0])["input_ids"]), loaded.shape[1]
+    T, H = len(loaded.tokenizer(story_pair(540)[0])["input_ids"]), loaded.shape[1]
     assert T >= 1024 and not full.lean and long.lean
     assert np.abs(full.scores - long.scores).max() <= 2e-4 * np.abs(full.scores).max()
     scale = 1e-4 * max(1.0, abs(full.clean_diff), abs(full.corrupt_diff))
@@ -76,7 +55,7 @@ def test_the_long_path_equals_the_full_path_at_1000_tokens(kind, method, tiny, m
 def test_the_budget_refuses_the_long_path_in_one_line(tiny, monkeypatch):
     """Below even the long path's parts: one line naming them and what grows linearly."""
     loaded = tiny("llama")
-    clean, corrupt = pair(515)
+    clean, corrupt = story_pair(515)
     monkeypatch.setenv("ATTNVIZ_MEMORY_BUDGET", "1M")
     with pytest.raises(InputError, match=r"without α .*the corrupted run's and this run's changes at every node .*"
                                          r"grows linearly"):
@@ -85,7 +64,7 @@ def test_the_budget_refuses_the_long_path_in_one_line(tiny, monkeypatch):
 
 def test_the_command_says_it_ran_without_alpha(tmp_path):
     folder = build_tiny_model("llama", tmp_path / "llama", positions=1200, lm=True)
-    clean, corrupt = pair(300)
+    clean, corrupt = story_pair(300)
     result = run("discover", clean, corrupt, "--answers", "' cat',' dog'", "-m", folder, "--method", "eap",
                  "--max-memory", "16M", "--json")
     assert result.exit_code == 0, result.output

@@ -13,28 +13,7 @@ import pytest
 import attnviz
 import attnviz.api.attribution.faithfulness as faith
 from attnviz.errors import InputError
-from helpers import build_tiny_model, largest, one_line_error, run
-
-WORDS = "the cat sat on the mat and the dog ran to the park while a bird sang in the old tree".split()
-
-
-def story(n: int) -> str:
-    return " ".join(WORDS[i % len(WORDS)] for i in range(n))
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    made: dict[str, object] = {}
-
-    def get(kind: str):
-        if kind not in made:
-            causal = kind != "bert"
-            folder = build_tiny_model(kind, tmp_path_factory.mktemp(kind) / kind, positions=1200 if causal else None,
-                                      lm=kind in ("gpt2", "llama"))
-            made[kind] = attnviz.load_model(str(folder), lm_head=causal)  # once: a head drawn at random per load
-        return made[kind]
-    return get
-
+from helpers import build_tiny_model, largest, one_line_error, run, story
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama", "qwen2", "bert"])
 def test_the_long_path_equals_the_full_path(kind, tiny, monkeypatch):
