@@ -8,10 +8,17 @@ folded; it runs in its own process like the two paths (imports and the model's l
 
     python benchmarks/bench_long.py                    # T = 1024, 2048, 4096 both ways; 8192 streamed
     python benchmarks/bench_long.py --tokens 1024,2048 --streamed-only 4096
+    python benchmarks/bench_long.py --model qwen2.5-coder-0.5b --streamed-only 8192,32768 \
+        --commands heads,entropy,sinks                # a real model at its window, streamed rows only
 
 The model is a random BERT-like one (12 layers, 12 heads, hidden 768, 8192 positions; the bundled MiniLM's
 tokenizer), built once into a temporary folder. The text is common one-token words, so T is exact.
 Peak memory is the child process's maximum resident set (wait4's ru_maxrss), model weights included.
+
+With --model (an offline model's name) the rows are streamed only, on that model's converted folder, the text
+attnviz's own source code cut to exactly T of the model's tokens (a long code file), each of --commands a row
+beside the floor on the same folder; the weights' size (float32) is printed so that "the weights + N GB" can be
+read off.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
 WORDS = ["the", "cat", "sat", "on", "mat", "and", "a", "dog", "ran", "in", "park", "of", "to", "is", "it", "was"]
 
 
@@ -92,6 +100,63 @@ print("ok")
 """
 
 
+def code_file(folder: Path, tokenizer, T: int) -> Path:
+    """attnviz's own source, cut to exactly T of `tokenizer`'s tokens (checked)."""
+    source = "".join(p.read_text(encoding="utf-8") for p in sorted(ROOT.glob("attnviz/**/*.py")))
+    ids = tokenizer(source)["input_ids"]
+    if len(ids) < T + 64:
+        sys.exit(f"attnviz's source is {len(ids):,} tokens, fewer than {T:,}")
+    for extra in range(64):  # attnviz strips the file's text; cut where the stripped text is T tokens again
+        text = tokenizer.decode(ids[:T + extra]).strip()
+        if len(tokenizer(text)["input_ids"]) == T:
+            break
+    else:
+        sys.exit(f"no cut of attnviz's source is {T:,} tokens")
+    path = folder / f"code{T}.txt"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def named_rows(name: str, lengths: list[int], commands: list[str]) -> None:
+    """Streamed rows of an offline model: each command at each length beside the floor, fresh processes."""
+    sys.path.insert(0, str(ROOT))
+    from transformers import AutoTokenizer
+
+    from attnviz.engine import offline
+    from attnviz.engine.offline.build import folder_for
+
+    found = offline.find(name)
+    if found is None:
+        sys.exit(f"{name} is not an offline model")
+    model = folder_for(found)  # converted once, before anything is timed
+    config = json.loads((model / "config.json").read_text())
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    weights = sum(p.stat().st_size for p in model.glob("*.safetensors"))
+    print(f"attnviz COMMAND --stream on {name} ({config['num_hidden_layers']} layers × "
+          f"{config['num_attention_heads']} heads, hidden {config['hidden_size']}; weights {weights / 2**30:.2f} "
+          f"GiB as stored), attnviz's source cut to T tokens; {os.cpu_count()} cores\n")
+    header = (f"{'T':>6} {'command':>8} {'GiB':>6} {'s':>8} {'floor GiB':>10} {'floor s':>8} {'÷ floor':>8} "
+              f"{'above floor':>12}")
+    print(header)
+    print("-" * len(header))
+    folder = Path(tempfile.mkdtemp(prefix="bench_long_"))
+    try:
+        for T in lengths:
+            path = code_file(folder, tokenizer, T)
+            floor: tuple[float, int] | None = None
+            for command in commands:
+                seconds, peak, stdout, stderr = measure([command, "--text-file", str(path), "-m", name, "--json",
+                                                         "--device", "cpu", "--stream"])
+                if not stdout.strip():
+                    sys.exit(f"{command} failed at T={T}: {stderr[-400:]}")
+                floor = floor or measure_floor(model, path)  # after the first command: its row shows first
+                print(f"{T:>6} {command:>8} {peak / 2**30:>6.2f} {seconds:>8.1f} {floor[1] / 2**30:>10.2f} "
+                      f"{floor[0]:>8.1f} {seconds / floor[0]:>7.2f}x {(peak - floor[1]) / 2**30:>+11.2f}G",
+                      flush=True)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def measure_floor(model: Path, text: Path) -> tuple[float, int]:
     """(seconds, peak RSS bytes) of the floor's process."""
     out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
@@ -121,7 +186,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", default="1024,2048,4096", help="T values for both paths")
     parser.add_argument("--streamed-only", default="8192", help="T values for the streamed path alone")
+    parser.add_argument("--model", help="an offline model's name: streamed rows of it alone (see above)")
+    parser.add_argument("--commands", default="heads", help="with --model: the commands, comma-separated")
     args = parser.parse_args()
+    if args.model:
+        named_rows(args.model, [int(t) for t in args.streamed_only.split(",") if t],
+                   [c for c in args.commands.split(",") if c])
+        return
     folder = Path(tempfile.mkdtemp(prefix="bench_long_"))
     try:
         model = build_model(folder / "model")

@@ -164,6 +164,7 @@ class Sinks(Result):
     layers: tuple[dict, ...]
     sinks: tuple[dict, ...]
     best: np.ndarray  # (L, H)
+    streamed: bool = False  # a long input: α computed a block of query rows at a time (engine/stream.stream_sinks)
 
     figure_name: ClassVar[str] = "attnviz_sinks.png"
 
@@ -177,7 +178,10 @@ class Sinks(Result):
                             f"{short_model(self.model)}: attention sinks (score > {self.threshold:g})"),
                 Line("sink score: the mean weight a key receives from the queries that can see it; by norm: the same "
                      "for each query's share of ‖α·f(x)‖. A sink whose norm score is far below its score takes "
-                     "attention but moves little (the \"no-op\" reading).")]
+                     "attention but moves little (the \"no-op\" reading)."),
+                *([Line(f"Streamed: {len(self.tokens):,} tokens, attention computed a block of query rows at a "
+                        f"time; only each key's mean α and mean norm share kept (L·H·T numbers, not L·H·T²).",
+                        style="dim")] if self.streamed else [])]
 
     @property
     def n_heads(self) -> int:
@@ -186,7 +190,8 @@ class Sinks(Result):
     def to_dict(self) -> dict:
         """What `attnviz sinks --json` prints."""
         return {"model": self.model, "threshold": self.threshold, "tokens": list(self.tokens),
-                "layers": [dict(r) for r in self.layers], "sinks": [dict(r) for r in self.sinks]}
+                "layers": [dict(r) for r in self.layers], "sinks": [dict(r) for r in self.sinks],
+                "streamed": self.streamed}
 
     def _repr_html_(self) -> str:
         return records_html(self.sinks, ["layer", "head", "key", "token", "sink_score", "norm_score"],
@@ -231,46 +236,96 @@ def sinks(text: str | Picture | Sequence[str], *, model: Any = None, tokenizer: 
         raise UsageError(f"threshold must be from 0 to 1, not {threshold}", "threshold")
 
     assert isinstance(text, str) or getattr(text, "is_picture", False)
+    if isinstance(text, str):  # a long text streams
+        from attnviz.engine.forward import encode
+
+        check_text(text)
+        loaded = resolve_model(for_input(model, text), tokenizer, device=device, dtype=dtype)
+        encoded = encode(loaded, text, truncate=truncate)
+        if _streams(loaded, encoded):
+            return _streamed_sinks(loaded, encoded, threshold, reporter)
+        model = loaded
     capture, result = _norms_capture(text, model, tokenizer, truncate, device, dtype, reporter, "sinks")  # type: ignore[arg-type]
     return _sinks_result(capture, result, threshold)
 
 
-def sinks_of_run(loaded: Any, text: str, encoded: Any, run: Any, *, threshold: float = 0.3) -> Sinks:
-    """attnviz.Run.sinks: what sinks() returns for one text, from the run's pass."""
+def sinks_of_run(loaded: Any, text: str, encoded: Any, run: Any, *, threshold: float = 0.3,
+                 reporter: Reporter | None = None) -> Sinks:
+    """attnviz.Run.sinks: what sinks() returns for one text, from the run's pass (streamed where the text's α
+    and norms would not fit the memory budget)."""
     if not 0.0 <= threshold <= 1.0:
         raise UsageError(f"threshold must be from 0 to 1, not {threshold}", "threshold")
+    if _streams(loaded, encoded):
+        return _streamed_sinks(loaded, encoded, threshold, reporter)
     capture, result = _run_norms(loaded, text, encoded, run, "sinks")
     return _sinks_result(capture, result, threshold)
+
+
+def _streams(loaded: Any, encoded: Any) -> bool:
+    """Whether the sinks of this input take the streamed path: its α and norms (4 copies of L·H·T²) would not fit
+    the budget, and it is a text (one attention per layer)."""
+    from attnviz.engine.memory import fits
+
+    return not getattr(loaded, "vision", False) and not fits(loaded, len(encoded.token_ids), copies=4.0)
+
+
+def _streamed_sinks(loaded: Any, encoded: Any, threshold: float, reporter: Reporter | None) -> Sinks:
+    """The sinks of a long input, streamed (engine/stream.stream_sinks): each key's mean α and mean share of the
+    value-weighted norms, L·H·T numbers."""
+    from attnviz.engine.families import layer_windows, require
+    from attnviz.engine.scratch.adapters import adapter_for
+    from attnviz.engine.stream import stream_sinks
+
+    loaded.require_single("sinks")
+    require(loaded, "stream")
+    base = getattr(loaded.model, "base_model", loaded.model)
+    projections = adapter_for(base).out_projections(base)
+    T = len(encoded.token_ids)
+    L, H = loaded.shape
+    with (reporter or Reporter()).progress("Streaming", L * H, "heads") as step:
+        by_alpha, by_norm = stream_sinks(loaded.model, encoded.inputs, projections, on_layer_done=step)
+    tokens = Tokens(tuple(encoded.tokens), np.asarray(encoded.special, bool), np.array(encoded.special_kind),
+                    bool(loaded.causal), ids=tuple(int(i) for i in encoded.token_ids))
+    return _sinks_of(loaded.name, tokens, layer_windows(loaded.model.config, L), by_alpha / T, by_norm / T,
+                     threshold, streamed=True)
 
 
 def _sinks_result(capture: Capture, result: Any, threshold: float) -> Sinks:
     alpha = result.alpha[:, 0].astype(np.float64)  # (L, H, T, T)
     shares = row_shares(capture.attentions.astype(np.float64))
-    seen_tokens = Tokens.of(capture)
+    return _sinks_of(capture.model, Tokens.of(capture), capture.windows, alpha.mean(axis=-2), shares.mean(axis=-2),
+                     threshold)
+
+
+def _sinks_of(model: str, seen_tokens: Tokens, windows: Any, by_alpha_mean: np.ndarray, by_norm_mean: np.ndarray,
+              threshold: float, streamed: bool = False) -> Sinks:
+    """Sinks from each key's mean α and mean norm share over all query rows, (L, H, T) each."""
+    L, H = by_alpha_mean.shape[:2]
+    tokens = seen_tokens.tokens
     records: list[dict] = []
     per_layer = []
-    best = np.zeros((capture.n_layers, capture.n_heads))  # each head's largest sink score
-    for n in range(capture.n_layers):
-        seen = seen_tokens.at_layer(capture.windows, n)  # with the layer's sliding window, if it has one
-        by_alpha = sink_scores(alpha[n].mean(axis=-2), seen)  # (H, T)
-        by_norm = sink_scores(shares[n].mean(axis=-2), seen)
+    best = np.zeros((L, H))  # each head's largest sink score
+    for n in range(L):
+        seen = seen_tokens.at_layer(windows, n)  # with the layer's sliding window, if it has one
+        by_alpha = sink_scores(by_alpha_mean[n], seen)  # (H, T)
+        by_norm = sink_scores(by_norm_mean[n], seen)
         best[n] = by_alpha.max(axis=-1)
         heads = []
-        for h in range(capture.n_heads):
+        for h in range(H):
             key = int(by_alpha[h].argmax())
             if by_alpha[h, key] > threshold:
                 heads.append(h)
-                records.append({"layer": n, "head": h, "key": key, "token": capture.tokens[key],
+                records.append({"layer": n, "head": h, "key": key, "token": tokens[key],
                                 "sink_score": float(by_alpha[h, key]), "norm_score": float(by_norm[h, key])})
         mine = [r for r in records if r["layer"] == n]
         counts: dict[str, int] = {}
         for r in mine:
             counts[f"{r['key']}:{r['token']}"] = counts.get(f"{r['key']}:{r['token']}", 0) + 1
-        per_layer.append({"layer": n, "sink_heads": len(heads), "share": len(heads) / capture.n_heads,
+        per_layer.append({"layer": n, "sink_heads": len(heads), "share": len(heads) / H,
                           "tokens": counts,
                           "alpha": float(np.mean([r["sink_score"] for r in mine])) if mine else 0.0,
                           "norm": float(np.mean([r["norm_score"] for r in mine])) if mine else 0.0})
-    return Sinks(capture.model, threshold, tuple(capture.tokens), tuple(per_layer), tuple(records), best)
+    return Sinks(model, threshold, tuple(tokens), tuple(per_layer), tuple(records), best, streamed=streamed)
 
 
 # --- the model-level sink rate over texts (Gu et al. 2024) -------------------------------------------------

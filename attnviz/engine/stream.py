@@ -281,6 +281,71 @@ class _Run:
         return Streamed(values, pooled, self.edges, self.block, rollout, self.kept)
 
 
+NORM_BYTES = 64 << 20  # the value vectors of a chunk of keys in float64, while their norms through W_O are made
+
+
+def value_norms_streamed(value: torch.Tensor, weight: torch.Tensor, heads: int) -> torch.Tensor:
+    """‖f_h(x_j)‖ = ‖v_h(x_j)·W_O^h‖ for every head and key of batch element 0, (H, T) float64, without the
+    (H, T, D) vectors: ‖v·W_hᵀ‖² = v·(W_hᵀ·W_h)·vᵀ with each head's d × d Gram matrix, a chunk of keys at a time.
+    value (B, K, T, d) as the family passes it (K heads repeated for grouped-query attention), weight (D, H·d)."""
+    from attnviz.engine.interface import _repeat_heads
+
+    v = _repeat_heads(value[:1], heads)[0]  # (H, T, d)
+    H, T, d = v.shape
+    w = weight.double().reshape(weight.shape[0], H, d)  # (D, H, d)
+    gram = torch.einsum("ohd,ohe->hde", w, w)  # (H, d, d)
+    norms = torch.empty(H, T, dtype=torch.float64, device=v.device)
+    step = max(1, NORM_BYTES // (H * d * 8 * 2))
+    for start in range(0, T, step):
+        chunk = v[:, start:start + step].double()  # (H, c, d)
+        norms[:, start:start + step] = torch.einsum("hcd,hde,hce->hc", chunk, gram, chunk).clamp_min(0).sqrt()
+    return norms
+
+
+def stream_sinks(model, inputs: dict, projections: Sequence, *, block_bytes: int = BLOCK_BYTES,
+                 on_layer_done: Callable[[int], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """What the sinks need of a long input (batch of 1, no padding), in one pass of the model with its attention
+    computed a block of query rows at a time: per layer and head, each key's column sum of α, and of each
+    query's shares of the value-weighted norms ‖α_ij f_h(x_j)‖ (α_ij ‖f_h(x_j)‖ over the row's sum), (L, H, T)
+    float64 — L·H·T numbers, never L·H·T². `projections`: each layer's W_O (norms._out_weight reads it)."""
+    from attnviz.engine.scratch.norms import _out_weight
+
+    T = int(inputs["input_ids"].shape[1])
+    L = len(projections)
+    sums: list[list[torch.Tensor]] = []
+
+    def on_call(attention: LayerAttention, value: torch.Tensor) -> torch.Tensor:
+        n = len(sums)
+        if n >= L:
+            raise UnsupportedArchitectureError(f"the model ran more attention calls than its {L} layers")
+        weight, _ = _out_weight(projections[n])
+        fnorm = value_norms_streamed(value, weight, attention.heads)  # (H, T)
+        by_alpha = torch.zeros(attention.heads, T, dtype=torch.float64, device=fnorm.device)
+        by_norm = torch.zeros_like(by_alpha)
+
+        def on_block(queries: torch.Tensor, alpha: torch.Tensor) -> None:
+            a = alpha[0].double()  # (H, b, T)
+            by_alpha.add_(a.sum(dim=1))
+            weighted = a * fnorm[:, None, :]
+            totals = weighted.sum(dim=-1, keepdim=True)
+            by_norm.add_(torch.where(totals > 0, weighted / totals.clamp_min(1e-300), 0.0).sum(dim=1))
+
+        out = output(attention, value, block_bytes, on_block)
+        sums.append([by_alpha.cpu(), by_norm.cpu()])
+        give_back_memory()
+        if on_layer_done is not None:
+            on_layer_done(attention.heads)
+        return out
+
+    with streaming(model, on_call) as calls, torch.inference_mode():
+        model(**inputs)
+    if calls[0] != L:
+        model_type = getattr(model.config, "model_type", "this")
+        raise UnsupportedArchitectureError(f"{model_type} ran {calls[0]} attention calls for {L} layers; the "
+                                           f"streamed path needs one per layer")
+    return (torch.stack([a for a, _ in sums]).numpy(), torch.stack([b for _, b in sums]).numpy())
+
+
 def block_labels(tokens: Sequence[str], edges: np.ndarray) -> list[str]:
     """A label per pooled block: its first token, and the token positions it spans."""
 

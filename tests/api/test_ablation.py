@@ -578,12 +578,14 @@ class _Phases(attnviz.Reporter):
 
 
 def test_every_long_phase_names_itself_and_its_bar_ends(tiny_lm_dir):
-    """importance shows the removals and the gradient pass as two named bars; detect the scoring and, where
-    it finds induction heads, the causal test, each run counted; every bar reaches its total."""
+    """importance shows the removals (counted in heads) and the gradient pass as two named bars; detect the
+    scoring and, where it finds induction heads, the causal test, each run counted; every bar reaches its
+    total."""
     lm = attnviz.load_model(tiny_lm_dir("llama"), device="cpu", lm_head=True)
     phases = _Phases()
     attnviz.importance(["the cat sat on the mat", "a dog ran"], model=lm, reporter=phases)
-    assert [(what, total) for what, total, _ in phases.bars] == [("Removing every head", 2),
+    L, H = lm.shape
+    assert [(what, total) for what, total, _ in phases.bars] == [("Removing every head", 2 * L * H),
                                                                   ("The gradient estimate (Michel et al.)", 2)]
     phases = _Phases()
     found = attnviz.detect(model=lm, length=8, sequences=2, draws=3, reporter=phases)

@@ -66,7 +66,7 @@ class Importance(ImportanceRun, Result):
                 "effect": self.effect_name, "clean_loss": self.clean_loss,
                 "spearman_gradient_vs_estimated": self.spearman_estimated,
                 "spearman_gradient_vs_effect": self.spearman_effect, "estimated": self.estimate_name,
-                "batched": self.batched, "heads": self.ranked}
+                "batched": self.batched, "without_alpha": self.lean, "heads": self.ranked}
 
     def to_rows(self) -> list[dict]:
         return self.ranked
@@ -94,7 +94,11 @@ class Importance(ImportanceRun, Result):
                      f"{self.spearman_estimated:.3f}; and the effect: {self.spearman_effect:.3f} (over "
                      f"{len(self.ranked)} heads)" if self.causal else  # an encoder: what it estimates is the effect
                      f"Spearman ρ between the gradient estimate and the effect it estimates ({self.estimate_name}): "
-                     f"{self.spearman_effect:.3f} (over {len(self.ranked)} heads)")]
+                     f"{self.spearman_effect:.3f} (over {len(self.ranked)} heads)"),
+                *([Line(f"Ran without α: {self.tokens:,} tokens' attention weights would not fit the memory budget, "
+                        f"so every run used the model's own SDPA attention, each head's removal starting from the "
+                        f"clean run's kept state below its layer and the gradient's blocks recomputed in the backward "
+                        f"pass as the budget needs (the same numbers).", style="dim")] if self.lean else [])]
 
     def figure(self, *, ax=None):
         """Both as layers × heads: each head's effect, and its gradient estimate."""
@@ -139,7 +143,7 @@ def importance(texts: str | Sequence[str], *, model: Any = None, tokenizer: Any 
     averaged over `texts` (one text or several; `source`, what they came from, is named in the figure). `top`:
     the heads the report lists."""
     from attnviz.engine.ablation import MODES, importance as run_importance
-    from attnviz.engine.memory import check_memory
+    from attnviz.engine.memory import check_memory, fits
 
     if mode not in MODES:
         raise UsageError(f"{arg('mode')} is one of {', '.join(MODES)}, not {str(mode)[:20]!r}", "mode")
@@ -155,7 +159,52 @@ def importance(texts: str | Sequence[str], *, model: Any = None, tokenizer: Any 
         check_text(text)
     loaded, where = ablation_model(model, tokenizer, device=device, dtype=dtype)
     inputs = encoded_inputs(loaded, given, truncate)
-    check_memory(loaded, max(int(i["input_ids"].shape[1]) for i in inputs), copies=3.0)
-    run = run_importance(where, inputs, mode=mode, batched=batched, reporter=reporter or Reporter())
+    T = max(int(i["input_ids"].shape[1]) for i in inputs)
+    plan = None
+    if not fits(loaded, T, copies=3.0):  # α would not fit: the long path, every removal without it
+        plan = lean_plan(loaded, T, where)
+        if not batched:  # --loop: each head's removal a whole run of its own, as on the full path
+            from dataclasses import replace
+
+            plan = replace(plan, every=where.layers, copies=1)
+        where.lean = True
+    else:
+        check_memory(loaded, T, copies=3.0)
+    run = run_importance(where, inputs, mode=mode, batched=batched, reporter=reporter or Reporter(), plan=plan)
     return Importance(**{f.name: getattr(run, f.name) for f in fields(run)}, model=loaded.name, batched=batched,
                       top=top, first_text=given[0], source=source, ranked=_ranked(run))
+
+
+def lean_plan(loaded: Any, T: int, where: Any) -> Any:
+    """How importance runs on the long path within the budget (engine/ablation/ranking_lean.LeanPlan), refused
+    before running where even its least would not fit: the clean run's final states and a copy's (2·T·D float32),
+    one block's activations, a causal LM's next-token distributions of a block of positions (six (positions, V)
+    float64 tensors) and the stream entering every block, kept for the gradient's backward pass (L·T·D). The
+    rest of the budget keeps the clean run's block outputs (each T·D: the layers below a head then run once),
+    then runs more heads at once, and (the gradient pass) keeps blocks' activations instead of recomputing."""
+    from attnviz.engine.ablation import ATTENTION_BYTES, is_causal_lm
+    from attnviz.engine.ablation.removing import distribution_positions
+    from attnviz.engine.ablation.ranking_lean import kept_blocks, LeanPlan
+    from attnviz.engine.lean import block_activation_bytes
+    from attnviz.engine.memory import check_parts, memory_budget
+
+    config = loaded.model.config
+    L, H = where.layers, where.heads
+    D = int(getattr(config, "hidden_size", 0) or getattr(config, "n_embd", 0) or getattr(config, "dim", 0) or 1024)
+    state = 4 * T * D
+    block = block_activation_bytes(config, T)
+    parts = {"the clean run's final states and a copy's": 2 * state, "one block's activations": block}
+    if is_causal_lm(where.model):
+        V = int(loaded.model.get_output_embeddings().weight.shape[0])
+        parts["a block of positions' next-token distributions"] = 6 * 8 * V * min(T, distribution_positions(V))
+        parts["the stream entering every block, kept for the gradient's backward pass"] = state * (L + 2)
+    check_parts(loaded, parts, f"every head removed alone on {T:,} tokens without α (the model's own SDPA "
+                               f"attention)", "shorten the text (on this path the memory grows linearly in the tokens)")
+    budget = loaded.memory_budget or memory_budget()
+    spare = budget - sum(parts.values())
+    every = next((k for k in range(1, L + 1) if len(kept_blocks(L, k)) * state <= spare), L)
+    spare -= len(kept_blocks(L, every)) * state
+    copies = 1 + max(0, min(H - 1, ATTENTION_BYTES // block - 1, spare // (block + 3 * state)))
+    recomputed = max(0, L - max(0, budget - sum(parts.values())) // block)
+    return LeanPlan(every=every, copies=copies, recomputed=recomputed)
+

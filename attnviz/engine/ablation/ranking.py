@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -16,6 +17,9 @@ from attnviz.engine.ablation.seam import Edit, Site, copies_that_fit, editing, e
 from attnviz.engine.ablation.runs import embedding, head_means, is_causal_lm, outputs_of, run_model
 from attnviz.engine.ablation.removing import kl_rows, next_token_loss
 from attnviz.progress import Reporter
+
+if TYPE_CHECKING:
+    from attnviz.engine.ablation.ranking_lean import LeanPlan
 
 JACOBIAN_BATCH = 64  # copies per backward pass for an encoder's embedding Jacobian, at most
 
@@ -43,6 +47,7 @@ class ImportanceRun:
     texts: int = 1
     tokens: int = 0
     clean_loss: float | None = None
+    lean: bool = False  # ran on the long path: without α (engine/ablation/ranking_lean.py)
 
 
 def removal_outputs(where: Site, inputs: dict, pairs: Sequence[tuple[int, int]],
@@ -108,26 +113,46 @@ def _measures(clean: torch.Tensor, outs: torch.Tensor, causal: bool, ids: torch.
 
 
 def importance(where: Site, texts: Sequence[dict], *, mode: str = "zero", fills: list[torch.Tensor] | None = None,
-               batched: bool = True, gradient: bool = True, reporter: Reporter | None = None) -> ImportanceRun:
+               batched: bool = True, gradient: bool = True, reporter: Reporter | None = None,
+               plan: LeanPlan | None = None) -> ImportanceRun:
     """Every head removed alone on each input of `texts` (batches of 1), and (`gradient`) the gradient estimate,
-    averaged over the texts; each phase a bar on `reporter`. `batched=False` runs one forward pass per head
-    (the loop the batched path must equal)."""
+    averaged over the texts; each phase a bar on `reporter` (the removals counted in heads). `batched=False`
+    runs one forward pass per head (the loop the batched path must equal). With `plan`, the long path
+    (engine/ablation/ranking_lean.py): no α, the model's own SDPA attention, no T·V logits."""
+    from attnviz.engine.ablation.ranking_lean import gradient_lean, removals_lean
+
     reporter = reporter or Reporter()
     causal = is_causal_lm(where.model)
     L, H = where.layers, where.heads
     if mode == "mean" and fills is None:
-        fills = head_means(where, texts)
+        if plan is not None:
+            from attnviz.engine.lean import lean
+
+            with lean(where.model):
+                fills = head_means(where, texts)
+        else:
+            fills = head_means(where, texts)
     used = fills if mode == "mean" else None
     pairs = every_head(L, H)
     effect, estimated = np.zeros((L, H)), np.zeros((L, H))
     loss = np.zeros((L, H)) if causal else None
     scores = np.zeros((L, H))
     clean_losses, tokens = [], 0
-    with reporter.progress("Removing every head", len(texts), "texts") as step:
+    with reporter.progress("Removing every head", len(texts) * len(pairs), "heads") as step:
         for inputs in texts:
             ids = inputs["input_ids"]
             T = ids.shape[1]
             tokens += T
+            if plan is not None:
+                run_effect, run_loss, run_estimated, clean_loss = removals_lean(where, inputs, used, causal, plan,
+                                                                                step)
+                effect += run_effect
+                estimated += run_estimated
+                if loss is not None and run_loss is not None:
+                    loss += run_loss
+                if causal and T > 1 and clean_loss is not None:
+                    clean_losses.append(clean_loss)
+                continue
             with torch.inference_mode():
                 clean = outputs_of(run_model(where.model, inputs), causal)
             if causal and T > 1:
@@ -139,25 +164,27 @@ def importance(where: Site, texts: Sequence[dict], *, mode: str = "zero", fills:
                     chunk = pairs[at:at + size]
                     outs = removal_outputs(where, inputs, chunk, used, causal)
                     values.append(_measures(clean, outs[1:], causal, ids))
+                    step(len(chunk))
             else:
                 for pair in pairs:
                     with editing(where, removal([pair], used)), torch.inference_mode():
                         outs = outputs_of(run_model(where.model, inputs), causal)
                     values.append(_measures(clean, outs, causal, ids))
+                    step(1)
             effect += np.concatenate([v[0] for v in values]).reshape(L, H)
             estimated += np.concatenate([v[2] for v in values]).reshape(L, H)
             if loss is not None:
                 loss += np.concatenate([v[1] for v in values if v[1] is not None]).reshape(L, H)
-            step(1)
     if gradient:
         with reporter.progress("The gradient estimate (Michel et al.)", len(texts), "texts") as step:
             for inputs in texts:
-                scores += gradient_scores(where, inputs, causal, used)
+                scores += (gradient_scores(where, inputs, causal, used) if plan is None else
+                           gradient_lean(where, inputs, causal, used, plan.recomputed))
                 step(1)
     n = max(len(texts), 1)
     return ImportanceRun("causal" if causal else "encoder", mode, effect / n, scores / n, estimated / n,
-                      None if loss is None else loss / n, texts=len(texts), tokens=tokens,
-                      clean_loss=float(np.mean(clean_losses)) if clean_losses else None)
+                         None if loss is None else loss / n, texts=len(texts), tokens=tokens,
+                         clean_loss=float(np.mean(clean_losses)) if clean_losses else None, lean=plan is not None)
 
 
 def _gated(where: Site, gate: torch.Tensor, fills: list[torch.Tensor] | None) -> Edit:
@@ -196,12 +223,12 @@ def gradient_scores(where: Site, inputs: dict, causal: bool, fills: list[torch.T
             n = fit if D is None else min(fit, D - done)
             batch = {k: v.expand(n, *v.shape[1:]) for k, v in inputs.items()}
             gate = torch.ones(n, L, H, dtype=torch.float64, requires_grad=True)
-            with editing(where, _gated(where, gate, fills)):
-                e = embedding(outputs_of(run_model(model, batch), False))  # (n, D)
-            D = D or e.shape[-1]
-            n = min(n, D - done)
-            picked = e[torch.arange(n), torch.arange(done, done + n)]  # element b: ê's dimension done + b
-            picked.sum().backward()
+            with editing(where, _gated(where, gate, fills)):  # the backward pass inside: on the long path the
+                e = embedding(outputs_of(run_model(model, batch), False))  # (n, D)  recomputed blocks meet the gate
+                D = D or e.shape[-1]
+                n = min(n, D - done)
+                picked = e[torch.arange(n), torch.arange(done, done + n)]  # element b: ê's dimension done + b
+                picked.sum().backward()
             assert gate.grad is not None
             squares += gate.grad[:n].pow(2).sum(dim=0).cpu()
             done += n
