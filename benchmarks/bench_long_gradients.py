@@ -1,5 +1,6 @@
 """Gradient analyses at long inputs on real weights: `patch --method atp` over every head, `logit-attr`,
-`faithfulness --methods grad-x-input` and `discover --method eap` (the long path where α would not fit: the
+`faithfulness --methods grad-x-input`, `discover --method eap` and `importance` (every head removed alone, and
+Michel et al.'s gradient estimate over every position's next-token loss) (the long path where α would not fit: the
 model's own SDPA forward and backward, each block recomputed) against the floor — the
 model's own SDPA forward and forward + backward at that length, in its own process — and against the peers
 where they run, every contender a fresh process, side by side in one run: wall time and peak resident memory.
@@ -77,21 +78,26 @@ print(json.dumps({"seconds": time.perf_counter() - start, "T": len(result.tokens
                   "top": [f"{e.layer}.{e.head}" for e in result.top[:3]]}))
 """
 
-FAITH = """
+TIMING = """
 import json, sys, time
 import attnviz
-import attnviz.engine.attribution.faithfulness as engine
 clean, corrupt = json.load(open(sys.argv[1]))["pair"]
 model = attnviz.load_model("smollm2", lm_head=True, memory_budget=int(float(sys.argv[2]) * 2**30))
 spent = []
-own = engine.gradient_scores
-def timed(*args, **kwargs):  # the gradient step alone (the model's, then the randomised model's)
-    start = time.perf_counter()
-    try:
-        return own(*args, **kwargs)
-    finally:
-        spent.append(time.perf_counter() - start)
-engine.gradient_scores = timed
+def timing(module, name):  # each call of module.name timed into `spent`
+    own = getattr(module, name)
+    def timed(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return own(*args, **kwargs)
+        finally:
+            spent.append(time.perf_counter() - start)
+    setattr(module, name, timed)
+"""
+
+FAITH = TIMING + """
+import attnviz.engine.attribution.faithfulness as engine
+timing(engine, "gradient_scores")  # the gradient step alone (the model's, then the randomised model's)
 start = time.perf_counter()
 result = attnviz.faithfulness(clean, model=model, methods=["grad-x-input"], target=" red")
 m = result.methods[0]
@@ -100,25 +106,23 @@ print(json.dumps({"seconds": time.perf_counter() - start, "T": len(result.tokens
                                                                           m.sufficiency_aopc]}))
 """
 
-DISCOVER = """
-import json, sys, time
-import attnviz
+DISCOVER = TIMING + """
 import attnviz.engine.discovery_lean as engine
-clean, corrupt = json.load(open(sys.argv[1]))["pair"]
-model = attnviz.load_model("smollm2", lm_head=True, memory_budget=int(float(sys.argv[2]) * 2**30))
-spent = []
-own = engine.score_edges
-def timed(*args, **kwargs):  # scoring the edges alone (the corrupted run's forward, the clean run's and its backward)
-    start = time.perf_counter()
-    try:
-        return own(*args, **kwargs)
-    finally:
-        spent.append(time.perf_counter() - start)
-engine.score_edges = timed
+timing(engine, "score_edges")  # scoring the edges alone (the corrupted run's forward, the clean run's and its backward)
 start = time.perf_counter()
 result = attnviz.discover(clean, corrupt, answers=(" red", " blue"), model=model, method="eap")
 print(json.dumps({"seconds": time.perf_counter() - start, "T": -1, "lean": result.lean, "scoring": spent[0] if spent
                   else None, "passed": result.passed, "top": [f"{e['from']}>{e['to']}" for e in result.edges(3)]}))
+"""
+
+IMPORTANCE = TIMING + """
+import attnviz.engine.ablation.ranking_lean as engine
+timing(engine, "gradient_lean")  # Michel et al.'s gradient estimate alone: one forward + backward pass
+start = time.perf_counter()
+result = attnviz.importance(clean, model=model)
+print(json.dumps({"seconds": time.perf_counter() - start, "T": result.tokens, "lean": result.lean,
+                  "gradient": spent[0] if spent else None, "rho": result.spearman_estimated,
+                  "top": [f"{r['layer']}.{r['head']}" for r in result.ranked[:3]]}))
 """
 
 FLOOR = """
@@ -221,9 +225,8 @@ def main() -> None:
     parser.add_argument("--budgets", default="6,3", help="memory budgets for attnviz.patch, GiB: what the long path "
                                                          "may hold beside the weights (blocks beyond it recomputed)")
     parser.add_argument("--only", default="", help="run only the contenders whose names hold one of these words "
-                                                   "(comma-separated: patch, logit_attr, faithfulness, discover); the "
-                                                   "floors "
-                                                   "always run")
+                                                   "(comma-separated: patch, logit_attr, faithfulness, discover, "
+                                                   "importance); the floors always run")
     args = parser.parse_args()
     wanted = [w for w in args.only.split(",") if w]
     folder = Path(tempfile.mkdtemp(prefix="bench_long_gradients_"))
@@ -249,7 +252,8 @@ def main() -> None:
                      for b in args.budgets.split(",")),
                    ("attnviz.logit_attr (÷ the forward floor)", (LOGITS, str(pair))),
                    ("attnviz.faithfulness(grad-x-input), budget 3G", (FAITH, str(pair), "3")),
-                   ("attnviz.discover(method='eap'), budget 4G", (DISCOVER, str(pair), "4"))]
+                   ("attnviz.discover(method='eap'), budget 4G", (DISCOVER, str(pair), "4")),
+                   ("attnviz.importance (L·H removals), budget 3G", (IMPORTANCE, str(pair), "3"))]
         rows = [("floor: the model's SDPA forward", run(sys.executable, FLOOR, str(pair), "forward", timeout=0)),
                 ("floor: the model's SDPA forward + backward", run(sys.executable, FLOOR, str(pair), "backward",
                                                                     timeout=0)),
@@ -274,10 +278,11 @@ def main() -> None:
                 note += (f" scoring {said['scoring']:.1f} s = {said['scoring'] / floors[1]:.2f}× the floor (a forward "
                          f"pass of the corrupted prompt included), the curve's 11 circuits the rest; check "
                          f"{'passed' if said['passed'] else 'FAILED'}")
-            if "gradient" in said and floors[1]:  # faithfulness: its gradient step beside the floor's
-                note += (f" gradient step {said['gradient']:.1f} s = {said['gradient'] / floors[1]:.2f}× the floor; "
-                         f"AOPC compr. {said['aopc'][0]:.3f} suff. {said['aopc'][1]:.3f}, sanity ρ "
-                         f"{said['sanity']:.2f}")
+            if said.get("gradient") and floors[1]:  # faithfulness, importance: the gradient step beside the floor's
+                note += f" gradient step {said['gradient']:.1f} s = {said['gradient'] / floors[1]:.2f}× the floor;"
+                note += (f" AOPC compr. {said['aopc'][0]:.3f} suff. {said['aopc'][1]:.3f}, sanity ρ "
+                         f"{said['sanity']:.2f}" if "aopc" in said else
+                         f" the rest: the L·H removals; Spearman ρ gradient vs |Δloss| {said['rho']:.2f}")
             print(f"{T:>6}  {name:<50} {wall:>8.1f} {peak / 2**30:>6.2f}  {ratio:>15}  {note} "
                   f"(inside: {inner:.1f} s)", flush=True)
         print()

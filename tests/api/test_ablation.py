@@ -115,8 +115,17 @@ def test_batched_importance_in_chunks_equals_one_batch(ablatable, monkeypatch):
 @pytest.mark.parametrize("kind", ["llama", "bert"])
 def test_the_gradient_is_the_derivative_of_the_gated_model(kind, ablatable):
     """Michel et al.'s gate, checked by a central difference on ξ_h: the next-token loss of a causal LM, or for
-    an encoder the norm of ê's derivative along ξ_h, each head of layer 0 and the last layer (rel. 2e-2)."""
+    an encoder the norm of ê's derivative along ξ_h, each head of layer 0 and the last layer, at ε = 1e-3. On a
+    float64 copy of the model on SDPA attention (eager attention takes its softmax in float32 whatever the
+    dtype): in float32 the loss moved by about 1e-6 at ξ = 1 ± ε for a weak head, its own rounding, and the check
+    failed or passed with the random head the test order drew. Llama's RMSNorm still computes in float32: the
+    loss (about 8) carries about 8 · 1.2e-7 = 1e-6 of rounding, 5e-4 over 2ε (abs.); the truncation,
+    ε² · |f'''| / 6, is covered by rel. 1e-2 (measured: ≤ 1.2e-4 abs.)."""
+    import copy
+
     import torch
+
+    from attnviz.engine.ablation import site
 
     from attnviz.engine.ablation import (
         editing,
@@ -129,7 +138,10 @@ def test_the_gradient_is_the_derivative_of_the_gated_model(kind, ablatable):
     )
     from attnviz.engine.ablation.ranking import _gated
 
-    _, where, inputs = ablatable(kind)
+    _, shared, inputs = ablatable(kind)
+    model = copy.deepcopy(shared.model).double()
+    model.set_attn_implementation("sdpa")  # eager attention takes its softmax in float32 whatever the model's dtype
+    where = site(model)
     causal = is_causal_lm(where.model)
     grad = gradient_scores(where, inputs, causal, None)
     eps = 1e-3
@@ -145,7 +157,7 @@ def test_the_gradient_is_the_derivative_of_the_gated_model(kind, ablatable):
         for head in range(where.heads):
             diff = (at(layer, head, 1 + eps) - at(layer, head, 1 - eps)) / (2 * eps)
             expected = float(diff.abs() if causal else diff.norm())
-            assert grad[layer, head] == pytest.approx(expected, rel=2e-2, abs=1e-5)
+            assert grad[layer, head] == pytest.approx(expected, rel=1e-2, abs=5e-4)
 
 
 def test_an_ablation_reports_what_changed(ablatable):
