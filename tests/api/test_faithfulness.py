@@ -592,6 +592,8 @@ def test_when_nothing_qualifies_the_verdict_says_so_and_what_a_corpus_needs():
     # the numbers the line gives are the test's own: 5 texts cannot reach 0.05, 6 can
     assert paired_sign_flip(np.ones(MIN_SIGNIFICANT_TEXTS - 1)) > 0.05 >= paired_sign_flip(
         np.ones(MIN_SIGNIFICANT_TEXTS))
+    alone = _result([_method("alti", 0.3, 0.5, 0.51)]).verdict()  # one method: named, not "none of the 1"
+    assert alone.startswith("trust on this text: alti does not beat random on both measures and pass the sanity")
     unchecked = _result([_method("alti", 0.5, 0.2), _method("loo", 0.21, 0.6)])
     assert unchecked.trusted() == ["alti"] and "sanity check was skipped" in unchecked.verdict()
 

@@ -1,7 +1,7 @@
 """faithfulness on the long path (a text of more than MAX_FAITHFULNESS_TOKENS tokens): the gradient methods, the
-erasure bins, the random orders and the sanity check without α, on the model's own SDPA attention — equal to the
-full path on the same text; no T × T tensor made at about 1,000 tokens; the methods that read α and leave-one-out
-refused by name, or left out and said."""
+erasure bins, the random orders and the sanity check without α, on the model's own SDPA attention, and attention
+from the explained rows alone — equal to the full path on the same text; no T × T tensor made at about 1,000
+tokens; the methods that read every layer's α and leave-one-out refused by name, or left out and said."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def test_the_long_path_equals_the_full_path(kind, tiny, monkeypatch):
     embedding) is at its maximum, so that gradient is rounding noise on both paths."""
     loaded = tiny(kind)
     causal = kind != "bert"
-    methods = (["grad-x-input"] if causal else []) + ["integrated-gradients", "random"]
+    methods = (["grad-x-input"] if causal else []) + ["attention", "integrated-gradients", "random"]
     text = story(80 if causal else 60)
     full = attnviz.faithfulness(text, model=loaded, methods=methods, orders=20, steps=8)
     monkeypatch.setattr(faith, "MAX_FAITHFULNESS_TOKENS", 8)
@@ -36,6 +36,9 @@ def test_the_long_path_equals_the_full_path(kind, tiny, monkeypatch):
     assert [m.name for m in long.methods] == [m.name for m in full.methods] == methods[:-1]
     for a, b in zip(full.methods, long.methods):
         assert np.abs(a.scores - b.scores).max() <= 1e-4 * np.abs(a.scores).max(), a.name
+        if a.name == "attention":  # the explained rows of the last layer's α, recomputed in float64 from the
+            # layer's Q and K: the model's float32 α within 1e-6 (each weight ≤ 1, float32 rounding ~1e-7)
+            assert np.abs(a.scores - b.scores).max() <= 1e-6 and a.scores.max() > 0
         assert abs(a.comprehensiveness_aopc - b.comprehensiveness_aopc) <= 1e-5, a.name
         assert abs(a.sufficiency_aopc - b.sufficiency_aopc) <= 1e-5, a.name
         assert [layer for layer, _ in a.sanity] == [layer for layer, _ in b.sanity]
@@ -52,7 +55,8 @@ def test_the_long_path_equals_the_full_path(kind, tiny, monkeypatch):
 
 def test_a_text_of_1000_tokens_runs_without_alpha(tiny):
     """About 1,030 tokens (the full path refuses beyond 256): unnamed, the methods that need no α in a few passes
-    run (gradient × input, LONG_ORDERS random orders, the sanity check); no tensor the ops make, forward or
+    run (gradient × input, LONG_ORDERS random orders, the sanity check), and attention from the explained row of
+    the last layer's α alone; no tensor the ops make, forward or
     backward, holds H·T²/2 numbers (eager attention's α is H·T² per layer); the rest said; the borrowed model
     given back on its own attention, with its own forward methods."""
     loaded = tiny("llama")
@@ -62,12 +66,15 @@ def test_a_text_of_1000_tokens_runs_without_alpha(tiny):
     T, H = len(found.tokens), loaded.shape[1]
     assert T >= 1000 and found.lean
     assert seen.most < H * T * T // 2, seen.shape
-    assert [m.name for m in found.methods] == ["grad-x-input"]
+    assert [m.name for m in found.methods] == ["attention", "grad-x-input"]
+    row = found.methods[0].scores
+    assert abs(row.sum() - 1) <= 1e-9 and (row >= 0).all()  # the explained row of α: a distribution over keys
     assert found.random is not None and found.random.orders == faith.LONG_ORDERS
     assert found.methods[0].sanity and found.methods[0].kendall_tau_loo is None
     said = " ".join(found.skipped)
-    for name in ("attention", "rollout", "flow", "alti", "value-zeroing", "integrated-gradients", "leave-one-out"):
+    for name in ("rollout", "flow", "alti", "value-zeroing", "integrated-gradients", "leave-one-out"):
         assert name in said, name
+    assert "attention" not in said.replace("attention's", "")
     assert found.erasable and len(found.methods[0].scores) == T
     assert loaded.model.config._attn_implementation == "eager"
     from attnviz.engine.attribution.faithfulness import model_blocks
@@ -82,7 +89,8 @@ def test_what_a_long_text_cannot_run_is_refused_by_name(tiny, monkeypatch):
     for method, said in (("rollout", "every layer's α"), ("loo", "once per token"), ("alti-logit", "α")):
         with pytest.raises(InputError, match=said) as caught:
             attnviz.faithfulness(text, model=loaded, methods=["grad-x-input", method])
-        assert method in str(caught.value) and "grad-x-input, integrated-gradients, random" in str(caught.value)
+        assert method in str(caught.value) and "attention, grad-x-input, integrated-gradients, random" in \
+            str(caught.value)
     monkeypatch.setenv("ATTNVIZ_MEMORY_BUDGET", "1M")
     with pytest.raises(InputError, match="without α.*the stream entering every block"):
         attnviz.faithfulness(text, model=loaded, methods=["grad-x-input"])

@@ -353,7 +353,8 @@ def long_methods(asked: list[str], explicit: bool, T: int) -> tuple[list[str], l
     skipped = []
     alpha = [m for m, why in cannot if m != "loo"]
     if alpha:
-        skipped.append(f"{', '.join(alpha)} (they read α, which a text of {T:,} tokens runs without)")
+        skipped.append(f"{', '.join(alpha)} (they read every layer's α, which a text of {T:,} tokens runs "
+                       f"without)")
     skipped.append(f"τ with leave-one-out (it runs the text once per token: a text of at most "
                    f"{MAX_FAITHFULNESS_TOKENS} tokens)")
     skipped += [f"{m} ({T:,} tokens forward and backward at each of --steps points: name it in --methods)"

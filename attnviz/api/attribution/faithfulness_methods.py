@@ -57,9 +57,13 @@ FAITHFULNESS: Family[type[Attribution]] = Family("methods")
 @FAITHFULNESS.register
 class Attention(Attribution):
     name, title, help = "attention", "attention", "α of the last layer, the mean over heads, of the explained rows"
-    long = "reads α"
 
     def scores(self, explained, inputs, erasable, steps):
+        if explained.alpha is None:  # the long path: the explained rows alone, made in the explained pass
+            if explained.last_rows is None:
+                raise UnsupportedArchitectureError("this family adds a positional bias to its attention scores, "
+                                                   "which the long path does not recompute")
+            return explained.last_rows, None
         return explained.alpha[-1].astype("float64").mean(0)[explained.rows()].mean(0), None
 
 

@@ -212,7 +212,10 @@ class Faithfulness(Result):
         if shown:
             return f"trust on this text: {', '.join(shown)}: {'it' if len(trusted) == 1 else 'they'} " \
                    f"{tested('s' if len(trusted) == 1 else '')}{skipped}"
-        return (f"trust on this text: none of the {len(self.methods)} methods {tested('s')}{skipped}; one "
+        which = (f"{self.methods[0].name} does not" if len(self.methods) == 1
+                 else f"none of the {len(self.methods)} methods")
+        verb = tested("") if len(self.methods) == 1 else tested("s")
+        return (f"trust on this text: {which} {verb}{skipped}; one "
                 f"text rarely tells them apart: measure a corpus (--corpus FILE: at least {MIN_SIGNIFICANT_TEXTS} "
                 f"texts for its paired test to reach p < {SIGNIFICANCE:g}, {MIN_INTERVAL_TEXTS} for its intervals)")
 
@@ -279,8 +282,9 @@ class Faithfulness(Result):
                                   style="yellow"))
         if self.lean:
             items.append(Line(f"Ran without α: {len(self.tokens):,} tokens, the model's own SDPA attention forward and "
-                              f"backward (blocks recomputed for the backward pass as the memory budget needs); "
-                              f"the methods that read α and leave-one-out are short-text methods", style="dim"))
+                              f"backward (blocks recomputed for the backward pass as the memory budget needs), "
+                              f"attention from the explained rows of the last layer's α alone; the methods that "
+                              f"read every layer's α and leave-one-out are short-text methods", style="dim"))
         for name in self.skipped:
             items.append(Line(f"skipped: {name}", style="dim"))
         top = "the top block" if deepest is None else "the top block down to block " + str(deepest)

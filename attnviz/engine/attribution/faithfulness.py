@@ -24,6 +24,7 @@ ERASE_BATCH = 16  # erased texts per forward pass
 IG_BATCH = 16  # integrated gradients' interpolation steps per forward pass
 FLOW_ROWS = 16  # an encoder's flow is the mean over at most this many query rows, spread evenly
 LEAN_TOKENS = 8192  # the long path: tokens per forward pass (erased texts of one length batched, or IG's points)
+ROW_BLOCK = 256  # the long path: query rows of the last layer's α made at once for the attention method
 
 
 class Explained:
@@ -49,7 +50,8 @@ class Explained:
         self.target: int | None
         self.reference: torch.Tensor | None
         read = last_logits(model) if lean and causal else {}
-        with self.passing(), torch.inference_mode():
+        self.last_rows: np.ndarray | None = None  # the long path: the last layer's α at rows(), mean over heads
+        with self.passing(), torch.inference_mode(), self._last_rows():
             out = run_model(model, {"input_ids": self.ids[None], "attention_mask": torch.ones_like(self.ids)[None],
                                     **self._types(1, self.T), **read}, attentions=not lean)
         self.alpha: np.ndarray | None = None if lean else \
@@ -66,6 +68,42 @@ class Explained:
             self.reference = pooled / pooled.norm().clamp_min(1e-12)
             self.target = None
             self.f_full = 1.0
+
+    def _last_rows(self) -> contextlib.AbstractContextManager:
+        """On the long path, what the attention method reads of α, made as the pass reaches the last layer: its
+        weights at rows() (the explained position of a causal LM; every row of an encoder, a block of
+        ROW_BLOCK rows at a time), the mean over heads and rows, (T,) — recomputed from the layer's own Q and K
+        (as logit attribution's long path does), never a T × T matrix per head. None where the family adds a
+        positional bias to its scores."""
+        if not self.lean:
+            return contextlib.nullcontext()
+        from attnviz.engine.hooks import recording_inputs
+        from attnviz.engine.scratch.adapters import layer_qkv
+        from attnviz.engine.scratch.formula import attention_mask, attention_weights
+
+        base = getattr(self.model, "base_model", self.model)
+        adapter = adapter_for(base)
+        modules = adapter.modules(base)
+        last = len(modules) - 1
+        rows = torch.as_tensor(self.rows())
+
+        def on_seen(n: int, seen) -> None:
+            if n != last:
+                return
+            qkv = layer_qkv(adapter, modules[n], seen, n, base.config)
+            if qkv.bias is not None:
+                return
+            total = torch.zeros(self.T, dtype=torch.float64)
+            for start in range(0, len(rows), ROW_BLOCK):
+                some = rows[start:start + ROW_BLOCK]
+                mask = attention_mask(torch.ones(1, self.T, dtype=torch.long), causal=adapter.causal,
+                                      window=qkv.window, reach=qkv.reach, rows=some).to(qkv.q.device)
+                alpha = attention_weights(qkv.q[:1, :, some].double(), qkv.k[:1].double(), mask, scale=qkv.scale,
+                                          softcap=qkv.softcap, sinks=None if qkv.sinks is None else qkv.sinks.double())
+                total += alpha[0].mean(0).sum(0).cpu()  # (T,): the mean over heads, summed over these rows
+            self.last_rows = (total / len(rows)).numpy()
+
+        return recording_inputs(modules[-1:], lambda n, seen: on_seen(last, seen))
 
     def passing(self, grad: bool = False) -> contextlib.AbstractContextManager:
         """How the model runs: as loaded, or on the long path (with `grad`, its first `recomputed` blocks
