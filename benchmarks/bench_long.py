@@ -15,7 +15,8 @@ The model is a random BERT-like one (12 layers, 12 heads, hidden 768, 8192 posit
 tokenizer), built once into a temporary folder. The text is common one-token words, so T is exact.
 Peak memory is the child process's maximum resident set (wait4's ru_maxrss), model weights included.
 
-With --model (an offline model's name) the rows are streamed only, on that model's converted folder, the text
+With --model (an offline model's name) the rows are streamed only (`sinks` streams by itself beyond the budget),
+on that model's converted folder, the text
 attnviz's own source code cut to exactly T of the model's tokens (a long code file), each of --commands a row
 beside the floor on the same folder; the weights' size (float32) is printed so that "the weights + N GB" can be
 read off.
@@ -117,7 +118,7 @@ def code_file(folder: Path, tokenizer, T: int) -> Path:
     return path
 
 
-def named_rows(name: str, lengths: list[int], commands: list[str]) -> None:
+def named_rows(name: str, lengths: list[int], commands: list[str], floor_too: bool = True) -> None:
     """Streamed rows of an offline model: each command at each length beside the floor, fresh processes."""
     sys.path.insert(0, str(ROOT))
     from transformers import AutoTokenizer
@@ -145,10 +146,15 @@ def named_rows(name: str, lengths: list[int], commands: list[str]) -> None:
             path = code_file(folder, tokenizer, T)
             floor: tuple[float, int] | None = None
             for command in commands:
+                streamed = ["--stream"] if command != "sinks" else []  # sinks streams by itself beyond the budget
                 seconds, peak, stdout, stderr = measure([command, "--text-file", str(path), "-m", name, "--json",
-                                                         "--device", "cpu", "--stream"])
+                                                         "--device", "cpu", *streamed])
                 if not stdout.strip():
                     sys.exit(f"{command} failed at T={T}: {stderr[-400:]}")
+                if not floor_too:
+                    print(f"{T:>6} {command:>8} {peak / 2**30:>6.2f} {seconds:>8.1f} {'—':>10} {'—':>8} {'—':>8} "
+                          f"{(peak - weights) / 2**30:>+11.2f}G above the weights as stored", flush=True)
+                    continue
                 floor = floor or measure_floor(model, path)  # after the first command: its row shows first
                 print(f"{T:>6} {command:>8} {peak / 2**30:>6.2f} {seconds:>8.1f} {floor[1] / 2**30:>10.2f} "
                       f"{floor[0]:>8.1f} {seconds / floor[0]:>7.2f}x {(peak - floor[1]) / 2**30:>+11.2f}G",
@@ -188,10 +194,11 @@ def main() -> None:
     parser.add_argument("--streamed-only", default="8192", help="T values for the streamed path alone")
     parser.add_argument("--model", help="an offline model's name: streamed rows of it alone (see above)")
     parser.add_argument("--commands", default="heads", help="with --model: the commands, comma-separated")
+    parser.add_argument("--no-floor", action="store_true", help="with --model: the commands' rows alone")
     args = parser.parse_args()
     if args.model:
         named_rows(args.model, [int(t) for t in args.streamed_only.split(",") if t],
-                   [c for c in args.commands.split(",") if c])
+                   [c for c in args.commands.split(",") if c], floor_too=not args.no_floor)
         return
     folder = Path(tempfile.mkdtemp(prefix="bench_long_"))
     try:
