@@ -136,7 +136,7 @@ def test_the_gradient_is_the_derivative_of_the_gated_model(kind, ablatable):
         outputs_of,
         run_model,
     )
-    from attnviz.engine.ablation.ranking import _gated
+    from attnviz.engine.ablation.seam import gated
 
     _, shared, inputs = ablatable(kind)
     model = copy.deepcopy(shared.model).double()
@@ -149,7 +149,7 @@ def test_the_gradient_is_the_derivative_of_the_gated_model(kind, ablatable):
     def at(layer, head, value):
         gate = torch.ones(1, where.layers, where.heads, dtype=torch.float64)
         gate[0, layer, head] = value
-        with editing(where, _gated(where, gate, None)), torch.inference_mode():
+        with editing(where, gated(where, gate, None)), torch.inference_mode():
             out = outputs_of(run_model(where.model, inputs), causal)
         return next_token_loss(out, inputs["input_ids"])[0] if causal else embedding(out)[0].double()
 

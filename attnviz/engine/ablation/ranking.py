@@ -13,7 +13,7 @@ import torch
 from attnviz.engine.hooks import Hook, hooked
 from attnviz.errors import UnsupportedArchitectureError
 
-from attnviz.engine.ablation.seam import Edit, Site, copies_that_fit, editing, every_head, removal
+from attnviz.engine.ablation.seam import Site, copies_that_fit, editing, every_head, gated, removal
 from attnviz.engine.ablation.runs import embedding, head_means, is_causal_lm, outputs_of, run_model
 from attnviz.engine.ablation.removing import kl_rows, next_token_loss
 from attnviz.progress import Reporter
@@ -178,24 +178,20 @@ def importance(where: Site, texts: Sequence[dict], *, mode: str = "zero", fills:
     if gradient:
         with reporter.progress("The gradient estimate (Michel et al.)", len(texts), "texts") as step:
             for inputs in texts:
-                scores += (gradient_scores(where, inputs, causal, used) if plan is None else
-                           gradient_lean(where, inputs, causal, used, plan.recomputed))
+                if plan is None:
+                    scores += gradient_scores(where, inputs, causal, used)
+                elif causal:
+                    scores += gradient_lean(where, inputs, used, plan.recomputed)
+                else:  # an encoder's exact Jacobian, on SDPA with every block recomputed
+                    from attnviz.engine.lean import lean
+
+                    with lean(where.model, where.blocks, grad=True):
+                        scores += gradient_scores(where, inputs, causal, used)
                 step(1)
     n = max(len(texts), 1)
     return ImportanceRun("causal" if causal else "encoder", mode, effect / n, scores / n, estimated / n,
                          None if loss is None else loss / n, texts=len(texts), tokens=tokens,
                          clean_loss=float(np.mean(clean_losses)) if clean_losses else None, lean=plan is not None)
-
-
-def _gated(where: Site, gate: torch.Tensor, fills: list[torch.Tensor] | None) -> Edit:
-    """z_h -> m_h + ξ_h (z_h − m_h) with a gate (B, L, H) per element (m = 0 for zero ablation)."""
-    def edit(layer: int, z: torch.Tensor) -> torch.Tensor:
-        xi = gate[:, layer][:, None, :, None].to(z.dtype)  # (B, 1, H, 1)
-        if fills is None:
-            return z * xi
-        m = fills[layer].to(z.dtype)  # (H, d)
-        return m + xi * (z - m)
-    return edit
 
 
 def gradient_scores(where: Site, inputs: dict, causal: bool, fills: list[torch.Tensor] | None) -> np.ndarray:
@@ -210,7 +206,7 @@ def gradient_scores(where: Site, inputs: dict, causal: bool, fills: list[torch.T
             if ids.shape[1] < 2:
                 return np.zeros((L, H))
             gate = torch.ones(1, L, H, dtype=torch.float64, requires_grad=True)
-            with editing(where, _gated(where, gate, fills)):
+            with editing(where, gated(where, gate, fills)):
                 loss = next_token_loss(outputs_of(run_model(model, inputs), True), ids)[0]
             loss.backward()
             assert gate.grad is not None
@@ -223,7 +219,7 @@ def gradient_scores(where: Site, inputs: dict, causal: bool, fills: list[torch.T
             n = fit if D is None else min(fit, D - done)
             batch = {k: v.expand(n, *v.shape[1:]) for k, v in inputs.items()}
             gate = torch.ones(n, L, H, dtype=torch.float64, requires_grad=True)
-            with editing(where, _gated(where, gate, fills)):  # the backward pass inside: on the long path the
+            with editing(where, gated(where, gate, fills)):  # the backward pass inside: on the long path the
                 e = embedding(outputs_of(run_model(model, batch), False))  # (n, D)  recomputed blocks meet the gate
                 D = D or e.shape[-1]
                 n = min(n, D - done)

@@ -24,10 +24,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnviz.engine.ablation.ranking import _gated, gradient_scores
 from attnviz.engine.ablation.removing import distribution_positions
 from attnviz.engine.ablation.runs import embedding, last_logits, outputs_of, run_model
-from attnviz.engine.ablation.seam import Site, editing
+from attnviz.engine.ablation.seam import Site, editing, gated
 from attnviz.engine.hooks import Hook, hooked
 
 
@@ -171,20 +170,16 @@ def removals_lean(where: Site, inputs: dict, fills: list[torch.Tensor] | None, c
     return effect, loss, estimated, clean_loss
 
 
-def gradient_lean(where: Site, inputs: dict, causal: bool, fills: list[torch.Tensor] | None,
-                  recomputed: int) -> np.ndarray:
-    """Michel et al.'s estimate (L, H) on the long path: a causal LM's |∂loss/∂ξ_h| from one forward + backward
+def gradient_lean(where: Site, inputs: dict, fills: list[torch.Tensor] | None, recomputed: int) -> np.ndarray:
+    """Michel et al.'s estimate (L, H) of a causal LM on the long path: |∂loss/∂ξ_h| from one forward + backward
     pass on the model's own SDPA attention (its first `recomputed` blocks recomputed in the backward pass), the
-    next-token loss summed a block of positions at a time, each block's logits made again in the backward pass;
-    an encoder's exact Jacobian as ranking.gradient_scores makes it, on SDPA with every block recomputed."""
+    next-token loss summed a block of positions at a time, each block's logits made again in the backward pass.
+    (An encoder's exact Jacobian is ranking.gradient_scores's, run on SDPA with every block recomputed.)"""
     from attnviz.engine.attribution.lens import _head
     from attnviz.engine.lean import lean
 
     model = where.model
     L, H = where.layers, where.heads
-    if not causal:
-        with lean(model, where.blocks, grad=True):
-            return gradient_scores(where, inputs, causal, fills)
     ids = inputs["input_ids"][0]
     T = int(ids.shape[0])
     if T < 2:
@@ -198,7 +193,7 @@ def gradient_lean(where: Site, inputs: dict, causal: bool, fills: list[torch.Ten
 
     gate = torch.ones(1, L, H, dtype=torch.float64, requires_grad=True)
     with lean(model, where.blocks[:recomputed], grad=True), torch.enable_grad():
-        with editing(where, _gated(where, gate, fills)), hooked(final.hooks()):
+        with editing(where, gated(where, gate, fills)), hooked(final.hooks()):
             normed = final.run(inputs)[0]  # (T, D)
             targets = ids[1:].to(normed.device)
             with torch.no_grad():

@@ -186,3 +186,14 @@ def weights_removed(where: Site, removed: Sequence[tuple[int, int]],
 def every_head(L: int, H: int) -> list[tuple[int, int]]:
     """(layer, head) for every head, layer-major."""
     return [(layer, head) for layer in range(L) for head in range(H)]
+
+
+def gated(where: Site, gate: torch.Tensor, fills: list[torch.Tensor] | None) -> Edit:
+    """z_h -> m_h + ξ_h (z_h − m_h) with a gate (B, L, H) per element (m = 0 for zero ablation)."""
+    def edit(layer: int, z: torch.Tensor) -> torch.Tensor:
+        xi = gate[:, layer][:, None, :, None].to(z.dtype)  # (B, 1, H, 1)
+        if fills is None:
+            return z * xi
+        m = fills[layer].to(z.dtype)  # (H, d)
+        return m + xi * (z - m)
+    return edit
