@@ -30,4 +30,4 @@ def compute(run: Any, options: Options) -> Sinks:
 
     text = run.text_of("sinks")
     with run.lent():
-        return sinks_of_run(run.model, text, run.encoded, run, threshold=options.threshold)
+        return sinks_of_run(run.model, text, run.encoded, run, threshold=options.threshold, reporter=run.reporter)
