@@ -76,6 +76,15 @@ def _switch(model, implementation: str) -> None:
                                            f"a long input cannot run without α; shorten it") from None
 
 
+def _put_back(swapped: list[tuple[Any, Any]]) -> None:
+    """Each block's forward method as it was: the one set on the instance, else the class's."""
+    for block, own in reversed(swapped):
+        if own is None:
+            del block.__dict__["forward"]
+        else:
+            block.forward = own
+
+
 @contextlib.contextmanager
 def lean(model, blocks: Sequence[Any] = (), *, grad: bool = False) -> Iterator[None]:
     """`model` on its own memory-efficient attention for the block, and with `grad`, each of `blocks` recomputed
@@ -94,11 +103,7 @@ def lean(model, blocks: Sequence[Any] = (), *, grad: bool = False) -> Iterator[N
                                                   use_reentrant=False)
         yield
     finally:
-        for block, own in reversed(swapped):
-            if own is None:
-                del block.__dict__["forward"]
-            else:
-                block.forward = own
+        _put_back(swapped)
         _switch(model, before)
 
 
@@ -115,9 +120,5 @@ def replayed(blocks: Sequence[Any], output: Any) -> Iterator[None]:
             block.forward = lambda *args, **kwargs: output
         yield
     finally:
-        for block, own in reversed(swapped):
-            if own is None:
-                del block.__dict__["forward"]
-            else:
-                block.forward = own
+        _put_back(swapped)
 

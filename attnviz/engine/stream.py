@@ -100,6 +100,18 @@ def torch_beside_fold(device) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+def _run_streamed(model, inputs: dict, on_call: Callable[[LayerAttention, torch.Tensor], torch.Tensor],
+                  L: int) -> None:
+    """The model once with its attention through `on_call` (interface.streaming), checked to make one call per
+    layer."""
+    with streaming(model, on_call) as calls, torch.inference_mode():
+        model(**inputs)
+    if calls[0] != L:
+        model_type = getattr(model.config, "model_type", "this")
+        raise UnsupportedArchitectureError(f"{model_type} ran {calls[0]} attention calls for {L} layers; the "
+                                           f"streamed path needs one per layer")
+
+
 def stream(model, inputs: dict, tokens: Tokens, *, batch: int = 0, pool: int = DEFAULT_POOL,
            rollout_tokens: Sequence[int] = (), window: Window | None = None, edges: np.ndarray | None = None,
            block_bytes: int = BLOCK_BYTES, on_layer_done: Callable[[int], None] | None = None,
@@ -164,12 +176,7 @@ def stream(model, inputs: dict, tokens: Tokens, *, batch: int = 0, pool: int = D
             on_layer_done(attention.heads)
         return out
 
-    with streaming(model, on_call) as calls, torch.inference_mode():
-        model(**inputs)
-    if calls[0] != L:
-        model_type = getattr(model.config, "model_type", "this")
-        raise UnsupportedArchitectureError(f"{model_type} ran {calls[0]} attention calls for {L} layers; the "
-                                           f"streamed path needs one per layer")
+    _run_streamed(model, inputs, on_call, L)
     if keep:
         with torch.inference_mode():
             for layer in reversed(range(L)):  # top to bottom, as rollout multiplies
@@ -337,12 +344,7 @@ def stream_sinks(model, inputs: dict, projections: Sequence, *, block_bytes: int
             on_layer_done(attention.heads)
         return out
 
-    with streaming(model, on_call) as calls, torch.inference_mode():
-        model(**inputs)
-    if calls[0] != L:
-        model_type = getattr(model.config, "model_type", "this")
-        raise UnsupportedArchitectureError(f"{model_type} ran {calls[0]} attention calls for {L} layers; the "
-                                           f"streamed path needs one per layer")
+    _run_streamed(model, inputs, on_call, L)
     return (torch.stack([a for a, _ in sums]).numpy(), torch.stack([b for _, b in sums]).numpy())
 
 
