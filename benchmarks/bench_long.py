@@ -3,8 +3,9 @@ the streamed path (attention a block of query rows at a time) and against the fl
 side by side in one run: peak resident memory, wall time, and whether the numbers agree.
 
 The floor is what any exact streamed statistics must at least do: the model's own forward pass (SDPA, no
-weights kept) plus one blockwise recomputation of softmax(Q·Kᵀ/√d_k) from the recorded layer inputs, nothing
-folded; it runs in its own process like the two paths (imports and the model's load included).
+weights kept) plus one blockwise recomputation of softmax(Q·Kᵀ/√d_k) from the recorded layer inputs (a causal
+model's rows over the keys up to the block's last row), nothing folded; it runs in its own process like the two
+paths (imports and the model's load included).
 
     python benchmarks/bench_long.py                    # T = 1024, 2048, 4096 both ways; 8192 streamed
     python benchmarks/bench_long.py --tokens 1024,2048 --streamed-only 4096
@@ -81,12 +82,14 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 from attnviz.engine.scratch.adapters import adapter_for
 from attnviz.engine.hooks import recording_inputs
+from attnviz.engine.models import ENCODER_MODEL_TYPES
 
 folder, path = sys.argv[1], sys.argv[2]
 tokenizer = AutoTokenizer.from_pretrained(folder)
 model = AutoModel.from_pretrained(folder, attn_implementation="sdpa").eval()
 inputs = tokenizer(open(path, encoding="utf-8").read(), return_tensors="pt")
 adapter = adapter_for(model)
+causal = model.config.model_type not in ENCODER_MODEL_TYPES
 modules = adapter.modules(model)
 with torch.inference_mode():
     with recording_inputs(modules) as seen:
@@ -96,7 +99,8 @@ with torch.inference_mode():
         q, k = qkv.q[0], qkv.k[0]  # (H, T, d)
         scale = q.shape[-1] ** -0.5
         for start in range(0, q.shape[1], 256):  # one blockwise softmax of every row, nothing folded
-            torch.softmax(q[:, start:start + 256] @ k.transpose(-2, -1) * scale, dim=-1)
+            keys = k[:, :start + 256] if causal else k  # a causal row's keys after the block: masked, not made
+            torch.softmax(q[:, start:start + 256] @ keys.transpose(-2, -1) * scale, dim=-1)
 print("ok")
 """
 

@@ -196,13 +196,13 @@ def test_each_block_of_alpha_is_computed_once(load_tiny, monkeypatch):
     capture = capture_text(LONG, loaded)
     encoded = encode(loaded, LONG)
     calls = []
-    real = interface.LayerAttention.rows
+    real = interface.LayerAttention.block
 
-    def rows(self, queries):
-        calls.append(len(queries))
-        return real(self, queries)
+    def block(self, start, stop, buffer):
+        calls.append(stop - start)
+        return real(self, start, stop, buffer)
 
-    monkeypatch.setattr(interface.LayerAttention, "rows", rows)
+    monkeypatch.setattr(interface.LayerAttention, "block", block)
     T, block_bytes = capture.n_tokens, 4 * 8 * capture.n_tokens * 10  # 10 rows of 4 heads a block
     stream(loaded.model, encoded.inputs, Tokens.of(capture), pool=1, block_bytes=block_bytes)
     assert sum(calls) == capture.n_layers * T and len(calls) == capture.n_layers * -(-T // 10)
@@ -241,3 +241,39 @@ def test_the_intact_pooled_capture_reads(pooled):
     assert result.exit_code == 0, result.output
     stored = Capture.load(pooled).meta["head_stats"]
     assert json.loads(result.stdout)["heads"] == json.loads(json.dumps(stored))
+
+
+@pytest.mark.parametrize("causal, softcap, masked, sinks", [(True, None, False, False), (False, None, False, False),
+                                                            (True, 5.0, False, False), (True, None, True, False),
+                                                            (False, None, False, True)])
+def test_blocks_in_reused_buffers_equal_the_written_out_formula(causal, softcap, masked, sinks):
+    """LayerAttention.block (in place, a causal block over its reachable keys only) against formula's written-out
+    softmax (not the fused one); output() against α·V; and each block's α still intact while the next block is
+    computed, as the fold beside it reads it. float32 throughout: 1e-6."""
+    import torch
+
+    from attnviz.engine.interface import LayerAttention, output
+    from attnviz.engine.scratch.formula import attention_weights
+
+    torch.manual_seed(0)
+    B, H, T, d = 1, 3, 37, 8
+    q, k, v = torch.randn(B, H, T, d), torch.randn(B, H, T, d), torch.randn(B, H, T, d)
+    mask = (torch.rand(B, 1, T, T) > 0.3) | torch.eye(T, dtype=torch.bool) if masked else None
+    sink = torch.randn(H) if sinks else None
+    attention = LayerAttention(q=q, k=k, mask=mask, causal=causal and not masked, scale=0.3, softcap=softcap,
+                               sinks=sink)
+    written = mask if masked else ((torch.arange(T)[None, :] <= torch.arange(T)[:, None])[None, None] if causal
+                                   else None)
+    expected = attention_weights(q, k, written, scale=0.3, softcap=softcap, sinks=sink)  # (B, H, T, T)
+    seen: list[tuple[int, torch.Tensor]] = []
+
+    def on_block(queries, alpha):
+        if seen:  # the block before, as it was handed over: not yet overwritten
+            start, before = seen[-1]
+            torch.testing.assert_close(before, expected[:, :, start:start + before.shape[2]], atol=1e-6, rtol=0)
+        seen.append((int(queries[0]), alpha))
+        torch.testing.assert_close(alpha, expected[:, :, queries], atol=1e-6, rtol=0)
+
+    out = output(attention, v, block_bytes=B * H * T * 8 * 5, on_block=on_block)  # 5 rows a block, 8 blocks
+    assert len(seen) == 8
+    torch.testing.assert_close(out, (expected @ v).transpose(1, 2), atol=1e-5, rtol=0)
