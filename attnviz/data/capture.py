@@ -349,7 +349,7 @@ class Capture:
             if low < -atol or (high > 1 + atol and not norms):
                 raise AttentionCheckError(f"attention weights outside [0, 1]: min {low:.3g}, max {high:.3g}")
             sums = layer.sum(axis=-1, dtype=np.float64)  # (H, T)
-            if self.sinks:  # the sink logit takes a share: rows sum to at most 1
+            if self.sinks and not norms:  # the sink logit takes a share: rows sum to at most 1
                 worst = float(max(sums.max() - 1.0, 0.0))
                 if worst > atol:
                     raise AttentionCheckError(f"attention rows sum to more than 1 (by {worst:.3g} > {atol:g})")

@@ -25,7 +25,7 @@ def _same(full, long) -> None:
             assert abs(a["norm_score"] - b["norm_score"]) <= 1e-5
 
 
-@pytest.mark.parametrize("kind", ["gpt2", "llama", "qwen3", "mistral-window", "gemma2"])
+@pytest.mark.parametrize("kind", ["gpt2", "llama", "qwen3", "mistral-window", "gemma2", "gpt_oss"])
 def test_streamed_sinks_equal_the_full_path_at_1000_tokens(kind, tiny, monkeypatch):
     """Each key's sink score by α and by norm share (its mean over the queries that can see it), every layer and
     head, within 1e-4 relative (+1e-7) of the full path's: the full path recomputes α in float64 from the
