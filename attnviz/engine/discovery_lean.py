@@ -112,11 +112,12 @@ def _per_head(g: Graph, n: int, dtype) -> torch.Tensor:
 
 
 def record(g: Graph, inputs: dict, *, against: Changes | None = None,
-           embeddings: torch.Tensor | None = None) -> Changes:
+           embeddings: torch.Tensor | None = None, consume: bool = False) -> Changes:
     """A run (inference, on SDPA) recording each node's write compactly; with `against`, minus that run's (the
-    changes). `embeddings` (T, D): the first block's input instead of the tokens' own."""
+    changes; `consume`: each of its layers let go once subtracted). `embeddings` (T, D): the first block's input
+    instead of the tokens' own."""
     found = _empty(g)
-    with lean(g.model), torch.inference_mode(), hooked(_recording(g, found, against, embeddings)):
+    with lean(g.model), torch.inference_mode(), hooked(_recording(g, found, against, embeddings, consume=consume)):
         found.logits = run_model(g.model, {**inputs, **last_logits(g.model)}).logits[0, -1]
     _check(found)
     return found
@@ -281,10 +282,13 @@ def scores(g: Graph, inputs: dict, metric: Any, *, recomputed: int, changes: Cha
     return table, found
 
 
-def circuit_logits(g: Graph, inputs: dict, corrupt: Changes, keep: torch.Tensor, cached: int = 0) -> torch.Tensor:
+def circuit_logits(g: Graph, inputs: dict, corrupt: Changes, keep: torch.Tensor, cached: int = 0,
+                   consume: bool = False) -> torch.Tensor:
     """The logits at the last position (V,) of the run where each receiver r reads the corrupted run's input plus
     the changes of the nodes kept for it (`keep` (receivers, nodes) 0/1): the live stream minus the changes of
-    the nodes not kept, one layer's receivers at a time. `cached`: layers whose heads' writes may be kept."""
+    the nodes not kept, one layer's receivers at a time. `cached`: layers whose heads' writes may be kept.
+    `consume`: each of `corrupt`'s layers let go once subtracted (one record held, not two; `corrupt` is
+    spent)."""
     found = _empty(g)
     found.cached = cached
     outside = torch.zeros_like(keep)
@@ -337,7 +341,7 @@ def circuit_logits(g: Graph, inputs: dict, corrupt: Changes, keep: torch.Tensor,
             return (torch.cat(parts)[None].to(args[0].dtype), *args[1:])
         return hook
 
-    hooks = _recording(g, found, corrupt, None)
+    hooks = _recording(g, found, corrupt, None, consume=consume)
     for n, layer in enumerate(g.layers):
         hooks.append(Hook(layer.attention_norm, "pre", attention_norm(n)))
         for module in {id(m): m for m in layer.projections.values()}.values():
@@ -366,7 +370,7 @@ def score_edges(g: Graph, prepared: list, steps: int, recomputed: int, step: Any
             found, changes = scores(g, first, metric, recomputed=recomputed, corrupt=corrupt, cached=cached)
             table += found
         else:
-            changes = record(g, first, against=corrupt)
+            changes = record(g, first, against=corrupt, consume=True)  # one record held, not two
             start = corrupt.first
             del corrupt
             for t in torch.arange(1, steps + 1, dtype=torch.float64) / steps:
@@ -381,35 +385,42 @@ def score_edges(g: Graph, prepared: list, steps: int, recomputed: int, step: Any
 
 
 def circuit_sums(g: Graph, prepared: list, table: Any, counts: list[int], step: Any,
-                 cached: int = 0) -> dict[int, float]:
-    """engine.discovery.circuit_sums on the long path (`cached` as score_edges)."""
+                 cached: int = 0, hold: bool = True) -> dict[int, float]:
+    """engine.discovery.circuit_sums on the long path (`cached` as score_edges). `hold`: the corrupted run's
+    record kept whole beside each circuit's changes (two records); else each circuit spends a record of its own,
+    made again before it (one record held, one forward pass more per circuit)."""
     import numpy as np
 
     scored = torch.from_numpy(np.asarray(table, dtype=np.float64))
     masks = {n: kept(g, scored, n) for n in counts}
     sums = {n: 0.0 for n in counts}
     for first, second, (right, wrong) in prepared:
-        corrupt = record(g, second)
+        corrupt = record(g, second) if hold else None
         for n in counts:
-            logits = circuit_logits(g, first, corrupt, masks[n], cached)
+            logits = circuit_logits(g, first, corrupt if hold else record(g, second), masks[n], cached,
+                                    consume=not hold)
             sums[n] += float(_logit_difference(logits[None], right, wrong)[0])
             step(1)
     return sums
 
 
 def lean_parts(g: Graph, T: int) -> tuple[dict[str, int], int]:
-    """What the long path holds at its peak for T tokens, by part (the curve: the corrupted run's record and a
-    circuit's changes; scoring holds one of them), and besides, while scoring, the stream entering every block
-    that the backward pass keeps (its second value). Beyond these, the budget's spare keeps layers' heads' writes
-    once made (H·T·D each, `write_bytes`) and then blocks' activations."""
+    """What the long path holds at its peak for T tokens, by part (one record of every node's write: the
+    corrupted run's, spent layer by layer as this run's changes are made), and besides, while scoring, the stream
+    entering every block that the backward pass keeps (its second value). Beyond these, the budget's spare keeps
+    the corrupted run's record whole through the curve (`record_bytes`: no forward pass more per circuit), then
+    layers' heads' writes once made (H·T·D each, `write_bytes`), then blocks' activations."""
     from attnviz.engine.lean import block_activation_bytes
 
-    L = len(g.layers)
-    record_bytes = 4 * T * (L * (g.H * g.d + g.D) + g.D)
-    return ({"the corrupted run's and this run's changes at every node (z and the MLPs' outputs)": 2 * record_bytes,
+    return ({"one run's changes at every node (z and the MLPs' outputs)": record_bytes(g, T),
              "one layer's receivers' inputs or gradients": 2 * (g.per_layer + 1) * T * g.D * 4,
              "one block's activations": block_activation_bytes(g.model.config, T)},
-            4 * T * L * g.D)
+            4 * T * len(g.layers) * g.D)
+
+
+def record_bytes(g: Graph, T: int) -> int:
+    """One run's record: every layer's z (T, H·d) and MLP output (T, D) and the first block's input, float32."""
+    return 4 * T * (len(g.layers) * (g.H * g.d + g.D) + g.D)
 
 
 def write_bytes(g: Graph, T: int) -> int:

@@ -57,7 +57,7 @@ def test_the_budget_refuses_the_long_path_in_one_line(tiny, monkeypatch):
     loaded = tiny("llama")
     clean, corrupt = story_pair(515)
     monkeypatch.setenv("ATTNVIZ_MEMORY_BUDGET", "1M")
-    with pytest.raises(InputError, match=r"without α .*the corrupted run's and this run's changes at every node .*"
+    with pytest.raises(InputError, match=r"without α .*one run's changes at every node .*"
                                          r"grows linearly"):
         attnviz.discover(clean, corrupt, answers=(" cat", " dog"), model=loaded, method="eap")
 
@@ -76,3 +76,46 @@ def test_the_command_says_it_ran_without_alpha(tmp_path):
     line = one_line_error(run("discover", clean, corrupt, "--answers", "' cat',' dog'", "-m", folder, "--method", "eap",
                               "--max-memory", "100K"))
     assert "without α" in line and "--max-memory" in line
+
+
+def test_a_budget_short_of_two_records_runs_the_curve_on_one(tiny, monkeypatch):
+    """Where the budget holds the long path's parts but not the corrupted run's record beside a circuit's changes,
+    each circuit records the corrupted run again and spends it layer by layer: the curve equal to the one that
+    keeps the record whole (the same arithmetic: within 1e-6 of max(1, |LD|)), one forward pass more per circuit
+    (counted), each spent record emptied; the scores unchanged."""
+    from attnviz.engine import discovery_lean
+    from attnviz.engine.discovery import graph
+    from attnviz.engine.discovery_lean import lean_parts, record_bytes
+
+    loaded = tiny("llama")
+    clean, corrupt = story_pair(540)
+    T = len(loaded.tokenizer(clean)["input_ids"])
+    g = graph(loaded.model)
+    parts, _ = lean_parts(g, T)
+    results, records, spent = {}, {}, {}
+    real_record, real_circuit = discovery_lean.record, discovery_lean.circuit_logits
+
+    def counted(*args, **kwargs):
+        records[hold] += 1
+        return real_record(*args, **kwargs)
+
+    def circuit(g, inputs, corrupt, keep, cached=0, consume=False):
+        logits = real_circuit(g, inputs, corrupt, keep, cached, consume)
+        spent[hold].append(all(z is None for z in corrupt.z) and all(m is None for m in corrupt.mlp))
+        return logits
+
+    monkeypatch.setattr(discovery_lean, "record", counted)
+    monkeypatch.setattr(discovery_lean, "circuit_logits", circuit)
+    for hold, spare in ((True, record_bytes(g, T) + 1), (False, record_bytes(g, T) // 2)):
+        records[hold], spent[hold] = 0, []
+        monkeypatch.setenv("ATTNVIZ_MEMORY_BUDGET", str(sum(parts.values()) + spare))
+        results[hold] = attnviz.discover(clean, corrupt, answers=(" cat", " dog"), model=loaded, method="eap")
+    kept_whole, once_each = results[True], results[False]
+    assert kept_whole.lean and once_each.lean
+    circuits = len(kept_whole.curve)
+    assert records[True] == 2 and records[False] == 1 + circuits  # scoring's one, then the curve's
+    assert spent[True] == [False] * circuits and spent[False] == [True] * circuits
+    np.testing.assert_array_equal(kept_whole.scores, once_each.scores)
+    gap = kept_whole.clean_diff - kept_whole.corrupt_diff
+    for (n, a), (m, b) in zip(kept_whole.curve, once_each.curve):
+        assert n == m and abs(a - b) * abs(gap) <= 1e-6 * max(1.0, abs(kept_whole.clean_diff))

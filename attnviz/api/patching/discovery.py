@@ -314,7 +314,7 @@ def discover(clean: str | None = None, corrupt: str | None = None, *, answers: S
         ids = (target_id(loaded, a, "answers"), target_id(loaded, b, "answers"))
         prepared.append((first, second, (int(ids[0] or 0), int(ids[1] or 0))))
     longest = max(len(p[0].tokens) for p in prepared)
-    recomputed, cached = lean_path(loaded, g, longest, chosen.points(steps))
+    recomputed, cached, hold = lean_path(loaded, g, longest, chosen.points(steps))
     reporter = reporter or Reporter()
     runs = [(first.inputs, second.inputs, ids) for first, second, ids in prepared]
     from attnviz.engine import discovery_lean
@@ -334,7 +334,7 @@ def discover(clean: str | None = None, corrupt: str | None = None, *, answers: S
         if recomputed is None:
             sums = circuit_sums(g, runs, scores, counts, step)
         else:
-            sums = discovery_lean.circuit_sums(g, runs, scores, counts, step, cached)
+            sums = discovery_lean.circuit_sums(g, runs, scores, counts, step, cached, hold)
     gap = clean_sum - corrupt_sum
     curve = tuple((n, (sums[n] - corrupt_sum) / gap) for n in counts)
     shown = tuple((c, k, loaded.tokenizer.decode([right]), loaded.tokenizer.decode([wrong]))
@@ -345,25 +345,27 @@ def discover(clean: str | None = None, corrupt: str | None = None, *, answers: S
                      lean=recomputed is not None)
 
 
-def lean_path(loaded: Any, g: Any, T: int, batch: int) -> tuple[int | None, int]:
-    """(None, 0) where scoring the edges of T-token prompts fits the memory budget on the full path
+def lean_path(loaded: Any, g: Any, T: int, batch: int) -> tuple[int | None, int, bool]:
+    """(None, 0, True) where scoring the edges of T-token prompts fits the memory budget on the full path
     (engine.discovery); else the long path's (engine.discovery_lean: without α, no copy of the stream per
-    receiver), checked part by part before anything runs: how many blocks its backward pass recomputes and how
-    many layers' heads' writes it keeps once made (as the budget's spare allows: writes first, then blocks)."""
+    receiver), checked part by part before anything runs: how many blocks its backward pass recomputes, how
+    many layers' heads' writes it keeps once made, and whether the curve keeps the corrupted run's record whole
+    (else each circuit records it again) — as the budget's spare allows, in that order of need: the record, the
+    writes, then blocks."""
     from attnviz.engine.discovery import scoring_bytes
-    from attnviz.engine.discovery_lean import lean_parts, write_bytes
+    from attnviz.engine.discovery_lean import lean_parts, record_bytes, write_bytes
     from attnviz.engine.memory import check_parts, memory_budget
 
     budget = loaded.memory_budget or memory_budget()
     if sum(scoring_bytes(g, T, batch).values()) <= budget:
-        return None, 0
+        return None, 0, True
     parts, stream = lean_parts(g, T)
     check_parts(loaded, parts, f"scoring the edges of {T:,}-token prompts without α (the model's own SDPA "
                                f"attention; {len(g.layers)} layers)",
                 "shorten the prompts (on this path the memory grows linearly in the tokens)")
-    block, writes = parts["one block's activations"], write_bytes(g, T)
-    cached = min(len(g.layers), max(0, budget - sum(parts.values())) // writes)
-    scoring = sum(parts.values()) - parts[next(iter(parts))] // 2 + stream + cached * writes  # one record, not two
-    return max(0, len(g.layers) - max(0, budget - scoring) // block), cached
-
-
+    block, writes, spare = parts["one block's activations"], write_bytes(g, T), budget - sum(parts.values())
+    hold = spare >= record_bytes(g, T)  # the curve: the corrupted run's record beside each circuit's changes
+    spare -= record_bytes(g, T) if hold else 0
+    cached = min(len(g.layers), max(0, spare) // writes)
+    scoring = sum(parts.values()) + stream + cached * writes
+    return max(0, len(g.layers) - max(0, budget - scoring) // block), cached, hold
