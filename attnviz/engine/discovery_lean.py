@@ -397,8 +397,8 @@ def circuit_sums(g: Graph, prepared: list, table: Any, counts: list[int], step: 
     for first, second, (right, wrong) in prepared:
         corrupt = record(g, second) if hold else None
         for n in counts:
-            logits = circuit_logits(g, first, corrupt if hold else record(g, second), masks[n], cached,
-                                    consume=not hold)
+            against = corrupt if corrupt is not None else record(g, second)
+            logits = circuit_logits(g, first, against, masks[n], cached, consume=not hold)
             sums[n] += float(_logit_difference(logits[None], right, wrong)[0])
             step(1)
     return sums
