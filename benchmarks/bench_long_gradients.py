@@ -252,7 +252,7 @@ def main() -> None:
                      for b in args.budgets.split(",")),
                    ("attnviz.logit_attr (÷ the forward floor)", (LOGITS, str(pair))),
                    ("attnviz.faithfulness(grad-x-input), budget 3G", (FAITH, str(pair), "3")),
-                   ("attnviz.discover(method='eap'), budget 4G", (DISCOVER, str(pair), "4")),
+                   ("attnviz.discover(method='eap'), budget 3G", (DISCOVER, str(pair), "3")),
                    ("attnviz.importance (L·H removals), budget 3G", (IMPORTANCE, str(pair), "3"))]
         rows = [("floor: the model's SDPA forward", run(sys.executable, FLOOR, str(pair), "forward", timeout=0)),
                 ("floor: the model's SDPA forward + backward", run(sys.executable, FLOOR, str(pair), "backward",

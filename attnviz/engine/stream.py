@@ -239,6 +239,7 @@ class _Run:
         rows = alpha.float().cpu().numpy()  # (H, b, T): float32, as the model made it (metrics.Rows: which sums
         # are taken in float32, which in float64)
         sinks = attention.sinks is not None
+        causal = attention.causal  # a causal layer without a mask: no weight past a run's last row (Rows.reach)
         cuts = runs(len(at), len(self.accs))
         ids = self.block_of[at]  # (b,) sorted: the rows of a query block are consecutive
         assert self.pooled is not None
@@ -248,7 +249,8 @@ class _Run:
             r0, r1 = cuts[k]
             mine = rows[:, r0:r1]
             self.accs[k].add(Rows(row_shares(mine) if sinks else mine, at[r0:r1], self.layer_tokens,
-                                  mine.sum(axis=-1, dtype=np.float64) if sinks else None))  # shares, as the full
+                                  mine.sum(axis=-1, dtype=np.float64) if sinks else None,
+                                  reach=int(at[r1 - 1]) + 1 if causal else 0))  # shares, as the full
             # path's as_distribution(); blocks.pool_blocks a block of rows at a time: rows summed per query
             # block, then key columns per key block (float32 is plenty for a few rows and keys of a picture);
             # divided at the end

@@ -178,6 +178,8 @@ class Rows:
     kept: np.ndarray | None = None
     texts: tuple[Tokens, ...] = ()
     counts: tuple[int, ...] = ()
+    reach: int = 0  # keys from `reach` on have zero weight in every row (a causal block's later keys): the
+    # entropy and the weighted sums skip them; 0: none known
 
     def parts(self) -> list[tuple[Tokens, int, int]]:
         """(tokens, first row, end row) of each text these rows belong to."""
@@ -222,7 +224,7 @@ class Rows:
     @functools.cached_property
     def entropy(self) -> np.ndarray:
         """-Σ_j α_ij ln α_ij for each row, nats, computed once for every metric that needs it. (H, b)"""
-        return row_entropy(self.alpha)
+        return row_entropy(self.alpha[..., :self.reach] if self.reach else self.alpha)
 
     def _weights(self, chosen: Sequence[int], dtype) -> np.ndarray:
         """The weights of the weightings `chosen` (indices into WEIGHTINGS) for these rows, keys beyond a row's
@@ -272,18 +274,20 @@ class Rows:
                 sums = few.reshape(-1, few.shape[-1]) @ (shared[keys] if few is not alpha else shared)
                 out[..., list(_SHARED)] = sums.reshape(H, b, -1)
             if _PER_ROW:
-                out[..., list(_PER_ROW)] = _row_products(alpha, self._per_row_weights)
+                seen = slice(0, self.reach or None)
+                out[..., list(_PER_ROW)] = _row_products(alpha[..., seen], self._per_row_weights[..., seen])
         if _WIDE:
             wide = self._weights(_WIDE, np.float64)
             if self.alpha.dtype == np.float64 or self.texts:  # a corpus batch's chunk: its float64 copy is made
                 # for the column sums anyway, and holds at most corpus.ROWS_BYTES
                 out[..., list(_WIDE)] = _row_products(self.alpha64, wide)
             else:  # float64 a few rows at a time: a copy that stays in the cache, not one of the whole block
-                step = max(1, WIDE_BYTES // max(H * T * 8, 1))
+                seen = self.reach or T
+                step = max(1, WIDE_BYTES // max(H * seen * 8, 1))
                 for r0 in range(0, b, step):
                     r1 = min(b, r0 + step)
-                    out[:, r0:r1, list(_WIDE)] = _row_products(self.alpha[:, r0:r1].astype(np.float64),
-                                                               wide[:, r0:r1])
+                    out[:, r0:r1, list(_WIDE)] = _row_products(self.alpha[:, r0:r1, :seen].astype(np.float64),
+                                                               wide[:, r0:r1, :seen])
         return out
 
     @functools.cached_property
