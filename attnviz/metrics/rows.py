@@ -282,12 +282,12 @@ class Rows:
                 # for the column sums anyway, and holds at most corpus.ROWS_BYTES
                 out[..., list(_WIDE)] = _row_products(self.alpha64, wide)
             else:  # float64 a few rows at a time: a copy that stays in the cache, not one of the whole block
-                seen = self.reach or T
-                step = max(1, WIDE_BYTES // max(H * seen * 8, 1))
+                width = self.reach or T
+                step = max(1, WIDE_BYTES // max(H * width * 8, 1))
                 for r0 in range(0, b, step):
                     r1 = min(b, r0 + step)
-                    out[:, r0:r1, list(_WIDE)] = _row_products(self.alpha[:, r0:r1, :seen].astype(np.float64),
-                                                               wide[:, r0:r1, :seen])
+                    out[:, r0:r1, list(_WIDE)] = _row_products(self.alpha[:, r0:r1, :width].astype(np.float64),
+                                                               wide[:, r0:r1, :width])
         return out
 
     @functools.cached_property
