@@ -282,8 +282,8 @@ def _streamed_sinks(loaded: Any, encoded: Any, threshold: float, reporter: Repor
     projections = adapter_for(base).out_projections(base)
     T = len(encoded.token_ids)
     L, H = loaded.shape
-    with (reporter or Reporter()).progress("Streaming", L * H, "heads") as step:
-        by_alpha, by_norm = stream_sinks(loaded.model, encoded.inputs, projections, on_layer_done=step)
+    with (reporter or Reporter()).progress("Streaming", L * T, "query rows") as step:  # every layer's rows
+        by_alpha, by_norm = stream_sinks(loaded.model, encoded.inputs, projections, on_rows=step)
     tokens = Tokens(tuple(encoded.tokens), np.asarray(encoded.special, bool), np.array(encoded.special_kind),
                     bool(loaded.causal), ids=tuple(int(i) for i in encoded.token_ids))
     return _sinks_of(loaded.name, tokens, layer_windows(loaded.model.config, L), by_alpha / T, by_norm / T,

@@ -98,10 +98,10 @@ def _streamed(loaded, encoded, text: str, window: tuple | None, rollout_token: s
         cols = cols or Selection.everything("col", "cols")
         spec = Window(rows=np.asarray(rows.indices(T)), cols=np.asarray(cols.indices(T)),
                       layers=tuple(layers.indices(L)))
-    with reporter.progress("Streaming", L * H, "heads") as step:
+    with reporter.progress("Streaming", L * T, "query rows") as step:
         pooled, kept = streamed_capture(loaded, encoded, text,
                                         rollout_tokens=list(dict.fromkeys(rollout)) if pictures else [],
-                                        window=spec, pool=pool if pictures else 1, on_layer_done=step)
+                                        window=spec, pool=pool if pictures else 1, on_rows=step)
     if spec is not None and pooled.long is not None:
         pooled = replace(pooled, long=replace(pooled.long, window=kept, window_rows=spec.rows,
                                               window_cols=spec.cols, window_layers=spec.layers))

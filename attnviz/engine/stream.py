@@ -114,13 +114,14 @@ def _run_streamed(model, inputs: dict, on_call: Callable[[LayerAttention, torch.
 
 def stream(model, inputs: dict, tokens: Tokens, *, batch: int = 0, pool: int = DEFAULT_POOL,
            rollout_tokens: Sequence[int] = (), window: Window | None = None, edges: np.ndarray | None = None,
-           block_bytes: int = BLOCK_BYTES, on_layer_done: Callable[[int], None] | None = None,
+           block_bytes: int = BLOCK_BYTES, on_rows: Callable[[int], None] | None = None,
            windows: Sequence[int] | None = None) -> Streamed:
     """One pass over a (long) input: the model once, its attention through attnviz's function in transformers'
     attention interface (engine/interface.py), which computes each module's output a block of query rows at
     a time and folds the same α rows into the metrics, a pooled α, rollout rows and an exact window. `tokens`
     describes the real (unpadded) tokens of batch element `batch`; padding positions are dropped, as if the
-    text had run alone. `on_layer_done(heads)` is called after each layer (for a progress bar). `windows`:
+    text had run alone. `on_rows(n)` is called as each block's n query rows are folded (a progress bar of L·T
+    rows). `windows`:
     each layer's sliding window (families.layer_windows), which the statistics count keys within.
 
     Without rollout rows each layer is folded in as the forward pass reaches it and nothing is kept across
@@ -144,10 +145,8 @@ def stream(model, inputs: dict, tokens: Tokens, *, batch: int = 0, pool: int = D
 
     def fold(layer: int, attention: LayerAttention) -> None:
         with torch_beside_fold(device):
-            run.layer(layer, attention, batch, positions)
+            run.layer(layer, attention, batch, positions, on_rows)
         give_back_memory()
-        if on_layer_done is not None:
-            on_layer_done(attention.heads)
 
     index = torch.full((inputs["input_ids"].shape[1],), -1, dtype=torch.long, device=device)
     index[positions] = torch.arange(T, device=device)  # padded position -> real position (−1: padding)
@@ -162,18 +161,20 @@ def stream(model, inputs: dict, tokens: Tokens, *, batch: int = 0, pool: int = D
         def on_block(queries: torch.Tensor, alpha: torch.Tensor) -> None:  # the same α rows, computed once
             if unpadded:  # every position is a real token: no copies to pick them out
                 run.add(queries.cpu().numpy(), alpha[batch], attention)
+                if on_rows is not None:
+                    on_rows(len(queries))
                 return
             real = index[queries]  # (b,)
             chosen = real >= 0
             if bool(chosen.any()):
                 run.add(real[chosen].cpu().numpy(), alpha[batch][:, chosen][:, :, positions], attention)
+                if on_rows is not None:
+                    on_rows(int(chosen.sum()))
 
         with torch_beside_fold(device):
             out = output(attention, value, block_bytes, on_block)
             run.end()
         give_back_memory()
-        if on_layer_done is not None:
-            on_layer_done(attention.heads)
         return out
 
     _run_streamed(model, inputs, on_call, L)
@@ -210,7 +211,8 @@ class _Run:
         self.H = 0
         self.folding = Started([], [])  # the runs of the last block, while they are folded
 
-    def layer(self, layer: int, attention: LayerAttention, batch: int, positions: torch.Tensor) -> None:
+    def layer(self, layer: int, attention: LayerAttention, batch: int, positions: torch.Tensor,
+              on_rows: Callable[[int], None] | None = None) -> None:
         """Fold one layer's α, computed here a block of query rows at a time: batch element `batch`, its real
         positions only (query rows and key columns). For layers kept until after the forward pass."""
         self.begin(layer, attention.heads)
@@ -218,6 +220,8 @@ class _Run:
         for start in range(0, self.T, step):
             at = np.arange(start, min(start + step, self.T))  # (b,) real query positions
             self.add(at, attention.rows(positions[start:start + len(at)])[batch][:, :, positions], attention)
+            if on_rows is not None:
+                on_rows(len(at))
         self.end()
 
     def begin(self, layer: int, H: int) -> None:
@@ -312,7 +316,7 @@ def value_norms_streamed(value: torch.Tensor, weight: torch.Tensor, heads: int) 
 
 
 def stream_sinks(model, inputs: dict, projections: Sequence, *, block_bytes: int = BLOCK_BYTES,
-                 on_layer_done: Callable[[int], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                 on_rows: Callable[[int], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """What the sinks need of a long input (batch of 1, no padding), in one pass of the model with its attention
     computed a block of query rows at a time: per layer and head, each key's column sum of α, and of each
     query's shares of the value-weighted norms ‖α_ij f_h(x_j)‖ (α_ij ‖f_h(x_j)‖ over the row's sum), (L, H, T)
@@ -338,12 +342,12 @@ def stream_sinks(model, inputs: dict, projections: Sequence, *, block_bytes: int
             weighted = a * fnorm[:, None, :]
             totals = weighted.sum(dim=-1, keepdim=True)
             by_norm.add_(torch.where(totals > 0, weighted / totals.clamp_min(1e-300), 0.0).sum(dim=1))
+            if on_rows is not None:
+                on_rows(len(queries))
 
         out = output(attention, value, block_bytes, on_block)
         sums.append([by_alpha.cpu(), by_norm.cpu()])
         give_back_memory()
-        if on_layer_done is not None:
-            on_layer_done(attention.heads)
         return out
 
     _run_streamed(model, inputs, on_call, L)
@@ -362,7 +366,7 @@ def block_labels(tokens: Sequence[str], edges: np.ndarray) -> list[str]:
 
 def streamed_capture(loaded, encoded, text: str, *, pool: int = DEFAULT_POOL, rollout_tokens: Sequence[int] = (),
                      window: Window | None = None, edges: np.ndarray | None = None,
-                     on_layer_done: Callable[[int], None] | None = None):
+                     on_rows: Callable[[int], None] | None = None):
     """A pooled Capture of a long input: α averaged over blocks of tokens (at most `pool` a side, each row
     still summing to 1), the head statistics and rollout rows of the exact α computed a block of rows at a
     time, and the exact window when one was asked for (returned beside the capture)."""
@@ -373,7 +377,7 @@ def streamed_capture(loaded, encoded, text: str, *, pool: int = DEFAULT_POOL, ro
     tokens = Tokens(tuple(encoded.tokens), np.asarray(encoded.special, bool), np.array(encoded.special_kind), causal,
                     ids=tuple(int(i) for i in encoded.token_ids))
     result = stream(loaded.model, encoded.inputs, tokens, pool=pool, rollout_tokens=rollout_tokens, window=window,
-                    edges=edges, on_layer_done=on_layer_done)
+                    edges=edges, on_rows=on_rows)
     edges = result.edges
     spans = list(zip(edges[:-1], edges[1:]))
     special = [bool(np.all(tokens.special[a:b])) for a, b in spans]

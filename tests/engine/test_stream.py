@@ -4,6 +4,7 @@ a causal model, with and without padding in a batch, and on the bundled MiniLM."
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import numpy as np
@@ -277,3 +278,44 @@ def test_blocks_in_reused_buffers_equal_the_written_out_formula(causal, softcap,
     out = output(attention, v, block_bytes=B * H * T * 8 * 5, on_block=on_block)  # 5 rows a block, 8 blocks
     assert len(seen) == 8
     torch.testing.assert_close(out, (expected @ v).transpose(1, 2), atol=1e-5, rtol=0)
+
+
+def test_the_progress_bar_counts_every_layers_query_rows_a_block_at_a_time(load_tiny, monkeypatch):
+    """A long streamed run moves its bar as each block of rows is folded, not once a layer: the engine's steps are
+    the blocks' sizes (L × ⌈T/b⌉ steps summing to L·T, with rollout rows kept to after the pass as well); the
+    public capture() and sinks() show one bar of L·T query rows that reaches its total."""
+    from attnviz.engine.forward import capture_text, encode
+    from attnviz.progress import Reporter
+
+    loaded = load_tiny("llama")
+    capture = capture_text(LONG, loaded)
+    encoded = encode(loaded, LONG)
+    T, L = capture.n_tokens, capture.n_layers
+    block_bytes = 4 * 8 * T * 10  # 10 rows of 4 heads a block
+    for rollout_tokens in ((), (T - 1,)):
+        steps: list[int] = []
+        stream(loaded.model, encoded.inputs, Tokens.of(capture), pool=1, block_bytes=block_bytes,
+               rollout_tokens=rollout_tokens, on_rows=steps.append)
+        assert sum(steps) == L * T and len(steps) == L * -(-T // 10), (rollout_tokens, steps)
+
+    class Bars(Reporter):
+        def __init__(self):
+            self.bars: list[list] = []
+
+        @contextlib.contextmanager
+        def progress(self, what, total, unit):
+            bar = [what, total, unit, 0]
+            self.bars.append(bar)
+
+            def step(n):
+                bar[3] += n
+            yield step
+
+    import attnviz
+
+    monkeypatch.setenv("ATTNVIZ_MEMORY_BUDGET", "1K")
+    for call in (lambda r: attnviz.capture(LONG, model=loaded, stream=True, reporter=r),
+                 lambda r: attnviz.sinks(LONG, model=loaded, reporter=r)):
+        reporter = Bars()
+        call(reporter)
+        assert ["Streaming", L * T, "query rows", L * T] in reporter.bars, reporter.bars
