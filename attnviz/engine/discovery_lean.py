@@ -406,16 +406,18 @@ def circuit_sums(g: Graph, prepared: list, table: Any, counts: list[int], step: 
 
 def lean_parts(g: Graph, T: int) -> tuple[dict[str, int], int]:
     """What the long path holds at its peak for T tokens, by part (one record of every node's write: the
-    corrupted run's, spent layer by layer as this run's changes are made), and besides, while scoring, the stream
-    entering every block that the backward pass keeps (its second value). Beyond these, the budget's spare keeps
-    the corrupted run's record whole through the curve (`record_bytes`: no forward pass more per circuit), then
-    layers' heads' writes once made (H·T·D each, `write_bytes`), then blocks' activations."""
+    corrupted run's, spent layer by layer as this run's changes are made; while scoring, the stream entering
+    every block, which the backward pass keeps), and the last of these alone (the curve does not hold it).
+    Beyond these, the budget's spare keeps the corrupted run's record whole through the curve (`record_bytes`: no
+    forward pass more per circuit), then layers' heads' writes once made (H·T·D each, `write_bytes`), then
+    blocks' activations."""
     from attnviz.engine.lean import block_activation_bytes
 
+    stream = 4 * T * len(g.layers) * g.D
     return ({"one run's changes at every node (z and the MLPs' outputs)": record_bytes(g, T),
              "one layer's receivers' inputs or gradients": 2 * (g.per_layer + 1) * T * g.D * 4,
-             "one block's activations": block_activation_bytes(g.model.config, T)},
-            4 * T * len(g.layers) * g.D)
+             "one block's activations": block_activation_bytes(g.model.config, T),
+             "the stream entering every block, kept for the backward pass": stream}, stream)
 
 
 def record_bytes(g: Graph, T: int) -> int:

@@ -106,7 +106,7 @@ def test_a_budget_short_of_two_records_runs_the_curve_on_one(tiny, monkeypatch):
 
     monkeypatch.setattr(discovery_lean, "record", counted)
     monkeypatch.setattr(discovery_lean, "circuit_logits", circuit)
-    for hold, spare in ((True, record_bytes(g, T) + 1), (False, record_bytes(g, T) // 2)):
+    for hold, spare in ((True, record_bytes(g, T) + 1), (False, 0)):
         records[hold], spent[hold] = 0, []
         monkeypatch.setenv("ATTNVIZ_MEMORY_BUDGET", str(sum(parts.values()) + spare))
         results[hold] = attnviz.discover(clean, corrupt, answers=(" cat", " dog"), model=loaded, method="eap")
@@ -119,3 +119,35 @@ def test_a_budget_short_of_two_records_runs_the_curve_on_one(tiny, monkeypatch):
     gap = kept_whole.clean_diff - kept_whole.corrupt_diff
     for (n, a), (m, b) in zip(kept_whole.curve, once_each.curve):
         assert n == m and abs(a - b) * abs(gap) <= 1e-6 * max(1.0, abs(kept_whole.clean_diff))
+
+
+def test_the_plan_stays_within_the_budget_at_every_step(tiny, monkeypatch):
+    """lean_path's plan for budgets from the long path's parts upwards: the scoring's peak (the parts, the stream the
+    backward pass keeps among them, the heads' writes kept, the blocks kept whole) and the curve's (the parts but
+    the stream, the corrupted run's record if held, the writes) are each within the budget; more budget never
+    recomputes more blocks."""
+    from attnviz.api.patching.discovery import lean_path
+    from attnviz.engine.discovery import graph
+    from attnviz.engine.discovery_lean import lean_parts, record_bytes, write_bytes
+    from attnviz.engine.lean import block_activation_bytes
+
+    loaded = tiny("llama")
+    g = graph(loaded.model)
+    T = 1030
+    parts, stream = lean_parts(g, T)
+    fixed, record, writes = sum(parts.values()), record_bytes(g, T), write_bytes(g, T)
+    block = block_activation_bytes(loaded.model.config, T)
+    L = len(g.layers)
+    before = L
+    plans = set()
+    for budget in range(fixed, fixed + 2 * record + L * (writes + block), max(1, record // 7)):
+        monkeypatch.setenv("ATTNVIZ_MEMORY_BUDGET", str(budget))
+        recomputed, cached, hold = lean_path(loaded, g, T, 1)
+        if recomputed is None:  # the full path fits
+            break
+        plans.add((recomputed, cached, hold))
+        assert fixed + cached * writes + (L - recomputed) * block <= budget
+        assert fixed - stream + hold * record + cached * writes <= budget
+        assert recomputed <= before
+        before = recomputed
+    assert len(plans) >= 3 and any(h for _, _, h in plans) and not all(h for _, _, h in plans), plans

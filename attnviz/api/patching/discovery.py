@@ -364,8 +364,8 @@ def lean_path(loaded: Any, g: Any, T: int, batch: int) -> tuple[int | None, int,
                                f"attention; {len(g.layers)} layers)",
                 "shorten the prompts (on this path the memory grows linearly in the tokens)")
     block, writes, spare = parts["one block's activations"], write_bytes(g, T), budget - sum(parts.values())
-    hold = spare >= record_bytes(g, T)  # the curve: the corrupted run's record beside each circuit's changes
-    spare -= record_bytes(g, T) if hold else 0
-    cached = min(len(g.layers), max(0, spare) // writes)
-    scoring = sum(parts.values()) + stream + cached * writes
+    hold = spare + stream >= record_bytes(g, T)  # the curve (no stream): the corrupted run's record kept whole
+    # the writes are held through both: the scoring beside the stream, the curve beside the record (if held)
+    cached = min(len(g.layers), max(0, min(spare, spare + stream - hold * record_bytes(g, T))) // writes)
+    scoring = sum(parts.values()) + cached * writes
     return max(0, len(g.layers) - max(0, budget - scoring) // block), cached, hold
