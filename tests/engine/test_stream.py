@@ -319,3 +319,28 @@ def test_the_progress_bar_counts_every_layers_query_rows_a_block_at_a_time(load_
         reporter = Bars()
         call(reporter)
         assert ["Streaming", L * T, "query rows", L * T] in reporter.bars, reporter.bars
+
+
+def test_the_streamed_pass_keeps_no_cache_of_keys_and_values(load_tiny, monkeypatch):
+    """A causal LM called without use_cache=False keeps every layer's K and V for later tokens (2·L·T·d_kv
+    floats, 0.8 GB at 32,768 tokens on Qwen2.5-Coder-0.5B); the streamed pass asks for none, and its output
+    carries none."""
+    import functools
+
+    from attnviz.engine.forward import capture_text, encode
+
+    loaded = load_tiny("llama")
+    capture = capture_text(LONG, loaded)
+    encoded = encode(loaded, LONG)
+    seen = []
+    real = loaded.model.forward
+
+    @functools.wraps(real)
+    def spy(*args, **kwargs):
+        out = real(*args, **kwargs)
+        seen.append((kwargs.get("use_cache"), getattr(out, "past_key_values", None)))
+        return out
+
+    monkeypatch.setattr(loaded.model, "forward", spy)
+    stream(loaded.model, encoded.inputs, Tokens.of(capture), pool=1)
+    assert seen == [(False, None)]
