@@ -281,7 +281,7 @@ def _streamed_sinks(loaded: Any, encoded: Any, threshold: float, reporter: Repor
     base = getattr(loaded.model, "base_model", loaded.model)
     projections = adapter_for(base).out_projections(base)
     T = len(encoded.token_ids)
-    L, H = loaded.shape
+    L, _ = loaded.shape
     with (reporter or Reporter()).progress("Streaming", L * T, "query rows") as step:  # every layer's rows
         by_alpha, by_norm = stream_sinks(loaded.model, encoded.inputs, projections, on_rows=step)
     tokens = Tokens(tuple(encoded.tokens), np.asarray(encoded.special, bool), np.array(encoded.special_kind),

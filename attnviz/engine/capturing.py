@@ -86,7 +86,7 @@ def _streamed(loaded, encoded, text: str, window: tuple | None, rollout_token: s
 
 
     T = len(encoded.token_ids)
-    L, H = layers_and_heads(loaded.model.config)
+    L, _ = layers_and_heads(loaded.model.config)
     starts = [n for n, kind in enumerate(encoded.special_kind) if kind == "start"]
     rollout = [T - 1 if loaded.causal or not starts else starts[0]]
     if rollout_token is not None:

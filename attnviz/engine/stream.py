@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -106,9 +105,10 @@ def _run_streamed(model, inputs: dict, on_call: Callable[[LayerAttention, torch.
     """The model once with its attention through `on_call` (interface.streaming), checked to make one call per
     layer; without a cache of keys and values for later tokens (a causal LM would otherwise keep every layer's K
     and V: at 32,768 tokens on Qwen2.5-Coder-0.5B, 0.8 GB that nothing reads)."""
-    no_cache = {"use_cache": False} if "use_cache" in inspect.signature(model.forward).parameters else {}
+    from attnviz.engine.ablation.runs import run_model
+
     with streaming(model, on_call) as calls, torch.inference_mode():
-        model(**inputs, **no_cache)
+        run_model(model, inputs)  # use_cache=False where the model takes it
     if calls[0] != L:
         model_type = getattr(model.config, "model_type", "this")
         raise UnsupportedArchitectureError(f"{model_type} ran {calls[0]} attention calls for {L} layers; the "

@@ -363,9 +363,10 @@ def lean_path(loaded: Any, g: Any, T: int, batch: int) -> tuple[int | None, int,
     check_parts(loaded, parts, f"scoring the edges of {T:,}-token prompts without α (the model's own SDPA "
                                f"attention; {len(g.layers)} layers)",
                 "shorten the prompts (on this path the memory grows linearly in the tokens)")
-    block, writes, spare = parts["one block's activations"], write_bytes(g, T), budget - sum(parts.values())
-    hold = spare + stream >= record_bytes(g, T)  # the curve (no stream): the corrupted run's record kept whole
+    block, writes, record = parts["one block's activations"], write_bytes(g, T), record_bytes(g, T)
+    spare = budget - sum(parts.values())
+    hold = spare + stream >= record  # the curve (no stream): the corrupted run's record kept whole
     # the writes are held through both: the scoring beside the stream, the curve beside the record (if held)
-    cached = min(len(g.layers), max(0, min(spare, spare + stream - hold * record_bytes(g, T))) // writes)
+    cached = min(len(g.layers), max(0, min(spare, spare + stream - hold * record)) // writes)
     scoring = sum(parts.values()) + cached * writes
     return max(0, len(g.layers) - max(0, budget - scoring) // block), cached, hold
