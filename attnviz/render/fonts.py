@@ -5,6 +5,7 @@ font), and one warning naming characters that no font can draw."""
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 
 from attnviz.errors import warn
@@ -33,13 +34,16 @@ def _charmap(path: str) -> frozenset[int]:
 
 @functools.lru_cache(maxsize=1)
 def _installed() -> tuple[tuple[str, str], ...]:
-    """(family name, file) of every installed font, preferred fallbacks first, one file per family."""
+    """(family name, file) of every installed font, preferred fallbacks first, one file per family. A file
+    matplotlib's cache lists but that is gone (a font removed, a virtual environment deleted) is passed over,
+    so that a family still drawn by another file keeps it."""
     from matplotlib import font_manager
 
     seen: dict[str, str] = {}
     for entry in font_manager.fontManager.ttflist:
         # "Last Resort" draws a placeholder box for every character: that is what we are avoiding
-        if entry.style == "normal" and entry.name not in seen and not entry.name.startswith("Last Resort"):
+        if (entry.style == "normal" and entry.name not in seen and not entry.name.startswith("Last Resort")
+                and os.path.isfile(entry.fname)):
             seen[entry.name] = entry.fname
     rank = lambda item: next((i for i, p in enumerate(_PREFERRED) if item[0].startswith(p)), len(_PREFERRED))
     return tuple(sorted(seen.items(), key=lambda item: (rank(item), item[0])))
@@ -76,13 +80,20 @@ def add_packaged_fonts() -> bool:
     if _packaged_added:
         return False
     _packaged_added = True
-    known = {entry.fname for entry in font_manager.fontManager.ttflist}
+    manager = font_manager.fontManager
+    # entries whose file is gone (a cache written by an older attnviz in a since-deleted environment listed its
+    # packaged font) are forgotten in memory: matplotlib would otherwise pick one, find it missing and rebuild
+    # its cache from the system alone, dropping the fonts registered here
+    present = [entry for entry in manager.ttflist if os.path.isfile(entry.fname)]
+    if len(present) < len(manager.ttflist):
+        manager.ttflist = present
+    known = {entry.fname for entry in manager.ttflist}
     added = False
     for path in packaged_fonts():
         if path in known:
             continue
         try:
-            font_manager.fontManager.addfont(path)
+            manager.addfont(path)
         except (OSError, RuntimeError, ValueError):  # a damaged font file: skip it
             continue
         added = True
@@ -116,11 +127,18 @@ def refresh_if_new_fonts() -> bool:
             font_manager.fontManager.addfont(path)
         except (OSError, RuntimeError, ValueError):  # a damaged font file: skip it
             continue
-    try:  # remember them, so the next run does not look again
-        font_manager.json_dump(font_manager.fontManager, Path(matplotlib.get_cachedir()) /
+    # remember them, so the next run does not look again; the packaged fonts stay out of the cache: they were
+    # registered for this process only, from a path inside one environment that may be deleted
+    manager = font_manager.fontManager
+    whole, packaged = manager.ttflist, set(packaged_fonts())
+    manager.ttflist = [entry for entry in whole if entry.fname not in packaged]
+    try:
+        font_manager.json_dump(manager, Path(matplotlib.get_cachedir()) /
                                f"fontlist-v{font_manager.FontManager.__version__}.json")
     except OSError:  # pragma: no cover - a read-only cache folder
         pass
+    finally:
+        manager.ttflist = whole
     _installed.cache_clear()
     return True
 

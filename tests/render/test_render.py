@@ -122,10 +122,14 @@ def test_hangul_renders_with_real_glyphs_not_boxes(tmp_path, recwarn):
     assert not [w for w in recwarn if "Glyph" in str(w.message) or "glyph" in str(w.message)]
 
 
-def test_cjk_labels_draw_with_the_packaged_font_and_no_system_font(tmp_path, monkeypatch, recwarn):
+@pytest.mark.parametrize("stale", [False, True], ids=["clean-cache", "stale-cache"])
+def test_cjk_labels_draw_with_the_packaged_font_and_no_system_font(tmp_path, monkeypatch, recwarn, stale):
     """With no CJK font on the system (every one hidden from matplotlib), Korean, Japanese and Chinese labels
     are drawn with the font from the package index (the cjk extra), registered by path in memory: no glyph
-    missing, matplotlib's cache file left alone."""
+    missing, matplotlib's cache file left alone. stale: the cache also lists the same family at a file that
+    is gone (what an older attnviz wrote from an environment since deleted); it is passed over, not drawn from
+    and not a reason to rebuild the cache."""
+    import dataclasses
     import warnings
 
     from matplotlib import font_manager
@@ -139,8 +143,11 @@ def test_cjk_labels_draw_with_the_packaged_font_and_no_system_font(tmp_path, mon
     text = "나는 사과를 먹었다 ひらがな カタカナ 漢字 中文"
     system_cjk = {e.fname for e in font_manager.fontManager.ttflist
                   if any(ord(c) in fonts._charmap(e.fname) for c in "나ひ")}
-    monkeypatch.setattr(font_manager.fontManager, "ttflist",
-                        [e for e in font_manager.fontManager.ttflist if e.fname not in system_cjk])
+    kept = [e for e in font_manager.fontManager.ttflist if e.fname not in system_cjk]
+    if stale:
+        gone = dataclasses.replace(kept[0], name="Noto Sans CJK SC", fname=str(tmp_path / "gone.otf"))
+        kept.insert(0, gone)
+    monkeypatch.setattr(font_manager.fontManager, "ttflist", kept)
     monkeypatch.setattr(font_manager, "findSystemFonts", lambda *a, **k: [])  # nothing new on the system
     monkeypatch.setattr(font_manager, "json_dump", lambda *a, **k: pytest.fail("the font cache was rewritten"))
     monkeypatch.setattr(fonts, "_refreshed", False)
@@ -158,6 +165,40 @@ def test_cjk_labels_draw_with_the_packaged_font_and_no_system_font(tmp_path, mon
         fonts._installed.cache_clear()
     assert families == [fonts.BASE_FAMILY, "Noto Sans CJK SC"]
     assert not [w for w in recwarn if "lyph" in str(w.message)], [str(w.message) for w in recwarn]
+
+
+def test_the_rebuilt_font_cache_leaves_out_the_packaged_fonts(monkeypatch):
+    """When a system font installed since matplotlib's cache was written is found, the cache is written again
+    with it, but without the packaged fonts: those are this environment's files, registered for this process
+    (a cache naming them outlives a deleted environment). They stay registered in memory."""
+    from matplotlib import font_manager
+
+    from attnviz.render import fonts
+
+    packaged = fonts.packaged_fonts()
+    system = [e.fname for e in font_manager.fontManager.ttflist if e.fname not in packaged]
+    if not packaged:
+        if os.environ.get("ATTNVIZ_REQUIRE_CJK_FONT"):
+            pytest.fail("ATTNVIZ_REQUIRE_CJK_FONT is set but the cjk extra (mplfonts) is not installed")
+        pytest.skip("the cjk extra is not installed: pip install --no-deps mplfonts==0.0.11 (setup.sh does)")
+    new = system[-1]  # a system font the cache has not seen yet
+    monkeypatch.setattr(font_manager.fontManager, "ttflist",
+                        [e for e in font_manager.fontManager.ttflist if e.fname not in (*packaged, new)])
+    monkeypatch.setattr(font_manager, "findSystemFonts", lambda *a, **k: [new])
+    dumped: list[list[str]] = []
+    monkeypatch.setattr(font_manager, "json_dump", lambda data, path: dumped.append([e.fname for e in data.ttflist]))
+    monkeypatch.setattr(fonts, "_refreshed", False)
+    monkeypatch.setattr(fonts, "_packaged_added", False)
+    fonts._installed.cache_clear()
+    try:
+        assert fonts.add_packaged_fonts()
+        assert fonts.refresh_if_new_fonts()
+        in_memory = [e.fname for e in font_manager.fontManager.ttflist]
+    finally:
+        fonts._installed.cache_clear()
+    assert len(dumped) == 1 and new in dumped[0]
+    assert not set(packaged) & set(dumped[0]), "the packaged fonts were written into matplotlib's cache"
+    assert set(packaged) <= set(in_memory) and new in in_memory
 
 
 def test_missing_glyphs_warn_once_naming_a_package():
