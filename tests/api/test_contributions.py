@@ -218,6 +218,41 @@ def test_value_zeroing_equals_zeroing_one_value_at_a_time(kind, tmp_path):
             np.testing.assert_allclose(distances[layer, :, j], (1 - cos).clamp_min(0).numpy(), atol=1e-6)
 
 
+def test_value_zeroing_keeps_no_cache_and_unembeds_no_position_it_does_not_read(folders, monkeypatch):
+    """Value zeroing reads the blocks' outputs only. A causal LM with its head, called plainly, would keep every
+    layer's K and V for each batch of copies and unembed all B·T positions (8 × 1,000 tokens × Qwen's 151,936
+    words: 4.9 GB of float32 logits); every call asks for no cache and one position's logits, and the scores
+    are those of the model without its head."""
+    import functools
+
+    from attnviz.engine.attribution.zeroing import value_zeroing
+    from attnviz.engine.forward import encode
+    from attnviz.engine.models import load
+    from attnviz.engine.scratch.adapters import adapter_for
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loaded = load(folders("llama"), device="cpu", lm_head=True)
+    encoded = encode(loaded, SENTENCE)
+    base = loaded.model.base_model
+    modules = adapter_for(base).modules(base)
+    plain, _ = value_zeroing(base, encoded.inputs, modules, batch=4)
+    seen = []
+    real = loaded.model.forward
+
+    @functools.wraps(real)
+    def spy(*args, **kwargs):
+        out = real(*args, **kwargs)
+        seen.append((kwargs.get("use_cache"), out.logits.shape[1], getattr(out, "past_key_values", None)))
+        return out
+
+    monkeypatch.setattr(loaded.model, "forward", spy)
+    scores, _ = value_zeroing(loaded.model, encoded.inputs, modules, batch=4)
+    T = len(encoded.tokens)
+    assert seen == [(False, 1, None)] * (1 + -(-T // 4))
+    np.testing.assert_array_equal(scores, plain)
+
+
 @pytest.mark.parametrize("kind, method", [
     ("gpt2", "value-zeroing"), ("qwen3", "value-zeroing"), ("gemma2", "value-zeroing"), ("modernbert", "value-zeroing"),
     *[(kind, "alti") for kind in ("bert", "distilbert", "gpt2", "llama", "qwen3", "phi3", "gpt_oss", "modernbert")]])

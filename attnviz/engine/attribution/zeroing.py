@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from attnviz.engine.ablation.runs import last_logits, run_model
 from attnviz.engine.hooks import Hook, hooked
 from attnviz.engine.scratch.adapters import layer_blocks
 from attnviz.engine.interface import output, streaming
@@ -62,15 +63,18 @@ def value_zeroing(model, inputs: dict, attention_modules: list, *, batch: int = 
         return output(attention, value, BLOCK_BYTES)
 
     distances = torch.zeros(L, T, T, dtype=torch.float64)
+    # only the blocks' outputs are read: a causal LM keeps no KV cache and unembeds one position, not the
+    # batch's B·T (8 copies × 1,000 tokens × Qwen's 151,936-word vocabulary would be 4.9 GB of float32 logits)
+    lean = last_logits(model)
     with hooked([Hook(block, "forward", block_hook(n)) for n, block in enumerate(blocks)]):
         with streaming(model, attend), torch.inference_mode():
-            model(**inputs)  # clean (value untouched: the same computation as the family's eager attention)
+            run_model(model, {**inputs, **lean})  # clean (value untouched: the family's eager computation)
             patch["on"] = True
             for start in range(0, T, batch):
                 tokens = torch.arange(start, min(start + batch, T), device=inputs["input_ids"].device)
                 zeroed["tokens"] = tokens
                 copies = {k: v.repeat(len(tokens), *[1] * (v.dim() - 1)) for k, v in inputs.items()}
-                model(**copies)
+                run_model(model, {**copies, **lean})
                 for n in range(L):
                     a, b = clean[n][0].double(), seen[n].double()  # (T, D), (B, T, D)
                     cos = torch.nn.functional.cosine_similarity(a[None], b, dim=-1)  # (B, T)
