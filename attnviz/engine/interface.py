@@ -30,6 +30,13 @@ USED = {"scaling", "softcap", "s_aux", "sliding_window", "is_causal", "dropout"}
 INERT = {"position_ids", "use_cache", "output_attentions", "cache_position", "deterministic", "encoder_hidden_states",
          "past_key_values", "cache", "layer_head_mask", "head_mask", "token_type_ids"}
 
+BLOCK_BYTES = 16 << 20  # one block of α rows in float64 (the numpy side); the torch side holds a float32 copy
+# ... and by default at least this many rows: a block re-reads the layer's whole K and V, so at long inputs a block
+# of 16 MB (4 rows of 14 heads at 32,768 keys) spends its time reading them. Measured on one layer's Q, K of 14
+# heads (one thread computing, the fold on the other): at 32,768 keys 2.9 min a layer with 4 rows, 1.1 with 24
+# (more rows than that, slower again); at 8,192 keys 1.01 s per 2,048 rows with 18, 0.87–0.93 s with 24–48
+MIN_ROWS = 24
+
 _handler: contextvars.ContextVar[Callable | None] = contextvars.ContextVar("attnviz_stream_handler", default=None)
 _registered = False
 
@@ -131,11 +138,20 @@ def layer_attention(module, query, key, attention_mask, kwargs: dict) -> LayerAt
                           softcap=kwargs.get("softcap"), sinks=None if sinks is None else sinks.float())
 
 
-def output(attention: LayerAttention, value: torch.Tensor, block_bytes: int,
+def block_rows(block_bytes: int | None, rows: int, heads: int, keys: int) -> int:
+    """Query rows in one block of α (heads × b × keys): as many as block_bytes holds in float64, at least one;
+    block_bytes None: BLOCK_BYTES' worth, at least MIN_ROWS. Never more than `rows`."""
+    per_row = heads * keys * 8
+    step = max(1, block_bytes // per_row) if block_bytes is not None else max(MIN_ROWS, BLOCK_BYTES // per_row)
+    return min(rows, step)
+
+
+def output(attention: LayerAttention, value: torch.Tensor, block_bytes: int | None = None,
            on_block: Callable[[torch.Tensor, torch.Tensor], None] | None = None) -> torch.Tensor:
     """The module's attention output α·V computed a block of query rows at a time, (B, T, H, d_v) as the family's
     eager attention returns it; `on_block(queries, alpha)` sees each block's α (B, H, b, T) as it is made. A
-    block holds block_bytes of α in float64 (what the numpy side folds).
+    block's rows: block_rows (block_bytes of α in float64 for the batch, what the numpy side folds; by default
+    at least MIN_ROWS).
 
     The blocks' α are written into two buffers in turn (LayerAttention.block): a block's α stays as it is while
     the next block is computed (the fold of one block runs beside the next block's computation), and is
@@ -144,7 +160,7 @@ def output(attention: LayerAttention, value: torch.Tensor, block_bytes: int,
     v = _repeat_heads(value, H)  # (B, H, T, d_v)
     out = torch.empty(B, H, T, v.shape[-1], dtype=value.dtype, device=value.device)
     keys = attention.k.shape[2]
-    step = min(T, max(1, block_bytes // (B * H * keys * 8)))
+    step = block_rows(block_bytes, T, B * H, keys)
     buffers = [torch.empty(B, H, step, keys, dtype=torch.float32, device=value.device) for _ in range(2)]
     for n, start in enumerate(range(0, T, step)):
         stop = min(start + step, T)

@@ -31,7 +31,7 @@ from attnviz.engine.families import has_sinks, layer_windows, require
 from attnviz.engine.forward import row_sum_tolerance
 from attnviz.metrics import Accumulator, all_metrics, records_from_values, rollout_rows, Rows, Tokens
 from attnviz.base.parallel import Started, runs, start_all, threads
-from attnviz.engine.interface import LayerAttention, output, streaming
+from attnviz.engine.interface import LayerAttention, block_rows, output, streaming
 from attnviz.engine.models import layers_and_heads
 from attnviz.engine.memory import attention_bytes
 from attnviz.errors import arg, InputError, UnsupportedArchitectureError
@@ -39,7 +39,6 @@ from attnviz.base.sizes import size_text
 from attnviz.base.text import fit
 from attnviz.data.words import word_edges, word_labels
 
-BLOCK_BYTES = 16 << 20  # one block of α rows in float64 (the numpy side); the torch side holds a float32 copy
 DEFAULT_POOL = 512  # pooled pictures have at most this many cells a side
 
 
@@ -117,7 +116,7 @@ def _run_streamed(model, inputs: dict, on_call: Callable[[LayerAttention, torch.
 
 def stream(model, inputs: dict, tokens: Tokens, *, batch: int = 0, pool: int = DEFAULT_POOL,
            rollout_tokens: Sequence[int] = (), window: Window | None = None, edges: np.ndarray | None = None,
-           block_bytes: int = BLOCK_BYTES, on_rows: Callable[[int], None] | None = None,
+           block_bytes: int | None = None, on_rows: Callable[[int], None] | None = None,
            windows: Sequence[int] | None = None) -> Streamed:
     """One pass over a (long) input: the model once, its attention through attnviz's function in transformers'
     attention interface (engine/interface.py), which computes each module's output a block of query rows at
@@ -193,7 +192,7 @@ class _Run:
     """The accumulators of one streamed pass."""
 
     def __init__(self, tokens: Tokens, T: int, L: int, pool: int, rollout_tokens: Sequence[int],
-                 window: Window | None, block_bytes: int, device, edges: np.ndarray | None = None,
+                 window: Window | None, block_bytes: int | None, device, edges: np.ndarray | None = None,
                  windows: Sequence[int] | None = None):
         self.tokens, self.T, self.L, self.window, self.block_bytes = tokens, T, L, window, block_bytes
         self.windows = windows
@@ -219,7 +218,7 @@ class _Run:
         """Fold one layer's α, computed here a block of query rows at a time: batch element `batch`, its real
         positions only (query rows and key columns). For layers kept until after the forward pass."""
         self.begin(layer, attention.heads)
-        step = max(1, self.block_bytes // (attention.heads * self.T * 8))
+        step = block_rows(self.block_bytes, self.T, attention.heads, self.T)
         for start in range(0, self.T, step):
             at = np.arange(start, min(start + step, self.T))  # (b,) real query positions
             self.add(at, attention.rows(positions[start:start + len(at)])[batch][:, :, positions], attention)
@@ -318,7 +317,7 @@ def value_norms_streamed(value: torch.Tensor, weight: torch.Tensor, heads: int) 
     return norms
 
 
-def stream_sinks(model, inputs: dict, projections: Sequence, *, block_bytes: int = BLOCK_BYTES,
+def stream_sinks(model, inputs: dict, projections: Sequence, *, block_bytes: int | None = None,
                  on_rows: Callable[[int], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """What the sinks need of a long input (batch of 1, no padding), in one pass of the model with its attention
     computed a block of query rows at a time: per layer and head, each key's column sum of α, and of each
@@ -338,13 +337,18 @@ def stream_sinks(model, inputs: dict, projections: Sequence, *, block_bytes: int
         fnorm = value_norms_streamed(value, weight, attention.heads)  # (H, T)
         by_alpha = torch.zeros(attention.heads, T, dtype=torch.float64, device=fnorm.device)
         by_norm = torch.zeros_like(by_alpha)
+        norms = fnorm.float()
+        tiny = torch.finfo(torch.float32).tiny
 
         def on_block(queries: torch.Tensor, alpha: torch.Tensor) -> None:
-            a = alpha[0].double()  # (H, b, T)
-            by_alpha.add_(a.sum(dim=1))
-            weighted = a * fnorm[:, None, :]
-            totals = weighted.sum(dim=-1, keepdim=True)
-            by_norm.add_(torch.where(totals > 0, weighted / totals.clamp_min(1e-300), 0.0).sum(dim=1))
+            # a causal layer's rows have no weight past the block's last row: those keys are skipped (exact). The
+            # products are float32, as α is (each share off by about eps32 of itself); the sums float64
+            reach = int(queries[-1]) + 1 if attention.causal else T
+            a = alpha[0, :, :, :reach]  # (H, b, reach)
+            by_alpha[:, :reach].add_(a.sum(dim=1, dtype=torch.float64))
+            weighted = a * norms[:, None, :reach]
+            totals = weighted.sum(dim=-1, keepdim=True, dtype=torch.float64)  # 0: the row's shares are all 0
+            by_norm[:, :reach].add_(weighted.div_(totals.float().clamp_min(tiny)).sum(dim=1, dtype=torch.float64))
             if on_rows is not None:
                 on_rows(len(queries))
 

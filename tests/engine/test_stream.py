@@ -209,6 +209,43 @@ def test_each_block_of_alpha_is_computed_once(load_tiny, monkeypatch):
     assert sum(calls) == capture.n_layers * T and len(calls) == capture.n_layers * -(-T // 10)
 
 
+def test_a_block_holds_its_bytes_and_by_default_at_least_min_rows():
+    """block_bytes asked for: as many rows as it holds in float64 (at least one). By default BLOCK_BYTES' worth,
+    but never fewer than MIN_ROWS: at 32,768 keys × 14 heads 16 MB is 4 rows, and each block re-reads the
+    layer's K and V. Never more rows than there are."""
+    from attnviz.engine.interface import BLOCK_BYTES, MIN_ROWS, block_rows
+
+    assert block_rows(4 * 8 * 100 * 10, 100, 4, 100) == 10 and block_rows(1, 100, 4, 100) == 1
+    assert block_rows(None, 32768, 14, 32768) == MIN_ROWS > BLOCK_BYTES // (14 * 32768 * 8)
+    assert block_rows(None, 2048, 14, 2048) == BLOCK_BYTES // (14 * 2048 * 8) > MIN_ROWS
+    assert block_rows(None, 5, 14, 32768) == 5 and block_rows(10**9, 7, 2, 7) == 7
+
+
+def test_default_blocks_are_min_rows_at_long_keys(load_tiny, monkeypatch):
+    """Through the streamed pass: with BLOCK_BYTES too small for MIN_ROWS rows, each layer's blocks are
+    MIN_ROWS rows (the last one what is left)."""
+    from attnviz.engine import interface
+    from attnviz.engine.forward import capture_text, encode
+
+    loaded = load_tiny("llama")
+    capture = capture_text(LONG, loaded)
+    encoded = encode(loaded, LONG)
+    calls = []
+    real = interface.LayerAttention.block
+
+    def block(self, start, stop, buffer):
+        calls.append(stop - start)
+        return real(self, start, stop, buffer)
+
+    monkeypatch.setattr(interface.LayerAttention, "block", block)
+    monkeypatch.setattr(interface, "BLOCK_BYTES", 1)
+    T = capture.n_tokens
+    stream(loaded.model, encoded.inputs, Tokens.of(capture), pool=1)
+    per_layer = [interface.MIN_ROWS] * (T // interface.MIN_ROWS) + ([T % interface.MIN_ROWS] if T % interface.MIN_ROWS
+                                                                     else [])
+    assert T > interface.MIN_ROWS and calls == per_layer * capture.n_layers
+
+
 @pytest.fixture(scope="module")
 def pooled(tmp_path_factory, tiny_model_dir):
     path = tmp_path_factory.mktemp("pooled") / "long.npz"
