@@ -32,10 +32,11 @@ INERT = {"position_ids", "use_cache", "output_attentions", "cache_position", "de
 
 BLOCK_BYTES = 16 << 20  # one block of α rows in float64 (the numpy side); the torch side holds a float32 copy
 # ... and by default at least this many rows: a block re-reads the layer's whole K and V, so at long inputs a block
-# of 16 MB (4 rows of 14 heads at 32,768 keys) spends its time reading them. Measured on one layer's Q, K of 14
-# heads (one thread computing, the fold on the other): at 32,768 keys 2.9 min a layer with 4 rows, 1.1 with 24
-# (more rows than that, slower again); at 8,192 keys 1.01 s per 2,048 rows with 18, 0.87–0.93 s with 24–48
-MIN_ROWS = 24
+# of 16 MB (4 rows of 14 heads at 32,768 keys) spends its time reading them. Measured on Qwen2.5-Coder-0.5B's
+# `heads --stream` over 32,768 tokens, its first two layers: 355.8 s with 4 rows, 294.1 s with 16, 260.6 s with
+# 24; but over 8,192 tokens the whole run took 124 s with 16 MB's 18 rows and 178 s with 24, so the floor is
+# 16, which leaves 8,192 tokens as they were
+MIN_ROWS = 16
 
 _handler: contextvars.ContextVar[Callable | None] = contextvars.ContextVar("attnviz_stream_handler", default=None)
 _registered = False
