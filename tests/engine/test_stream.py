@@ -187,9 +187,8 @@ def test_statistics_only_stream_keeps_no_layer_input(load_tiny, monkeypatch):
             np.testing.assert_allclose(result.values[name], values, atol=1e-5, equal_nan=True, err_msg=name)
 
 
-def test_each_block_of_alpha_is_computed_once(load_tiny, monkeypatch):
-    """Without rollout rows the α rows that make a module's output are the rows the statistics fold: one
-    computation per block, not two."""
+def streamed_block_sizes(load_tiny, monkeypatch, **options) -> tuple[list[int], int, int]:
+    """(the rows of every block the streamed pass computes, T, L) for LONG on the tiny Llama."""
     from attnviz.engine import interface
     from attnviz.engine.forward import capture_text, encode
 
@@ -204,9 +203,18 @@ def test_each_block_of_alpha_is_computed_once(load_tiny, monkeypatch):
         return real(self, start, stop, buffer)
 
     monkeypatch.setattr(interface.LayerAttention, "block", block)
-    T, block_bytes = capture.n_tokens, 4 * 8 * capture.n_tokens * 10  # 10 rows of 4 heads a block
-    stream(loaded.model, encoded.inputs, Tokens.of(capture), pool=1, block_bytes=block_bytes)
-    assert sum(calls) == capture.n_layers * T and len(calls) == capture.n_layers * -(-T // 10)
+    stream(loaded.model, encoded.inputs, Tokens.of(capture), pool=1, **options)
+    return calls, capture.n_tokens, capture.n_layers
+
+
+def test_each_block_of_alpha_is_computed_once(load_tiny, monkeypatch):
+    """Without rollout rows the α rows that make a module's output are the rows the statistics fold: one
+    computation per block, not two."""
+    from attnviz.engine.forward import capture_text
+
+    T = capture_text(LONG, load_tiny("llama")).n_tokens
+    calls, T, L = streamed_block_sizes(load_tiny, monkeypatch, block_bytes=4 * 8 * T * 10)  # 10 rows of 4 heads
+    assert sum(calls) == L * T and len(calls) == L * -(-T // 10)
 
 
 def test_a_block_holds_its_bytes_and_by_default_at_least_min_rows():
@@ -225,25 +233,12 @@ def test_default_blocks_are_min_rows_at_long_keys(load_tiny, monkeypatch):
     """Through the streamed pass: with BLOCK_BYTES too small for MIN_ROWS rows, each layer's blocks are
     MIN_ROWS rows (the last one what is left)."""
     from attnviz.engine import interface
-    from attnviz.engine.forward import capture_text, encode
 
-    loaded = load_tiny("llama")
-    capture = capture_text(LONG, loaded)
-    encoded = encode(loaded, LONG)
-    calls = []
-    real = interface.LayerAttention.block
-
-    def block(self, start, stop, buffer):
-        calls.append(stop - start)
-        return real(self, start, stop, buffer)
-
-    monkeypatch.setattr(interface.LayerAttention, "block", block)
     monkeypatch.setattr(interface, "BLOCK_BYTES", 1)
-    T = capture.n_tokens
-    stream(loaded.model, encoded.inputs, Tokens.of(capture), pool=1)
-    per_layer = [interface.MIN_ROWS] * (T // interface.MIN_ROWS) + ([T % interface.MIN_ROWS] if T % interface.MIN_ROWS
-                                                                     else [])
-    assert T > interface.MIN_ROWS and calls == per_layer * capture.n_layers
+    calls, T, L = streamed_block_sizes(load_tiny, monkeypatch)
+    rows = interface.MIN_ROWS
+    per_layer = [rows] * (T // rows) + ([T % rows] if T % rows else [])
+    assert T > rows and calls == per_layer * L
 
 
 @pytest.fixture(scope="module")
