@@ -568,7 +568,8 @@ def equals_transformers_gguf(path, loaded, text: str, shape: tuple[int, int]) ->
 
 def largest():
     """A dispatch mode recording every tensor the ops make, forward and backward: the most elements one had
-    (`most`, its `shape`) and the ops' names (`ops`). `with largest() as probe: …`."""
+    (`most`, its `shape`), the ops' names (`ops`) and how many times each ran (`counts`).
+    `with largest() as probe: …`."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
@@ -578,10 +579,13 @@ def largest():
             super().__init__()
             self.most, self.shape = 0, ()
             self.ops: set[str] = set()
+            self.counts: dict[str, int] = {}
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
-            self.ops.add(str(func.overloadpacket.__name__))
+            name = str(func.overloadpacket.__name__)
+            self.ops.add(name)
+            self.counts[name] = self.counts.get(name, 0) + 1
             for t in tree_leaves(out):  # numbers (a boolean mask of T × T, shared by the layers, is not α)
                 if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > self.most:
                     self.most, self.shape = t.numel(), tuple(t.shape)

@@ -176,14 +176,15 @@ def _recording(g: Graph, found: Changes | None, against: Changes | None, embeddi
     return hooks
 
 
-def scores(g: Graph, inputs: dict, metric: Any, *, recomputed: int, changes: Changes | None = None,
+def scores(g: Graph, inputs: dict, metric: Any, *, recomputed: tuple[int, int], changes: Changes | None = None,
            corrupt: Changes | None = None, embeddings: torch.Tensor | None = None,
            cached: int = 0) -> tuple[torch.Tensor, Changes]:
     """Every edge's score (receivers, nodes) float64 from one backward pass of M at this run: the clean run
     (EAP), its changes from the `corrupt` run's record made by its own forward pass (which lets go of that record
     a layer at a time); or one of EAP-IG's inputs
     (`embeddings`), with the clean run's `changes` given. Returns (scores, the changes, with this run's logits at
-    the last position)."""
+    the last position). `recomputed`: how many blocks (the first) the backward pass recomputes, and how many of
+    those keep their attention's output (engine/lean.py recomputing)."""
     R, N, L = len(g.receivers), len(g.nodes), len(g.layers)
     table = torch.zeros(R, N, dtype=torch.float64)
     found = _empty(g) if changes is None else changes
@@ -269,8 +270,8 @@ def scores(g: Graph, inputs: dict, metric: Any, *, recomputed: int, changes: Cha
         hooks.append(Hook(layer.mlp_norm, "pre", own_input(("mlp", n), lambda grad, n=n: mlp_arrived(n, grad))))
     leaf: list = []
     hooks += _recording(g, found if changes is None else None, corrupt, embeddings, leaf, consume=True)
-    blocks = [layer.block for layer in g.layers][:recomputed]
-    with lean(g.model, blocks, grad=True), torch.enable_grad(), hooked(hooks):
+    blocks = [layer.block for layer in g.layers][:recomputed[0]]
+    with lean(g.model, blocks, grad=True, keeping=recomputed[1]), torch.enable_grad(), hooked(hooks):
         logits = run_model(g.model, {**inputs, **last_logits(g.model)}).logits[:, -1]
         if changes is None:
             _check(found)
@@ -353,7 +354,7 @@ def circuit_logits(g: Graph, inputs: dict, corrupt: Changes, keep: torch.Tensor,
     return logits
 
 
-def score_edges(g: Graph, prepared: list, steps: int, recomputed: int, step: Any,
+def score_edges(g: Graph, prepared: list, steps: int, recomputed: tuple[int, int], step: Any,
                 cached: int = 0) -> tuple[Any, float, float]:
     """engine.discovery.score_edges on the long path: `steps` 0 for EAP (the gradient at the clean run), else
     EAP-IG's inputs between the corrupted and the clean first-block input, each its own backward pass.

@@ -122,11 +122,11 @@ def _hidden_of(args, kwargs) -> tuple[torch.Tensor, str | None]:
 
 def passing(where: Site, *, grad: bool = False) -> contextlib.AbstractContextManager:
     """How the model runs: as loaded, or on the long path (its own SDPA; with `grad`, the first
-    `where.recomputed` blocks recomputed in the backward pass, the others keeping their activations as the
-    budget allows) where the site says so."""
+    `where.recomputed` blocks recomputed in the backward pass, the first `where.keeping` of them keeping their
+    attention's output, the others keeping their activations, as the budget allows) where the site says so."""
     if not where.lean:
         return contextlib.nullcontext()
-    return lean(where.model, where.blocks[:where.recomputed], grad=grad)
+    return lean(where.model, where.blocks[:where.recomputed], grad=grad, keeping=where.keeping)
 
 
 def run(where: Site, inputs: dict):
@@ -335,7 +335,7 @@ def check_lean(loaded: Any, where: Site, T: int) -> None:
     """Refuse, before running, patching on the long path whose recordings would not fit the memory budget:
     each run's z and stream at every layer (L·T·(H·d + D) float32 each, two runs) and one block's activations,
     linear in T."""
-    from attnviz.engine.lean import block_activation_bytes
+    from attnviz.engine.lean import attention_kept_bytes, block_activation_bytes, recomputing
     from attnviz.engine.memory import check_parts
 
     from attnviz.engine.memory import memory_budget
@@ -348,9 +348,9 @@ def check_lean(loaded: Any, where: Site, T: int) -> None:
                          "one block recomputed for the backward pass": block},
                 f"patching {T} tokens without α (the model's own SDPA attention; {where.layers} layers)",
                 "shorten the prompts (on this path the memory grows linearly in the tokens)")
-    # blocks whose activations the rest of the budget holds are not recomputed (a forward pass saved each)
+    # the rest of the budget keeps the recomputed blocks' attention outputs, then whole blocks' activations
     spare = (loaded.memory_budget or memory_budget()) - 2 * run_bytes - block
-    where.recomputed = max(0, where.layers - max(0, spare) // block)
+    where.recomputed, where.keeping = recomputing(where.layers, spare, block, attention_kept_bytes(config, T))
 
 
 def every_patch(kind: str, L: int, H: int, at: int | Sequence[int], positions: bool = False) -> list[Patch]:

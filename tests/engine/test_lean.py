@@ -43,7 +43,8 @@ def _patch(folder: str, n: int, method: str, budget: str | None, monkeypatch, **
 @pytest.mark.parametrize("kind", ["gpt2", "llama", "qwen2", "gemma3", "mistral-window", "qwen3"])
 def test_atp_at_1024_tokens_without_alpha_equals_the_full_path(kind, long_models, monkeypatch):
     """AtP at T = 1,024 over every head, every layer's attention and residual stream: the long path (budget too
-    small for α; every block recomputed in the backward pass) equals the full path within 1e-4 of the largest
+    small for α; every block recomputed in the backward pass, half of them keeping their attention's output)
+    equals the full path within 1e-4 of the largest
     estimate; no head's T × T is made on the long path (the full path's eager attention makes H·T² per layer)."""
     loaded = attnviz.load_model(long_models(kind), lm_head=True)  # once: a decoder saved without its head gets a
     full = _patch(loaded, 560, "atp", None, monkeypatch)          # random one at each load
@@ -53,9 +54,9 @@ def test_atp_at_1024_tokens_without_alpha_equals_the_full_path(kind, long_models
 
     checked = patching.check_lean
 
-    def every_block_recomputed(loaded, where, T):  # as a budget too small to keep any block's activations says
-        checked(loaded, where, T)
-        where.recomputed = where.layers
+    def every_block_recomputed(loaded, where, T):  # as a budget too small to keep any block's activations says;
+        checked(loaded, where, T)                  # the lower half keep their attention's output
+        where.recomputed, where.keeping = where.layers, where.layers // 2
 
     monkeypatch.setattr(patching, "check_lean", every_block_recomputed)
     with largest() as seen:
@@ -217,34 +218,55 @@ def test_the_long_gradient_pass_reports_each_block_forward_and_backward(long_mod
     assert torch.equal(quiet[0], counted[0]) and torch.equal(quiet[1], counted[1])
 
 
+FUSED = "_scaled_dot_product_flash_attention_for_cpu"  # PyTorch's fused attention on CPU
+
+
 def test_blocks_are_recomputed_as_the_budget_says(long_models, monkeypatch):
     """The backward pass recomputes the first `recomputed` blocks (their MLP runs twice) and keeps the others'
-    activations (once); the estimates are the same either way. The budget decides: a tight one recomputes
-    every block, a roomy one none."""
+    activations (once); of the recomputed, the first `keeping` keep their fused attention's output, so their
+    attention runs once (the others' twice); the estimates are the same every way. The budget decides: a tight
+    one recomputes every block, keeping no attention output or some, a roomy one recomputes none."""
     from attnviz.engine.hooks import Hook, hooked
+    from attnviz.engine.lean import attention_kept_bytes, block_activation_bytes
     from attnviz.engine.patching import attributed, check_lean
 
     loaded, where, donor, receiver, T = _long_site(long_models, 300)
-    results, calls = {}, {}
-    for recomputed in (0, 1, where.layers):
-        where.recomputed = recomputed
+    L = where.layers
+    results, calls, attention, products = {}, {}, {}, {}
+    plans = [(0, 0), (1, 0), (L, 0), (L, 1), (L, L)]
+    for plan in plans:
+        where.recomputed, where.keeping = plan
         count = [0]
 
         def seen(module, args, count=count):
             count[0] += 1
 
-        with hooked([Hook(b.mlp, "pre", seen) for b in where.blocks]):
-            results[recomputed] = attributed(where, receiver, donor, list(range(T)),
-                                             lambda read: read[5] - read[6])
-        calls[recomputed] = count[0]
-    assert calls == {0: where.layers, 1: where.layers + 1, where.layers: 2 * where.layers}
-    for n in (1, where.layers):
-        assert torch.allclose(results[0][0], results[n][0], atol=1e-6) and \
-            torch.allclose(results[0][1], results[n][1], atol=1e-6)
-    for budget, expected in (("2M", where.layers), ("64M", 0)):
-        monkeypatch.setenv("ATTNVIZ_MEMORY_BUDGET", budget)
+        with hooked([Hook(b.mlp, "pre", seen) for b in where.blocks]), largest() as probe:
+            results[plan] = attributed(where, receiver, donor, list(range(T)), lambda read: read[5] - read[6])
+        calls[plan] = count[0]
+        attention[plan] = probe.counts.get(FUSED, 0)
+        products[plan] = sum(probe.counts.get(name, 0) for name in ("mm", "addmm", "bmm"))
+    assert calls == {(0, 0): L, (1, 0): L + 1, (L, 0): 2 * L, (L, 1): 2 * L, (L, L): 2 * L}
+    # the receiver's forward pass once per block, and again for each recomputed block not keeping its output
+    assert attention == {(r, k): L + r - k for r, k in plans}, attention
+    # keeping the attention's output keeps nothing else: the projections and the MLP are made again all the same
+    assert products[(L, 0)] == products[(L, 1)] == products[(L, L)] > products[(1, 0)] > products[(0, 0)], products
+    for plan in plans[1:]:
+        assert torch.allclose(results[(0, 0)][0], results[plan][0], atol=1e-6) and \
+            torch.allclose(results[(0, 0)][1], results[plan][1], atol=1e-6), plan
+    config = loaded.model.config
+    block, kept = block_activation_bytes(config, T), attention_kept_bytes(config, T)
+    D = int(config.hidden_size)
+    fixed = 2 * 4 * T * sum(where.heads * d + D for d in where.dims) + block  # what check_lean holds anyway
+    for budget, expected in ((fixed - 1, None), (fixed, (L, 0)), (fixed + kept + kept // 2, (L, 1)),
+                             (fixed + L * kept + block - kept, (L - 1, L - 1)), (64 << 20, (0, 0))):
+        monkeypatch.setenv("ATTNVIZ_MEMORY_BUDGET", str(budget))
+        if expected is None:
+            with pytest.raises(InputError):
+                check_lean(loaded, where, T)
+            continue
         check_lean(loaded, where, T)
-        assert where.recomputed == expected, budget
+        assert (where.recomputed, where.keeping) == expected, budget
 
 
 def test_atp_on_the_long_path_runs_the_model_twice_and_gives_it_back_on_a_refusal(long_models, monkeypatch):

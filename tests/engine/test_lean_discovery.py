@@ -124,12 +124,12 @@ def test_a_budget_short_of_two_records_runs_the_curve_on_one(tiny, monkeypatch):
 def test_the_plan_stays_within_the_budget_at_every_step(tiny, monkeypatch):
     """lean_path's plan for budgets from the long path's parts upwards: the scoring's peak (the parts, the stream the
     backward pass keeps among them, the heads' writes kept, the blocks kept whole) and the curve's (the parts but
-    the stream, the corrupted run's record if held, the writes) are each within the budget; more budget never
-    recomputes more blocks."""
+    the stream, the corrupted run's record if held, the writes) are each within the budget, the recomputed blocks'
+    kept attention outputs counted; more budget never recomputes more blocks nor keeps fewer attention outputs."""
     from attnviz.api.patching.discovery import lean_path
     from attnviz.engine.discovery import graph
     from attnviz.engine.discovery_lean import lean_parts, record_bytes, write_bytes
-    from attnviz.engine.lean import block_activation_bytes
+    from attnviz.engine.lean import attention_kept_bytes, block_activation_bytes
 
     loaded = tiny("llama")
     g = graph(loaded.model)
@@ -137,17 +137,21 @@ def test_the_plan_stays_within_the_budget_at_every_step(tiny, monkeypatch):
     parts, stream = lean_parts(g, T)
     fixed, record, writes = sum(parts.values()), record_bytes(g, T), write_bytes(g, T)
     block = block_activation_bytes(loaded.model.config, T)
+    kept = attention_kept_bytes(loaded.model.config, T)
     L = len(g.layers)
-    before = L
+    before, keeping_before = L, 0
     plans = set()
     for budget in range(fixed, fixed + 2 * record + L * (writes + block), max(1, record // 7)):
         monkeypatch.setenv("ATTNVIZ_MEMORY_BUDGET", str(budget))
-        recomputed, cached, hold = lean_path(loaded, g, T, 1)
-        if recomputed is None:  # the full path fits
+        plan, cached, hold = lean_path(loaded, g, T, 1)
+        if plan is None:  # the full path fits
             break
-        plans.add((recomputed, cached, hold))
-        assert fixed + cached * writes + (L - recomputed) * block <= budget
+        recomputed, keeping = plan
+        plans.add((recomputed, keeping, cached, hold))
+        assert keeping <= recomputed
+        assert fixed + cached * writes + (L - recomputed) * block + keeping * kept <= budget
         assert fixed - stream + hold * record + cached * writes <= budget
-        assert recomputed <= before
-        before = recomputed
-    assert len(plans) >= 3 and any(h for _, _, h in plans) and not all(h for _, _, h in plans), plans
+        assert recomputed <= before and (keeping >= keeping_before or recomputed < before)
+        before, keeping_before = recomputed, keeping
+    assert len(plans) >= 3 and any(h for *_, h in plans) and not all(h for *_, h in plans), plans
+    assert any(0 < keeping < L for _, keeping, _, _ in plans), plans  # some plans keep only some attention outputs

@@ -24,14 +24,24 @@ def test_the_long_path_equals_the_full_path(kind, tiny, monkeypatch):
     correlation: near-equal scores of the randomised model may swap). τ with leave-one-out is the full path's
     alone, said. (Qwen2's tiny tokenizer knows more tokens than its embedding has rows: integrated gradients'
     baseline is one it has.) An encoder's gradient × input is left out here: its f (the cosine with the full text's
-    embedding) is at its maximum, so that gradient is rounding noise on both paths."""
+    embedding) is at its maximum, so that gradient is rounding noise on both paths. On the long path every block
+    is recomputed in the backward pass, the first keeping its attention's output, as a tight budget says."""
     loaded = tiny(kind)
     causal = kind != "bert"
     methods = (["grad-x-input"] if causal else []) + ["attention", "integrated-gradients", "random"]
     text = story(80 if causal else 60)
     full = attnviz.faithfulness(text, model=loaded, methods=methods, orders=20, steps=8)
     monkeypatch.setattr(faith, "MAX_FAITHFULNESS_TOKENS", 8)
+    checked, plans = faith.check_lean_faithfulness, []
+
+    def tight(loaded, *args, **kwargs):
+        checked(loaded, *args, **kwargs)
+        plans.append((loaded.shape[0], 1))
+        return plans[-1]
+
+    monkeypatch.setattr(faith, "check_lean_faithfulness", tight)
     long = attnviz.faithfulness(text, model=loaded, methods=methods, orders=20, steps=8)
+    assert plans == [(loaded.shape[0], 1)] and loaded.shape[0] >= 2
     assert not full.lean and long.lean and len(full.tokens) > 60
     assert [m.name for m in long.methods] == [m.name for m in full.methods] == methods[:-1]
     for a, b in zip(full.methods, long.methods):

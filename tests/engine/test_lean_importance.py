@@ -57,9 +57,10 @@ def test_the_long_path_equals_the_full_path_at_1000_tokens(kind, mode, tiny, mon
     _given_back(loaded)
 
 
-@pytest.mark.parametrize("every, copies, recomputed", [(1, 4, 0), (1, 1, 2), (2, 3, 1)])
-def test_every_plan_gives_the_same_numbers_and_skips_the_layers_below(every, copies, recomputed, tiny):
-    """Keeping every block's output or none, one head at a time or several, recomputing no block, one or both:
+@pytest.mark.parametrize("every, copies, recomputed, keeping", [(1, 4, 0, 0), (1, 1, 2, 1), (2, 3, 1, 1)])
+def test_every_plan_gives_the_same_numbers_and_skips_the_layers_below(every, copies, recomputed, keeping, tiny):
+    """Keeping every block's output or none, one head at a time or several, recomputing no block, one or both
+    (one keeping its attention's output):
     the same effects and gradients (≤ 1e-6 of the largest); the attention modules run L times for the clean
     run and, per batch of heads of layer l, once per layer from the kept output below l — the layers below it
     are not run again (seen failing with the skipped blocks running)."""
@@ -78,8 +79,8 @@ def test_every_plan_gives_the_same_numbers_and_skips_the_layers_below(every, cop
     hooks = [counting_calls(m) for m in adapter_for(base).modules(base)]
     reference = importance(where, [inputs], plan=LeanPlan(1, H, 0))
     with hooked([h for h, _ in hooks]):
-        got = importance(where, [inputs], gradient=False, plan=LeanPlan(every, copies, recomputed))
-    scores = importance(where, [inputs], plan=LeanPlan(every, copies, recomputed)).gradient
+        got = importance(where, [inputs], gradient=False, plan=LeanPlan(every, copies, recomputed, keeping))
+    scores = importance(where, [inputs], plan=LeanPlan(every, copies, recomputed, keeping)).gradient
     assert np.abs(got.effect - reference.effect).max() <= 1e-6 * reference.effect.max()
     assert np.abs(scores - reference.gradient).max() <= 1e-6 * np.abs(reference.gradient).max()
     batches = -(-H // copies)

@@ -185,7 +185,7 @@ def lean_plan(loaded: Any, T: int, where: Any) -> Any:
     from attnviz.engine.ablation import ATTENTION_BYTES, is_causal_lm
     from attnviz.engine.ablation.removing import distribution_positions
     from attnviz.engine.ablation.ranking_lean import kept_blocks, LeanPlan
-    from attnviz.engine.lean import block_activation_bytes
+    from attnviz.engine.lean import attention_kept_bytes, block_activation_bytes, recomputing
     from attnviz.engine.memory import check_parts, memory_budget
 
     config = loaded.model.config
@@ -205,6 +205,6 @@ def lean_plan(loaded: Any, T: int, where: Any) -> Any:
     every = next((k for k in range(1, L + 1) if len(kept_blocks(L, k)) * state <= spare), L)
     spare -= len(kept_blocks(L, every)) * state
     copies = 1 + max(0, min(H - 1, ATTENTION_BYTES // block - 1, spare // (block + 3 * state)))
-    recomputed = max(0, L - max(0, budget - sum(parts.values())) // block)
-    return LeanPlan(every=every, copies=copies, recomputed=recomputed)
+    recomputed, keeping = recomputing(L, budget - sum(parts.values()), block, attention_kept_bytes(config, T))
+    return LeanPlan(every=every, copies=copies, recomputed=recomputed, keeping=keeping)
 

@@ -222,17 +222,17 @@ def _one(loaded, text: str, *, asked: list[str], explicit: bool, causal: bool, t
         raise InputError(f"faithfulness ranks and erases tokens: this text has {len(erasable)} that can be erased "
                          f"(not special{', not the last' if causal else ''}); give a longer text")
     drawn = drawn_bytes(loaded.model) if sanity else 0
-    recomputed = 0
+    recomputed = keeping = 0
     if long:
-        recomputed = check_lean_faithfulness(loaded, T, drawn, batch=_ig_batch(T) if "integrated-gradients" in asked
-                                             else 1)
+        batch = _ig_batch(T) if "integrated-gradients" in asked else 1
+        recomputed, keeping = check_lean_faithfulness(loaded, T, drawn, batch=batch)
     else:
         check_memory(loaded, T, copies=4.0, beside=drawn, beside_text="the sanity check's randomised blocks")
     wanted = target_id(loaded, target)
     reporter = reporter or Reporter()
     with reporter.status("Running the model…"):
         explained = Explained(loaded.model, encoded.inputs, causal=causal, target=wanted, lean=long,
-                              recomputed=recomputed)
+                              recomputed=recomputed, keeping=keeping)
     explained.baseline_id = baseline_token(loaded.tokenizer, int(loaded.model.get_input_embeddings().weight.shape[0]))
     if causal and target is not None and explained.target is not None:
         check_spelling(loaded, target, explained.target, explained.logits)
@@ -303,7 +303,7 @@ def _one(loaded, text: str, *, asked: list[str], explicit: bool, causal: bool, t
             for layer in depths:
                 copy.down_to(layer)
                 shaken = Explained(copy.model, encoded.inputs, causal=causal, target=explained.target, lean=long,
-                                   recomputed=recomputed)
+                                   recomputed=recomputed, keeping=keeping)
                 shaken.baseline_id = explained.baseline_id
                 for name in scores:
                     try:
@@ -368,13 +368,14 @@ def _ig_batch(T: int) -> int:
     return max(1, min(IG_BATCH, LEAN_TOKENS // T))
 
 
-def check_lean_faithfulness(loaded, T: int, drawn: int, batch: int) -> int:
+def check_lean_faithfulness(loaded, T: int, drawn: int, batch: int) -> tuple[int, int]:
     """Refuse, before running, faithfulness on the long path whose holdings would not fit the budget: the stream
     entering every block, kept for the backward pass (L·T·D float32 for each of `batch` texts, with the
     embeddings and their gradient), one block's activations, and the sanity check's randomised blocks (`drawn`
-    bytes). How many blocks to recompute in the backward pass: as few as the rest of the budget allows."""
+    bytes). How many blocks to recompute in the backward pass, and how many of those keep their attention's
+    output: as the rest of the budget allows (engine/lean.py recomputing)."""
     from attnviz.engine.attribution.faithfulness import LEAN_TOKENS
-    from attnviz.engine.lean import block_activation_bytes
+    from attnviz.engine.lean import attention_kept_bytes, block_activation_bytes, recomputing
     from attnviz.engine.memory import check_parts, memory_budget
 
     config = loaded.model.config
@@ -389,7 +390,7 @@ def check_lean_faithfulness(loaded, T: int, drawn: int, batch: int) -> int:
     check_parts(loaded, parts, f"faithfulness on {T:,} tokens without α (the model's own SDPA attention)",
                 "shorten the text (on this path the memory grows linearly in the tokens), or --sanity 0")
     spare = (loaded.memory_budget or memory_budget()) - sum(parts.values())
-    return max(0, L - max(0, spare) // block)
+    return recomputing(L, spare, block, attention_kept_bytes(config, T) * batch)
 
 
 def _methods(methods: Sequence[str] | None) -> list[str]:

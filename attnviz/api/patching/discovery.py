@@ -345,15 +345,16 @@ def discover(clean: str | None = None, corrupt: str | None = None, *, answers: S
                      lean=recomputed is not None)
 
 
-def lean_path(loaded: Any, g: Any, T: int, batch: int) -> tuple[int | None, int, bool]:
+def lean_path(loaded: Any, g: Any, T: int, batch: int) -> tuple[tuple[int, int] | None, int, bool]:
     """(None, 0, True) where scoring the edges of T-token prompts fits the memory budget on the full path
     (engine.discovery); else the long path's (engine.discovery_lean: without α, no copy of the stream per
-    receiver), checked part by part before anything runs: how many blocks its backward pass recomputes, how
-    many layers' heads' writes it keeps once made, and whether the curve keeps the corrupted run's record whole
-    (else each circuit records it again) — as the budget's spare allows, in that order of need: the record, the
-    writes, then blocks."""
+    receiver), checked part by part before anything runs: how many blocks its backward pass recomputes (and how
+    many of those keep their attention's output: engine/lean.py recomputing), how many layers' heads' writes it
+    keeps once made, and whether the curve keeps the corrupted run's record whole (else each circuit records it
+    again) — as the budget's spare allows, in that order of need: the record, the writes, then blocks."""
     from attnviz.engine.discovery import scoring_bytes
     from attnviz.engine.discovery_lean import lean_parts, record_bytes, write_bytes
+    from attnviz.engine.lean import attention_kept_bytes, recomputing
     from attnviz.engine.memory import check_parts, memory_budget
 
     budget = loaded.memory_budget or memory_budget()
@@ -369,4 +370,4 @@ def lean_path(loaded: Any, g: Any, T: int, batch: int) -> tuple[int | None, int,
     # the writes are held through both: the scoring beside the stream, the curve beside the record (if held)
     cached = min(len(g.layers), max(0, min(spare, spare + stream - hold * record)) // writes)
     scoring = sum(parts.values()) + cached * writes
-    return max(0, len(g.layers) - max(0, budget - scoring) // block), cached, hold
+    return recomputing(len(g.layers), budget - scoring, block, attention_kept_bytes(g.model.config, T)), cached, hold

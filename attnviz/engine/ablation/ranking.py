@@ -181,11 +181,11 @@ def importance(where: Site, texts: Sequence[dict], *, mode: str = "zero", fills:
                 if plan is None:
                     scores += gradient_scores(where, inputs, causal, used)
                 elif causal:
-                    scores += gradient_lean(where, inputs, used, plan.recomputed)
+                    scores += gradient_lean(where, inputs, used, plan.recomputed, plan.keeping)
                 else:  # an encoder's exact Jacobian, on SDPA with every block recomputed
                     from attnviz.engine.lean import lean
 
-                    with lean(where.model, where.blocks, grad=True):
+                    with lean(where.model, where.blocks, grad=True, keeping=plan.keeping):
                         scores += gradient_scores(where, inputs, causal, used)
                 step(1)
     n = max(len(texts), 1)

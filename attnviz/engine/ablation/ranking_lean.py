@@ -33,11 +33,13 @@ from attnviz.engine.hooks import Hook, hooked
 @dataclass(frozen=True)
 class LeanPlan:
     """How the long path runs importance within the budget: the clean run keeps every `every`-th block's output
-    (1: all), `copies` heads run at once, the gradient pass recomputes its first `recomputed` blocks."""
+    (1: all), `copies` heads run at once, the gradient pass recomputes its first `recomputed` blocks, the first
+    `keeping` of them keeping their attention's output (engine/lean.py recomputing)."""
 
     every: int = 1
     copies: int = 1
     recomputed: int = 0
+    keeping: int = 0
 
 
 def kept_blocks(L: int, every: int) -> list[int]:
@@ -170,9 +172,11 @@ def removals_lean(where: Site, inputs: dict, fills: list[torch.Tensor] | None, c
     return effect, loss, estimated, clean_loss
 
 
-def gradient_lean(where: Site, inputs: dict, fills: list[torch.Tensor] | None, recomputed: int) -> np.ndarray:
+def gradient_lean(where: Site, inputs: dict, fills: list[torch.Tensor] | None, recomputed: int,
+                  keeping: int = 0) -> np.ndarray:
     """Michel et al.'s estimate (L, H) of a causal LM on the long path: |∂loss/∂ξ_h| from one forward + backward
-    pass on the model's own SDPA attention (its first `recomputed` blocks recomputed in the backward pass), the
+    pass on the model's own SDPA attention (its first `recomputed` blocks recomputed in the backward pass, the
+    first `keeping` of them keeping their attention's output), the
     next-token loss summed a block of positions at a time, each block's logits made again in the backward pass.
     (An encoder's exact Jacobian is ranking.gradient_scores's, run on SDPA with every block recomputed.)"""
     from attnviz.engine.attribution.lens import _head
@@ -192,7 +196,7 @@ def gradient_lean(where: Site, inputs: dict, fills: list[torch.Tensor] | None, r
         return -logp.gather(-1, targets[:, None]).sum()
 
     gate = torch.ones(1, L, H, dtype=torch.float64, requires_grad=True)
-    with lean(model, where.blocks[:recomputed], grad=True), torch.enable_grad():
+    with lean(model, where.blocks[:recomputed], grad=True, keeping=keeping), torch.enable_grad():
         with editing(where, gated(where, gate, fills)), hooked(final.hooks()):
             normed = final.run(inputs)[0]  # (T, D)
             targets = ids[1:].to(normed.device)

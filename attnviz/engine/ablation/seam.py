@@ -52,6 +52,7 @@ class Site:
     lean: bool = False  # run on the long path (engine/lean.py): the model's own SDPA, blocks recomputed backward
     on_block: Callable[[int], None] | None = None  # a long gradient pass reports each block, forward and backward
     recomputed: int = 0  # on the long path, the first blocks recomputed in the backward pass (the rest do not fit)
+    keeping: int = 0  # of those, the first keeping their attention's output (engine/lean.py recomputing)
     pending: Any = None  # the receiver run's forward pass made ahead for AtP (engine/patching.py Pending)
 
     @property

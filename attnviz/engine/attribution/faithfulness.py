@@ -34,14 +34,15 @@ class Explained:
     `lean`: the long path (engine/lean.py): no α is asked for (`alpha` None), every pass runs on the model's own
     SDPA attention, erased texts are batched only with texts of their own length (no padding, so no mask of
     T² is made) and at most LEAN_TOKENS tokens at once, and the gradient methods' backward pass recomputes the
-    first `recomputed` blocks."""
+    first `recomputed` blocks, the first `keeping` of them keeping their attention's output."""
 
     def __init__(self, model, inputs: dict, *, causal: bool, target: int | None, lean: bool = False,
-                 recomputed: int = 0) -> None:
+                 recomputed: int = 0, keeping: int = 0) -> None:
         self.model = model
         self.causal = causal
         self.lean = lean
         self.recomputed = recomputed
+        self.keeping = keeping
         self.ids = inputs["input_ids"][0]
         self.device = self.ids.device
         self.types = inputs.get("token_type_ids")
@@ -107,13 +108,13 @@ class Explained:
 
     def passing(self, grad: bool = False) -> contextlib.AbstractContextManager:
         """How the model runs: as loaded, or on the long path (with `grad`, its first `recomputed` blocks
-        recomputed in the backward pass)."""
+        recomputed in the backward pass, the first `keeping` of them keeping their attention's output)."""
         if not self.lean:
             return contextlib.nullcontext()
         from attnviz.engine.lean import lean
 
         blocks = list(model_blocks(self.model))[:self.recomputed] if grad else []
-        return lean(self.model, blocks, grad=grad)
+        return lean(self.model, blocks, grad=grad, keeping=self.keeping)
 
     def _batches(self, kept: Sequence[np.ndarray]) -> Iterator[list[int]]:
         """Which subsets run together: ERASE_BATCH at a time; on the long path only subsets of one length (no
