@@ -23,7 +23,8 @@ from attnviz.engine.models import layers_and_heads
 
 from attnviz.engine.memory import attention_bytes, memory_budget
 
-from attnviz.engine.stream import give_back_memory, streamed_capture
+from attnviz.engine.lean import give_back_memory
+from attnviz.engine.stream import streamed_capture
 
 from attnviz.metrics import head_values
 

@@ -16,7 +16,7 @@ from attnviz.engine.ablation.seam import Site
 from attnviz.engine.hooks import Hook, hooked
 from attnviz.engine.memory import EXACT_ALPHA_BYTES
 from attnviz.engine.patching import Donor, _all_called, _differentiable, _hidden_of, _linearised, read
-from attnviz.engine.stream import give_back_memory
+from attnviz.engine.lean import give_back_memory
 from attnviz.errors import UnsupportedArchitectureError
 
 

@@ -32,6 +32,7 @@ from attnviz.engine.forward import row_sum_tolerance
 from attnviz.metrics import Accumulator, all_metrics, records_from_values, rollout_rows, Rows, Tokens
 from attnviz.base.parallel import Started, runs, start_all, threads
 from attnviz.engine.interface import LayerAttention, block_rows, output, streaming
+from attnviz.engine.lean import give_back_memory
 from attnviz.engine.models import layers_and_heads
 from attnviz.engine.memory import attention_bytes
 from attnviz.errors import arg, InputError, UnsupportedArchitectureError
@@ -68,17 +69,6 @@ class Streamed:
     block: int
     rollout: dict[int, np.ndarray] = field(default_factory=dict)
     window: np.ndarray | None = None
-
-
-def give_back_memory() -> None:
-    """Return freed heap to the system (glibc keeps it per thread arena; torch's threads allocate in
-    several), so that memory stays flat over layers instead of creeping up. A no-op elsewhere."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 @contextlib.contextmanager

@@ -218,6 +218,31 @@ def test_the_long_gradient_pass_reports_each_block_forward_and_backward(long_mod
     assert torch.equal(quiet[0], counted[0]) and torch.equal(quiet[1], counted[1])
 
 
+def test_the_long_path_gives_freed_memory_back_at_every_block_forward_and_backward(long_models, monkeypatch):
+    """The heap freed so far is given back (malloc_trim) before each block runs and after the backward pass has
+    gone through each block: 2·L − 1 times for AtP's own pass with every block recomputed (the first block's
+    input is made AtP's leaf after the hook has seen it: the backward pass ends there), L for a forward pass
+    alone; the estimate the same as without it."""
+    import attnviz.engine.lean as lean_module
+    from attnviz.engine.patching import attributed, donor_run
+
+    loaded, where, donor, receiver, T = _long_site(long_models, 50)
+    where.recomputed = where.layers
+
+    def metric(read):
+        return read[5] - read[6]
+
+    before = attributed(where, receiver, donor, list(range(T)), metric)
+    calls = [0]
+    monkeypatch.setattr(lean_module, "give_back_memory", lambda: calls.__setitem__(0, calls[0] + 1))
+    after = attributed(where, receiver, donor, list(range(T)), metric)
+    assert calls[0] == 2 * where.layers - 1
+    assert torch.equal(before[0], after[0]) and torch.equal(before[1], after[1])
+    calls[0] = 0
+    donor_run(where, receiver)
+    assert calls[0] == where.layers
+
+
 FUSED = "_scaled_dot_product_flash_attention_for_cpu"  # PyTorch's fused attention on CPU
 
 
