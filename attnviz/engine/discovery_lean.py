@@ -29,7 +29,7 @@ import torch
 from attnviz.engine.ablation.runs import last_logits, run_model
 from attnviz.engine.discovery import _columns, _logit_difference, _projected, Graph, kept
 from attnviz.engine.hooks import Hook, hooked, on_gradient
-from attnviz.engine.lean import lean
+from attnviz.engine.lean import give_back_memory, lean
 from attnviz.errors import UnsupportedArchitectureError
 
 CHUNK = 512  # positions whose heads' writes (H·CHUNK·D) are made at once
@@ -198,6 +198,7 @@ def scores(g: Graph, inputs: dict, metric: Any, *, recomputed: tuple[int, int], 
         for start in range(0, G.shape[1], CHUNK):
             at = slice(start, start + CHUNK)
             table[rows, :upto] += found.node_terms(g, G[:, at], at, upto)
+        give_back_memory()  # the writes made again for these receivers, before the next are made
 
     def keep_input(n: int):
         def hook(module, args):
@@ -248,6 +249,7 @@ def scores(g: Graph, inputs: dict, metric: Any, *, recomputed: tuple[int, int], 
             at = slice(first, first + CHUNK)
             table[row, start:start + g.H] += found.layer_terms(g, grad[None, at], at, n)[0]
         waiting[n] = grad
+        give_back_memory()
 
     def own_input(key: Any, arrived: Any):
         """A pre-hook giving a norm its own view of the stream (a node of the graph whose gradient is this
@@ -320,6 +322,7 @@ def circuit_logits(g: Graph, inputs: dict, corrupt: Changes, keep: torch.Tensor,
                 own = _projected(layer, which, columns, normed[None, start:start + len(columns)])[0]  # (T, n·d)
                 made.setdefault(id(layer.projections[which]), []).append(own)
                 start += len(columns)
+            give_back_memory()  # the receivers' inputs, made and projected
         return hook
 
     def projection(module, args, output):
@@ -339,7 +342,10 @@ def circuit_logits(g: Graph, inputs: dict, corrupt: Changes, keep: torch.Tensor,
             parts = [x[at] - later[n][at] - found.layer_sums(g, weights, at, n)[0]
                      for at in (slice(s, s + CHUNK) for s in range(0, x.shape[0], CHUNK))]
             del later[n]
-            return (torch.cat(parts)[None].to(args[0].dtype), *args[1:])
+            joined = torch.cat(parts)[None].to(args[0].dtype)
+            del parts
+            give_back_memory()
+            return (joined, *args[1:])
         return hook
 
     hooks = _recording(g, found, corrupt, None, consume=consume)
