@@ -243,6 +243,23 @@ def test_the_long_path_gives_freed_memory_back_at_every_block_forward_and_backwa
     assert calls[0] == where.layers
 
 
+def test_the_long_path_leaves_no_hook_behind(long_models):
+    """The engine's own context (below the API's guard of a borrowed model, which puts hook tables back too): one
+    trimming hook per block inside it, none after it, whether it ends normally or by an error; the forward
+    methods and the attention implementation put back."""
+    from attnviz.engine.lean import lean
+
+    model = attnviz.load_model(long_models("llama"), lm_head=True).model
+    blocks = list(model.model.layers)
+    with lean(model, blocks, grad=True, keeping=1):
+        assert [len(b._forward_pre_hooks) for b in blocks] == [1] * len(blocks)
+    with pytest.raises(RuntimeError):
+        with lean(model, blocks, grad=True):
+            raise RuntimeError("stopped inside")
+    assert all(not b._forward_pre_hooks for b in blocks) and all("forward" not in b.__dict__ for b in blocks)
+    assert model.config._attn_implementation == "eager"
+
+
 FUSED = "_scaled_dot_product_flash_attention_for_cpu"  # PyTorch's fused attention on CPU
 
 
