@@ -28,7 +28,7 @@ been freed, and there the pass's long-lived tensors (each block's input, z) pin 
 them, so that the resident set would grow by a block's transients at every layer. Trimmed at each block, what a
 block freed is returned before the next one runs, and the tensors within a block still reuse the heap's pages
 (a fixed mmap threshold of 1 MiB, used before, bounded the memory as well but mapped every tensor of 1 MiB or
-more afresh: at 8,192 tokens on SmolLM2, AtP took 20.5 M page faults against 11.8 M trimmed, and about 10% more
+more afresh: at 8,192 tokens on SmolLM2, AtP took 20.5 M page faults against 11.2–11.8 M trimmed, and 10–15% more
 time).
 """
 
