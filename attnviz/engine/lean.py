@@ -115,14 +115,13 @@ def give_back_memory() -> None:
 
 
 def _every_block(model) -> list:
-    """The model's blocks, as the rest of attnviz finds them (engine/attribution/faithfulness.py model_blocks);
-    none found: []."""
-    from attnviz.engine.attribution.faithfulness import model_blocks
-
-    try:
-        return list(model_blocks(model))
-    except UnsupportedArchitectureError:
-        return []
+    """The model's blocks: its list of modules as long as its config's layer count (none found: [])."""
+    config = model.config
+    n = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", None)
+    for module in model.modules():
+        if isinstance(module, torch.nn.ModuleList) and len(module) == n:
+            return list(module)
+    return []
 
 
 def _giving_back(module, args, kwargs) -> None:
