@@ -11,7 +11,11 @@ What it holds instead, linear in T:
                  pass makes anyway: a head's q, k or v receiver is the vector-Jacobian product of its norm and
                  its slice of the projection with ∂M/∂(that slice of the projection's output); an MLP's
                  receiver is its norm's input made a node of its own (a view) in the graph; the logits' is the
-                 final norm's input. One layer's at a time, scored as the backward pass makes them and let go.
+                 final norm's input. Held compactly as the backward pass makes them (a layer's attention input
+                 and its projections' gradients), a group of layers' at a time (as many as the receivers' part
+                 of the budget holds), then scored together a block of positions at a time: each receiver's
+                 ∂M/∂x_r made there, every node's write made once per block for the whole group, and one matrix
+                 product (receivers × positions·D by positions·D × nodes).
     circuits     a receiver's input is the live stream minus the changes of the nodes outside the circuit that
                  write before it reads (x_live − Σ_{u not kept} Δa_u = x_r^corrupt + Σ_{u kept} Δa_u), one
                  layer's receivers at a time
@@ -32,7 +36,22 @@ from attnviz.engine.hooks import Hook, hooked, on_gradient
 from attnviz.engine.lean import give_back_memory, lean
 from attnviz.errors import UnsupportedArchitectureError
 
-CHUNK = 512  # positions whose heads' writes (H·CHUNK·D) are made at once
+CHUNK = 512  # positions whose heads' writes (H·CHUNK·D) are made at once in the curve
+ROWS = 8_192  # receivers × positions whose gradients (ROWS·D) are made again at once while a group is scored
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The long path as the memory budget allows (api/patching/discovery.py lean_path): how many blocks (the
+    first) the backward pass recomputes and how many of those keep their attention's output (engine/lean.py
+    recomputing); how many layers' receivers' gradients are held and scored together; how many layers' heads'
+    writes the curve keeps once made; whether the curve keeps the corrupted run's record whole."""
+
+    recomputed: int
+    keeping: int
+    group: int = 1
+    cached: int = 0
+    hold: bool = True
 
 
 @dataclass
@@ -47,19 +66,31 @@ class Changes:
     cached: int = 0  # how many layers' heads' writes (H·T·D each) may be kept once made (the budget's spare)
     writes: dict = field(default_factory=dict)  # layer -> (H, T, D)
 
-    def node_terms(self, g: Graph, G: torch.Tensor, at: slice, upto: int) -> torch.Tensor:
-        """Σ over positions `at` and width of G (R, c, D) times each node's change, for the first `upto` nodes:
-        (R, upto) float64."""
-        R = G.shape[0]
-        flat = G.reshape(R, -1)  # (R, c·D)
+    def node_terms(self, g: Graph, G: torch.Tensor, at: slice, reach: list[int]) -> torch.Tensor:
+        """Σ over positions `at` and width of G (R, c, D) times each node's change, row r against the first
+        reach[r] nodes (`reach` descending): (R, reach[0]) float64, zero beyond a row's reach. Every node's write
+        is made once for all the rows, ROWS // nodes positions at a time, and all of them multiplied at once
+        ((R, positions·D) by (positions·D, nodes))."""
+        R, upto = G.shape[0], reach[0]
         out = torch.zeros(R, upto, dtype=torch.float64)
-        out[:, 0] = (flat @ self.first[at].reshape(-1).to(G.dtype)).double()
-        for n, heads in self._heads(g, at, upto):
-            start = g.head_node(n, 0)
-            count = min(g.H, upto - start)
-            out[:, start:start + count] = (flat @ heads[:count].reshape(count, -1).T).double()
-            if g.mlp_node(n) < upto:
-                out[:, g.mlp_node(n)] = (flat @ self.mlp[n][at].reshape(-1).to(G.dtype)).double()
+        step = max(1, ROWS // upto)
+        for first in range(0, G.shape[1], step):
+            part = G[:, first:first + step]
+            where = slice(at.start + first, at.start + first + part.shape[1])
+            writes = torch.empty(upto, part.shape[1] * g.D, dtype=G.dtype)
+            writes[0] = self.first[where].reshape(-1)
+            for n in range(len(g.layers)):
+                start, mlp = g.head_node(n, 0), g.mlp_node(n)
+                if start >= upto:
+                    break
+                if n in self.writes:
+                    writes[start:start + g.H] = self.writes[n][:, where].reshape(g.H, -1)
+                else:
+                    _writes(g, n, self.z[n][where], out=writes[start:start + g.H].view(g.H, -1, g.D))
+                if mlp < upto:
+                    writes[mlp] = self.mlp[n][where].reshape(-1)
+            out += (part.reshape(R, -1) @ writes.T).double()
+        out[torch.arange(upto)[None, :] >= torch.tensor(reach)[:, None]] = 0
         return out
 
     def node_sums(self, g: Graph, weights: torch.Tensor, at: slice) -> torch.Tensor:
@@ -76,10 +107,6 @@ class Changes:
             if g.mlp_node(n) < upto:
                 out.addr_(w[:, g.mlp_node(n)], self.mlp[n][at].reshape(-1))
         return out.view(R, *first.shape)
-
-    def layer_terms(self, g: Graph, G: torch.Tensor, at: slice, n: int) -> torch.Tensor:
-        """node_terms for layer n's heads alone: (R, H) float64."""
-        return (G.reshape(G.shape[0], -1) @ self._layer(g, at, n).reshape(g.H, -1).T).double()
 
     def layer_sums(self, g: Graph, weights: torch.Tensor, at: slice, n: int) -> torch.Tensor:
         """node_sums for layer n's heads alone, weights (R, H): (R, c, D)."""
@@ -100,9 +127,17 @@ class Changes:
             yield n, self.writes[n][:, at] if n in self.writes else _writes(g, n, self.z[n][at])
 
 
-def _writes(g: Graph, n: int, z: torch.Tensor) -> torch.Tensor:
-    """Each head's write to the stream, z_h·W_O^h: z (T, H·d) -> (H, T, D)."""
-    return torch.einsum("the,heD->htD", z.view(z.shape[0], g.H, g.d), _per_head(g, n, z.dtype))
+def _writes(g: Graph, n: int, z: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Each head's write to the stream, z_h·W_O^h: z (T, H·d) -> (H, T, D) (into `out`, if given)."""
+    return torch.bmm(z.view(z.shape[0], g.H, g.d).transpose(0, 1), _per_head(g, n, z.dtype), out=out)
+
+
+def _head_weights(layer: Any, module: Any, columns: list[slice]) -> torch.Tensor:
+    """Each head's slice of a q, k or v projection's weight, (heads, d, D): its output's `columns` (one after the
+    other) as rows of a Linear's (out, D) weight, or as columns of GPT-2's Conv1D (D, out)."""
+    span = slice(columns[0].start, columns[-1].stop)
+    weight = module.weight[:, span].T if layer.fused else module.weight[span]
+    return weight.reshape(len(columns), -1, weight.shape[1])
 
 
 def _per_head(g: Graph, n: int, dtype) -> torch.Tensor:
@@ -176,29 +211,40 @@ def _recording(g: Graph, found: Changes | None, against: Changes | None, embeddi
     return hooks
 
 
-def scores(g: Graph, inputs: dict, metric: Any, *, recomputed: tuple[int, int], changes: Changes | None = None,
-           corrupt: Changes | None = None, embeddings: torch.Tensor | None = None,
-           cached: int = 0) -> tuple[torch.Tensor, Changes]:
+def scores(g: Graph, inputs: dict, metric: Any, *, plan: Plan, changes: Changes | None = None,
+           corrupt: Changes | None = None, embeddings: torch.Tensor | None = None) -> tuple[torch.Tensor, Changes]:
     """Every edge's score (receivers, nodes) float64 from one backward pass of M at this run: the clean run
     (EAP), its changes from the `corrupt` run's record made by its own forward pass (which lets go of that record
-    a layer at a time); or one of EAP-IG's inputs
-    (`embeddings`), with the clean run's `changes` given. Returns (scores, the changes, with this run's logits at
-    the last position). `recomputed`: how many blocks (the first) the backward pass recomputes, and how many of
-    those keep their attention's output (engine/lean.py recomputing)."""
+    a layer at a time); or one of EAP-IG's inputs (`embeddings`), with the clean run's `changes` given. Returns
+    (scores, the changes, with this run's logits at the last position).
+
+    The receivers' gradients are held as they come, compactly (a layer's attention input and its projections'
+    gradients; an MLP's and the logits' gradient), `plan.group` layers' at a time; then scored together a block of
+    positions at a time, each receiver's ∂M/∂x_r made again there (its norm's vector-Jacobian product, per
+    position) and each node's write made once for the whole group."""
     R, N, L = len(g.receivers), len(g.nodes), len(g.layers)
     table = torch.zeros(R, N, dtype=torch.float64)
     found = _empty(g) if changes is None else changes
-    found.cached = cached
+    found.cached = 0  # the scoring's spare goes to the group (engine/discovery_lean.py lean_parts)
     projected: list[dict] = [{} for _ in range(L)]
     attention_in: list = [None] * L
     seen: set = set()  # (layer, what): the pieces whose gradient is asked (a recomputed block calls again)
     wanted = [1 if layer.fused else 3 for layer in g.layers]
+    pending: list = []  # (receiver rows, at -> their gradients at positions `at` (rows, c, D)), as they came
+    arrived: list[int] = []  # the layers whose attention receivers' gradients have come
 
-    def score(rows: list[int], G: torch.Tensor, upto: int) -> None:
-        for start in range(0, G.shape[1], CHUNK):
-            at = slice(start, start + CHUNK)
-            table[rows, :upto] += found.node_terms(g, G[:, at], at, upto)
-        give_back_memory()  # the writes made again for these receivers, before the next are made
+    def flush() -> None:
+        """The pending receivers scored against every node before them, a block of positions at a time."""
+        entries = sorted(pending, key=lambda entry: -g.reach[entry[0][0]])
+        pending.clear()
+        rows = [r for entry in entries for r in entry[0]]
+        reach = [g.reach[r] for r in rows]
+        width = max(1, ROWS // len(rows))  # G: ROWS·D at most (and the writes: Changes.node_terms)
+        for first in range(0, found.first.shape[0], width):
+            at = slice(first, first + width)
+            G = torch.cat([gradients(at) for _, gradients in entries])
+            table[rows, :reach[0]] += found.node_terms(g, G, at, reach)
+        give_back_memory()  # the group's gradients and the writes made again for them
 
     def keep_input(n: int):
         def hook(module, args):
@@ -212,75 +258,68 @@ def scores(g: Graph, inputs: dict, metric: Any, *, recomputed: tuple[int, int], 
                 return
             seen.add((n, id(module)))
 
-            def arrived(grad: torch.Tensor) -> None:
+            def came(grad: torch.Tensor) -> None:
                 projected[n][id(module)] = grad[0].detach()
                 if len(projected[n]) == wanted[n]:
-                    attention_receivers(n)
-            on_gradient(output, arrived)
+                    attention_came(n)
+            on_gradient(output, came)
         return hook
 
-    def attention_receivers(n: int) -> None:
-        """Each head's q, k and v receiver: ∂M/∂x through its norm and its slice of the projection alone."""
-        layer = g.layers[n]
-        x = attention_in[n].detach()[0].requires_grad_(True)
-        with torch.enable_grad():
-            normed = layer.attention_norm.forward(x)
-            gradients = []
-            for which in "qkv":
-                module = layer.projections[which]
-                grad, weight = projected[n][id(module)], module.weight
-                for cols in _columns(g, which, g.H if which == "q" else g.G):
-                    w = weight[:, cols] if layer.fused else weight[cols].T  # (D, d)
-                    through = grad[:, cols] @ w.T.to(grad.dtype)  # ∂M/∂normed through this head's slice
-                    gradients.append(torch.autograd.grad(normed, x, through.to(normed.dtype), retain_graph=True)[0])
-        rows = list(g.attention_receivers(n))
+    def attention_came(n: int) -> None:
+        """Layer n's q, k and v receivers, pending: each head's ∂M/∂x through its norm and its slice of the
+        projection alone, made when scored."""
+        layer, x = g.layers[n], attention_in[n].detach()[0]
+        spans = [(layer.projections[which], _columns(g, which, g.H if which == "q" else g.G)) for which in "qkv"]
+        heads = torch.cat([projected[n][id(module)][:, cols[0].start:cols[-1].stop] for module, cols in spans],
+                          dim=1)  # (T, receivers·d): ∂M/∂ each head's q, k, v
+        weights = torch.cat([_head_weights(layer, module, cols) for module, cols in spans]).to(heads.dtype)
         projected[n], attention_in[n] = {}, None
-        if n in waiting:  # the MLP's receiver, whose gradient came first: its nodes before this layer's heads here
-            rows.append(g.mlp_receiver(n))
-            gradients.append(waiting.pop(n))
-        score(rows, torch.stack(gradients), g.reach[rows[0]])
 
-    def mlp_arrived(n: int, grad: torch.Tensor) -> None:
-        """The MLP's receiver of layer n: scored against this layer's heads now, against the nodes before them with
-        the layer's attention receivers (their writes made once for both)."""
-        row = g.mlp_receiver(n)
-        start = g.head_node(n, 0)
-        for first in range(0, grad.shape[0], CHUNK):
-            at = slice(first, first + CHUNK)
-            table[row, start:start + g.H] += found.layer_terms(g, grad[None, at], at, n)[0]
-        waiting[n] = grad
-        give_back_memory()
+        def gradients(at: slice) -> torch.Tensor:
+            through = torch.bmm(heads[at].unflatten(1, (len(weights), g.d)).transpose(0, 1), weights)
+            normed, pullback = torch.func.vjp(layer.attention_norm.forward, x[at])[:2]
+            # ∂M/∂normed through each head's slice, each pulled back through the norm (one forward for all)
+            return torch.func.vmap(pullback)(through.to(normed.dtype))[0]
+        pending.append((list(g.attention_receivers(n)), gradients))
+        arrived.append(n)
+        if len(arrived) % plan.group == 0:
+            flush()
 
-    def own_input(key: Any, arrived: Any):
+    def came_whole(rows: list[int]):
+        """A receiver whose gradient is ∂M/∂(its own view of the stream) itself: pending."""
+        return lambda grad: pending.append((rows, lambda at: grad[at][None]))
+
+    def own_input(key: Any, came: Any):
         """A pre-hook giving a norm its own view of the stream (a node of the graph whose gradient is this
-        receiver's alone: the residual connection reads the stream itself), `arrived(gradient (T, D))` when its
+        receiver's alone: the residual connection reads the stream itself), `came(gradient (T, D))` when its
         gradient comes."""
         def hook(module, args):
             x = args[0].view_as(args[0])
             if key not in seen:
                 seen.add(key)
-                on_gradient(x, lambda grad: arrived(grad[0].detach()))
+                on_gradient(x, lambda grad: came(grad[0].detach()))
             return (x, *args[1:])
         return hook
 
-    waiting: dict = {}
-    hooks = [Hook(g.final_norm, "pre", own_input("final", lambda grad: score([R - 1], grad[None], N)))]
+    hooks = [Hook(g.final_norm, "pre", own_input("final", came_whole([R - 1])))]
     for n, layer in enumerate(g.layers):
         hooks.append(Hook(layer.attention_norm, "pre", keep_input(n)))
         for module in {id(m): m for m in layer.projections.values()}.values():
             hooks.append(Hook(module, "forward", on_projection(n)))
-        hooks.append(Hook(layer.mlp_norm, "pre", own_input(("mlp", n), lambda grad, n=n: mlp_arrived(n, grad))))
+        hooks.append(Hook(layer.mlp_norm, "pre", own_input(("mlp", n), came_whole([g.mlp_receiver(n)]))))
     leaf: list = []
     hooks += _recording(g, found if changes is None else None, corrupt, embeddings, leaf, consume=True)
-    blocks = [layer.block for layer in g.layers][:recomputed[0]]
-    with lean(g.model, blocks, grad=True, keeping=recomputed[1]), torch.enable_grad(), hooked(hooks):
+    blocks = [layer.block for layer in g.layers][:plan.recomputed]
+    with lean(g.model, blocks, grad=True, keeping=plan.keeping), torch.enable_grad(), hooked(hooks):
         logits = run_model(g.model, {**inputs, **last_logits(g.model)}).logits[:, -1]
         if changes is None:
             _check(found)
         value = metric(logits).sum()
-        torch.autograd.grad(value, leaf)  # the hooks above score each receiver as its gradient is made
-    if waiting:
+        torch.autograd.grad(value, leaf)  # the hooks above hold each receiver's gradient as it is made
+    if len(arrived) != L:
         raise UnsupportedArchitectureError("a layer's attention receivers got no gradient")
+    if pending:
+        flush()
     found.logits = logits[0].detach()
     return table, found
 
@@ -360,11 +399,9 @@ def circuit_logits(g: Graph, inputs: dict, corrupt: Changes, keep: torch.Tensor,
     return logits
 
 
-def score_edges(g: Graph, prepared: list, steps: int, recomputed: tuple[int, int], step: Any,
-                cached: int = 0) -> tuple[Any, float, float]:
+def score_edges(g: Graph, prepared: list, steps: int, plan: Plan, step: Any) -> tuple[Any, float, float]:
     """engine.discovery.score_edges on the long path: `steps` 0 for EAP (the gradient at the clean run), else
-    EAP-IG's inputs between the corrupted and the clean first-block input, each its own backward pass.
-    `cached`: layers whose heads' writes may be kept once made."""
+    EAP-IG's inputs between the corrupted and the clean first-block input, each its own backward pass."""
     table = torch.zeros(len(g.receivers), len(g.nodes), dtype=torch.float64)
     clean_sum = corrupt_sum = 0.0
     for first, second, (right, wrong) in prepared:
@@ -374,7 +411,7 @@ def score_edges(g: Graph, prepared: list, steps: int, recomputed: tuple[int, int
         corrupt = record(g, second)
         corrupt_sum += float(metric(corrupt.logits[None])[0])
         if not steps:
-            found, changes = scores(g, first, metric, recomputed=recomputed, corrupt=corrupt, cached=cached)
+            found, changes = scores(g, first, metric, plan=plan, corrupt=corrupt)
             table += found
         else:
             changes = record(g, first, against=corrupt, consume=True)  # one record held, not two
@@ -382,8 +419,7 @@ def score_edges(g: Graph, prepared: list, steps: int, recomputed: tuple[int, int
             del corrupt
             for t in torch.arange(1, steps + 1, dtype=torch.float64) / steps:
                 embeddings = (start.double() + float(t) * changes.first.double()).to(start.dtype)
-                found, _ = scores(g, first, metric, recomputed=recomputed, changes=changes, embeddings=embeddings,
-                                  cached=cached)
+                found, _ = scores(g, first, metric, plan=plan, changes=changes, embeddings=embeddings)
                 table += found / steps
         clean_sum += float(metric(changes.logits[None])[0])
         del changes
@@ -391,21 +427,21 @@ def score_edges(g: Graph, prepared: list, steps: int, recomputed: tuple[int, int
     return table.numpy(), clean_sum, corrupt_sum
 
 
-def circuit_sums(g: Graph, prepared: list, table: Any, counts: list[int], step: Any,
-                 cached: int = 0, hold: bool = True) -> dict[int, float]:
-    """engine.discovery.circuit_sums on the long path (`cached` as score_edges). `hold`: the corrupted run's
-    record kept whole beside each circuit's changes (two records); else each circuit spends a record of its own,
-    made again before it (one record held, one forward pass more per circuit)."""
+def circuit_sums(g: Graph, prepared: list, table: Any, counts: list[int], step: Any, plan: Plan) -> dict[int, float]:
+    """engine.discovery.circuit_sums on the long path: `plan.cached` layers' heads' writes kept once made;
+    `plan.hold`: the corrupted run's record kept whole beside each circuit's changes (two records); else each
+    circuit spends a record of its own, made again before it (one record held, one forward pass more per
+    circuit)."""
     import numpy as np
 
     scored = torch.from_numpy(np.asarray(table, dtype=np.float64))
     masks = {n: kept(g, scored, n) for n in counts}
     sums = {n: 0.0 for n in counts}
     for first, second, (right, wrong) in prepared:
-        corrupt = record(g, second) if hold else None
+        corrupt = record(g, second) if plan.hold else None
         for n in counts:
             against = corrupt if corrupt is not None else record(g, second)
-            logits = circuit_logits(g, first, against, masks[n], cached, consume=not hold)
+            logits = circuit_logits(g, first, against, masks[n], plan.cached, consume=not plan.hold)
             sums[n] += float(_logit_difference(logits[None], right, wrong)[0])
             step(1)
     return sums
@@ -414,17 +450,41 @@ def circuit_sums(g: Graph, prepared: list, table: Any, counts: list[int], step: 
 def lean_parts(g: Graph, T: int) -> tuple[dict[str, int], int]:
     """What the long path holds at its peak for T tokens, by part (one record of every node's write: the
     corrupted run's, spent layer by layer as this run's changes are made; while scoring, the stream entering
-    every block, which the backward pass keeps), and the last of these alone (the curve does not hold it).
-    Beyond these, the budget's spare keeps the corrupted run's record whole through the curve (`record_bytes`: no
-    forward pass more per circuit), then layers' heads' writes once made (H·T·D each, `write_bytes`), then
-    blocks' activations."""
+    every block, which the backward pass keeps), and the last of these alone (the curve does not hold it). The
+    receivers' part is the larger of the curve's (one layer's receivers' inputs, (R + 1)·T·D, twice) and the
+    scoring's (`group_bytes`: one layer's receivers' gradients held compactly, and a block of them made again);
+    the scoring holds as many layers' gradients as fit in it (`group`). Beyond these, the budget's spare keeps
+    the corrupted run's record whole through the curve (`record_bytes`: no forward pass more per circuit), then
+    layers' heads' writes once made (H·T·D each, `write_bytes`), then blocks' activations."""
     from attnviz.engine.lean import block_activation_bytes
 
     stream = 4 * T * len(g.layers) * g.D
     return ({"one run's changes at every node (z and the MLPs' outputs)": record_bytes(g, T),
-             "one layer's receivers' inputs or gradients": 2 * (g.per_layer + 1) * T * g.D * 4,
+             "one layer's receivers' inputs or gradients": receiver_bytes(g, T),
              "one block's activations": block_activation_bytes(g.model.config, T),
              "the stream entering every block, kept for the backward pass": stream}, stream)
+
+
+def receiver_bytes(g: Graph, T: int) -> int:
+    """The receivers' part of the long path's peak: the curve's one layer's receivers' inputs (R + 1, T, D), made
+    and normed, or the scoring's group of one layer, whichever is larger."""
+    return max(2 * (g.per_layer + 1) * T * g.D * 4, group_bytes(g, T, 1))
+
+
+def group_bytes(g: Graph, T: int, layers: int) -> int:
+    """The scoring's receivers' gradients for `layers` layers held compactly (each layer's attention input and
+    q/k/v projections' gradients, and its MLP's receiver's gradient, (2·D + (H + 2·G)·d)·T), the logits'
+    receiver's (T·D), and a block of positions: the group's gradients made again there, with their norm's inputs
+    and the gradients through the projections, and every node's write (4·ROWS·D), float32."""
+    block = min(ROWS, T * max(len(g.nodes), len(g.receivers)))  # receivers or nodes × positions
+    return 4 * (layers * T * (2 * g.D + g.per_layer * g.d) + T * g.D + 4 * block * g.D)
+
+
+def group(g: Graph, T: int) -> int:
+    """How many layers' receivers' gradients the scoring holds together: as many as the receivers' part allows
+    (the curve's need pays for it), at least one."""
+    spare = receiver_bytes(g, T) - group_bytes(g, T, 0)
+    return max(1, min(len(g.layers), spare // (4 * T * (2 * g.D + g.per_layer * g.d))))
 
 
 def record_bytes(g: Graph, T: int) -> int:

@@ -9,6 +9,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 import attnviz
 from attnviz.errors import InputError
@@ -123,12 +124,13 @@ def test_a_budget_short_of_two_records_runs_the_curve_on_one(tiny, monkeypatch):
 
 def test_the_plan_stays_within_the_budget_at_every_step(tiny, monkeypatch):
     """lean_path's plan for budgets from the long path's parts upwards: the scoring's peak (the parts, the stream the
-    backward pass keeps among them, the heads' writes kept, the blocks kept whole) and the curve's (the parts but
-    the stream, the corrupted run's record if held, the writes) are each within the budget, the recomputed blocks'
-    kept attention outputs counted; more budget never recomputes more blocks nor keeps fewer attention outputs."""
+    backward pass keeps among them, its group of receivers' gradients within the receivers' part, the blocks kept
+    whole) and the curve's (the parts but the stream, the corrupted run's record if held, the writes) are each
+    within the budget, the recomputed blocks' kept attention outputs counted; more budget never recomputes more
+    blocks nor keeps fewer attention outputs."""
     from attnviz.api.patching.discovery import lean_path
     from attnviz.engine.discovery import graph
-    from attnviz.engine.discovery_lean import lean_parts, record_bytes, write_bytes
+    from attnviz.engine.discovery_lean import group_bytes, lean_parts, receiver_bytes, record_bytes, write_bytes
     from attnviz.engine.lean import attention_kept_bytes, block_activation_bytes
 
     loaded = tiny("llama")
@@ -143,15 +145,64 @@ def test_the_plan_stays_within_the_budget_at_every_step(tiny, monkeypatch):
     plans = set()
     for budget in range(fixed, fixed + 2 * record + L * (writes + block), max(1, record // 7)):
         monkeypatch.setenv("ATTNVIZ_MEMORY_BUDGET", str(budget))
-        plan, cached, hold = lean_path(loaded, g, T, 1)
+        plan = lean_path(loaded, g, T, 1)
         if plan is None:  # the full path fits
             break
-        recomputed, keeping = plan
-        plans.add((recomputed, keeping, cached, hold))
-        assert keeping <= recomputed
-        assert fixed + cached * writes + (L - recomputed) * block + keeping * kept <= budget
-        assert fixed - stream + hold * record + cached * writes <= budget
-        assert recomputed <= before and (keeping >= keeping_before or recomputed < before)
-        before, keeping_before = recomputed, keeping
+        plans.add((plan.recomputed, plan.keeping, plan.cached, plan.hold))
+        assert plan.keeping <= plan.recomputed and 1 <= plan.group <= L
+        assert group_bytes(g, T, plan.group) <= receiver_bytes(g, T)
+        assert fixed + (L - plan.recomputed) * block + plan.keeping * kept <= budget
+        assert fixed - stream + plan.hold * record + plan.cached * writes <= budget
+        assert plan.recomputed <= before and (plan.keeping >= keeping_before or plan.recomputed < before)
+        before, keeping_before = plan.recomputed, plan.keeping
     assert len(plans) >= 3 and any(h for *_, h in plans) and not all(h for *_, h in plans), plans
     assert any(0 < keeping < L for _, keeping, _, _ in plans), plans  # some plans keep only some attention outputs
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "qwen3"])
+def test_the_receivers_scored_in_groups_give_the_same_scores(kind, tiny):
+    """The scoring holds `group` layers' receivers' gradients and scores them together, a block of positions at a
+    time: any group size and any block width give the same table (float64 sums of float32 products in other
+    orders: within 1e-5 of the largest score), every receiver scored once (each row's nodes beyond its reach
+    zero), and each layer's heads' writes made once per group per block of positions (counted)."""
+    from attnviz.engine import discovery_lean
+    from attnviz.engine.discovery import _logit_difference, graph
+    from attnviz.engine.discovery_lean import Plan, record, scores
+    from attnviz.engine.forward import encode
+
+    loaded = tiny(kind)
+    g = graph(loaded.model)
+    L = len(g.layers)
+    clean, corrupt = (encode(loaded, text).inputs for text in story_pair(60))
+    T = clean["input_ids"].shape[1]
+
+    def metric(logits):
+        return _logit_difference(logits, 5, 7)
+
+    made: list = []
+    real = discovery_lean._writes
+    tables = {}
+    for group, rows in ((1, 10**6), (2, 3 * g.per_layer), (L, 10**6), (L, 2 * g.per_layer), (2, 200)):
+        made.clear()
+        discovery_lean.ROWS, saved = rows, discovery_lean.ROWS
+        discovery_lean._writes = lambda g, n, z, out=None: made.append(n) or real(g, n, z, out)
+        try:
+            tables[group, rows], _ = scores(g, clean, metric, plan=Plan(recomputed=L, keeping=1, group=group),
+                                            corrupt=record(g, corrupt))
+        finally:
+            discovery_lean.ROWS, discovery_lean._writes = saved, real
+        expected, layers = 0, list(range(L - 1, -1, -1))  # the backward pass's order
+        for k in range(0, L, group):  # a flush: these layers' receivers (and the logits' first), nodes to the top's
+            held = layers[k:k + group]
+            top = len(g.nodes) if k == 0 else g.mlp_node(held[0])  # the nodes the flush's first row reads
+            width = max(1, rows // (len(held) * (g.per_layer + 1) + (k == 0)))  # positions of gradients at once
+            step = max(1, rows // top)  # positions of writes at once
+            blocks = sum(-(-min(width, T - first) // step) for first in range(0, T, width))
+            expected += (held[0] + 1) * blocks
+        assert len(made) == expected, (group, rows)
+    reference = tables[1, 10**6]
+    scale = np.abs(reference.numpy()).max()
+    allowed = torch.arange(len(g.nodes))[None, :] < torch.tensor(g.reach)[:, None]
+    assert not reference[~allowed].any() and reference[allowed].abs().sum() > 0
+    for key, table in tables.items():
+        assert np.abs((table - reference).numpy()).max() <= 1e-5 * scale, key

@@ -9,7 +9,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TYPE_CHECKING
 
 import numpy as np
 
@@ -21,6 +21,9 @@ from attnviz.base.text import check_text, visible
 from attnviz.errors import InputError, UsageError, arg
 from attnviz.panels import short_model
 from attnviz.progress import Reporter
+
+if TYPE_CHECKING:
+    from attnviz.engine.discovery_lean import Plan
 
 __all__ = ["discover", "Discovery", "read_pairs", "DISCOVER_METHODS", "SHARES", "CURVE_TOLERANCE", "MAX_PAIRS"]
 
@@ -314,27 +317,27 @@ def discover(clean: str | None = None, corrupt: str | None = None, *, answers: S
         ids = (target_id(loaded, a, "answers"), target_id(loaded, b, "answers"))
         prepared.append((first, second, (int(ids[0] or 0), int(ids[1] or 0))))
     longest = max(len(p[0].tokens) for p in prepared)
-    recomputed, cached, hold = lean_path(loaded, g, longest, chosen.points(steps))
+    plan = lean_path(loaded, g, longest, chosen.points(steps))
     reporter = reporter or Reporter()
     runs = [(first.inputs, second.inputs, ids) for first, second, ids in prepared]
     from attnviz.engine import discovery_lean
 
     with reporter.progress("Scoring edges", len(runs), "pairs") as step:
-        if recomputed is None:
+        if plan is None:
             scores, clean_sum, corrupt_sum = score_edges(g, runs, chosen.gradients(steps), step)
         else:
             scores, clean_sum, corrupt_sum = discovery_lean.score_edges(g, runs, steps if chosen.uses_steps else 0,
-                                                                        recomputed, step, cached)
+                                                                        plan, step)
     if abs(clean_sum - corrupt_sum) < 1e-6:
         raise InputError("the clean and corrupted prompts give the same logit difference: there is nothing to find; "
                          f"choose prompts that differ in what they predict, or other {arg('answers')}", "answers")
     total = g.edges()
     counts = sorted({int(round(share * total)) for share in SHARES})
     with reporter.progress("Faithfulness curve", len(runs) * len(counts), "runs") as step:
-        if recomputed is None:
+        if plan is None:
             sums = circuit_sums(g, runs, scores, counts, step)
         else:
-            sums = discovery_lean.circuit_sums(g, runs, scores, counts, step, cached, hold)
+            sums = discovery_lean.circuit_sums(g, runs, scores, counts, step, plan)
     gap = clean_sum - corrupt_sum
     curve = tuple((n, (sums[n] - corrupt_sum) / gap) for n in counts)
     shown = tuple((c, k, loaded.tokenizer.decode([right]), loaded.tokenizer.decode([wrong]))
@@ -342,24 +345,26 @@ def discover(clean: str | None = None, corrupt: str | None = None, *, answers: S
     return Discovery(model=loaded.name, pairs=shown, method=method, steps=steps if chosen.uses_steps else 0,
                      nodes=tuple(g.nodes), receivers=tuple(g.receivers), reach=tuple(g.reach),
                      scores=scores, curve=curve, clean_diff=clean_sum, corrupt_diff=corrupt_sum, listed=top,
-                     lean=recomputed is not None)
+                     lean=plan is not None)
 
 
-def lean_path(loaded: Any, g: Any, T: int, batch: int) -> tuple[tuple[int, int] | None, int, bool]:
-    """(None, 0, True) where scoring the edges of T-token prompts fits the memory budget on the full path
-    (engine.discovery); else the long path's (engine.discovery_lean: without α, no copy of the stream per
-    receiver), checked part by part before anything runs: how many blocks its backward pass recomputes (and how
-    many of those keep their attention's output: engine/lean.py recomputing), how many layers' heads' writes it
-    keeps once made, and whether the curve keeps the corrupted run's record whole (else each circuit records it
-    again) — as the budget's spare allows, in that order of need: the record, the writes, then blocks."""
+def lean_path(loaded: Any, g: Any, T: int, batch: int) -> Plan | None:
+    """None where scoring the edges of T-token prompts fits the memory budget on the full path
+    (engine.discovery); else the long path's plan (engine.discovery_lean.Plan: without α, no copy of the stream
+    per receiver), checked part by part before anything runs: how many layers' receivers' gradients the scoring
+    holds together (as many as the receivers' part, which the curve needs anyway, allows); whether the curve keeps
+    the corrupted run's record whole (else each circuit records it again), how many layers' heads' writes it keeps
+    once made, and how many blocks the backward pass recomputes (and how many of those keep their attention's
+    output: engine/lean.py recomputing) — as the budget's spare allows: the curve's record, then its writes; the
+    scoring's blocks."""
     from attnviz.engine.discovery import scoring_bytes
-    from attnviz.engine.discovery_lean import lean_parts, record_bytes, write_bytes
+    from attnviz.engine.discovery_lean import group, lean_parts, Plan, record_bytes, write_bytes
     from attnviz.engine.lean import attention_kept_bytes, recomputing
     from attnviz.engine.memory import check_parts, memory_budget
 
     budget = loaded.memory_budget or memory_budget()
     if sum(scoring_bytes(g, T, batch).values()) <= budget:
-        return None, 0, True
+        return None
     parts, stream = lean_parts(g, T)
     check_parts(loaded, parts, f"scoring the edges of {T:,}-token prompts without α (the model's own SDPA "
                                f"attention; {len(g.layers)} layers)",
@@ -367,7 +372,7 @@ def lean_path(loaded: Any, g: Any, T: int, batch: int) -> tuple[tuple[int, int] 
     block, writes, record = parts["one block's activations"], write_bytes(g, T), record_bytes(g, T)
     spare = budget - sum(parts.values())
     hold = spare + stream >= record  # the curve (no stream): the corrupted run's record kept whole
-    # the writes are held through both: the scoring beside the stream, the curve beside the record (if held)
-    cached = min(len(g.layers), max(0, min(spare, spare + stream - hold * record)) // writes)
-    scoring = sum(parts.values()) + cached * writes
-    return recomputing(len(g.layers), budget - scoring, block, attention_kept_bytes(g.model.config, T)), cached, hold
+    # the curve (no stream) holds the writes beside the record (if held); the scoring (no writes) the blocks
+    cached = min(len(g.layers), max(0, spare + stream - hold * record) // writes)
+    recomputed, keeping = recomputing(len(g.layers), spare, block, attention_kept_bytes(g.model.config, T))
+    return Plan(recomputed=recomputed, keeping=keeping, group=group(g, T), cached=cached, hold=hold)
