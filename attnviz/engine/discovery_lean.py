@@ -240,10 +240,11 @@ def scores(g: Graph, inputs: dict, metric: Any, *, plan: Plan, changes: Changes 
         rows = [r for entry in entries for r in entry[0]]
         reach = [g.reach[r] for r in rows]
         width = max(1, ROWS // len(rows))  # G: ROWS·D at most (and the writes: Changes.node_terms)
-        for first in range(0, found.first.shape[0], width):
-            at = slice(first, first + width)
-            G = torch.cat([gradients(at) for _, gradients in entries])
-            table[rows, :reach[0]] += found.node_terms(g, G, at, reach)
+        with torch.no_grad():  # in the backward pass or after it: nothing here is differentiated
+            for first in range(0, found.first.shape[0], width):
+                at = slice(first, first + width)
+                G = torch.cat([gradients(at) for _, gradients in entries])
+                table[rows, :reach[0]] += found.node_terms(g, G, at, reach)
         give_back_memory()  # the group's gradients and the writes made again for them
 
     def keep_input(n: int):

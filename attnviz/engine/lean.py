@@ -114,14 +114,20 @@ def give_back_memory() -> None:
         pass
 
 
+def model_blocks(model) -> torch.nn.ModuleList:
+    """The model's blocks, in layer order (a family without an adapter: UnsupportedArchitectureError)."""
+    from attnviz.engine.scratch.adapters import adapter_for, layer_blocks
+
+    base = getattr(model, "base_model", model)
+    return layer_blocks(base, adapter_for(base).modules(base))
+
+
 def _every_block(model) -> list:
-    """The model's blocks: its list of modules as long as its config's layer count (none found: [])."""
-    config = model.config
-    n = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", None)
-    for module in model.modules():
-        if isinstance(module, torch.nn.ModuleList) and len(module) == n:
-            return list(module)
-    return []
+    """The model's blocks (none found: [])."""
+    try:
+        return list(model_blocks(model))
+    except UnsupportedArchitectureError:
+        return []
 
 
 def _giving_back(module, args, kwargs) -> None:

@@ -87,7 +87,7 @@ def test_a_text_of_1000_tokens_runs_without_alpha(tiny):
     assert "attention" not in said.replace("attention's", "")
     assert found.erasable and len(found.methods[0].scores) == T
     assert loaded.model.config._attn_implementation == "eager"
-    from attnviz.engine.attribution.faithfulness import model_blocks
+    from attnviz.engine.lean import model_blocks
 
     assert all("forward" not in block.__dict__ for block in model_blocks(loaded.model))
     assert not any(p.grad is not None for p in loaded.model.parameters())

@@ -18,7 +18,8 @@ import numpy as np
 import torch
 
 from attnviz.engine.ablation.runs import last_logits, run_model
-from attnviz.engine.scratch.adapters import adapter_for, layer_blocks
+from attnviz.engine.lean import model_blocks
+from attnviz.engine.scratch.adapters import adapter_for
 
 ERASE_BATCH = 16  # erased texts per forward pass
 IG_BATCH = 16  # integrated gradients' interpolation steps per forward pass
@@ -235,12 +236,6 @@ def gradient_scores(explained: Explained, method: str, erasable: np.ndarray, *, 
                 gap = float(forward(embeds)[0] - forward(baseline)[0])
             total = float(attributions.double().sum())
     return attributions[0].double().sum(-1).detach().cpu().numpy(), total, gap
-
-
-def model_blocks(model) -> torch.nn.ModuleList:
-    """The model's blocks, in layer order."""
-    base = getattr(model, "base_model", model)
-    return layer_blocks(base, adapter_for(base).modules(base))
 
 
 def alti_layers(model, inputs: dict) -> np.ndarray:
