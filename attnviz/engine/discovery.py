@@ -177,15 +177,17 @@ def _columns(g: Graph, which: str, count: int) -> list[slice]:
     return [slice(offset + h * g.d, offset + (h + 1) * g.d) for h in range(count)]
 
 
-def _projected(layer: Layer, which: str, columns: list[slice], normed: torch.Tensor) -> torch.Tensor:
-    """Each head's q, k or v from its own normed input: normed (B, n, T, D) -> (B, T, n·d)."""
+def _projected(layer: Layer, which: str, columns: list[slice], normed: torch.Tensor,
+               inputs: list[int] | None = None) -> torch.Tensor:
+    """Each head's q, k or v from its own normed input: normed (B, n, T, D) -> (B, T, n·d); `inputs`: head h's
+    is normed[:, inputs[h]] (heads sharing one)."""
     module = layer.projections[which]
     weight = module.weight  # Linear (out, D); GPT-2's Conv1D (D, out)
     bias = module.bias
     parts = []
     for h, cols in enumerate(columns):
         w = weight[:, cols] if layer.fused else weight[cols].T  # (D, d)
-        part = normed[:, h] @ w.to(normed.dtype)
+        part = normed[:, h if inputs is None else inputs[h]] @ w.to(normed.dtype)
         if bias is not None:
             part = part + bias[cols].to(normed.dtype)
         parts.append(part)

@@ -95,23 +95,45 @@ class Changes:
 
     def node_sums(self, g: Graph, weights: torch.Tensor, at: slice) -> torch.Tensor:
         """Σ_u weights[r, u] · (node u's change) at positions `at`, weights (R, upto): (R, c, D), summed in place
-        (one (R, c·D) buffer)."""
+        (one (R, c·D) buffer); a head no row weighs is not made."""
         upto, R = weights.shape[1], weights.shape[0]
         w = weights.to(self.first.dtype)
         first = self.first[at]
         out = torch.outer(w[:, 0], first.reshape(-1))  # (R, c·D)
-        for n, heads in self._heads(g, at, upto):
-            start = g.head_node(n, 0)
-            count = min(g.H, upto - start)
-            out.addmm_(w[:, start:start + count], heads[:count].reshape(count, -1))
-            if g.mlp_node(n) < upto:
-                out.addr_(w[:, g.mlp_node(n)], self.mlp[n][at].reshape(-1))
+        for n in range(len(g.layers)):
+            start, mlp = g.head_node(n, 0), g.mlp_node(n)
+            if start >= upto:
+                break
+            self._add_heads(g, out, w[:, start:start + g.H], at, n)
+            if mlp < upto and w[:, mlp].any():
+                out.addr_(w[:, mlp], self.mlp[n][at].reshape(-1))
         return out.view(R, *first.shape)
 
     def layer_sums(self, g: Graph, weights: torch.Tensor, at: slice, n: int) -> torch.Tensor:
         """node_sums for layer n's heads alone, weights (R, H): (R, c, D)."""
-        heads = self._layer(g, at, n)
-        return torch.einsum("rh,htD->rtD", weights.to(heads.dtype), heads)
+        out = torch.zeros(weights.shape[0], self.first[at].numel(), dtype=self.first.dtype)
+        self._add_heads(g, out, weights.to(self.first.dtype), at, n)
+        return out.view(weights.shape[0], -1, g.D)
+
+    def _add_heads(self, g: Graph, out: torch.Tensor, w: torch.Tensor, at: slice, n: int) -> None:
+        """out (R, c·D) += Σ_h w[r, h] · (layer n's head h's write at `at`), w (R, H): the heads some row weighs
+        alone made (all of them, kept, for the first `cached` layers)."""
+        used = w.any(0).nonzero().flatten()
+        if not len(used):
+            return
+        if n not in self.writes and len(self.writes) < self.cached:
+            self.writes[n] = _writes(g, n, self.z[n])
+        if n in self.writes:
+            heads = self.writes[n][used, at]
+        else:
+            z = self.z[n][at].view(-1, g.H, g.d).transpose(0, 1)[used]  # (used, c, d)
+            heads = torch.bmm(z, _per_head(g, n, z.dtype)[used])
+        out.addmm_(w[:, used], heads.reshape(len(used), -1))
+
+    def attention_sum(self, g: Graph, n: int) -> torch.Tensor:
+        """Layer n's heads' writes summed, (T, D): its z's change times W_O (one product, no head made)."""
+        z = self.z[n]
+        return z @ _per_head(g, n, z.dtype).reshape(g.H * g.d, g.D)
 
     def _layer(self, g: Graph, at: slice, n: int) -> torch.Tensor:
         return self.writes[n][:, at] if n in self.writes else _writes(g, n, self.z[n][at])
@@ -328,9 +350,11 @@ def scores(g: Graph, inputs: dict, metric: Any, *, plan: Plan, changes: Changes 
 def circuit_logits(g: Graph, inputs: dict, corrupt: Changes, keep: torch.Tensor, cached: int = 0,
                    consume: bool = False) -> torch.Tensor:
     """The logits at the last position (V,) of the run where each receiver r reads the corrupted run's input plus
-    the changes of the nodes kept for it (`keep` (receivers, nodes) 0/1): the live stream minus the changes of
-    the nodes not kept, one layer's receivers at a time. `cached`: layers whose heads' writes may be kept.
-    `consume`: each of `corrupt`'s layers let go once subtracted (one record held, not two; `corrupt` is
+    the changes of the nodes kept for it (`keep` (receivers, nodes) 0/1), one layer's receivers at a time, in
+    whichever of two equal forms makes fewer heads' writes: the live stream minus the changes of the nodes not
+    kept, or the live stream minus every change so far (the corrupted run's stream: a running sum, each layer's
+    heads summed by one product) plus the changes of the nodes kept. `cached`: layers whose heads' writes may be
+    kept. `consume`: each of `corrupt`'s layers let go once subtracted (one record held, not two; `corrupt` is
     spent)."""
     found = _empty(g)
     found.cached = cached
@@ -338,28 +362,39 @@ def circuit_logits(g: Graph, inputs: dict, corrupt: Changes, keep: torch.Tensor,
     for r, upto in enumerate(g.reach):
         outside[r, :upto] = 1 - keep[r, :upto]
     made: dict = {}
+    so_far: dict = {}  # "stream": Σ of every node's change written before this point of the run, (T, D)
+    later: dict = {}  # layer -> (kept form?, the MLP receiver's sum over the nodes before the layer's heads (T, D))
 
-    def changes_outside(rows: list[int], T: int, upto: int) -> torch.Tensor:
-        """(R, T, D): for each receiver, the changes of the first `upto` nodes outside its circuit, summed."""
-        weights = outside[rows, :upto]
-        return torch.cat([found.node_sums(g, weights, at) for at in (slice(s, s + CHUNK) for s in range(0, T, CHUNK))],
-                         dim=1)
+    def sums(rows: list[int], upto: int) -> tuple[bool, torch.Tensor, list[int]]:
+        """(kept form?, (U, T, D), for each row its sum's index): for each distinct receiver row, Σ of the first
+        `upto` nodes' changes kept (to add to the live stream minus every change so far) or not kept (to take from
+        the live stream), whichever weighs fewer nodes; receivers weighing alike share one sum."""
+        kept_form = bool(keep[rows, :upto].any(0).sum() < outside[rows, :upto].any(0).sum())
+        weights, index = torch.unique((keep if kept_form else outside)[rows, :upto], dim=0, return_inverse=True)
+        T = found.first.shape[0]
+        return kept_form, torch.cat([found.node_sums(g, weights, at)
+                                     for at in (slice(s, s + CHUNK) for s in range(0, T, CHUNK))],
+                                    dim=1), index.tolist()
 
-    later: dict = {}  # layer -> the MLP receiver's changes from the nodes before the layer's heads, (T, D)
+    def read(x: torch.Tensor, kept_form: bool, summed: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
+        """A receiver's input: the live stream `x` minus every change so far (`total`) plus those kept, or minus
+        those not kept."""
+        return x - total + summed if kept_form else x - summed
 
     def attention_norm(n: int):
         layer = g.layers[n]
 
         def hook(module, args):
+            so_far["stream"] = found.first if n == 0 else so_far.pop("middle") + found.mlp[n - 1]
             rows = [*g.attention_receivers(n), g.mlp_receiver(n)]  # the MLP's: its part before this layer's heads
-            x = args[0][0]
-            outside_sums = changes_outside(rows, x.shape[0], g.reach[rows[0]])  # (R + 1, T, D)
-            later[n] = outside_sums[-1]
-            normed = layer.attention_norm.forward(x[None] - outside_sums[:-1])  # each receiver's input, normed
+            kept_form, summed, index = sums(rows, g.reach[rows[0]])  # (distinct rows, T, D)
+            later[n] = (kept_form, summed[index[-1]].clone())
+            normed = layer.attention_norm.forward(read(args[0][0][None], kept_form, summed, so_far["stream"]))
+            del summed
             start = 0
             for which in "qkv":
                 columns = _columns(g, which, g.H if which == "q" else g.G)
-                own = _projected(layer, which, columns, normed[None, start:start + len(columns)])[0]  # (T, n·d)
+                own = _projected(layer, which, columns, normed[None], index[start:start + len(columns)])[0]
                 made.setdefault(id(layer.projections[which]), []).append(own)
                 start += len(columns)
             give_back_memory()  # the receivers' inputs, made and projected
@@ -369,19 +404,21 @@ def circuit_logits(g: Graph, inputs: dict, corrupt: Changes, keep: torch.Tensor,
         return torch.cat(made.pop(id(module)), dim=-1)[None].to(output.dtype)
 
     def final_input(module, args):
-        x = args[0][0]
-        return ((x - changes_outside([len(g.receivers) - 1], x.shape[0], len(g.nodes))[0])[None].to(args[0].dtype),
-                *args[1:])
+        so_far["stream"] = so_far.pop("middle") + found.mlp[-1]
+        kept_form, summed, _ = sums([len(g.receivers) - 1], len(g.nodes))
+        return (read(args[0][0], kept_form, summed[0], so_far.pop("stream"))[None].to(args[0].dtype), *args[1:])
 
     def mlp_input(n: int):
         row, start = g.mlp_receiver(n), g.head_node(n, 0)
 
         def hook(module, args):
+            total = so_far["middle"] = so_far.pop("stream") + found.attention_sum(g, n)
+            kept_form, before = later.pop(n)
+            weights = (keep if kept_form else outside)[row, start:start + g.H][None]
             x = args[0][0]
-            weights = outside[row, start:start + g.H][None]
-            parts = [x[at] - later[n][at] - found.layer_sums(g, weights, at, n)[0]
+            parts = [read(x[at], kept_form, before[at] + found.layer_sums(g, weights, at, n)[0], total[at])
                      for at in (slice(s, s + CHUNK) for s in range(0, x.shape[0], CHUNK))]
-            del later[n]
+            del before
             joined = torch.cat(parts)[None].to(args[0].dtype)
             del parts
             give_back_memory()
