@@ -365,16 +365,13 @@ def circuit_logits(g: Graph, inputs: dict, corrupt: Changes, keep: torch.Tensor,
     so_far: dict = {}  # "stream": Σ of every node's change written before this point of the run, (T, D)
     later: dict = {}  # layer -> (kept form?, the MLP receiver's sum over the nodes before the layer's heads (T, D))
 
-    def sums(rows: list[int], upto: int) -> tuple[bool, torch.Tensor, list[int]]:
-        """(kept form?, (U, T, D), for each row its sum's index): for each distinct receiver row, Σ of the first
-        `upto` nodes' changes kept (to add to the live stream minus every change so far) or not kept (to take from
-        the live stream), whichever weighs fewer nodes; receivers weighing alike share one sum."""
+    def weighed(rows: list[int], upto: int) -> tuple[bool, torch.Tensor, list[int]]:
+        """(kept form?, the distinct rows' weights (U, upto), each row's index among them): each receiver reads
+        the live stream minus every change so far plus the first `upto` nodes' changes kept, or the live stream
+        minus those not kept, whichever weighs fewer nodes; receivers weighing alike share one sum."""
         kept_form = bool(keep[rows, :upto].any(0).sum() < outside[rows, :upto].any(0).sum())
         weights, index = torch.unique((keep if kept_form else outside)[rows, :upto], dim=0, return_inverse=True)
-        T = found.first.shape[0]
-        return kept_form, torch.cat([found.node_sums(g, weights, at)
-                                     for at in (slice(s, s + CHUNK) for s in range(0, T, CHUNK))],
-                                    dim=1), index.tolist()
+        return kept_form, weights, index.tolist()
 
     def read(x: torch.Tensor, kept_form: bool, summed: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
         """A receiver's input: the live stream `x` minus every change so far (`total`) plus those kept, or minus
@@ -385,18 +382,26 @@ def circuit_logits(g: Graph, inputs: dict, corrupt: Changes, keep: torch.Tensor,
         layer = g.layers[n]
 
         def hook(module, args):
-            so_far["stream"] = found.first if n == 0 else so_far.pop("middle") + found.mlp[n - 1]
+            """Layer n's receivers' q, k and v, CHUNK positions at a time (their inputs never made whole)."""
+            total = so_far["stream"] = found.first if n == 0 else so_far.pop("middle") + found.mlp[n - 1]
             rows = [*g.attention_receivers(n), g.mlp_receiver(n)]  # the MLP's: its part before this layer's heads
-            kept_form, summed, index = sums(rows, g.reach[rows[0]])  # (distinct rows, T, D)
-            later[n] = (kept_form, summed[index[-1]].clone())
-            normed = layer.attention_norm.forward(read(args[0][0][None], kept_form, summed, so_far["stream"]))
-            del summed
-            start = 0
+            kept_form, weights, index = weighed(rows, g.reach[rows[0]])
+            x = args[0][0]
+            before = torch.empty_like(x)  # the MLP receiver's part
+            heads = {which: _columns(g, which, g.H if which == "q" else g.G) for which in "qkv"}
+            own = {which: x.new_empty(x.shape[0], len(columns) * g.d) for which, columns in heads.items()}
+            for at in (slice(s, s + CHUNK) for s in range(0, x.shape[0], CHUNK)):
+                summed = found.node_sums(g, weights, at)  # (distinct rows, c, D)
+                before[at] = summed[index[-1]]
+                normed = layer.attention_norm.forward(read(x[at][None], kept_form, summed, total[at]))
+                start = 0
+                for which, columns in heads.items():
+                    own[which][at] = _projected(layer, which, columns, normed[None],
+                                                index[start:start + len(columns)])[0]
+                    start += len(columns)
+            later[n] = (kept_form, before)
             for which in "qkv":
-                columns = _columns(g, which, g.H if which == "q" else g.G)
-                own = _projected(layer, which, columns, normed[None], index[start:start + len(columns)])[0]
-                made.setdefault(id(layer.projections[which]), []).append(own)
-                start += len(columns)
+                made.setdefault(id(layer.projections[which]), []).append(own[which])
             give_back_memory()  # the receivers' inputs, made and projected
         return hook
 
@@ -404,9 +409,11 @@ def circuit_logits(g: Graph, inputs: dict, corrupt: Changes, keep: torch.Tensor,
         return torch.cat(made.pop(id(module)), dim=-1)[None].to(output.dtype)
 
     def final_input(module, args):
-        so_far["stream"] = so_far.pop("middle") + found.mlp[-1]
-        kept_form, summed, _ = sums([len(g.receivers) - 1], len(g.nodes))
-        return (read(args[0][0], kept_form, summed[0], so_far.pop("stream"))[None].to(args[0].dtype), *args[1:])
+        kept_form, weights, _ = weighed([len(g.receivers) - 1], len(g.nodes))
+        x, total = args[0][0], so_far.pop("middle") + found.mlp[-1]
+        parts = [read(x[at], kept_form, found.node_sums(g, weights, at)[0], total[at])
+                 for at in (slice(s, s + CHUNK) for s in range(0, x.shape[0], CHUNK))]
+        return (torch.cat(parts)[None].to(args[0].dtype), *args[1:])
 
     def mlp_input(n: int):
         row, start = g.mlp_receiver(n), g.head_node(n, 0)
@@ -489,11 +496,12 @@ def lean_parts(g: Graph, T: int) -> tuple[dict[str, int], int]:
     """What the long path holds at its peak for T tokens, by part (one record of every node's write: the
     corrupted run's, spent layer by layer as this run's changes are made; while scoring, the stream entering
     every block, which the backward pass keeps), and the last of these alone (the curve does not hold it). The
-    receivers' part is the larger of the curve's (one layer's receivers' inputs, (R + 1)·T·D, twice) and the
-    scoring's (`group_bytes`: one layer's receivers' gradients held compactly, and a block of them made again);
-    the scoring holds as many layers' gradients as fit in it (`group`). Beyond these, the budget's spare keeps
-    the corrupted run's record whole through the curve (`record_bytes`: no forward pass more per circuit), then
-    layers' heads' writes once made (H·T·D each, `write_bytes`), then blocks' activations."""
+    receivers' part is the larger of the curve's (`curve_bytes`) and the scoring's (`group_bytes`: one layer's
+    receivers' gradients held compactly, and a block of them made again). Beyond these, the budget's spare
+    (api/patching/discovery.py lean_path) keeps, in the curve, the corrupted run's record whole (`record_bytes`:
+    no forward pass more per circuit), then layers' heads' writes once made (H·T·D each, `write_bytes`); in the
+    scoring, the recomputed blocks' attention outputs, then more layers' receivers' gradients held together
+    (`layer_bytes` each), then blocks' activations."""
     from attnviz.engine.lean import block_activation_bytes
 
     stream = 4 * T * len(g.layers) * g.D
@@ -504,25 +512,30 @@ def lean_parts(g: Graph, T: int) -> tuple[dict[str, int], int]:
 
 
 def receiver_bytes(g: Graph, T: int) -> int:
-    """The receivers' part of the long path's peak: the curve's one layer's receivers' inputs (R + 1, T, D), made
-    and normed, or the scoring's group of one layer, whichever is larger."""
-    return max(2 * (g.per_layer + 1) * T * g.D * 4, group_bytes(g, T, 1))
+    """The receivers' part of the long path's peak: the curve's (`curve_bytes`) or the scoring's group of one
+    layer, whichever is larger."""
+    return max(curve_bytes(g, T), group_bytes(g, T, 1))
+
+
+def curve_bytes(g: Graph, T: int) -> int:
+    """What a circuit's run holds for one layer's receivers beyond the records, float32: their q, k and v
+    ((H + 2·G)·d·T), the running sums of every change, the MLP receiver's part and input (6·T·D), and a block of
+    CHUNK positions of their inputs: the sums, the inputs and their norms (4·(R + 1)·CHUNK·D)."""
+    return 4 * (g.per_layer * g.d * T + 6 * T * g.D + 4 * (g.per_layer + 1) * min(T, CHUNK) * g.D)
 
 
 def group_bytes(g: Graph, T: int, layers: int) -> int:
     """The scoring's receivers' gradients for `layers` layers held compactly (each layer's attention input and
-    q/k/v projections' gradients, and its MLP's receiver's gradient, (2·D + (H + 2·G)·d)·T), the logits'
-    receiver's (T·D), and a block of positions: the group's gradients made again there, with their norm's inputs
-    and the gradients through the projections, and every node's write (4·ROWS·D), float32."""
+    q/k/v projections' gradients, and its MLP's receiver's gradient, `layer_bytes` each), the logits' receiver's
+    (T·D), and a block of positions: the group's gradients made again there, with their norm's inputs and the
+    gradients through the projections, and every node's write (4·ROWS·D), float32."""
     block = min(ROWS, T * max(len(g.nodes), len(g.receivers)))  # receivers or nodes × positions
-    return 4 * (layers * T * (2 * g.D + g.per_layer * g.d) + T * g.D + 4 * block * g.D)
+    return layers * layer_bytes(g, T) + 4 * (T * g.D + 4 * block * g.D)
 
 
-def group(g: Graph, T: int) -> int:
-    """How many layers' receivers' gradients the scoring holds together: as many as the receivers' part allows
-    (the curve's need pays for it), at least one."""
-    spare = receiver_bytes(g, T) - group_bytes(g, T, 0)
-    return max(1, min(len(g.layers), spare // (4 * T * (2 * g.D + g.per_layer * g.d))))
+def layer_bytes(g: Graph, T: int) -> int:
+    """One layer's receivers' gradients held compactly: (2·D + (H + 2·G)·d)·T float32."""
+    return 4 * T * (2 * g.D + g.per_layer * g.d)
 
 
 def record_bytes(g: Graph, T: int) -> int:

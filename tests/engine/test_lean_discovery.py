@@ -124,10 +124,11 @@ def test_a_budget_short_of_two_records_runs_the_curve_on_one(tiny, monkeypatch):
 
 def test_the_plan_stays_within_the_budget_at_every_step(tiny, monkeypatch):
     """lean_path's plan for budgets from the long path's parts upwards: the scoring's peak (the parts, the stream the
-    backward pass keeps among them, its group of receivers' gradients within the receivers' part, the blocks kept
-    whole) and the curve's (the parts but the stream, the corrupted run's record if held, the writes) are each
-    within the budget, the recomputed blocks' kept attention outputs counted; more budget never recomputes more
-    blocks nor keeps fewer attention outputs."""
+    backward pass keeps among them, its group of receivers' gradients, the blocks kept whole) and the curve's (the
+    parts but the stream, the corrupted run's record if held, the writes) are each within the budget, the
+    recomputed blocks' kept attention outputs counted; more budget never recomputes more blocks, keeps fewer
+    attention outputs or holds fewer layers' gradients; the attention outputs are kept before a second layer's
+    gradients are held."""
     from attnviz.api.patching.discovery import lean_path
     from attnviz.engine.discovery import graph
     from attnviz.engine.discovery_lean import group_bytes, lean_parts, receiver_bytes, record_bytes, write_bytes
@@ -141,22 +142,25 @@ def test_the_plan_stays_within_the_budget_at_every_step(tiny, monkeypatch):
     block = block_activation_bytes(loaded.model.config, T)
     kept = attention_kept_bytes(loaded.model.config, T)
     L = len(g.layers)
-    before, keeping_before = L, 0
+    before, keeping_before, group_before = L, 0, 1
     plans = set()
     for budget in range(fixed, fixed + 2 * record + L * (writes + block), max(1, record // 7)):
         monkeypatch.setenv("ATTNVIZ_MEMORY_BUDGET", str(budget))
         plan = lean_path(loaded, g, T, 1)
         if plan is None:  # the full path fits
             break
-        plans.add((plan.recomputed, plan.keeping, plan.cached, plan.hold))
+        plans.add((plan.recomputed, plan.keeping, plan.cached, plan.hold, plan.group))
         assert plan.keeping <= plan.recomputed and 1 <= plan.group <= L
-        assert group_bytes(g, T, plan.group) <= receiver_bytes(g, T)
-        assert fixed + (L - plan.recomputed) * block + plan.keeping * kept <= budget
+        assert plan.group == 1 or plan.keeping == plan.recomputed  # every recomputed block keeps its attention
+        scoring = fixed - receiver_bytes(g, T) + group_bytes(g, T, plan.group)
+        assert scoring + (L - plan.recomputed) * block + plan.keeping * kept <= budget
         assert fixed - stream + plan.hold * record + plan.cached * writes <= budget
         assert plan.recomputed <= before and (plan.keeping >= keeping_before or plan.recomputed < before)
-        before, keeping_before = plan.recomputed, plan.keeping
-    assert len(plans) >= 3 and any(h for *_, h in plans) and not all(h for *_, h in plans), plans
-    assert any(0 < keeping < L for _, keeping, _, _ in plans), plans  # some plans keep only some attention outputs
+        assert plan.group >= group_before
+        before, keeping_before, group_before = plan.recomputed, plan.keeping, plan.group
+    assert len(plans) >= 3 and any(p[3] for p in plans) and not all(p[3] for p in plans), plans
+    assert any(0 < p[1] < L for p in plans), plans  # some plans keep only some attention outputs
+    assert any(p[4] == L for p in plans) and any(p[4] == 1 for p in plans), plans
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "qwen3"])

@@ -351,14 +351,13 @@ def discover(clean: str | None = None, corrupt: str | None = None, *, answers: S
 def lean_path(loaded: Any, g: Any, T: int, batch: int) -> Plan | None:
     """None where scoring the edges of T-token prompts fits the memory budget on the full path
     (engine.discovery); else the long path's plan (engine.discovery_lean.Plan: without α, no copy of the stream
-    per receiver), checked part by part before anything runs: how many layers' receivers' gradients the scoring
-    holds together (as many as the receivers' part, which the curve needs anyway, allows); whether the curve keeps
-    the corrupted run's record whole (else each circuit records it again), how many layers' heads' writes it keeps
-    once made, and how many blocks the backward pass recomputes (and how many of those keep their attention's
-    output: engine/lean.py recomputing) — as the budget's spare allows: the curve's record, then its writes; the
-    scoring's blocks."""
+    per receiver), checked part by part before anything runs. The budget's spare goes, in the curve (no stream
+    kept, no gradients), to the corrupted run's record kept whole (else each circuit records it again), then to
+    layers' heads' writes kept once made; in the scoring (no writes kept), to the recomputed blocks' attention
+    outputs (engine/lean.py recomputing: per byte they save the most), then to more layers' receivers' gradients
+    held and scored together, then to blocks kept whole."""
     from attnviz.engine.discovery import scoring_bytes
-    from attnviz.engine.discovery_lean import group, lean_parts, Plan, record_bytes, write_bytes
+    from attnviz.engine.discovery_lean import layer_bytes, lean_parts, Plan, record_bytes, write_bytes
     from attnviz.engine.lean import attention_kept_bytes, recomputing
     from attnviz.engine.memory import check_parts, memory_budget
 
@@ -369,10 +368,13 @@ def lean_path(loaded: Any, g: Any, T: int, batch: int) -> Plan | None:
     check_parts(loaded, parts, f"scoring the edges of {T:,}-token prompts without α (the model's own SDPA "
                                f"attention; {len(g.layers)} layers)",
                 "shorten the prompts (on this path the memory grows linearly in the tokens)")
+    L = len(g.layers)
     block, writes, record = parts["one block's activations"], write_bytes(g, T), record_bytes(g, T)
     spare = budget - sum(parts.values())
     hold = spare + stream >= record  # the curve (no stream): the corrupted run's record kept whole
-    # the curve (no stream) holds the writes beside the record (if held); the scoring (no writes) the blocks
-    cached = min(len(g.layers), max(0, spare + stream - hold * record) // writes)
-    recomputed, keeping = recomputing(len(g.layers), spare, block, attention_kept_bytes(g.model.config, T))
-    return Plan(recomputed=recomputed, keeping=keeping, group=group(g, T), cached=cached, hold=hold)
+    cached = min(L, max(0, spare + stream - hold * record) // writes)
+    kept = attention_kept_bytes(g.model.config, T)
+    attention = min(L, spare // kept) * kept
+    grouped = min(L, 1 + max(0, spare - attention) // layer_bytes(g, T))
+    recomputed, keeping = recomputing(L, spare - (grouped - 1) * layer_bytes(g, T), block, kept)
+    return Plan(recomputed=recomputed, keeping=keeping, group=grouped, cached=cached, hold=hold)
