@@ -247,7 +247,7 @@ def scores(g: Graph, inputs: dict, metric: Any, *, plan: Plan, changes: Changes 
     R, N, L = len(g.receivers), len(g.nodes), len(g.layers)
     table = torch.zeros(R, N, dtype=torch.float64)
     found = _empty(g) if changes is None else changes
-    found.cached = 0  # the scoring's spare goes to the group (engine/discovery_lean.py lean_parts)
+    found.cached = 0  # the scoring keeps no writes: its spare goes to blocks and the group (lean_path)
     projected: list[dict] = [{} for _ in range(L)]
     attention_in: list = [None] * L
     seen: set = set()  # (layer, what): the pieces whose gradient is asked (a recomputed block calls again)
