@@ -180,7 +180,7 @@ def gradient_lean(where: Site, inputs: dict, fills: list[torch.Tensor] | None, r
     next-token loss summed a block of positions at a time, each block's logits made again in the backward pass.
     (An encoder's exact Jacobian is ranking.gradient_scores's, run on SDPA with every block recomputed.)"""
     from attnviz.engine.attribution.lens import _head
-    from attnviz.engine.lean import lean
+    from attnviz.engine.lean import give_back_memory, lean
 
     model = where.model
     L, H = where.layers, where.heads
@@ -192,6 +192,7 @@ def gradient_lean(where: Site, inputs: dict, fills: list[torch.Tensor] | None, r
     final = _Final(model, True)
 
     def nll(x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        give_back_memory()  # the last block's logits freed (in the backward pass too, made again there)
         logp = torch.log_softmax(head(x), -1)
         return -logp.gather(-1, targets[:, None]).sum()
 
