@@ -135,19 +135,6 @@ class Changes:
         z = self.z[n]
         return z @ _per_head(g, n, z.dtype).reshape(g.H * g.d, g.D)
 
-    def _layer(self, g: Graph, at: slice, n: int) -> torch.Tensor:
-        return self.writes[n][:, at] if n in self.writes else _writes(g, n, self.z[n][at])
-
-    def _heads(self, g: Graph, at: slice, upto: int):
-        """(layer, each head's write at positions `at`, (H, c, D)) for the layers whose heads are among the first
-        `upto` nodes."""
-        for n in range(len(g.layers)):
-            if g.head_node(n, 0) >= upto:
-                return
-            if n not in self.writes and len(self.writes) < self.cached:
-                self.writes[n] = _writes(g, n, self.z[n])
-            yield n, self.writes[n][:, at] if n in self.writes else _writes(g, n, self.z[n][at])
-
 
 def _writes(g: Graph, n: int, z: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """Each head's write to the stream, z_h·W_O^h: z (T, H·d) -> (H, T, D) (into `out`, if given)."""
