@@ -34,6 +34,7 @@ from attnviz.engine.ablation.runs import last_logits, run_model
 from attnviz.engine.discovery import _columns, _logit_difference, _projected, Graph, kept
 from attnviz.engine.hooks import Hook, hooked, on_gradient
 from attnviz.engine.lean import give_back_memory, lean
+from attnviz.engine.norm_pullback import Pullback
 from attnviz.errors import UnsupportedArchitectureError
 
 CHUNK = 512  # positions whose heads' writes (H·CHUNK·D) are made at once in the curve
@@ -230,7 +231,8 @@ def scores(g: Graph, inputs: dict, metric: Any, *, plan: Plan, changes: Changes 
     The receivers' gradients are held as they come, compactly (a layer's attention input and its projections'
     gradients; an MLP's and the logits' gradient), `plan.group` layers' at a time; then scored together a block of
     positions at a time, each receiver's ∂M/∂x_r made again there (its norm's vector-Jacobian product, per
-    position) and each node's write made once for the whole group."""
+    position, in closed form where engine/norm_pullback.py finds one) and each node's write made once for the
+    whole group."""
     R, N, L = len(g.receivers), len(g.nodes), len(g.layers)
     table = torch.zeros(R, N, dtype=torch.float64)
     found = _empty(g) if changes is None else changes
@@ -241,6 +243,7 @@ def scores(g: Graph, inputs: dict, metric: Any, *, plan: Plan, changes: Changes 
     wanted = [1 if layer.fused else 3 for layer in g.layers]
     pending: list = []  # (receiver rows, at -> their gradients at positions `at` (rows, c, D)), as they came
     arrived: list[int] = []  # the layers whose attention receivers' gradients have come
+    pullbacks = [Pullback(layer.attention_norm) for layer in g.layers]  # in closed form where it is the norm's
 
     def flush() -> None:
         """The pending receivers scored against every node before them, a block of positions at a time."""
@@ -287,9 +290,7 @@ def scores(g: Graph, inputs: dict, metric: Any, *, plan: Plan, changes: Changes 
 
         def gradients(at: slice) -> torch.Tensor:
             through = torch.bmm(heads[at].unflatten(1, (len(weights), g.d)).transpose(0, 1), weights)
-            normed, pullback = torch.func.vjp(layer.attention_norm.forward, x[at])[:2]
-            # ∂M/∂normed through each head's slice, each pulled back through the norm (one forward for all)
-            return torch.func.vmap(pullback)(through.to(normed.dtype))[0]
+            return pullbacks[n](x[at], through)  # ∂M/∂normed through each head's slice, pulled back through the norm
         pending.append((list(g.attention_receivers(n)), gradients))
         arrived.append(n)
         if len(arrived) % plan.group == 0:

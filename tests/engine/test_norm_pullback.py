@@ -1,0 +1,82 @@
+"""A norm's pullback in closed form (engine/norm_pullback.py), as discover's long path uses it: each of the three
+forms found for the norm it is, and equal to the norm's own autograd in float64 (an independent computation)
+at positions other than those it was found at; any other norm, or another dtype, left to the norm's `vjp`."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from transformers.models.gemma3.modeling_gemma3 import Gemma3RMSNorm
+from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+from attnviz.engine.norm_pullback import Pullback
+
+D = 96
+
+
+def _norms() -> dict:
+    torch.manual_seed(0)
+    layer = torch.nn.LayerNorm(D, eps=1e-5)
+    rms, gemma = LlamaRMSNorm(D, eps=1e-6), Gemma3RMSNorm(D, eps=1e-6)
+    for norm in (layer, rms, gemma):
+        with torch.no_grad():
+            for p in norm.parameters():
+                p.copy_(torch.randn_like(p) * 0.5 + (1.0 if norm is not gemma and p.ndim and p is norm.weight else 0))
+    return {"layer": layer, "rms": rms, "rms-one-plus": gemma}
+
+
+def _reference(norm, x: torch.Tensor, cotangents: torch.Tensor) -> torch.Tensor:
+    """Each cotangent's pullback by the norm's own autograd, in float64, one backward pass per cotangent."""
+    twin = copy.deepcopy(norm).double()
+    rows = []
+    for cotangent in cotangents.double():
+        leaf = x.double().requires_grad_(True)
+        rows.append(torch.autograd.grad(twin(leaf), leaf, cotangent)[0])
+    return torch.stack(rows)
+
+
+@pytest.mark.parametrize("form", ["layer", "rms", "rms-one-plus"])
+def test_each_norm_is_found_in_closed_form_and_equals_its_own_autograd(form):
+    """Found at the first positions; at others, within D · 2⁻²³ of the largest gradient of the float64
+    autograd (float32 against float64 over sums of D terms)."""
+    norm = _norms()[form]
+    torch.manual_seed(1)
+    x = torch.randn(40, D) * 3 + 0.7  # a mean far from 0: LayerNorm and RMSNorm differ
+    cotangents = torch.randn(5, 40, D)
+    pull = Pullback(norm)
+    first = pull(x[:8], cotangents[:, :8])
+    assert pull.form == form
+    later = pull(x[8:], cotangents[:, 8:])
+    for got, at in ((first, slice(0, 8)), (later, slice(8, 40))):
+        wanted = _reference(norm, x[at], cotangents[:, at])
+        assert got.shape == wanted.shape
+        bound = D * 2 ** -23 * float(wanted.abs().max())
+        assert float((got.double() - wanted).abs().max()) <= bound
+
+
+class _Scaled(torch.nn.Module):
+    """A norm of none of the three forms: x / (mean |x| + ε) · γ."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(D) * 1.3)
+        self.eps = 1e-6
+
+    def forward(self, x):
+        return self.weight * x / (x.abs().mean(-1, keepdim=True) + self.eps)
+
+
+def test_a_norm_of_another_form_or_dtype_goes_through_its_own_vjp():
+    torch.manual_seed(2)
+    x, cotangents = torch.randn(30, D) + 0.3, torch.randn(4, 30, D)
+    other = Pullback(_Scaled())
+    other(x[:10], cotangents[:, :10])
+    assert other.form is None
+    got = other(x[10:], cotangents[:, 10:])
+    wanted = _reference(_Scaled(), x[10:], cotangents[:, 10:])
+    assert float((got.double() - wanted).abs().max()) <= D * 2 ** -23 * float(wanted.abs().max())
+    half = Pullback(_norms()["rms"].to(torch.bfloat16))
+    half(x[:10].bfloat16(), cotangents[:, :10].bfloat16())
+    assert half.form is None
