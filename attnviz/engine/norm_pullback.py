@@ -74,7 +74,8 @@ class Pullback:
     (forward and backward), else through `vjp`."""
 
     def __init__(self, norm: Any) -> None:
-        self.norm, self.form, self.tried = norm, None, False
+        self.norm, self.tried = norm, False
+        self.form: str | None = None
 
     @torch.no_grad()
     def __call__(self, x: torch.Tensor, cotangents: torch.Tensor) -> torch.Tensor:
