@@ -10,9 +10,9 @@ positions took 1.8 ms each. The three norms of the families attnviz covers have 
     RMSNorm (Gemma)      y = (1 + γ) ⊙ x / r          the same, with 1 + γ
 
 with σ = √(var(x) + ε), r = √(mean(x²) + ε), x̂ = (x − μ)/σ. Which of them a norm is, is not read from its class
-name: `Pullback` tries each form against the norm's own output and its own `vjp` at the first positions it is
-given, and keeps the closed form only where both agree within float32's rounding over a sum of D terms
-(D · 2⁻²³ of the largest value); anything else (another norm, another dtype) goes on through `vjp`.
+name: `Pullback` tries each form against the norm's own output and its own `vjp` (on cotangents of its own) at the
+first positions it is given, and keeps the closed form only where both agree within float32's rounding over a
+sum of D terms (D · 2⁻²³ of the largest value); anything else (another norm, another dtype) goes on through `vjp`.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def backward(norm: Any, form: str, x: torch.Tensor, cotangents: torch.Tensor) ->
 
 
 def _close(found: torch.Tensor, wanted: torch.Tensor) -> bool:
-    bound = wanted.shape[-1] * torch.finfo(torch.float32).eps * max(1.0, float(wanted.abs().max()))
+    bound = wanted.shape[-1] * torch.finfo(torch.float32).eps * float(wanted.abs().max())
     return bool((found - wanted).abs().max() <= bound)
 
 
@@ -81,24 +81,23 @@ class Pullback:
     def __call__(self, x: torch.Tensor, cotangents: torch.Tensor) -> torch.Tensor:
         if not self.tried:
             self.tried = True
-            wanted = by_vjp(self.norm, x, cotangents)
-            self.form = self.identify(x, cotangents, wanted)
-            return wanted
+            self.form = self.identify(x)
         if self.form is None:
             return by_vjp(self.norm, x, cotangents)
         return backward(self.norm, self.form, x, cotangents)
 
-    def identify(self, x: torch.Tensor, cotangents: torch.Tensor, wanted: torch.Tensor) -> str | None:
-        """The form whose output and pullback are the norm's own at x, or None (float32 only)."""
+    def identify(self, x: torch.Tensor) -> str | None:
+        """The form whose output and pullback are the norm's own at x (its `forward`, no hook called), or None
+        (float32 only). The pullbacks are compared on cotangents of unit scale drawn here, not on the caller's,
+        which may be too small to tell two forms apart."""
         weight = getattr(self.norm, "weight", None)
         if x.dtype != torch.float32 or not isinstance(weight, torch.Tensor) or weight.shape != x.shape[-1:]:
             return None
-        with torch.no_grad():
-            own = self.norm(x)
-            for form in FORMS:
-                if form != "layer" and getattr(self.norm, "bias", None) is not None:
-                    continue
-                if _close(forward(self.norm, form, x), own) and \
-                        _close(backward(self.norm, form, x, cotangents), wanted):
-                    return form
+        probe = torch.randn((2, *x.shape), generator=torch.Generator().manual_seed(0)).to(x.device)
+        wanted, own = by_vjp(self.norm, x, probe), self.norm.forward(x)
+        for form in FORMS:
+            if form != "layer" and getattr(self.norm, "bias", None) is not None:
+                continue
+            if _close(forward(self.norm, form, x), own) and _close(backward(self.norm, form, x, probe), wanted):
+                return form
         return None

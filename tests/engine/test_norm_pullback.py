@@ -80,3 +80,34 @@ def test_a_norm_of_another_form_or_dtype_goes_through_its_own_vjp():
     half = Pullback(_norms()["rms"].to(torch.bfloat16))
     half(x[:10].bfloat16(), cotangents[:, :10].bfloat16())
     assert half.form is None
+
+
+class _Detached(torch.nn.Module):
+    """An RMSNorm whose scale takes no gradient: its output is an RMSNorm's, its pullback is not."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.linspace(0.5, 1.5, D))
+        self.variance_epsilon = 1e-6
+
+    def forward(self, x):
+        scale = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon).detach()
+        return self.weight * x * scale
+
+
+def test_a_norm_whose_output_matches_but_pullback_does_not_is_found_by_its_pullback_even_from_tiny_gradients():
+    """The form is judged on cotangents of unit scale, not on the first gradients, which may be too small to
+    tell the forms apart (here 1e-9); and calling the norm for it runs no hook on it."""
+    torch.manual_seed(3)
+    x, cotangents = torch.randn(30, D) + 0.5, torch.randn(4, 30, D)
+    norm, called = _Detached(), []
+    norm.register_forward_pre_hook(lambda module, args: called.append(1))
+    pull = Pullback(norm)
+    pull(x[:10], cotangents[:, :10] * 1e-9)
+    assert pull.form is None and not called
+    got = pull(x[10:], cotangents[:, 10:])
+    wanted = _reference(norm, x[10:], cotangents[:, 10:])
+    assert float((got.double() - wanted).abs().max()) <= D * 2 ** -23 * float(wanted.abs().max())
+    rms = Pullback(_norms()["rms"])
+    rms(x[:10], torch.zeros(4, 10, D))
+    assert rms.form == "rms"
