@@ -24,7 +24,8 @@ import torch
 FORMS = ("layer", "rms", "rms-one-plus")
 
 
-def _eps(norm: Any) -> float:
+def epsilon(norm: Any) -> float:
+    """A norm's ε, under whichever name its family gives it (1e-5 where it has none)."""
     return next((float(getattr(norm, k)) for k in ("eps", "variance_epsilon", "epsilon") if hasattr(norm, k)), 1e-5)
 
 
@@ -35,7 +36,7 @@ def _scale(norm: Any, form: str) -> torch.Tensor:
 
 def forward(norm: Any, form: str, x: torch.Tensor) -> torch.Tensor:
     """The norm of x (…, D) by `form`'s formula, float32."""
-    x, eps = x.float(), _eps(norm)
+    x, eps = x.float(), epsilon(norm)
     if form == "layer":
         centred = x - x.mean(-1, keepdim=True)
         y = _scale(norm, form) * centred * torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + eps)
@@ -45,7 +46,7 @@ def forward(norm: Any, form: str, x: torch.Tensor) -> torch.Tensor:
 
 def backward(norm: Any, form: str, x: torch.Tensor, cotangents: torch.Tensor) -> torch.Tensor:
     """∂(Σ cotangent · norm(x))/∂x for each cotangent: x (c, D), cotangents (R, c, D) -> (R, c, D), float32."""
-    x, eps, D = x.float(), _eps(norm), x.shape[-1]
+    x, eps, D = x.float(), epsilon(norm), x.shape[-1]
     scaled = cotangents.float() * _scale(norm, form)
     if form == "layer":
         centred = x - x.mean(-1, keepdim=True)

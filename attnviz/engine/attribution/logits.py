@@ -64,7 +64,9 @@ def _frozen_norm(norm, x: torch.Tensor, y: torch.Tensor):
     among LayerNorm, RMSNorm and RMSNorm with (1 + γ) as the one that gives the norm's own output y."""
     gamma = norm.weight.double()
     beta = norm.bias.double() if getattr(norm, "bias", None) is not None else torch.zeros_like(gamma)
-    eps = next((float(getattr(norm, k)) for k in ("eps", "variance_epsilon", "epsilon") if hasattr(norm, k)), 1e-5)
+    from attnviz.engine.norm_pullback import epsilon
+
+    eps = epsilon(norm)
     x = x.double()
     centred = torch.sqrt(x.var(-1, unbiased=False) + eps)  # a LayerNorm's scale (Cohere's has no bias)
     rms = torch.sqrt((x * x).mean(-1) + eps)  # an RMSNorm's
