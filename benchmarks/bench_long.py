@@ -20,7 +20,7 @@ With --model (an offline model's name) the rows are streamed only (`sinks` strea
 on that model's converted folder, the text
 attnviz's own source code cut to exactly T of the model's tokens (a long code file), each of --commands a row
 beside the floor on the same folder; the weights' size (float32) is printed so that "the weights + N GB" can be
-read off.
+read off. `--commands ""` runs the floor's row alone (for a length whose command rows were run earlier).
 """
 
 from __future__ import annotations
@@ -163,6 +163,10 @@ def named_rows(name: str, lengths: list[int], commands: list[str], floor_too: bo
                 print(f"{T:>6} {command:>8} {peak / 2**30:>6.2f} {seconds:>8.1f} {floor[1] / 2**30:>10.2f} "
                       f"{floor[0]:>8.1f} {seconds / floor[0]:>7.2f}x {(peak - floor[1]) / 2**30:>+11.2f}G",
                       flush=True)
+            if not commands and floor_too:  # the floor's row alone (--commands ""), beside rows run earlier
+                floor = measure_floor(model, path)
+                print(f"{T:>6} {'(floor)':>8} {'—':>6} {'—':>8} {floor[1] / 2**30:>10.2f} {floor[0]:>8.1f} {'—':>8} "
+                      f"{(floor[1] - weights) / 2**30:>+11.2f}G above the weights as stored", flush=True)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -197,7 +201,8 @@ def main() -> None:
     parser.add_argument("--tokens", default="1024,2048,4096", help="T values for both paths")
     parser.add_argument("--streamed-only", default="8192", help="T values for the streamed path alone")
     parser.add_argument("--model", help="an offline model's name: streamed rows of it alone (see above)")
-    parser.add_argument("--commands", default="heads", help="with --model: the commands, comma-separated")
+    parser.add_argument("--commands", default="heads",
+                        help='with --model: the commands, comma-separated ("" for the floor\'s row alone)')
     parser.add_argument("--no-floor", action="store_true", help="with --model: the commands' rows alone")
     args = parser.parse_args()
     if args.model:
