@@ -206,6 +206,8 @@ def main() -> None:
     parser.add_argument("--no-floor", action="store_true", help="with --model: the commands' rows alone")
     args = parser.parse_args()
     if args.model:
+        if not args.commands.strip(",") and args.no_floor:
+            parser.error('--commands "" with --no-floor leaves no row to run')
         named_rows(args.model, [int(t) for t in args.streamed_only.split(",") if t],
                    [c for c in args.commands.split(",") if c], floor_too=not args.no_floor)
         return
