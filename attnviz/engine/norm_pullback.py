@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from attnviz.engine.scratch.adapters import rms_norm
+
 FORMS = ("layer", "rms", "rms-one-plus")
 
 
@@ -41,7 +43,7 @@ def forward(norm: Any, form: str, x: torch.Tensor) -> torch.Tensor:
         centred = x - x.mean(-1, keepdim=True)
         y = _scale(norm, form) * centred * torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + eps)
         return y + norm.bias.detach().float() if getattr(norm, "bias", None) is not None else y
-    return _scale(norm, form) * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return rms_norm(x, norm.weight.detach(), eps, plus_one=form == "rms-one-plus")
 
 
 def backward(norm: Any, form: str, x: torch.Tensor, cotangents: torch.Tensor) -> torch.Tensor:

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from attnviz.engine.norm_pullback import epsilon
 from attnviz.engine.scratch.adapters import adapter_for, layer_blocks
 from attnviz.engine.scratch.norms import _out_weight, head_outputs
 from attnviz.engine.points import Recording, final_norm, record
@@ -64,8 +65,6 @@ def _frozen_norm(norm, x: torch.Tensor, y: torch.Tensor):
     among LayerNorm, RMSNorm and RMSNorm with (1 + γ) as the one that gives the norm's own output y."""
     gamma = norm.weight.double()
     beta = norm.bias.double() if getattr(norm, "bias", None) is not None else torch.zeros_like(gamma)
-    from attnviz.engine.norm_pullback import epsilon
-
     eps = epsilon(norm)
     x = x.double()
     centred = torch.sqrt(x.var(-1, unbiased=False) + eps)  # a LayerNorm's scale (Cohere's has no bias)
