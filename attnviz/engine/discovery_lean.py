@@ -73,12 +73,12 @@ class Changes:
         is made once for all the rows, ROWS // nodes positions at a time, and all of them multiplied at once
         ((R, positions·D) by (positions·D, nodes))."""
         R, upto = G.shape[0], reach[0]
-        out = torch.zeros(R, upto, dtype=torch.float64)
+        out = torch.zeros(R, upto, dtype=torch.float64, device=G.device)
         step = max(1, ROWS // upto)
         for first in range(0, G.shape[1], step):
             part = G[:, first:first + step]
             where = slice(at.start + first, at.start + first + part.shape[1])
-            writes = torch.empty(upto, part.shape[1] * g.D, dtype=G.dtype)
+            writes = G.new_empty(upto, part.shape[1] * g.D)
             writes[0] = self.first[where].reshape(-1)
             for n in range(len(g.layers)):
                 start, mlp = g.head_node(n, 0), g.mlp_node(n)
@@ -91,7 +91,7 @@ class Changes:
                 if mlp < upto:
                     writes[mlp] = self.mlp[n][where].reshape(-1)
             out += (part.reshape(R, -1) @ writes.T).double()
-        out[torch.arange(upto)[None, :] >= torch.tensor(reach)[:, None]] = 0
+        out[torch.arange(upto, device=out.device)[None, :] >= torch.tensor(reach, device=out.device)[:, None]] = 0
         return out
 
     def node_sums(self, g: Graph, weights: torch.Tensor, at: slice) -> torch.Tensor:
@@ -241,7 +241,7 @@ def scores(g: Graph, inputs: dict, metric: Any, *, plan: Plan, changes: Changes 
     attention_in: list = [None] * L
     seen: set = set()  # (layer, what): the pieces whose gradient is asked (a recomputed block calls again)
     wanted = [1 if layer.fused else 3 for layer in g.layers]
-    pending: list = []  # (receiver rows, at -> their gradients at positions `at` (rows, c, D)), as they came
+    pending: list = []  # (receiver rows, (at, out) -> their gradients at positions `at` made in out), as they came
     arrived: list[int] = []  # the layers whose attention receivers' gradients have come
     pullbacks = [Pullback(layer.attention_norm) for layer in g.layers]  # in closed form where it is the norm's
 
@@ -251,12 +251,18 @@ def scores(g: Graph, inputs: dict, metric: Any, *, plan: Plan, changes: Changes 
         pending.clear()
         rows = [r for entry in entries for r in entry[0]]
         reach = [g.reach[r] for r in rows]
-        width = max(1, ROWS // len(rows))  # G: ROWS·D at most (and the writes: Changes.node_terms)
+        T, width = found.first.shape[0], max(1, ROWS // len(rows))  # G: ROWS·D at most (the writes: node_terms)
+        buffer = found.first.new_empty(len(rows) * min(width, T) * g.D)
         with torch.no_grad():  # in the backward pass or after it: nothing here is differentiated
-            for first in range(0, found.first.shape[0], width):
+            for first in range(0, T, width):
                 at = slice(first, first + width)
-                G = torch.cat([gradients(at) for _, gradients in entries])
-                table[rows, :reach[0]] += found.node_terms(g, G, at, reach)
+                G = buffer[:len(rows) * len(range(T)[at]) * g.D].view(len(rows), -1, g.D)
+                start = 0
+                for entry_rows, gradients in entries:  # each made in its own rows of G
+                    gradients(at, G[start:start + len(entry_rows)])
+                    start += len(entry_rows)
+                table[rows, :reach[0]] += found.node_terms(g, G, at, reach).cpu()
+        del buffer
         give_back_memory()  # the group's gradients and the writes made again for them
 
     def keep_input(n: int):
@@ -288,9 +294,14 @@ def scores(g: Graph, inputs: dict, metric: Any, *, plan: Plan, changes: Changes 
         weights = torch.cat([_head_weights(layer, module, cols) for module, cols in spans]).to(heads.dtype)
         projected[n], attention_in[n] = {}, None
 
-        def gradients(at: slice) -> torch.Tensor:
-            through = torch.bmm(heads[at].unflatten(1, (len(weights), g.d)).transpose(0, 1), weights)
-            return pullbacks[n](x[at], through)  # ∂M/∂normed through each head's slice, pulled back through the norm
+        def gradients(at: slice, out: torch.Tensor) -> None:
+            """∂M/∂normed through each head's slice, pulled back through the norm, made in `out` (rows, c, D)."""
+            sliced = heads[at].unflatten(1, (len(weights), g.d)).transpose(0, 1)
+            if out.dtype == sliced.dtype:
+                torch.bmm(sliced, weights, out=out)
+            else:
+                out.copy_(torch.bmm(sliced, weights))
+            pullbacks[n](x[at], out, in_place=True)
         pending.append((list(g.attention_receivers(n)), gradients))
         arrived.append(n)
         if len(arrived) % plan.group == 0:
@@ -298,7 +309,7 @@ def scores(g: Graph, inputs: dict, metric: Any, *, plan: Plan, changes: Changes 
 
     def came_whole(rows: list[int]):
         """A receiver whose gradient is ∂M/∂(its own view of the stream) itself: pending."""
-        return lambda grad: pending.append((rows, lambda at: grad[at][None]))
+        return lambda grad: pending.append((rows, lambda at, out: out.copy_(grad[at][None])))
 
     def own_input(key: Any, came: Any):
         """A pre-hook giving a norm its own view of the stream (a node of the graph whose gradient is this
@@ -513,17 +524,19 @@ def curve_bytes(g: Graph, T: int) -> int:
 
 
 def group_bytes(g: Graph, T: int, layers: int) -> int:
-    """The scoring's receivers' gradients for `layers` layers held compactly (each layer's attention input and
-    q/k/v projections' gradients, and its MLP's receiver's gradient, `layer_bytes` each), the logits' receiver's
-    (T·D), and a block of positions: the group's gradients made again there, with their norm's inputs and the
-    gradients through the projections, and every node's write (4·ROWS·D), float32."""
+    """The scoring's receivers' gradients for `layers` layers held compactly (each layer's q/k/v projections'
+    gradients and its MLP's receiver's gradient, `layer_bytes` each), the logits' receiver's (T·D), and a block of
+    positions: the group's gradients made again there, with their norm's inputs and the gradients through the
+    projections, and every node's write (4·ROWS·D), float32."""
     block = min(ROWS, T * max(len(g.nodes), len(g.receivers)))  # receivers or nodes × positions
     return layers * layer_bytes(g, T) + 4 * (T * g.D + 4 * block * g.D)
 
 
 def layer_bytes(g: Graph, T: int) -> int:
-    """One layer's receivers' gradients held compactly: (2·D + (H + 2·G)·d)·T float32."""
-    return 4 * T * (2 * g.D + g.per_layer * g.d)
+    """One layer's receivers' gradients held compactly: (D + (H + 2·G)·d)·T float32. Its attention's input,
+    held beside them, is the block's input: the stream the backward pass keeps (lean_parts), held in its place
+    once the backward pass has left the block."""
+    return 4 * T * (g.D + g.per_layer * g.d)
 
 
 def record_bytes(g: Graph, T: int) -> int:

@@ -48,17 +48,23 @@ def forward(norm: Any, form: str, x: torch.Tensor) -> torch.Tensor:
 
 def backward(norm: Any, form: str, x: torch.Tensor, cotangents: torch.Tensor) -> torch.Tensor:
     """∂(Σ cotangent · norm(x))/∂x for each cotangent: x (c, D), cotangents (R, c, D) -> (R, c, D), float32."""
+    return backward_(norm, form, x, cotangents.float().clone())
+
+
+def backward_(norm: Any, form: str, x: torch.Tensor, cotangents: torch.Tensor) -> torch.Tensor:
+    """`backward` made in the cotangents' own storage (float32, (R, c, D)), with no temporary of their size."""
     x, eps, D = x.float(), epsilon(norm), x.shape[-1]
-    scaled = cotangents.float() * _scale(norm, form)
+    scaled = cotangents.mul_(_scale(norm, form))
     if form == "layer":
         centred = x - x.mean(-1, keepdim=True)
         inverse = torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + eps)  # (c, 1)
         normed = centred * inverse
-        inner = (scaled * normed).mean(-1, keepdim=True)
-        return (scaled - scaled.mean(-1, keepdim=True) - normed * inner) * inverse
+        inner = torch.einsum("rcd,cd->rc", scaled, normed).unsqueeze(-1) / D
+        scaled.sub_(scaled.mean(-1, keepdim=True)).addcmul_(normed, inner, value=-1)
+        return scaled.mul_(inverse)
     inverse = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
-    inner = (scaled * x).sum(-1, keepdim=True)
-    return scaled * inverse - x * (inner * inverse.pow(3) / D)
+    inner = torch.einsum("rcd,cd->rc", scaled, x).unsqueeze(-1)
+    return scaled.mul_(inverse).addcmul_(x, inner * (inverse.pow(3) / D), value=-1)
 
 
 def _close(found: torch.Tensor, wanted: torch.Tensor) -> bool:
@@ -81,12 +87,17 @@ class Pullback:
         self.form: str | None = None
 
     @torch.no_grad()
-    def __call__(self, x: torch.Tensor, cotangents: torch.Tensor) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, cotangents: torch.Tensor, *, in_place: bool = False) -> torch.Tensor:
+        """The pullback of each cotangent (R, c, D) at x (c, D); `in_place`: made in the cotangents' own storage
+        (float32) where the closed form holds (through `vjp`, copied there)."""
         if not self.tried:
             self.tried = True
             self.form = self.identify(x)
         if self.form is None:
-            return by_vjp(self.norm, x, cotangents)
+            found = by_vjp(self.norm, x, cotangents)
+            return cotangents.copy_(found) if in_place else found
+        if in_place:
+            return backward_(self.norm, self.form, x, cotangents)
         return backward(self.norm, self.form, x, cotangents)
 
     def identify(self, x: torch.Tensor) -> str | None:

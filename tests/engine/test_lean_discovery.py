@@ -211,3 +211,42 @@ def test_the_receivers_scored_in_groups_give_the_same_scores(kind, tiny):
     assert not reference[~allowed].any() and reference[allowed].abs().sum() > 0
     for key, table in tables.items():
         assert np.abs((table - reference).numpy()).max() <= 1e-5 * scale, key
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_the_scoring_holds_each_layers_attention_input_as_the_blocks_own_input_not_a_copy(kind, tiny):
+    """layer_bytes counts a held layer's gradients but not its attention's input: that input is the block's own
+    input (the stream the backward pass keeps, counted in lean_parts), held in its place. Every input the scoring
+    pulls gradients back at is a slice of the storage some block was called with, and every layer's is used."""
+    from attnviz.engine import discovery_lean
+    from attnviz.engine.discovery import _logit_difference, graph
+    from attnviz.engine.discovery_lean import Plan, record, scores
+    from attnviz.engine.forward import encode
+
+    loaded = tiny(kind)
+    g = graph(loaded.model)
+    clean, corrupt = (encode(loaded, text).inputs for text in story_pair(40))
+    inputs: set = set()
+
+    def called(module, args, kwargs):
+        inputs.add((args[0] if args else kwargs["hidden_states"]).untyped_storage().data_ptr())
+
+    handles = [layer.block.register_forward_pre_hook(called, with_kwargs=True) for layer in g.layers]
+    pulled: list = []
+    real = discovery_lean.Pullback
+
+    class Seen(real):
+        def __call__(self, x, cotangents, **kw):
+            pulled.append((self.norm, x.untyped_storage().data_ptr()))
+            return super().__call__(x, cotangents, **kw)
+
+    discovery_lean.Pullback = Seen
+    try:
+        scores(g, clean, lambda logits: _logit_difference(logits, 5, 7),
+               plan=Plan(recomputed=len(g.layers), keeping=1, group=2), corrupt=record(g, corrupt))
+    finally:
+        discovery_lean.Pullback = real
+        for handle in handles:
+            handle.remove()
+    assert {id(norm) for norm, _ in pulled} == {id(layer.attention_norm) for layer in g.layers}
+    assert all(pointer in inputs for _, pointer in pulled), (len(inputs), len(pulled))
