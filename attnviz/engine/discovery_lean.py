@@ -262,8 +262,9 @@ def scores(g: Graph, inputs: dict, metric: Any, *, plan: Plan, changes: Changes 
                     gradients(at, G[start:start + len(entry_rows)])
                     start += len(entry_rows)
                 table[rows, :reach[0]] += found.node_terms(g, G, at, reach).cpu()
-        del buffer
-        give_back_memory()  # the group's gradients and the writes made again for them
+        entries.clear()  # the group's gradients and the writes made again for them, let go of and given back
+        buffer = G = None
+        give_back_memory()
 
     def keep_input(n: int):
         def hook(module, args):
