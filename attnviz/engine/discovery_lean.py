@@ -297,11 +297,7 @@ def scores(g: Graph, inputs: dict, metric: Any, *, plan: Plan, changes: Changes 
 
         def gradients(at: slice, out: torch.Tensor) -> None:
             """∂M/∂normed through each head's slice, pulled back through the norm, made in `out` (rows, c, D)."""
-            sliced = heads[at].unflatten(1, (len(weights), g.d)).transpose(0, 1)
-            if out.dtype == sliced.dtype:
-                torch.bmm(sliced, weights, out=out)
-            else:
-                out.copy_(torch.bmm(sliced, weights))
+            torch.bmm(heads[at].unflatten(1, (len(weights), g.d)).transpose(0, 1), weights, out=out)
             pullbacks[n](x[at], out, in_place=True)
         pending.append((list(g.attention_receivers(n)), gradients))
         arrived.append(n)
